@@ -1,0 +1,39 @@
+# tracelake — setup, demo, tests. Everything installs into ./.venv from requirements.lock.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.tracelake-installed
+
+.PHONY: setup demo test test-fast bench hta-venv clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+## demo: capture a real 2-rank DDP training job and run the main job on it (Spark local, MLflow sqlite)
+demo: setup
+	$(VENV)/bin/tracelake demo --workdir demo
+
+## test: the whole test suite (what CI runs)
+test: setup
+	$(PY) -m pytest -q
+
+## test-fast: unit tests only
+test-fast: setup
+	$(PY) -m pytest -q tests/unit
+
+## hta-venv: HTA 0.5.0 in its own venv (for golden data and benchmarks)
+hta-venv:
+	bash benchmarks/hta_venv.sh
+
+## bench: parse+normalize throughput and memory vs HTA 0.5.0
+bench: setup hta-venv
+	$(PY) benchmarks/normalize_bench.py
+
+clean:
+	rm -rf demo $(VENV)/.tracelake-installed .pytest_cache

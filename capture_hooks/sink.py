@@ -1,0 +1,190 @@
+"""Landing-zone layout and the sink that writes committed captures to it through fsspec.
+
+Layout (ARCHITECTURE.md, "Landing zone")::
+
+    {root}/date=YYYY-MM-DD/job={job_id}/attempt={attempt}/rank={rank:05d}/{capture_id}/
+        trace.json.gz
+        manifest.json      <- written LAST: its presence commits the capture
+
+``root`` is a local folder or any fsspec URI (``s3://bucket/prefix``, ``file:///…``,
+``memory://…``). A capture folder without ``manifest.json`` is in flight or failed and must not be
+read as committed.
+
+Writing is synchronous for now: :meth:`LandingZoneSink.submit` calls :meth:`LandingZoneSink.write`
+directly. A background upload thread with retries and local spooling can be put behind
+``submit`` without changing callers (a :class:`CaptureUpload` holds only local file paths and the
+manifest bytes, so it can wait in a queue).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CaptureUpload",
+    "LandingZoneSink",
+    "landing_path",
+    "make_path_safe",
+    "validate_path_component",
+]
+
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+MANIFEST_NAME = "manifest.json"
+
+
+def validate_path_component(value: Any, what: str = "path component") -> str:
+    """Return ``value`` if it is safe as one folder name of the landing zone, else raise.
+
+    Safe: a ``str`` of 1–200 characters from ``[A-Za-z0-9._-]``, not starting with ``.`` or
+    ``-``, and not containing ``..``. This rejects path traversal (``..``, ``/``, ``\\``),
+    hidden names, whitespace, control characters and ``=`` (which would break Hive-style
+    ``key=value`` partition parsing).
+
+    Raises:
+        ValueError: naming ``what`` and the offending value.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}: {value!r}")
+    if not _SAFE.fullmatch(value) or ".." in value:
+        raise ValueError(
+            f"{what} {value!r} is not path-safe: use 1-200 characters from [A-Za-z0-9._-], "
+            "not starting with '.' or '-', without '..'"
+        )
+    return value
+
+
+def make_path_safe(value: str, fallback: str = "unknown") -> str:
+    """Turn any string into a value :func:`validate_path_component` accepts.
+
+    Runs of unsafe characters become ``_``, ``..`` becomes ``_``, leading ``.``/``-`` are
+    dropped and the result is cut to 200 characters; an empty result becomes ``fallback``.
+    """
+    safe = _UNSAFE_CHARS.sub("_", str(value))
+    while ".." in safe:
+        safe = safe.replace("..", "_")
+    safe = safe.lstrip(".-")[:200]
+    return safe or fallback
+
+
+def landing_path(*, date: str, job_id: str, attempt: int, rank: int, capture_id: str) -> str:
+    """Relative folder of one capture: ``date=…/job=…/attempt=…/rank=NNNNN/{capture_id}``.
+
+    ``date`` is ``YYYY-MM-DD``; ``attempt`` and ``rank`` non-negative ints (rank zero-padded to
+    5 digits so that folder order is rank order).
+
+    Raises:
+        ValueError: any part is malformed or not path-safe (message names the part).
+    """
+    if not isinstance(date, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+        raise ValueError(f"date {date!r} is not YYYY-MM-DD")
+    for name, number in (("attempt", attempt), ("rank", rank)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {number!r}")
+    validate_path_component(job_id, "job_id")
+    validate_path_component(capture_id, "capture_id")
+    return f"date={date}/job={job_id}/attempt={attempt}/rank={rank:05d}/{capture_id}"
+
+
+@dataclass(frozen=True)
+class CaptureUpload:
+    """One capture ready to be written.
+
+    ``relative_dir``: the capture folder relative to the sink root (from :func:`landing_path`);
+    ``files``: ``(local_path, name)`` pairs, ``name`` relative to the capture folder;
+    ``manifest``: the encoded ``manifest.json`` (written last).
+    """
+
+    relative_dir: str
+    files: tuple[tuple[str, str], ...]
+    manifest: bytes
+
+
+class LandingZoneSink:
+    """Writes :class:`CaptureUpload` s under ``root`` (local folder or fsspec URI).
+
+    The filesystem is opened lazily on the first write, so a missing protocol driver (e.g.
+    ``s3fs``) or bad credentials surface as a write failure, never at construction.
+    ``storage_options`` are passed to ``fsspec.core.url_to_fs``.
+    """
+
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+        if not isinstance(root, str) or not root.strip():
+            raise ValueError(f"sink root must be a non-empty string, got {root!r}")
+        self.root = root
+        self.storage_options = dict(storage_options or {})
+        self._fs = None
+        self._root_path: str | None = None
+
+    def __repr__(self) -> str:
+        return f"LandingZoneSink({self.root!r})"
+
+    def _filesystem(self):
+        if self._fs is None:
+            import fsspec.core
+
+            fs, path = fsspec.core.url_to_fs(self.root, **self.storage_options)
+            self._fs, self._root_path = fs, path.rstrip("/") or "/"
+        return self._fs, self._root_path
+
+    def _is_local(self) -> bool:
+        protocol = self._fs.protocol
+        protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+        return "file" in protocols or "local" in protocols
+
+    def uri(self, path: str) -> str:
+        """The URI of a path of this sink: a plain path for a plain local root, else with protocol."""
+        if "://" not in self.root:
+            return path
+        return self._fs.unstrip_protocol(path)
+
+    def submit(self, upload: CaptureUpload) -> str:
+        """Hand a capture to the sink; returns the capture folder URI once committed.
+
+        Synchronous for now (calls :meth:`write`); the seam for a background queue.
+
+        Raises:
+            OSError and fsspec errors: as :meth:`write`.
+        """
+        return self.write(upload)
+
+    def write(self, upload: CaptureUpload) -> str:
+        """Write the files of ``upload``, then ``manifest.json``; returns the capture folder URI.
+
+        On a local filesystem each file is written under a temporary ``.name.part`` name and
+        renamed, so a reader never sees a partial file; object stores publish a PUT atomically.
+
+        Raises:
+            OSError (unwritable root, disk full) or the fsspec driver's errors.
+        """
+        fs, root = self._filesystem()
+        capture_dir = posixpath.join(root, upload.relative_dir)
+        fs.makedirs(capture_dir, exist_ok=True)
+        for local_path, name in upload.files:
+            self._put(fs, local_path, posixpath.join(capture_dir, name))
+        manifest_path = posixpath.join(capture_dir, MANIFEST_NAME)
+        if self._is_local():
+            tmp = posixpath.join(capture_dir, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.part")
+            with fs.open(tmp, "wb") as f:
+                f.write(upload.manifest)
+            os.replace(tmp, manifest_path)
+        else:
+            with fs.open(manifest_path, "wb") as f:
+                f.write(upload.manifest)
+        return self.uri(capture_dir)
+
+    def _put(self, fs, local_path: str, dest: str) -> None:
+        parent = posixpath.dirname(dest)
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        if self._is_local():
+            tmp = posixpath.join(parent, f".{posixpath.basename(dest)}.{uuid.uuid4().hex}.part")
+            fs.put_file(local_path, tmp)
+            os.replace(tmp, dest)
+        else:
+            fs.put_file(local_path, dest)

@@ -1,0 +1,1 @@
+"""tracelake batch jobs (normalize, analyze) and their pure helpers."""

@@ -1,0 +1,144 @@
+"""The ``tracelake`` command line (typer).
+
+``tracelake run --raw <folder or s3://…> --warehouse <folder> [--tracking-uri <mlflow uri>]``
+runs the main job; ``tracelake demo`` captures a real 2-rank training job first and runs the main
+job on it; ``tracelake normalize`` / ``tracelake analyze`` run one stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, help="tracelake: fleet-wide analytics over ML profiler traces.")
+console = Console()
+
+
+def _progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
+
+
+def _storage_options(raw: str, opts: Optional[str]) -> dict:
+    so = json.loads(opts) if opts else {}
+    if raw.startswith("s3://") and "endpoint_url" not in so and os.environ.get("AWS_ENDPOINT_URL"):
+        so["endpoint_url"] = os.environ["AWS_ENDPOINT_URL"]
+    return so
+
+
+def _fmt(v, scale=1.0, digits=1) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "—"
+    return f"{float(v) / scale:.{digits}f}"
+
+
+def _print_job(job_id, ranks, steps, caps) -> None:
+    """One table per job: a row per rank (step times in ms, busy/idle/compute/overlap in %)."""
+    t = Table(title=f"job {job_id}: per-rank summary", title_justify="left")
+    for col in ("rank", "steps", "step p50 ms", "step max ms", "host busy %", "GPU idle %", "GPU compute %",
+                "overlap %", "events"):
+        t.add_column(col, justify="right")
+    for _, r in ranks.sort_values("rank").iterrows():
+        s = steps[steps["rank"] == r["rank"]]
+        busy = (s["cpu_op_time_ns"].sum() / s["step_time_ns"].sum() * 100) if len(s) and s["step_time_ns"].sum() else None
+        n_ev = caps[caps["rank"] == r["rank"]]["n_events"].sum()
+        t.add_row(str(r["rank"]), str(len(s)), _fmt(r["step_time_p50_ns"], 1e6, 2), _fmt(r["step_time_max_ns"], 1e6, 2),
+                  _fmt(busy), _fmt(r["idle_pct"]), _fmt(r["compute_pct"]), _fmt(r["overlap_pct"]), str(int(n_ev)))
+    console.print(t)
+    if ranks["idle_pct"].isna().all():
+        console.print("  (no GPU activity in these traces: GPU columns are empty; host busy % = CPU ops / step time)")
+
+
+def print_summary(result) -> None:
+    """Print the per-rank summary table and where the results are."""
+    import pandas as pd
+
+    caps = result.captures
+    for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
+        _print_job(job_id, job_ranks, result.steps[result.steps["job_id"] == job_id], caps[caps["job_id"] == job_id])
+    q = caps[caps["status"] == "quarantined"] if len(caps) else pd.DataFrame()
+    console.print(f"captures: {len(caps)} ({len(caps) - len(q)} ingested, {len(q)} quarantined)"
+                  + (f", {len(result.pending)} pending (no manifest yet)" if result.pending else ""))
+    for _, c in q.iterrows():
+        console.print(f"  [yellow]quarantined[/yellow] {c['reason']}")
+    console.print(f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}")
+    if result.tracking_uri:
+        for (job, attempt), run_id in sorted(result.run_ids.items()):
+            console.print(f"MLflow run for job {job} (attempt {attempt}): {run_id}")
+        console.print(f"view them: mlflow ui --backend-store-uri {result.tracking_uri}")
+
+
+@app.command()
+def run(
+    raw: str = typer.Option(..., help="Landing zone: a folder or an fsspec URI (s3://bucket/prefix)."),
+    warehouse: str = typer.Option(..., help="Warehouse folder for the Parquet tables."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI [default: sqlite:///<warehouse>/mlflow.db]."),
+    storage_options: Optional[str] = typer.Option(None, help="fsspec options for --raw as JSON, e.g. '{\"endpoint_url\": \"http://127.0.0.1:8333\"}'."),
+    no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Skip MLflow logging."),
+) -> None:
+    """Run the main job: normalize → analyze → MLflow."""
+    from jobs.pipeline import run_pipeline
+
+    with _progress() as progress:
+        result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options),
+                              progress=progress, log_to_mlflow=not no_mlflow)
+    print_summary(result)
+
+
+@app.command()
+def demo(
+    workdir: Path = typer.Option(Path("demo"), help="Folder for the landing zone, warehouse and MLflow store."),
+    steps: int = typer.Option(8, help="Training steps per rank."),
+    world_size: int = typer.Option(2, help="Number of ranks (processes, gloo backend)."),
+) -> None:
+    """Capture a real 2-rank CPU DDP training job with the torch.profiler hook, then run the main job on it."""
+    import time
+
+    from jobs.demo.train_ddp import run_demo_training
+    from jobs.pipeline import run_pipeline
+
+    workdir = workdir.resolve()
+    landing, warehouse = workdir / "landing", workdir / "warehouse"
+    job_id = f"demo-ddp-{time.strftime('%Y%m%d-%H%M%S')}"
+    with _progress() as progress:
+        task = progress.add_task(f"Training {world_size} ranks × {steps} steps under torch.profiler (job {job_id})", total=None)
+        folders = run_demo_training(str(landing), job_id, world_size=world_size, steps=steps)
+        progress.update(task, completed=1, total=1,
+                        description=f"[green]✓[/green] Captured {len(folders)} rank trace(s) into {landing}")
+        result = run_pipeline(str(landing), str(warehouse), progress=progress)
+    print_summary(result)
+
+
+@app.command()
+def normalize(raw: str = typer.Option(...), warehouse: str = typer.Option(...),
+              storage_options: Optional[str] = typer.Option(None)) -> None:
+    """Only normalize: landing zone → captures, events."""
+    from jobs.normalize.job import run_normalize
+    from jobs.spark import get_spark
+
+    res = run_normalize(get_spark(), raw, warehouse, _storage_options(raw, storage_options))
+    console.print(f"{len(res.captures)} captures ({res.n_quarantined} quarantined), jobs: {', '.join(res.job_ids)}")
+
+
+@app.command()
+def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer.Option(None, help="Job ids (default: all).")) -> None:
+    """Only analyze: events → steps, ranks."""
+    from jobs.analyze.job import run_analyze
+    from jobs.spark import get_spark
+
+    console.print(run_analyze(get_spark(), warehouse, job))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

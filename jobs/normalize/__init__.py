@@ -1,0 +1,1 @@
+"""Normalize raw profiler traces into the canonical `events` / `captures` tables."""

@@ -1,0 +1,73 @@
+"""Container decoding of raw trace files: gzip (detected from magic bytes) or plain bytes."""
+
+from __future__ import annotations
+
+import zlib
+
+from jobs.normalize.errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+DEFAULT_MAX_UNCOMPRESSED_BYTES = 8 << 30  # 8 GiB
+
+
+def decode_container(data: bytes, max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> tuple[bytes, str]:
+    """Return the decoded document of a raw trace file and its container kind.
+
+    Gzip is detected from the magic bytes ``1f 8b`` (never from the file extension); every gzip
+    member is decoded to EOF (multi-member files, e.g. written by ``cat a.gz b.gz``, are
+    concatenated). Trailing zero padding after the last member is ignored.
+
+    Args:
+        data: the file's bytes as stored.
+        max_uncompressed_bytes: cap on the decoded size in bytes (default 8 GiB); protects workers
+            from gzip bombs.
+
+    Returns:
+        ``(document_bytes, container)`` with ``container`` ``"gzip"`` or ``"json"``.
+
+    Raises:
+        TraceError: ``"empty file"``, ``"truncated gzip stream"``, ``"corrupt gzip stream: ..."``,
+            ``"trailing data after gzip stream at byte N"`` or
+            ``"decompressed size exceeds limit of N bytes"``.
+    """
+    if not data:
+        raise TraceError("empty file")
+    if data[:2] != GZIP_MAGIC:
+        if len(data) > max_uncompressed_bytes:
+            raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+        return bytes(data) if not isinstance(data, bytes) else data, "json"
+    parts: list[bytes] = []
+    total = 0
+    buf = memoryview(data)
+    consumed = 0
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        chunk_in = buf
+        while True:
+            try:
+                out = d.decompress(chunk_in, max_uncompressed_bytes - total + 1)
+            except zlib.error as exc:
+                raise TraceError(f"corrupt gzip stream: {exc}") from None
+            total += len(out)
+            if total > max_uncompressed_bytes:
+                raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+            if out:
+                parts.append(out)
+            chunk_in = d.unconsumed_tail
+            if d.eof or not chunk_in:
+                break
+        if not d.eof:
+            raise TraceError("truncated gzip stream")
+        rest = d.unused_data
+        consumed = len(data) - len(rest)
+        if not rest:
+            break
+        if rest[:2] != GZIP_MAGIC:
+            if rest.strip(b"\x00") == b"":
+                break
+            raise TraceError(f"trailing data after gzip stream at byte {consumed}")
+        buf = memoryview(rest)
+    if not parts:
+        return b"", "gzip"
+    doc = parts[0] if len(parts) == 1 else b"".join(parts)
+    return doc, "gzip"

@@ -1,0 +1,260 @@
+"""``jobs.normalize``: raw traces in the landing zone → ``captures`` and ``events`` tables.
+
+extract (driver): :func:`jobs.normalize.discover.discover` lists the committed captures and bare
+traces. transform (Spark workers, ``mapInArrow``): each file is read through fsspec and parsed by
+:func:`jobs.normalize.kineto.parse_kineto`; a file that cannot be parsed becomes a quarantined
+``captures`` row with the reason, and never stops the other files. load (driver): both tables are
+written as Hive-partitioned Parquet with dynamic partition overwrite, so re-running on the same
+input replaces the same partitions and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from schemas import CAPTURES, EVENTS
+
+_IDENTITY = ("date", "job_id", "attempt", "rank", "capture_id")
+_CAPTURE_COL = "_capture_json"
+# Earliest plausible epoch for a trace clock (2015-01-01): smaller values are relative clocks.
+_EPOCH_MIN_NS = 1_420_070_400 * 10**9
+
+
+def work_schema() -> pa.Schema:
+    """Schema of the worker output: EVENTS (all nullable) plus the capture-row JSON column.
+
+    A capture row has ``event_id == -1`` and ``_capture_json`` set; event rows leave it null.
+    """
+    fields = [pa.field(f.name, f.type, nullable=True) for f in EVENTS.arrow_schema()]
+    return pa.schema(fields + [pa.field(_CAPTURE_COL, pa.string())])
+
+
+def _date_of(ns: int | None) -> str | None:
+    if ns is None or ns < _EPOCH_MIN_NS:
+        return None
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+def resolve_rank(trace_rank, task: dict) -> tuple[int, str, list[str]]:
+    """Rank of a capture: ``distributedInfo``, else the manifest, else the file name, else 0.
+
+    Returns:
+        ``(rank, rank_source, flags)``; ``flags`` holds ``rank_assumed_0`` in the last case.
+    """
+    from jobs.normalize.kineto import rank_from_filename
+
+    if trace_rank is not None:
+        return int(trace_rank), "distributedInfo", []
+    if task.get("rank") is not None:
+        return int(task["rank"]), task.get("rank_source") or "manifest", []
+    r = rank_from_filename(posixpath.basename(task["uri"]))
+    if r is not None:
+        return r, "filename", []
+    return 0, "default", ["rank_assumed_0"]
+
+
+def normalize_file(task: dict, data: bytes | None, read_error: str | None = None) -> tuple[dict, pa.Table | None]:
+    """Normalize one raw trace file (pure: bytes in, rows out).
+
+    Args:
+        task: a :class:`jobs.normalize.discover.CaptureFile` as a dict.
+        data: the file's bytes as stored (gzip or plain JSON); ``None`` when it could not be read.
+        read_error: why the file could not be read, if so.
+
+    Returns:
+        ``(capture_row, events)``: a ``captures`` row as a dict, and the ``events`` rows as an
+        Arrow table with the EVENTS schema (``None`` when the file is quarantined).
+    """
+    from jobs.normalize.kineto import TraceError, parse_kineto
+
+    row = {c: None for c in CAPTURES.names}
+    row.update(
+        job_id=task["job_id"], attempt=int(task.get("attempt") or 0), capture_id=task["capture_id"],
+        uri=task["uri"], manifest_uri=task.get("manifest_uri"), source="kineto",
+        world_size=task.get("world_size"), size_bytes=task.get("size_bytes"), host_name=task.get("host_name"),
+        device_name=task.get("device_name"), torch_version=task.get("torch_version"), flags=[],
+    )
+    reason = task.get("error") or read_error
+    parsed = None
+    if data is not None:
+        import hashlib
+
+        row["sha256"] = hashlib.sha256(data).hexdigest()
+        row["size_bytes"] = len(data)
+    if reason is None:
+        try:
+            parsed = parse_kineto(data, task["uri"])
+        except TraceError as exc:
+            reason = str(exc)
+        except Exception as exc:  # a parser bug must not stop the batch either
+            reason = f"internal error while parsing: {type(exc).__name__}: {exc} [{traceback.format_exc(limit=-1).strip()}]"
+    if parsed is None:
+        rank = task.get("rank")
+        row.update(status="quarantined", reason=f"{task['uri']}: {reason}", rank=int(rank) if rank is not None else 0,
+                   rank_source=task.get("rank_source") or "default", n_events=0, date=task.get("date") or "unknown")
+        return row, None
+
+    meta = parsed.meta
+    rank, rank_source, rank_flags = resolve_rank(meta.get("rank"), task)
+    for k in ("container", "uncompressed_bytes", "format", "time_base", "base_time_ns", "trace_start_ns",
+              "trace_end_ns", "n_profiler_steps", "distributed_backend"):
+        row[k] = meta.get(k)
+    row["n_events"] = parsed.events.num_rows
+    row["world_size"] = meta.get("world_size") or task.get("world_size")
+    row["host_name"] = meta.get("host_name") or task.get("host_name")
+    row["device_name"] = meta.get("device_name") or task.get("device_name")
+    row.update(status="ingested", rank=rank, rank_source=rank_source,
+               flags=sorted(set(meta.get("flags") or []) | set(rank_flags)),
+               date=task.get("date") or _date_of(meta.get("trace_start_ns")) or "unknown")
+    return row, with_identity(parsed.events, row)
+
+
+def with_identity(events: pa.Table, capture: dict) -> pa.Table:
+    """Prepend the identity/partition columns of ``capture`` to parsed events (EVENTS order)."""
+    n = events.num_rows
+    schema = EVENTS.arrow_schema()
+    cols = {}
+    for name in _IDENTITY:
+        cols[name] = pa.array([capture[name]] * n, type=schema.field(name).type) if n else pa.array([], schema.field(name).type)
+    for name in EVENTS.names:
+        if name not in cols:
+            cols[name] = events.column(name)
+    return pa.table([cols[n_] for n_ in EVENTS.names], schema=schema)
+
+
+def _read(uri: str, storage_options: dict) -> tuple[bytes | None, str | None]:
+    import fsspec
+
+    try:
+        with fsspec.open(uri, "rb", **storage_options) as f:
+            return f.read(), None
+    except Exception as exc:
+        return None, f"cannot read file: {type(exc).__name__}: {exc}"
+
+
+def make_partition_parser(storage_options: dict):
+    """A ``mapInArrow`` function: batches of tasks (``task_json`` column) → :func:`work_schema` batches."""
+
+    def parse_partition(batches):
+        out_schema = work_schema()
+        for batch in batches:
+            for task_json in batch.column("task_json").to_pylist():
+                task = json.loads(task_json)
+                data, err = _read(task["uri"], storage_options)
+                capture, events = normalize_file(task, data, err)
+                del data
+                if events is not None and events.num_rows:
+                    events = events.append_column(_CAPTURE_COL, pa.nulls(events.num_rows, pa.string()))
+                    for b in events.cast(out_schema).to_batches(max_chunksize=65536):
+                        yield b
+                marker = {f.name: None for f in out_schema}
+                marker.update(date=capture["date"], job_id=capture["job_id"], event_id=-1,
+                              **{_CAPTURE_COL: json.dumps(capture)})
+                yield pa.RecordBatch.from_pylist([marker], schema=out_schema)
+
+    return parse_partition
+
+
+def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict[str, str]:
+    """Job ids for bare traces whose folder holds two files of the same rank.
+
+    Bare traces (no manifest) in one folder form one job when their ranks are distinct (e.g. the
+    8 DLRM ranks); when two claim the same (attempt, rank), each file becomes its own job
+    (``<folder job>-<file stem>``) so that no two captures collide in ``steps``. Quarantined files
+    (whose rank is unknown) keep the folder's job id.
+
+    Returns:
+        ``{capture_id: new_job_id}`` for the captures that change.
+    """
+    from jobs.normalize.discover import slug
+
+    groups: dict[tuple, list[dict]] = {}
+    bare_ingested = [c for c in captures if tasks[c["capture_id"]].get("bare") and c["status"] == "ingested"]
+    for c in bare_ingested:
+        groups.setdefault((c["job_id"], c["attempt"], c["rank"]), []).append(c)
+    clashing_jobs = {k[0] for k, v in groups.items() if len(v) > 1}
+    out = {}
+    for c in bare_ingested:
+        if c["job_id"] in clashing_jobs:
+            stem = posixpath.basename(c["uri"]).split(".")[0]
+            out[c["capture_id"]] = slug(f"{c['job_id']}-{stem}")
+    return out
+
+
+@dataclass
+class NormalizeResult:
+    """What a normalize run did: captures rows (dicts), pending folders, job ids touched."""
+
+    captures: list[dict]
+    pending: list[str]
+    job_ids: list[str]
+
+    @property
+    def n_quarantined(self) -> int:
+        return sum(c["status"] == "quarantined" for c in self.captures)
+
+
+def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | None = None) -> NormalizeResult:
+    """Normalize every committed capture under ``raw_root`` into ``{warehouse}/captures`` and ``/events``.
+
+    Raises:
+        FileNotFoundError: when ``raw_root`` does not exist.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from jobs.normalize.discover import discover
+
+    storage_options = storage_options or {}
+    found = discover(raw_root, storage_options)
+    if not found.files:
+        return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
+    tasks = {f.capture_id: f.to_dict() for f in found.files}
+    # Largest files first, round-robin over partitions: one file per task keeps memory bounded.
+    ordered = sorted(tasks.values(), key=lambda t: -(t.get("size_bytes") or 0))
+    n_parts = max(1, min(len(ordered), spark.sparkContext.defaultParallelism * 4))
+    task_df = spark.createDataFrame([(json.dumps(t),) for t in ordered], "task_json string").repartition(n_parts)
+    work = task_df.mapInArrow(make_partition_parser(storage_options), _spark_schema(work_schema()))
+    work = work.persist(StorageLevel.DISK_ONLY)
+    try:
+        captures = [json.loads(r[0]) for r in work.filter(F.col("event_id") == -1).select(_CAPTURE_COL).collect()]
+        renames = disambiguate_bare_jobs(captures, tasks)
+        for c in captures:
+            c["job_id"] = renames.get(c["capture_id"], c["job_id"])
+        captures.sort(key=lambda c: (c["job_id"], c["attempt"], c["rank"], c["capture_id"]))
+        events = work.filter(F.col("event_id") >= 0).drop(_CAPTURE_COL)
+        if renames:
+            mapping = spark.createDataFrame(list(renames.items()), "capture_id string, _new_job string")
+            events = (events.join(F.broadcast(mapping), on="capture_id", how="left")
+                      .withColumn("job_id", F.coalesce(F.col("_new_job"), F.col("job_id"))).drop("_new_job"))
+        events = events.select(*EVENTS.names)
+        _write(events, warehouse, "events")
+        cap_df = spark.createDataFrame(captures_table(captures).to_pandas(), schema=CAPTURES.spark_schema())
+        _write(cap_df.coalesce(1), warehouse, "captures")
+    finally:
+        work.unpersist()
+    return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}))
+
+
+def captures_table(captures: list[dict]) -> pa.Table:
+    """``captures`` rows (dicts) as an Arrow table with the CAPTURES schema."""
+    return pa.Table.from_pylist([{k: c.get(k) for k in CAPTURES.names} for c in captures], schema=CAPTURES.arrow_schema())
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _write(df, warehouse: str, table: str) -> None:
+    from schemas import TABLES
+
+    (df.write.mode("overwrite").partitionBy(*TABLES[table].partition_by)
+       .parquet(posixpath.join(warehouse.rstrip("/"), table)))

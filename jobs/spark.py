@@ -1,0 +1,51 @@
+"""Spark session for tracelake jobs.
+
+One place that knows how to start Spark the way these jobs need it: the Python workers run
+the same interpreter as the driver (``PYSPARK_PYTHON``), the driver binds to loopback by
+default, and Parquet partitions are overwritten dynamically so that re-running a stage on
+the same input replaces its partitions instead of duplicating rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def get_spark(master: str | None = None, app_name: str = "tracelake", driver_memory: str = "4g"):
+    """Return the active SparkSession, creating one if needed.
+
+    Args:
+        master: Spark master URL; default ``$TRACELAKE_SPARK_MASTER`` or ``local[*]``.
+            Ignored when a session already exists (e.g. under ``spark-submit``).
+        app_name: application name shown in the Spark UI.
+        driver_memory: JVM heap of the driver (local mode runs executors inside it).
+
+    Returns:
+        ``pyspark.sql.SparkSession``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    master = master or os.environ.get("TRACELAKE_SPARK_MASTER", "local[*]")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", os.environ.get("TRACELAKE_SHUFFLE_PARTITIONS", "8"))
+        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

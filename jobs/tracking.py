@@ -1,0 +1,143 @@
+"""Log analysis results to MLflow: one run per (job, attempt) in experiment ``tracelake``.
+
+Metric names are stable so that MLflow's run comparison lines up across jobs:
+
+- aggregate: ``step_time_p50_ms``, ``step_time_max_ms`` (over all steps of all ranks),
+  ``idle_pct``, ``compute_pct``, ``non_compute_pct``, ``overlap_pct`` (mean over ranks with GPU
+  activity; HTA temporal breakdown / comm-comp overlap), ``idle_pct_max`` (worst rank),
+  ``n_ranks``, ``n_steps``, ``n_events``, ``n_quarantined``;
+- per rank: ``rank/<r>/step_time_p50_ms``, ``rank/<r>/step_time_max_ms``, ``rank/<r>/idle_pct``,
+  ``rank/<r>/compute_pct``, ``rank/<r>/overlap_pct``.
+
+Re-running on the same job reuses its run (found by the ``tracelake.job_id`` and
+``tracelake.attempt`` tags), so a job never gets two runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+EXPERIMENT = "tracelake"
+
+
+def default_tracking_uri(warehouse: str) -> str:
+    """``sqlite:///<warehouse>/mlflow.db`` for a local warehouse (the embedded default)."""
+    return "sqlite:///" + str(Path(warehouse).resolve() / "mlflow.db")
+
+
+def _experiment_id(client, tracking_uri: str, warehouse: str) -> str:
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is not None:
+        return exp.experiment_id
+    artifact_location = None
+    if tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:"):
+        artifact_location = (Path(warehouse).resolve() / "mlartifacts").as_uri()
+    return client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
+
+
+def _finite(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _param(v) -> str:
+    """A param value as text; integral floats (pandas upcasts nullable ints) print as ints."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
+    """The aggregate and per-rank metrics of one job (names in the module docstring).
+
+    Args:
+        ranks: ``ranks`` rows of the job; steps: ``steps`` rows of the job.
+
+    Returns:
+        ``{metric name: value}``; metrics without data (e.g. GPU % on a CPU-only trace) are omitted.
+    """
+    m: dict[str, float] = {"n_ranks": float(ranks["rank"].nunique()), "n_steps": float(len(steps))}
+    if len(steps):
+        m["step_time_p50_ms"] = float(steps["step_time_ns"].median()) / 1e6
+        m["step_time_max_ms"] = float(steps["step_time_ns"].max()) / 1e6
+    for col in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):
+        vals = ranks[col].dropna()
+        if len(vals):
+            m[col] = float(vals.mean())
+    if ranks["idle_pct"].notna().any():
+        m["idle_pct_max"] = float(ranks["idle_pct"].max())
+    for _, r in ranks.iterrows():
+        rs = steps[steps["rank"] == r["rank"]]
+        p = f"rank/{int(r['rank'])}/"
+        if len(rs):
+            m[p + "step_time_p50_ms"] = float(rs["step_time_ns"].median()) / 1e6
+            m[p + "step_time_max_ms"] = float(rs["step_time_ns"].max()) / 1e6
+        for col in ("idle_pct", "compute_pct", "overlap_pct"):
+            if _finite(r[col]):
+                m[p + col] = float(r[col])
+    return m
+
+
+def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: pd.DataFrame,
+             steps: pd.DataFrame) -> dict[tuple[str, int], str]:
+    """Create or update one MLflow run per (job_id, attempt) found in ``captures``.
+
+    Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
+    Tags: ``tracelake.job_id``, ``tracelake.attempt``, ``tracelake.capture_uris`` (first 20;
+    all of them in the ``captures.json`` artifact). Artifacts: ``steps.csv``, ``ranks.csv``,
+    ``captures.json``.
+
+    Returns:
+        ``{(job_id, attempt): run_id}``.
+    """
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp_id = _experiment_id(client, tracking_uri, warehouse)
+    out = {}
+    for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
+        jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
+        js = steps[(steps["job_id"] == job_id) & (steps["attempt"] == attempt)]
+        found = client.search_runs(
+            [exp_id], filter_string=f"tags.`tracelake.job_id` = '{job_id}' and tags.`tracelake.attempt` = '{attempt}'",
+            max_results=1)
+        if found:
+            run_id = found[0].info.run_id
+            client.update_run(run_id, status="RUNNING")
+        else:
+            run_id = client.create_run(exp_id, run_name=f"{job_id}#{attempt}").info.run_id
+        ingested = cap[cap["status"] == "ingested"]
+        first = lambda col: next((_param(v) for v in ingested[col] if v is not None and v == v), "unknown")  # noqa: E731
+        params = {"world_size": first("world_size"), "device_name": first("device_name"),
+                  "torch_version": first("torch_version"), "trace_format": first("format"),
+                  "n_captures": str(len(cap))}
+        existing = client.get_run(run_id).data.params
+        new_params = [Param(k, v) for k, v in params.items() if existing.get(k) != v and k not in existing]
+        metrics = job_metrics(jr, js)
+        metrics["n_events"] = float(ingested["n_events"].sum())
+        metrics["n_quarantined"] = float((cap["status"] == "quarantined").sum())
+        uris = sorted(cap["uri"])
+        tags = {"tracelake.job_id": job_id, "tracelake.attempt": str(attempt),
+                "tracelake.capture_uris": ",".join(uris[:20])[:4000],
+                "tracelake.warehouse": str(warehouse)}
+        import time
+
+        now = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in sorted(metrics.items())],
+                         params=new_params, tags=[RunTag(k, v) for k, v in tags.items()])
+        with tempfile.TemporaryDirectory() as tmp:
+            js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)
+            jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)
+            Path(tmp, "captures.json").write_text(json.dumps(
+                cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str))
+            for name in ("steps.csv", "ranks.csv", "captures.json"):
+                client.log_artifact(run_id, os.path.join(tmp, name))
+        client.set_terminated(run_id, status="FINISHED")
+        out[(job_id, int(attempt))] = run_id
+    return out

@@ -1,0 +1,17 @@
+"""Single source of truth for every tracelake table and file format.
+
+Each warehouse table is declared once in :mod:`schemas.tables` as a list of
+:class:`schemas.tables.Column` (name, Arrow type, unit, meaning). Arrow schemas, Spark
+schemas and the README table reference are all derived from those declarations.
+The capture manifest is a versioned JSON Schema (``manifest.v1.json``).
+"""
+
+from schemas.tables import (  # noqa: F401
+    CAPTURES,
+    EVENTS,
+    RANKS,
+    STEPS,
+    TABLES,
+    Column,
+    Table,
+)

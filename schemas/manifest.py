@@ -1,0 +1,43 @@
+"""The capture manifest contract: ``manifest.json`` validated against ``manifest.v{N}.json``.
+
+``capture_hooks`` writes the manifest last, committing a capture; ``jobs.normalize`` validates it
+here before trusting its job id, rank and file list.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+SUPPORTED_VERSIONS = ("1",)
+
+
+@lru_cache(maxsize=None)
+def manifest_schema(version: str = "1") -> dict:
+    """The JSON Schema (draft 2020-12) of manifest ``version``.
+
+    Raises:
+        ValueError: for an unknown version.
+    """
+    if version not in SUPPORTED_VERSIONS:
+        raise ValueError(f"unknown manifest schema_version {version!r} (supported: {', '.join(SUPPORTED_VERSIONS)})")
+    return json.loads(resources.files("schemas").joinpath(f"manifest.v{version}.json").read_text())
+
+
+def validate_manifest(manifest: dict) -> None:
+    """Validate a parsed ``manifest.json``.
+
+    Raises:
+        ValueError: with the failing field path and message when the manifest does not conform,
+            or when its ``schema_version`` is unknown.
+    """
+    import jsonschema
+
+    version = str(manifest.get("schema_version", ""))
+    schema = manifest_schema(version)
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(manifest), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.path) or "(top level)"
+        raise ValueError(f"manifest field {where}: {e.message}")

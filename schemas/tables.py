@@ -1,0 +1,215 @@
+"""Warehouse table declarations (names, types, units, meanings).
+
+Column names are part of the product API: snake_case, with the unit in the name
+(``_ns``, ``_bytes``, ``_pct``). Every table is Hive-partitioned by
+:attr:`Table.partition_by` and keyed by :attr:`Table.key`, so that re-running a stage on
+the same input replaces whole partitions and never duplicates rows.
+
+Definitions follow ``../shared/ARCHITECTURE.md`` ("Canonical event") and, for the
+analysis tables, Holistic Trace Analysis (HTA) 0.5.0 where HTA defines the metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: ``name``, Arrow ``type``, ``doc`` (meaning, with unit and source)."""
+
+    name: str
+    type: pa.DataType
+    doc: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class Table:
+    """A warehouse table: ordered columns, partition columns and the row key."""
+
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    partition_by: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        """Column names in declared order."""
+        return [c.name for c in self.columns]
+
+    def arrow_schema(self) -> pa.Schema:
+        """The table as a ``pyarrow.Schema`` (column docs kept as field metadata)."""
+        return pa.schema(
+            [pa.field(c.name, c.type, nullable=c.nullable, metadata={"doc": c.doc}) for c in self.columns]
+        )
+
+    def spark_schema(self):
+        """The table as a ``pyspark.sql.types.StructType`` (derived from the Arrow schema).
+
+        Imports pyspark lazily so that this module stays importable without Spark.
+        """
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(self.arrow_schema())
+
+    def empty(self) -> pa.Table:
+        """A zero-row Arrow table with this schema."""
+        return self.arrow_schema().empty_table()
+
+    def markdown(self) -> str:
+        """A Markdown reference of the table (for the README)."""
+        lines = [f"### `{self.name}`", "", self.doc, ""]
+        if self.partition_by:
+            lines.append(f"Partitioned by {', '.join(f'`{p}`' for p in self.partition_by)}; "
+                         f"key ({', '.join(f'`{k}`' for k in self.key)}).")
+            lines.append("")
+        lines += ["| column | type | meaning |", "|---|---|---|"]
+        for c in self.columns:
+            lines.append(f"| `{c.name}` | {c.type} | {c.doc.replace('|', '/')} |")
+        return "\n".join(lines) + "\n"
+
+
+_I32, _I64, _STR, _F64, _BOOL = pa.int32(), pa.int64(), pa.string(), pa.float64(), pa.bool_()
+
+_IDENTITY = (
+    Column("job_id", _STR, "Training job id (manifest `job_id`, or the folder of a bare trace).", False),
+    Column("attempt", _I32, "Job attempt / restart number (manifest; 0 when unknown).", False),
+    Column("rank", _I32, "Global rank of the process that wrote the trace.", False),
+)
+
+CAPTURES = Table(
+    name="captures",
+    doc="One row per raw trace file found in the landing zone: ingested, or quarantined with a reason. "
+    "Nothing is lost: every raw file appears here.",
+    columns=(
+        Column("date", _STR, "Partition: capture date YYYY-MM-DD (landing-zone path, else trace start, else `unknown`).", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture id (landing-zone folder name, or a stable hash of a bare file's path).", False),
+        Column("uri", _STR, "URI of the raw trace file.", False),
+        Column("manifest_uri", _STR, "URI of the committing `manifest.json`; null for bare traces."),
+        Column("source", _STR, "Trace source: `kineto` (torch.profiler Chrome trace), `neuron`, `xla`.", False),
+        Column("status", _STR, "`ingested` or `quarantined`.", False),
+        Column("reason", _STR, "Why the file was quarantined (names the problem); null when ingested."),
+        Column("rank_source", _STR, "Where `rank` came from: `distributedInfo`, `manifest`, `filename`, `default` (flag: assumed 0)."),
+        Column("world_size", _I32, "World size (distributedInfo or manifest)."),
+        Column("size_bytes", _I64, "Size of the raw file as stored (compressed if gzip), bytes."),
+        Column("uncompressed_bytes", _I64, "Size of the decoded JSON document, bytes."),
+        Column("sha256", _STR, "sha256 of the raw file as stored."),
+        Column("container", _STR, "`json` or `gzip` (detected from magic bytes, not the extension)."),
+        Column("format", _STR, "Kineto format generation detected from the fields present, e.g. "
+               "`list-2020`, `object-legacy-categories`, `object`."),
+        Column("time_base", _STR, "`relative+baseTimeNanoseconds`, `absolute-us-int`, `absolute-us-float` or `relative`."),
+        Column("base_time_ns", _I64, "`baseTimeNanoseconds` of the trace (0 when absent)."),
+        Column("trace_start_ns", _I64, "Earliest event start on the capture clock, ns."),
+        Column("trace_end_ns", _I64, "Latest event end on the capture clock, ns."),
+        Column("n_events", _I64, "Rows written to `events` for this capture."),
+        Column("n_profiler_steps", _I32, "Number of distinct `ProfilerStep#N` annotations."),
+        Column("host_name", _STR, "Host name (trace `host_name` or manifest)."),
+        Column("device_name", _STR, "First accelerator name in `deviceProperties` (or manifest); null on CPU-only traces."),
+        Column("distributed_backend", _STR, "`distributedInfo.backend` (nccl, gloo, …)."),
+        Column("torch_version", _STR, "torch version from the manifest (null for bare traces)."),
+        Column("flags", pa.list_(_STR), "Data-quality flags, e.g. `rank_assumed_0`, `negative_duration`, `nonfinite_number`."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id"),
+)
+
+EVENTS = Table(
+    name="events",
+    doc="One row per trace event (`X` complete, `i` instant and `C` counter events), canonical model of "
+    "ARCHITECTURE.md. `M` metadata names processes/threads; `s`/`f` flows become linkage columns.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture the event came from.", False),
+        Column("event_id", _I64, "0-based position of the event in the trace's `traceEvents` (stable id for evidence).", False),
+        Column("source", _STR, "`kineto`, `neuron` or `xla`.", False),
+        Column("ph", _STR, "Chrome-trace phase: `X`, `i` or `C`.", False),
+        Column("category", _STR, "Category normalized across generations (`Operator`→`cpu_op`, `Runtime`→`cuda_runtime`, "
+               "`Kernel`→`kernel`, `Memcpy`→`gpu_memcpy`, `Memset`→`gpu_memset`, `gpu_user_Annotation`→`gpu_user_annotation`)."),
+        Column("raw_category", _STR, "`cat` exactly as written in the trace."),
+        Column("name", _STR, "Event name."),
+        Column("ts_ns", _I64, "Start on the capture clock, exact integer ns (`baseTimeNanoseconds` + relative µs·1000, or absolute µs·1000).", False),
+        Column("dur_ns", _I64, "Duration, exact integer ns; null for `i`/`C` events."),
+        Column("pid", _I64, "Process id (CPU events) or device index (GPU events); null when the trace pid is not numeric."),
+        Column("tid", _I64, "Thread id (CPU) or stream id (GPU); `\"stream 7\"`-style strings parsed; null when not numeric."),
+        Column("process_name", _STR, "From `M process_name`, or the non-numeric pid itself (e.g. `Spans`)."),
+        Column("thread_name", _STR, "From `M thread_name`, or the non-numeric tid itself."),
+        Column("device", _I32, "Accelerator index for device events (`args.device`, else pid); null for host events."),
+        Column("stream", _I64, "CUDA/HIP stream (`args.stream`); null when absent."),
+        Column("is_gpu", _BOOL, "True for device-side activity (kernel, gpu_memcpy, gpu_memset, gpu_user_annotation, mtia_ccp_events, …).", False),
+        Column("correlation", _I64, "Launch correlation id (`args.correlation`; for GPU events with only a launch flow, the flow id)."),
+        Column("external_id", _I64, "`args[\"External id\"]` (`external id` in 2021 traces)."),
+        Column("flow_id", _I64, "Id of the CPU→GPU launch flow (`ac2g`, `async_cpu_to_gpu`, 2021 `async/launch`) bound to this event."),
+        Column("fwdbwd_flow_id", _I64, "Id of the forward→backward flow (`fwdbwd`, `forward_backward`) bound to this event."),
+        Column("parent", _I64, "`event_id` of the innermost enclosing `X` event on the same (pid, tid); null at top level."),
+        Column("depth", _I32, "Nesting depth on the track (0 = top level)."),
+        Column("step", _I64, "ProfilerStep number N: CPU events by time containment in `ProfilerStep#N`, GPU events through the CPU launch they correlate with."),
+        Column("collective", _STR, "Collective name (`args[\"Collective name\"]`, else inferred from an NCCL/RCCL kernel name)."),
+        Column("pg_name", _STR, "Process group name (`Process Group Name`)."),
+        Column("group_size", _I32, "`Group size` of the collective."),
+        Column("msg_bytes", _I64, "Collective message size, bytes (`In msg nelems` × dtype size, or the larger of in/out)."),
+        Column("seq", _I64, "Collective sequence number (`Seq`), when the trace has it."),
+        Column("args_json", _STR, "The event's `args` object as JSON text (query with `get_json_object`/`from_json`)."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id", "event_id"),
+)
+
+_BREAKDOWN = (
+    Column("kernel_time_ns", _I64, "HTA temporal breakdown `kernel_time`: last end − first start of the merged GPU intervals, ns."),
+    Column("idle_time_ns", _I64, "HTA `idle_time`: kernel_time − Σ merged GPU intervals, ns."),
+    Column("compute_time_ns", _I64, "HTA `compute_time`: Σ merged intervals of COMPUTATION kernels, ns."),
+    Column("non_compute_time_ns", _I64, "HTA `non_compute_time`: kernel_time − compute − idle (communication, memory, other), ns."),
+    Column("idle_pct", _F64, "idle_time_ns / kernel_time_ns × 100 (HTA `idle_time_pctg`)."),
+    Column("compute_pct", _F64, "compute_time_ns / kernel_time_ns × 100 (HTA `compute_time_pctg`)."),
+    Column("non_compute_pct", _F64, "non_compute_time_ns / kernel_time_ns × 100 (HTA `non_compute_time_pctg`)."),
+    Column("comm_time_ns", _I64, "Σ merged intervals of COMMUNICATION kernels, ns."),
+    Column("overlap_pct", _F64, "HTA `comp_comm_overlap_pctg`: time both merged communication and merged computation run, "
+           "÷ merged communication time × 100; null when there is no communication kernel."),
+    Column("n_kernels", _I64, "GPU events counted (kernels, memcpy, memset)."),
+)
+
+STEPS = Table(
+    name="steps",
+    doc="One row per (job, attempt, rank, step): the step time and the GPU temporal breakdown of the GPU events "
+    "attributed to the step (HTA temporal breakdown definitions, applied per step).",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture the step came from.", False),
+        Column("step", _I64, "ProfilerStep number N.", False),
+        Column("step_start_ns", _I64, "Start of the CPU `ProfilerStep#N` annotation, ns on the capture clock."),
+        Column("step_time_ns", _I64, "Duration of the CPU `ProfilerStep#N` annotation, ns."),
+        *_BREAKDOWN,
+        Column("cpu_op_time_ns", _I64, "Σ merged intervals of top-level CPU ops inside the step on all threads, ns (host busy time)."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id", "step"),
+)
+
+RANKS = Table(
+    name="ranks",
+    doc="One row per (job, attempt, rank): HTA's whole-trace temporal breakdown and comm/compute overlap "
+    "(HTA 0.5.0 `get_temporal_breakdown` / `get_comm_comp_overlap`, including its last-step filter), "
+    "plus step-time statistics.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture of this rank.", False),
+        Column("world_size", _I32, "World size."),
+        Column("device_name", _STR, "Accelerator name."),
+        Column("n_steps", _I32, "Profiler steps found."),
+        Column("step_time_p50_ns", _I64, "Median step time, ns."),
+        Column("step_time_max_ns", _I64, "Longest step time, ns."),
+        *_BREAKDOWN,
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id"),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (CAPTURES, EVENTS, STEPS, RANKS)}

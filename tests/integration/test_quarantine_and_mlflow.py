@@ -1,0 +1,73 @@
+"""Bad files are quarantined with a reason while good ones ingest; results land in MLflow."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
+
+
+@pytest.fixture(scope="module")
+def mixed_landing(tmp_path_factory, torch_corpus):
+    """Two good DLRM ranks (symlinked, not copied) next to four broken files."""
+    root = tmp_path_factory.mktemp("landing")
+    job = root / "mixed"
+    job.mkdir()
+    for r in (0, 1):
+        src = next(torch_corpus.glob(DLRM.format(r=r)))
+        (job / src.name).symlink_to(src)
+    good = next(torch_corpus.glob(DLRM.format(r=2))).read_bytes()
+    (job / "truncated.json").write_bytes(good[: len(good) // 2])
+    (job / "truncated.json.gz").write_bytes(gzip.compress(good)[:5000])
+    (job / "notjson.json").write_bytes(b"this is not json at all")
+    (job / "notatrace.json").write_text(json.dumps({"hello": [1, 2, 3]}))
+    return root
+
+
+def test_bad_files_are_quarantined_and_good_files_ingest(spark, mixed_landing, tmp_path):
+    from jobs.pipeline import run_pipeline
+
+    wh = tmp_path / "wh"
+    res = run_pipeline(str(mixed_landing), str(wh), spark=spark, log_to_mlflow=False)
+    caps = res.captures.set_index(res.captures["uri"].str.rsplit("/", n=1).str[-1])
+    assert len(caps) == 6
+    bad = {"truncated.json", "truncated.json.gz", "notjson.json", "notatrace.json"}
+    for name in bad:
+        assert caps.loc[name, "status"] == "quarantined", name
+        assert name in caps.loc[name, "reason"]  # names the file
+    assert "gzip" in caps.loc["truncated.json.gz", "reason"].lower()
+    good = caps[~caps.index.isin(bad)]
+    assert set(good["status"]) == {"ingested"} and sorted(good["rank"]) == [0, 1]
+    events = spark.read.parquet(str(wh / "events"))
+    assert events.count() == int(good["n_events"].sum())
+
+
+def test_results_are_logged_to_mlflow(spark, mixed_landing, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from jobs.pipeline import run_pipeline
+
+    wh = tmp_path / "wh"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    res = run_pipeline(str(mixed_landing), str(wh), tracking_uri=uri, spark=spark)
+    assert len(res.run_ids) == 1
+    run_id = next(iter(res.run_ids.values()))
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    assert run.data.tags["tracelake.job_id"] == "mixed"
+    assert run.data.params["world_size"] == "8"
+    assert run.data.params["device_name"].startswith("Tesla V100")
+    m = run.data.metrics
+    assert m["n_ranks"] == 2 and m["n_quarantined"] == 4
+    for key in ("step_time_p50_ms", "idle_pct", "compute_pct", "overlap_pct", "rank/0/idle_pct", "rank/1/step_time_max_ms"):
+        assert key in m, key
+    arts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"steps.csv", "ranks.csv", "captures.json"} <= arts
+    # a second run of the same job reuses its MLflow run
+    res2 = run_pipeline(str(mixed_landing), str(wh), tracking_uri=uri, spark=spark)
+    assert res2.run_ids == res.run_ids

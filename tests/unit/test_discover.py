@@ -1,0 +1,96 @@
+"""Landing-zone discovery: committed captures, pending folders, bare traces, unsafe ids."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.normalize.discover import DiscoveryError, discover, safe_id, slug
+
+
+def _manifest(**over):
+    m = {
+        "schema_version": "1", "job_id": "llm-7b", "attempt": 1, "rank": 3, "local_rank": 3, "world_size": 4,
+        "node": 0, "host": "h1", "accelerator": "cpu", "device_name": None, "torch_version": "2.13.0",
+        "cuda_version": None, "created_at": "2026-11-30T10:00:00Z", "step_range": {"first": 2, "last": 4},
+        "capture_id": "c1",
+        "profiler": {"name": "torch.profiler", "schedule": {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}}, "tags": {"model": "mlp"},
+        "files": [{"path": "trace.json.gz", "size_bytes": 10, "sha256": "0" * 64, "kind": "kineto_trace"}],
+    }
+    m.update(over)
+    return m
+
+
+def _capture(root, job="llm-7b", rank=3, cid="c1", manifest=None):
+    d = root / "date=2026-11-30" / f"job={job}" / "attempt=1" / f"rank={rank:05d}" / cid
+    d.mkdir(parents=True)
+    (d / "trace.json.gz").write_bytes(b"x" * 10)
+    if manifest is not None:
+        (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def test_committed_capture_uses_manifest_identity(tmp_path):
+    from schemas.manifest import manifest_schema
+
+    pytest.importorskip("jsonschema")
+    manifest_schema("1")  # the schema file ships with the package
+    _capture(tmp_path, manifest=_manifest())
+    found = discover(str(tmp_path))
+    assert found.pending == []
+    (f,) = found.files
+    assert (f.job_id, f.attempt, f.rank, f.rank_source, f.world_size, f.date) == ("llm-7b", 1, 3, "manifest", 4, "2026-11-30")
+    assert f.capture_id == "c1" and f.error is None and not f.bare
+    assert f.uri.endswith("c1/trace.json.gz") and f.manifest_uri.endswith("c1/manifest.json")
+
+
+def test_capture_without_manifest_is_pending_not_ingested(tmp_path):
+    d = _capture(tmp_path, manifest=None)
+    found = discover(str(tmp_path))
+    assert found.files == [] and found.pending == [str(d)]
+
+
+def test_invalid_manifest_quarantines_with_reason(tmp_path):
+    _capture(tmp_path, manifest={"schema_version": "1", "job_id": "x"})
+    (f,) = discover(str(tmp_path)).files
+    assert f.error and "invalid manifest" in f.error and "manifest.json" in f.error
+
+
+def test_path_escaping_job_id_is_rejected(tmp_path):
+    _capture(tmp_path, manifest=_manifest(job_id="../../x"))
+    (f,) = discover(str(tmp_path)).files
+    assert f.error and "job_id" in f.error
+    with pytest.raises(DiscoveryError, match="unsafe job_id"):
+        safe_id("../../x", "job_id", "m.json")
+
+
+def test_bare_traces_form_one_job_per_folder(tmp_path):
+    d = tmp_path / "team" / "run 1"
+    d.mkdir(parents=True)
+    for n in ("rank-0.pt.trace.json", "rank-1.pt.trace.json.gz", "notes.txt"):
+        (d / n).write_bytes(b"{}")
+    found = discover(str(tmp_path))
+    assert [f.job_id for f in found.files] == ["team-run-1", "team-run-1"]
+    assert all(f.bare and f.rank is None for f in found.files)
+    assert len({f.capture_id for f in found.files}) == 2
+    assert slug("a/b c") == "a-b-c"
+
+
+def test_missing_root_raises(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        discover(str(tmp_path / "nope"))
+
+
+def test_bare_rank_clash_splits_the_folder_into_one_job_per_file():
+    from jobs.normalize.job import disambiguate_bare_jobs
+
+    caps = [
+        {"capture_id": "a", "job_id": "runs", "attempt": 0, "rank": 0, "status": "ingested", "uri": "/x/runs/a.json"},
+        {"capture_id": "b", "job_id": "runs", "attempt": 0, "rank": 0, "status": "ingested", "uri": "/x/runs/b.json.gz"},
+        {"capture_id": "c", "job_id": "runs", "attempt": 0, "rank": 0, "status": "quarantined", "uri": "/x/runs/c.json"},
+        {"capture_id": "d", "job_id": "dlrm", "attempt": 0, "rank": 0, "status": "ingested", "uri": "/x/dlrm/w0.json"},
+        {"capture_id": "e", "job_id": "dlrm", "attempt": 0, "rank": 1, "status": "ingested", "uri": "/x/dlrm/w1.json"},
+    ]
+    tasks = {c["capture_id"]: {"bare": True} for c in caps}
+    assert disambiguate_bare_jobs(caps, tasks) == {"a": "runs-a", "b": "runs-b"}
