@@ -8,7 +8,11 @@ The capture manifest is a versioned JSON Schema (``manifest.v1.json``).
 
 from schemas.tables import (  # noqa: F401
     CAPTURES,
+    COLLECTIVES,
+    CRITICAL_PATH,
     EVENTS,
+    FINDINGS,
+    KERNELS,
     RANKS,
     STEPS,
     TABLES,

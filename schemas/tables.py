@@ -212,4 +212,120 @@ RANKS = Table(
     key=("job_id", "attempt", "rank", "capture_id"),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (CAPTURES, EVENTS, STEPS, RANKS)}
+KERNELS = Table(
+    name="kernels",
+    doc="One row per (job, attempt, rank, capture, step, kernel name): GPU kernel statistics "
+    "(HTA `get_gpu_kernel_breakdown` per-kernel view, per step; plain Σ dur, no merging).",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture of this rank.", False),
+        Column("step", _I64, "ProfilerStep number N; -1 for GPU events outside any step.", False),
+        Column("name", _STR, "Kernel / memcpy / memset name.", False),
+        Column("kernel_type", _STR, "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (collective metadata, "
+               "then name families; see jobs/analyze/kernel_types.py)."),
+        Column("hta_kernel_type", _STR, "The type HTA 0.5.0 assigns from the name alone (for comparison)."),
+        Column("n", _I64, "Number of launches."),
+        Column("total_ns", _I64, "Σ duration, ns."),
+        Column("min_ns", _I64, "Shortest, ns."),
+        Column("max_ns", _I64, "Longest, ns."),
+        Column("mean_ns", _F64, "Mean, ns."),
+        Column("std_ns", _F64, "Population standard deviation, ns."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id", "step", "name"),
+)
+
+COLLECTIVES = Table(
+    name="collectives",
+    doc="One row per collective call per rank, matched across the ranks of a job by process group and call "
+    "order (`Seq` when present). Times are on the rank's own clock and on the job clock aligned on "
+    "collective completion (see `clock_offset_ns`). Bandwidth formulas: NCCL-tests PERFORMANCE.md.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture of this rank.", False),
+        Column("step", _I64, "ProfilerStep number N of the call."),
+        Column("event_id", _I64, "`events.event_id` of the communication kernel.", False),
+        Column("pg_name", _STR, "Process group name (or inferred group id when the trace has none)."),
+        Column("collective", _STR, "Collective name (allreduce, all_to_all, sendrecv, …)."),
+        Column("call_index", _I64, "0-based order of this call among the rank's calls on (pg_name, collective stream group)."),
+        Column("match_key", _STR, "Key shared by the same call on every rank of the job.", False),
+        Column("seq", _I64, "NCCL sequence number (`Seq`) when present."),
+        Column("stream", _I64, "Stream of the kernel."),
+        Column("start_ns", _I64, "Kernel start, ns on the rank's clock."),
+        Column("end_ns", _I64, "Kernel end, ns on the rank's clock."),
+        Column("dur_ns", _I64, "Kernel duration, ns."),
+        Column("aligned_start_ns", _I64, "start_ns + clock_offset_ns (job clock)."),
+        Column("aligned_end_ns", _I64, "end_ns + clock_offset_ns (job clock)."),
+        Column("clock_offset_ns", _I64, "Offset added to this rank's clock to align collective completions across ranks, ns."),
+        Column("wait_ns", _I64, "Last arrival − own arrival (aligned starts), ns: time this rank waited for the slowest rank."),
+        Column("skew_ns", _I64, "Last arrival − first arrival for the call, ns (same on every rank of the call)."),
+        Column("net_dur_ns", _I64, "dur_ns − wait_ns: the transfer itself, ns."),
+        Column("is_last_arrival", _BOOL, "True on the rank that arrived last (the straggler of this call)."),
+        Column("n_ranks_matched", _I32, "Ranks on which this call was found."),
+        Column("msg_bytes", _I64, "Message size, bytes."),
+        Column("group_size", _I32, "Ranks in the process group."),
+        Column("algbw_gbps", _F64, "Algorithm bandwidth msg_bytes / net_dur, GB/s (1e9 bytes/s)."),
+        Column("busbw_gbps", _F64, "Bus bandwidth = algbw × NCCL-tests factor (allreduce 2(n−1)/n, allgather/reduce_scatter/"
+               "all_to_all (n−1)/n, broadcast/reduce/sendrecv 1), GB/s."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id", "event_id"),
+)
+
+CRITICAL_PATH = Table(
+    name="critical_path",
+    doc="Segments of the critical path per (job, attempt, step), in path order, with attribution. Single-rank "
+    "segments follow HTA's critical-path graph; cross-rank paths follow collectives to the rank that arrived last.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        Column("job_id", _STR, "Training job id.", False),
+        Column("attempt", _I32, "Job attempt.", False),
+        Column("step", _I64, "ProfilerStep number N.", False),
+        Column("scope", _STR, "`rank` (one rank's own critical path) or `job` (the cross-rank path that set the step time).", False),
+        Column("path_rank", _I32, "For scope `rank`: the rank whose path this is; for `job`: -1.", False),
+        Column("segment", _I64, "0-based position of the segment along the path.", False),
+        Column("rank", _I32, "Rank the segment runs on.", False),
+        Column("capture_id", _STR, "Capture of that rank."),
+        Column("event_id", _I64, "`events.event_id` of the event on the segment; null for gaps and edges."),
+        Column("name", _STR, "Event name, or the edge kind for gaps."),
+        Column("start_ns", _I64, "Segment start, ns (job clock for scope `job`)."),
+        Column("end_ns", _I64, "Segment end, ns."),
+        Column("dur_ns", _I64, "Segment duration, ns."),
+        Column("bound_by", _STR, "`cpu_bound`, `launch_overhead`, `kernel_kernel_gap`, `compute`, `communication`, "
+               "`data_loading`, `sync`, `collective_wait`."),
+        Column("path_length_ns", _I64, "Total length of the path this segment belongs to, ns."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "step", "scope", "path_rank", "segment"),
+)
+
+FINDINGS = Table(
+    name="findings",
+    doc="Ranked bottleneck findings per job with evidence and a recommendation; also written as "
+    "`findings.json` per job (schema `schemas/findings.v1.json`).",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        Column("job_id", _STR, "Training job id.", False),
+        Column("attempt", _I32, "Job attempt.", False),
+        Column("finding_id", _STR, "Stable id: rule + scope (e.g. `exposed_communication/rank=3`).", False),
+        Column("rule", _STR, "Rule that fired (e.g. `host_bound_launch`, `exposed_communication`, `straggler_rank`).", False),
+        Column("rank_order", _I32, "1 = most time lost per step.", False),
+        Column("title", _STR, "One-line statement of the problem."),
+        Column("metric", _STR, "Metric name the rule used."),
+        Column("value", _F64, "Metric value (unit in `metric`)."),
+        Column("est_time_lost_per_step_ns", _I64, "Estimated time lost per step if fixed, ns."),
+        Column("confidence", _F64, "0–1."),
+        Column("ranks", pa.list_(_I32), "Ranks concerned."),
+        Column("steps", pa.list_(_I64), "Steps concerned."),
+        Column("evidence_json", _STR, "Evidence as JSON: job, rank, step, event ids, numbers."),
+        Column("recommendation", _STR, "What to try."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "finding_id"),
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t for t in (CAPTURES, EVENTS, STEPS, RANKS, KERNELS, COLLECTIVES, CRITICAL_PATH, FINDINGS)
+}
