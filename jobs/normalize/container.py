@@ -71,3 +71,63 @@ def decode_container(data: bytes, max_uncompressed_bytes: int = DEFAULT_MAX_UNCO
         return b"", "gzip"
     doc = parts[0] if len(parts) == 1 else b"".join(parts)
     return doc, "gzip"
+
+
+def iter_decoded(
+    data: bytes,
+    max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
+    piece_bytes: int = 4 << 20,
+):
+    """Yield the decoded document in pieces of at most ``piece_bytes`` (streaming gunzip).
+
+    Same container rules and errors as :func:`decode_container`, but the whole document is never
+    held in memory: gzip input is fed in 256 KiB slices and output is bounded per piece.
+    Plain files are yielded as zero-copy ``memoryview`` slices.
+
+    Raises:
+        TraceError: as :func:`decode_container` (raised when the problem is reached).
+    """
+    if not data:
+        raise TraceError("empty file")
+    mv = memoryview(data)
+    n = len(data)
+    if data[:2] != GZIP_MAGIC:
+        if n > max_uncompressed_bytes:
+            raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+        for off in range(0, n, piece_bytes):
+            yield mv[off:off + piece_bytes]
+        return
+    in_piece = 256 << 10
+    total = 0
+    pos = 0
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending: bytes | memoryview = b""
+    while True:
+        if not pending and pos < n:
+            pending = mv[pos:pos + in_piece]
+            pos += len(pending)
+        try:
+            out = d.decompress(pending, piece_bytes)
+        except zlib.error as exc:
+            raise TraceError(f"corrupt gzip stream: {exc}") from None
+        pending = d.unconsumed_tail
+        total += len(out)
+        if total > max_uncompressed_bytes:
+            raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+        if out:
+            yield out
+        if d.eof:
+            rest = d.unused_data
+            consumed = pos - len(rest)
+            if not rest and pos >= n:
+                return
+            head = (bytes(rest[:2]) + bytes(mv[pos:pos + 2]))[:2]
+            if head != GZIP_MAGIC:
+                if bytes(rest).strip(b"\x00") == b"" and bytes(mv[pos:]).strip(b"\x00") == b"":
+                    return
+                raise TraceError(f"trailing data after gzip stream at byte {consumed}")
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            pending = rest
+            continue
+        if not out and not pending and pos >= n:
+            raise TraceError("truncated gzip stream")

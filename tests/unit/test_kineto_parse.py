@@ -14,7 +14,6 @@ from collections import Counter
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from jobs.normalize.kineto import EVENT_COLUMNS, ParsedTrace, TraceError, parse_kineto, rank_from_filename
@@ -510,3 +509,90 @@ def test_trace_error_is_a_value_error_with_reason():
 ])
 def test_rank_from_filename(name, rank):
     assert rank_from_filename(name) == rank
+
+
+# --------------------------------------------------------------------------- chunked (streaming) decoding
+
+
+def _both_paths(monkeypatch, data: bytes, chunk_bytes: int = 512):
+    """Parse with tiny chunks and with the whole-document path; return both results."""
+    import jobs.normalize.kineto as kineto
+
+    calls = []
+
+    class Counting(kineto.EventColumns):
+        def add(self, E, raw_text):
+            calls.append(len(E))
+            return super().add(E, raw_text)
+
+    monkeypatch.setattr(kineto, "EventColumns", Counting)
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", chunk_bytes)
+    chunked = parse_kineto(data, "x.json")
+    assert len(calls) > 1, "the chunked path was not taken"
+    monkeypatch.setattr(kineto, "_STREAMING", False)
+    whole = parse_kineto(data, "x.json")
+    monkeypatch.setattr(kineto, "_STREAMING", True)
+    return chunked, whole
+
+
+@pytest.mark.parametrize("rel", [
+    "param/dlrm_kineto/worker1_step_12.1694128201556.pt.trace.json",
+    "HolisticTraceAnalysis/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz",
+])
+def test_chunked_decoding_equals_whole_document_decoding(CORPUS, monkeypatch, rel):
+    data = (CORPUS / "torch" / rel).read_bytes()
+    chunked, whole = _both_paths(monkeypatch, data, chunk_bytes=16 << 10)
+    assert chunked.events.equals(whole.events)
+    assert chunked.meta == whole.meta
+
+
+def test_chunk_boundaries_inside_args_strings_and_trailer_are_handled(monkeypatch):
+    ev = []
+    for i in range(60):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "op},{" + str(i), "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+                   "args": {"shapes": [{"a": i}, {"b": [i, {"c": "}, {"}]}], "External id": i}})
+        ev.append({"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 10 * i + 1, "s": "t", "args": {"Bytes": i}})
+    trailer = {"distributedInfo": {"backend": "nccl", "rank": 2, "world_size": 4,
+                                   "pg_config": [{"pg_name": "0", "ranks": [0, 1]}]}, "traceName": "t}]"}
+    for text in (json.dumps({"schemaVersion": 1, "traceEvents": ev, **trailer}, indent=1).encode(),
+                 json.dumps({"schemaVersion": 1, "traceEvents": ev, **trailer}, separators=(",", ":")).encode(),
+                 json.dumps(ev).encode()):
+        chunked, whole = _both_paths(monkeypatch, gzip.compress(text), chunk_bytes=300)
+        assert chunked.events.equals(whole.events)
+        assert chunked.meta == whole.meta
+        c = chunked.events.to_pydict()
+        assert c["event_id"] == list(range(120)) and c["external_id"][::2] == list(range(60))
+        assert c["name"][2] == "op},{1" and json.loads(c["args_json"][0])["shapes"][1] == {"b": [0, {"c": "}, {"}]}
+    assert chunked.meta["rank"] is None and whole.meta["format"] == "list-2020"
+
+
+def test_single_event_larger_than_a_chunk(monkeypatch):
+    big = "x" * 5000
+    ev = [_x("a", 1, 1, args={"Call stack": big}), _x("b", 3, 1), _x("c", 5, 1, args={"Call stack": big})]
+    chunked, whole = _both_paths(monkeypatch, tiny(ev), chunk_bytes=256)
+    assert chunked.events.equals(whole.events) and chunked.events.num_rows == 3
+
+
+def test_invalid_json_late_in_a_chunked_document_names_the_byte(monkeypatch):
+    import jobs.normalize.kineto as kineto
+
+    good = json.dumps({"traceEvents": [_x(f"op{i}", i, 1) for i in range(200)]}).encode()
+    pos = good.index(b'"op150"')
+    bad = good[:pos] + b"@" + good[pos + 1:]
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 512)
+    with pytest.raises(TraceError, match=f"not valid JSON at byte {pos}"):
+        parse_kineto(gzip.compress(bad), "x.json.gz")
+
+
+def test_float_paths_are_exact_at_the_fast_path_limit_and_near_ties():
+    # 2**42 µs is the fast float path's limit; sub-ns digits at a tie are decided from the text (half to even)
+    raw = (b'{"traceEvents": ['
+           b'{"ph": "i", "name": "a", "pid": 1, "tid": 1, "ts": 4398046511103.999},'
+           b'{"ph": "i", "name": "b", "pid": 1, "tid": 1, "ts": 4398046511104.001},'
+           b'{"ph": "i", "name": "c", "pid": 1, "tid": 1, "ts": 0.0025},'
+           b'{"ph": "i", "name": "d", "pid": 1, "tid": 1, "ts": 0.0035},'
+           b'{"ph": "i", "name": "e", "pid": 1, "tid": 1, "ts": -1.5}]}')
+    ts = parse_kineto(raw, "x.json").events.column("ts_ns").to_pylist()
+    assert ts == [4398046511103999, 4398046511104001, 2, 4, -1500]
+    assert ts == [exact_ns(Decimal(v)) for v in ("4398046511103.999", "4398046511104.001", "0.0025", "0.0035", "-1.5")]

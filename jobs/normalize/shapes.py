@@ -1,0 +1,74 @@
+"""msgspec shapes of a Kineto trace: only the fields the parser needs (the rest is skipped)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import msgspec
+
+
+class Event(msgspec.Struct, gc=False):
+    """One ``traceEvents`` entry; ``args`` is kept as raw JSON text."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    bp: Any = None
+    args: msgspec.Raw = None  # type: ignore[assignment]
+
+
+class Header(msgspec.Struct, gc=False):
+    """Top-level object of a trace (the capture-level keys we use)."""
+
+    traceEvents: Optional[list[Event]] = None
+    baseTimeNanoseconds: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    host_name: Any = None
+    hostname: Any = None
+
+
+class TimeEvent(msgspec.Struct, gc=False):
+    """``ts``/``dur`` as raw number text (for the exact decimal path)."""
+
+    ts: msgspec.Raw = None  # type: ignore[assignment]
+    dur: msgspec.Raw = None  # type: ignore[assignment]
+
+
+class TimeHeader(msgspec.Struct, gc=False):
+    traceEvents: Optional[list[TimeEvent]] = None
+
+
+class Args(msgspec.Struct, gc=False):
+    """The ``args`` keys that become columns (kineto_and_hta.md §2.6)."""
+
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    external_id_legacy: Any = msgspec.field(default=None, name="external id")
+    device: Any = None
+    stream: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    in_size: Any = msgspec.field(default=None, name="In msg size")
+    out_size: Any = msgspec.field(default=None, name="Out msg size")
+    dtype: Any = None
+    seq: Any = msgspec.field(default=None, name="Seq")
+
+
+DOCUMENT = msgspec.json.Decoder(Union[Header, list[Event]])
+HEADER = msgspec.json.Decoder(Header)
+EVENT_LIST = msgspec.json.Decoder(list[Event])
+TIME_DOCUMENT = msgspec.json.Decoder(Union[TimeHeader, list[TimeEvent]])
+TIME_LIST = msgspec.json.Decoder(list[TimeEvent])
+ARGS_LIST = msgspec.json.Decoder(list[Args])
+ARGS_ONE = msgspec.json.Decoder(Args)
+RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+EMPTY_OBJECT = msgspec.Raw(b"{}")
