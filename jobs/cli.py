@@ -135,6 +135,66 @@ def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer
     console.print(run_analyze(get_spark(), warehouse, job))
 
 
+@app.command()
+def sql(
+    query: str = typer.Argument(..., help="Spark SQL; every warehouse table is a view by its name (events, steps, …)."),
+    warehouse: str = typer.Option(..., help="Warehouse folder."),
+    limit: int = typer.Option(50, help="Rows to print."),
+    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+) -> None:
+    """Run one Spark SQL query over the warehouse tables."""
+    from jobs.spark import get_spark
+    from jobs.sql import run_sql
+
+    _print_frame(run_sql(get_spark(), warehouse, query).limit(limit).toPandas(), fmt)
+
+
+@app.command()
+def shell(warehouse: str = typer.Option(..., help="Warehouse folder.")) -> None:
+    """Interactive Spark SQL prompt over the warehouse tables (end a query with ';', quit with 'exit')."""
+    from jobs.spark import get_spark
+    from jobs.sql import register_tables
+
+    spark = get_spark()
+    console.print(f"tables: {', '.join(register_tables(spark, warehouse))}. End queries with ';', 'exit' to quit.")
+    buf: list[str] = []
+    while True:
+        try:
+            line = input("tracelake> " if not buf else "      ...> ")
+        except EOFError:
+            break
+        if not buf and line.strip().lower() in ("exit", "quit"):
+            break
+        buf.append(line)
+        if line.rstrip().endswith(";"):
+            q = " ".join(buf).strip().rstrip(";")
+            buf = []
+            try:
+                _print_frame(spark.sql(q).limit(200).toPandas(), "table")
+            except Exception as exc:  # show the error, keep the shell
+                console.print(f"[red]{type(exc).__name__}:[/red] {str(exc).splitlines()[0]}")
+
+
+def _print_frame(df, fmt: str) -> None:
+    if fmt == "csv":
+        typer.echo(df.to_csv(index=False), nl=False)
+    elif fmt == "json":
+        typer.echo(df.to_json(orient="records", default_handler=str))
+    else:
+        t = Table()
+        for c in df.columns:
+            t.add_column(str(c))
+        for row in df.itertuples(index=False):
+            t.add_row(*[_cell(v) for v in row])
+        console.print(t)
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return "—" if v != v else f"{v:.4g}"
+    return str(v)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
