@@ -13,6 +13,7 @@ from schemas.tables import (  # noqa: F401
     EVENTS,
     FINDINGS,
     KERNELS,
+    NEURON_SUMMARY,
     RANKS,
     STEPS,
     TABLES,

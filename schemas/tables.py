@@ -174,10 +174,56 @@ _BREAKDOWN = (
     Column("n_kernels", _I64, "GPU events counted (kernels, memcpy, memset)."),
 )
 
+#: HTA-parity statistics (jobs/analyze/hta_stats.py), per step in ``steps`` (device events through
+#: ``events.step``) and for the whole trace in ``ranks`` (rows kept by HTA's last-step filter).
+_HTA_STATS = (
+    Column("memory_time_ns", _I64, "Σ merged intervals of MEMORY device events (our kernel type: gpu_memcpy / "
+           "gpu_memset events, and kernels named Memcpy…/Memset…/dma…), ns. HTA `get_gpu_kernel_breakdown` MEMORY, merged."),
+    Column("exposed_comm_ns", _I64, "Communication not overlapped by computation: merged COMMUNICATION time − its "
+           "intersection with merged COMPUTATION, ns. Our kernel types (collective metadata, then name families); "
+           "HTA `get_comm_comp_overlap` sweep."),
+    Column("idle_host_wait_ns", _I64, "HTA idle time breakdown `host_wait`: Σ over streams of the gaps before device "
+           "events whose launching host call started after the previous event on the stream ended, ns."),
+    Column("idle_kernel_wait_ns", _I64, "HTA idle time breakdown `kernel_wait`: Σ gaps < 30 µs "
+           "(`consecutive_kernel_delay`) that are not host_wait, ns."),
+    Column("idle_other_ns", _I64, "HTA idle time breakdown `other`: the remaining gaps, Σ over streams, ns "
+           "(gaps are per stream, unmerged; negative gaps clipped at 0)."),
+    Column("n_launches", _I64, "HTA `get_cuda_kernel_launch_stats` rows: host launch calls (cudaLaunchKernel, "
+           "cudaMemcpyAsync, … plus hipLaunchKernel, cuLaunchKernel(Ex), cudaGraphLaunch; jobs/analyze/launches.py) "
+           "linked to device events."),
+    Column("launch_runtime_ns", _I64, "Σ durations of those launch calls (HTA `cpu_duration`), ns."),
+    Column("launch_delay_sum_ns", _I64, "Σ launch delay, ns; launch delay = max(0, first device event start − "
+           "launch call end) (HTA `launch_delay`)."),
+    Column("launch_delay_p50_ns", _I64, "Median launch delay, ns (rounded); null without launches."),
+    Column("launch_delay_max_ns", _I64, "Longest launch delay, ns; null without launches."),
+    Column("n_short_kernels", _I64, "Launches whose device time < launch call time ≤ 50 µs (HTA short GPU kernels, "
+           "`runtime_cutoff`)."),
+    Column("n_runtime_outliers", _I64, "Launch calls longer than 50 µs (HTA runtime outliers)."),
+    Column("n_launch_delay_outliers", _I64, "Launches with launch delay > 100 µs (HTA `launch_delay_cutoff`)."),
+    Column("queue_length_max", _I64, "Largest launch-queue length on any stream (HTA `get_queue_length_summary` max; "
+           "+1 at each launch call, −1 at the device event start); null without launches."),
+    Column("queue_length_mean", _F64, "Mean queue length over the change points of all streams (HTA "
+           "`get_queue_length_summary` mean, not time-weighted); null without launches."),
+    Column("blocked_on_full_queue_ns", _I64, "Time some stream's queue length was ≥ 1024 "
+           "(HTA `get_time_spent_blocked_on_full_queue`, summed over streams), ns."),
+    Column("memcpy_bytes", _I64, "Σ `args.bytes` of gpu_memcpy events, bytes."),
+    Column("memcpy_time_ns", _I64, "Σ durations of gpu_memcpy events (unmerged), ns."),
+    Column("memcpy_bw_gbps", _F64, "Σ bytes ÷ Σ copy time over the copies with a known size, GB/s (1e9 bytes/s), "
+           "duration-weighted; copy time from Kineto's per-copy `memory bandwidth (GB/s)` (the arg HTA "
+           "`get_memory_bw_summary` reads; exact even where `dur` is truncated to whole µs), else `dur`. "
+           "Null without copies."),
+    Column("dataloader_time_ns", _I64, "Union of host events named like data loading (`enumerate(DataLoader)#…`, "
+           "`…DataLoaderIter`, dataloader.py frames; jobs/analyze/host_time.py) inside the window, ns. Ours."),
+    Column("cpu_bound_time_ns", _I64, "Time inside the window with no device activity on any stream while a host "
+           "thread is inside a cpu_op / cuda_runtime / cuda_driver event, minus data-loader time, ns. Ours."),
+)
+
 STEPS = Table(
     name="steps",
-    doc="One row per (job, attempt, rank, step): the step time and the GPU temporal breakdown of the GPU events "
-    "attributed to the step (HTA temporal breakdown definitions, applied per step).",
+    doc="One row per (job, attempt, rank, step): the step time, the GPU temporal breakdown of the GPU events "
+    "attributed to the step (HTA temporal breakdown definitions, applied per step) and HTA-parity statistics "
+    "(idle time breakdown, launch statistics, queue length, memcpy bandwidth, host time) of the step; "
+    "host time is clipped to the ProfilerStep window.",
     columns=(
         Column("date", _STR, "Partition: as in `captures`.", False),
         *_IDENTITY,
@@ -187,6 +233,7 @@ STEPS = Table(
         Column("step_time_ns", _I64, "Duration of the CPU `ProfilerStep#N` annotation, ns."),
         *_BREAKDOWN,
         Column("cpu_op_time_ns", _I64, "Σ merged intervals of top-level CPU ops inside the step on all threads, ns (host busy time)."),
+        *_HTA_STATS,
     ),
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "step"),
@@ -196,7 +243,8 @@ RANKS = Table(
     name="ranks",
     doc="One row per (job, attempt, rank): HTA's whole-trace temporal breakdown and comm/compute overlap "
     "(HTA 0.5.0 `get_temporal_breakdown` / `get_comm_comp_overlap`, including its last-step filter), "
-    "plus step-time statistics.",
+    "plus step-time statistics and the HTA-parity statistics of the whole trace (same rows; host-time "
+    "window = first start to last end of those rows).",
     columns=(
         Column("date", _STR, "Partition: as in `captures`.", False),
         *_IDENTITY,
@@ -207,6 +255,7 @@ RANKS = Table(
         Column("step_time_p50_ns", _I64, "Median step time, ns."),
         Column("step_time_max_ns", _I64, "Longest step time, ns."),
         *_BREAKDOWN,
+        *_HTA_STATS,
     ),
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id"),
@@ -326,6 +375,105 @@ FINDINGS = Table(
     key=("job_id", "attempt", "finding_id"),
 )
 
+def _engine_columns() -> tuple[Column, ...]:
+    """Per-engine columns of ``neuron_summary`` (engines named as in Neuron's Summary: PE=tensor,
+    DVE=vector, ACT=scalar, POOL=gpsimd, SP=sync)."""
+    cols = []
+    for e, alias in (("tensor", "PE"), ("vector", "DVE"), ("scalar", "ACT"), ("gpsimd", "POOL"), ("sync", "SP")):
+        cols += [
+            Column(f"{e}_active_ns", _I64, f"{e} ({alias}) engine active time: merged busy intervals, semaphore waits "
+                   f"excluded (Summary `{e}_engine_active_time`), ns."),
+            Column(f"{e}_active_pct", _F64, f"{e}_active_ns / total_time_ns × 100 (Summary `{e}_engine_active_time_percent`)."),
+            Column(f"{e}_instruction_count", _I64, f"Instructions executed on the {e} engine."),
+        ]
+    return tuple(cols)
+
+
+NEURON_SUMMARY = Table(
+    name="neuron_summary",
+    doc="One row per Neuron device profile (one NeuronCore, one NEFF execution profile): hardware metrics "
+    "recomputed from the profile's own metadata (Neuron Explorer Summary definitions, "
+    "`../shared/reference/neuron_profiles.md` §2.2, §6.2), DMA, throttling, collectives and the device "
+    "critical path. Percentages are 0–100 whatever scale the profile used.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture the profile came from.", False),
+        Column("profile_id", _STR, "Device profile within the capture (summary-json key, Parquet folder or JSON file stem).", False),
+        Column("source_format", _STR, "`neuron-json` (legacy `view --output-format json`), `neuron-summary-json` or `neuron-parquet`."),
+        Column("schema_version", _STR, "Parquet `Metadata.profile_schema_version` (e.g. `7.4.0`); null for JSON outputs."),
+        Column("profiler_version", _STR, "neuron-profile / neuron-explorer version that wrote the profile."),
+        Column("instance_type", _STR, "EC2 instance type (e.g. `trn1.32xlarge`, `inf2.xlarge`)."),
+        Column("neuron_device_idx", _I32, "Neuron device index."),
+        Column("neuroncore_idx", _I32, "(Logical) NeuronCore index on the device."),
+        Column("num_physical_cores", _I32, "Physical NeuronCores in the profiled (logical) core (2 for LNC2)."),
+        Column("neff_name", _STR, "NEFF executed."),
+        Column("nth_exec", _I32, "Which execution of the NEFF was profiled (`profile_exec_N.ntff`); null when unknown."),
+        Column("tensor_engine_num_rows", _I64, "TensorE PE-array rows (Metadata `tensor_engine_num_rows` / legacy `pe_num_rows`)."),
+        Column("tensor_engine_num_cols", _I64, "TensorE PE-array columns."),
+        Column("tensor_engine_clock_ghz", _F64, "TensorE clock, GHz."),
+        Column("neuroncore_clock_ghz", _F64, "NeuronCore base clock, GHz (cycle counts)."),
+        Column("peak_flops_per_s", _F64, "TensorE peak: rows × cols × 2 × clock × 1e9 × physical cores, FLOP/s."),
+        Column("hbm_bandwidth_bytes_per_s", _F64, "Metadata `hbm_ddr_bandwidth` (one HBM stack), bytes/s."),
+        Column("dma_bandwidth_bytes_per_s", _F64, "Metadata `dma_ddr_bandwidth` (per NeuronCore), bytes/s."),
+        Column("total_time_ns", _I64, "Summary `total_time`: on-device wall time incl. idle gaps, ns."),
+        Column("total_active_time_ns", _I64, "Summary `total_active_time`: union of engine, DMA and collective activity, ns."),
+        Column("active_pct", _F64, "total_active_time_ns / total_time_ns × 100."),
+        *_engine_columns(),
+        Column("model_flops", _I64, "Summary `model_flops`: 2 × MACs of the model's matmuls (HLO), FLOP."),
+        Column("hardware_flops", _I64, "Summary `hardware_flops`: all TensorE matmul FLOPs incl. compiler transposes."),
+        Column("transpose_flops", _I64, "Summary `transpose_flops`."),
+        Column("mfu_pct", _F64, "Model FLOPs utilization, recomputed: model_flops / (peak_flops_per_s × total_time) × 100."),
+        Column("hfu_pct", _F64, "Hardware FLOPs utilization, recomputed with hardware_flops."),
+        Column("mbu_pct", _F64, "Memory bandwidth utilization, recomputed: (hbm_read + hbm_write) / total_time / hbm_bandwidth × 100."),
+        Column("mfu_reported_pct", _F64, "`mfu_estimated_percent` as the profiler reported it, scaled to 0–100."),
+        Column("hfu_reported_pct", _F64, "`hfu_estimated_percent` as reported, 0–100."),
+        Column("mbu_reported_pct", _F64, "`mbu_estimated_percent` as reported, 0–100."),
+        Column("hbm_read_bytes", _I64, "Bytes read from HBM."),
+        Column("hbm_write_bytes", _I64, "Bytes written to HBM."),
+        Column("arithmetic_intensity", _F64, "Matmul arithmetic intensity (hardware − transpose FLOPs) / HBM bytes, FLOP/byte "
+               "(Summary `mm_arithmetic_intensity`)."),
+        Column("peak_flops_bandwidth_ratio", _F64, "TensorE peak / HBM bandwidth, FLOP/byte (the roofline ridge point)."),
+        Column("bound", _STR, "`memory` when arithmetic_intensity < peak_flops_bandwidth_ratio, else `compute`; null without data."),
+        Column("dma_active_ns", _I64, "Summary `dma_active_time`: time any DMA queue was moving data, ns."),
+        Column("dma_active_pct", _F64, "dma_active_ns / total_time_ns × 100."),
+        Column("dma_packet_count", _I64, "DMA packets (`DmaPacket` rows; legacy `dma` rows with aggregated = no)."),
+        Column("dma_bytes", _I64, "Σ DMA packet transfer bytes."),
+        Column("dma_avg_packet_bytes", _F64, "dma_bytes / dma_packet_count, bytes."),
+        Column("dma_small_packet_pct", _F64, "Share of DMA packets smaller than 512 bytes, × 100."),
+        Column("dma_throughput_bytes_per_s", _F64, "dma_bytes / dma_active time, bytes/s."),
+        Column("dma_efficiency_pct", _F64, "dma_throughput_bytes_per_s / dma_bandwidth_bytes_per_s × 100."),
+        Column("dma_transfer_count", _I64, "Summary `dma_transfer_count` (static DMA transfers)."),
+        Column("dma_transfer_bytes", _I64, "Summary `dma_transfer_total_bytes`."),
+        Column("spill_save_bytes", _I64, "SBUF spill bytes saved to HBM."),
+        Column("spill_reload_bytes", _I64, "SBUF spill bytes reloaded from HBM."),
+        Column("spill_reload_pct_of_hbm_read", _F64, "spill_reload_bytes / hbm_read_bytes × 100 (Explorer insight threshold 25%)."),
+        Column("throttle_active_ns", _I64, "Union of throttle intervals with k < n (utilization limited), ns."),
+        Column("throttle_pct", _F64, "throttle_active_ns / total_time_ns × 100."),
+        Column("throttle_min_util_limit", _F64, "Tightest utilization limit k/n seen (1 = never throttled)."),
+        Column("cc_op_count", _I64, "Collective operations (`CcOp` rows / Summary `cc_op_count`)."),
+        Column("cc_op_time_ns", _I64, "Summary `cc_op_time` (Σ collective op durations), ns."),
+        Column("cc_op_active_pct", _F64, "Summary `cc_op_active_time_percent`, 0–100."),
+        Column("cc_trigger_delay_ns", _I64, "Σ `cc_trigger_start_delay`: trigger → start of collectives (communication stall), ns."),
+        Column("cc_trigger_delay_max_ns", _I64, "Longest single `cc_trigger_start_delay`, ns."),
+        Column("semaphore_wait_ns", _I64, "Σ instruction `evt_wait_time` (ready → semaphore satisfied), ns."),
+        Column("largest_idle_gap_ns", _I64, "Longest gap with no engine, DMA or collective activity inside [0, total_time], ns."),
+        Column("largest_idle_gap_start_ns", _I64, "Start of that gap, ns from profile start."),
+        Column("critical_path_ns", _I64, "Length of the device critical path over instruction dependencies (Flow / predecessors), ns."),
+        Column("cp_compute_ns", _I64, "Critical-path time in engine compute instructions, ns."),
+        Column("cp_dma_ns", _I64, "Critical-path time in DMA (DMA-trigger instructions and DMA blocks), ns."),
+        Column("cp_semaphore_wait_ns", _I64, "Critical-path time waiting on semaphores (`evt_wait_time`), ns."),
+        Column("cp_collective_ns", _I64, "Critical-path time in collectives, ns."),
+        Column("cp_idle_ns", _I64, "Critical-path time not explained by the above (dependency gaps), ns."),
+        Column("n_instructions", _I64, "Instruction rows."),
+        Column("n_semaphore_updates", _I64, "Semaphore update rows."),
+        Column("flags", pa.list_(_STR), "Data-quality flags, e.g. `percent_scale_100`, `summary_from_events`, "
+               "`reported_mfu_mismatch`, `no_metadata`."),
+    ),
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id", "profile_id"),
+)
+
 TABLES: dict[str, Table] = {
-    t.name: t for t in (CAPTURES, EVENTS, STEPS, RANKS, KERNELS, COLLECTIVES, CRITICAL_PATH, FINDINGS)
+    t.name: t for t in (CAPTURES, EVENTS, STEPS, RANKS, KERNELS, COLLECTIVES, CRITICAL_PATH, FINDINGS, NEURON_SUMMARY)
 }

@@ -33,6 +33,7 @@ reproduces that for comparisons).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,11 +41,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.analyze import hta_filter
+from jobs.analyze.hta_stats import rank_stats, step_stats
 from jobs.analyze.intervals import clip_intervals, intersection_length, merge_intervals, total_length
 from jobs.analyze.kernel_types import KERNEL_TYPES, hta_kernel_types
+from jobs.analyze.rank_view import RankView
 from schemas.tables import EVENTS, RANKS, STEPS
 
-__all__ = ["analyze_rank", "temporal_breakdown", "typed_events", "Breakdown", "REQUIRED_COLUMNS"]
+__all__ = ["analyze_rank", "temporal_breakdown", "typed_events", "rank_view_of", "Breakdown",
+           "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
 
 _COMP = KERNEL_TYPES.index("COMPUTATION")
 _COMM = KERNEL_TYPES.index("COMMUNICATION")
@@ -52,6 +56,9 @@ _IDENTITY = ("date", "job_id", "attempt", "rank", "capture_id")
 #: EVENTS columns :func:`analyze_rank` reads (``args_json`` is optional).
 REQUIRED_COLUMNS = (*_IDENTITY, "ph", "category", "raw_category", "name", "ts_ns", "dur_ns",
                     "stream", "is_gpu", "correlation", "step")
+#: EVENTS columns used when present (launch links, kernel types, memcpy sizes); see
+#: :class:`jobs.analyze.rank_view.RankView` for the defaults when absent.
+OPTIONAL_COLUMNS = ("args_json", "event_id", "external_id", "pid", "collective")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _STEP_CATEGORIES = ("user_annotation", "cpu_op")  # legacy `Operator` is normalized to cpu_op
 
@@ -155,10 +162,10 @@ def _cpu_profiler_steps(events: pa.Table, ts: np.ndarray, dur: np.ndarray, loade
 def typed_events(events: pa.Table) -> pa.Table:
     """The columns :func:`analyze_rank` reads, cast to their EVENTS types.
 
-    Keeps :data:`REQUIRED_COLUMNS` (and ``args_json`` when present), in that order; tolerates e.g.
+    Keeps :data:`REQUIRED_COLUMNS` and those of :data:`OPTIONAL_COLUMNS` present, in that order; tolerates e.g.
     ``large_string`` or all-null ``null``-typed columns. Raises ``KeyError`` for a missing column.
     """
-    names = [*REQUIRED_COLUMNS, *(["args_json"] if "args_json" in events.column_names else [])]
+    names = [*REQUIRED_COLUMNS, *(c for c in OPTIONAL_COLUMNS if c in events.column_names)]
     schema = EVENTS.arrow_schema()
     cols = []
     for c in names:
@@ -179,19 +186,46 @@ def _identity(events: pa.Table) -> dict:
     return ident
 
 
-def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False,
-                 time_base_ns: int = 0) -> tuple[pa.Table, pa.Table]:
+def rank_view_of(events: pa.Table, *, hta_us_rounding: bool = False,
+                 time_base_ns: int = 0) -> tuple[RankView, dict]:
+    """Typed events of one capture as a :class:`~jobs.analyze.rank_view.RankView`, and its identity.
+
+    Args and errors as :func:`analyze_rank` (``events`` must not be empty).
+
+    Returns:
+        ``(view, identity)``: identity maps date/job_id/attempt/rank/capture_id to their value.
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in events.column_names]
+    if missing:
+        raise ValueError(f"analyze_rank: events lack column(s) {missing}")
+    events = typed_events(events)
+    ident = _identity(events)
+    loaded = hta_filter.loaded_mask(events)
+    ts = _col(events, "ts_ns", np.int64, 0)
+    dur = _col(events, "dur_ns", np.int64, 0)
+    if hta_us_rounding:
+        ts, dur = hta_filter.hta_round_us(ts, dur, time_base_ns)
+    return RankView(events, ts, dur, loaded, hta_filter.hta_stream(events)), ident
+
+
+def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False, time_base_ns: int = 0,
+                 extra_comm_patterns: Sequence[str] = (),
+                 extra_dataloader_patterns: Sequence[str] = ()) -> tuple[pa.Table, pa.Table]:
     """The ``steps`` rows and the ``ranks`` row of one rank's capture.
 
     Args:
         events: all EVENTS columns (``schemas.tables.EVENTS``; at least :data:`REQUIRED_COLUMNS`,
-            ``args_json`` used when present) for ONE (job_id, attempt, rank, capture_id), in any
-            row order.
+            :data:`OPTIONAL_COLUMNS` used when present) for ONE (job_id, attempt, rank,
+            capture_id), in any row order.
         hta_us_rounding: reproduce HTA's inward µs rounding of sub-µs traces (for comparisons
             with HTA only; the warehouse keeps exact ns).
         time_base_ns: with ``hta_us_rounding``, the trace's ``baseTimeNanoseconds``
             (``captures.base_time_ns``; 0 for absolute-µs traces), see
             :func:`jobs.analyze.hta_filter.hta_round_us`.
+        extra_comm_patterns: more communication-kernel name regexes (custom collectives), for
+            ``exposed_comm_ns`` (see :func:`jobs.analyze.kernel_types.kernel_type`).
+        extra_dataloader_patterns: more data-loading event name regexes, for
+            ``dataloader_time_ns`` / ``cpu_bound_time_ns`` (see :mod:`jobs.analyze.host_time`).
 
     Returns:
         ``(steps, ranks)``: Arrow tables with exactly the STEPS and RANKS schemas. ``steps`` has
@@ -208,6 +242,10 @@ def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False,
         intervals of the ``cpu_op`` events with ``step == N`` on all threads, clipped to the step
         (the union of all cpu_ops equals the union of the top-level ones).
 
+        Both tables also carry the HTA-parity statistics of :mod:`jobs.analyze.hta_stats`
+        (idle time breakdown, launch statistics, queue length, memcpy bandwidth, host time):
+        per step for ``steps``, over HTA's kept rows for ``ranks``.
+
     Raises:
         ValueError: a required column is missing, or ``events`` mixes several captures/ranks.
     """
@@ -216,15 +254,10 @@ def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False,
         raise ValueError(f"analyze_rank: events lack column(s) {missing}")
     if events.num_rows == 0:
         return STEPS.empty(), RANKS.empty()
-    events = typed_events(events)
-    ident = _identity(events)
-
-    loaded = hta_filter.loaded_mask(events)
-    ts = _col(events, "ts_ns", np.int64, 0)
-    dur = _col(events, "dur_ns", np.int64, 0)
-    if hta_us_rounding:
-        ts, dur = hta_filter.hta_round_us(ts, dur, time_base_ns)
-    stream = hta_filter.hta_stream(events)
+    view, ident = rank_view_of(events, hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns)
+    events, loaded, ts, dur, stream = view.events, view.loaded, view.ts, view.dur, view.hta_stream
+    stat_kw = dict(extra_comm_patterns=tuple(extra_comm_patterns),
+                   extra_dataloader_patterns=tuple(extra_dataloader_patterns))
     gpu = loaded & (stream != -1)
 
     # Kernel types of the GPU rows only (few distinct names).
@@ -234,7 +267,7 @@ def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False,
         codes[gpu_idx] = hta_kernel_types(events.column("name").take(pa.array(gpu_idx, pa.int64())))
 
     # ranks: whole trace with HTA's last-step filter.
-    keep = hta_filter.last_step_keep_mask(events, loaded, stream, hta_filter.hta_correlation(events), ts)
+    keep = hta_filter.last_step_keep_mask(events, loaded, stream, view.hta_correlation, ts)
     sel = gpu & keep
     rank_bd = temporal_breakdown(ts[sel], dur[sel], codes[sel])
 
@@ -243,7 +276,7 @@ def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False,
     rank_row = {**ident, "world_size": None, "device_name": None, "n_steps": len(steps),
                 "step_time_p50_ns": int(np.round(np.median(step_times))) if len(steps) else None,
                 "step_time_max_ns": int(step_times.max()) if len(steps) else None,
-                **rank_bd.as_dict()}
+                **rank_bd.as_dict(), **rank_stats(view, keep, **stat_kw)}
     ranks_tbl = pa.Table.from_pylist([rank_row], schema=RANKS.arrow_schema())
 
     # steps: per ProfilerStep#N, GPU rows with step == N; cpu_op rows with step == N.
@@ -254,14 +287,15 @@ def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False,
     cpu_by_step = _group_rows(step_col, is_cpu_op)
     rows = []
     empty = np.zeros(0, np.int64)
-    for n, start, step_dur in steps:
+    stats = step_stats(view, steps, **stat_kw)
+    for (n, start, step_dur), st in zip(steps, stats):
         g = gpu_by_step.get(n, empty)
         bd = temporal_breakdown(ts[g], dur[g], codes[g])
         c = cpu_by_step.get(n, empty)
         cs, ce = clip_intervals(ts[c], ts[c] + dur[c], start, start + step_dur)
         ms, me = merge_intervals(cs, ce)
         rows.append({**ident, "step": n, "step_start_ns": start, "step_time_ns": step_dur,
-                     **bd.as_dict(), "cpu_op_time_ns": total_length(ms, me)})
+                     **bd.as_dict(), "cpu_op_time_ns": total_length(ms, me), **st})
     steps_tbl = pa.Table.from_pylist(rows, schema=STEPS.arrow_schema()) if rows else STEPS.empty()
     return steps_tbl, ranks_tbl
 

@@ -70,7 +70,9 @@ COMM_FAMILY_PATTERNS: tuple[str, ...] = (
     r"^nccl:",                 # record_param_comms-style names copied on device events
     r"cross_device_reduce",    # vLLM custom all-reduce
 )
-_MEMORY = re.compile(r"memcpy|memset|^dma", re.IGNORECASE)
+# Anchored: copy/set activities are named "Memcpy HtoD …", "Memset (Device)", "hipMemcpy…", "dma…";
+# a compute kernel that merely mentions memset (vLLM's ``_combined_routing_memset``) is not MEMORY.
+_MEMORY = re.compile(r"^(hip|cuda)?(memcpy|memset)|^dma", re.IGNORECASE)
 # CUDA synchronization rows (cat cuda_sync): "Event Sync", "Stream Sync", "Context Sync",
 # "Stream Wait Event"; not "...Async".
 _NOT_COMPUTE = re.compile(r"(?:^|\s)sync(?:\s|$)|synchroni[sz]e|^stream wait event", re.IGNORECASE)
@@ -105,7 +107,8 @@ def kernel_type(name: str | None, collective: str | None = None, extra_comm_patt
 
     COMMUNICATION when ``collective`` (``events.collective``) is set, or the name matches
     :data:`COMM_FAMILY_PATTERNS` or ``extra_comm_patterns`` (regexes, case-insensitive, searched);
-    else MEMORY when the name contains ``memcpy``/``memset`` or starts with ``dma``; else OTHER for
+    else MEMORY when the name starts with ``Memcpy``/``Memset`` (optionally ``hip``/``cuda``-prefixed) or
+    ``dma``; else OTHER for
     CUDA synchronization rows (``Event Sync``, ``Stream Sync``, ``Context Sync``,
     ``Stream Wait Event``, ``…Synchronize``); else COMPUTATION.
     """

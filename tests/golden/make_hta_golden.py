@@ -28,7 +28,7 @@ Output (JSON, keys sorted, deterministic apart from ``meta.generated_utc`` and t
   ``kernel_type_breakdown_all_ranks`` (HTA's first ``get_gpu_kernel_breakdown`` DataFrame), ``errors``,
   ``status`` (``done`` | ``timeout`` | ``crashed``).
 * ``traces[<corpus key>]`` (one per file = per rank; key = path relative to the corpus root): see
-  ``_rank_record``. All times are µs as HTA reports them (trace ts rounded inward to integer µs).
+  ``_rank_record``, ``_idle_record``, ``_launch_record``, ``_queue_record``. All times are µs as HTA reports them (trace ts rounded inward to integer µs).
 * ``load[<job id>]``: wall time and RSS of the HTA load (not deterministic, kept apart).
 """
 
@@ -57,6 +57,7 @@ MULTI_RANK_GROUPS = ("torch/param/dlrm_kineto", "torch/HolisticTraceAnalysis/tra
 IDLE_CONSECUTIVE_KERNEL_DELAY = 30
 KERNEL_BREAKDOWN = dict(duration_ratio=0.8, num_kernels=10, include_memory_kernels=True)
 LAUNCH_STATS = dict(runtime_cutoff=50, launch_delay_cutoff=100, include_memory_events=True)
+MAX_QUEUE_LENGTH = 1024  # hta.common.constants.CUDA_MAX_LAUNCH_QUEUE_PER_STREAM
 
 ANALYSES = (
     "temporal_breakdown",
@@ -206,6 +207,10 @@ def run_driver(args: argparse.Namespace) -> int:
             "get_gpu_kernel_breakdown": {"visualize": False, **KERNEL_BREAKDOWN},
             "get_cuda_kernel_launch_stats": {"ranks": "all ranks of the job (HTA default is [0])",
                                              "visualize": False, **LAUNCH_STATS},
+            "get_queue_length_summary": {"ranks": "all ranks of the job (HTA default is [0])"},
+            "get_queue_length_time_series": {"ranks": "all ranks of the job (HTA default is [0])",
+                                             "blocked": f"time at queue_length >= {MAX_QUEUE_LENGTH}, "
+                                                        "per stream, HTA's rule"},
         },
         "load_section": "load/* holds timings and RSS; everything else is deterministic",
     }
@@ -310,6 +315,29 @@ def _launch_record(df: Any) -> dict[str, Any]:
         "runtime_outliers": int((cpu > cut_rt).sum()),
         "launch_delay_outliers": int((delay > cut_ld).sum()),
     }
+
+
+def _queue_record(summary: Any, series: Any) -> dict[str, Any]:
+    """HTA's queue-length summary rows of one rank, and time blocked on a full queue per stream.
+
+    ``summary`` is this rank's part of ``get_queue_length_summary`` (``describe()`` of the
+    queue-length time series per stream); ``series`` is ``get_queue_length_time_series()[rank]``.
+    ``blocked_us`` applies HTA's ``get_time_spent_blocked_on_full_queue`` rule (duration of each
+    time-series point = next ``ts`` on the stream − ``ts``, summed where ``queue_length >=
+    MAX_QUEUE_LENGTH``) to every stream: HTA's own function keeps one stream per rank.
+    """
+    rows = []
+    if summary is not None:
+        for (_rank, stream), r in summary.iterrows():
+            q = r["queue_length"]
+            rows.append({"stream": int(stream), "count": int(q["count"]), "mean": _py(q["mean"]),
+                         "min": _py(q["min"]), "max": _py(q["max"])})
+    blocked = {}
+    if series is not None:
+        for stream, df in series.groupby("stream"):
+            dur = df["ts"].shift(-1) - df["ts"]
+            blocked[str(int(stream))] = _py(dur[df["queue_length"] >= MAX_QUEUE_LENGTH].sum())
+    return {"by_stream": sorted(rows, key=lambda d: d["stream"]), "blocked_us_by_stream": blocked}
 
 
 def _kernel_type_time(ta: Any, rank: int, sym: list[str]) -> dict[str, float]:
@@ -458,6 +486,15 @@ def run_worker(spec_path: str, res_path: str) -> None:
     if ls is not None:
         for r, df in ls.items():
             recs[int(r)]["cuda_kernel_launch_stats"] = _launch_record(df)
+
+    # queue length: errors stay inside the record (not in `errors`, which mirrors the reference file)
+    for r in ranks:
+        try:
+            summary = ta.get_queue_length_summary(ranks=[r])
+            series = ta.get_queue_length_time_series(ranks=[r]).get(r)
+            recs[r]["queue_length_summary"] = _queue_record(summary, series)
+        except Exception as exc:
+            recs[r]["queue_length_summary"] = {"error": _err(exc)}
 
     load["worker_peak_rss_mb"] = _mb(_proc_status_kb("VmHWM"))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -107,3 +107,15 @@ def test_rerun_changes_nothing(spark, corpus_warehouse, torch_corpus):
     before = snapshot()
     run_normalize(spark, str(torch_corpus), str(wh))
     assert snapshot() == before
+
+
+def test_kernels_table_types_dlrm_nccl_kernels_as_communication(spark, corpus_warehouse):
+    from pyspark.sql import functions as F
+
+    wh, result = corpus_warehouse
+    job = result.captures[result.captures["uri"].str.contains("dlrm_kineto")]["job_id"].iloc[0]
+    k = spark.read.parquet(str(wh / "kernels")).filter(F.col("job_id") == job).toPandas()
+    assert sorted(k["rank"].unique()) == list(range(8))
+    comm = k[k["name"].str.startswith("ncclKernel")]
+    assert len(comm) and set(comm["kernel_type"]) == {"COMMUNICATION"}
+    assert (k["total_ns"] >= k["max_ns"]).all() and (k["n"] >= 1).all()

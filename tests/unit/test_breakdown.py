@@ -389,3 +389,11 @@ def test_duplicate_profiler_step_number_gives_one_row():
     t = _three_step_rank().step(2, 1005, 10)  # a second ProfilerStep#2 (another thread)
     steps = _steps(t.table())
     assert sorted(steps) == [1, 2, 3] and steps[2]["step_time_ns"] == 900 * US
+
+
+def test_kernel_type_memory_is_anchored_on_copy_and_set_names():
+    from jobs.analyze.kernel_types import kernel_type
+
+    assert kernel_type("Memcpy HtoD (Pinned -> Device)", None) == "MEMORY"
+    assert kernel_type("hipMemsetAsync", None) == "MEMORY"
+    assert kernel_type("_combined_routing_memset", None) == "COMPUTATION"

@@ -1,0 +1,115 @@
+"""Host launch calls: the runtime/driver API names that enqueue work on a device stream.
+
+Three lists:
+
+* :data:`HTA_LAUNCH_STATS_NAMES` — HTA 0.5.0 ``get_cuda_kernel_launch_stats``
+  (``hta/analyzers/cuda_kernel_analysis.py``, ``include_memory_events=True``).
+* :data:`HTA_QUEUE_NAMES` — HTA 0.5.0 ``TraceSymbolTable.get_runtime_launch_events_query``
+  (``hta/common/trace_symbol_table.py``), used by its queue length and critical path.
+* :data:`LAUNCH_NAMES` — ours, vendor-neutral: both HTA lists plus CUDA driver launches
+  (``cuLaunchKernelEx`` — Triton/Inductor), cooperative and graph launches (``cudaGraphLaunch``,
+  ``hipGraphLaunch``: one call, many kernels), HIP module launches and the async
+  copy/set variants. A **deliberate difference** from HTA: HTA's launch statistics give 0 rows on
+  AMD traces (``hipLaunchKernel``) and miss driver launches. Synchronous ``cudaMemcpy``/
+  ``cudaMemset`` are not launch calls (they block the host; their time is not launch overhead).
+
+:func:`launch_name_mask` matches a name exactly, after removing CUPTI's per-thread-stream and
+version suffixes (``_ptsz``, ``_ptds``, ``_v7000``…), plus any ``extra_names`` given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["HTA_LAUNCH_STATS_NAMES", "HTA_QUEUE_NAMES", "LAUNCH_NAMES", "launch_name_mask",
+           "is_launch_name", "pairs_on_key"]
+
+_MTIA_LAUNCH = "runFunction - job_prep_and_submit_for_execution"
+
+HTA_LAUNCH_STATS_NAMES: tuple[str, ...] = (
+    "cudaLaunchKernel", "cudaLaunchKernelExC", _MTIA_LAUNCH, "cudaMemcpyAsync", "cudaMemsetAsync",
+)
+HTA_QUEUE_NAMES: tuple[str, ...] = (
+    "cudaMemsetAsync", "cudaMemcpyAsync", "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+    _MTIA_LAUNCH, "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync",
+    "hipMemcpyWithStream",
+)
+LAUNCH_NAMES: tuple[str, ...] = tuple(dict.fromkeys((
+    *HTA_LAUNCH_STATS_NAMES, *HTA_QUEUE_NAMES,
+    # CUDA runtime
+    "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunchKernelEx",
+    "cudaGraphLaunch", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cudaMemcpyPeerAsync",
+    "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemset2DAsync", "cudaMemset3DAsync",
+    # CUDA driver
+    "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch", "cuMemcpyAsync",
+    "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemsetD8Async",
+    "cuMemsetD16Async", "cuMemsetD32Async",
+    # HIP
+    "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchKernelGGL",
+    "hipGraphLaunch", "hipMemcpy2DAsync", "hipMemcpyPeerAsync", "hipMemsetD8Async", "hipMemsetD32Async",
+)))
+_SUFFIX = re.compile(r"(?:_ptsz|_ptds|_v\d+)+$")
+
+
+@lru_cache(maxsize=64)
+def _name_set(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(names)
+
+
+def is_launch_name(name: str | None, names: Sequence[str] = LAUNCH_NAMES) -> bool:
+    """Whether ``name`` is a launch call of ``names`` (CUPTI suffixes ``_ptsz``/``_ptds``/``_vN`` ignored)."""
+    if not name:
+        return False
+    s = _name_set(tuple(names))
+    return name in s or _SUFFIX.sub("", name) in s
+
+
+def launch_name_mask(names: pa.Array | pa.ChunkedArray, launch_names: Sequence[str] = LAUNCH_NAMES) -> np.ndarray:
+    """Vectorized :func:`is_launch_name` (classifies each distinct name once).
+
+    Returns:
+        bool array of shape ``(n,)``.
+    """
+    arr = names.combine_chunks() if isinstance(names, pa.ChunkedArray) else names
+    if len(arr) == 0:
+        return np.zeros(0, bool)
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    names_t = tuple(launch_names)
+    hit = np.array([is_launch_name(n, names_t) for n in arr.dictionary.to_pylist()] + [False], bool)
+    idx = arr.indices.fill_null(len(arr.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
+    return hit[idx]
+
+
+def pairs_on_key(left: np.ndarray, right: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inner join of two row sets on ``key`` (many-to-many, like ``pandas.merge(how="inner")``).
+
+    Args:
+        left, right: row indices (int arrays).
+        key: per-row key of shape ``(n,)`` (int64).
+
+    Returns:
+        ``(l, r)``: row-index arrays of the joined pairs, ordered by left row then right row.
+    """
+    left = np.asarray(left, np.int64)
+    right = np.asarray(right, np.int64)
+    if left.size == 0 or right.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    r_order = np.lexsort((right, key[right]))
+    r_sorted = right[r_order]
+    r_keys = key[r_sorted]
+    lo = np.searchsorted(r_keys, key[left], side="left")
+    hi = np.searchsorted(r_keys, key[left], side="right")
+    counts = hi - lo
+    l_out = np.repeat(left, counts)
+    if l_out.size == 0:
+        return l_out, np.zeros(0, np.int64)
+    starts = np.repeat(lo, counts)
+    within = np.arange(l_out.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return l_out, r_sorted[starts + within]

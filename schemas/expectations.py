@@ -1,0 +1,242 @@
+"""Data-quality checks derived from the table contract (``schemas/tables.py``).
+
+Backend-neutral: a :class:`Check` says *what* must hold; ``jobs/validate.py`` turns each one into a
+Great Expectations 1.x expectation and runs it on a pandas or Spark batch. Rules:
+
+* **not null**: every column declared ``nullable=False``.
+* **unique key**: the table's :attr:`~schemas.tables.Table.key` (compound).
+* **non-negative**: durations (``*_ns`` columns that are not points in time or clock offsets — see
+  :func:`is_duration`), sizes (``*_bytes``), counts (``n``, ``n_*``), bandwidths (``*_gbps``),
+  queue lengths, ids/positions (``attempt``, ``rank``, ``event_id``, ``depth``, ``segment``,
+  ``call_index``); ``world_size``/``group_size``/``rank_order`` ≥ 1.
+* **range**: ``*_pct`` in [0, 100]; ``confidence`` in [0, 1].
+* **value sets**: columns whose doc lists their values (``captures.status``, ``events.ph``, …).
+* **consistency** (``DERIVED``): linear combinations of columns that the definitions fix, e.g. HTA's
+  temporal breakdown ``kernel_time = idle + compute + non_compute`` (steps, ranks), host busy time and
+  data-loader time inside the ProfilerStep window (``≤ step_time``), ``end − start = dur``.
+* **every raw file accounted for** (``captures``): the row count equals the number of raw files
+  discovery found (a run-time value: :func:`checks_for` ``n_discovered``) and ``uri`` is unique.
+
+Timestamps (``ts_ns``, ``*start_ns``, ``*end_ns``, ``base_time_ns``) and ``clock_offset_ns`` may be
+negative (relative clocks, alignment offsets) and are not range-checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from schemas.tables import TABLES, Table
+
+#: Points in time and offsets: ``_ns`` columns that are *not* durations.
+_TIME_POINT_SUFFIXES = ("ts_ns", "start_ns", "end_ns")
+_SIGNED_NS = frozenset({"base_time_ns", "clock_offset_ns"})
+#: Integer columns that are ids, positions or counts (≥ 0) without a unit suffix.
+_NON_NEGATIVE = frozenset({"attempt", "rank", "event_id", "depth", "segment", "call_index", "n",
+                           "queue_length_max", "queue_length_mean", "n_ranks_matched"})
+_AT_LEAST_ONE = frozenset({"world_size", "group_size", "rank_order"})
+_UNIT_RANGES = {"confidence": (0.0, 1.0)}
+
+#: Columns whose documentation lists every allowed value.
+VALUE_SETS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("captures", "status"): ("ingested", "quarantined"),
+    ("captures", "source"): ("kineto", "neuron", "xla"),
+    ("captures", "container"): ("json", "gzip"),
+    ("events", "source"): ("kineto", "neuron", "xla"),
+    ("events", "ph"): ("X", "i", "C"),
+    ("kernels", "kernel_type"): ("COMMUNICATION", "COMPUTATION", "MEMORY", "OTHER"),
+    ("critical_path", "scope"): ("rank", "job"),
+    ("critical_path", "bound_by"): ("cpu_bound", "launch_overhead", "kernel_kernel_gap", "compute",
+                                    "communication", "data_loading", "sync", "collective_wait"),
+}
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A column computed from others before validation: ``Σ coef × column`` (nulls propagate).
+
+    ``name`` starts with ``_check_`` so it can never clash with a declared column.
+    """
+
+    name: str
+    terms: tuple[tuple[int, str], ...]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The declared columns the expression reads."""
+        return tuple(c for _, c in self.terms)
+
+    @property
+    def expression(self) -> str:
+        """Readable form, e.g. ``kernel_time_ns - idle_time_ns``."""
+        out = ""
+        for i, (coef, col) in enumerate(self.terms):
+            sign = "-" if coef < 0 else "+"
+            mag = "" if abs(coef) == 1 else f"{abs(coef)}*"
+            out += (("-" if coef < 0 else "") if i == 0 else f" {sign} ") + mag + col
+        return out
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation on one table, independent of the engine that evaluates it.
+
+    Attributes:
+        id: stable identifier within the table, e.g. ``not_null:job_id``, ``unique:key``,
+            ``non_negative:dur_ns``, ``pct_range:idle_pct``, ``consistent:breakdown_sum``,
+            ``row_count:discovered``. Used in reports and in the ``_validation.json`` marks.
+        kind: ``not_null``, ``unique``, ``between``, ``in_set`` or ``row_count``.
+        columns: the column(s) checked (for ``between`` on a derived value: the derived name).
+        min_value, max_value: bounds for ``between`` (inclusive; ``None`` = open).
+        value_set: allowed values for ``in_set``; value for ``row_count`` is ``min_value``.
+        derived: the :class:`Derived` column to compute first, if any.
+        doc: why this must hold, with the source of the definition.
+    """
+
+    id: str
+    kind: str
+    columns: tuple[str, ...] = ()
+    min_value: float | None = None
+    max_value: float | None = None
+    value_set: tuple = ()
+    derived: Derived | None = None
+    doc: str = ""
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Declared columns this check needs (derived inputs, else ``columns``)."""
+        return self.derived.columns if self.derived else self.columns
+
+
+def is_duration(column: str) -> bool:
+    """True for a ``*_ns`` column holding a duration (must be ≥ 0), False for points in time.
+
+    ``ts_ns``, ``*start_ns``, ``*end_ns`` (``step_start_ns``, ``trace_end_ns``, ``aligned_start_ns``…),
+    ``base_time_ns`` and ``clock_offset_ns`` are points in time / offsets.
+    """
+    return (column.endswith("_ns") and not column.endswith(_TIME_POINT_SUFFIXES)
+            and column not in _SIGNED_NS)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def _d(name: str, *terms: tuple[int, str]) -> Derived:
+    return Derived(f"_check_{name}", tuple(terms))
+
+
+def _zero(name: str, derived: Derived, doc: str) -> Check:
+    return Check(f"consistent:{name}", "between", (derived.name,), 0, 0, derived=derived, doc=doc)
+
+
+def _ge0(name: str, derived: Derived, doc: str) -> Check:
+    return Check(f"consistent:{name}", "between", (derived.name,), 0, None, derived=derived, doc=doc)
+
+
+_BREAKDOWN_SUM = _d("breakdown_residual_ns", (1, "kernel_time_ns"), (-1, "idle_time_ns"), (-1, "compute_time_ns"),
+                    (-1, "non_compute_time_ns"))
+_BREAKDOWN_DOC = ("HTA temporal breakdown: kernel_time = idle_time + compute_time + non_compute_time "
+                  "(non_compute is defined as the remainder, so each part is also ≤ kernel_time).")
+
+
+def _derived_checks(table: str) -> list[Check]:
+    if table in ("steps", "ranks"):
+        out = [
+            _zero("breakdown_sum", _BREAKDOWN_SUM, _BREAKDOWN_DOC),
+            _ge0("comm_within_kernel_time", _d("kernel_minus_comm_ns", (1, "kernel_time_ns"), (-1, "comm_time_ns")),
+                 "Merged communication time lies inside [first GPU start, last GPU end] (HTA kernel_time)."),
+            _ge0("exposed_within_comm", _d("comm_minus_exposed_ns", (1, "comm_time_ns"), (-1, "exposed_comm_ns")),
+                 "Exposed communication = communication − its overlap with computation ≤ communication."),
+        ]
+        if table == "steps":
+            out += [
+                _ge0("host_busy_within_step", _d("step_minus_cpu_op_ns", (1, "step_time_ns"), (-1, "cpu_op_time_ns")),
+                     "Host busy time (merged top-level CPU ops) is clipped to the ProfilerStep window."),
+                _ge0("dataloader_within_step",
+                     _d("step_minus_dataloader_ns", (1, "step_time_ns"), (-1, "dataloader_time_ns")),
+                     "Data-loader time is a union of intervals clipped to the ProfilerStep window."),
+                _ge0("cpu_bound_within_step",
+                     _d("step_minus_cpu_bound_ns", (1, "step_time_ns"), (-1, "cpu_bound_time_ns")),
+                     "CPU-bound time is time inside the ProfilerStep window."),
+            ]
+        else:
+            out.append(_ge0("step_p50_le_max",
+                            _d("step_max_minus_p50_ns", (1, "step_time_max_ns"), (-1, "step_time_p50_ns")),
+                            "Median step time ≤ longest step time."))
+        return out
+    if table == "collectives":
+        return [
+            _zero("start_end_dur", _d("collective_span_residual_ns", (1, "end_ns"), (-1, "start_ns"), (-1, "dur_ns")),
+                  "Kernel duration = end − start."),
+            _ge0("wait_within_skew", _d("skew_minus_wait_ns", (1, "skew_ns"), (-1, "wait_ns")),
+                 "wait = last arrival − own arrival ≤ last − first arrival = skew."),
+        ]
+    if table == "critical_path":
+        return [
+            _zero("start_end_dur", _d("segment_span_residual_ns", (1, "end_ns"), (-1, "start_ns"), (-1, "dur_ns")),
+                  "Segment duration = end − start."),
+            _ge0("segment_within_path", _d("path_minus_segment_ns", (1, "path_length_ns"), (-1, "dur_ns")),
+                 "A segment is part of its path: dur ≤ path_length."),
+        ]
+    return []
+
+
+def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Check]:
+    """All checks of one table, derived from its declaration.
+
+    Args:
+        table: a :class:`~schemas.tables.Table` or its name.
+        n_discovered: for ``captures``: the number of raw trace files discovery found in the batch;
+            adds ``row_count:discovered`` (every raw file accounted for: ingested + quarantined).
+
+    Returns:
+        Checks in a stable order: not-null, key, ranges, value sets, consistency, row count.
+
+    Raises:
+        KeyError: unknown table name.
+    """
+    t = TABLES[table] if isinstance(table, str) else table
+    out: list[Check] = []
+    for c in t.columns:
+        if not c.nullable:
+            out.append(Check(f"not_null:{c.name}", "not_null", (c.name,),
+                             doc=f"Declared non-nullable in schemas/tables.py ({t.name}.{c.name})."))
+    if t.key:
+        out.append(Check("unique:key", "unique", tuple(t.key),
+                         doc=f"Row key of `{t.name}` ({', '.join(t.key)}): re-runs replace partitions, never duplicate rows."))
+    if t.name == "captures":
+        out.append(Check("unique:uri", "unique", ("uri",), doc="One `captures` row per raw trace file."))
+    for c in t.columns:
+        if not _numeric(c.type):
+            continue
+        if c.name.endswith("_pct"):
+            out.append(Check(f"pct_range:{c.name}", "between", (c.name,), 0, 100,
+                             doc="A percentage of a duration it is part of (HTA *_pctg): 0–100."))
+        elif c.name in _UNIT_RANGES:
+            lo, hi = _UNIT_RANGES[c.name]
+            out.append(Check(f"range:{c.name}", "between", (c.name,), lo, hi, doc=f"{c.name}: {lo}–{hi}."))
+        elif c.name in _AT_LEAST_ONE:
+            out.append(Check(f"at_least_one:{c.name}", "between", (c.name,), 1, None, doc=f"{c.name} counts ranks/positions from 1."))
+        elif (is_duration(c.name) or c.name.endswith(("_bytes", "_gbps")) or c.name.startswith("n_")
+              or c.name in _NON_NEGATIVE):
+            what = "duration" if c.name.endswith("_ns") else "size/count/bandwidth/position"
+            out.append(Check(f"non_negative:{c.name}", "between", (c.name,), 0, None, doc=f"A {what}: ≥ 0."))
+    for (tname, col), values in VALUE_SETS.items():
+        if tname == t.name and col in t.names:
+            out.append(Check(f"in_set:{col}", "in_set", (col,), value_set=values,
+                             doc=f"Values listed in the doc of {t.name}.{col}."))
+    out += _derived_checks(t.name)
+    if t.name == "captures" and n_discovered is not None:
+        out.append(Check("row_count:discovered", "row_count", (), min_value=int(n_discovered),
+                         doc="Every raw file discovered in the landing zone is a `captures` row "
+                             "(ingested + quarantined = discovered)."))
+    return out
+
+
+#: Tables each pipeline stage writes (validated after that stage).
+STAGE_TABLES: dict[str, tuple[str, ...]] = {
+    "normalize": ("captures", "events"),
+    "analyze": ("steps", "ranks", "kernels", "collectives", "critical_path", "findings"),
+}

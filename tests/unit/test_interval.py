@@ -1,0 +1,117 @@
+"""jobs.normalize.interval: which captures an interval run normalizes (pure functions + one real folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from jobs.normalize.discover import CaptureFile, Discovery, discover
+from jobs.normalize.interval import (
+    as_utc,
+    commit_key,
+    commit_times,
+    in_interval,
+    info_time,
+    manifest_created_at,
+    restrict_to_interval,
+    select_committed,
+)
+
+H = datetime(2026, 3, 1, 10, tzinfo=timezone.utc)
+
+
+def _cap(job, rank, manifest=True):
+    folder = f"/lz/date=2026-03-01/job={job}/attempt=0/rank={rank:05d}/c{rank}"
+    return CaptureFile(uri=f"{folder}/trace.json.gz", capture_id=f"c{rank}", job_id=job, rank=rank,
+                       manifest_uri=f"{folder}/manifest.json" if manifest else None, bare=not manifest)
+
+
+def test_as_utc_accepts_iso_z_offsets_naive_and_epoch():
+    assert as_utc("2026-03-01T10:00:00Z") == H
+    assert as_utc("2026-03-01T11:00:00+01:00") == H
+    assert as_utc("2026-03-01T10:00:00") == H  # naive = UTC
+    assert as_utc(datetime(2026, 3, 1, 10)) == H
+    assert as_utc(H.timestamp()) == H
+    assert as_utc(None) is None and as_utc("") is None
+    with pytest.raises(ValueError, match="yesterday"):
+        as_utc("yesterday")
+
+
+def test_interval_is_half_open():
+    assert in_interval(H, H, H + timedelta(hours=1))
+    assert not in_interval(H + timedelta(hours=1), H, H + timedelta(hours=1))
+    assert not in_interval(H - timedelta(microseconds=1), H, H + timedelta(hours=1))
+    assert in_interval(H, None, None)
+    assert not in_interval(None, None, None)
+
+
+def test_info_time_reads_local_s3_and_gcs_style_entries():
+    assert info_time({"mtime": H.timestamp()}) == H
+    assert info_time({"LastModified": H}) == H  # s3fs
+    assert info_time({"updated": "2026-03-01T10:00:00.000Z"}) == H  # gcsfs
+    assert info_time({"size": 3}) is None
+
+
+def test_manifest_created_at():
+    assert manifest_created_at(json.dumps({"created_at": "2026-03-01T10:00:00.000000Z"}).encode()) == H
+    assert manifest_created_at({"job_id": "x"}) is None
+    assert manifest_created_at(b"not json") is None
+
+
+def test_selects_whole_jobs_touched_in_the_interval():
+    a0, a1, b0, c0 = _cap("a", 0), _cap("a", 1), _cap("b", 0), _cap("c", 0, manifest=False)
+    times = {commit_key(a0): H - timedelta(minutes=5),       # a: rank 0 before the interval
+             commit_key(a1): H + timedelta(minutes=59),      # a: rank 1 inside
+             commit_key(b0): H + timedelta(hours=1),         # b: exactly at until → outside
+             commit_key(c0): H}                              # c: bare file, mtime = since → inside
+    sel = select_committed([a0, a1, b0, c0], times, H, H + timedelta(hours=1))
+    assert sel.job_ids == ["a", "c"]
+    assert [f.uri for f in sel.new] == [a1.uri, c0.uri]
+    # job a is rebuilt from all its captures, so the (date, job) partition overwrite keeps rank 0
+    assert [f.uri for f in sel.files] == [a0.uri, a1.uri, c0.uri]
+    assert sel.undated == []
+
+
+def test_undated_captures_are_reported_not_selected():
+    a0 = _cap("a", 0)
+    sel = select_committed([a0], {}, None, None)
+    assert sel.files == [] and sel.undated == [a0.uri]
+
+
+def test_empty_interval_is_an_error():
+    with pytest.raises(ValueError, match="not before"):
+        select_committed([], {}, H, H)
+
+
+def _write_capture(root, job, rank, when, trace_src):
+    folder = root / "date=2026-03-01" / f"job={job}" / "attempt=0" / f"rank={rank:05d}" / f"cap{rank}"
+    folder.mkdir(parents=True)
+    (folder / "trace.json").symlink_to(trace_src)
+    m = folder / "manifest.json"
+    m.write_text(json.dumps({"job_id": job, "created_at": "2020-01-01T00:00:00Z"}))
+    os.utime(m, (when.timestamp(), when.timestamp()))
+    return folder
+
+
+def test_commit_times_and_restrict_on_a_real_folder(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text("{}")
+    lz = tmp_path / "lz"
+    _write_capture(lz, "a", 0, H + timedelta(minutes=10), trace)
+    _write_capture(lz, "b", 0, H - timedelta(hours=2), trace)
+    bare = lz / "handmade"
+    bare.mkdir()
+    (bare / "rank0.json").write_text("{}")
+    os.utime(bare / "rank0.json", (H.timestamp() + 60, H.timestamp() + 60))
+    found = discover(str(lz))
+    times = commit_times(str(lz), found.files)
+    by_job = {f.job_id: times[commit_key(f)] for f in found.files}
+    # the manifest's mtime wins over its created_at (2020): it is when the capture landed
+    assert by_job["a"] == H + timedelta(minutes=10)
+    assert by_job["handmade"] == H + timedelta(minutes=1)
+    restricted, sel = restrict_to_interval(found, str(lz), "2026-03-01T10:00:00Z", "2026-03-01T11:00:00Z")
+    assert isinstance(restricted, Discovery)
+    assert sorted(f.job_id for f in restricted.files) == ["a", "handmade"] == sel.job_ids
