@@ -10,10 +10,11 @@ Layout (ARCHITECTURE.md, "Landing zone")::
 ``memory://…``). A capture folder without ``manifest.json`` is in flight or failed and must not be
 read as committed.
 
-Writing is synchronous for now: :meth:`LandingZoneSink.submit` calls :meth:`LandingZoneSink.write`
-directly. A background upload thread with retries and local spooling can be put behind
-``submit`` without changing callers (a :class:`CaptureUpload` holds only local file paths and the
-manifest bytes, so it can wait in a queue).
+:meth:`LandingZoneSink.write` (and its alias :meth:`LandingZoneSink.submit`) is synchronous: it
+writes one capture and returns. ``TraceCapture`` does not call it on the training thread; it spools
+each capture locally and a background thread (``capture_hooks.upload``) calls :meth:`write` with
+retries. On object stores (s3, gs, abfs…) no "folder" is created: keys are written directly, and a
+missing bucket is an error (never created implicitly).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 MANIFEST_NAME = "manifest.json"
+_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "r2"})
 
 
 def validate_path_component(value: Any, what: str = "path component") -> str:
@@ -132,6 +134,12 @@ class LandingZoneSink:
             self._fs, self._root_path = fs, path.rstrip("/") or "/"
         return self._fs, self._root_path
 
+    def _has_directories(self) -> bool:
+        """False for object stores, where "folders" are key prefixes: no mkdir calls (and never a bucket creation)."""
+        protocol = self._fs.protocol
+        protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+        return not set(protocols) & _OBJECT_STORES
+
     def _is_local(self) -> bool:
         protocol = self._fs.protocol
         protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
@@ -144,9 +152,9 @@ class LandingZoneSink:
         return self._fs.unstrip_protocol(path)
 
     def submit(self, upload: CaptureUpload) -> str:
-        """Hand a capture to the sink; returns the capture folder URI once committed.
+        """Write a capture now (same as :meth:`write`); returns the capture folder URI once committed.
 
-        Synchronous for now (calls :meth:`write`); the seam for a background queue.
+        Kept for callers of the first API; background upload is ``capture_hooks.upload``.
 
         Raises:
             OSError and fsspec errors: as :meth:`write`.
@@ -164,7 +172,8 @@ class LandingZoneSink:
         """
         fs, root = self._filesystem()
         capture_dir = posixpath.join(root, upload.relative_dir)
-        fs.makedirs(capture_dir, exist_ok=True)
+        if self._has_directories():
+            fs.makedirs(capture_dir, exist_ok=True)
         for local_path, name in upload.files:
             self._put(fs, local_path, posixpath.join(capture_dir, name))
         manifest_path = posixpath.join(capture_dir, MANIFEST_NAME)
@@ -180,7 +189,7 @@ class LandingZoneSink:
 
     def _put(self, fs, local_path: str, dest: str) -> None:
         parent = posixpath.dirname(dest)
-        if parent:
+        if parent and self._has_directories():
             fs.makedirs(parent, exist_ok=True)
         if self._is_local():
             tmp = posixpath.join(parent, f".{posixpath.basename(dest)}.{uuid.uuid4().hex}.part")

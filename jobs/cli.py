@@ -63,10 +63,13 @@ def print_summary(result) -> None:
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
         _print_job(job_id, job_ranks, result.steps[result.steps["job_id"] == job_id], caps[caps["job_id"] == job_id])
     q = caps[caps["status"] == "quarantined"] if len(caps) else pd.DataFrame()
-    console.print(f"captures: {len(caps)} ({len(caps) - len(q)} ingested, {len(q)} quarantined)"
+    n_cat = int((caps["status"] == "cataloged").sum()) if len(caps) else 0
+    console.print(f"captures: {len(caps)} ({len(caps) - len(q) - n_cat} ingested, {len(q)} quarantined, {n_cat} cataloged)"
                   + (f", {len(result.pending)} pending (no manifest yet)" if result.pending else ""))
     for _, c in q.iterrows():
         console.print(f"  [yellow]quarantined[/yellow] {c['reason']}")
+    if getattr(result, "validation", None) is not None:
+        console.print(result.validation.summary())
     console.print(f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}")
     if result.tracking_uri:
         for (job, attempt), run_id in sorted(result.run_ids.items()):
@@ -81,13 +84,15 @@ def run(
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI [default: sqlite:///<warehouse>/mlflow.db]."),
     storage_options: Optional[str] = typer.Option(None, help="fsspec options for --raw as JSON, e.g. '{\"endpoint_url\": \"http://127.0.0.1:8333\"}'."),
     no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Skip MLflow logging."),
+    since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time (UTC if no offset)."),
+    until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."),
 ) -> None:
     """Run the main job: normalize → analyze → MLflow."""
     from jobs.pipeline import run_pipeline
 
     with _progress() as progress:
         result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options),
-                              progress=progress, log_to_mlflow=not no_mlflow)
+                              progress=progress, log_to_mlflow=not no_mlflow, since=since, until=until)
     print_summary(result)
 
 
@@ -117,12 +122,14 @@ def demo(
 
 @app.command()
 def normalize(raw: str = typer.Option(...), warehouse: str = typer.Option(...),
-              storage_options: Optional[str] = typer.Option(None)) -> None:
+              storage_options: Optional[str] = typer.Option(None),
+              since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time."),
+              until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time.")) -> None:
     """Only normalize: landing zone → captures, events."""
     from jobs.normalize.job import run_normalize
     from jobs.spark import get_spark
 
-    res = run_normalize(get_spark(), raw, warehouse, _storage_options(raw, storage_options))
+    res = run_normalize(get_spark(), raw, warehouse, _storage_options(raw, storage_options), since=since, until=until)
     console.print(f"{len(res.captures)} captures ({res.n_quarantined} quarantined), jobs: {', '.join(res.job_ids)}")
 
 
@@ -193,6 +200,12 @@ def _cell(v) -> str:
     if isinstance(v, float):
         return "—" if v != v else f"{v:.4g}"
     return str(v)
+
+
+from jobs.compare import compare_command  # noqa: E402  (light module: imports pandas only)
+
+app.command(name="compare", help="Compare two jobs (MLflow run id, job id or job#attempt): metric deltas, "
+            "kernels/ops added, removed, slower, faster, findings appeared/cleared.")(compare_command)
 
 
 def main() -> None:

@@ -41,6 +41,8 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", os.environ.get("TRACELAKE_SHUFFLE_PARTITIONS", "8"))
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        # Partition values are read back as declared in schemas/ (`date` is a string, not a DATE).
+        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )

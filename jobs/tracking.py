@@ -84,13 +84,19 @@ def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
 
 
 def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: pd.DataFrame,
-             steps: pd.DataFrame) -> dict[tuple[str, int], str]:
+             steps: pd.DataFrame, neuron_summary: pd.DataFrame | None = None,
+             failed_jobs: frozenset = frozenset()) -> dict[tuple[str, int], str]:
     """Create or update one MLflow run per (job_id, attempt) found in ``captures``.
 
     Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
+    Jobs with Neuron device profiles also get the ``neuron/…`` hardware metrics
+    (:func:`jobs.analyze.neuron_metrics.neuron_metrics_for_mlflow`) and a ``neuron_findings.json``
+    artifact (:func:`jobs.analyze.neuron_findings.neuron_findings`).
     Tags: ``tracelake.job_id``, ``tracelake.attempt``, ``tracelake.capture_uris`` (first 20;
     all of them in the ``captures.json`` artifact). Artifacts: ``steps.csv``, ``ranks.csv``,
-    ``captures.json``.
+    ``captures.json`` and ``findings.json`` (schema ``schemas/findings.v1.json``).
+
+    Runs of ``failed_jobs`` (failed validation) end ``FAILED`` instead of ``FINISHED``.
 
     Returns:
         ``{(job_id, attempt): run_id}``.
@@ -120,8 +126,18 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         existing = client.get_run(run_id).data.params
         new_params = [Param(k, v) for k, v in params.items() if existing.get(k) != v and k not in existing]
         metrics = job_metrics(jr, js)
+        neuron_rows = None
+        if neuron_summary is not None and len(neuron_summary):
+            neuron_rows = neuron_summary[(neuron_summary["job_id"] == job_id) & (neuron_summary["attempt"] == attempt)]
+            if len(neuron_rows):
+                from jobs.analyze.neuron_metrics import neuron_metrics_for_mlflow
+
+                metrics.update(neuron_metrics_for_mlflow(neuron_rows))
+            else:
+                neuron_rows = None
         metrics["n_events"] = float(ingested["n_events"].sum())
         metrics["n_quarantined"] = float((cap["status"] == "quarantined").sum())
+        metrics["n_cataloged"] = float((cap["status"] == "cataloged").sum())
         uris = sorted(cap["uri"])
         tags = {"tracelake.job_id": job_id, "tracelake.attempt": str(attempt),
                 "tracelake.capture_uris": ",".join(uris[:20])[:4000],
@@ -136,8 +152,20 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
             jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)
             Path(tmp, "captures.json").write_text(json.dumps(
                 cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str))
-            for name in ("steps.csv", "ranks.csv", "captures.json"):
+            names = ["steps.csv", "ranks.csv", "captures.json"]
+            fj = Path(str(warehouse)) / "findings_json" / str(job_id) / str(attempt) / "findings.json"
+            if "://" not in str(warehouse) and fj.exists():
+                Path(tmp, "findings.json").write_text(fj.read_text())
+                names.append("findings.json")
+            if neuron_rows is not None:
+                from jobs.analyze.neuron_findings import neuron_findings
+
+                neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)
+                Path(tmp, "neuron_findings.json").write_text(json.dumps(
+                    neuron_findings(neuron_rows).to_pylist(), indent=1, default=str))
+                names += ["neuron_summary.csv", "neuron_findings.json"]
+            for name in names:
                 client.log_artifact(run_id, os.path.join(tmp, name))
-        client.set_terminated(run_id, status="FINISHED")
+        client.set_terminated(run_id, status="FAILED" if job_id in failed_jobs else "FINISHED")
         out[(job_id, int(attempt))] = run_id
     return out

@@ -10,12 +10,15 @@ Great Expectations 1.x expectation and runs it on a pandas or Spark batch. Rules
   queue lengths, ids/positions (``attempt``, ``rank``, ``event_id``, ``depth``, ``segment``,
   ``call_index``); ``world_size``/``group_size``/``rank_order`` ≥ 1.
 * **range**: ``*_pct`` in [0, 100]; ``confidence`` in [0, 1].
-* **value sets**: columns whose doc lists their values (``captures.status``, ``events.ph``, …).
+* **value sets**: enumerated columns (``captures.status``, ``events.ph``, ``critical_path.bound_by``, …)
+  take only the back-quoted values their doc lists (:func:`value_set`).
 * **consistency** (``DERIVED``): linear combinations of columns that the definitions fix, e.g. HTA's
   temporal breakdown ``kernel_time = idle + compute + non_compute`` (steps, ranks), host busy time and
-  data-loader time inside the ProfilerStep window (``≤ step_time``), ``end − start = dur``.
+  data-loader time inside the ProfilerStep window (``≤ step_time``), collective ``end − start = dur``,
+  critical-path segments adding up to their path's length.
 * **every raw file accounted for** (``captures``): the row count equals the number of raw files
-  discovery found (a run-time value: :func:`checks_for` ``n_discovered``) and ``uri`` is unique.
+  discovery found (ingested + quarantined + cataloged; a run-time value: :func:`checks_for`
+  ``n_discovered``) and ``uri`` is unique.
 
 Timestamps (``ts_ns``, ``*start_ns``, ``*end_ns``, ``base_time_ns``) and ``clock_offset_ns`` may be
 negative (relative clocks, alignment offsets) and are not range-checked.
@@ -23,6 +26,7 @@ negative (relative clocks, alignment offsets) and are not range-checked.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -38,34 +42,50 @@ _NON_NEGATIVE = frozenset({"attempt", "rank", "event_id", "depth", "segment", "c
 _AT_LEAST_ONE = frozenset({"world_size", "group_size", "rank_order"})
 _UNIT_RANGES = {"confidence": (0.0, 1.0)}
 
-#: Columns whose documentation lists every allowed value.
-VALUE_SETS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("captures", "status"): ("ingested", "quarantined"),
-    ("captures", "source"): ("kineto", "neuron", "xla"),
-    ("captures", "container"): ("json", "gzip"),
-    ("events", "source"): ("kineto", "neuron", "xla"),
-    ("events", "ph"): ("X", "i", "C"),
-    ("kernels", "kernel_type"): ("COMMUNICATION", "COMPUTATION", "MEMORY", "OTHER"),
-    ("critical_path", "scope"): ("rank", "job"),
-    ("critical_path", "bound_by"): ("cpu_bound", "launch_overhead", "kernel_kernel_gap", "compute",
-                                    "communication", "data_loading", "sync", "collective_wait"),
-}
+#: Enumerated columns: their allowed values are the back-quoted words of the column's doc in
+#: schemas/tables.py (so a value added to the doc is allowed at once).
+ENUM_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("captures", "status"), ("captures", "source"), ("captures", "container"), ("events", "source"),
+    ("events", "ph"), ("kernels", "kernel_type"), ("critical_path", "scope"), ("critical_path", "bound_by"),
+)
+
+
+def value_set(table: str, column: str) -> tuple[str, ...]:
+    """Allowed values of an enumerated column: the `back-quoted` words of its doc, in order; a word
+    right after another column's name (``scope `job` also `late_start```) refers to that column's
+    value and is skipped.
+
+    Raises:
+        StopIteration: unknown column; KeyError: unknown table.
+    """
+    t = TABLES[table]
+    doc = next(c.doc for c in t.columns if c.name == column)
+    others = set(t.names) - {column}
+    words = [w for before, w in re.findall(r"(\w*)\s*`([^`\s]+)`", doc) if before not in others]
+    return tuple(dict.fromkeys(words))
+
+
+#: ``{(table, column): allowed values}`` of every enumerated column (from the docs, see :func:`value_set`).
+VALUE_SETS: dict[tuple[str, str], tuple[str, ...]] = {(t, c): value_set(t, c) for t, c in ENUM_COLUMNS}
 
 
 @dataclass(frozen=True)
 class Derived:
-    """A column computed from others before validation: ``Σ coef × column`` (nulls propagate).
+    """A column computed from others before validation: ``Σ coef × column`` (nulls propagate);
+    a ``sum:<col>`` term is Σ col over the rows of the same ``group_by`` group.
 
     ``name`` starts with ``_check_`` so it can never clash with a declared column.
     """
 
     name: str
     terms: tuple[tuple[int, str], ...]
+    #: When set, a term column written ``sum:<col>`` means Σ <col> over the rows sharing these columns.
+    group_by: tuple[str, ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """The declared columns the expression reads."""
-        return tuple(c for _, c in self.terms)
+        """The declared columns the expression reads (including ``group_by``)."""
+        return tuple(dict.fromkeys([c.removeprefix("sum:") for _, c in self.terms] + list(self.group_by)))
 
     @property
     def expression(self) -> str:
@@ -75,7 +95,7 @@ class Derived:
             sign = "-" if coef < 0 else "+"
             mag = "" if abs(coef) == 1 else f"{abs(coef)}*"
             out += (("-" if coef < 0 else "") if i == 0 else f" {sign} ") + mag + col
-        return out
+        return out + (f" (sums per {', '.join(self.group_by)})" if self.group_by else "")
 
 
 @dataclass(frozen=True)
@@ -123,8 +143,8 @@ def _numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t)
 
 
-def _d(name: str, *terms: tuple[int, str]) -> Derived:
-    return Derived(f"_check_{name}", tuple(terms))
+def _d(name: str, *terms: tuple[int, str], group_by: tuple[str, ...] = ()) -> Derived:
+    return Derived(f"_check_{name}", tuple(terms), group_by)
 
 
 def _zero(name: str, derived: Derived, doc: str) -> Check:
@@ -174,11 +194,17 @@ def _derived_checks(table: str) -> list[Check]:
                  "wait = last arrival − own arrival ≤ last − first arrival = skew."),
         ]
     if table == "critical_path":
+        path = ("job_id", "attempt", "step", "scope", "path_rank")
         return [
-            _zero("start_end_dur", _d("segment_span_residual_ns", (1, "end_ns"), (-1, "start_ns"), (-1, "dur_ns")),
-                  "Segment duration = end − start."),
+            _ge0("dur_within_span", _d("segment_span_minus_dur_ns", (1, "end_ns"), (-1, "start_ns"), (-1, "dur_ns")),
+                 "The time a segment puts on the path fits between its start and end (dur ≤ end − start; "
+                 "0-weight sync edges have dur 0)."),
             _ge0("segment_within_path", _d("path_minus_segment_ns", (1, "path_length_ns"), (-1, "dur_ns")),
                  "A segment is part of its path: dur ≤ path_length."),
+            _zero("segments_sum_to_path", _d("path_minus_segment_sum_ns", (1, "path_length_ns"), (-1, "sum:dur_ns"),
+                                             group_by=path),
+                  "The segments of a path add up to its length: Σ dur per (job, attempt, step, scope, path_rank) "
+                  "= path_length."),
         ]
     return []
 
@@ -223,20 +249,22 @@ def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Chec
               or c.name in _NON_NEGATIVE):
             what = "duration" if c.name.endswith("_ns") else "size/count/bandwidth/position"
             out.append(Check(f"non_negative:{c.name}", "between", (c.name,), 0, None, doc=f"A {what}: ≥ 0."))
-    for (tname, col), values in VALUE_SETS.items():
+    for tname, col in ENUM_COLUMNS:
         if tname == t.name and col in t.names:
-            out.append(Check(f"in_set:{col}", "in_set", (col,), value_set=values,
+            out.append(Check(f"in_set:{col}", "in_set", (col,), value_set=VALUE_SETS[(tname, col)],
                              doc=f"Values listed in the doc of {t.name}.{col}."))
     out += _derived_checks(t.name)
     if t.name == "captures" and n_discovered is not None:
         out.append(Check("row_count:discovered", "row_count", (), min_value=int(n_discovered),
                          doc="Every raw file discovered in the landing zone is a `captures` row "
-                             "(ingested + quarantined = discovered)."))
+                             "(ingested + quarantined + cataloged = discovered)."))
     return out
 
 
-#: Tables each pipeline stage writes (validated after that stage).
+_NORMALIZE_TABLES = ("captures", "events", "neuron_summary")
+#: Tables each pipeline stage writes (validated after that stage): normalize writes captures, events
+#: and neuron_summary; analyze writes every other declared table.
 STAGE_TABLES: dict[str, tuple[str, ...]] = {
-    "normalize": ("captures", "events"),
-    "analyze": ("steps", "ranks", "kernels", "collectives", "critical_path", "findings"),
+    "normalize": tuple(t for t in TABLES if t in _NORMALIZE_TABLES),
+    "analyze": tuple(t for t in TABLES if t not in _NORMALIZE_TABLES),
 }

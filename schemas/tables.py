@@ -83,7 +83,7 @@ _IDENTITY = (
 
 CAPTURES = Table(
     name="captures",
-    doc="One row per raw trace file found in the landing zone: ingested, or quarantined with a reason. "
+    doc="One row per raw trace file found in the landing zone: ingested, quarantined with a reason, or cataloged. "
     "Nothing is lost: every raw file appears here.",
     columns=(
         Column("date", _STR, "Partition: capture date YYYY-MM-DD (landing-zone path, else trace start, else `unknown`).", False),
@@ -92,8 +92,9 @@ CAPTURES = Table(
         Column("uri", _STR, "URI of the raw trace file.", False),
         Column("manifest_uri", _STR, "URI of the committing `manifest.json`; null for bare traces."),
         Column("source", _STR, "Trace source: `kineto` (torch.profiler Chrome trace), `neuron`, `xla`.", False),
-        Column("status", _STR, "`ingested` or `quarantined`.", False),
-        Column("reason", _STR, "Why the file was quarantined (names the problem); null when ingested."),
+        Column("status", _STR, "`ingested`; `quarantined` (bad input, the reason names the problem); or `cataloged` "
+               "(a raw blob kept but not parsed: .ntff/.neff/.pb without a converted form, or a duplicate of an ingested form).", False),
+        Column("reason", _STR, "Why the file was quarantined or only cataloged (names the file and the problem); null when ingested."),
         Column("rank_source", _STR, "Where `rank` came from: `distributedInfo`, `manifest`, `filename`, `default` (flag: assumed 0)."),
         Column("world_size", _I32, "World size (distributedInfo or manifest)."),
         Column("size_bytes", _I64, "Size of the raw file as stored (compressed if gzip), bytes."),
@@ -313,6 +314,9 @@ COLLECTIVES = Table(
         Column("net_dur_ns", _I64, "dur_ns − wait_ns: the transfer itself, ns."),
         Column("is_last_arrival", _BOOL, "True on the rank that arrived last (the straggler of this call)."),
         Column("n_ranks_matched", _I32, "Ranks on which this call was found."),
+        Column("name", _STR, "Kernel name of the call on this rank."),
+        Column("pg_inferred", _BOOL, "True when the trace names no process group and `pg_name` is inferred (`stream#k`)."),
+        Column("exposed_ns", _I64, "Kernel time not overlapped by any computation kernel on the rank, ns (exposed communication)."),
         Column("msg_bytes", _I64, "Message size, bytes."),
         Column("group_size", _I32, "Ranks in the process group."),
         Column("algbw_gbps", _F64, "Algorithm bandwidth msg_bytes / net_dur, GB/s (1e9 bytes/s)."),
@@ -341,9 +345,11 @@ CRITICAL_PATH = Table(
         Column("name", _STR, "Event name, or the edge kind for gaps."),
         Column("start_ns", _I64, "Segment start, ns (job clock for scope `job`)."),
         Column("end_ns", _I64, "Segment end, ns."),
-        Column("dur_ns", _I64, "Segment duration, ns."),
+        Column("dur_ns", _I64, "Time this segment puts on the critical path, ns (edge weight: 0 for sync edges; "
+               "≤ end − start; Σ over a path = `path_length_ns`)."),
         Column("bound_by", _STR, "`cpu_bound`, `launch_overhead`, `kernel_kernel_gap`, `compute`, `communication`, "
-               "`data_loading`, `sync`, `collective_wait`."),
+               "`data_loading`, `sync`, `collective_wait`; scope `job` also `late_start` (from the job's step start to "
+               "where the path begins on a rank)."),
         Column("path_length_ns", _I64, "Total length of the path this segment belongs to, ns."),
     ),
     partition_by=("date", "job_id"),

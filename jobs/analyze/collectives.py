@@ -136,61 +136,72 @@ def _np(col, dtype, fill):
 
 
 def _launch_meta(events: pa.Table, kernels: np.ndarray) -> list[dict]:
-    """Collective metadata from each kernel's launch and its enclosing ``nccl:*`` / record_param_comms."""
+    """Collective metadata from each kernel's launch and its enclosing ``nccl:*`` / record_param_comms.
+
+    The launch is the CPU row with the kernel's correlation id; its ancestors (``parent``) are
+    climbed for up to 12 levels, all kernels at once; ``args`` are decoded only for the rows found.
+    """
     n = events.num_rows
     eid = _np(events.column("event_id"), np.int64, -1)
     corr = _np(events.column("correlation"), np.int64, -1)
     is_gpu = _np(events.column("is_gpu"), bool, False)
     parent = _np(events.column("parent"), np.int64, -1) if "parent" in events.column_names else np.full(n, -1)
+    enc = pc.dictionary_encode(pc.fill_null(events.column("name"), "")).combine_chunks()
+    dnames = enc.dictionary.to_pylist()
+    code = enc.indices.to_numpy(zero_copy_only=False)
+    annot_of = [(_ANNOT.match(nm).group(1) if _ANNOT.match(nm) else None) for nm in dnames]
+    useful = np.array([a is not None or nm == "record_param_comms" for a, nm in zip(annot_of, dnames)], bool)
+    # launch rows
     cpu = np.flatnonzero(~is_gpu & (corr >= 0))
     o = np.argsort(corr[cpu], kind="stable")
     ccorr, crow = corr[cpu][o], cpu[o]
+    j = np.searchsorted(ccorr, corr[kernels])
+    j = np.minimum(j, max(len(ccorr) - 1, 0))
+    found = (corr[kernels] >= 0) & (len(ccorr) > 0)
+    if len(ccorr):
+        found &= ccorr[j] == corr[kernels]
+    cur = np.where(found, crow[j] if len(ccorr) else -1, -1)
+    # parent event_id -> row position
     eo = np.argsort(eid, kind="stable")
-    eid_sorted = eid[eo]
-
-    def pos_of(e: int) -> int:
-        j = int(np.searchsorted(eid_sorted, e))
-        return int(eo[j]) if j < n and eid_sorted[j] == e else -1
-    names = events.column("name")
+    es = eid[eo]
+    hits: list[tuple[int, int, int]] = []  # (kernel index, hop, row)
+    for hop in range(12):
+        live = np.flatnonzero(cur >= 0)
+        if not len(live):
+            break
+        rows = cur[live]
+        u = useful[code[rows]]
+        hits.extend(zip(live[u].tolist(), [hop] * int(u.sum()), rows[u].tolist()))
+        p = parent[rows]
+        k = np.searchsorted(es, p)
+        k = np.minimum(k, n - 1)
+        ok = (p >= 0) & (es[k] == p)
+        cur[live] = np.where(ok, eo[k], -1)
     args = events.column("args_json") if "args_json" in events.column_names else None
-    out = []
-    for k in kernels.tolist():
-        meta: dict = {}
-        c = corr[k]
-        j = np.searchsorted(ccorr, c)
-        row = int(crow[j]) if c >= 0 and j < len(ccorr) and ccorr[j] == c else -1
-        hops = 0
-        while row >= 0 and hops < 12:
-            nm = names[row].as_py() or ""
-            m = _ANNOT.match(nm)
-            if m or nm == "record_param_comms":
-                a = _args(args, row)
-                if m and "collective" not in meta:
-                    meta["collective"] = m.group(1)
-                for key, field in (("Collective name", "collective"), ("Process Group Name", "pg_name"),
-                                   ("Group size", "group_size"), ("Seq", "seq")):
-                    if key in a and field not in meta and a[key] not in (None, ""):
-                        meta[field] = a[key]
-                if "msg_bytes" not in meta:
-                    b = _bytes_from_args(a)
-                    if b is not None:
-                        meta["msg_bytes"] = b
-            p = int(parent[row])
-            row = pos_of(p) if p >= 0 else -1
-            hops += 1
-        out.append(meta)
+    out: list[dict] = [{} for _ in range(len(kernels))]
+    if not hits:
+        return out
+    hits.sort()
+    texts = args.take(pa.array([h[2] for h in hits], pa.int64())).to_pylist() if args is not None else [None] * len(hits)
+    for (ki, _, row), t in zip(hits, texts):
+        meta = out[ki]
+        try:
+            a = _json.decode(t) if t else {}
+        except msgspec.DecodeError:
+            a = {}
+        a = a if isinstance(a, dict) else {}
+        ann = annot_of[code[row]]
+        if ann and "collective" not in meta:
+            meta["collective"] = ann
+        for key, field in (("Collective name", "collective"), ("Process Group Name", "pg_name"),
+                           ("Group size", "group_size"), ("Seq", "seq")):
+            if key in a and field not in meta and a[key] not in (None, ""):
+                meta[field] = a[key]
+        if "msg_bytes" not in meta:
+            b = _bytes_from_args(a)
+            if b is not None:
+                meta["msg_bytes"] = b
     return out
-
-
-def _args(args, row: int) -> dict:
-    if args is None:
-        return {}
-    t = args[row].as_py()
-    try:
-        a = _json.decode(t) if t else {}
-    except msgspec.DecodeError:
-        return {}
-    return a if isinstance(a, dict) else {}
 
 
 def _bytes_from_args(a: dict):

@@ -309,7 +309,6 @@ def _gpu_edges(rt: RankTrace, clip: np.ndarray, ev_of_row: np.ndarray, flags: di
     def end_node(row):
         return 2 * ev_of_row[row] + 1
 
-    dropped = 0
     for r in gk[is_sync].tolist():
         kind = int(rt.sync_kind[r])
         p = int(spos[r])
@@ -342,8 +341,6 @@ def _gpu_edges(rt: RankTrace, clip: np.ndarray, ev_of_row: np.ndarray, flags: di
                 prev_sched = sync_src.get(dest)
                 if spos[dest] > p and (prev_sched is None or prev_sched[1] < p):
                     sync_src[dest] = (src, p)
-    if dropped:
-        flags["dropped_same_stream_sync"] = dropped
 
     # kernel loop, vectorized
     ssrc = np.full(nK, -1, i64)

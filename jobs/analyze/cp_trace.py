@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.analyze import hta_filter
+from jobs.analyze.host_time import DATALOADER_PATTERNS
 from jobs.normalize.linkage import track_codes
 
 __all__ = ["RankTrace", "rank_trace", "CPU_NODE_CATEGORIES", "HTA_LAUNCH_NAMES", "BLOCKING_CALLS",
@@ -74,9 +75,11 @@ class RankTrace:
         is_blocking: name is one of :data:`BLOCKING_CALLS`.
         gpu_side: HTA's GPU-side rows ((stream >= 0 and corr >= 0) or Event/Context Sync).
         link: for a CPU row, the GPU row it launched (HTA: the last one); for a GPU row, its launch.
-        launch_kernels: (launch row, stream, kernel row, first kernel row) per launch entry, see
-            :attr:`launch_rows`, sorted by launch ts; kernels of a launch on one stream.
-        q_runtime, q_kernel: HTA queue lengths per GPU row (-1 when HTA has none).
+        launch_of: for a GPU row, its launching call when that call counts as a launch (HTA's list
+            of launch names in compat mode; any runtime/driver call otherwise), else -1.
+        q_runtime, q_kernel: launch-queue length of the GPU row's stream right after its launch was
+            counted and right after it started (HTA ``queue_length_runtime`` / ``queue_length``);
+            -1 when not defined (no launch; product mode: not the first kernel of its launch).
         prev_launch_of_record: ``cudaEventRecord`` correlation -> kernel row launched last on the
             recorded stream before it (dict).
         next_kernel_of_wait: ``cudaStreamWaitEvent`` row -> first kernel launched after it on the
@@ -119,9 +122,9 @@ class RankTrace:
     flags: set = field(default_factory=set)
 
 
-#: Names of data-loading work (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__`` and
-#: the like); CPU time under such an event is attributed to ``data_loading``.
-DATA_LOADING_PATTERN = r"(?i)dataloader|data_loader"
+#: Names of data-loading work: the project's definition (:data:`jobs.analyze.host_time.DATALOADER_PATTERNS`,
+#: case-insensitive); CPU time under such an event is attributed to ``data_loading``.
+DATA_LOADING_PATTERN = "|".join(f"(?:{p})" for p in DATALOADER_PATTERNS)
 
 
 def _np(col, dtype, fill) -> np.ndarray:
@@ -189,7 +192,7 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
     # HTA links launches and GPU rows over the loaded rows, before its last-step filter.
     gside_all = ((stream_all >= 0) & (corr_all >= 0)) | _name_mask(code_all, names, _GPU_SIDE_SYNC)
     rows = np.flatnonzero(loaded)
-    link_loaded = _hta_links(corr_all[rows], gside_all[rows], last_only=hta_compat)
+    link_loaded = _hta_links(corr_all[rows], gside_all[rows])
     kept_rows = np.flatnonzero(keep)
     pos_in_kept = np.full(len(ts_all), -1, np.int64)
     pos_in_kept[kept_rows] = np.arange(len(kept_rows))
@@ -253,7 +256,7 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
         coll = events.column("collective") if "collective" in events.column_names else None
         comm = (kernel_types(events.column("name"), coll) == KERNEL_TYPES.index("COMMUNICATION"))[src]
     comm &= stream >= 0
-    dl_re = re.compile(DATA_LOADING_PATTERN)
+    dl_re = re.compile(DATA_LOADING_PATTERN, re.IGNORECASE)
     dl_names = np.array([bool(dl_re.search(nm)) for nm in names] + [False], bool)
     data_loading = dl_names[code]
 
@@ -316,12 +319,12 @@ def _first_by_key(keys: np.ndarray, vals: np.ndarray, query: np.ndarray) -> np.n
     return np.where(k[j] == query, v[j], -1)
 
 
-def _hta_links(corr: np.ndarray, gside: np.ndarray, last_only: bool) -> np.ndarray:
+def _hta_links(corr: np.ndarray, gside: np.ndarray) -> np.ndarray:
     """HTA ``transform_correlation_to_index`` on loaded rows: positions, -1 when unlinked.
 
     CPU rows (not GPU side, correlation != -1) link to the last GPU-side row with the same
-    correlation; GPU-side rows to the last CPU row with it. ``last_only`` is the same rule for
-    both modes (the product mode keeps all GPU rows linked to their one launch anyway).
+    correlation; GPU-side rows to the last CPU row with it (HTA's ``df.loc`` assignment: last wins).
+    Both modes use it; the product mode then treats every GPU row of a launch via ``launch_of``.
     """
     n = len(corr)
     link = np.full(n, -1, np.int64)
@@ -415,6 +418,9 @@ def _event_tables(ts, stream, pid, thread, corr, link, launch_of, is_launch, wai
     l_launch, l_kernel = l_launch[o], l_kernel[o]
     l_ts, l_stream, l_gpu, l_thread = ts[l_launch], stream[l_kernel], pid[l_kernel], thread[l_launch]
 
+    by_gpu_stream = _group_positions(l_gpu, l_stream)
+    by_thread_stream = _group_positions(l_thread, l_stream)
+
     rec_code = _code_of(names, "cudaEventRecord")
     if rec_code is not None:
         w = np.flatnonzero(wait_stream > -1)
@@ -424,11 +430,8 @@ def _event_tables(ts, stream, pid, thread, corr, link, launch_of, is_launch, wai
         recs = np.flatnonzero(code == rec_code)
         for r in recs.tolist():
             key = rec_stream.get(int(corr[r]))
-            if key is None:
-                continue
-            gpu, st = key
-            m = np.flatnonzero((l_gpu == gpu) & (l_stream == st))
-            if not len(m):
+            m = by_gpu_stream.get(key) if key is not None else None
+            if m is None:
                 continue
             j = np.searchsorted(l_ts[m], ts[r], side="right") - 1
             if j >= 0:
@@ -440,14 +443,26 @@ def _event_tables(ts, stream, pid, thread, corr, link, launch_of, is_launch, wai
             gw = link[wr]
             if stream[gw] == -1:
                 continue
-            m = np.flatnonzero((l_thread == thread[wr]) & (l_stream == stream[gw]))
-            if not len(m):
+            m = by_thread_stream.get((int(thread[wr]), int(stream[gw])))
+            if m is None:
                 continue
             j = np.searchsorted(l_ts[m], ts[wr], side="right")
             # HTA: ties sort launches before the wait, so a launch at the same ts is "before" it
             if j < len(m):
                 next_wait[int(wr)] = int(l_kernel[m[j]])
     return prev_rec, next_wait
+
+
+def _group_positions(a: np.ndarray, b: np.ndarray) -> dict:
+    """``{(a, b): positions}`` (positions in their original, ascending order) for two int keys."""
+    if not len(a):
+        return {}
+    o = np.lexsort((np.arange(len(a)), b, a))
+    ka, kb = a[o], b[o]
+    cut = np.flatnonzero((ka[1:] != ka[:-1]) | (kb[1:] != kb[:-1])) + 1
+    lo = np.concatenate(([0], cut))
+    hi = np.concatenate((cut, [len(o)]))
+    return {(int(ka[x]), int(kb[x])): o[x:y] for x, y in zip(lo.tolist(), hi.tolist())}
 
 
 def _code_of(names: list, name: str):

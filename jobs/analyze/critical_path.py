@@ -8,8 +8,10 @@ stitches across ranks (per job).
 Single-rank path (source: HTA 0.5.0 ``CriticalPathAnalysis.critical_path_analysis``,
 ``../shared/reference/kineto_and_hta.md`` §1.2): the graph of :mod:`jobs.analyze.cp_graph` over the
 window of one CPU ``ProfilerStep#N`` (the whole trace, step -1, when there is none), longest path by
-:mod:`jobs.analyze.cp_longest`. Path length = Σ edge weights (HTA's ``total_duration_us`` × 1000);
-time HTA weights 0 (dependency edges, sync edges, blocking CUDA calls) is not in it.
+:mod:`jobs.analyze.cp_longest`. Path length = Σ edge weights, negative weights clamped to 0 as HTA's
+longest-path search does (HTA's ``total_duration_us`` × 1000; HTA's summary adds the unclamped
+weights of the same edges, which differs only if a negative-weight edge lies on the path); time HTA
+weights 0 (dependency edges, sync edges, blocking CUDA calls) is not in it.
 
 Attribution (``bound_by``), HTA's ``bound_by`` refined:
 
@@ -26,6 +28,8 @@ ours                    edges                                      HTA 0.5.0
 ``compute``             GPU operator edges, not communication      ``gpu_compute_bound``
 ``communication``       GPU operator edges of comm kernels         ``gpu_communication_bound``
 ``collective_wait``     (job scope only) wait for a late rank      —
+``late_start``          (job scope only) job step start → origin   —
+                        of the path on a rank, see cp_cross_rank
 ======================  =========================================  ==============================
 
 Communication kernels: HTA's name rule in compat mode, ours
@@ -55,11 +59,11 @@ from jobs.analyze.cp_trace import RankTrace, rank_trace
 from schemas.tables import CRITICAL_PATH
 
 __all__ = ["BOUND_BY", "HTA_BOUND_BY", "BOUNDARIES_SCHEMA", "CriticalPath", "critical_path", "hta_critical_path",
-           "rank_critical_path", "profiler_steps", "job_critical_path"]
+           "hta_window", "rank_critical_path", "profiler_steps", "job_critical_path", "edge_bound_by"]
 
 #: ``bound_by`` categories (codes are indices).
 BOUND_BY = ("cpu_bound", "launch_overhead", "kernel_kernel_gap", "compute", "communication", "data_loading", "sync",
-            "collective_wait")
+            "collective_wait", "late_start")
 _CPU, _LAUNCH, _KK, _COMP, _COMM, _DL, _SYNC, _WAIT = range(8)
 _DEP = -1
 #: Our category -> HTA 0.5.0 ``bound_by`` (for comparisons).
@@ -195,6 +199,9 @@ def hta_critical_path(events: pa.Table, annotation: str = "ProfilerStep", instan
     Same graph, weights and path length as HTA (``hta_compat`` mode of
     :func:`jobs.analyze.cp_trace.rank_trace`); ``hta_us_rounding`` reproduces HTA's µs rounding of
     sub-µs traces. See ``tests/golden/test_critical_path_parity.py``.
+
+    Raises:
+        ValueError: no event name contains ``annotation``, or a required column is missing.
     """
     rt = rank_trace(events, hta_compat=True, hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns)
     start, end = hta_window(rt, annotation, instance_id)
@@ -250,6 +257,8 @@ def rank_critical_path(events: pa.Table) -> tuple[pa.Table, pa.Table]:
         return CRITICAL_PATH.empty(), BOUNDARIES_SCHEMA.empty_table()
     ident = _identity(events)
     rt = rank_trace(events)
+    if rt.n == 0:
+        return CRITICAL_PATH.empty(), BOUNDARIES_SCHEMA.empty_table()
     steps = profiler_steps(rt) or [(-1, int(rt.ts.min()), int(rt.end.max()))]
     seg_parts, leg_rows = [], []
     for step, start, end in steps:
@@ -261,36 +270,42 @@ def rank_critical_path(events: pa.Table) -> tuple[pa.Table, pa.Table]:
     return segs, legs
 
 
+def _const(value, n: int, typ: pa.DataType) -> pa.Array:
+    """``n`` copies of one value (a dictionary take: no Python list of ``n`` items)."""
+    return pa.array([value], typ).take(pa.array(np.zeros(n, np.int32)))
+
+
 def _segments_table(cp: CriticalPath, ident: dict, step: int) -> pa.Table:
     e, bb, g, rt = cp.edges, cp.bound_by, cp.graph, cp.rt
     keep = (bb >= 0) & ((e.w > 0) | (bb == _SYNC))
     idx = np.flatnonzero(keep)
-    k = len(idx)
+    n = len(idx)
     attr = e.attr[idx]
     typ = e.type[idx]
     has_ev = (attr >= 0) & (typ == OPERATOR)
     ev_id = np.where(has_ev, rt.event_id[np.maximum(attr, 0)], 0)
-    names = [rt.names[c] for c in rt.name_code[np.maximum(attr, 0)].tolist()]
-    names = [nm if h else _EDGE_NAMES.get(int(t), "edge") for nm, h, t in zip(names, has_ev.tolist(), typ.tolist())]
-    start = g.node_ts[e.src[idx]]
-    end = g.node_ts[e.dst[idx]]
-    n = k
+    # names: the event's name, else the edge kind (appended to the name dictionary)
+    kinds = sorted(_EDGE_NAMES)
+    kind_code = np.full(max(kinds) + 1, len(rt.names), np.int64)  # default: "edge"
+    kind_code[kinds] = len(rt.names) + 1 + np.arange(len(kinds))
+    name_idx = np.where(has_ev, rt.name_code[np.maximum(attr, 0)], kind_code[np.clip(typ, 0, max(kinds))])
+    names = pa.array(rt.names + ["edge"] + [_EDGE_NAMES[k] for k in kinds], pa.string()).take(pa.array(name_idx))
     cols = {
-        "date": pa.array([ident["date"]] * n, pa.string()),
-        "job_id": pa.array([ident["job_id"]] * n, pa.string()),
+        "date": _const(ident["date"], n, pa.string()),
+        "job_id": _const(ident["job_id"], n, pa.string()),
         "attempt": pa.array(np.full(n, ident["attempt"], np.int32)),
         "step": pa.array(np.full(n, step, np.int64)),
-        "scope": pa.array(["rank"] * n, pa.string()),
+        "scope": _const("rank", n, pa.string()),
         "path_rank": pa.array(np.full(n, ident["rank"], np.int32)),
         "segment": pa.array(np.arange(n, dtype=np.int64)),
         "rank": pa.array(np.full(n, ident["rank"], np.int32)),
-        "capture_id": pa.array([ident["capture_id"]] * n, pa.string()),
+        "capture_id": _const(ident["capture_id"], n, pa.string()),
         "event_id": pa.array(ev_id, pa.int64(), mask=~has_ev),
-        "name": pa.array(names, pa.string()),
-        "start_ns": pa.array(start),
-        "end_ns": pa.array(end),
+        "name": names,
+        "start_ns": pa.array(g.node_ts[e.src[idx]]),
+        "end_ns": pa.array(g.node_ts[e.dst[idx]]),
         "dur_ns": pa.array(e.w[idx]),
-        "bound_by": pa.array(np.array(BOUND_BY, dtype=object)[bb[idx]].tolist() if n else [], pa.string()),
+        "bound_by": pa.array(list(BOUND_BY), pa.string()).take(pa.array(bb[idx].astype(np.int64))),
         "path_length_ns": pa.array(np.full(n, cp.length_ns, np.int64)),
     }
     return pa.table([cols[c] for c in CRITICAL_PATH.names], schema=CRITICAL_PATH.arrow_schema())
@@ -299,7 +314,6 @@ def _segments_table(cp: CriticalPath, ident: dict, step: int) -> pa.Table:
 def _legs(cp: CriticalPath, ident: dict, step: int) -> list[dict]:
     """Boundaries of one step (module docstring)."""
     g, rt = cp.graph, cp.rt
-    E = len(g.ev_row)
     if cp.lp.end < 0:
         return []
     comm_ev = np.flatnonzero(rt.comm[g.ev_row] & (rt.stream[g.ev_row] != -1) & ~rt.sync_cat[g.ev_row])
@@ -308,7 +322,7 @@ def _legs(cp: CriticalPath, ident: dict, step: int) -> list[dict]:
     targets = [(2 * int(j), "collective") for j in comm_ev.tolist()] + [(int(cp.lp.end), "step_end")]
     walks = [lp.walk(node, stop_at_reset=True) for node, _ in targets]
     rank_len = cp.length_ns
-    sums = _category_sums(g, cp, [w[0] for w in walks])
+    sums = _category_sums(g, [w[0] for w in walks])
     rows = []
     for (node, kind), (seq, origin), cat in zip(targets, walks, sums):
         ev_to = int(g.ev_row[node // 2])
@@ -326,11 +340,10 @@ def _legs(cp: CriticalPath, ident: dict, step: int) -> list[dict]:
     rows.sort(key=lambda r: (r["to_ts_ns"], r["to_kind"] == "step_end", r["to_event_id"]))
     for i, r in enumerate(rows):
         r["leg"] = i
-    _ = E
     return rows
 
 
-def _category_sums(g: CPGraph, cp: CriticalPath, seqs: list) -> list[np.ndarray]:
+def _category_sums(g: CPGraph, seqs: list) -> list[np.ndarray]:
     """Σ weight per ``bound_by`` (first 7 categories) of each walk, via per-category prefix sums."""
     rt = g.rt
     dl = _under(rt.data_loading, g.parent_row)
@@ -356,7 +369,6 @@ def _category_sums(g: CPGraph, cp: CriticalPath, seqs: list) -> list[np.ndarray]
         c = int(x_bb[k])
         if 0 <= c < 7:
             out[i][c] += int(g.x_w[k])
-    _ = cp
     return out
 
 

@@ -1,9 +1,20 @@
-"""``jobs.analyze``: ``events`` → ``steps`` and ``ranks`` tables.
+"""``jobs.analyze``: ``events`` → ``steps``, ``ranks``, ``kernels``, ``collectives``, ``critical_path``.
 
-extract: the ``events`` of the jobs to analyze (partition-pruned on ``job_id``). transform: one
-Python function per (job, attempt, rank, capture) — :func:`jobs.analyze.breakdown.analyze_rank`,
-run by Spark ``applyInArrow`` — computes HTA's temporal breakdown per step and for the whole
-trace. load: Hive-partitioned Parquet with dynamic partition overwrite (idempotent).
+extract: the ``events`` of the jobs to analyze (partition-pruned on ``job_id``).
+transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
+
+1. per (job, attempt, rank, capture), in parallel — :func:`rank_stage`: HTA-parity step and rank
+   statistics (:mod:`jobs.analyze.breakdown`), kernel statistics, the rank's critical path and its
+   legs between collectives (:mod:`jobs.analyze.critical_path`), its communication calls
+   (:mod:`jobs.analyze.collectives`); Neuron device profiles get their device critical path;
+2. per (job, attempt) — :func:`job_stage`: collectives matched across ranks (wait, skew, bus
+   bandwidth, clock offsets) and the cross-rank critical path stitched from the per-rank legs.
+
+Small per-group outputs travel as ``(table, row JSON)`` pairs so one pass yields several tables;
+Spark parses them back with ``from_json`` against the declared schemas.
+Then, per job on the driver (small tables), :func:`run_findings` ranks the bottleneck findings
+(:mod:`jobs.analyze.findings`) and writes ``findings`` plus ``findings_json/<job>/<attempt>/findings.json``.
+load: Hive-partitioned Parquet with dynamic partition overwrite (idempotent per job).
 """
 
 from __future__ import annotations
@@ -12,40 +23,37 @@ import json
 import posixpath
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from schemas import KERNELS, RANKS, STEPS
+from schemas import COLLECTIVES, CRITICAL_PATH, FINDINGS, KERNELS, RANKS, STEPS
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
-_OUT_SCHEMA = "table string, row_json string"
+_OUT_SCHEMA = "job_id string, attempt int, table string, row_json string"
+OUTPUT_TABLES = {"steps": STEPS, "ranks": RANKS, "kernels": KERNELS, "collectives": COLLECTIVES,
+                 "critical_path": CRITICAL_PATH}
 
 
 def _json_default(v):
     if hasattr(v, "item"):
         return v.item()
+    if isinstance(v, (bytes, bytearray)):
+        return v.decode("utf-8", "replace")
     raise TypeError(type(v))
 
 
-def analyze_group(events: pa.Table) -> pa.Table:
-    """Run :func:`analyze_rank` on one rank's events; rows come back as (table, row JSON) pairs.
-
-    Small per-rank outputs travel as JSON so one pass yields several tables; Spark parses them
-    back with ``from_json`` against the declared schemas.
-    """
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.analyze.kernel_stats import kernel_table
-
-    steps, ranks = analyze_rank(events)
-    kernels = _with_identity(kernel_table(events), events, KERNELS)
+def _pairs(job_id, attempt, tables: list[tuple[str, pa.Table]]) -> pa.Table:
     names, rows = [], []
-    for tname, tbl in (("steps", steps), ("ranks", ranks), ("kernels", kernels)):
+    for tname, tbl in tables:
         for r in tbl.to_pylist():
             names.append(tname)
             rows.append(json.dumps(r, default=_json_default))
-    return pa.table({"table": pa.array(names, pa.string()), "row_json": pa.array(rows, pa.string())})
+    n = len(names)
+    return pa.table({"job_id": pa.array([job_id] * n, pa.string()), "attempt": pa.array([attempt] * n, pa.int32()),
+                     "table": pa.array(names, pa.string()), "row_json": pa.array(rows, pa.string())})
 
 
-def _with_identity(tbl: pa.Table, events: pa.Table, table) -> pa.Table:
-    """Fill the identity/partition columns of a per-rank output from the rank's events (first row)."""
+def _with_identity(tbl: pa.Table, events: pa.Table) -> pa.Table:
+    """Fill null identity/partition columns of a per-rank output from the rank's events (first row)."""
     if tbl.num_rows == 0 or events.num_rows == 0:
         return tbl
     for name in ("date", "job_id", "attempt", "rank", "capture_id"):
@@ -56,10 +64,64 @@ def _with_identity(tbl: pa.Table, events: pa.Table, table) -> pa.Table:
     return tbl
 
 
+def rank_stage(events: pa.Table) -> pa.Table:
+    """Stage 1 for one (job, attempt, rank, capture): every per-rank output as (table, row JSON) pairs.
+
+    Tables: ``steps``, ``ranks``, ``kernels``, ``critical_path`` (scope ``rank``), and the inputs of
+    stage 2: ``_calls`` (:data:`jobs.analyze.collectives.CALLS_SCHEMA`) and ``_legs``
+    (:data:`jobs.analyze.critical_path.BOUNDARIES_SCHEMA`).
+    """
+    from jobs.analyze.breakdown import analyze_rank
+    from jobs.analyze.collectives import comm_calls
+    from jobs.analyze.critical_path import rank_critical_path
+    from jobs.analyze.kernel_stats import kernel_table
+
+    job_id, attempt = events.column("job_id")[0].as_py(), events.column("attempt")[0].as_py()
+    neuron = pc.equal(events.column("source"), "neuron")
+    if pc.any(neuron).as_py():
+        return _pairs(job_id, attempt, [("critical_path", _neuron_path(events.filter(neuron)))])
+    steps, ranks = analyze_rank(events)
+    out = [("steps", steps), ("ranks", ranks), ("kernels", _with_identity(kernel_table(events), events))]
+    segments, legs = rank_critical_path(events)
+    out += [("critical_path", segments), ("_legs", legs), ("_calls", comm_calls(events))]
+    return _pairs(job_id, attempt, out)
+
+
+def _neuron_path(events: pa.Table) -> pa.Table:
+    from jobs.analyze.neuron_critical_path import critical_path_from_events, critical_path_rows
+
+    ident = {k: events.column(k)[0].as_py() for k in ("date", "job_id", "attempt", "rank", "capture_id")}
+    path, ids = critical_path_from_events(events)
+    return pa.Table.from_pylist(critical_path_rows(path, ident, ids), schema=CRITICAL_PATH.arrow_schema())
+
+
+def job_stage(pairs: pa.Table) -> pa.Table:
+    """Stage 2 for one (job, attempt): ``collectives`` and the cross-rank ``critical_path`` rows.
+
+    Args:
+        pairs: the ``_calls`` and ``_legs`` rows that :func:`rank_stage` produced for the job's ranks.
+    """
+    from jobs.analyze.collectives import CALLS_SCHEMA, match_collectives
+    from jobs.analyze.critical_path import BOUNDARIES_SCHEMA, job_critical_path
+
+    job_id, attempt = pairs.column("job_id")[0].as_py(), pairs.column("attempt")[0].as_py()
+    by_table: dict[str, list[dict]] = {"_calls": [], "_legs": []}
+    for t, r in zip(pairs.column("table").to_pylist(), pairs.column("row_json").to_pylist()):
+        by_table[t].append(json.loads(r))
+    calls = pa.Table.from_pylist(by_table["_calls"], schema=CALLS_SCHEMA)
+    legs = pa.Table.from_pylist(by_table["_legs"], schema=BOUNDARIES_SCHEMA)
+    collectives = match_collectives(calls)
+    out = [("collectives", collectives)]
+    if legs.num_rows:
+        rows, _skew = job_critical_path(legs, collectives)
+        out.append(("critical_path", rows))
+    return _pairs(job_id, attempt, out)
+
+
 def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict[str, int]:
     """Analyze ``job_ids`` (all jobs when ``None``) from ``{warehouse}/events``.
 
-    Writes ``{warehouse}/steps``, ``/ranks`` and ``/kernels``; ``ranks.world_size`` and
+    Writes the tables of :data:`OUTPUT_TABLES` under ``warehouse``; ``ranks.world_size`` and
     ``ranks.device_name`` come from ``captures``.
 
     Returns:
@@ -73,25 +135,68 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
     if job_ids is not None:
         events = events.filter(F.col("job_id").isin(list(job_ids)))
         captures = captures.filter(F.col("job_id").isin(list(job_ids)))
-    out = events.groupBy(*_GROUP).applyInArrow(analyze_group, _OUT_SCHEMA).cache()
+    stage1 = events.groupBy(*_GROUP).applyInArrow(rank_stage, _OUT_SCHEMA).cache()
+    stage2 = (stage1.filter(F.col("table").isin("_calls", "_legs"))
+              .groupBy("job_id", "attempt").applyInArrow(job_stage, _OUT_SCHEMA).cache())
+    out = stage1.unionByName(stage2)
     try:
-        steps = _rows(out, "steps", STEPS)
-        ranks = _rows(out, "ranks", RANKS)
-        kernels = _rows(out, "kernels", KERNELS)
+        frames = {name: _rows(out, name, table) for name, table in OUTPUT_TABLES.items()}
         cap = captures.select(*_GROUP, F.col("world_size").alias("_ws"), F.col("device_name").alias("_dev"))
-        ranks = (ranks.join(cap, on=_GROUP, how="left")
-                 .withColumn("world_size", F.coalesce("world_size", "_ws"))
-                 .withColumn("device_name", F.coalesce("device_name", "_dev"))
-                 .select(*RANKS.names))
+        frames["ranks"] = (frames["ranks"].join(cap, on=_GROUP, how="left")
+                           .withColumn("world_size", F.coalesce("world_size", "_ws"))
+                           .withColumn("device_name", F.coalesce("device_name", "_dev"))
+                           .select(*RANKS.names))
         counts = {}
-        for name, df in (("steps", steps), ("ranks", ranks), ("kernels", kernels)):
-            df = df.coalesce(1)
-            df.write.mode("overwrite").partitionBy("date", "job_id").parquet(posixpath.join(root, name))
-            counts[name] = spark.read.parquet(posixpath.join(root, name)).filter(
-                F.col("job_id").isin(list(job_ids)) if job_ids is not None else F.lit(True)).count()
+        for name, df in frames.items():
+            counts[name] = df.count()
+            if counts[name]:  # an empty frame writes no partition (e.g. Neuron-only batches have no steps)
+                (df.coalesce(1).write.mode("overwrite").partitionBy(*OUTPUT_TABLES[name].partition_by)
+                 .parquet(posixpath.join(root, name)))
     finally:
-        out.unpersist()
+        stage2.unpersist()
+        stage1.unpersist()
+    counts["findings"] = run_findings(spark, warehouse, job_ids)
     return counts
+
+
+def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int:
+    """Compute and write the ``findings`` table and one ``findings.json`` per (job, attempt).
+
+    The inputs are the analysis tables of the jobs plus the sync calls of ``events`` (the only raw
+    events a rule needs, :data:`jobs.analyze.finding_rules.SYNC_NAMES`).
+
+    Returns:
+        Number of findings written.
+    """
+    import fsspec
+    from pyspark.sql import functions as F
+
+    from jobs.analyze.finding_rules import SYNC_NAMES
+    from jobs.analyze.findings import EVENTS_COLUMNS, findings_document, job_findings
+    from jobs.pipeline import read_tables
+
+    root = warehouse.rstrip("/")
+    jobs = job_ids if job_ids is not None else [
+        r[0] for r in spark.read.parquet(posixpath.join(root, "captures")).select("job_id").distinct().collect()]
+    tables = read_tables(spark, warehouse, jobs, names=("steps", "ranks", "kernels", "collectives", "critical_path",
+                                                         "neuron_summary"))
+    events = spark.read.parquet(posixpath.join(root, "events")).filter(
+        F.col("job_id").isin(list(jobs)) & F.col("category").isin("cuda_runtime", "cpu_op", "cuda_driver")
+        & F.col("name").isin(list(SYNC_NAMES)))
+    tables["events"] = events.select(*EVENTS_COLUMNS).toPandas()
+    findings = job_findings(tables)
+    if findings.num_rows:
+        df = spark.createDataFrame(findings.to_pandas(), schema=FINDINGS.spark_schema())
+        df.coalesce(1).write.mode("overwrite").partitionBy(*FINDINGS.partition_by).parquet(posixpath.join(root, "findings"))
+    pdf = findings.to_pandas()
+    for job_id in jobs:
+        attempts = sorted(set(pdf[pdf["job_id"] == job_id]["attempt"])) or [0]
+        for attempt in attempts:
+            sub = findings.filter(pc.and_(pc.equal(findings["job_id"], job_id), pc.equal(findings["attempt"], attempt)))
+            doc = findings_document(job_id, int(attempt), sub)
+            with fsspec.open(posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"), "w") as f:
+                json.dump(doc, f, indent=1, default=str)
+    return findings.num_rows
 
 
 def _rows(out, name: str, table):

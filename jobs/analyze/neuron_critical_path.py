@@ -8,13 +8,16 @@ Graph (``reference/neuron_profiles.md`` §2.5 ``Flow``, §2.1 ``predecessors``):
   previous instruction on the same engine is also a predecessor.
 
 Walk (the same backward "who released me last" rule as HTA's critical path, on device time): start
-at the instruction that ends last; from a node, step to the predecessor that ended last (not after
-the node started, when there is one). Every ns between the path's first start and last end is
-attributed exactly once, going backwards with a cursor:
+at the instruction that ends last; from a node, step to the predecessor that ended last (an
+overlapping predecessor of a pipelined engine counts up to the node's start; ties go to the later
+start). A semaphore-wait instruction (``EVENT_SEMAPHORE*``) is left through the instruction of
+another engine that finished last during the wait (the semaphore's setter). Every ns between the
+path's first start and last end is attributed exactly once, going backwards with a cursor:
 
 * the node's own execution ``[start, end)`` → ``compute`` (engine instructions), ``dma``
   (DMA-trigger instructions ``*DMA*``, ``TENSOR_LOAD``/``TENSOR_STORE``, DMA blocks),
-  ``collective`` (``*COLLECTIVE*``/``CC_*`` opcodes) or ``semaphore_wait`` (``EVENT_SEMAPHORE*``);
+  ``collective`` (``*COLLECTIVE*``/``CC_*`` opcodes) or, for ``EVENT_SEMAPHORE*``, split like a wait
+  window below;
 * the gap between the chosen predecessor's end and the node's start: the part inside the node's
   semaphore wait window ``[start − evt_wait_time, start)`` is ``collective`` where a collective op
   (``CcOp``) ran, else ``dma`` where DMA packets were moving data (the wait was for that data), else
@@ -33,7 +36,8 @@ import pyarrow as pa
 
 from jobs.analyze.neuron_metrics import merge_intervals, overlap_ns
 
-__all__ = ["CriticalPath", "device_critical_path", "instruction_category", "CATEGORIES", "critical_path_rows"]
+__all__ = ["CriticalPath", "device_critical_path", "instruction_category", "CATEGORIES", "critical_path_rows",
+           "critical_path_from_events", "BOUND_BY"]
 
 CATEGORIES = ("compute", "dma", "semaphore_wait", "collective", "idle")
 
@@ -174,8 +178,11 @@ def device_critical_path(instructions: pa.Table | None, flows: pa.Table | None =
                 continue
         if s < cursor:
             seg_end = min(e, cursor)
-            segs.append((nid, nm, s, seg_end, c))
-            cp.by_category[c] += seg_end - s
+            if c == "semaphore_wait":  # a wait instruction: DMA / collective activity during it explains it
+                _attribute_gap(cp, segs, s, seg_end, s, dma_iv, cc_iv, nid, nm)
+            else:
+                segs.append((nid, nm, s, seg_end, c))
+                cp.by_category[c] += seg_end - s
             cursor = s
         cands = list(preds[cur])
         if w > 0:
@@ -187,9 +194,9 @@ def device_critical_path(instructions: pa.Table | None, flows: pa.Table | None =
         cands = [q for q in cands if q not in visited]
         if not cands:
             break
-        fitting = [q for q in cands if nodes[q][1] <= cursor]
-        pool = fitting or cands
-        p = max(pool, key=lambda q: (nodes[q][1], rank[q]))
+        # the predecessor that released this node last; an overlapping one (pipelined engines:
+        # LDWEIGHTS/MATMUL) counts up to the cursor, ties go to the later start
+        p = max(cands, key=lambda q: (min(nodes[q][1], cursor), nodes[q][0], rank[q]))
         p_end = min(nodes[p][1], cursor)
         if p_end < cursor:
             _attribute_gap(cp, segs, p_end, cursor, s - w, dma_iv, cc_iv)
@@ -218,6 +225,13 @@ def _attribute_gap(cp: CriticalPath, segs: list, a: int, b: int, wait_from: int,
         segs.append((None, "gap", a, w0, "idle"))
 
 
+#: Path categories → ``critical_path.bound_by`` vocabulary of the table contract (schemas/expectations.py):
+#: device data movement is the device's data loading, semaphore waits are synchronization, unexplained
+#: dependency gaps are gaps between device work.
+BOUND_BY = {"compute": "compute", "dma": "data_loading", "semaphore_wait": "sync", "collective": "communication",
+            "idle": "kernel_kernel_gap"}
+
+
 def critical_path_rows(cp: CriticalPath, identity: dict, event_ids: dict | None = None) -> list[dict]:
     """The path as ``critical_path`` rows (:data:`schemas.tables.CRITICAL_PATH` columns).
 
@@ -228,17 +242,71 @@ def critical_path_rows(cp: CriticalPath, identity: dict, event_ids: dict | None 
         event_ids: optional ``{instruction id: events.event_id}`` to link segments to events.
 
     Returns:
-        Row dicts with ``scope`` = ``neuron_device``, ``path_rank`` = rank and ``bound_by`` one of
-        :data:`CATEGORIES`.
+        Row dicts with ``scope`` = ``rank``, ``path_rank`` = rank, ``bound_by`` mapped by :data:`BOUND_BY`
+        and ``name`` the instruction opcode, or ``gap:<category>`` for gaps.
     """
     rows = []
     for i, (nid, nm, s, e, c) in enumerate(cp.segments):
         rows.append({
             "date": identity["date"], "job_id": identity["job_id"], "attempt": int(identity["attempt"]),
-            "step": int(identity.get("step", -1)), "scope": "neuron_device", "path_rank": int(identity["rank"]),
+            "step": int(identity.get("step", -1)), "scope": "rank", "path_rank": int(identity["rank"]),
             "segment": i, "rank": int(identity["rank"]), "capture_id": identity["capture_id"],
-            "event_id": (event_ids or {}).get(nid) if nid is not None else None, "name": nm,
-            "start_ns": int(s), "end_ns": int(e), "dur_ns": int(e - s), "bound_by": c,
+            "event_id": (event_ids or {}).get(nid) if nid is not None else None,
+            "name": nm if nid is not None else f"gap:{c}",
+            "start_ns": int(s), "end_ns": int(e), "dur_ns": int(e - s), "bound_by": BOUND_BY[c],
             "path_length_ns": int(cp.length_ns),
         })
     return rows
+
+
+def critical_path_from_events(events: pa.Table) -> tuple[CriticalPath, dict]:
+    """The device critical path rebuilt from one capture's ``events`` rows (``source`` ``neuron``).
+
+    Instructions are the ``neuron_instruction`` rows (``external_id`` = instruction id, ``args_json``
+    ``engine``, ``evt_wait_time_ns``, ``pcore_idx`` = ``pid``, ``predecessors``), DMA blocks the
+    ``neuron_dma_block`` rows, DMA activity the ``neuron_dma`` rows and collectives the
+    ``neuron_collective`` rows (see :mod:`jobs.normalize.neuron_events`); the result equals
+    :func:`device_critical_path` on the profile tables.
+
+    Returns:
+        ``(path, {instruction id: event_id})`` — the map links segments to ``events`` for
+        :func:`critical_path_rows`.
+    """
+    import msgspec
+
+    cat = events.column("category").to_pylist()
+    ts, dur = events.column("ts_ns").to_pylist(), events.column("dur_ns").to_pylist()
+    ext, eid = events.column("external_id").to_pylist(), events.column("event_id").to_pylist()
+    names, pids, args = events.column("name").to_pylist(), events.column("pid").to_pylist(), events.column("args_json").to_pylist()
+    ins = {k: [] for k in ("id", "start_ts", "end_ts", "engine", "opcode", "pcore_idx", "evt_wait_time_ns")}
+    flows = {"in_id": [], "out_id": []}
+    blocks = {"id": [], "start_ts": [], "end_ts": []}
+    pk = {"start_ts": [], "end_ts": []}
+    cc = {"start_ts": [], "end_ts": []}
+    ids = {}
+    for i, c in enumerate(cat):
+        if c == "neuron_instruction":
+            a = msgspec.json.decode(args[i]) if args[i] else {}
+            ins["id"].append(ext[i])
+            ins["start_ts"].append(ts[i])
+            ins["end_ts"].append(ts[i] + (dur[i] or 0))
+            ins["engine"].append(a.get("engine"))
+            ins["opcode"].append(names[i])
+            ins["pcore_idx"].append(pids[i])
+            ins["evt_wait_time_ns"].append(a.get("evt_wait_time_ns") or 0)
+            ids[ext[i]] = eid[i]
+            for p in a.get("predecessors") or []:
+                flows["in_id"].append(p)
+                flows["out_id"].append(ext[i])
+        elif c == "neuron_dma_block":
+            blocks["id"].append(ext[i])
+            blocks["start_ts"].append(ts[i])
+            blocks["end_ts"].append(ts[i] + (dur[i] or 0))
+        elif c in ("neuron_dma", "neuron_collective"):
+            d = pk if c == "neuron_dma" else cc
+            d["start_ts"].append(ts[i])
+            d["end_ts"].append(ts[i] + (dur[i] or 0))
+    t = lambda d: pa.table(d) if d and len(next(iter(d.values()))) else None  # noqa: E731
+    ins_t = pa.table({k: pa.array(v, pa.string() if k in ("engine", "opcode") else pa.int64()) for k, v in ins.items()}) \
+        if ins["id"] else None
+    return device_critical_path(ins_t, t(flows), t(blocks), t(pk), t(cc)), ids

@@ -125,13 +125,7 @@ def id_keys(values: list, label_codes: dict, parse_stream: bool = False):
             v = to_text(v)
         r = cache.get(v)
         if r is None:
-            s = v.strip()
-            if s.lstrip("-").isdigit() and -(2**62) < int(s) < 2**62:
-                r = (int(s), False)
-            else:
-                m = _STREAM_TID.match(v) if parse_stream else None
-                r = (int(m.group(1)), True) if m else (None, False)
-            cache[v] = r
+            r = cache[v] = resolve_id_string(v, parse_stream)
         x, is_stream = r
         if x is not None:
             num[i] = x
@@ -143,6 +137,17 @@ def id_keys(values: list, label_codes: dict, parse_stream: bool = False):
             labels[i] = v
             key[i] = _LABEL_KEY0 - label_codes.setdefault(v, len(label_codes))
     return num, valid, key, labels, streams
+
+
+def resolve_id_string(v: str, parse_stream: bool = False) -> tuple[int | None, bool]:
+    """A string pid/tid -> ``(number, is_stream)``: numeric strings (``"140"``) -> their value,
+    ``"stream N"`` -> ``(N, True)`` when ``parse_stream`` (tids), anything else -> ``(None, False)``
+    (a label such as ``"Spans"``)."""
+    s = v.strip()
+    if s.lstrip("-").isdigit() and -(2**62) < int(s) < 2**62:
+        return int(s), False
+    m = _STREAM_TID.match(v) if parse_stream else None
+    return (int(m.group(1)), True) if m else (None, False)
 
 
 def phase_codes(ph_list: list) -> np.ndarray:
@@ -199,9 +204,19 @@ def collective_args(A: list, enc: bytes) -> dict[str, pa.Array]:
     """Collective columns from args: ``Collective name``, ``Process Group Name``, ``Group size``,
     ``Seq`` and ``msg_bytes`` = max(``In msg nelems``, ``Out msg nelems``) × dtype bytes
     (``In/Out msg size`` on pre-2024 traces). All null when the chunk has no collective args."""
-    n = len(A)
-    if b'"Collective name"' not in enc:
+    if not any(k in enc for k in COLLECTIVE_KEYS):  # fast skip: no row has any of the keys
         return {}
+    return collective_columns(A)
+
+
+#: args keys whose presence in a row makes :func:`collective_columns` read it.
+COLLECTIVE_KEYS = (b'"Collective name"', b'"Process Group Name"', b'"Group size"', b'"Seq"')
+
+
+def collective_columns(A: list) -> dict[str, pa.Array]:
+    """Collective columns of decoded :class:`~jobs.normalize.shapes.Args` rows (see
+    :func:`collective_args`); each value depends on its own row only."""
+    n = len(A)
     out = {"collective": str_array(pluck(A, "collective"))}
     out["pg_name"] = str_array([None if v is None else (v if isinstance(v, str) else to_text(v)) for v in pluck(A, "pg_name")])
     out["group_size"] = to_int64(pluck(A, "group_size"))

@@ -38,6 +38,13 @@ class CaptureFile:
     ``job_id``/``attempt``/``rank`` come from the manifest when there is one, else from the path;
     ``rank`` is ``None`` when only the trace itself can tell. ``error`` is set when the capture is
     already known to be bad (e.g. an invalid manifest): the file is then quarantined with that reason.
+
+    Routing (:mod:`jobs.normalize.formats`): ``kind`` is ``auto`` (JSON: the content decides),
+    ``neuron_parquet`` (``uri`` is an Explorer Parquet folder and ``members`` its ``*.parquet`` file
+    names), ``xplane``, ``neuron_raw`` or ``neuron_summary_json``/``xla_trace`` from a manifest kind.
+    ``converted`` is the URI of a converted form of a raw file (an NTFF's JSON/Parquet, an xplane's
+    ``trace.json.gz``, the full profile a summary-json summarizes), ``note`` the NEFF/NTFF pairing,
+    ``flags`` data-quality flags known at discovery (e.g. ``ntff_without_neff``).
     """
 
     uri: str
@@ -56,6 +63,11 @@ class CaptureFile:
     error: str | None = None
     bare: bool = True
     tags: dict = field(default_factory=dict)
+    kind: str = "auto"
+    members: list[str] = field(default_factory=list)
+    converted: str | None = None
+    note: str | None = None
+    flags: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """Plain dict (JSON-serializable) for shipping to Spark workers."""
@@ -113,11 +125,13 @@ def _int_or_none(v):
 
 
 def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: list[str], root: str) -> list[CaptureFile]:
+    """Capture files of one committed capture folder; ``names`` are paths relative to it (any depth)."""
     uri = _unstrip(protocol, manifest_path)
     rel = posixpath.relpath(folder, root)
     parts = _path_parts(rel)
     capture_id = posixpath.basename(folder)
-    trace_names = [n for n in names if _is_trace_name(n)]
+    trace_names = [n for n in names if "/" not in n and _is_trace_name(n)]
+    kinds: dict[str, str] = {}
     try:
         with fs.open(manifest_path, "rb") as f:
             manifest = json.loads(f.read())
@@ -127,11 +141,15 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
 
         validate_manifest(manifest)
         job_id = safe_id(manifest["job_id"], "job_id", uri)
-        listed = [fi["path"] for fi in manifest.get("files", []) if fi.get("kind", "kineto_trace") == "kineto_trace"]
+        from jobs.normalize.formats import MANIFEST_KINDS
+
+        listed = [fi["path"] for fi in manifest.get("files", []) if fi.get("kind", "kineto_trace") in MANIFEST_KINDS]
         for p in listed:
             if p.startswith("/") or ".." in p.split("/"):
                 raise DiscoveryError(f"file path {p!r} escapes the capture folder")
-        trace_names = sorted(set(trace_names) | set(listed))
+        kinds = {fi["path"]: MANIFEST_KINDS[fi.get("kind", "kineto_trace")] for fi in manifest.get("files", [])
+                 if fi.get("kind", "kineto_trace") in MANIFEST_KINDS}
+        trace_names = sorted(set(trace_names) | set(listed) | {n for n in names if "/" in n})
         common = dict(
             capture_id=safe_id(capture_id, "capture_id", uri),
             job_id=job_id,
@@ -163,12 +181,146 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
         error = reason
         if not trace_names:
             trace_names = ["manifest.json"]
+    if error is not None:
+        routed = [_Routed(n, "auto") for n in trace_names]
+    else:
+        routed = route_files(trace_names, kinds)
     out = []
-    for n in trace_names:
-        p = posixpath.join(folder, n)
-        cid = common["capture_id"] if len(trace_names) == 1 else f"{common['capture_id']}.{slug(n)}"
-        out.append(CaptureFile(uri=_unstrip(protocol, p), **{**common, "capture_id": cid}, error=error))
+    for r in routed:
+        p = posixpath.join(folder, r.rel) if r.rel != "." else folder
+        cid = common["capture_id"] if len(routed) == 1 else f"{common['capture_id']}.{slug(r.rel)}"
+        out.append(CaptureFile(uri=_unstrip(protocol, p), **{**common, "capture_id": cid}, error=error,
+                               **r.fields(protocol, folder)))
     return out
+
+
+@dataclass
+class _Routed:
+    """A routable file (or Parquet folder) relative to a group root, with its links (see :func:`route_files`)."""
+
+    rel: str
+    kind: str
+    members: list[str] = field(default_factory=list)
+    converted: str | None = None
+    note: str | None = None
+    flags: list[str] = field(default_factory=list)
+
+    def fields(self, protocol: str, root: str) -> dict:
+        conv = None
+        if self.converted is not None:
+            conv = _unstrip(protocol, posixpath.join(root, self.converted))
+        return dict(kind=self.kind, members=list(self.members), converted=conv, note=self.note, flags=list(self.flags))
+
+
+def route_files(rel_paths: list[str], kinds: dict[str, str] | None = None) -> list[_Routed]:
+    """Routable files among paths relative to one group root (a capture folder or the landing root).
+
+    ``*.parquet`` files are grouped by folder into one ``neuron_parquet`` entry per Explorer export
+    (``rel`` = the folder); other names are routed by :func:`jobs.normalize.formats.kind_from_name`
+    unless ``kinds`` (manifest ``files[].kind`` mapped by ``formats.MANIFEST_KINDS``) says otherwise;
+    files of no known kind are left out. Then each raw file, xplane and ``summary.json`` is linked to a
+    converted form when one is present (``converted``): same folder and stem (``profile.ntff`` ↔
+    ``profile.json``), the capture-hook layout (``neuron/<folder>/raw/…`` ↔ ``neuron/<folder>/parquet``
+    or ``json``), ``<host>.xplane.pb`` ↔ ``<host>.trace.json.gz``; NTFFs and NEFFs are paired by the
+    hash in their names (``note``; flag ``ntff_without_neff`` when an NTFF has no NEFF).
+
+    Returns:
+        Entries sorted by ``rel``.
+    """
+    from jobs.normalize.formats import kind_from_name, pair_key
+    from jobs.normalize.neuron_parquet import is_parquet_profile_dir
+
+    kinds = kinds or {}
+    by_dir: dict[str, list[str]] = {}
+    out: list[_Routed] = []
+    for rel in sorted(set(rel_paths)):
+        kind = kinds.get(rel) or kind_from_name(rel)
+        if kind is None:
+            continue
+        if kind == "neuron_parquet" or rel.endswith(".parquet"):
+            by_dir.setdefault(posixpath.dirname(rel) or ".", []).append(posixpath.basename(rel))
+            continue
+        out.append(_Routed(rel, kind))
+    for d, members in sorted(by_dir.items()):
+        if is_parquet_profile_dir(members):
+            out.append(_Routed(d, "neuron_parquet", members=sorted(members)))
+    profiles = [r.rel for r in out if r.kind in ("auto", "neuron_parquet", "neuron_json", "xla_trace")
+                and posixpath.basename(r.rel) != "summary.json"]
+    for r in out:
+        _link(r, out, profiles, pair_key)
+    return sorted(out, key=lambda r: r.rel)
+
+
+def _link(r: _Routed, routed: list[_Routed], profiles: list[str], pair_key) -> None:
+    d, base = posixpath.dirname(r.rel), posixpath.basename(r.rel)
+    if r.kind == "xplane":
+        host = base[: -len(".xplane.pb")]
+        for cand in (f"{host}.trace.json.gz", f"{host}.trace.json"):
+            c = posixpath.join(d, cand)
+            if c in profiles:
+                r.converted = c
+        return
+    if r.kind == "neuron_raw":
+        stem = base.rsplit(".", 1)[0]
+        for p in profiles:
+            if posixpath.dirname(p) == d and posixpath.basename(p).split(".")[0] == stem:
+                r.converted = p
+        if r.converted is None and "/raw/" in f"/{r.rel}":
+            top = f"/{r.rel}".split("/raw/")[0].lstrip("/")
+            for p in profiles:
+                if (p + "/").startswith(top + "/" if top else "") and "/raw/" not in f"/{p}/":
+                    r.converted = p
+                    break
+        low = base.lower()
+        if low.endswith((".ntff", ".neff")):
+            key = pair_key(base)
+            other = ".neff" if low.endswith(".ntff") else ".ntff"
+            sibs = [x.rel for x in routed if posixpath.dirname(x.rel) == d and x.rel.lower().endswith(other)]
+            mates = [x for x in sibs if key is not None and pair_key(posixpath.basename(x)) == key]
+            if not mates and key is None and len(sibs) == 1 and other == ".neff":
+                mates = sibs  # native PyTorch layout: profile_nc_0_session_0.ntff + the folder's one NEFF
+            if mates:
+                r.note = f"paired with {', '.join(posixpath.basename(m) for m in mates[:4])}" + \
+                    (f" (+{len(mates) - 4} more)" if len(mates) > 4 else "")
+            elif other == ".neff" and r.converted is None:
+                r.flags.append("ntff_without_neff")
+        return
+    if base == "summary.json" or r.kind == "neuron_summary_json":
+        # capture-hook layout: neuron/<folder>/summary.json next to neuron/<folder>/parquet/ or json/<x>.json
+        for x in routed:
+            if x.kind == "neuron_parquet" and posixpath.dirname(x.rel) == d and posixpath.basename(x.rel) == "parquet":
+                r.converted = x.rel
+                return
+            if x.rel.endswith(".json") and posixpath.dirname(x.rel) == posixpath.join(d, "json"):
+                r.converted = x.rel
+                return
+
+
+def _is_routable(name: str) -> bool:
+    from jobs.normalize.formats import kind_from_name
+
+    return kind_from_name(name) is not None
+
+
+def _capture_root(folder: str, rel: str) -> str:
+    """The landing-zone capture folder (``…/rank=NNNNN/<capture_id>``) that ``folder`` is in."""
+    segs = rel.split("/")
+    for i, seg in enumerate(segs):
+        if seg.startswith("rank=") and i + 1 < len(segs):
+            depth = len(segs) - (i + 2)
+            out = folder
+            for _ in range(depth):
+                out = posixpath.dirname(out)
+            return out
+    return folder
+
+
+def _size_of(infos: dict[str, dict], rel: str, members: list[str]) -> int | None:
+    if members:
+        sizes = [infos.get(posixpath.normpath(posixpath.join(rel, m)), {}).get("size") for m in members]
+        return sum(x for x in sizes if x is not None) if any(x is not None for x in sizes) else None
+    info = infos.get(rel)
+    return info.get("size") if info else None
 
 
 def _unstrip(protocol: str, path: str) -> str:
@@ -207,37 +359,56 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
             continue
         by_dir.setdefault(posixpath.dirname(path), {})[posixpath.basename(path)] = info
 
+    manifest_roots = sorted((f for f in by_dir if "manifest.json" in by_dir[f]), key=len, reverse=True)
+
+    def owner(folder: str) -> str | None:
+        for m in manifest_roots:  # deepest first
+            if folder == m or folder.startswith(m + "/"):
+                return m
+        return None
+
     manifest_files: list[CaptureFile] = []
-    bare: list[CaptureFile] = []
+    bare_rel: dict[str, dict] = {}
     pending: list[str] = []
+    under: dict[str, dict[str, dict]] = {}
     for folder in sorted(by_dir):
         entries = by_dir[folder]
+        m = owner(folder)
+        if m is not None:
+            for n, info in entries.items():
+                rel_n = posixpath.relpath(posixpath.join(folder, n), m)
+                if rel_n != "manifest.json":
+                    under.setdefault(m, {})[rel_n] = info
+            continue
         rel = posixpath.relpath(folder, root)
         parts = _path_parts(rel)
-        if "manifest.json" in entries:
-            files = _from_manifest(fs, protocol, folder, posixpath.join(folder, "manifest.json"), sorted(entries), root)
-            for f in files:
-                info = entries.get(posixpath.basename(f.uri))
-                f.size_bytes = info.get("size") if info else None
-            manifest_files.extend(files)
-            continue
-        names = sorted(n for n in entries if _is_trace_name(n))
+        names = sorted(n for n in entries if _is_routable(n))
         if not names:
             continue
         if "job" in parts and "rank" in parts:
-            pending.append(_unstrip(protocol, folder))  # landing-zone capture not yet committed
+            capture_root = _capture_root(folder, rel)
+            if _unstrip(protocol, capture_root) not in pending:
+                pending.append(_unstrip(protocol, capture_root))  # landing-zone capture not yet committed
             continue
-        job_id = slug(rel.replace("/", "-")) if rel != "." else slug(posixpath.basename(root))
         for n in names:
-            relpath = posixpath.normpath(posixpath.join(rel, n))
-            cid = hashlib.sha1(relpath.encode()).hexdigest()[:16]
-            bare.append(
-                CaptureFile(
-                    uri=_unstrip(protocol, posixpath.join(folder, n)),
-                    capture_id=cid,
-                    job_id=job_id,
-                    size_bytes=entries[n].get("size"),
-                    date=parts.get("date"),
-                )
-            )
+            bare_rel[posixpath.normpath(posixpath.join(rel, n))] = entries[n]
+    for m in sorted(manifest_roots):
+        files_under = under.get(m, {})
+        files = _from_manifest(fs, protocol, m, posixpath.join(m, "manifest.json"), sorted(files_under), root)
+        for f in files:
+            rel_f = posixpath.relpath(f.uri.split("://", 1)[-1] if protocol not in ("file", "local") else f.uri, m)
+            f.size_bytes = _size_of(files_under, rel_f, f.members)
+        manifest_files.extend(files)
+
+    bare: list[CaptureFile] = []
+    for r in route_files(sorted(bare_rel)):
+        folder_rel = posixpath.dirname(r.rel) if r.kind != "neuron_parquet" else r.rel
+        job_rel = folder_rel if r.kind != "neuron_parquet" else (posixpath.dirname(r.rel) or r.rel)
+        parts = _path_parts(folder_rel)
+        job_id = slug(job_rel.replace("/", "-")) if job_rel not in ("", ".") else slug(posixpath.basename(root))
+        cid = hashlib.sha1(posixpath.normpath(r.rel).encode()).hexdigest()[:16]
+        abs_path = posixpath.join(root, r.rel) if r.rel != "." else root
+        bare.append(CaptureFile(uri=_unstrip(protocol, abs_path), capture_id=cid, job_id=job_id,
+                                size_bytes=_size_of(bare_rel, r.rel, r.members), date=parts.get("date"),
+                                **r.fields(protocol, root)))
     return Discovery(files=manifest_files + bare, pending=pending)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import posixpath
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -64,14 +64,22 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
 
     Args:
         task: a :class:`jobs.normalize.discover.CaptureFile` as a dict.
-        data: the file's bytes as stored (gzip or plain JSON); ``None`` when it could not be read.
+        data: the file's bytes as stored (gzip or plain JSON); for an Explorer Parquet folder
+            (``kind`` ``neuron_parquet``) ``{member file name: bytes}``; for a raw blob that is only
+            cataloged a :class:`jobs.normalize.route.BlobDigest`; ``None`` when it could not be read.
         read_error: why the file could not be read, if so.
 
     Returns:
         ``(capture_row, events)``: a ``captures`` row as a dict, and the ``events`` rows as an
-        Arrow table with the EVENTS schema (``None`` when the file is quarantined).
+        Arrow table with the EVENTS schema (``None`` when the file is quarantined or has no events).
+        Neuron device profiles add their ``neuron_summary`` rows under the row key
+        :data:`jobs.normalize.route.NEURON_SUMMARY_KEY`. Routing by kind (:mod:`jobs.normalize.formats`):
+        Kineto and XLA Chrome traces go to :func:`jobs.normalize.kineto.parse_kineto` (``source``
+        ``kineto``/``xla``; an xplane is converted first when xprof is installed), everything else to
+        :func:`jobs.normalize.route.normalize_other`.
     """
     from jobs.normalize.kineto import TraceError, parse_kineto
+    from jobs.normalize.route import BlobDigest, kind_of, normalize_other, source_of
 
     row = {c: None for c in CAPTURES.names}
     row.update(
@@ -82,11 +90,38 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     )
     reason = task.get("error") or read_error
     parsed = None
-    if data is not None:
+    extra_flags: list[str] = []
+    if isinstance(data, BlobDigest):
+        row["sha256"], row["size_bytes"] = data.sha256, data.size
+        data = None
+    elif isinstance(data, dict):  # Parquet folder: sha256 over the sorted members' names and digests
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in sorted(data):
+            h.update(name.encode() + b"\0" + hashlib.sha256(data[name]).digest())
+        row["sha256"], row["size_bytes"] = h.hexdigest(), sum(len(v) for v in data.values())
+    elif data is not None:
         import hashlib
 
         row["sha256"] = hashlib.sha256(data).hexdigest()
         row["size_bytes"] = len(data)
+    kind = task.get("kind") or "auto"
+    if reason is None and kind == "auto":
+        kind = kind_of(task, data)
+    if reason is None and kind == "xplane" and not task.get("converted") and isinstance(data, bytes):
+        from jobs.normalize.xplane import XprofUnavailable, convert_xplane
+
+        try:
+            data, extra_flags = convert_xplane(data, posixpath.basename(task["uri"]))
+            kind = "xla_trace"
+        except XprofUnavailable:
+            pass  # quarantined below as "needs xprof conversion"
+        except TraceError as exc:
+            reason = str(exc)
+    row["source"] = source_of(kind)
+    if reason is None and kind not in ("kineto", "xla_trace"):
+        return normalize_other(task, data, row, kind)
     if reason is None:
         try:
             parsed = parse_kineto(data, task["uri"])
@@ -110,9 +145,13 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     row["host_name"] = meta.get("host_name") or task.get("host_name")
     row["device_name"] = meta.get("device_name") or task.get("device_name")
     row.update(status="ingested", rank=rank, rank_source=rank_source,
-               flags=sorted(set(meta.get("flags") or []) | set(rank_flags)),
+               flags=sorted(set(meta.get("flags") or []) | set(rank_flags) | set(extra_flags)),
                date=task.get("date") or _date_of(meta.get("trace_start_ns")) or "unknown")
-    return row, with_identity(parsed.events, row)
+    events = with_identity(parsed.events, row)
+    if row["source"] != "kineto" and events.num_rows:
+        i = events.schema.get_field_index("source")
+        events = events.set_column(i, events.schema.field(i), pa.array([row["source"]] * events.num_rows, pa.string()))
+    return row, events
 
 
 def with_identity(events: pa.Table, capture: dict) -> pa.Table:
@@ -138,6 +177,47 @@ def _read(uri: str, storage_options: dict) -> tuple[bytes | None, str | None]:
         return None, f"cannot read file: {type(exc).__name__}: {exc}"
 
 
+def _read_task(task: dict, storage_options: dict):
+    """The input of :func:`normalize_file` for one task: bytes, ``{member: bytes}`` for a Parquet
+    folder, or a streamed :class:`jobs.normalize.route.BlobDigest` for a blob that is only cataloged."""
+    kind = task.get("kind") or "auto"
+    if kind == "neuron_parquet":
+        out = {}
+        for m in task.get("members") or []:
+            data, err = _read(posixpath.join(task["uri"], m), storage_options)
+            if err:
+                return None, f"{m}: {err}"
+            out[m] = data
+        return out, None
+    if kind == "neuron_raw" or (kind == "xplane" and (task.get("converted") or not _xprof())):
+        return _digest(task["uri"], storage_options)
+    return _read(task["uri"], storage_options)
+
+
+def _xprof() -> bool:
+    from jobs.normalize.xplane import xprof_available
+
+    return xprof_available()
+
+
+def _digest(uri: str, storage_options: dict):
+    import hashlib
+
+    import fsspec
+
+    from jobs.normalize.route import BlobDigest
+
+    h, size = hashlib.sha256(), 0
+    try:
+        with fsspec.open(uri, "rb", **storage_options) as f:
+            while chunk := f.read(8 << 20):
+                h.update(chunk)
+                size += len(chunk)
+    except Exception as exc:
+        return None, f"cannot read file: {type(exc).__name__}: {exc}"
+    return BlobDigest(size, h.hexdigest()), None
+
+
 def make_partition_parser(storage_options: dict):
     """A ``mapInArrow`` function: batches of tasks (``task_json`` column) → :func:`work_schema` batches."""
 
@@ -146,7 +226,7 @@ def make_partition_parser(storage_options: dict):
         for batch in batches:
             for task_json in batch.column("task_json").to_pylist():
                 task = json.loads(task_json)
-                data, err = _read(task["uri"], storage_options)
+                data, err = _read_task(task, storage_options)
                 capture, events = normalize_file(task, data, err)
                 del data
                 if events is not None and events.num_rows:
@@ -175,7 +255,9 @@ def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict
     from jobs.normalize.discover import slug
 
     groups: dict[tuple, list[dict]] = {}
-    bare_ingested = [c for c in captures if tasks[c["capture_id"]].get("bare") and c["status"] == "ingested"]
+    # Neuron device profiles are per NeuronCore, not per rank: a folder of them stays one job
+    bare_ingested = [c for c in captures if tasks[c["capture_id"]].get("bare") and c["status"] == "ingested"
+                     and c.get("source", "kineto") in ("kineto", "xla")]
     for c in bare_ingested:
         groups.setdefault((c["job_id"], c["attempt"], c["rank"]), []).append(c)
     clashing_jobs = {k[0] for k, v in groups.items() if len(v) > 1}
@@ -194,17 +276,25 @@ class NormalizeResult:
     captures: list[dict]
     pending: list[str]
     job_ids: list[str]
+    neuron_summary: list[dict] = field(default_factory=list)
+    n_discovered: int = 0  # raw files handed to the workers: must equal len(captures) (nothing lost)
 
     @property
     def n_quarantined(self) -> int:
         return sum(c["status"] == "quarantined" for c in self.captures)
 
 
-def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | None = None) -> NormalizeResult:
+def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | None = None,
+                  since=None, until=None) -> NormalizeResult:
     """Normalize every committed capture under ``raw_root`` into ``{warehouse}/captures`` and ``/events``.
+
+    ``since``/``until`` (UTC ``datetime`` or ISO string; either may be ``None``) restrict the run to
+    the jobs with a capture committed in ``[since, until)``, each rebuilt from all of its captures
+    (:mod:`jobs.normalize.interval`).
 
     Raises:
         FileNotFoundError: when ``raw_root`` does not exist.
+        ValueError: ``since`` is not before ``until``.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -213,6 +303,10 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
 
     storage_options = storage_options or {}
     found = discover(raw_root, storage_options)
+    if since is not None or until is not None:
+        from jobs.normalize.interval import restrict_to_interval
+
+        found, _ = restrict_to_interval(found, raw_root, since, until, storage_options)
     if not found.files:
         return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
     tasks = {f.capture_id: f.to_dict() for f in found.files}
@@ -228,6 +322,7 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
         for c in captures:
             c["job_id"] = renames.get(c["capture_id"], c["job_id"])
         captures.sort(key=lambda c: (c["job_id"], c["attempt"], c["rank"], c["capture_id"]))
+        neuron_rows = neuron_summary_rows(captures)
         events = work.filter(F.col("event_id") >= 0).drop(_CAPTURE_COL)
         if renames:
             mapping = spark.createDataFrame(list(renames.items()), "capture_id string, _new_job string")
@@ -237,9 +332,28 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
         _write(events, warehouse, "events")
         cap_df = spark.createDataFrame(captures_table(captures).to_pandas(), schema=CAPTURES.spark_schema())
         _write(cap_df.coalesce(1), warehouse, "captures")
+        if neuron_rows:
+            from jobs.normalize.neuron_summary import summary_table
+            from schemas import NEURON_SUMMARY
+
+            ns_df = spark.createDataFrame(summary_table(neuron_rows).to_pandas(), schema=NEURON_SUMMARY.spark_schema())
+            _write(ns_df.coalesce(1), warehouse, "neuron_summary")
     finally:
         work.unpersist()
-    return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}))
+    return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}),
+                           neuron_summary=neuron_rows, n_discovered=len(tasks))
+
+
+def neuron_summary_rows(captures: list[dict]) -> list[dict]:
+    """Pop the ``neuron_summary`` rows carried by capture dicts and give them the capture's identity
+    (after bare-job renames): ``date``, ``job_id``, ``attempt``, ``rank``, ``capture_id``."""
+    from jobs.normalize.route import NEURON_SUMMARY_KEY
+
+    out = []
+    for c in captures:
+        for r in c.pop(NEURON_SUMMARY_KEY, None) or []:
+            out.append({**r, **{k: c[k] for k in _IDENTITY}})
+    return out
 
 
 def captures_table(captures: list[dict]) -> pa.Table:

@@ -6,6 +6,9 @@ which the caller adds) and the capture-level fields of :data:`schemas.tables.CAP
 
 Pipeline (speed and memory are product targets, see the module docs it links):
 
+0. Fast path (``engine="auto"``): the C scanner of :mod:`jobs.normalize.native` reduces the
+   streamed JSON to the same columns in one pass (no per-event Python objects); whatever it
+   cannot reproduce exactly hands the file to the reference path below. Step 2 is shared.
 1. :func:`jobs.normalize.container.iter_decoded` streams the document (gzip detected from magic
    bytes, every member, size cap), :class:`jobs.normalize.stream.TraceSplitter` cuts it into
    runs of whole events, each decoded by one typed ``msgspec`` call (only the fields we need,
@@ -27,6 +30,7 @@ absolute µs ints/floats and relative µs + ``baseTimeNanoseconds``.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import posixpath
 import re
@@ -38,11 +42,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.normalize import shapes
+from jobs.normalize import native, shapes
 from jobs.normalize.columns import X, EventColumns, bool_np, int_and_mask
 from jobs.normalize.container import DEFAULT_MAX_UNCOMPRESSED_BYTES, GZIP_MAGIC, decode_container, iter_decoded
 from jobs.normalize.errors import TraceError
 from jobs.normalize.linkage import SliceIndex, track_codes
+from jobs.normalize.native import NativeBail
 from jobs.normalize.numbers import to_int64
 from jobs.normalize.repair import repair_json
 from jobs.normalize.stream import NotSplittable, TraceSplitter
@@ -81,7 +86,9 @@ _NCCL_RE = r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)"
 _STEP_PREFIX = "ProfilerStep#"
 _CHUNK_BYTES = 4 << 20  # decoded bytes per chunk (bounds the Python objects alive at once)
 _STREAMING = True  # False: always decode the whole document (tests compare both paths)
+_NATIVE_PIECE_BYTES = 1 << 20  # gunzip piece of the native path (smaller pieces: lower peak RSS)
 _POOL = pa.default_memory_pool()
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -119,6 +126,7 @@ def parse_kineto(
     *,
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
     compact_args: bool = True,
+    engine: str | None = None,
 ) -> ParsedTrace:
     """Parse one Kineto/Chrome-trace file into canonical event rows and capture metadata.
 
@@ -128,6 +136,12 @@ def parse_kineto(
         max_uncompressed_bytes: cap on the decoded JSON size (default 8 GiB).
         compact_args: write ``args_json`` as compact JSON (no insignificant whitespace, ~10%
             slower); if False the args text is kept byte-for-byte as written.
+        engine: ``"auto"`` (default, or ``$TRACELAKE_KINETO_ENGINE`` when set): the native C
+            scanner (:mod:`jobs.normalize.native`) when it is built and can reproduce the
+            reference exactly, else the pure-Python path; ``"python"``: always the pure-Python
+            path (the reference); ``"native"``: the native scanner only (raises
+            :class:`~jobs.normalize.native.NativeBail` where ``auto`` would fall back; for tests
+            and benchmarks). Both paths give equal tables and metadata.
 
     Returns:
         :class:`ParsedTrace` (``events`` Arrow table, ``meta`` dict).
@@ -137,10 +151,27 @@ def parse_kineto(
             truncated/corrupt gzip, size limit, invalid or truncated JSON with the byte offset,
             not a Chrome trace, an event without a numeric ``ts``).
     """
+    if engine is None:
+        engine = os.environ.get("TRACELAKE_KINETO_ENGINE") or "auto"
+    if engine not in ("auto", "python", "native"):
+        raise ValueError(f"engine must be 'auto', 'python' or 'native', not {engine!r}")
     was_enabled = gc.isenabled()
     gc.disable()  # the decoded objects are acyclic; collections would only cost time
     try:
-        return _parse(bytes(data) if not isinstance(data, bytes) else data, max_uncompressed_bytes, compact_args)
+        data = bytes(data) if not isinstance(data, bytes) else data
+        if engine == "native" or (engine == "auto" and _use_native()):
+            try:
+                return _parse_native(data, max_uncompressed_bytes, compact_args)
+            except (NativeBail, TraceError):
+                if engine == "native":
+                    raise
+                # the reference path decides: same result, or the precise quarantine reason
+            except Exception:  # a scanner defect must not lose the file: log it, use the reference
+                if engine == "native":
+                    raise
+                _LOG.warning("native Kineto scanner failed on %s; using the Python path", uri or "<bytes>",
+                             exc_info=True)
+        return _parse(data, max_uncompressed_bytes, compact_args)
     finally:
         if was_enabled:
             gc.enable()
@@ -157,6 +188,20 @@ def _tick(label: str) -> None:
     """Record a (label, time) checkpoint when ``TRACELAKE_PARSE_PROFILE=1`` (development aid)."""
     if _PROFILE:
         _T.append((label, time.perf_counter()))
+
+
+def _use_native() -> bool:
+    """``engine="auto"``: the native scanner is built and streaming is on."""
+    return native.AVAILABLE and _STREAMING
+
+
+def _parse_native(data: bytes, max_uncompressed_bytes: int, compact_args: bool) -> ParsedTrace:
+    _T.clear()
+    _tick("start")
+    container = "gzip" if data[:2] == GZIP_MAGIC else "json"
+    cols, header, is_list, size = native.scan_trace(data, max_uncompressed_bytes, compact_args, _NATIVE_PIECE_BYTES)
+    _tick("native-scan")
+    return _finish(cols, header, is_list, container, size)
 
 
 def _parse(data: bytes, max_uncompressed_bytes: int, compact_args: bool) -> ParsedTrace:
@@ -364,9 +409,10 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
     _tick("finish-misc")
 
     out = {
-        "event_id": pa.array(rows.astype(np.int64)),
-        "source": pa.array(["kineto"]).take(pa.array(np.zeros(n, np.int32))),
-        "ph": pa.array(["X", "i", "C"]).take(pa.array(row_ph.astype(np.int32))),
+        "event_id": pa.array(rows.astype(np.int64, copy=False)),
+        "source": _repeat_str(b"kineto", n),
+        "ph": pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32)),
+                                                     pa.py_buffer(_PH_BYTES[row_ph.astype(np.intp)])]),
         "category": category,
         "raw_category": raw_cat,
         "name": name_arr,
@@ -393,17 +439,22 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
         "seq": coll["seq"],
         "args_json": cols.row_arrow("args_json", chunked=True),
     }
+    meta = _meta(header, fmt, container, size, has_base, base_ns, ts_ns, end_ns, cols.ts_is_float, ts_rel, n,
+                 n_steps, sorted(flags))
+    # free the intermediates before the casts below allocate (peak RSS is a product target)
+    del (rows, row_ph, ts_rel, ts_ns, dur_ns, dur_ok, is_x, xpos, end_ns, raw_cat, cat_dict, category, is_gpu,
+         pid_num, pid_ok, pid_key, tid_num, tid_ok, tid_key, f_pid, f_tid, codes, track, f_track, parent, depth,
+         flow_id, flow_ok, fb_id, fb_ok, corr_int, corr_ok, name_arr, step, step_ok, dev_np, dev_ok, device_ok,
+         device_val, str_np, str_ok, coll, cols)
     arrays = []
     for c in EVENT_COLUMNS:
-        a = out[c]
+        a = out.pop(c)
         if isinstance(a, pa.Array):
             a = pa.chunked_array([a])
         t = _SCHEMA.field(c).type
         arrays.append(a if a.type == t else a.cast(t))
     del out
     table = pa.Table.from_arrays(arrays, schema=_SCHEMA)
-    meta = _meta(header, fmt, container, size, has_base, base_ns, ts_ns, end_ns, cols.ts_is_float, ts_rel, n,
-                 n_steps, sorted(flags))
     _tick("finish-table")
     return ParsedTrace(events=table, meta=meta)
 
@@ -411,24 +462,44 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
 def _infer_nccl(collective: pa.Array, name_arr, category: pa.Array) -> pa.Array:
     """Fill ``collective`` of NCCL/RCCL kernels that carry no ``Collective name`` from the kernel
     name (``ncclKernel_AllReduce_RING_LL_Sum_float`` -> ``allreduce``, ``ncclDevKernel_SendRecv``
-    -> ``sendrecv``)."""
+    -> ``sendrecv``). Vectorized: the name pattern is matched once per distinct kernel name."""
     n = len(collective)
     if not n:
         return collective
     need = pc.and_(pc.equal(category, "kernel").fill_null(False), pc.is_null(collective))
-    names = name_arr.combine_chunks() if isinstance(name_arr, pa.ChunkedArray) else name_arr
-    need = pc.and_(need, pc.match_substring_regex(names, "^(?:nccl|rccl)").fill_null(False))
-    if not pc.any(need).as_py():
-        return collective
     idx = pc.indices_nonzero(need)
-    ops = _nccl_ops(names.take(idx))
-    if all(v is None for v in ops):
+    if not len(idx):
         return collective
-    coll = collective.to_pylist()
-    for i, v in zip(idx.to_pylist(), ops):
-        if v is not None:
-            coll[i] = v
-    return pa.array(coll, pa.string())
+    names = _take(name_arr, idx)
+    nccl = pc.or_(pc.starts_with(names, "nccl"), pc.starts_with(names, "rccl")).fill_null(False)
+    idx, names = idx.filter(nccl), names.filter(nccl)
+    if not len(idx):
+        return collective
+    enc = names.dictionary_encode()
+    ops = pa.array(_nccl_ops(enc.dictionary), pa.string()).take(enc.indices)
+    found = ops.is_valid()
+    if not pc.any(found).as_py():
+        return collective
+    mask = np.zeros(n, bool)
+    mask[idx.filter(found).to_numpy()] = True
+    return pc.replace_with_mask(collective, pa.array(mask), ops.filter(found))
+
+
+_PH_BYTES = np.frombuffer(b"XiC", np.uint8)
+
+
+def _repeat_str(value: bytes, n: int) -> pa.Array:
+    """``pa.string`` array of ``n`` copies of ``value``."""
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(value))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(value * n)])
+
+
+def _take(arr, idx) -> pa.Array:
+    """``arr.take(idx)`` as a plain array; a one-chunk ChunkedArray is taken from its chunk (a
+    ChunkedArray take concatenates all chunks first: a transient copy of the whole column)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+    return arr.take(idx)
 
 
 def _bind_flows(fi: dict, xpos, slices: SliceIndex, flow_id, flow_ok, fb_id, fb_ok) -> None:
@@ -471,7 +542,7 @@ def _steps(name_arr, is_x, is_gpu, ts_ns, end_ns, corr, corr_ok):
     is_step = bool_np(pc.starts_with(name_arr, _STEP_PREFIX)) & is_x & ~is_gpu
     sidx = np.flatnonzero(is_step)
     nums, keep = [], []
-    for i, nm in zip(sidx.tolist(), name_arr.take(pa.array(sidx)).to_pylist()):
+    for i, nm in zip(sidx.tolist(), _take(name_arr, pa.array(sidx)).to_pylist()):
         tail = nm[len(_STEP_PREFIX):]
         if tail.isdigit():
             nums.append(int(tail))
@@ -536,8 +607,11 @@ def _lookup_track_names(track, pid_key, tid_key, thread_names: dict, tid_labels:
 def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(code per element, position of each code's first occurrence), codes in first-seen order."""
     codes = pc.dictionary_encode(pa.array(keys)).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    first = np.full(int(codes.max()) + 1 if len(codes) else 0, len(codes), np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))
+    if not len(codes):
+        return codes, np.zeros(0, np.int64)
+    # codes are numbered in first-seen order: a code first occurs where the running maximum grows
+    seen = np.maximum.accumulate(codes)
+    first = np.flatnonzero(np.concatenate(([True], seen[1:] > seen[:-1])))
     return codes, first
 
 

@@ -119,3 +119,36 @@ def test_kernels_table_types_dlrm_nccl_kernels_as_communication(spark, corpus_wa
     comm = k[k["name"].str.startswith("ncclKernel")]
     assert len(comm) and set(comm["kernel_type"]) == {"COMMUNICATION"}
     assert (k["total_ns"] >= k["max_ns"]).all() and (k["n"] >= 1).all()
+
+
+def test_dlrm_collectives_matched_across_all_ranks_and_job_critical_path(spark, corpus_warehouse):
+    from pyspark.sql import functions as F
+
+    wh, result = corpus_warehouse
+    job = result.captures[result.captures["uri"].str.contains("dlrm_kineto")]["job_id"].iloc[0]
+    coll = spark.read.parquet(str(wh / "collectives")).filter(F.col("job_id") == job).toPandas()
+    assert sorted(coll["rank"].unique()) == list(range(8))
+    per_call = coll.groupby("match_key")
+    assert (per_call["rank"].nunique() == 8).all()
+    assert (per_call["is_last_arrival"].sum() == 1).all()
+    assert (coll["wait_ns"] >= 0).all() and (coll["skew_ns"] >= 0).all()
+    cp = spark.read.parquet(str(wh / "critical_path")).filter(F.col("job_id") == job).toPandas()
+    job_path = cp[cp["scope"] == "job"]
+    assert len(job_path) and set(job_path["path_rank"]) == {-1}
+    assert set(cp[cp["scope"] == "rank"]["path_rank"]) == set(range(8))
+
+
+def test_dlrm_findings_table_and_document(spark, corpus_warehouse):
+    from pyspark.sql import functions as F
+
+    from jobs.analyze.findings import validate_document
+
+    wh, result = corpus_warehouse
+    job = result.captures[result.captures["uri"].str.contains("dlrm_kineto")]["job_id"].iloc[0]
+    f = spark.read.parquet(str(wh / "findings")).filter(F.col("job_id") == job).toPandas().sort_values("rank_order")
+    assert len(f) and list(f["rank_order"]) == list(range(1, len(f) + 1))
+    top = f.iloc[0]
+    assert top["rule"] == "straggler_rank" and list(top["ranks"]) == [7]
+    doc = json.loads((wh / "findings_json" / job / "0" / "findings.json").read_text())
+    validate_document(doc)
+    assert [x["finding_id"] for x in doc["findings"]] == list(f["finding_id"])

@@ -67,7 +67,7 @@ def test_results_are_logged_to_mlflow(spark, mixed_landing, tmp_path):
     for key in ("step_time_p50_ms", "idle_pct", "compute_pct", "overlap_pct", "rank/0/idle_pct", "rank/1/step_time_max_ms"):
         assert key in m, key
     arts = {a.path for a in client.list_artifacts(run_id)}
-    assert {"steps.csv", "ranks.csv", "captures.json"} <= arts
+    assert {"steps.csv", "ranks.csv", "captures.json", "findings.json"} <= arts
     # a second run of the same job reuses its MLflow run
     res2 = run_pipeline(str(mixed_landing), str(wh), tracking_uri=uri, spark=spark)
     assert res2.run_ids == res.run_ids

@@ -324,12 +324,14 @@ def test_unwritable_sink_does_not_break_the_loop(tmp_path, caplog):
     blocker.write_text("not a folder")
     spool = tmp_path / "spool"
     spool.mkdir()
-    capture = TraceCapture(str(blocker / "raw"), job_id="j", active=1, repeat=2, tmp_dir=str(spool), env={})
+    capture = TraceCapture(str(blocker / "raw"), job_id="j", active=1, repeat=2, tmp_dir=str(spool),
+                           spool_dir=str(tmp_path / "spool-base"), env={})
     with caplog.at_level(logging.DEBUG, logger="capture_hooks"):
         with capture:
             assert _train(capture, 8) == 8
     assert capture.committed == []
     assert capture.failures == 2  # both cycles failed to land
+    assert capture.pending == 2  # kept in the spool for a later upload, not lost
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and "export failed" in warnings[0].getMessage()  # logged once
     assert list(spool.iterdir()) == []  # exported temp files cleaned up even on failure

@@ -354,9 +354,14 @@ def test_cross_rank_path_goes_through_the_late_rank():
     assert before and {x["rank"] for x in before} == {1}
     assert sum(x["dur_ns"] for x in before if x["bound_by"] == "cpu_bound") >= 2900 * US
     assert not [x for x in r if x["bound_by"] == "collective_wait"]
-    # by hand: late start 10 + rank 1's leg to its arrival (3075 - 10) + all-reduce 100 + gap 2 + optimizer 50
+    # by hand: late start 10 (path origin aten::mm at 10 µs)
+    # + rank 1's leg: mm -> cudaLaunchKernel start 2990, launch call 5, rest of mm 5, dependency edge
+    #   to record_param_comms (HTA weight 0), -> its launch call start 1, launch delay 3062 -> 3075 = 13
+    # + all-reduce on rank 1: 100 + kernel-kernel gap 2 + optimizer 50
     assert r[0]["bound_by"] == "late_start" and r[0]["dur_ns"] == 10 * US
-    assert r[0]["path_length_ns"] == sum(x["dur_ns"] for x in r) == 3227 * US
+    leg = [x for x in before if x["bound_by"] != "late_start"]
+    assert sum(x["dur_ns"] for x in leg) == (2990 + 5 + 5 + 1 + 13) * US
+    assert r[0]["path_length_ns"] == sum(x["dur_ns"] for x in r) == (10 + 3014 + 100 + 2 + 50) * US
     # rank 0's own path is dominated by waiting inside the all-reduce kernel
     s0 = [x for x in segs.to_pylist() if x["path_rank"] == 0]
     comm0 = sum(x["dur_ns"] for x in s0 if x["bound_by"] == "communication")
@@ -382,3 +387,35 @@ def test_job_path_without_collectives_is_the_latest_rank_chain():
     rows, skew = job_critical_path(legs, match_collectives(comm_calls(ev)))
     assert sum(rows.column("dur_ns").to_pylist()) == (10 + 472) * US  # late start (origin at 10 µs) + path
     assert skew.num_rows == 0
+
+
+@pytest.mark.skipif(len(DLRM) != 8, reason="needs the 8 DLRM ranks in ../shared/corpus")
+def test_dlrm_job_path():
+    """8 real ranks: every rank's own path, legs for every NCCL kernel, one job path for step 10."""
+    job = {}
+    for f in DLRM:
+        p = parse_kineto(Path(f).read_bytes(), f)
+        r = p.meta["rank"]
+        t = p.events
+        for c, v, typ in (("date", "d", pa.string()), ("job_id", "dlrm", pa.string()), ("attempt", 0, pa.int32()),
+                          ("rank", r, pa.int32()), ("capture_id", f"c{r}", pa.string())):
+            t = t.append_column(c, pa.array([v] * t.num_rows, typ))
+        job[r] = t
+    segs, rows, skew, coll = _job_path(job)
+    s = segs.to_pandas()
+    assert sorted(s["path_rank"].unique()) == list(range(8))
+    assert (s.groupby("path_rank")["dur_ns"].sum() == s.groupby("path_rank")["path_length_ns"].first()).all()
+    legs = pa.concat_tables([rank_critical_path(ev)[1] for ev in job.values()]).to_pandas()
+    n_comm = coll.to_pandas().groupby("rank").size()
+    assert (legs[legs.to_kind == "collective"].groupby("rank").size() == n_comm).all()
+    assert (legs.length_ns >= 0).all()
+    r = rows.to_pandas()
+    assert set(r["step"]) == {10} and set(r["scope"]) == {"job"}
+    assert r["dur_ns"].sum() == r["path_length_ns"].iloc[0]
+    # the path cannot be longer than the job's step on the job clock (HTA weights <= elapsed time)
+    off = {x["rank"]: x["clock_offset_ns"] for x in skew.to_pylist()}
+    w = {rk: rank_trace(ev) for rk, ev in job.items()}
+    from jobs.analyze.critical_path import profiler_steps
+
+    spans = [(profiler_steps(w[rk])[0][1] + off[rk], profiler_steps(w[rk])[0][2] + off[rk]) for rk in job]
+    assert r["path_length_ns"].iloc[0] <= max(e for _, e in spans) - min(s0 for s0, _ in spans)

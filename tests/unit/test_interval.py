@@ -115,3 +115,26 @@ def test_commit_times_and_restrict_on_a_real_folder(tmp_path):
     restricted, sel = restrict_to_interval(found, str(lz), "2026-03-01T10:00:00Z", "2026-03-01T11:00:00Z")
     assert isinstance(restricted, Discovery)
     assert sorted(f.job_id for f in restricted.files) == ["a", "handmade"] == sel.job_ids
+
+
+def test_ingest_interval_covers_hours_missed_since_the_last_successful_run():
+    from jobs.submit.settings import ingest_interval
+
+    one = timedelta(hours=1)
+    assert ingest_interval(H, H + one) == (H, H + one)  # first run
+    assert ingest_interval(H, H + one, prev_success_end=H) == (H, H + one)  # the previous hour succeeded
+    assert ingest_interval(H, H + one, prev_success_end=H - 3 * one) == (H - 3 * one, H + one)  # 3 hours missed
+
+
+def test_run_record_and_validate_arguments_follow_the_captures():
+    from jobs.submit.record import build_record
+    from jobs.submit.validate_main import validate_argv
+
+    caps = [{"job_id": "a", "capture_id": "a0", "status": "ingested"},
+            {"job_id": "b", "capture_id": "b0", "status": "quarantined", "reason": "/lz/b0: not JSON"}]
+    rec = build_record(caps, ["/lz/p"], "/lz", "2026-03-01T10:00:00+00:00", "")
+    assert rec["job_ids"] == ["a", "b"] and rec["ingested_job_ids"] == ["a"]
+    assert rec["n_quarantined"] == 1 and rec["quarantined"][0]["reason"] == "/lz/b0: not JSON"
+    assert validate_argv(rec, "normalize", "/wh") == ["--warehouse", "/wh", "--stage", "normalize", "--job", "a", "--job", "b"]
+    assert validate_argv(rec, "analyze", "/wh") == ["--warehouse", "/wh", "--stage", "analyze", "--job", "a"]
+    assert validate_argv({**rec, "ingested_job_ids": []}, "analyze", "/wh") is None

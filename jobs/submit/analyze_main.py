@@ -1,0 +1,41 @@
+"""spark-submit application: analyze the jobs of an interval's run record (or the given jobs).
+
+``spark-submit jobs/submit/analyze_main.py --warehouse W (--record URI | --job J [--job J …])``;
+writes ``steps``/``ranks`` partitions (:func:`jobs.analyze.job.run_analyze`) for the jobs with at
+least one ingested capture. Nothing to analyze is not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo of this file, when not installed
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse ``argv`` and analyze; returns the row counts written per table."""
+    ap = argparse.ArgumentParser(prog="analyze_main", description=__doc__.splitlines()[0])
+    ap.add_argument("--warehouse", required=True)
+    ap.add_argument("--record", default="")
+    ap.add_argument("--job", action="append", default=[])
+    args = ap.parse_args(argv)
+    if not args.record and not args.job:
+        ap.error("give --record or at least one --job")
+
+    from jobs.analyze.job import run_analyze
+    from jobs.submit.record import read_record
+    from jobs.submit.session import submit_session
+
+    job_ids = sorted(set(args.job) | set(read_record(args.record)["ingested_job_ids"] if args.record else []))
+    if not job_ids:
+        print("tracelake analyze: no job with an ingested capture; nothing to do", flush=True)
+        return {}
+    counts = run_analyze(submit_session("tracelake-analyze"), args.warehouse, job_ids)
+    print(f"tracelake analyze: jobs {', '.join(job_ids)}: {counts}", flush=True)
+    return counts
+
+
+if __name__ == "__main__":
+    main()

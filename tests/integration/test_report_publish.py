@@ -1,0 +1,46 @@
+"""``python -m jobs.report``: the fleet run (trends, worst offenders) and job reports, on the corpus warehouse."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from jobs.report.__main__ import main
+    from jobs.report.publish import JOB_REPORT_ARTIFACT
+    from jobs.tracking import log_jobs
+
+    wh, result = corpus_warehouse
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    html = tmp_path / "fleet.html"
+    for _ in range(2):  # re-run the same day: the day's fleet run is reused
+        assert main(["--warehouse", str(wh), "--tracking-uri", uri, "--day", "2026-11-30", "--html", str(html)]) == 0
+    assert main(["--warehouse", str(wh), "--tracking-uri", uri, "--day", "2026-12-01"]) == 0
+    exp = client.get_experiment_by_name("tracelake-fleet")
+    runs = {r.data.tags["tracelake.fleet_date"]: r for r in client.search_runs([exp.experiment_id])}
+    assert sorted(runs) == ["2026-11-30", "2026-12-01"]
+    run = runs["2026-11-30"]
+    assert run.info.run_name == "fleet-2026-11-30" and run.info.status == "FINISHED"
+    m = run.data.metrics
+    assert m["fleet/n_jobs"] == len(result.ranks.groupby(["job_id", "attempt"])) and m["fleet/n_captures"] == len(result.captures)
+    n_dates = result.captures["date"].astype(str).nunique()
+    history = client.get_metric_history(run.info.run_id, "fleet/daily/n_jobs")
+    assert len(history) == n_dates  # one point per capture date, not duplicated by the re-run
+    assert sum(p.value for p in history) == m["fleet/n_jobs"]
+    assert "report/fleet_report.html" in {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+    text = html.read_text()
+    assert 'data-plot="fleet_trends"' in text and 'data-table="worst-idle"' in text
+
+    job = "param-dlrm_kineto"
+    run_id = log_jobs(uri, str(wh), result.captures[result.captures["job_id"] == job],
+                      result.ranks[result.ranks["job_id"] == job], result.steps[result.steps["job_id"] == job])[(job, 0)]
+    assert main(["--warehouse", str(wh), "--tracking-uri", uri, "--job", job, "--html", str(tmp_path / "job.html")]) == 0
+    assert JOB_REPORT_ARTIFACT in {a.path for a in client.list_artifacts(run_id, "report")}
+    job_html = (tmp_path / "job.html").read_text()
+    assert 'data-plot="step_breakdown"' in job_html and 'data-plot="top_kernels"' in job_html
+    assert main(["--warehouse", str(wh), "--no-mlflow", "--job", "no-such-job"]) == 2

@@ -1,0 +1,117 @@
+"""Great Expectations on Spark over a real warehouse (2 DLRM ranks), and the gate it puts before MLflow.
+
+The warehouse is built by the main job (``run_pipeline(..., log_to_mlflow=False)``) from two real
+DLRM traces; a second warehouse gets a corrupted copy of ``steps`` (a duplicated row, a percentage of
+150). Validation runs on GX's Spark engine (``pandas_max_rows=0``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
+
+
+@pytest.fixture(scope="module")
+def dlrm_wh(spark, torch_corpus, tmp_path_factory):
+    from jobs.pipeline import run_pipeline
+
+    landing = tmp_path_factory.mktemp("vlanding")
+    job = landing / "dlrm2"
+    job.mkdir()
+    for r in (0, 1):
+        src = next(torch_corpus.glob(DLRM.format(r=r)))
+        (job / src.name).symlink_to(src)
+    wh = tmp_path_factory.mktemp("vwh")
+    res = run_pipeline(str(landing), str(wh), spark=spark, log_to_mlflow=False)
+    assert res.job_ids == ["dlrm2"]
+    return landing, wh, res
+
+
+def test_real_warehouse_passes_on_the_spark_engine(spark, dlrm_wh):
+    from jobs.validate import main, read_marks, validate_tables
+
+    landing, wh, res = dlrm_wh
+    n_before = spark.read.parquet(str(wh / "events")).count()
+    norm = validate_tables(spark, str(wh), "normalize", res.job_ids, n_discovered=2, pandas_max_rows=0)
+    assert norm.success, norm.summary()
+    ev = norm.tables["normalize/events"]
+    assert ev.engine == "spark" and ev.n_rows == int(res.captures["n_events"].sum()) == n_before
+    ana = validate_tables(spark, str(wh), "analyze", res.job_ids)  # small tables: GX pandas engine
+    assert ana.success, ana.summary()
+    assert ana.tables["analyze/steps"].engine == "pandas" and ana.tables["analyze/ranks"].n_rows == 2
+    # marks sit in the table folders; Spark still reads the tables unchanged
+    assert (wh / "events" / "_validation.json").is_file()
+    marks = read_marks(str(wh), "dlrm2")
+    assert {"captures", "events", "steps", "ranks"} <= set(marks) and set(marks.values()) == {"passed"}, marks
+    assert spark.read.parquet(str(wh / "events")).count() == n_before
+    # CLI: the whole landing zone is counted (every raw file accounted for)
+    assert main(["--warehouse", str(wh), "--stage", "normalize", "--raw", str(landing)]) == 0
+
+
+@pytest.fixture(scope="module")
+def bad_wh(spark, dlrm_wh, tmp_path_factory):
+    """A copy of the warehouse whose ``steps`` has a duplicated row (rank 1) and idle_pct 150 (rank 0)."""
+    from pyspark.sql import functions as F
+
+    _, wh, _ = dlrm_wh
+    bad = tmp_path_factory.mktemp("badwh")
+    for t in ("captures", "ranks"):
+        spark.read.parquet(str(wh / t)).write.partitionBy("date", "job_id").parquet(str(bad / t))
+    steps = spark.read.parquet(str(wh / "steps"))
+    steps = steps.withColumn("idle_pct", F.when(F.col("rank") == 0, F.lit(150.0)).otherwise(F.col("idle_pct")))
+    steps = steps.unionByName(steps.filter(F.col("rank") == 1))
+    steps.write.partitionBy("date", "job_id").parquet(str(bad / "steps"))
+    return bad
+
+
+def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
+    from jobs.validate import main, read_marks, validate_tables
+
+    report = validate_tables(spark, str(bad_wh), "analyze", ["dlrm2"], pandas_max_rows=0)
+    assert not report.success and report.failed_jobs() == {"dlrm2"}
+    failed = {c.id: c for c in report.tables["analyze/steps"].failed}
+    assert failed["unique:key"].unexpected_count == 2 and failed["unique:key"].jobs == {"dlrm2": 2}
+    assert failed["pct_range:idle_pct"].unexpected_count == 1 and failed["pct_range:idle_pct"].partial_unexpected == ["150.0"]
+    assert report.tables["analyze/ranks"].success
+    assert read_marks(str(bad_wh), "dlrm2")["steps"] == "failed"
+    out = tmp_path / "report.json"
+    assert main(["--warehouse", str(bad_wh), "--stage", "analyze", "--job", "dlrm2", "--json", str(out),
+                 "--html", str(tmp_path / "report.html")]) == 1
+    assert json.loads(out.read_text())["failed_jobs"] == ["dlrm2"]
+    assert "pct_range:idle_pct" in (tmp_path / "report.html").read_text()
+
+
+def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from jobs.pipeline import read_tables
+    from jobs.report.publish import JOB_REPORT_ARTIFACT, load_job_tables, log_job_report
+    from jobs.tracking import log_jobs
+    from jobs.validate import log_validation, validate_tables
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    for wh, ok in ((dlrm_wh[1], True), (bad_wh, False)):
+        t = read_tables(spark, str(wh), ["dlrm2"])
+        run_id = log_jobs(uri, str(wh), t["captures"], t["ranks"], t["steps"])[("dlrm2", 0)]
+        report = validate_tables(spark, str(wh), "analyze", ["dlrm2"], mark=False)
+        assert log_validation(uri, run_id, report) is ok
+        run = client.get_run(run_id)
+        assert run.info.status == ("FINISHED" if ok else "FAILED")
+        assert run.data.tags["tracelake.validation"] == ("passed" if ok else "failed")
+        assert run.data.metrics["validation/failed_checks"] == (0 if ok else 2)
+        arts = {a.path for a in client.list_artifacts(run_id, "validation")}
+        assert {"validation/validation.html", "validation/validation.json", "validation/gx_results.json"} <= arts
+        tables = load_job_tables(spark, str(wh), "dlrm2", 0)
+        assert {"captures", "ranks", "steps"} <= set(tables)
+        if not ok:  # the corrupted copy has only those three tables: the others are left out, not empty
+            assert set(tables) == {"captures", "ranks", "steps"}
+        log_job_report(uri, run_id, tables, validation=report)
+        assert JOB_REPORT_ARTIFACT in {a.path for a in client.list_artifacts(run_id, "report")}
+        html = open(client.download_artifacts(run_id, JOB_REPORT_ARTIFACT, str(tmp_path)), encoding="utf-8").read()
+        assert 'data-plot="step_breakdown"' in html and ("badge failed" in html) is (not ok)

@@ -1,0 +1,150 @@
+"""jobs.compare: metric deltas, kernels/ops added, removed, slower, faster, findings appeared/cleared.
+
+Hand-made events with hand-computed expectations, then the two ranks of HTA's ``trace_filter``
+corpus traces as two real jobs, checked against sums computed here directly from their events.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from jobs.compare import compare_jobs, op_summary
+
+US = 1000
+
+
+def _events(rows):
+    """rows: (rank, step, name, kind, dur_us) with kind kernel / op / runtime."""
+    out = []
+    for i, (rank, step, name, kind, dur) in enumerate(rows):
+        out.append({"job_id": "j", "attempt": 0, "rank": rank, "event_id": i, "ph": "X", "name": name,
+                    "category": {"kernel": "kernel", "op": "cpu_op", "runtime": "cuda_runtime"}[kind],
+                    "is_gpu": kind == "kernel", "dur_ns": dur * US, "step": step})
+    return pd.DataFrame(out)
+
+
+def _steps(ranks, steps, ms):
+    return pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": r, "step": s, "step_time_ns": int(ms * 1e6)}
+                         for r in ranks for s in steps])
+
+
+def _ranks(ranks, idle):
+    return pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": r, "idle_pct": idle, "compute_pct": 100 - idle,
+                          "non_compute_pct": 0.0, "overlap_pct": None} for r in ranks])
+
+
+A_ROWS = [(r, s, n, k, d) for r in (0, 1) for s in (1, 2) for n, k, d in
+          [("gemm", "kernel", 100), ("nccl_allreduce", "kernel", 50), ("aten::mm", "op", 30),
+           ("aten::old_op", "op", 10), ("cudaLaunchKernel", "runtime", 5), ("tiny", "kernel", 2)]]
+B_ROWS = [(r, s, n, k, d) for r in (0, 1) for s in (1, 2) for n, k, d in
+          [("gemm", "kernel", 160), ("nccl_allreduce", "kernel", 20), ("aten::mm", "op", 30),
+           ("aten::new_op", "op", 7), ("cudaLaunchKernel", "runtime", 5), ("tiny", "kernel", 2.4)]]
+
+
+def test_statuses_and_per_step_values_by_hand():
+    a = {"events": _events(A_ROWS + [(0, None, "warmup_only", "kernel", 999)]), "steps": _steps((0, 1), (1, 2), 10),
+         "ranks": _ranks((0, 1), 20.0),
+         "findings": pd.DataFrame([{"finding_id": "host_bound/rank=0", "rule": "host_bound", "title": "host",
+                                    "est_time_lost_per_step_ns": 1e6},
+                                   {"finding_id": "straggler/rank=1", "rule": "straggler", "title": "slow rank",
+                                    "est_time_lost_per_step_ns": 2e6}])}
+    b = {"events": _events(B_ROWS), "steps": _steps((0, 1), (1, 2), 12), "ranks": _ranks((0, 1), 30.0),
+         "findings": pd.DataFrame([{"finding_id": "straggler/rank=1", "rule": "straggler", "title": "slow rank",
+                                    "est_time_lost_per_step_ns": 3e6},
+                                   {"finding_id": "exposed_comm/rank=0", "rule": "exposed_comm", "title": "comm",
+                                    "est_time_lost_per_step_ns": 5e5}])}
+    c = compare_jobs(a, b, "A", "B")
+    ops = c.ops.set_index("name")
+    # 2 ranks × 2 steps; per job step = Σ over ranks / steps per rank = 2 ranks × dur
+    assert c.a_steps == 2 and c.b_steps == 2 and c.a_ranks == 2
+    assert ops.loc["gemm", "a_ns_per_step"] == 200 * US and ops.loc["gemm", "b_ns_per_step"] == 320 * US
+    assert ops.loc["gemm", "status"] == "slower" and ops.loc["gemm", "delta_pct"] == pytest.approx(60.0)
+    assert ops.loc["nccl_allreduce", "status"] == "faster"
+    assert ops.loc["nccl_allreduce", "delta_ns_per_step"] == -60 * US
+    assert ops.loc["aten::new_op", "status"] == "added" and ops.loc["aten::old_op", "status"] == "removed"
+    assert ops.loc["aten::mm", "status"] == "unchanged"
+    assert ops.loc["tiny", "status"] == "unchanged"  # +20% but only +0.8 µs per step: below min_abs_ns
+    assert "warmup_only" not in ops.index  # outside any ProfilerStep
+    assert "cudaLaunchKernel" not in ops.index  # runtime calls are neither kernels nor ops
+    assert ops.loc["gemm", "group"] == "kernel" and ops.loc["aten::mm", "group"] == "op"
+    assert list(c.added()["name"]) == ["aten::new_op"] and list(c.removed()["name"]) == ["aten::old_op"]
+    m = c.metrics.set_index("metric")
+    assert m.loc["step_time_p50_ms", "delta"] == pytest.approx(2.0)
+    assert m.loc["idle_pct", "delta"] == pytest.approx(10.0) and m.loc["idle_pct", "delta_pct"] == pytest.approx(50.0)
+    f = c.findings.set_index("finding_id")["status"].to_dict()
+    assert f == {"host_bound/rank=0": "cleared", "straggler/rank=1": "persisting", "exposed_comm/rank=0": "appeared"}
+    sm = c.summary_metrics()
+    assert sm["compare/n_added"] == 1 and sm["compare/n_slower"] == 1 and sm["compare/findings_cleared"] == 1
+    assert sm["delta/step_time_p50_ms"] == pytest.approx(2.0)
+
+
+def test_job_without_steps_is_compared_per_trace():
+    a = {"events": _events([(0, None, "k", "kernel", 10), (0, None, "k", "kernel", 10)])}
+    b = {"events": _events([(0, 3, "k", "kernel", 10), (0, 4, "k", "kernel", 10)])}
+    c = compare_jobs(a, b)
+    assert c.a_steps == 1 and c.b_steps == 2
+    k = c.ops.set_index("name").loc["k"]
+    assert k["a_ns_per_step"] == 20 * US and k["b_ns_per_step"] == 10 * US
+    assert any("no ProfilerStep" in n for n in c.notes)
+    empty = compare_jobs({}, {})
+    assert len(empty.ops) == 0 and len(empty.metrics) == 0
+
+
+@pytest.fixture(scope="module")
+def two_real_jobs(CORPUS):
+    from jobs.analyze.breakdown import analyze_rank
+    from jobs.normalize.discover import CaptureFile
+    from jobs.normalize.job import captures_table, normalize_file
+
+    ints = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+    jobs = {}
+    for job, rel in (("A", "sampled_rank-0.json.gz"), ("B", "sampled_rank-1.json.gz")):
+        p = CORPUS / "torch" / "HolisticTraceAnalysis" / "trace_filter" / rel
+        task = CaptureFile(uri=str(p), capture_id=job, job_id=job, size_bytes=p.stat().st_size).to_dict()
+        cap, ev = normalize_file(task, p.read_bytes())
+        s, r = analyze_rank(ev)
+        jobs[job] = {"captures": captures_table([cap]).to_pandas(types_mapper=ints.get),
+                     "events": ev.to_pandas(types_mapper=ints.get), "steps": s.to_pandas(types_mapper=ints.get),
+                     "ranks": r.to_pandas(types_mapper=ints.get)}
+    return jobs
+
+
+def test_real_traces_against_direct_sums(two_real_jobs):
+    a, b = two_real_jobs["A"], two_real_jobs["B"]
+    c = compare_jobs(a, b, "rank0", "rank1")
+
+    def kernel_sums(ev):
+        k = ev[ev["is_gpu"].astype(bool) & ev["dur_ns"].notna() & ev["step"].notna() & (ev["ph"] == "X")]
+        n_steps = ev.loc[ev["step"].notna() & ev["dur_ns"].notna() & (ev["ph"] == "X"), "step"].nunique()
+        return k.groupby("name")["dur_ns"].sum().astype(float) / n_steps
+
+    ka, kb = kernel_sums(a["events"]), kernel_sums(b["events"])
+    kern = c.ops[c.ops["group"] == "kernel"].set_index("name")
+    assert set(kern.index) == set(ka.index) | set(kb.index)
+    assert set(c.added().query("group == 'kernel'")["name"]) == set(kb.index) - set(ka.index)
+    assert set(c.removed().query("group == 'kernel'")["name"]) == set(ka.index) - set(kb.index)
+    top = ka.idxmax()
+    assert kern.loc[top, "a_ns_per_step"] == pytest.approx(ka[top])
+    assert kern.loc[top, "b_ns_per_step"] == pytest.approx(kb.get(top, 0.0))
+    assert len(c.slower()) + len(c.faster()) > 0
+    sa, sb = a["steps"]["step_time_ns"].median() / 1e6, b["steps"]["step_time_ns"].median() / 1e6
+    assert c.metrics.set_index("metric").loc["step_time_p50_ms", "delta"] == pytest.approx(sb - sa)
+    # a job compared with itself changes nothing
+    same = compare_jobs(a, a)
+    assert set(same.ops["status"]) == {"unchanged"} and (same.metrics["delta"].fillna(0) == 0).all()
+    # the precomputed op summary (what the Spark path collects) gives the same comparison
+    via_summary = compare_jobs({**a, "events": None, "op_summary": op_summary(a["events"])}, b)
+    pd.testing.assert_frame_equal(via_summary.ops, c.ops)
+
+
+def test_comparison_report_renders_and_escapes(two_real_jobs):
+    from jobs.report.html import render_comparison_report
+
+    a = two_real_jobs["A"]
+    b = {**two_real_jobs["B"], "events": two_real_jobs["B"]["events"].assign(
+        name=lambda e: e["name"].where(e.index % 50 != 0, "<script>alert(1)</script>"))}
+    html = render_comparison_report(compare_jobs(a, b, "A<b>", "B"))
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "A&lt;b&gt;" in html and 'data-plot="op_deltas"' in html and 'data-table="metric-deltas"' in html

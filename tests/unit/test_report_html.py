@@ -1,0 +1,144 @@
+"""HTML reports (jobs/report): escaping of names from traces, self-containment, missing tables.
+
+Base tables are the real normalize + analyze output of HTA's ``trace_filter`` traces (2 ranks, one
+job); the tables other stages produce (kernels, collectives, critical_path, findings) are written
+here with hostile names, since a name in a trace is arbitrary text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+HOSTILE = "<script>alert(1)</script>"
+HOSTILE_ATTR = '"><img src=x onerror=alert(2)>'
+MATH = "$\\frac{1}{0}$ kernel_with_dollar$"
+TRACES = ("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
+          "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz")
+INTS = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+
+
+@pytest.fixture(scope="module")
+def job_tables(CORPUS):
+    from jobs.analyze.breakdown import analyze_rank
+    from jobs.normalize.discover import CaptureFile
+    from jobs.normalize.job import captures_table, normalize_file
+
+    caps, events, steps, ranks = [], [], [], []
+    for rel in TRACES:
+        p = CORPUS / "torch" / rel
+        task = CaptureFile(uri=str(p), capture_id=p.name[:16], job_id="trace_filter", size_bytes=p.stat().st_size).to_dict()
+        cap, ev = normalize_file(task, p.read_bytes())
+        s, r = analyze_rank(ev)
+        caps.append(cap)
+        events.append(ev)
+        steps.append(s)
+        ranks.append(r)
+    pdf = lambda t: t.to_pandas(types_mapper=INTS.get)  # noqa: E731
+    return {"captures": pdf(captures_table(caps)), "events": pdf(pa.concat_tables(events)),
+            "steps": pdf(pa.concat_tables(steps)), "ranks": pdf(pa.concat_tables(ranks))}
+
+
+def _hostile_tables(base: dict) -> dict:
+    t = {k: v.copy() for k, v in base.items() if k != "events"}
+    ident = dict(date="2023-04-28", job_id="trace_filter", attempt=0)
+    t["kernels"] = pd.DataFrame([
+        {**ident, "rank": 0, "capture_id": "c0", "step": 551, "name": HOSTILE, "kernel_type": "COMPUTATION",
+         "n": 3, "total_ns": 9_000_000, "mean_ns": 3e6},
+        {**ident, "rank": 1, "capture_id": "c1", "step": 551, "name": HOSTILE_ATTR, "kernel_type": "COMMUNICATION",
+         "n": 2, "total_ns": 4_000_000, "mean_ns": 2e6},
+        {**ident, "rank": 1, "capture_id": "c1", "step": 552, "name": MATH, "kernel_type": "OTHER",
+         "n": 1, "total_ns": 1_000_000, "mean_ns": 1e6}])
+    rows = []
+    for call in range(4):
+        for rank in (0, 1):
+            wait = 1000 * (call + 1) if rank == 0 else 0
+            rows.append({**ident, "rank": rank, "capture_id": f"c{rank}", "step": 551, "event_id": 10 * call + rank,
+                         "pg_name": HOSTILE, "collective": "allreduce", "call_index": call,
+                         "match_key": f"{HOSTILE}/{call}", "aligned_start_ns": 1000 * call - wait, "wait_ns": wait,
+                         "skew_ns": 1000 * (call + 1), "is_last_arrival": rank == 1, "msg_bytes": 1 << 20,
+                         "busbw_gbps": 10.0})
+    t["collectives"] = pd.DataFrame(rows)
+    t["critical_path"] = pd.DataFrame([
+        {**ident, "step": 551, "scope": "job", "path_rank": -1, "segment": i, "rank": i % 2, "name": HOSTILE,
+         "start_ns": 0, "end_ns": 10, "dur_ns": d, "bound_by": b, "path_length_ns": 6_000_000}
+        for i, (d, b) in enumerate([(4_000_000, "compute"), (2_000_000, "collective_wait")])])
+    t["findings"] = pd.DataFrame([{**ident, "finding_id": "straggler_rank/rank=1", "rule": "straggler_rank", "rank_order": 1,
+                                   "title": HOSTILE, "metric": "wait_ms", "value": 3.5, "est_time_lost_per_step_ns": 2_000_000,
+                                   "confidence": 0.8, "ranks": [1], "steps": [551],
+                                   "evidence_json": '{"note": "' + HOSTILE.replace('"', "") + '"}',
+                                   "recommendation": HOSTILE_ATTR}])
+    t["captures"].loc[0, "uri"] = "/landing/" + HOSTILE + ".json"
+    return t
+
+
+def _scripts(html: str) -> list[str]:
+    return re.findall(r"<script\b[^>]*>(.*?)</script>", html, flags=re.S | re.I)
+
+
+def _assert_safe(html: str) -> None:
+    from jobs.report.html import CHECK_SCRIPT, SCRIPT_HASH
+
+    assert HOSTILE not in html and HOSTILE_ATTR not in html
+    assert _scripts(html) == [CHECK_SCRIPT]  # our own marker script only
+    assert f"script-src '{SCRIPT_HASH}'" in html
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html, flags=re.I)  # nothing external
+    assert "<link" not in html
+
+
+def test_job_report_escapes_every_name_from_a_trace(job_tables):
+    from jobs.report.html import render_job_report
+
+    html = render_job_report(_hostile_tables(job_tables))
+    _assert_safe(html)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text
+    assert "&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+    for plot in ("step_breakdown", "idle_breakdown", "top_kernels", "collective_wait", "critical_path"):
+        assert f'data-plot="{plot}"' in html, plot
+    assert 'data-unavailable=' not in html.split('id="data-quality"')[0]  # every analysis section has data
+
+
+def test_job_report_with_missing_tables_says_not_available(job_tables):
+    from jobs.report.html import render_job_report
+
+    html = render_job_report({})
+    for key in ("step-time", "idle-time", "top-kernels", "collectives", "critical-path", "findings", "captures"):
+        assert f'data-unavailable="{key}"' in html, key
+    partial = render_job_report({"captures": job_tables["captures"], "steps": job_tables["steps"],
+                                 "ranks": job_tables["ranks"], "kernels": pd.DataFrame()})
+    assert 'data-plot="step_breakdown"' in partial and 'data-unavailable="collectives"' in partial
+    assert 'data-unavailable="top-kernels"' in partial
+    # with events and no kernels table, top kernels come from the events
+    from_events = render_job_report({"ranks": job_tables["ranks"], "events": job_tables["events"]})
+    assert 'data-plot="top_kernels"' in from_events and "Computed from `events`" in from_events
+
+
+def test_job_report_numbers_match_the_tables(job_tables):
+    from jobs.report.html import render_job_report
+
+    html = render_job_report(job_tables)
+    steps = job_tables["steps"]
+    for r, s in steps.groupby("rank"):
+        assert f"{s['step_time_ns'].median() / 1e6:,.2f}" in html
+    assert f"{len(job_tables['captures'])} capture(s), 0 quarantined" in html
+
+
+def test_fleet_report_trends_and_worst_offenders(job_tables):
+    from jobs.report.html import render_fleet_report
+    from jobs.report.sections import fleet_daily, fleet_metrics
+
+    ranks = pd.concat([job_tables["ranks"], job_tables["ranks"].assign(job_id=HOSTILE, date="2024-01-02")])
+    caps = pd.concat([job_tables["captures"], job_tables["captures"].assign(job_id=HOSTILE, date="2024-01-02")])
+    html = render_fleet_report(ranks, caps)
+    _assert_safe(html)
+    assert 'data-plot="fleet_trends"' in html and 'data-table="worst-idle"' in html
+    daily = fleet_daily(ranks, caps)
+    assert list(daily["date"]) == sorted(daily["date"]) and list(daily["n_jobs"]) == [1, 1]
+    m = fleet_metrics(ranks, caps)
+    assert m["fleet/n_jobs"] == 2 and m["fleet/n_ranks"] == 4
+    assert m["fleet/idle_pct_median"] == pytest.approx(job_tables["ranks"]["idle_pct"].mean())
+    empty = render_fleet_report(None, None)
+    assert 'data-unavailable="trends"' in empty

@@ -1,0 +1,239 @@
+"""Great Expectations suites derived from schemas/ (jobs/validate.py) on real tables, corrupted on purpose.
+
+The tables are the real output of normalize + analyze (pure functions, no Spark) on the two ranks of
+HTA's ``trace_filter`` corpus traces, each rank made its own job (``job_a``, ``job_b``) so that a
+failure can be attributed to the job whose rows broke the check. Each corruption is one edit of
+one row; the test asserts the check that names it fails with exactly that many unexpected rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from schemas.expectations import STAGE_TABLES, checks_for, is_duration
+from schemas.tables import TABLES
+
+TRACES = ("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
+          "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz")
+INTS = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+
+
+def _pd(t: pa.Table) -> pd.DataFrame:
+    return t.to_pandas(types_mapper=INTS.get)
+
+
+@pytest.fixture(scope="module")
+def real_tables(CORPUS):
+    """captures, events, steps, ranks of two real ranks, as jobs ``job_a`` (rank 0) and ``job_b`` (rank 1)."""
+    from jobs.analyze.breakdown import analyze_rank
+    from jobs.normalize.discover import CaptureFile
+    from jobs.normalize.job import captures_table, normalize_file
+
+    from jobs.analyze.critical_path import rank_critical_path
+
+    caps, events, steps, ranks, cps = [], [], [], [], []
+    for job, rel in zip(("job_a", "job_b"), TRACES):
+        p = CORPUS / "torch" / rel
+        task = CaptureFile(uri=str(p), capture_id=f"cap-{job}", job_id=job, size_bytes=p.stat().st_size).to_dict()
+        cap, ev = normalize_file(task, p.read_bytes())
+        assert cap["status"] == "ingested", cap["reason"]
+        s, r = analyze_rank(ev)
+        caps.append(cap)
+        events.append(ev)
+        steps.append(s)
+        ranks.append(r)
+        cps.append(rank_critical_path(ev)[0])
+    return {"captures": _pd(captures_table(caps)), "events": _pd(pa.concat_tables(events)),
+            "steps": _pd(pa.concat_tables(steps)), "ranks": _pd(pa.concat_tables(ranks)),
+            "critical_path": _pd(pa.concat_tables(cps))}
+
+
+def _validate(frames: dict, stage: str, **kw):
+    from jobs.validate import validate_frames
+
+    return validate_frames(frames, stage, job_ids=["job_a", "job_b"], **kw)
+
+
+def _failed(report, table: str) -> dict[str, object]:
+    t = next(v for v in report.tables.values() if v.table == table)
+    return {c.id: c for c in t.failed}
+
+
+# ----------------------------------------------------------------------------- derivation from schemas
+
+
+def test_checks_are_derived_from_the_table_declarations():
+    for name, table in TABLES.items():
+        ids = {c.id for c in checks_for(table)}
+        for col in table.columns:
+            assert (f"not_null:{col.name}" in ids) == (not col.nullable), (name, col.name)
+            if col.name.endswith("_pct"):
+                assert f"pct_range:{col.name}" in ids
+        assert "unique:key" in ids
+        key = next(c for c in checks_for(table) if c.id == "unique:key")
+        assert key.columns == table.key
+    # durations must be ≥ 0, points in time and clock offsets may be anything
+    assert is_duration("dur_ns") and is_duration("idle_time_ns") and is_duration("wait_ns")
+    for col in ("ts_ns", "step_start_ns", "trace_end_ns", "aligned_start_ns", "base_time_ns", "clock_offset_ns"):
+        assert not is_duration(col), col
+    steps_ids = {c.id for c in checks_for("steps")}
+    assert {"non_negative:step_time_ns", "consistent:breakdown_sum", "consistent:host_busy_within_step"} <= steps_ids
+    assert "non_negative:step_start_ns" not in steps_ids
+    assert "row_count:discovered" in {c.id for c in checks_for("captures", n_discovered=3)}
+    assert {"captures", "events"} <= set(STAGE_TABLES["normalize"])
+    assert set(STAGE_TABLES["normalize"]) | set(STAGE_TABLES["analyze"]) == set(TABLES)  # every table is validated
+
+
+# ----------------------------------------------------------------------------- clean tables pass
+
+
+def test_real_tables_pass(real_tables):
+    norm = _validate({t: real_tables[t] for t in ("captures", "events")}, "normalize", n_discovered=2)
+    assert norm.success, norm.summary()
+    ana = _validate({t: real_tables[t] for t in ("steps", "ranks")}, "analyze")
+    assert ana.success, ana.summary()
+    # tables other helpers have not produced yet are reported as missing, not as failures
+    assert ana.tables["analyze/kernels"].status == "missing"
+    assert ana.tables["analyze/steps"].n_rows == len(real_tables["steps"]) == 4
+    assert norm.failed_jobs() == set() and norm.merge(ana).success
+
+
+# ----------------------------------------------------------------------------- corruptions are caught
+
+
+def _corrupt_steps(steps: pd.DataFrame, how: str) -> pd.DataFrame:
+    s = steps.copy()
+    b = s.index[s["job_id"] == "job_b"][0]
+    if how == "null key":
+        s.loc[b, "capture_id"] = None
+    elif how == "duplicate key":
+        s = pd.concat([s, s.loc[[b]]], ignore_index=True)
+    elif how == "negative duration":
+        s.loc[b, "idle_host_wait_ns"] = -1
+    elif how == "pct 150":
+        s.loc[b, "idle_pct"] = 150.0
+    elif how == "breakdown does not add up":
+        s.loc[b, "compute_time_ns"] = s.loc[b, "compute_time_ns"] + 1000
+    elif how == "host time longer than the step":
+        s.loc[b, "cpu_op_time_ns"] = s.loc[b, "step_time_ns"] + 1
+    return s
+
+
+@pytest.mark.parametrize("how, check_id, unexpected", [
+    ("null key", "not_null:capture_id", 1),
+    ("duplicate key", "unique:key", 2),  # both copies of the key are unexpected
+    ("negative duration", "non_negative:idle_host_wait_ns", 1),
+    ("pct 150", "pct_range:idle_pct", 1),
+    ("breakdown does not add up", "consistent:breakdown_sum", 1),
+    ("host time longer than the step", "consistent:host_busy_within_step", 1),
+])
+def test_corrupted_steps_are_caught_and_attributed(real_tables, how, check_id, unexpected):
+    bad = _corrupt_steps(real_tables["steps"], how)
+    report = _validate({"steps": bad, "ranks": real_tables["ranks"]}, "analyze")
+    assert not report.success
+    failed = _failed(report, "steps")
+    assert check_id in failed, (how, report.summary())
+    c = failed[check_id]
+    assert c.unexpected_count == unexpected
+    assert c.jobs == {"job_b": unexpected}
+    assert report.failed_jobs() == {"job_b"} and report.job_success("job_a")
+    assert report.tables["analyze/ranks"].success
+    assert check_id in report.summary() and "job_b" in report.summary()
+
+
+def test_corrupted_ranks_pct_and_events_duration(real_tables):
+    ranks = real_tables["ranks"].copy()
+    ranks.loc[ranks["job_id"] == "job_a", "compute_pct"] = -0.5
+    ev = real_tables["events"].copy()
+    x = ev.index[(ev["job_id"] == "job_b") & ev["dur_ns"].notna()][:3]
+    ev.loc[x, "dur_ns"] = -7
+    ana = _validate({"steps": real_tables["steps"], "ranks": ranks}, "analyze")
+    assert _failed(ana, "ranks")["pct_range:compute_pct"].jobs == {"job_a": 1}
+    norm = _validate({"captures": real_tables["captures"], "events": ev}, "normalize", n_discovered=2)
+    c = _failed(norm, "events")["non_negative:dur_ns"]
+    assert c.unexpected_count == 3 and c.jobs == {"job_b": 3} and c.partial_unexpected[0] == "-7"
+
+
+def test_critical_path_segments_must_add_up_to_their_path(real_tables):
+    cp = real_tables["critical_path"]
+    assert _validate({"critical_path": cp}, "analyze").success
+    bad = cp.copy()
+    b = bad.index[(bad["job_id"] == "job_b") & (bad["bound_by"] != "sync")][0]
+    path = (bad["job_id"] == "job_b") & (bad["step"] == bad.loc[b, "step"]) & (bad["scope"] == bad.loc[b, "scope"])
+    bad.loc[b, "dur_ns"] = bad.loc[b, "dur_ns"] + 1000
+    c = bad.index[(bad["job_id"] == "job_a")][0]
+    bad.loc[c, "bound_by"] = "gremlins"
+    failed = _failed(_validate({"critical_path": bad}, "analyze"), "critical_path")
+    # every segment of the edited path now disagrees with its path_length
+    assert failed["consistent:segments_sum_to_path"].jobs == {"job_b": int(path.sum())}
+    assert failed["in_set:bound_by"].jobs == {"job_a": 1} and failed["in_set:bound_by"].partial_unexpected == ["gremlins"]
+
+
+def test_enumerated_values_come_from_the_column_docs():
+    from schemas.expectations import value_set
+
+    assert value_set("captures", "status") == ("ingested", "quarantined", "cataloged")
+    assert value_set("events", "ph") == ("X", "i", "C")
+    assert "late_start" in value_set("critical_path", "bound_by")
+    assert "job" not in value_set("critical_path", "bound_by")  # `job` there is a value of `scope`
+
+
+def test_every_raw_file_must_be_accounted_for(real_tables):
+    # discovery found 3 files but captures has 2 rows: one file was lost between discovery and load
+    norm = _validate({"captures": real_tables["captures"], "events": real_tables["events"]}, "normalize", n_discovered=3)
+    c = _failed(norm, "captures")["row_count:discovered"]
+    assert c.observed == "2"
+    assert set(c.jobs) == {"job_a", "job_b"}  # not attributable to rows: the whole batch fails
+    # no captures table at all while files were discovered
+    empty = _validate({"events": real_tables["events"]}, "normalize", n_discovered=2)
+    assert "row_count:discovered" in _failed(empty, "captures")
+
+
+def test_missing_column_fails_the_schema_check(real_tables):
+    steps = real_tables["steps"].drop(columns=["idle_pct"])
+    report = _validate({"steps": steps}, "analyze")
+    failed = _failed(report, "steps")
+    assert "idle_pct" in failed["schema:columns"].observed
+    assert failed["pct_range:idle_pct"].error.startswith("column(s) missing")
+
+
+# ----------------------------------------------------------------------------- marks in the warehouse
+
+
+def test_marks_record_the_failed_job(real_tables, tmp_path):
+    from jobs.validate import read_marks, write_marks
+
+    for t in ("steps", "ranks"):
+        (tmp_path / t).mkdir()
+    bad = _corrupt_steps(real_tables["steps"], "pct 150")
+    report = _validate({"steps": bad, "ranks": real_tables["ranks"]}, "analyze")
+    written = write_marks(str(tmp_path), report)
+    assert sorted(Path(p).parent.name for p in written) == ["ranks", "steps"]
+    doc = json.loads((tmp_path / "steps" / "_validation.json").read_text())
+    assert doc["jobs"]["job_b"]["status"] == "failed"
+    assert doc["jobs"]["job_b"]["failed"] == [{"id": "pct_range:idle_pct", "unexpected_count": 1}]
+    assert read_marks(str(tmp_path), "job_b") == {"steps": "failed", "ranks": "passed"}
+    assert read_marks(str(tmp_path), "job_a") == {"steps": "passed", "ranks": "passed"}
+    assert read_marks(str(tmp_path), "other") == {"steps": "unvalidated", "ranks": "unvalidated"}
+    # a later clean batch of job_b replaces its entry and keeps job_a's
+    clean = _validate({"steps": real_tables["steps"][real_tables["steps"]["job_id"] == "job_b"]}, "analyze")
+    clean.job_ids = ["job_b"]
+    write_marks(str(tmp_path), clean)
+    assert read_marks(str(tmp_path), "job_b")["steps"] == "passed"
+    assert "job_a" in json.loads((tmp_path / "steps" / "_validation.json").read_text())["jobs"]
+
+
+def test_validation_page_escapes_and_lists_failures(real_tables):
+    from jobs.report.html import render_validation_report
+
+    steps = _corrupt_steps(real_tables["steps"], "pct 150")
+    steps["job_id"] = steps["job_id"].replace({"job_b": "<script>alert(1)</script>"})
+    report = _validate({"steps": steps}, "analyze")
+    html = render_validation_report(report)
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "pct_range:idle_pct" in html and "FAILED" in html
