@@ -43,6 +43,7 @@ import pandas as pd
 import pyarrow as pa
 
 from schemas.tables import FINDINGS
+from jobs.normalize.neuron_profile import finite_float
 
 __all__ = ["neuron_findings", "RULES", "STARTUP_GAP_FRACTION", "DMA_BOUND_FRACTION", "SMALL_DMA_PCT",
            "SPILL_RELOAD_PCT", "THROTTLE_FRACTION", "CC_STALL_FRACTION", "IDLE_ENGINE_FRACTION"]
@@ -59,14 +60,7 @@ RULES = ("neuron_first_execution_startup", "neuron_dma_bound", "neuron_small_dma
 _ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
 
 
-def _n(v) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_n = finite_float
 
 
 def _int(v) -> int | None:

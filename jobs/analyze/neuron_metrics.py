@@ -24,10 +24,10 @@ Interval helpers work on int64 ns arrays.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
+from jobs.normalize.neuron_profile import finite_float
 
 __all__ = ["hardware_constants", "golden_metrics", "merge_intervals", "union_ns", "overlap_ns", "largest_gap",
            "neuron_metrics_for_mlflow", "INSTANCE_DEFAULTS", "SMALL_DMA_BYTES", "safe_div"]
@@ -51,14 +51,7 @@ INSTANCE_DEFAULTS = {
 }
 
 
-def _num(v) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_num = finite_float
 
 
 def safe_div(a, b) -> float | None:

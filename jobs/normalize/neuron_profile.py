@@ -115,7 +115,8 @@ def percent_scale(summary: dict) -> float:
     return 100.0 if any(v is not None and v > 1.0 + 1e-9 for v in vals) else 1.0
 
 
-def _f(v) -> float | None:
+def finite_float(v) -> float | None:
+    """``v`` as a finite float; ``None`` for missing, boolean, non-numeric, NaN or infinite values."""
     if v is None or isinstance(v, bool):
         return None
     try:
@@ -123,6 +124,9 @@ def _f(v) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+_f = finite_float
 
 
 @dataclass
