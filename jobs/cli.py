@@ -22,7 +22,8 @@ console = Console()
 
 
 def _progress() -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
+    # elapsed time first, so a long description (a long --raw path) never hides it
+    return Progress(SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console)
 
 
 def _storage_options(raw: str, opts: Optional[str]) -> dict:
@@ -135,7 +136,7 @@ def normalize(raw: str = typer.Option(...), warehouse: str = typer.Option(...),
 
 @app.command()
 def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer.Option(None, help="Job ids (default: all).")) -> None:
-    """Only analyze: events → steps, ranks."""
+    """Only analyze: events → steps, ranks, kernels, collectives, critical_path, findings."""
     from jobs.analyze.job import run_analyze
     from jobs.spark import get_spark
 
@@ -147,7 +148,7 @@ def sql(
     query: str = typer.Argument(..., help="Spark SQL; every warehouse table is a view by its name (events, steps, …)."),
     warehouse: str = typer.Option(..., help="Warehouse folder."),
     limit: int = typer.Option(50, help="Rows to print."),
-    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    fmt: str = typer.Option("table", "--format", help="table (vertical when wider than 10 columns), csv or json."),
 ) -> None:
     """Run one Spark SQL query over the warehouse tables."""
     from jobs.spark import get_spark
@@ -187,6 +188,11 @@ def _print_frame(df, fmt: str) -> None:
         typer.echo(df.to_csv(index=False), nl=False)
     elif fmt == "json":
         typer.echo(df.to_json(orient="records", default_handler=str))
+    elif len(df.columns) > 10:  # too wide for a terminal table: one "column: value" block per row
+        for i, row in enumerate(df.to_dict(orient="records")):
+            console.print(f"[bold]-- row {i + 1}[/bold]")
+            for k, v in row.items():
+                console.print(f"  {k}: {_cell(v)}", highlight=False, markup=False)
     else:
         t = Table()
         for c in df.columns:

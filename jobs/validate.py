@@ -150,7 +150,7 @@ class ValidationReport:
         for key, t in self.tables.items():
             ok = sum(c.success for c in t.checks)
             if t.status == "missing":
-                lines.append(f"  {key}: missing (table not written; nothing to validate)")
+                lines.append(f"  {key}: no rows for these jobs (not produced by this run; nothing to validate)")
                 continue
             lines.append(f"  {key}: {t.status} ({t.n_rows} rows, {ok}/{len(t.checks)} checks passed)")
             for c in t.failed:

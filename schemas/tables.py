@@ -184,7 +184,9 @@ _HTA_STATS = (
            "intersection with merged COMPUTATION, ns. Our kernel types (collective metadata, then name families); "
            "HTA `get_comm_comp_overlap` sweep."),
     Column("idle_host_wait_ns", _I64, "HTA idle time breakdown `host_wait`: Σ over streams of the gaps before device "
-           "events whose launching host call started after the previous event on the stream ended, ns."),
+           "events whose launching host call started after the previous event on the stream ended, ns. Per-stream "
+           "sums (HTA's definition): with several streams the three idle_* columns can add up to more than "
+           "`idle_time_ns` (GPU idle on all streams) and even more than the step."),
     Column("idle_kernel_wait_ns", _I64, "HTA idle time breakdown `kernel_wait`: Σ gaps < 30 µs "
            "(`consecutive_kernel_delay`) that are not host_wait, ns."),
     Column("idle_other_ns", _I64, "HTA idle time breakdown `other`: the remaining gaps, Σ over streams, ns "
