@@ -77,12 +77,14 @@ def iter_decoded(
     data: bytes,
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
     piece_bytes: int = 4 << 20,
+    zlib_module=zlib,
 ):
     """Yield the decoded document in pieces of at most ``piece_bytes`` (streaming gunzip).
 
     Same container rules and errors as :func:`decode_container`, but the whole document is never
     held in memory: gzip input is fed in 256 KiB slices and output is bounded per piece.
-    Plain files are yielded as zero-copy ``memoryview`` slices.
+    Plain files are yielded as zero-copy ``memoryview`` slices. ``zlib_module`` is any module with
+    zlib's ``decompressobj``/``MAX_WBITS``/``error`` interface (``isal.isal_zlib`` is ~3x faster).
 
     Raises:
         TraceError: as :func:`decode_container` (raised when the problem is reached).
@@ -100,7 +102,7 @@ def iter_decoded(
     in_piece = 256 << 10
     total = 0
     pos = 0
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    d = zlib_module.decompressobj(16 + zlib_module.MAX_WBITS)
     pending: bytes | memoryview = b""
     while True:
         if not pending and pos < n:
@@ -108,7 +110,7 @@ def iter_decoded(
             pos += len(pending)
         try:
             out = d.decompress(pending, piece_bytes)
-        except zlib.error as exc:
+        except zlib_module.error as exc:
             raise TraceError(f"corrupt gzip stream: {exc}") from None
         pending = d.unconsumed_tail
         total += len(out)
@@ -126,7 +128,7 @@ def iter_decoded(
                 if bytes(rest).strip(b"\x00") == b"" and bytes(mv[pos:]).strip(b"\x00") == b"":
                     return
                 raise TraceError(f"trailing data after gzip stream at byte {consumed}")
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            d = zlib_module.decompressobj(16 + zlib_module.MAX_WBITS)
             pending = rest
             continue
         if not out and not pending and pos >= n:

@@ -33,6 +33,7 @@ from jobs.normalize.columns import (
     to_int64,
 )
 from jobs.normalize.container import GZIP_MAGIC, iter_decoded
+from jobs.normalize.errors import TraceError
 
 try:  # the extension is optional: without a C compiler the package still works (pure Python)
     from jobs.normalize import _kineto_scan
@@ -97,43 +98,13 @@ def scan_trace(data: bytes, max_uncompressed_bytes: int, compact_args: bool, pie
 
 
 def _iter_gunzip(data: bytes, max_uncompressed_bytes: int, piece_bytes: int):
-    """Decoded pieces of a gzip file (every member) with ISA-L; the container rules of
-    :func:`container.iter_decoded`, but any problem raises :class:`NativeBail` so that the
-    Python path produces the exact quarantine reason."""
-    mv = memoryview(data)
-    n = len(data)
-    in_piece = 256 << 10
-    total = pos = 0
-    d = _gunzip.decompressobj(16 + _gunzip.MAX_WBITS)
-    pending: bytes | memoryview = b""
-    while True:
-        if not pending and pos < n:
-            pending = mv[pos:pos + in_piece]
-            pos += len(pending)
-        try:
-            out = d.decompress(pending, piece_bytes)
-        except Exception as exc:  # isal.IsalError (corrupt stream)
-            raise NativeBail(f"gunzip: {exc}") from None
-        pending = d.unconsumed_tail
-        total += len(out)
-        if total > max_uncompressed_bytes:
-            raise NativeBail("over the size cap")
-        if out:
-            yield out
-        if d.eof:
-            rest = d.unused_data
-            if not rest and pos >= n:
-                return
-            head = (bytes(rest[:2]) + bytes(mv[pos:pos + 2]))[:2]
-            if head != GZIP_MAGIC:
-                if bytes(rest).strip(b"\x00") == b"" and bytes(mv[pos:]).strip(b"\x00") == b"":
-                    return
-                raise NativeBail("trailing data after the gzip stream")
-            d = _gunzip.decompressobj(16 + _gunzip.MAX_WBITS)
-            pending = rest
-            continue
-        if not out and not pending and pos >= n:
-            raise NativeBail("truncated gzip stream")
+    """Decoded pieces of a gzip file (every member) with ISA-L: :func:`container.iter_decoded`'s
+    container rules, but any problem raises :class:`NativeBail` so that the Python path produces
+    the exact quarantine reason."""
+    try:
+        yield from iter_decoded(data, max_uncompressed_bytes, piece_bytes, zlib_module=_gunzip)
+    except TraceError as exc:
+        raise NativeBail(f"gunzip: {exc}") from None
 
 
 def _events_start(buf) -> tuple[int | None, bool]:
