@@ -7,7 +7,8 @@ Every ``TraceCapture`` argument left at ``None`` is read from here; an explicit 
 | ``TRACELAKE_SINK`` | landing-zone root; unset = capture off | ``s3://traces/raw``, ``/mnt/landing`` |
 | ``TRACELAKE_JOB_ID`` | job id (path-safe) | ``llama-7b-0412`` |
 | ``TRACELAKE_ATTEMPT`` | attempt number | ``2`` |
-| ``TRACELAKE_TAGS`` | user tags ``k=v,k=v`` | ``team=perf,model=llama`` |
+| ``TRACELAKE_TAGS`` | user tags ``k=v,k=v`` (``model`` and ``job_name`` feed fleet statistics) | ``team=perf,model=llama`` |
+| ``TRACELAKE_JOB_NAME`` | tag ``job_name``: runs with the same name are compared for regressions (default ``SLURM_JOB_NAME``, else the job id) | ``llama-7b-pretrain`` |
 | ``TRACELAKE_SCHEDULE`` | ``torch.profiler.schedule`` in steps | ``wait=5,warmup=1,active=3,repeat=2`` |
 | ``TRACELAKE_STORAGE_OPTIONS`` | fsspec options, JSON object | ``{"endpoint_url": "http://127.0.0.1:8333"}`` |
 | ``TRACELAKE_BACKGROUND`` | ``0`` uploads on the training thread | ``1`` (default) |

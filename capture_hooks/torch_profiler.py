@@ -132,6 +132,8 @@ class TraceCapture:
         attempt: attempt number (>= 0). Default: ``TRACELAKE_ATTEMPT``, else the launcher's restart
             count (``TORCHELASTIC_RESTART_COUNT`` / ``SLURM_RESTART_COUNT``), else 0.
         tags: user tags ``{str: str}``, merged over ``TRACELAKE_TAGS`` (``k=v,k=v``); the argument wins.
+            The tag ``job_name`` (default ``TRACELAKE_JOB_NAME``, else ``SLURM_JOB_NAME``) names a
+            recurring job whose runs are compared for regressions; ``model`` is the model tag of fleet statistics.
         wait, warmup, active, repeat, skip_first: ``torch.profiler.schedule`` arguments, in steps.
             Default: ``TRACELAKE_SCHEDULE``, else 1, 1, 3, 1, 0 (``repeat=0`` repeats until the loop ends).
         record_shapes, profile_memory, with_stack, with_flops, with_modules: passed to
@@ -256,6 +258,12 @@ class TraceCapture:
         for key, value in (tags or {}).items():
             _check_tag(key, value)
             merged[key] = value
+        if "job_name" not in merged:  # runs of one recurring job share a name (fleet regressions)
+            name = (env.get("TRACELAKE_JOB_NAME") or env.get("SLURM_JOB_NAME") or "").strip()
+            if name:
+                name = name[:128]
+                _check_tag("job_name", name)
+                merged["job_name"] = name
         self.tags = merged
 
         from_env = parse_schedule(env.get("TRACELAKE_SCHEDULE"))

@@ -113,6 +113,11 @@ CAPTURES = Table(
         Column("device_name", _STR, "First accelerator name in `deviceProperties` (or manifest); null on CPU-only traces."),
         Column("distributed_backend", _STR, "`distributedInfo.backend` (nccl, gloo, …)."),
         Column("torch_version", _STR, "torch version from the manifest (null for bare traces)."),
+        Column("job_name", _STR, "Name shared by the runs of one recurring job (manifest tag `job_name`, e.g. from "
+               "`TRACELAKE_JOB_NAME` or `SLURM_JOB_NAME`; else `job_id`): fleet regressions compare runs with the same name.", False),
+        Column("model", _STR, "Manifest tag `model` (e.g. `llama-7b`); null when not tagged."),
+        Column("tags_json", _STR, "All manifest tags as a JSON object (`{}` for bare traces)."),
+        Column("created_at", _STR, "Manifest `created_at` (UTC ISO-8601) when the capture was committed; null for bare traces."),
         Column("flags", pa.list_(_STR), "Data-quality flags, e.g. `rank_assumed_0`, `negative_duration`, `nonfinite_number`."),
     ),
     partition_by=("date", "job_id"),

@@ -59,6 +59,7 @@ class CaptureFile:
     host_name: str | None = None
     device_name: str | None = None
     torch_version: str | None = None
+    created_at: str | None = None
     size_bytes: int | None = None
     error: str | None = None
     bare: bool = True
@@ -162,6 +163,7 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
             host_name=manifest.get("host"),
             device_name=manifest.get("device_name"),
             torch_version=manifest.get("torch_version"),
+            created_at=manifest.get("created_at"),
             bare=False,
             tags=manifest.get("tags") or {},
         )

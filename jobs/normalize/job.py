@@ -87,6 +87,7 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
         uri=task["uri"], manifest_uri=task.get("manifest_uri"), source="kineto",
         world_size=task.get("world_size"), size_bytes=task.get("size_bytes"), host_name=task.get("host_name"),
         device_name=task.get("device_name"), torch_version=task.get("torch_version"), flags=[],
+        created_at=task.get("created_at"), **tag_columns(task),
     )
     reason = task.get("error") or read_error
     parsed = None
@@ -152,6 +153,25 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
         i = events.schema.get_field_index("source")
         events = events.set_column(i, events.schema.field(i), pa.array([row["source"]] * events.num_rows, pa.string()))
     return row, events
+
+
+def tag_columns(task: dict) -> dict:
+    """``job_name``, ``model`` and ``tags_json`` of a capture from its manifest tags.
+
+    ``task["tags"]`` is a JSON object string (or a dict); ``job_name`` is the tag ``job_name`` when set,
+    else the job id (runs of a recurring job share the name, each run has its own job id).
+    """
+    tags = task.get("tags") or {}
+    if isinstance(tags, str):
+        try:
+            tags = json.loads(tags)
+        except ValueError:
+            tags = {}
+    if not isinstance(tags, dict):
+        tags = {}
+    name = str(tags.get("job_name") or "").strip() or task["job_id"]
+    model = str(tags.get("model") or "").strip() or None
+    return {"job_name": name, "model": model, "tags_json": json.dumps(tags, sort_keys=True)}
 
 
 def with_identity(events: pa.Table, capture: dict) -> pa.Table:
@@ -320,7 +340,11 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
         captures = [json.loads(r[0]) for r in work.filter(F.col("event_id") == -1).select(_CAPTURE_COL).collect()]
         renames = disambiguate_bare_jobs(captures, tasks)
         for c in captures:
-            c["job_id"] = renames.get(c["capture_id"], c["job_id"])
+            new_id = renames.get(c["capture_id"])
+            if new_id:
+                if c.get("job_name") == c["job_id"]:
+                    c["job_name"] = new_id
+                c["job_id"] = new_id
         captures.sort(key=lambda c: (c["job_id"], c["attempt"], c["rank"], c["capture_id"]))
         neuron_rows = neuron_summary_rows(captures)
         events = work.filter(F.col("event_id") >= 0).drop(_CAPTURE_COL)

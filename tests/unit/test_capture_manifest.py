@@ -171,6 +171,14 @@ def test_capture_config_rejects_unsafe_or_malformed(tmp_path):
     assert parse_tags(" team = infra , run=7,empty= ") == {"team": "infra", "run": "7", "empty": ""}
 
 
+def test_job_name_tag_from_env(tmp_path):
+    assert TraceCapture(str(tmp_path), job_id="j", env={"TRACELAKE_JOB_NAME": "nightly-llm"}).tags == {"job_name": "nightly-llm"}
+    assert TraceCapture(str(tmp_path), job_id="j", env={"SLURM_JOB_NAME": "train"}).tags == {"job_name": "train"}
+    explicit = TraceCapture(str(tmp_path), job_id="j", tags={"job_name": "mine"}, env={"TRACELAKE_JOB_NAME": "env"})
+    assert explicit.tags == {"job_name": "mine"}
+    assert TraceCapture(str(tmp_path), job_id="j", env={}).tags == {}
+
+
 def test_capture_is_off_without_sink():
     capture = TraceCapture(job_id="j", env={})
     with capture:

@@ -43,6 +43,17 @@ def test_committed_capture_uses_manifest_identity(tmp_path):
     assert (f.job_id, f.attempt, f.rank, f.rank_source, f.world_size, f.date) == ("llm-7b", 1, 3, "manifest", 4, "2026-11-30")
     assert f.capture_id == "c1" and f.error is None and not f.bare
     assert f.uri.endswith("c1/trace.json.gz") and f.manifest_uri.endswith("c1/manifest.json")
+    assert f.created_at == "2026-11-30T10:00:00Z" and f.tags == {"model": "mlp"}
+
+
+def test_tag_columns_name_recurring_jobs():
+    from jobs.normalize.job import tag_columns
+
+    tagged = tag_columns({"job_id": "run-17", "tags": json.dumps({"job_name": "llm-pretrain", "model": "llama-7b"})})
+    assert tagged == {"job_name": "llm-pretrain", "model": "llama-7b",
+                      "tags_json": '{"job_name": "llm-pretrain", "model": "llama-7b"}'}
+    assert tag_columns({"job_id": "bare-folder", "tags": "{}"}) == {"job_name": "bare-folder", "model": None, "tags_json": "{}"}
+    assert tag_columns({"job_id": "j", "tags": "not json"})["job_name"] == "j"
 
 
 def test_capture_without_manifest_is_pending_not_ingested(tmp_path):
