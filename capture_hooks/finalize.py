@@ -21,7 +21,7 @@ from typing import Any
 
 from capture_hooks.manifest import encode_manifest, file_entry
 from capture_hooks.neuron import materialize
-from capture_hooks.sink import MANIFEST_NAME, CaptureUpload
+from capture_hooks.sink import MANIFEST_NAME, CaptureUpload, check_capture_file_name, check_relative_dir
 from capture_hooks.spool import read_meta, write_bytes_atomic
 
 __all__ = ["GZIP_LEVEL", "finalize_entry"]
@@ -48,21 +48,24 @@ def finalize_entry(entry: str, *, convert_neuron: bool = True, conversion_timeou
         in manifest order and whose ``manifest`` is the final ``manifest.json`` bytes.
 
     Raises:
-        OSError, ValueError: the entry is unreadable or incomplete (names the entry).
+        OSError, ValueError: the entry is unreadable or incomplete (names the entry), or its folder or a
+            file name is not path-safe (:func:`~capture_hooks.sink.check_relative_dir`).
     """
     meta = read_meta(entry)
-    relative_dir = meta["relative_dir"]
+    relative_dir = check_relative_dir(meta["relative_dir"])  # a tampered entry never lands outside the sink
     manifest_path = os.path.join(entry, MANIFEST_NAME)
     if os.path.isfile(manifest_path):  # finished before (e.g. upload failed afterwards)
         with open(manifest_path, "rb") as f:
             manifest_bytes = f.read()
         listed = json.loads(manifest_bytes)["files"]
+        for e in listed:
+            check_capture_file_name(e["path"])
         return CaptureUpload(relative_dir, tuple((os.path.join(entry, *e["path"].split("/")), e["path"]) for e in listed),
                              manifest_bytes)
 
     named: list[tuple[str, str]] = []
     for spec in meta.get("files", []):
-        name, kind = spec["name"], spec["kind"]
+        name, kind = check_capture_file_name(spec["name"]), spec["kind"]
         if spec.get("gzip"):
             src, gz = os.path.join(entry, name), os.path.join(entry, name + ".gz")
             if os.path.isfile(src):

@@ -29,6 +29,8 @@ from typing import Any
 __all__ = [
     "CaptureUpload",
     "LandingZoneSink",
+    "check_capture_file_name",
+    "check_relative_dir",
     "landing_path",
     "make_path_safe",
     "validate_path_component",
@@ -36,6 +38,7 @@ __all__ = [
 
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_LAYOUT = re.compile(r"date=([0-9]{4}-[0-9]{2}-[0-9]{2})/job=([^/]*)/attempt=([0-9]{1,10})/rank=([0-9]{5,10})/([^/]*)")
 MANIFEST_NAME = "manifest.json"
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oci", "oss", "r2"})
 
@@ -83,7 +86,7 @@ def landing_path(*, date: str, job_id: str, attempt: int, rank: int, capture_id:
     Raises:
         ValueError: any part is malformed or not path-safe (message names the part).
     """
-    if not isinstance(date, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+    if not isinstance(date, str) or not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", date):  # ASCII digits only
         raise ValueError(f"date {date!r} is not YYYY-MM-DD")
     for name, number in (("attempt", attempt), ("rank", rank)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
@@ -91,6 +94,35 @@ def landing_path(*, date: str, job_id: str, attempt: int, rank: int, capture_id:
     validate_path_component(job_id, "job_id")
     validate_path_component(capture_id, "capture_id")
     return f"date={date}/job={job_id}/attempt={attempt}/rank={rank:05d}/{capture_id}"
+
+
+def check_relative_dir(relative_dir: Any) -> str:
+    """Return ``relative_dir`` if it is exactly a :func:`landing_path` (``date=…/job=…/attempt=N/rank=NNNNN/<id>``
+    with path-safe job and capture ids), else raise: a spool entry's folder never lands outside the sink root.
+
+    Raises:
+        ValueError: naming the value.
+    """
+    m = _LAYOUT.fullmatch(relative_dir) if isinstance(relative_dir, str) else None
+    if m is None:
+        raise ValueError(f"capture folder {relative_dir!r} is not date=YYYY-MM-DD/job=…/attempt=N/rank=NNNNN/<capture_id>")
+    validate_path_component(m.group(2), "job_id")
+    validate_path_component(m.group(5), "capture_id")
+    return relative_dir
+
+
+def check_capture_file_name(name: Any) -> str:
+    """Return ``name`` if it is a '/'-separated path of :func:`validate_path_component` segments (stays inside
+    the capture folder), else raise.
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"capture file name {name!r} must be a non-empty string")
+    for seg in name.split("/"):
+        validate_path_component(seg, f"capture file name {name!r}: segment")
+    return name
 
 
 @dataclass(frozen=True)
@@ -168,8 +200,12 @@ class LandingZoneSink:
         renamed, so a reader never sees a partial file; object stores publish a PUT atomically.
 
         Raises:
+            ValueError: ``relative_dir`` or a file name that could land outside the capture folder.
             OSError (unwritable root, disk full) or the fsspec driver's errors.
         """
+        check_relative_dir(upload.relative_dir)
+        for _, name in upload.files:
+            check_capture_file_name(name)
         fs, root = self._filesystem()
         capture_dir = posixpath.join(root, upload.relative_dir)
         if self._has_directories():

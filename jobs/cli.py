@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -68,9 +69,9 @@ def print_summary(result) -> None:
     console.print(f"captures: {len(caps)} ({len(caps) - len(q) - n_cat} ingested, {len(q)} quarantined, {n_cat} cataloged)"
                   + (f", {len(result.pending)} pending (no manifest yet)" if result.pending else ""))
     for _, c in q.iterrows():
-        console.print(f"  [yellow]quarantined[/yellow] {c['reason']}")
+        console.print(f"  [yellow]quarantined[/yellow] {escape(str(c['reason']))}")  # names from traces: text
     if getattr(result, "validation", None) is not None:
-        console.print(result.validation.summary())
+        console.print(result.validation.summary(), markup=False)  # "[expect_…]" and check values are text
     console.print(f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}")
     if result.tracking_uri:
         for (job, attempt), run_id in sorted(result.run_ids.items()):
@@ -144,6 +145,27 @@ def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer
 
 
 @app.command()
+def fleet(warehouse: str = typer.Option(...),
+          baseline_runs: int = typer.Option(5, help="Previous runs of the same job name pooled as the baseline."),
+          threshold_pct: float = typer.Option(5.0, help="Relative step-time change that counts (%)."),
+          threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
+          alpha: float = typer.Option(0.01, help="Significance level of the Mann-Whitney U test.")) -> None:
+    """Rebuild the fleet tables: fleet_stats, fleet_kernels, regressions (whole warehouse)."""
+    from jobs.fleet.job import run_fleet
+    from jobs.spark import get_spark
+
+    res = run_fleet(get_spark(), warehouse, baseline_runs=baseline_runs, threshold_pct=threshold_pct,
+                    threshold_pp=threshold_pp, alpha=alpha)
+    console.print(res.counts)
+    reg = res.regressions
+    if len(reg):
+        bad = reg[reg["verdict"] == "regression"]
+        console.print(f"{len(bad)} regression(s) in {reg[['job_id', 'attempt']].drop_duplicates().shape[0]} run(s)")
+        if len(bad):
+            _print_frame(bad[["job_name", "job_id", "attempt", "metric", "value", "baseline", "change_pct", "p_value"]], "table")
+
+
+@app.command()
 def sql(
     query: str = typer.Argument(..., help="Spark SQL; every warehouse table is a view by its name (events, steps, …)."),
     warehouse: str = typer.Option(..., help="Warehouse folder."),
@@ -180,7 +202,7 @@ def shell(warehouse: str = typer.Option(..., help="Warehouse folder.")) -> None:
             try:
                 _print_frame(spark.sql(q).limit(200).toPandas(), "table")
             except Exception as exc:  # show the error, keep the shell
-                console.print(f"[red]{type(exc).__name__}:[/red] {str(exc).splitlines()[0]}")
+                console.print(f"[red]{type(exc).__name__}:[/red] {escape((str(exc).splitlines() or [''])[0])}")
 
 
 def _print_frame(df, fmt: str) -> None:
@@ -196,9 +218,9 @@ def _print_frame(df, fmt: str) -> None:
     else:
         t = Table()
         for c in df.columns:
-            t.add_column(str(c))
+            t.add_column(escape(str(c)))
         for row in df.itertuples(index=False):
-            t.add_row(*[_cell(v) for v in row])
+            t.add_row(*[escape(_cell(v)) for v in row])  # a kernel name "[/]" is text, not rich markup
         console.print(t)
 
 

@@ -353,6 +353,7 @@ def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | N
 def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
     """Print metric deltas and the top kernels/ops added, removed, slower, faster, and findings."""
     from rich.console import Console
+    from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
     from rich.table import Table
 
     console = console or Console()
@@ -360,27 +361,28 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
     def num(v, d=3):
         return "—" if v is None or v != v else f"{v:,.{d}f}"
 
-    t = Table(title=f"compare {c.a_label} → {c.b_label}: metrics", title_justify="left")
+    t = Table(title=f"compare {escape(c.a_label)} → {escape(c.b_label)}: metrics", title_justify="left")
     for col in ("metric", "A", "B", "Δ", "Δ %"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     for r in c.metrics.itertuples():
         if not r.metric.startswith("rank/"):
-            t.add_row(r.metric, num(r.a), num(r.b), num(r.delta), num(r.delta_pct, 1))
+            t.add_row(escape(r.metric), num(r.a), num(r.b), num(r.delta), num(r.delta_pct, 1))
     console.print(t)
     for status, rows in (("added", c.added()), ("removed", c.removed()), ("slower", c.slower()), ("faster", c.faster())):
         t = Table(title=f"{status} in B: {len(rows)} kernel(s)/op(s)", title_justify="left")
         for col in ("kind", "name", "A ms/step", "B ms/step", "Δ ms/step", "Δ %"):
             t.add_column(col, justify="left" if col in ("kind", "name") else "right", overflow="fold")
         for r in rows.head(limit).itertuples():
-            t.add_row(r.group, str(r.name)[:100], num(r.a_ns_per_step / 1e6), num(r.b_ns_per_step / 1e6),
+            t.add_row(r.group, escape(str(r.name)[:100]), num(r.a_ns_per_step / 1e6), num(r.b_ns_per_step / 1e6),
                       num(r.delta_ns_per_step / 1e6), num(r.delta_pct, 1))
         console.print(t)
     if c.findings is not None:
         for status in ("appeared", "cleared"):
             f = c.findings[c.findings["status"] == status]
-            console.print(f"findings {status}: {len(f)}" + "".join(f"\n  {r.finding_id}: {r.title}" for r in f.itertuples()))
+            console.print(f"findings {status}: {len(f)}" + "".join(f"\n  {r.finding_id}: {r.title}" for r in f.itertuples()),
+                          markup=False, highlight=False)
     for n in c.notes:
-        console.print(f"[dim]{n}[/dim]", highlight=False, markup=True)
+        console.print(f"[dim]{escape(n)}[/dim]", highlight=False, markup=True)
 
 
 def compare_command(

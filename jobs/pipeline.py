@@ -1,4 +1,4 @@
-"""The main job: normalize → analyze → MLflow, on one landing zone.
+"""The main job: normalize → validate → analyze → validate → fleet statistics → MLflow, on one landing zone.
 
 This is what ``tracelake run`` and the Airflow DAGs call; each stage is also runnable alone
 (``python -m jobs.normalize``, ``python -m jobs.analyze``).
@@ -27,6 +27,7 @@ class PipelineResult:
     pending: list[str] = field(default_factory=list)
     run_ids: dict = field(default_factory=dict)
     validation: object = None  # jobs.validate.ValidationReport of the normalize and analyze stages
+    regressions: pd.DataFrame = field(default_factory=pd.DataFrame)  # regressions rows (whole warehouse)
 
 
 @contextmanager
@@ -62,7 +63,8 @@ def read_tables(spark, warehouse: str, job_ids: list[str], names=("captures", "r
 
 def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, storage_options: dict | None = None,
                  spark=None, progress=None, log_to_mlflow: bool = True, since=None, until=None) -> PipelineResult:
-    """Normalize every committed capture under ``raw``, validate, analyze, validate, log to MLflow.
+    """Normalize every committed capture under ``raw``, validate, analyze, validate, rebuild the fleet
+    tables (:mod:`jobs.fleet`), log to MLflow.
 
     A job whose tables fail validation is marked (``<table>/_validation.json``) and its MLflow run
     ends ``FAILED`` with the validation report attached; it is never silently published.
@@ -100,10 +102,18 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
             run_analyze(spark, warehouse, job_ids)
         with _stage(progress, "Validating the analysis tables (Great Expectations)"):
             validation = validation.merge(validate_tables(spark, warehouse, "analyze", job_ids))
-    tables = read_tables(spark, warehouse, job_ids, names=("captures", "ranks", "steps", "neuron_summary"))
+    fleet = None
+    if any(c["status"] == "ingested" for c in norm.captures):
+        from jobs.fleet.job import run_fleet
+
+        with _stage(progress, "Fleet statistics and regressions against previous runs"):
+            fleet = run_fleet(spark, warehouse)
+    tables = read_tables(spark, warehouse, job_ids,
+                         names=("captures", "ranks", "steps", "neuron_summary", "collectives"))
     result = PipelineResult(warehouse=warehouse, tracking_uri=None, job_ids=job_ids, captures=tables["captures"],
                             ranks=tables["ranks"], steps=tables["steps"], neuron_summary=tables["neuron_summary"],
-                            pending=norm.pending, validation=validation)
+                            pending=norm.pending, validation=validation,
+                            regressions=fleet.regressions if fleet is not None else pd.DataFrame())
     if log_to_mlflow and job_ids:
         from jobs.report.publish import log_job_reports
         from jobs.validate import log_validations
@@ -112,7 +122,8 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
         with _stage(progress, f"Logging {len(job_ids)} job(s) to MLflow"):
             result.run_ids = log_jobs(tracking_uri, warehouse, result.captures, result.ranks, result.steps,
-                                      neuron_summary=result.neuron_summary, failed_jobs=failed)
+                                      neuron_summary=result.neuron_summary, failed_jobs=failed,
+                                      collectives=tables["collectives"], regressions=result.regressions)
             if validation is not None:
                 log_validations(tracking_uri, result.run_ids, validation)
         with _stage(progress, "Rendering the HTML report of each job into MLflow"):

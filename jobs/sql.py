@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from schemas import TABLES
+from schemas import FLEET_TABLES, TABLES
 
 
 def register_tables(spark, warehouse: str) -> list[str]:
@@ -20,7 +20,7 @@ def register_tables(spark, warehouse: str) -> list[str]:
         The names of the registered views (tables not written yet are skipped).
     """
     registered = []
-    for name in TABLES:
+    for name in [*TABLES, *FLEET_TABLES]:
         path = posixpath.join(warehouse.rstrip("/"), name)
         try:
             spark.read.parquet(path).createOrReplaceTempView(name)

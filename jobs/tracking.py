@@ -6,6 +6,9 @@ Metric names are stable so that MLflow's run comparison lines up across jobs:
   ``idle_pct``, ``compute_pct``, ``non_compute_pct``, ``overlap_pct`` (mean over ranks with GPU
   activity; HTA temporal breakdown / comm-comp overlap), ``idle_pct_max`` (worst rank),
   ``n_ranks``, ``n_steps``, ``n_events``, ``n_quarantined``;
+- collectives and stragglers (:func:`collective_metrics`): ``exposed_comm_pct``, ``collectives/…``,
+  ``straggler/rank``, ``straggler/last_arrival_pct``; regressions against previous runs of the same
+  job name (:func:`regression_metrics`): ``regression/<metric>/change_pct|delta|p_value``;
 - per rank: ``rank/<r>/step_time_p50_ms``, ``rank/<r>/step_time_max_ms``, ``rank/<r>/idle_pct``,
   ``rank/<r>/compute_pct``, ``rank/<r>/overlap_pct``.
 
@@ -83,9 +86,71 @@ def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
     return m
 
 
+def collective_metrics(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """Collective and straggler metrics of one job (from the ``collectives`` and ``steps`` rows of the job).
+
+    Metrics: ``exposed_comm_pct`` (Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps, as in
+    ``fleet_stats``); with matched collectives: ``collectives/n_calls`` (distinct calls),
+    ``collectives/wait_ms_mean`` and ``collectives/wait_ms_p90`` (per rank and call: last arrival − own
+    arrival), ``collectives/skew_ms_max`` (last − first arrival), ``collectives/busbw_gbps_p50`` (NCCL-tests
+    bus bandwidth), ``straggler/rank`` (the rank most often last to arrive among calls matched on ≥ 2
+    ranks) and ``straggler/last_arrival_pct`` (its share of those calls, %).
+
+    Returns:
+        ``(metrics, tags)``; tags: ``tracelake.straggler_rank`` when a straggler is found.
+    """
+    m: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    if len(steps) and "exposed_comm_ns" in steps and steps["step_time_ns"].sum() > 0 and steps["exposed_comm_ns"].notna().any():
+        m["exposed_comm_pct"] = float(steps["exposed_comm_ns"].fillna(0).sum()) / float(steps["step_time_ns"].sum()) * 100
+    if collectives is None or not len(collectives):
+        return m, tags
+    c = collectives
+    m["collectives/n_calls"] = float(c["match_key"].nunique())
+    wait = c["wait_ns"].dropna().astype(float)
+    if len(wait):
+        m["collectives/wait_ms_mean"] = float(wait.mean()) / 1e6
+        m["collectives/wait_ms_p90"] = float(wait.quantile(0.9)) / 1e6
+    if c["skew_ns"].notna().any():
+        m["collectives/skew_ms_max"] = float(c["skew_ns"].max()) / 1e6
+    bw = c["busbw_gbps"].dropna()
+    if len(bw):
+        m["collectives/busbw_gbps_p50"] = float(bw.median())
+    multi = c[(c["n_ranks_matched"].fillna(0) >= 2)]
+    last = multi[multi["is_last_arrival"].fillna(False).astype(bool)]
+    if len(last):
+        counts = last.groupby("rank")["match_key"].nunique().sort_index()
+        rank = int(counts.idxmax())
+        m["straggler/rank"] = float(rank)
+        m["straggler/last_arrival_pct"] = float(counts.max()) / float(multi["match_key"].nunique()) * 100
+        tags["tracelake.straggler_rank"] = str(rank)
+    return m, tags
+
+
+def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """MLflow metrics/tags of one run's ``regressions`` rows (:mod:`jobs.fleet.regressions`).
+
+    Metrics ``regression/<metric>/change_pct``, ``regression/<metric>/delta`` and
+    ``regression/<metric>/p_value`` where defined; tag ``tracelake.regression``: ``regression`` when any
+    metric regressed, else ``improvement`` when any improved, else ``unchanged`` or ``no_baseline``.
+    """
+    m: dict[str, float] = {}
+    if regressions is None or not len(regressions):
+        return m, {}
+    for r in regressions.itertuples():
+        for col in ("change_pct", "delta", "p_value"):
+            v = getattr(r, col)
+            if _finite(v):
+                m[f"regression/{r.metric}/{col}"] = float(v)
+    verdicts = set(regressions["verdict"])
+    overall = next((v for v in ("regression", "improvement", "unchanged") if v in verdicts), "no_baseline")
+    return m, {"tracelake.regression": overall}
+
+
 def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: pd.DataFrame,
              steps: pd.DataFrame, neuron_summary: pd.DataFrame | None = None,
-             failed_jobs: frozenset = frozenset()) -> dict[tuple[str, int], str]:
+             failed_jobs: frozenset = frozenset(), collectives: pd.DataFrame | None = None,
+             regressions: pd.DataFrame | None = None) -> dict[tuple[str, int], str]:
     """Create or update one MLflow run per (job_id, attempt) found in ``captures``.
 
     Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
@@ -97,9 +162,15 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
     ``captures.json`` and ``findings.json`` (schema ``schemas/findings.v1.json``).
 
     Runs of ``failed_jobs`` (failed validation) end ``FAILED`` instead of ``FINISHED``.
+    With ``collectives`` (the ``collectives`` rows), the collective and straggler metrics of
+    :func:`collective_metrics`; with ``regressions`` (``regressions`` rows), :func:`regression_metrics`
+    and the tags ``tracelake.job_name`` / ``tracelake.model`` from ``captures``.
 
     Returns:
         ``{(job_id, attempt): run_id}``.
+
+    Raises:
+        jobs.normalize.discover.DiscoveryError: a ``job_id`` that is not path-safe.
     """
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
@@ -107,7 +178,10 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
     client = MlflowClient(tracking_uri=tracking_uri)
     exp_id = _experiment_id(client, tracking_uri, warehouse)
     out = {}
+    from jobs.normalize.discover import safe_id
+
     for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
+        safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
         jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
         js = steps[(steps["job_id"] == job_id) & (steps["attempt"] == attempt)]
         found = client.search_runs(
@@ -135,13 +209,28 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
                 metrics.update(neuron_metrics_for_mlflow(neuron_rows))
             else:
                 neuron_rows = None
+        extra_tags: dict[str, str] = {}
+        jc = None
+        if collectives is not None and len(collectives):
+            jc = collectives[(collectives["job_id"] == job_id) & (collectives["attempt"] == attempt)]
+        cm, ct = collective_metrics(jc, js)
+        metrics.update(cm)
+        extra_tags.update(ct)
+        if regressions is not None and len(regressions):
+            rm, rt = regression_metrics(regressions[(regressions["job_id"] == job_id)
+                                                    & (regressions["attempt"] == attempt)])
+            metrics.update(rm)
+            extra_tags.update(rt)
+        for col in ("job_name", "model"):
+            if col in ingested and ingested[col].notna().any():
+                extra_tags[f"tracelake.{col}"] = str(ingested[col].dropna().iloc[0])[:5000]
         metrics["n_events"] = float(ingested["n_events"].sum())
         metrics["n_quarantined"] = float((cap["status"] == "quarantined").sum())
         metrics["n_cataloged"] = float((cap["status"] == "cataloged").sum())
         uris = sorted(cap["uri"])
         tags = {"tracelake.job_id": job_id, "tracelake.attempt": str(attempt),
                 "tracelake.capture_uris": ",".join(uris[:20])[:4000],
-                "tracelake.warehouse": str(warehouse)}
+                "tracelake.warehouse": str(warehouse), **extra_tags}
         import time
 
         now = int(time.time() * 1000)

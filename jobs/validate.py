@@ -557,8 +557,14 @@ def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
             fails = [{"id": c.id, "unexpected_count": c.jobs.get(j)} for c in t.failed if j in c.jobs]
             doc.setdefault("jobs", {})[j] = {"status": "failed" if fails else "passed", "stage": t.stage,
                                              "validated_at": report.validated_at, "failed": fails}
-        with fs.open(path, "w") as f:
-            f.write(json.dumps(doc, indent=1, sort_keys=True))
+        text = json.dumps(doc, indent=1, sort_keys=True)
+        if "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
+            from jobs.commit import write_text_atomic
+
+            write_text_atomic(path, text)  # a killed run never leaves a truncated mark
+        else:
+            with fs.open(path, "w") as f:
+                f.write(text)
         written.append(path)
     return written
 

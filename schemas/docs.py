@@ -10,14 +10,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from schemas.tables import TABLES
+from schemas.tables import FLEET_TABLES, TABLES
 
 BEGIN, END = "<!-- tables:begin -->", "<!-- tables:end -->"
 
 
 def tables_markdown() -> str:
     """Markdown reference of every warehouse table, in declaration order."""
-    return "\n".join(t.markdown() for t in TABLES.values())
+    return "\n".join(t.markdown() for t in [*TABLES.values(), *FLEET_TABLES.values()])
 
 
 def render(readme: str) -> str:

@@ -118,7 +118,18 @@ CAPTURES = Table(
         Column("model", _STR, "Manifest tag `model` (e.g. `llama-7b`); null when not tagged."),
         Column("tags_json", _STR, "All manifest tags as a JSON object (`{}` for bare traces)."),
         Column("created_at", _STR, "Manifest `created_at` (UTC ISO-8601) when the capture was committed; null for bare traces."),
-        Column("flags", pa.list_(_STR), "Data-quality flags, e.g. `rank_assumed_0`, `negative_duration`, `nonfinite_number`."),
+        Column("flags", pa.list_(_STR), "Data-quality flags (the trace is still ingested unless quarantined): `rank_assumed_0`; "
+               "`duplicate_rank` (two bare files claim the rank); `duplicate_capture_id` (a manifest capture id repeated in another folder: this file got a suffixed id); `nonfinite_number` / `control_characters` (NaN/inf "
+               "tokens read as null, raw control characters in strings kept); `invalid_timestamp` (events without a "
+               "valid ts dropped); `negative_duration` / `missing_duration`; `improper_nesting` (partially "
+               "overlapping slices on a track, kept); `merged_ranks` (a file merged from several ranks, launches linked "
+               "by pid + correlation); `negative_launch_delay` (device work starting before its launch call ends; "
+               "clamped to 0 in launch statistics); `partial_trace` (truncated: events stop well before the last "
+               "ProfilerStep ends, or dropped events reported); `unsupported_format_version` (Neuron profile newer "
+               "than the reader; quarantined); `no_profiler_step`; see jobs/normalize/kineto.py `FLAGS`."),
+        Column("flag_counts_json", _STR, "How many events (or repairs) are behind each countable flag, as a JSON object, "
+               "e.g. `{\"negative_duration\": 2, \"improper_nesting\": 14}`; null when the parser reports none "
+               "(Neuron files, quarantined files)."),
     ),
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id"),
@@ -140,7 +151,8 @@ EVENTS = Table(
         Column("raw_category", _STR, "`cat` exactly as written in the trace."),
         Column("name", _STR, "Event name."),
         Column("ts_ns", _I64, "Start on the capture clock, exact integer ns (`baseTimeNanoseconds` + relative µs·1000, or absolute µs·1000).", False),
-        Column("dur_ns", _I64, "Duration, exact integer ns; null for `i`/`C` events."),
+        Column("dur_ns", _I64, "Duration, exact integer ns; null for `i`/`C` events and where the trace's `dur` is "
+               "missing, non-finite or negative (flags `missing_duration`, `negative_duration`)."),
         Column("pid", _I64, "Process id (CPU events) or device index (GPU events); null when the trace pid is not numeric."),
         Column("tid", _I64, "Thread id (CPU) or stream id (GPU); `\"stream 7\"`-style strings parsed; null when not numeric."),
         Column("process_name", _STR, "From `M process_name`, or the non-numeric pid itself (e.g. `Spans`)."),
@@ -388,6 +400,86 @@ FINDINGS = Table(
     key=("job_id", "attempt", "finding_id"),
 )
 
+_FLEET_GROUP = (
+    Column("dimension", _STR, "Partition: what the rows are grouped by: `fleet` (everything), `job_name` (runs of a "
+           "recurring job), `job` (one run: `job_id#attempt`), `model` (manifest tag), `hardware` (device name, "
+           "`cpu` without an accelerator), `torch_version`.", False),
+    Column("value", _STR, "The group's value of `dimension` (`all` for `fleet`; `(none)` when the capture does not "
+           "say, e.g. an untagged model).", False),
+    Column("date", _STR, "Capture date YYYY-MM-DD of the steps aggregated, or `all` for every date.", False),
+)
+
+FLEET_STATS = Table(
+    name="fleet_stats",
+    doc="Fleet-wide statistics of the per-step metrics grouped by job, job name, model tag, hardware, torch "
+    "version and date (jobs/fleet/stats.py). Step time is the job's: per (job, attempt, step) the slowest "
+    "rank's ProfilerStep duration. Percentages are time-weighted over all rank-steps of the group.",
+    columns=_FLEET_GROUP + (
+        Column("n_runs", _I64, "Job runs (job_id, attempt) in the group.", False),
+        Column("n_ranks", _I64, "Rank captures (job_id, attempt, rank) in the group.", False),
+        Column("n_steps", _I64, "Job steps (job_id, attempt, step) in the group.", False),
+        Column("n_rank_steps", _I64, "`steps` rows (one per rank and step) in the group.", False),
+        Column("step_time_p50_ns", _I64, "Median job step time (exact percentile, linear interpolation between closest ranks as numpy; rounded), ns."),
+        Column("step_time_p90_ns", _I64, "90th percentile job step time, ns."),
+        Column("step_time_p99_ns", _I64, "99th percentile job step time, ns."),
+        Column("step_time_mean_ns", _F64, "Mean job step time, ns."),
+        Column("idle_pct", _F64, "Σ idle_time_ns / Σ kernel_time_ns × 100 over rank-steps (HTA `idle_time_pctg`, "
+               "time-weighted); null without GPU activity."),
+        Column("compute_pct", _F64, "Σ compute_time_ns / Σ kernel_time_ns × 100 (HTA `compute_time_pctg`, time-weighted)."),
+        Column("exposed_comm_pct", _F64, "Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps: share of step time "
+               "spent in communication no computation overlaps."),
+        Column("cpu_bound_pct", _F64, "Σ cpu_bound_time_ns / Σ step_time_ns × 100 (host busy, device idle)."),
+        Column("dataloader_pct", _F64, "Σ dataloader_time_ns / Σ step_time_ns × 100."),
+    ),
+    partition_by=("dimension",),
+    key=("dimension", "value", "date"),
+)
+
+FLEET_KERNELS = Table(
+    name="fleet_kernels",
+    doc="Top kernels by total time per fleet group (same groups as `fleet_stats`), from `kernels`.",
+    columns=_FLEET_GROUP + (
+        Column("kernel_rank", _I32, "1 = most total time in the group.", False),
+        Column("name", _STR, "Kernel / memcpy / memset name.", False),
+        Column("kernel_type", _STR, "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (as in `kernels`)."),
+        Column("n", _I64, "Launches in the group."),
+        Column("total_ns", _I64, "Σ duration in the group, ns."),
+        Column("share_pct", _F64, "total_ns / Σ total_ns of every kernel in the group × 100."),
+        Column("n_runs", _I64, "Job runs in which the kernel ran."),
+    ),
+    partition_by=("dimension",),
+    key=("dimension", "value", "date", "kernel_rank"),
+)
+
+REGRESSIONS = Table(
+    name="regressions",
+    doc="Each job run against the previous runs with the same `job_name` (jobs/fleet/regressions.py): per metric "
+    "the run's value, the baseline's, the change, a Mann-Whitney U test over the per-step values and a verdict.",
+    columns=(
+        Column("job_name", _STR, "Name shared by the runs compared (`captures.job_name`).", False),
+        Column("job_id", _STR, "The run compared.", False),
+        Column("attempt", _I32, "Its attempt.", False),
+        Column("date", _STR, "Partition: the run's first capture date.", False),
+        Column("run_index", _I32, "0-based position of the run among the runs of `job_name` (ordered by manifest "
+               "`created_at`, else date, then job id and attempt).", False),
+        Column("metric", _STR, "`step_time_p50_ns`, `step_time_p90_ns`, `idle_pct` or `exposed_comm_pct`.", False),
+        Column("value", _F64, "The run's value (unit in `metric`)."),
+        Column("baseline", _F64, "The same statistic over the pooled steps of the baseline runs."),
+        Column("change_pct", _F64, "(value − baseline) / baseline × 100; null when the baseline is 0 or absent."),
+        Column("delta", _F64, "value − baseline (unit in `metric`; percentage points for `_pct`)."),
+        Column("p_value", _F64, "Two-sided Mann-Whitney U test of the run's per-step values against the baseline's "
+               "(scipy.stats.mannwhitneyu); null with fewer than 3 steps on a side."),
+        Column("verdict", _STR, "`regression` (worse by more than the threshold and p < alpha), `improvement` "
+               "(better by as much), `unchanged`, or `no_baseline` (first run, or too few steps).", False),
+        Column("baseline_runs", pa.list_(_STR), "`job_id#attempt` of the baseline runs (the previous ones, at most 5)."),
+        Column("n_steps", _I64, "Job steps of the run."),
+        Column("n_baseline_steps", _I64, "Job steps pooled from the baseline runs."),
+    ),
+    partition_by=("date",),
+    key=("job_id", "attempt", "metric"),
+)
+
+
 def _engine_columns() -> tuple[Column, ...]:
     """Per-engine columns of ``neuron_summary`` (engines named as in Neuron's Summary: PE=tensor,
     DVE=vector, ACT=scalar, POOL=gpsimd, SP=sync)."""
@@ -490,3 +582,7 @@ NEURON_SUMMARY = Table(
 TABLES: dict[str, Table] = {
     t.name: t for t in (CAPTURES, EVENTS, STEPS, RANKS, KERNELS, COLLECTIVES, CRITICAL_PATH, FINDINGS, NEURON_SUMMARY)
 }
+
+#: Fleet tables (jobs/fleet): derived from the whole warehouse, rebuilt by each fleet run; not part of a
+#: per-job pipeline stage (so not in :data:`TABLES`, which the per-job validation suites iterate).
+FLEET_TABLES: dict[str, Table] = {t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS)}

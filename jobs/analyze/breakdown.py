@@ -13,8 +13,11 @@ Definitions (HTA = Holistic Trace Analysis 0.5.0, ``hta/analyzers/breakdown_anal
 * ``idle_time`` = ``kernel_time`` − Σ merged lengths of all GPU events;
 * ``compute_time`` = Σ merged lengths of COMPUTATION events; ``comm_time`` likewise for
   COMMUNICATION; kernel type from the name, HTA's rule (:func:`jobs.analyze.kernel_types.hta_kernel_type`,
-  so that our percentages agree with HTA; :func:`~jobs.analyze.kernel_types.kernel_type` is the
-  better rule, not used here);
+  so that our percentages agree with HTA), except that a kernel our rule
+  (:func:`~jobs.analyze.kernel_types.kernel_type`: collective metadata, case-insensitive NCCL/RCCL/HCCL
+  families) calls COMMUNICATION is COMMUNICATION (deliberate difference, ``bug_cases.md`` B16: HTA
+  counts ``nccldevkernel_*``/``rccl*`` as computation and reports comm time 0 and overlap NaN). On
+  every corpus trace the two rules agree on communication, so HTA parity is unchanged;
 * ``non_compute_time`` = ``kernel_time − compute_time − idle_time``;
 * ``*_pct`` = 100 × time / ``kernel_time`` (not rounded; HTA rounds to 2 decimals), null when
   ``kernel_time`` is 0;
@@ -43,7 +46,7 @@ import pyarrow.compute as pc
 from jobs.analyze import hta_filter
 from jobs.analyze.hta_stats import rank_stats, step_stats
 from jobs.analyze.intervals import clip_intervals, intersection_length, merge_intervals, total_length
-from jobs.analyze.kernel_types import KERNEL_TYPES, hta_kernel_types
+from jobs.analyze.kernel_types import KERNEL_TYPES, hta_kernel_types, kernel_types
 from jobs.analyze.rank_view import RankView
 from schemas.tables import EVENTS, RANKS, STEPS
 
@@ -264,7 +267,12 @@ def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False, time_base_n
     gpu_idx = np.flatnonzero(gpu)
     codes = np.full(events.num_rows, -1, dtype=np.int8)
     if gpu_idx.size:
-        codes[gpu_idx] = hta_kernel_types(events.column("name").take(pa.array(gpu_idx, pa.int64())))
+        take = pa.array(gpu_idx, pa.int64())
+        names = events.column("name").take(take)
+        hta_codes = hta_kernel_types(names)
+        coll = events.column("collective").take(take) if "collective" in events.column_names else None
+        ours_comm = kernel_types(names, coll) == _COMM
+        codes[gpu_idx] = np.where(ours_comm, _COMM, hta_codes)
 
     # ranks: whole trace with HTA's last-step filter.
     keep = hta_filter.last_step_keep_mask(events, loaded, stream, view.hta_correlation, ts)

@@ -12,6 +12,11 @@ them from its launch: the CPU call with the same correlation id and its enclosin
 annotation / ``record_param_comms`` op (``args`` ``Collective name``, ``Process Group Name``,
 ``Group size``, ``In/Out msg nelems`` + ``dtype``, else ``Input Dims`` × ``Input type``).
 
+Host-side calls of the CPU backends count too: Gloo (and MPI/UCC) record a ``gloo:<op>`` annotation
+around each collective on their worker threads; those become calls of the group ``host:gloo``
+(``stream`` null, ``exposed_ns`` null: there is no device timeline to be exposed on), so CPU DDP jobs
+get matched collectives, waits and stragglers as well.
+
 **Matching** (:func:`match_collectives`), TraceLens ``NcclAnalyser`` style: the same call on every
 rank shares a ``match_key``: ``pg=<pg_name>|seq=<Seq>`` when the trace has ``Seq``; otherwise
 ``step=<N>|group=<g>|<collective>#<k>`` with ``k`` the call's ordinal among the rank's calls of that
@@ -223,6 +228,39 @@ def _bytes_from_args(a: dict):
     return None
 
 
+_HOST_COLLECTIVE = re.compile(r"^(gloo|mpi|ucc):(\w+)$", re.I)
+
+
+def _host_collectives(events: pa.Table, is_gpu: np.ndarray, has_dur: np.ndarray) -> np.ndarray:
+    """Indices of host-side collective calls: ``gloo:<op>`` (also ``mpi:``/``ucc:``) annotations that
+    torch.distributed's CPU backends record around each collective (``user_annotation``/``cpu_op``,
+    on the backend's worker threads), with a duration."""
+    names = events.column("name")
+    mask = pc.fill_null(pc.match_substring_regex(names, r"^(gloo|mpi|ucc):\w+$", ignore_case=True), False)
+    cat = events.column("category")
+    host_cat = pc.fill_null(pc.is_in(cat, pa.array(["user_annotation", "cpu_op", "gpu_user_annotation"])), False)
+    m = _np(mask, bool, False) & _np(host_cat, bool, False) & ~is_gpu & has_dur
+    return np.flatnonzero(m)
+
+
+def _host_meta(events: pa.Table, i: int) -> dict:
+    """Collective fields of a host (Gloo/MPI/UCC) call from its name and ``args`` (Input Dims × type)."""
+    name = events.column("name")[i].as_py() or ""
+    m = _HOST_COLLECTIVE.match(name)
+    meta: dict = {"collective": m.group(2) if m else None, "backend": m.group(1).lower() if m else "gloo"}
+    if "args_json" in events.column_names:
+        raw = events.column("args_json")[i].as_py()
+        try:
+            a = _json.decode(raw) if raw else {}
+        except msgspec.DecodeError:
+            a = {}
+        if isinstance(a, dict):
+            b = _bytes_from_args(a)
+            if b is not None:
+                meta["msg_bytes"] = b
+    return meta
+
+
 def comm_calls(events: pa.Table) -> pa.Table:
     """The rank's communication calls (:data:`CALLS_SCHEMA`), one row per communication kernel.
 
@@ -258,10 +296,14 @@ def comm_calls(events: pa.Table) -> pa.Table:
                          coll_col.take(pa.array(kidx)) if coll_col is not None else None)
     comm = kidx[types == KERNEL_TYPES.index("COMMUNICATION")]
     comp = kidx[types == KERNEL_TYPES.index("COMPUTATION")]
-    if not len(comm):
+    host = _host_collectives(events, is_gpu, has_dur)
+    if not len(comm) and not len(host):
         return CALLS_SCHEMA.empty_table()
     ts = _np(events.column("ts_ns"), np.int64, 0)
     dur = _np(events.column("dur_ns"), np.int64, 0)
+    on_host = np.zeros(len(ts), bool)
+    on_host[host] = True
+    comm = np.concatenate([comm, host]).astype(np.int64)
     o = np.lexsort((_np(events.column("event_id"), np.int64, 0)[comm], ts[comm]))
     comm = comm[o]
     take = pa.array(comm)
@@ -273,6 +315,9 @@ def comm_calls(events: pa.Table) -> pa.Table:
         return c.to_pylist()
 
     meta = _launch_meta(events, comm)
+    for i, k in enumerate(comm):  # host (Gloo) calls: the op from the annotation, bytes from its args
+        if on_host[k]:
+            meta[i] = _host_meta(events, int(k))
     kname = col("name")
     coll = [normalize_collective(c or m.get("collective") or None) for c, m in zip(col("collective"), meta)]
     # prefer the CPU-side call name (nccl:all_to_all runs as SendRecv kernels)
@@ -282,14 +327,16 @@ def comm_calls(events: pa.Table) -> pa.Table:
     gsize = [g if g is not None else _int(m.get("group_size")) for g, m in zip(col("group_size"), meta)]
     msg = [b if b is not None else _int(m.get("msg_bytes")) for b, m in zip(col("msg_bytes"), meta)]
     seq = [s if s is not None else _int(m.get("seq")) for s, m in zip(col("seq"), meta)]
-    stream = col("stream")
+    stream = [None if on_host[k] else s for k, s in zip(comm, col("stream"))]
     step = [s if s is not None else -1 for s in col("step")]
     # inferred groups: stream ordinal by first use
     first_use: dict = {}
     for s in stream:
         first_use.setdefault(s, len(first_use))
     pg_inferred = [p is None for p in pg]
-    group = [p if p is not None else f"stream#{first_use[s]}" for p, s in zip(pg, stream)]
+    # host calls run on a pool of Gloo threads (one call per thread, alternating): one group per backend
+    group = [p if p is not None else (f"host:{meta_i.get('backend', 'gloo')}" if on_host[k] else f"stream#{first_use[s]}")
+             for p, s, k, meta_i in zip(pg, stream, comm, meta)]
     # call_index: order among the rank's calls of (step, group); ordinal per collective for the key
     call_index, keys = [], []
     cnt_group: dict = {}
@@ -307,6 +354,8 @@ def comm_calls(events: pa.Table) -> pa.Table:
     start = ts[comm]
     end = start + dur[comm]
     exposed = _exposed(start, end, ts[comp], ts[comp] + dur[comp])
+    # a host collective has no device timeline to be exposed on (CPU compute overlap is not measured)
+    exposed = pa.array([None if on_host[k] else int(x) for k, x in zip(comm, exposed)], pa.int64())
     n = len(comm)
     cols = {
         **{c: pa.array([ident[c]] * n, CALLS_SCHEMA.field(c).type) for c in _IDENT},
@@ -318,7 +367,7 @@ def comm_calls(events: pa.Table) -> pa.Table:
         "seq": pa.array(seq, pa.int64()), "stream": pa.array(stream, pa.int64()),
         "start_ns": pa.array(start), "end_ns": pa.array(end), "dur_ns": pa.array(dur[comm]),
         "msg_bytes": pa.array(msg, pa.int64()), "group_size": pa.array(gsize, pa.int32()),
-        "exposed_ns": pa.array(exposed),
+        "exposed_ns": exposed,
     }
     return pa.table([cols[f.name].cast(f.type) for f in CALLS_SCHEMA], schema=CALLS_SCHEMA)
 

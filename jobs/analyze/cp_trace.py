@@ -17,10 +17,13 @@ Two modes (the only differences):
   read from ``args`` as HTA does, categories as written (``cpu_op``, ``cuda_runtime``,
   ``cuda_driver``), launches = HTA's list of runtime names, and a launch linked to its *last*
   GPU row only (so a ``cudaGraphLaunch`` keeps one of its kernels, HTA's behaviour).
-* ``hta_compat=False`` (product): every ``events`` row with a duration; normalized categories
+* ``hta_compat=False`` (product): every ``events`` row with a duration that is not negative
+  (``bug_cases.md`` B06: a negative duration is a profiler defect, never a path edge); normalized categories
   (legacy ``Operator``/``Runtime`` included); a launch is any CPU runtime/driver call correlated
   with a kernel, memcpy or memset, and **every** GPU row of a launch is linked to it (all kernels
-  of a ``cudaGraphLaunch``); one queue entry per (launch, stream).
+  of a ``cudaGraphLaunch``); one queue entry per (launch, stream). Launches and device rows are
+  linked on :func:`jobs.normalize.linkage.correlation_link_keys` (``(pid, correlation)`` for ids
+  that several ranks of a merged file reuse, B19).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import pyarrow.compute as pc
 
 from jobs.analyze import hta_filter
 from jobs.analyze.host_time import DATALOADER_PATTERNS
-from jobs.normalize.linkage import track_codes
+from jobs.normalize.linkage import correlation_link_keys, track_codes
 
 __all__ = ["RankTrace", "rank_trace", "CPU_NODE_CATEGORIES", "HTA_LAUNCH_NAMES", "BLOCKING_CALLS",
            "REQUIRED_COLUMNS"]
@@ -172,7 +175,7 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
     else:
         is_x = _bool(pc.equal(events.column("ph"), "X"))
         has_dur = _bool(pc.is_valid(events.column("dur_ns")))
-        loaded = is_x & has_dur
+        loaded = is_x & has_dur & (_np(events.column("dur_ns"), np.int64, 0) >= 0)
         is_gpu = _bool(events.column("is_gpu"))
         stream_all = np.where(is_gpu, _np(events.column("stream"), np.int64, -1), -1)
         corr_all = _np(events.column("correlation"), np.int64, -1)
@@ -181,18 +184,23 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
     dur_all = _np(events.column("dur_ns"), np.int64, 0)
     if hta_compat and hta_us_rounding:
         ts_all, dur_all = hta_filter.hta_round_us(ts_all, dur_all, time_base_ns)
+    if hta_compat:
+        link_key = corr_all
+    else:  # B19: ids reused by the ranks of a merged file are keyed by (pid, correlation)
+        link_key, _ = correlation_link_keys(corr_all, corr_all >= 0, _np(events.column("pid"), np.int64, -(2**40)),
+                                            ~_bool(events.column("is_gpu")))
     enc = pc.dictionary_encode(pc.fill_null(events.column("name"), "")).combine_chunks()
     names = enc.dictionary.to_pylist()
     code_all = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     keep = hta_filter.last_step_keep_mask(events, loaded, stream_all, corr_all, ts_all) if hta_compat else loaded
     # event_id order from here on
-    loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all = (
-        a[order] for a in (loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all))
+    loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all, link_key = (
+        a[order] for a in (loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all, link_key))
 
     # HTA links launches and GPU rows over the loaded rows, before its last-step filter.
     gside_all = ((stream_all >= 0) & (corr_all >= 0)) | _name_mask(code_all, names, _GPU_SIDE_SYNC)
     rows = np.flatnonzero(loaded)
-    link_loaded = _hta_links(corr_all[rows], gside_all[rows])
+    link_loaded = _hta_links(link_key[rows], gside_all[rows])
     kept_rows = np.flatnonzero(keep)
     pos_in_kept = np.full(len(ts_all), -1, np.int64)
     pos_in_kept[kept_rows] = np.arange(len(kept_rows))

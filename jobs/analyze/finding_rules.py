@@ -131,8 +131,12 @@ UNEXPLAINED_IDLE_PCT = 5.0
 (idle time that *is* explained is reported by ``host_bound_launch`` / ``dataloader_bound``)."""
 
 MIN_STEPS = 3
-"""Fewer distinct profiled steps than this lower the confidence by 0.1 (one step may be atypical:
-warm-up, a checkpoint, an evaluation)."""
+"""Fewer distinct profiled steps than this lower the confidence by 0.05 + 0.1 per missing step (one step
+may be atypical: warm-up, a checkpoint, an evaluation): −0.15 with two steps, −0.25 with one; a finding
+from a single step is also capped at :data:`SINGLE_STEP_MAX_CONFIDENCE`."""
+
+SINGLE_STEP_MAX_CONFIDENCE = 0.5
+"""Highest confidence of a finding that rests on one profiled step (or none)."""
 
 MAX_RANK_SCOPED_FINDINGS = 4
 """At most 4 rank-scoped findings per rule (the ranks with the most time lost); the job-scoped
@@ -224,6 +228,11 @@ def event_refs(rows: pd.DataFrame, limit: int = MAX_EVIDENCE_EVENTS) -> list[dic
     return out
 
 
+def few_steps_penalty(n_steps: int) -> float:
+    """Confidence taken off a finding resting on fewer than :data:`MIN_STEPS` steps (0 from MIN_STEPS on)."""
+    return 0.05 + 0.1 * (MIN_STEPS - max(n_steps, 1)) if n_steps < MIN_STEPS else 0.0
+
+
 def confidence(base: float, coverage: float, corroborated: bool | None = None, n_steps: int = 0) -> float:
     """Confidence 0–1 from evidence strength (module docstring).
 
@@ -238,8 +247,9 @@ def confidence(base: float, coverage: float, corroborated: bool | None = None, n
         c += 0.15
     elif corroborated is False:
         c -= 0.1
-    if n_steps < MIN_STEPS:
-        c -= 0.1
+    c -= few_steps_penalty(n_steps)
+    if n_steps <= 1:
+        c = min(c, SINGLE_STEP_MAX_CONFIDENCE)
     return round(max(0.05, min(0.95, c)), 2)
 
 
@@ -587,7 +597,7 @@ def straggler_rank(t: JobTables) -> list[dict]:
     their ``wait_ns`` (had the straggler arrived like the typical rank, the call would have started
     that much earlier), summed and divided by the number of steps. Confidence: 1 − the binomial
     tail P(X ≥ last arrivals | calls, 1/n) (chance that a rank this often last is luck), capped at
-    0.95, −0.1 with fewer than :data:`MIN_STEPS` steps.
+    0.95, lowered with fewer than :data:`MIN_STEPS` steps (:func:`few_steps_penalty`).
     """
     c = t.collectives
     need = {"rank", "match_key", "is_last_arrival", "n_ranks_matched", "wait_ns"}
@@ -622,7 +632,9 @@ def straggler_rank(t: JobTables) -> list[dict]:
         p_value = _binomial_sf(int(k), calls_r, 1.0 / max(n, 1.0))
         if p_value > STRAGGLER_MAX_P_VALUE:
             continue
-        conf = min(0.95, 1.0 - p_value) - (0.1 if n_steps < MIN_STEPS else 0.0)
+        conf = min(0.95, 1.0 - p_value) - few_steps_penalty(n_steps)
+        if n_steps <= 1:
+            conf = min(conf, SINGLE_STEP_MAX_CONFIDENCE)
         steps = sorted({int(x) for x in mine["step"].dropna()}) if "step" in mine else []
         excess = _excess_vs_median(t, int(rank))
         biggest = max(excess.items(), key=lambda kv: kv[1] or 0, default=(None, None))

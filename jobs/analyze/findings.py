@@ -159,6 +159,28 @@ def _clean(v):
     return v
 
 
+def drop_truncated_steps(steps: pd.DataFrame, captures: pd.DataFrame | None) -> pd.DataFrame:
+    """``steps`` without the rank-steps that a truncated trace cut short (bug case B22).
+
+    A capture flagged ``partial_trace`` by normalize (events stop well before the last ProfilerStep
+    ends, or the profiler reported dropped events) has no events for the tail of its last step(s); the
+    rules would read that tail as GPU idle. Rank-steps of such a capture whose window
+    (``step_start_ns + step_time_ns``) ends after the capture's ``trace_end_ns`` are dropped.
+
+    Args:
+        steps: ``steps`` rows; captures: ``captures`` rows (``capture_id``, ``flags``, ``trace_end_ns``) or None.
+    """
+    if captures is None or not len(captures) or not len(steps) or "flags" not in captures:
+        return steps
+    partial = captures[captures["flags"].map(lambda f: f is not None and "partial_trace" in list(f))]
+    if not len(partial):
+        return steps
+    end = dict(zip(partial["capture_id"], partial["trace_end_ns"]))
+    cut = steps["capture_id"].map(end)
+    step_end = steps["step_start_ns"].astype("float64") + steps["step_time_ns"].astype("float64")
+    return steps[~(cut.notna() & (step_end > cut.astype("float64")))]
+
+
 def rank_findings(rows: list[dict]) -> list[dict]:
     """Set ``rank_order`` 1..n per (job_id, attempt): est_time_lost_per_step_ns descending (null last),
     then confidence descending, then finding_id. Returns the rows in that order."""
@@ -216,7 +238,7 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
                                                   allow_nan=False))
                 found.append(f)
         meta.append({"job_id": job_id, "attempt": int(attempt), "date": date,
-                     "tables": {n: int(len(df)) for n, df in job.items()},
+                     "tables": {("events_host_sync" if n == "events" else n): int(len(df)) for n, df in job.items()},
                      "n_ranks": int(steps["rank"].nunique()) if len(steps) else 0,
                      "n_rank_steps": int(len(steps))})
     ns = tables.get("neuron_summary")

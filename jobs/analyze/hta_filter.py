@@ -8,6 +8,8 @@ apply the same rules to our ``events`` rows (``schemas.tables.EVENTS``). Sources
 (``_filter_gpu_kernels_with_cuda_sync``):
 
 1. **Loaded rows** (:func:`loaded_mask`): rows with a ``dur`` and a ``cat``, and ``cat != "Trace"``.
+   (A negative ``dur`` in the trace — a profiler defect, ``bug_cases.md`` B06 — is already null in
+   ``events``, see :mod:`jobs.normalize.kineto`, so such rows are never loaded.)
 2. **HTA stream** (:func:`hta_stream`): ``int(args["stream"])``, or −1 when absent or when
    ``int()`` fails (e.g. the string ``"0x0"`` that ROCm writes on ``hipMemcpyWithStream``).
    Every row with a stream other than −1 is a *GPU event* for HTA's temporal breakdown and

@@ -14,7 +14,8 @@ Small per-group outputs travel as ``(table, row JSON)`` pairs so one pass yields
 Spark parses them back with ``from_json`` against the declared schemas.
 Then, per job on the driver (small tables), :func:`run_findings` ranks the bottleneck findings
 (:mod:`jobs.analyze.findings`) and writes ``findings`` plus ``findings_json/<job>/<attempt>/findings.json``.
-load: Hive-partitioned Parquet with dynamic partition overwrite (idempotent per job).
+load: Hive-partitioned Parquet, partitions replaced whole through the crash-safe commit
+(:func:`jobs.commit.write_partitions`; idempotent per job).
 """
 
 from __future__ import annotations
@@ -126,10 +127,20 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
 
     Returns:
         Row counts written per table.
+
+    Raises:
+        jobs.normalize.discover.DiscoveryError: a job id that is not path-safe (before anything is read).
     """
     from pyspark.sql import functions as F
 
+    from jobs.normalize.discover import safe_id
+
+    from jobs.commit import recover
+
     root = warehouse.rstrip("/")
+    if job_ids is not None:
+        job_ids = [safe_id(j, "job_id", "analyze") for j in job_ids]
+    recover(warehouse)  # a normalize killed mid-publish is finished before its events are read
     events = spark.read.parquet(posixpath.join(root, "events"))
     captures = spark.read.parquet(posixpath.join(root, "captures"))
     if job_ids is not None:
@@ -146,12 +157,13 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
                            .withColumn("world_size", F.coalesce("world_size", "_ws"))
                            .withColumn("device_name", F.coalesce("device_name", "_dev"))
                            .select(*RANKS.names))
+        from jobs.commit import write_partitions
+
         counts = {}
         for name, df in frames.items():
             counts[name] = df.count()
             if counts[name]:  # an empty frame writes no partition (e.g. Neuron-only batches have no steps)
-                (df.coalesce(1).write.mode("overwrite").partitionBy(*OUTPUT_TABLES[name].partition_by)
-                 .parquet(posixpath.join(root, name)))
+                write_partitions(df.coalesce(1), root, name, OUTPUT_TABLES[name].partition_by)
     finally:
         stage2.unpersist()
         stage1.unpersist()
@@ -163,23 +175,31 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
     """Compute and write the ``findings`` table and one ``findings.json`` per (job, attempt).
 
     The inputs are the analysis tables of the jobs plus the sync calls of ``events`` (the only raw
-    events a rule needs, :data:`jobs.analyze.finding_rules.SYNC_NAMES`).
+    events a rule needs, :data:`jobs.analyze.finding_rules.SYNC_NAMES`); steps cut short by a truncated
+    trace are left out (:func:`jobs.analyze.findings.drop_truncated_steps`).
 
     Returns:
         Number of findings written.
+
+    Raises:
+        jobs.normalize.discover.DiscoveryError: a job id that is not path-safe (e.g. ``--job ../x``).
     """
-    import fsspec
     from pyspark.sql import functions as F
 
     from jobs.analyze.finding_rules import SYNC_NAMES
-    from jobs.analyze.findings import EVENTS_COLUMNS, findings_document, job_findings
+    from jobs.analyze.findings import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
+    from jobs.commit import write_partitions, write_text_atomic
     from jobs.pipeline import read_tables
 
     root = warehouse.rstrip("/")
     jobs = job_ids if job_ids is not None else [
         r[0] for r in spark.read.parquet(posixpath.join(root, "captures")).select("job_id").distinct().collect()]
+    from jobs.normalize.discover import safe_id
+
+    jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
     tables = read_tables(spark, warehouse, jobs, names=("steps", "ranks", "kernels", "collectives", "critical_path",
-                                                         "neuron_summary"))
+                                                         "neuron_summary", "captures"))
+    tables["steps"] = drop_truncated_steps(tables["steps"], tables.pop("captures"))
     events = spark.read.parquet(posixpath.join(root, "events")).filter(
         F.col("job_id").isin(list(jobs)) & F.col("category").isin("cuda_runtime", "cpu_op", "cuda_driver")
         & F.col("name").isin(list(SYNC_NAMES)))
@@ -187,15 +207,15 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
     findings = job_findings(tables)
     if findings.num_rows:
         df = spark.createDataFrame(findings.to_pandas(), schema=FINDINGS.spark_schema())
-        df.coalesce(1).write.mode("overwrite").partitionBy(*FINDINGS.partition_by).parquet(posixpath.join(root, "findings"))
+        write_partitions(df.coalesce(1), root, "findings", FINDINGS.partition_by)
     pdf = findings.to_pandas()
     for job_id in jobs:
         attempts = sorted(set(pdf[pdf["job_id"] == job_id]["attempt"])) or [0]
         for attempt in attempts:
             sub = findings.filter(pc.and_(pc.equal(findings["job_id"], job_id), pc.equal(findings["attempt"], attempt)))
             doc = findings_document(job_id, int(attempt), sub)
-            with fsspec.open(posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"), "w") as f:
-                json.dump(doc, f, indent=1, default=str)
+            write_text_atomic(posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"),
+                              json.dumps(doc, indent=1, default=str))
     return findings.num_rows
 
 

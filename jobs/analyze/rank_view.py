@@ -8,7 +8,9 @@ between host calls and device events.
 Launch links (who launched a device event):
 
 * :attr:`RankView.launcher` — ours: the host row (not ``is_gpu``) with the same ``correlation``;
-  when several host rows share it, the earliest-starting one (the outermost call). A device row
+  when several host rows share it, the earliest-starting one (the outermost call). On a file merged
+  from several ranks that reuse correlation ids (``bug_cases.md`` B19), a reused id links only rows
+  of the same ``pid`` (:func:`jobs.normalize.linkage.correlation_link_keys`), never another rank's. A device row
   without a ``correlation`` is joined on ``external_id`` (``args["External id"]``) when exactly one
   host *launch call* (:func:`jobs.analyze.launches.launch_name_mask`) carries that External id and
   exactly one such device row does (bug case B18: ROCm traces whose device events have only
@@ -32,6 +34,7 @@ import pyarrow.compute as pc
 
 from jobs.analyze import hta_filter
 from jobs.analyze.launches import launch_name_mask
+from jobs.normalize.linkage import correlation_link_keys
 
 __all__ = ["RankView", "NO_STEP", "DEVICE_ACTIVITY_CATEGORIES"]
 
@@ -171,7 +174,7 @@ class RankView:
         Set for :attr:`device_activity` rows only.
         """
         out = np.full(self.n, -1, np.int64)
-        corr = self.correlation
+        corr, _ = correlation_link_keys(self.correlation, self.correlation >= 0, self.device, ~self.is_gpu)
         dev = np.flatnonzero(self.device_activity & (corr >= 0))
         cpu = np.flatnonzero(self.host & (corr >= 0))
         if dev.size and cpu.size:

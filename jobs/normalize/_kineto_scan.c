@@ -3,14 +3,18 @@
  * dependency beyond the C library and Python.h).
  *
  * One pass over the JSON text of the event array, piece by piece as gunzip produces it: every event
- * is validated as strict JSON (RFC 8259 number grammar, escapes, UTF-8, no control characters in
- * strings, nesting <= 200) and reduced to the columns that jobs/normalize/columns.py builds from a
- * msgspec decode. No Python object is created per event: the outputs are growable C arrays
+ * is validated as strict JSON (RFC 8259 number grammar, escapes, UTF-8) and reduced to the columns
+ * that jobs/normalize/columns.py builds from a msgspec decode. Two defects are repaired as
+ * jobs/normalize/repair.py does (counts and the document offset of the first are reported):
+ * non-finite number tokens (NaN, Infinity, inf, nan... optionally signed) read as null, and raw
+ * control characters inside strings kept (written as \u00XX escapes in the args text).
+ * Limits (jobs/normalize/limits.py): nesting depth and string length, set by set_limits(); a file
+ * over them ends the scan with status LIMIT. No Python object is created per event: the outputs are growable C arrays
  * (mmap/mremap for the large ones) handed to Python as zero-copy buffers (numpy / Arrow).
  *
  * Whatever this scanner does not reproduce exactly makes it *bail out* (``scan`` returns BAIL with a
  * reason) and the caller re-parses the file with the pure-Python path, which stays the reference:
- * NaN/Infinity tokens, control characters, invalid JSON or UTF-8, lone surrogate escapes,
+ * repairs inside args when args are kept verbatim, invalid JSON or UTF-8, lone surrogate escapes,
  * truncation, values of unexpected types in the fields that become columns (e.g. a float pid or a
  * string ts), numbers it cannot convert exactly (> 19 significant digits, |ts| >= 2^53 us).
  *
@@ -29,11 +33,17 @@
  *
  * Public API (module ``_kineto_scan``; ABI below is bumped when it changes):
  *   Scanner(compact_args: bool)
- *   Scanner.scan(buffer, start: int, end: int, final: bool) -> (status, pos, reason)
+ *   Scanner.set_limits(max_depth: int, max_string: int): containers nested deeper than max_depth
+ *       below an event object (its members' values are at depth 1), strings longer than
+ *       max_string bytes as written -> LIMIT with reason "depth" / "string".
+ *   Scanner.scan(buffer, start: int, end: int, final: bool, base: int) -> (status, pos, reason)
+ *       base: document offset of buffer[0] (for the offset of the first repair).
  *       status 0 NEED_MORE: the complete events before ``pos`` are consumed; call again with the
  *                text from ``pos`` on followed by more data (the scanner keeps its own state);
  *              1 DONE: the array's closing ``]`` ends just before ``pos``;
- *              2 BAIL: ``reason`` says why; the scanner must not be used further.
+ *              2 BAIL: ``reason`` says why; the scanner must not be used further;
+ *              3 LIMIT: a limit is exceeded (``reason``); the scanner must not be used further.
+ *   X/i/C events without a valid ts (missing, null or non-finite) are dropped and counted.
  *   Scanner.result() -> dict of read-only buffers (see BUF_NAMES) and counters.
  */
 #define PY_SSIZE_T_CLEAN
@@ -48,7 +58,7 @@
 #include <sys/mman.h>
 #endif
 
-#define MAX_DEPTH 200
+#define DEFAULT_MAX_DEPTH 253 /* 256 document levels - 3 (document, traceEvents, event) */
 #define I64_MAX INT64_MAX
 #define ID_LIMIT (((int64_t)1) << 61)
 /* 2^53 us in ns: beyond it numbers.py mixes float and text paths; never seen in real traces */
@@ -145,6 +155,12 @@ typedef struct {
     int64_t n_ids;
     int64_t row_room, flow_room; /* rows / flow points that fit without growing */
     PyObject *metas; /* list of (which, pid_kind, pid, tid_kind, tid, name) */
+    int64_t max_depth;   /* containers below an event object, see set_limits */
+    int64_t max_string;  /* bytes of one string literal as written */
+    int64_t n_nonfinite; /* repairs: non-finite tokens read as null */
+    int64_t n_ctrl;      /* repairs: raw control characters inside strings */
+    int64_t first_repair; /* document offset of the first repair, -1 */
+    int64_t n_invalid_ts; /* X/i/C events dropped: no valid ts */
 } Scanner;
 
 /* ------------------------------------------------------------------ parse context */
@@ -154,11 +170,13 @@ typedef struct {
     int final;
     jmp_buf jb;
     Scanner *s;
+    const unsigned char *base_ptr; /* buffer[0] */
+    int64_t base_off;              /* its document offset */
 } Ctx;
 
 static const char *g_reason; /* why the last scan bailed (read after longjmp; the GIL is held) */
 
-enum { JMP_INCOMPLETE = 1, JMP_BAIL = 2, JMP_NOMEM = 3 };
+enum { JMP_INCOMPLETE = 1, JMP_BAIL = 2, JMP_NOMEM = 3, JMP_LIMIT = 4 };
 
 static void incomplete(Ctx *c) {
     if (c->final) {
@@ -174,6 +192,18 @@ static void bail(Ctx *c, const char *why) {
 }
 
 static void nomem(Ctx *c) { longjmp(c->jb, JMP_NOMEM); }
+
+/* a limit of set_limits is exceeded: which = "depth" or "string" */
+static void limit(Ctx *c, const char *which) {
+    g_reason = which;
+    longjmp(c->jb, JMP_LIMIT);
+}
+
+/* a lenient repair at p (see repair.py) */
+static inline void note_repair(Ctx *c, const unsigned char *p, int64_t *counter) {
+    (*counter)++;
+    if (c->s->first_repair < 0) c->s->first_repair = c->base_off + (int64_t)(p - c->base_ptr);
+}
 
 static inline void reserve(Ctx *c, Buf *b, size_t extra) {
     if (b->len + extra > b->cap && buf_grow(b, extra) < 0) nomem(c);
@@ -312,6 +342,7 @@ static inline __attribute__((always_inline)) const unsigned char *scan_string(Ct
 #if defined(__SSE2__)
     special:
 #endif
+        if ((int64_t)(p - start) > c->s->max_string) limit(c, "string");
         if (p >= e) incomplete(c);
         unsigned ch = *p;
         if (ch == '"') {
@@ -346,7 +377,12 @@ static inline __attribute__((always_inline)) const unsigned char *scan_string(Ct
             }
             continue;
         }
-        if (ch < 0x20) bail(c, "control character in string");
+        if (ch < 0x20) { /* repaired: kept as the character (B02) */
+            note_repair(c, p, &c->s->n_ctrl);
+            has_esc |= 2;
+            p++;
+            continue;
+        }
         /* UTF-8 sequence */
         if (ch >= 0xC2 && ch <= 0xDF) {
             if (e - p < 2) incomplete(c);
@@ -559,8 +595,70 @@ static void scan_literal(Ctx *c, const char *lit, size_t n) {
     c->p += n;
 }
 
-/* Value kinds */
-enum { V_MISSING = 0, V_STR, V_NUM, V_NULL, V_BOOL, V_OBJ, V_ARR };
+/* Value kinds (V_NONF: a non-finite number token, read as null) */
+enum { V_MISSING = 0, V_STR, V_NUM, V_NULL, V_BOOL, V_OBJ, V_ARR, V_NONF };
+
+/* Non-finite number spellings repaired to null (jobs/normalize/repair.py NONFINITE_TOKENS). */
+static const char *const NONFINITE[9] = {"NaN", "nan", "NAN", "Infinity", "infinity", "INFINITY", "inf", "Inf", "INF"};
+
+static inline int ident_char(unsigned ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+}
+
+/* A non-finite token at c->p ("-"? then one of NONFINITE as a whole word): consume it, count the
+ * repair and return 1; else return 0 with c->p unchanged. */
+static int scan_nonfinite(Ctx *c) {
+    const unsigned char *start = c->p, *p = start, *e = c->end;
+    if (p < e && *p == '-') p++;
+    const unsigned char *w = p;
+    while (p < e && ident_char(*p) && p - w < 9) p++;
+    if (p >= e && !c->final) incomplete(c); /* the word may continue in the next piece */
+    if (p < e && ident_char(*p)) return 0;  /* longer than any spelling */
+    size_t n = (size_t)(p - w);
+    for (int i = 0; i < 9; i++) {
+        if (strlen(NONFINITE[i]) == n && memcmp(w, NONFINITE[i], n) == 0) {
+            note_repair(c, start, &c->s->n_nonfinite);
+            c->p = p;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Writers into the args heap that may write more than they read (repairs): each reserves for
+ * itself plus the rest of the input, so the unchecked writes that follow stay in bounds. */
+static void put_null(Ctx *c, Buf *out) {
+    reserve(c, out, 4 + (size_t)(c->end - c->p) + 16);
+    memcpy(out->p + out->len, "null", 4);
+    out->len += 4;
+}
+
+/* '"' + string body + '"'; a body with raw control characters (flag & 2) gets \u00XX escapes. */
+static void put_str_lit(Ctx *c, Buf *out, const unsigned char *body, size_t n, int flag) {
+    if (!(flag & 2)) {
+        put_bytes_nc(c, out, body - 1, n + 2);
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += body[i] < 0x20;
+    reserve(c, out, n + 2 + 5 * k + (size_t)(c->end - c->p) + 16);
+    static const char HEX[] = "0123456789abcdef";
+    char *o = out->p + out->len;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned ch = body[i];
+        if (ch < 0x20) {
+            memcpy(o, "\\u00", 4);
+            o[4] = HEX[ch >> 4];
+            o[5] = HEX[ch & 15];
+            o += 6;
+        } else {
+            *o++ = (char)ch;
+        }
+    }
+    *o++ = '"';
+    out->len = (size_t)(o - out->p);
+}
 
 /* Skip (validate) any value; if out != NULL, append its compact text to out. */
 static void value(Ctx *c, int depth, Buf *out);
@@ -568,7 +666,7 @@ static void value(Ctx *c, int depth, Buf *out);
 static void container(Ctx *c, int depth, Buf *out) {
     unsigned char open = *c->p;
     unsigned char close = open == '{' ? '}' : ']';
-    if (depth > MAX_DEPTH) bail(c, "nesting too deep");
+    if (depth > c->s->max_depth) limit(c, "depth");
     c->p++;
     if (out) put_byte_nc(out, open);
     skip_ws(c);
@@ -583,7 +681,7 @@ static void container(Ctx *c, int depth, Buf *out) {
             size_t n;
             int esc;
             const unsigned char *k = scan_string(c, &n, &esc);
-            if (out) put_bytes_nc(c, out, k - 1, n + 2);
+            if (out) put_str_lit(c, out, k, n, esc);
             skip_ws(c);
             if (*c->p != ':') bail(c, "':' expected");
             c->p++;
@@ -615,7 +713,7 @@ static void value(Ctx *c, int depth, Buf *out) {
     switch (ch) {
     case '"':
         s = scan_string(c, &n, &x);
-        if (out) put_bytes_nc(c, out, s - 1, n + 2);
+        if (out) put_str_lit(c, out, s, n, x);
         return;
     case '{': case '[':
         container(c, depth, out);
@@ -629,16 +727,28 @@ static void value(Ctx *c, int depth, Buf *out) {
         if (out) put_bytes_nc(c, out, c->p - 5, 5);
         return;
     case 'n':
+        if (scan_nonfinite(c)) {
+            if (out) put_null(c, out);
+            return;
+        }
         scan_literal(c, "null", 4);
         if (out) put_bytes_nc(c, out, c->p - 4, 4);
         return;
     default:
         if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            if (ch == '-' && scan_nonfinite(c)) {
+                if (out) put_null(c, out);
+                return;
+            }
             s = scan_number(c, &n, &x, NULL);
             if (out) put_bytes_nc(c, out, s, n);
             return;
         }
-        bail(c, "unexpected character (not JSON, or a non-finite number token)");
+        if ((ch == 'N' || ch == 'I' || ch == 'i') && scan_nonfinite(c)) {
+            if (out) put_null(c, out);
+            return;
+        }
+        bail(c, "unexpected character (not JSON)");
     }
 }
 
@@ -771,6 +881,8 @@ static void read_val(Ctx *c, int depth, Val *v) {
     if (ch == '"') {
         v->kind = V_STR;
         v->p = scan_string(c, &v->n, &v->flag);
+    } else if ((ch == '-' || ch == 'n' || ch == 'N' || ch == 'I' || ch == 'i') && scan_nonfinite(c)) {
+        v->kind = V_NONF;
     } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
         v->kind = V_NUM;
         v->p = scan_number(c, &v->n, &v->flag, &v->num);
@@ -784,7 +896,7 @@ static void read_val(Ctx *c, int depth, Val *v) {
         value(c, depth, NULL);
         v->kind = ch == '{' ? V_OBJ : V_ARR;
     } else {
-        bail(c, "unexpected character (not JSON, or a non-finite number token)");
+        bail(c, "unexpected character (not JSON)");
     }
 }
 
@@ -812,14 +924,19 @@ static void parse_args(Ctx *c, Event *ev) {
     for (int i = 0; i < N_AKEYS; i++) ev->a[i].kind = V_MISSING;
     ev->coll = 0;
     ev->has_args = 1;
-    reserve(c, heap, (size_t)(c->end - c->p) + 16); /* the args text is never longer */
+    reserve(c, heap, (size_t)(c->end - c->p) + 16); /* longer only by repairs, which reserve more */
     const unsigned char *vstart = c->p;
+    int64_t repairs0 = s->n_nonfinite + s->n_ctrl;
     if (*c->p != '{') {
         value(c, 1, s->compact ? heap : NULL);
-        if (!s->compact) put_bytes_nc(c, heap, vstart, (size_t)(c->p - vstart));
+        if (!s->compact) {
+            if (s->n_nonfinite + s->n_ctrl != repairs0) bail(c, "repair inside verbatim args");
+            put_bytes_nc(c, heap, vstart, (size_t)(c->p - vstart));
+        }
         ev->args_len = heap->len - ev->args_start;
         return;
     }
+    if (1 > s->max_depth) limit(c, "depth");
     Buf *out = s->compact ? heap : NULL;
     c->p++;
     if (out) put_byte_nc(out, '{');
@@ -833,7 +950,7 @@ static void parse_args(Ctx *c, Event *ev) {
             size_t n;
             int esc;
             const unsigned char *k = scan_string(c, &n, &esc);
-            if (out) put_bytes_nc(c, out, k - 1, n + 2);
+            if (out) put_str_lit(c, out, k, n, esc);
             skip_ws(c);
             if (*c->p != ':') bail(c, "':' expected");
             c->p++;
@@ -871,12 +988,21 @@ static void parse_args(Ctx *c, Event *ev) {
                 const unsigned char *vs = c->p;
                 read_val(c, 2, &ev->a[slot]);
                 if (out) {
-                    if (ev->a[slot].kind == V_OBJ || ev->a[slot].kind == V_ARR) {
-                        /* rare: re-scan the container to compact it */
+                    Val *a = &ev->a[slot];
+                    if (a->kind == V_OBJ || a->kind == V_ARR) {
+                        /* rare: re-scan the container to compact it (its repairs are counted once) */
                         const unsigned char *save = c->p;
+                        int64_t nf = s->n_nonfinite, nc = s->n_ctrl, fr = s->first_repair;
                         c->p = vs;
                         value(c, 2, out);
                         c->p = save;
+                        s->n_nonfinite = nf;
+                        s->n_ctrl = nc;
+                        s->first_repair = fr;
+                    } else if (a->kind == V_NONF) {
+                        put_null(c, out);
+                    } else if (a->kind == V_STR) {
+                        put_str_lit(c, out, a->p, a->n, a->flag);
                     } else {
                         put_bytes_nc(c, out, vs, (size_t)(c->p - vs));
                     }
@@ -899,7 +1025,10 @@ static void parse_args(Ctx *c, Event *ev) {
             bail(c, "',' or '}' expected");
         }
     }
-    if (!s->compact) put_bytes_nc(c, heap, vstart, (size_t)(c->p - vstart));
+    if (!s->compact) {
+        if (s->n_nonfinite + s->n_ctrl != repairs0) bail(c, "repair inside verbatim args");
+        put_bytes_nc(c, heap, vstart, (size_t)(c->p - vstart));
+    }
     ev->args_len = heap->len - ev->args_start;
 }
 
@@ -937,7 +1066,7 @@ static const unsigned char *str_bytes(Ctx *c, const Val *v, size_t *n, Buf *scra
 
 /* pid/tid -> (kind, value): 0 int, 1 string (interned code), 2 null/missing */
 static void id_value(Ctx *c, const Val *v, int8_t *kind, int64_t *val) {
-    if (v->kind == V_MISSING || v->kind == V_NULL) {
+    if (v->kind == V_MISSING || v->kind == V_NULL || v->kind == V_NONF) {
         *kind = 2;
         *val = 0;
         return;
@@ -965,7 +1094,7 @@ static void check_id_type(Ctx *c, const Val *v) {
         int64_t x;
         if (v->flag) bail(c, "non-integer pid/tid");
         if (num_int(&v->num, &x) || x <= -ID_LIMIT || x >= ID_LIMIT) bail(c, "pid/tid out of range");
-    } else if (v->kind != V_MISSING && v->kind != V_NULL && v->kind != V_STR) {
+    } else if (v->kind != V_MISSING && v->kind != V_NULL && v->kind != V_NONF && v->kind != V_STR) {
         bail(c, "pid/tid of an unsupported type");
     }
 }
@@ -973,7 +1102,7 @@ static void check_id_type(Ctx *c, const Val *v) {
 /* ts/dur: returns 1 and sets *ns when valid */
 static int time_value(Ctx *c, const Val *v, int64_t *ns) {
     *ns = 0;
-    if (v->kind == V_MISSING || v->kind == V_NULL) return 0;
+    if (v->kind == V_MISSING || v->kind == V_NULL || v->kind == V_NONF) return 0;
     if (v->kind != V_NUM) bail(c, "ts/dur that is not a number");
     int r = num_scaled(&v->num, 3, ns);
     if (r != 0 || *ns >= TIME_LIMIT || *ns <= -TIME_LIMIT) bail(c, "ts/dur outside the exactly handled range");
@@ -984,7 +1113,7 @@ static int time_value(Ctx *c, const Val *v, int64_t *ns) {
 static void int_arg(Ctx *c, const Val *v, int8_t *st, int64_t *val) {
     *val = 0;
     switch (v->kind) {
-    case V_MISSING: case V_NULL:
+    case V_MISSING: case V_NULL: case V_NONF:
         *st = 0;
         return;
     case V_NUM:
@@ -1010,7 +1139,7 @@ static void put_str_col(Ctx *c, int off_idx, int data_idx, int ok_idx, const Val
             put_bytes(c, data, c->s->scratch.p, c->s->scratch.len);
         }
         NPUSH(c, ok_idx, uint8_t, 1);
-    } else if (v->kind == V_MISSING || v->kind == V_NULL) {
+    } else if (v->kind == V_MISSING || v->kind == V_NULL || v->kind == V_NONF) {
         NPUSH(c, ok_idx, uint8_t, 0);
     } else {
         bail(c, "cat/name of an unsupported type");
@@ -1050,15 +1179,21 @@ static void commit_event(Ctx *c, Event *ev) {
     check_id_type(c, &ev->f_pid);
     check_id_type(c, &ev->f_tid);
     if (code < 0) s->n_unsupported++;
+    if (code >= 0 && code <= 2 && !ts_ok) { /* dropped and counted (missing, null or non-finite ts) */
+        s->n_invalid_ts++;
+        s->b[R_ARGS].len = ev->args_start;
+        s->n_events++;
+        return;
+    }
     if (code >= 0 && code <= 2) {
-        if (!ts_ok) bail(c, "row without a valid numeric ts");
         int8_t pk, tk;
         int64_t pv, tv;
         id_value(c, &ev->f_pid, &pk, &pv);
         id_value(c, &ev->f_tid, &tk, &tv);
         int64_t dur = 0;
         int dur_ok = 0;
-        if (ev->f_dur.kind != V_MISSING && ev->f_dur.kind != V_NULL && ev->f_dur.kind != V_NUM)
+        if (ev->f_dur.kind != V_MISSING && ev->f_dur.kind != V_NULL && ev->f_dur.kind != V_NONF &&
+            ev->f_dur.kind != V_NUM)
             bail(c, "dur that is not a number");
         if (ev->f_dur.kind == V_NUM) dur_ok = time_value(c, &ev->f_dur, &dur);
         if (code != 0 || !dur_ok) {
@@ -1098,7 +1233,8 @@ static void commit_event(Ctx *c, Event *ev) {
         s->b[R_ARGS].len = ev->args_start; /* args text of non-rows is not kept */
         if (code == 3) {
             int which = str_eq(c, &ev->f_name, "process_name") ? 1 : str_eq(c, &ev->f_name, "thread_name") ? 2 : 0;
-            if (ev->f_name.kind != V_STR && ev->f_name.kind != V_MISSING && ev->f_name.kind != V_NULL)
+            if (ev->f_name.kind != V_STR && ev->f_name.kind != V_MISSING && ev->f_name.kind != V_NULL &&
+                ev->f_name.kind != V_NONF)
                 bail(c, "metadata name of an unsupported type");
             if (which && ev->a[A_NAME].kind == V_STR) {
                 int8_t pk, tk;
@@ -1134,7 +1270,7 @@ static void commit_event(Ctx *c, Event *ev) {
                     if (ev->f_id.flag) bail(c, "non-integer flow id");
                     if (num_int(&ev->f_id.num, &fid)) bail(c, "flow id out of int64");
                     fid_ok = 1;
-                } else if (ev->f_id.kind != V_MISSING && ev->f_id.kind != V_NULL) {
+                } else if (ev->f_id.kind != V_MISSING && ev->f_id.kind != V_NULL && ev->f_id.kind != V_NONF) {
                     bail(c, "flow id of an unsupported type");
                 }
                 if (ev->f_cat.kind != V_STR) bail(c, "flow cat of an unsupported type");
@@ -1168,6 +1304,7 @@ static void parse_event(Ctx *c) {
     ev.coll = 0;
     ev.args_len = 0;
     ev.args_start = s->b[R_ARGS].len;
+    if (s->max_depth < 0) limit(c, "depth");
     c->p++;
     skip_ws(c);
     if (*c->p != '}') {
@@ -1222,7 +1359,8 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end;
     int final;
-    if (!PyArg_ParseTuple(args, "y*nnp", &view, &start, &end, &final)) return NULL;
+    long long base_doc = 0;
+    if (!PyArg_ParseTuple(args, "y*nnp|L", &view, &start, &end, &final, &base_doc)) return NULL;
     if (self->broken) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_RuntimeError, "scanner already bailed out");
@@ -1238,11 +1376,14 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
     c.final = final;
     g_reason = NULL;
     const unsigned char *base = (const unsigned char *)view.buf;
+    c.base_ptr = base;
+    c.base_off = (int64_t)base_doc;
     c.end = base + end;
     c.p = base + start;
     const unsigned char *volatile committed = c.p;
     volatile int saved_state = self->state;
     volatile size_t saved_args = self->b[R_ARGS].len;
+    volatile int64_t saved_nf = self->n_nonfinite, saved_nc = self->n_ctrl, saved_first = self->first_repair;
     int status;
     int rc = setjmp(c.jb);
     if (rc == 0) {
@@ -1251,6 +1392,9 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
             committed = c.p;
             saved_state = self->state;
             saved_args = self->b[R_ARGS].len;
+            saved_nf = self->n_nonfinite;
+            saved_nc = self->n_ctrl;
+            saved_first = self->first_repair;
             skip_ws(&c);
             unsigned ch = *c.p;
             if (self->state == 2) {
@@ -1282,6 +1426,9 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
      * nothing), and parsing writes only the args heap; a bail or out-of-memory ends the scanner. */
     self->state = saved_state;
     self->b[R_ARGS].len = saved_args;
+    self->n_nonfinite = saved_nf;
+    self->n_ctrl = saved_nc;
+    self->first_repair = saved_first;
     Py_ssize_t pos = (Py_ssize_t)((const unsigned char *)committed - base);
     PyBuffer_Release(&view);
     if (rc == JMP_NOMEM) {
@@ -1291,7 +1438,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
     }
     if (rc == JMP_INCOMPLETE) return Py_BuildValue("(ins)", 0, pos, "");
     self->broken = 1;
-    return Py_BuildValue("(ins)", 2, pos, g_reason ? g_reason : "unknown");
+    return Py_BuildValue("(ins)", rc == JMP_LIMIT ? 3 : 2, pos, g_reason ? g_reason : "unknown");
 }
 
 /* Owned memory exposed through the buffer protocol (zero-copy hand-over to numpy/Arrow). */
@@ -1363,6 +1510,10 @@ static PyObject *scanner_result(Scanner *self, PyObject *noargs) {
     SETI("n_unsupported", self->n_unsupported);
     SETI("ts_float", self->ts_float);
     SETI("n_ids", self->n_ids);
+    SETI("n_nonfinite", self->n_nonfinite);
+    SETI("n_ctrl", self->n_ctrl);
+    SETI("first_repair", self->first_repair);
+    SETI("n_invalid_ts", self->n_invalid_ts);
 #undef SETI
     if (PyDict_SetItemString(d, "metas", self->metas) < 0) {
         Py_DECREF(d);
@@ -1376,6 +1527,9 @@ static int scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"compact_args", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &compact)) return -1;
     self->compact = compact;
+    self->max_depth = DEFAULT_MAX_DEPTH;
+    self->max_string = (int64_t)64 << 20;
+    self->first_repair = -1;
     self->metas = PyList_New(0);
     if (!self->metas) return -1;
     /* offsets start with 0 */
@@ -1401,9 +1555,19 @@ static void scanner_dealloc(Scanner *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyObject *scanner_set_limits(Scanner *self, PyObject *args) {
+    long long depth, string;
+    if (!PyArg_ParseTuple(args, "LL", &depth, &string)) return NULL;
+    self->max_depth = depth;
+    self->max_string = string;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef scanner_methods[] = {
     {"scan", (PyCFunction)scanner_scan, METH_VARARGS,
-     "scan(buffer, start, end, final) -> (status, pos, reason): 0 need more, 1 done, 2 bail."},
+     "scan(buffer, start, end, final, base=0) -> (status, pos, reason): 0 need more, 1 done, 2 bail, 3 limit."},
+    {"set_limits", (PyCFunction)scanner_set_limits, METH_VARARGS,
+     "set_limits(max_depth, max_string): nesting below an event object, bytes of one string."},
     {"result", (PyCFunction)scanner_result, METH_NOARGS, "Hand over the accumulated columns (dict)."},
     {NULL, NULL, 0, NULL},
 };
@@ -1439,6 +1603,7 @@ PyMODINIT_FUNC PyInit__kineto_scan(void) {
     PyModule_AddIntConstant(m, "NEED_MORE", 0);
     PyModule_AddIntConstant(m, "DONE", 1);
     PyModule_AddIntConstant(m, "BAIL", 2);
-    PyModule_AddIntConstant(m, "ABI", 2);
+    PyModule_AddIntConstant(m, "LIMIT", 3);
+    PyModule_AddIntConstant(m, "ABI", 3);
     return m;
 }

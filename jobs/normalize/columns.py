@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.normalize import shapes
-from jobs.normalize.errors import TraceError
 from jobs.normalize.numbers import micros_to_ns, to_int64
 
 PH_NAMES = ("X", "i", "C", "M", "s", "f")
@@ -257,6 +256,8 @@ class EventColumns:
         self.proc_names: dict[int, str] = {}
         self.thread_names: dict[tuple[int, int], str] = {}
         self.has_legacy_external_id = False
+        self.n_invalid_ts = 0  # X/i/C events dropped because their ts is missing, non-numeric or non-finite
+        self.first_invalid_ts: str | None = None  # description of the first one (quarantine reason)
 
     def add(self, E: list, raw_text: Callable[[str, np.ndarray], list]) -> None:
         """Extract one chunk of decoded events.
@@ -266,8 +267,9 @@ class EventColumns:
             raw_text: ``raw_text(field, positions)`` -> raw JSON text of ``field`` (``ts``/``dur``) of
                 the events at chunk-local ``positions`` (for the exact decimal path).
 
-        Raises:
-            TraceError: an ``X``/``i``/``C`` event has no valid numeric ``ts``.
+        ``X``/``i``/``C`` events without a valid numeric ``ts`` (missing, null, non-numeric, or a
+        non-finite token repaired to null) are not rows: they are counted in ``n_invalid_ts`` (the
+        caller flags ``invalid_timestamp``, and quarantines the file when no row is left).
         """
         o = self.n_events
         m = len(E)
@@ -288,10 +290,14 @@ class EventColumns:
         del ts_vals
         if float in types:
             self.ts_is_float = True
-        if nr and not ts_ok[rows].all():
-            bad = int(rows[np.flatnonzero(~ts_ok[rows])[0]])
-            e = E[bad]
-            raise TraceError(f"event {o + bad} (ph {e.ph!r}) has no valid numeric ts: {e.ts!r}")
+        if nr and not ts_ok[rows].all():  # dropped and counted (flag invalid_timestamp), see n_invalid_ts
+            bad = rows[~ts_ok[rows]]
+            if self.first_invalid_ts is None:
+                e = E[int(bad[0])]
+                self.first_invalid_ts = f"event {o + int(bad[0])} (ph {e.ph!r}) has no valid numeric ts: {e.ts!r}"
+            self.n_invalid_ts += len(bad)
+            rows = rows[ts_ok[rows]]
+            nr = len(rows)
 
         pid, pid_ok, pid_key, pid_labels, _ = id_keys(pluck(E, "pid"), self.label_codes)
         tid, tid_ok, tid_key, tid_labels, tid_streams = id_keys(pluck(E, "tid"), self.label_codes, parse_stream=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 
 from jobs.normalize.errors import TraceError
+from jobs.normalize.limits import LimitExceeded
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_MAX_UNCOMPRESSED_BYTES = 8 << 30  # 8 GiB
@@ -27,14 +28,15 @@ def decode_container(data: bytes, max_uncompressed_bytes: int = DEFAULT_MAX_UNCO
 
     Raises:
         TraceError: ``"empty file"``, ``"truncated gzip stream"``, ``"corrupt gzip stream: ..."``,
-            ``"trailing data after gzip stream at byte N"`` or
-            ``"decompressed size exceeds limit of N bytes"``.
+            ``"trailing data after gzip stream at byte N"``, or
+            :class:`~jobs.normalize.limits.LimitExceeded` ``"decompressed size exceeds limit of N bytes"``
+            (raised as soon as the output passes the cap: a gzip bomb is never inflated whole).
     """
     if not data:
         raise TraceError("empty file")
     if data[:2] != GZIP_MAGIC:
         if len(data) > max_uncompressed_bytes:
-            raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+            raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
         return bytes(data) if not isinstance(data, bytes) else data, "json"
     parts: list[bytes] = []
     total = 0
@@ -50,7 +52,7 @@ def decode_container(data: bytes, max_uncompressed_bytes: int = DEFAULT_MAX_UNCO
                 raise TraceError(f"corrupt gzip stream: {exc}") from None
             total += len(out)
             if total > max_uncompressed_bytes:
-                raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+                raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
             if out:
                 parts.append(out)
             chunk_in = d.unconsumed_tail
@@ -95,7 +97,7 @@ def iter_decoded(
     n = len(data)
     if data[:2] != GZIP_MAGIC:
         if n > max_uncompressed_bytes:
-            raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+            raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
         for off in range(0, n, piece_bytes):
             yield mv[off:off + piece_bytes]
         return
@@ -115,7 +117,7 @@ def iter_decoded(
         pending = d.unconsumed_tail
         total += len(out)
         if total > max_uncompressed_bytes:
-            raise TraceError(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+            raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
         if out:
             yield out
         if d.eof:

@@ -10,6 +10,11 @@ A capture folder without ``manifest.json`` is still being written and is skipped
 pending). Files dropped in by hand with no manifest (``*.json``, ``*.json.gz``, e.g. a folder of
 ``tensorboard_trace_handler`` output) are accepted too: their job is the folder they sit in, and
 their metadata is inferred from the trace and the path.
+
+Path safety: every id that becomes a folder or partition value passes :func:`safe_id` (job and capture
+ids), :func:`safe_date` or :func:`safe_index` (int32 attempt/rank); a capture whose manifest or
+landing-zone folders break them is quarantined with a reason naming the value, and a key with ``.``,
+``..`` or empty segments (possible on object stores) is quarantined under its own URI, never normalized.
 """
 
 from __future__ import annotations
@@ -23,8 +28,15 @@ from dataclasses import asdict, dataclass, field
 import fsspec
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
-_PART_RE = re.compile(r"^(date|job|attempt|rank)=(.+)$")
-_SAFE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+@-]{0,199}$")
+# Patterns are used with fullmatch (``$`` would accept a trailing newline); ASCII classes only.
+_PART_RE = re.compile(r"(date|job|attempt|rank)=(.*)", re.S)
+_SAFE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+@-]{0,199}")
+_DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_INDEX_RE = re.compile(r"[0-9]{1,10}")
+#: attempt, rank and world_size are int32 columns: larger values would fail the whole batch's write.
+INT32_MAX = 2**31 - 1
+#: Job id of files whose path could resolve outside the landing zone (``.``/``..``/empty segments).
+UNSAFE_PATH_JOB = "unsafe-path"
 
 
 class DiscoveryError(ValueError):
@@ -85,24 +97,120 @@ class Discovery:
     pending: list[str]
 
 
+def _shown(value) -> str:
+    """``repr`` of a hostile value for an error message, cut to 80 characters (long ids stay readable)."""
+    r = repr(value)
+    return r if len(r) <= 80 else f"{r[:72]}… ({len(str(value))} characters)"
+
+
 def safe_id(value: str, what: str, where: str) -> str:
     """Return ``value`` if it is safe as a path segment and partition value, else raise.
+
+    Safe: 1-200 ASCII characters from ``[A-Za-z0-9._=+@-]``, starting with a letter or digit, without
+    ``..`` (so no ``/``, ``\\``, ``%``, NUL, newline, whitespace or Unicode look-alikes).
 
     Raises:
         DiscoveryError: naming ``where`` (file or URI) when ``value`` contains a path separator,
             ``..`` or other characters that could escape the landing zone or warehouse.
     """
     value = str(value)
-    if not _SAFE_ID_RE.match(value) or ".." in value:
-        raise DiscoveryError(f"{where}: unsafe {what} {value!r} (allowed: letters, digits, . _ = + @ -; no '..')")
+    if not _SAFE_ID_RE.fullmatch(value) or ".." in value:
+        raise DiscoveryError(f"{where}: unsafe {what} {_shown(value)} "
+                             "(allowed: 1-200 of letters, digits, . _ = + @ -, starting with a letter or digit; no '..')")
     return value
 
 
+def safe_date(value: str, where: str, what: str = "date") -> str:
+    """Return ``value`` if it is a calendar date ``YYYY-MM-DD`` (ASCII digits), else raise :class:`DiscoveryError`
+    naming ``where``, ``what`` and the value."""
+    import datetime as _dt
+
+    text = str(value)
+    try:
+        if _DATE_RE.fullmatch(text):
+            _dt.date.fromisoformat(text)
+            return text
+    except ValueError:
+        pass
+    raise DiscoveryError(f"{where}: {what} {_shown(text)} is not a calendar date YYYY-MM-DD")
+
+
+def safe_index(value, what: str, where: str, minimum: int = 0) -> int:
+    """``value`` (an int, or ASCII digits) as an int in ``[minimum, INT32_MAX]``, else raise.
+
+    ``int()`` alone would accept ``" 3"``, ``"+3"``, ``"1_0"`` and non-ASCII digits; booleans are refused.
+
+    Raises:
+        DiscoveryError: naming ``where``, ``what`` and the value.
+    """
+    if isinstance(value, bool):
+        n = None
+    elif isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and _INDEX_RE.fullmatch(value):
+        n = int(value)
+    else:
+        n = None
+    if n is None or not minimum <= n <= INT32_MAX:
+        raise DiscoveryError(f"{where}: {what} {_shown(value)} is not an integer in [{minimum}, {INT32_MAX}]")
+    return n
+
+
+def check_path_parts(parts: dict, where: str) -> dict:
+    """Validate the Hive-style segments of a landing-zone path (``date=``, ``job=``, ``attempt=``, ``rank=``).
+
+    Args:
+        parts: ``{"date"|"job"|"attempt"|"rank": raw text}`` as parsed from the path.
+        where: the file or folder named in the error.
+
+    Returns:
+        The parts with ``attempt``/``rank`` as ints.
+
+    Raises:
+        DiscoveryError: naming ``where`` and the segment, e.g. ``job='..'``, ``date='../x'``,
+            ``attempt='-1'``, ``rank='abc'``.
+    """
+    out: dict = {}
+    for key, value in parts.items():
+        what = f"landing-zone folder {key}= value"
+        if key == "job":
+            out[key] = safe_id(value, what, where)
+        elif key == "date":
+            out[key] = safe_date(value, where, what)
+        else:
+            out[key] = safe_index(value, what, where)
+    return out
+
+
+def _fallback_id(value, default: str) -> str:
+    """A path-safe id for the identity of a quarantined capture: ``value`` when it is safe, else its slug
+    plus a short hash of the original (so a hostile name never merges into an existing job)."""
+    if value is None:
+        return default
+    try:
+        return safe_id(value, "id", "")
+    except DiscoveryError:
+        return slug(f"{slug(str(value))}-{hashlib.sha1(str(value).encode('utf-8', 'replace')).hexdigest()[:8]}")
+
+
+def _fallback_index(value, minimum: int = 0) -> int | None:
+    try:
+        return safe_index(value, "", "", minimum)
+    except DiscoveryError:
+        return None
+
+
 def slug(text: str) -> str:
-    """A path-safe id from free text (folder names of bare traces): runs of unsafe chars become ``-``."""
-    s = re.sub(r"[^A-Za-z0-9._+@=-]+", "-", text).strip("-.")
-    s = s.replace("..", ".")
-    return s[:200] or "default"
+    """A path-safe id from free text (folder names of bare traces): runs of unsafe chars become ``-``.
+
+    The result always passes :func:`safe_id`: ASCII only, starts with a letter or digit, no ``..``,
+    at most 200 characters; ``default`` when nothing is left.
+    """
+    s = re.sub(r"[^A-Za-z0-9._+@=-]+", "-", str(text))
+    while ".." in s:
+        s = s.replace("..", ".")
+    s = s.lstrip("-._+@=")[:200].rstrip("-.")
+    return s or "default"
 
 
 def _is_trace_name(name: str) -> bool:
@@ -112,10 +220,38 @@ def _is_trace_name(name: str) -> bool:
 def _path_parts(rel: str) -> dict:
     parts = {}
     for seg in rel.split("/"):
-        m = _PART_RE.match(seg)
+        m = _PART_RE.fullmatch(seg)
         if m:
             parts[m.group(1)] = m.group(2)
     return parts
+
+
+def _is_date(value) -> bool:
+    try:
+        safe_date(value, "")
+        return True
+    except DiscoveryError:
+        return False
+
+
+def _inside(rel: str) -> bool:
+    """True when ``rel`` ('/'-separated, relative) stays inside its folder: no absolute path, no empty,
+    ``.`` or ``..`` segment, no backslash, NUL or other control character."""
+    if not isinstance(rel, str) or not rel or rel.startswith("/"):
+        return False
+    if "\\" in rel or any(ord(ch) < 32 or ord(ch) == 127 for ch in rel):
+        return False
+    return all(seg not in ("", ".", "..") for seg in rel.split("/"))
+
+
+def _rel(path: str, root: str) -> str:
+    """``path`` relative to ``root`` without normalizing it (``posixpath.relpath`` would collapse an
+    object-store key's ``a/../b`` into another key); ``.`` for the root itself."""
+    if path == root:
+        return "."
+    if root in ("", "/"):
+        return path.lstrip("/")
+    return path[len(root) + 1:] if path.startswith(root + "/") else posixpath.relpath(path, root)
 
 
 def _int_or_none(v):
@@ -126,14 +262,22 @@ def _int_or_none(v):
 
 
 def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: list[str], root: str) -> list[CaptureFile]:
-    """Capture files of one committed capture folder; ``names`` are paths relative to it (any depth)."""
+    """Capture files of one committed capture folder; ``names`` are paths relative to it (any depth).
+
+    The manifest and the landing-zone path must both be safe (:func:`check_path_parts`, :func:`safe_id`,
+    int32 ``attempt``/``rank``/``world_size``, file paths inside the folder); otherwise every file of the
+    capture is quarantined with the reason (naming the capture folder or ``manifest.json``, and the bad
+    value) under a path-safe fallback identity.
+    """
     uri = _unstrip(protocol, manifest_path)
-    rel = posixpath.relpath(folder, root)
-    parts = _path_parts(rel)
+    parts = _path_parts(_rel(folder, root))
     capture_id = posixpath.basename(folder)
     trace_names = [n for n in names if "/" not in n and _is_trace_name(n)]
     kinds: dict[str, str] = {}
+    problem = "unsafe landing-zone path"
     try:
+        path_parts = check_path_parts(parts, _unstrip(protocol, folder))
+        problem = f"invalid manifest {uri}"
         with fs.open(manifest_path, "rb") as f:
             manifest = json.loads(f.read())
         if not isinstance(manifest, dict):
@@ -142,23 +286,27 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
 
         validate_manifest(manifest)
         job_id = safe_id(manifest["job_id"], "job_id", uri)
+        attempt = safe_index(manifest.get("attempt", 0), "attempt", uri)
+        rank = safe_index(manifest["rank"], "rank", uri) if manifest.get("rank") is not None else None
+        if manifest.get("world_size") is not None:
+            safe_index(manifest["world_size"], "world_size", uri, minimum=1)
         from jobs.normalize.formats import MANIFEST_KINDS
 
         listed = [fi["path"] for fi in manifest.get("files", []) if fi.get("kind", "kineto_trace") in MANIFEST_KINDS]
         for p in listed:
-            if p.startswith("/") or ".." in p.split("/"):
-                raise DiscoveryError(f"file path {p!r} escapes the capture folder")
+            if not _inside(p):
+                raise DiscoveryError(f"file path {_shown(p)} escapes the capture folder")
         kinds = {fi["path"]: MANIFEST_KINDS[fi.get("kind", "kineto_trace")] for fi in manifest.get("files", [])
                  if fi.get("kind", "kineto_trace") in MANIFEST_KINDS}
         trace_names = sorted(set(trace_names) | set(listed) | {n for n in names if "/" in n})
         common = dict(
             capture_id=safe_id(capture_id, "capture_id", uri),
             job_id=job_id,
-            attempt=int(manifest.get("attempt", 0)),
-            rank=int(manifest["rank"]) if manifest.get("rank") is not None else None,
-            rank_source="manifest" if manifest.get("rank") is not None else None,
+            attempt=attempt,
+            rank=rank,
+            rank_source="manifest" if rank is not None else None,
             world_size=_int_or_none(manifest.get("world_size")),
-            date=parts.get("date") or (manifest.get("created_at") or "")[:10] or None,
+            date=path_parts.get("date") or (manifest.get("created_at") or "")[:10] or None,
             manifest_uri=uri,
             host_name=manifest.get("host"),
             device_name=manifest.get("device_name"),
@@ -168,15 +316,17 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
             tags=manifest.get("tags") or {},
         )
         error = None
-    except Exception as exc:  # invalid manifest: quarantine its files, keep going
-        reason = f"invalid manifest {uri}: {exc}"
+    except Exception as exc:  # invalid manifest or unsafe path: quarantine its files, keep going
+        reason = f"{problem}: {exc}"
+        rank = _fallback_index(parts.get("rank"))
+        date = parts.get("date")
         common = dict(
-            capture_id=slug(capture_id),
-            job_id=slug(parts.get("job", "unknown")),
-            attempt=_int_or_none(parts.get("attempt")) or 0,
-            rank=_int_or_none(parts.get("rank")),
-            rank_source="path" if parts.get("rank") else None,
-            date=parts.get("date"),
+            capture_id=_fallback_id(capture_id, "capture"),
+            job_id=_fallback_id(parts.get("job"), "unknown"),
+            attempt=_fallback_index(parts.get("attempt")) or 0,
+            rank=rank,
+            rank_source="path" if rank is not None else None,
+            date=date if date is not None and _is_date(date) else None,
             manifest_uri=uri,
             bare=False,
         )
@@ -356,8 +506,21 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
     else:
         listing = fs.find(root, detail=True)
     by_dir: dict[str, dict[str, dict]] = {}
+    unsafe: list[CaptureFile] = []
     for path, info in listing.items():
         if info.get("type") == "directory":
+            continue
+        rel_p = _rel(path, root)
+        if any(seg in ("", ".", "..") for seg in rel_p.split("/")) and rel_p != ".":
+            # an object-store key such as raw/job=../../x/t.json: quarantined under its own URI, never
+            # normalized (that would name another object) and never grouped with a capture
+            name = posixpath.basename(path)
+            if _is_routable(name) or name == "manifest.json":
+                unsafe.append(CaptureFile(
+                    uri=_unstrip(protocol, path), job_id=UNSAFE_PATH_JOB, size_bytes=info.get("size"),
+                    capture_id=hashlib.sha1(rel_p.encode("utf-8", "surrogateescape")).hexdigest()[:16],
+                    error=f"unsafe path {_shown(rel_p)} under the landing zone: a '.', '..' or empty segment "
+                          "could resolve to another file; not ingested"))
             continue
         by_dir.setdefault(posixpath.dirname(path), {})[posixpath.basename(path)] = info
 
@@ -378,11 +541,11 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
         m = owner(folder)
         if m is not None:
             for n, info in entries.items():
-                rel_n = posixpath.relpath(posixpath.join(folder, n), m)
+                rel_n = _rel(posixpath.join(folder, n), m)
                 if rel_n != "manifest.json":
                     under.setdefault(m, {})[rel_n] = info
             continue
-        rel = posixpath.relpath(folder, root)
+        rel = _rel(folder, root)
         parts = _path_parts(rel)
         names = sorted(n for n in entries if _is_routable(n))
         if not names:
@@ -393,7 +556,7 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
                 pending.append(_unstrip(protocol, capture_root))  # landing-zone capture not yet committed
             continue
         for n in names:
-            bare_rel[posixpath.normpath(posixpath.join(rel, n))] = entries[n]
+            bare_rel[n if rel == "." else f"{rel}/{n}"] = entries[n]
     for m in sorted(manifest_roots):
         files_under = under.get(m, {})
         files = _from_manifest(fs, protocol, m, posixpath.join(m, "manifest.json"), sorted(files_under), root)
@@ -410,7 +573,11 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
         job_id = slug(job_rel.replace("/", "-")) if job_rel not in ("", ".") else slug(posixpath.basename(root))
         cid = hashlib.sha1(posixpath.normpath(r.rel).encode()).hexdigest()[:16]
         abs_path = posixpath.join(root, r.rel) if r.rel != "." else root
+        date, error = parts.get("date"), None
+        if date is not None and not _is_date(date):  # a date= folder is the partition: it must be a date
+            error = f"unsafe path: landing-zone folder date= value {_shown(date)} is not a calendar date YYYY-MM-DD"
+            date = None
         bare.append(CaptureFile(uri=_unstrip(protocol, abs_path), capture_id=cid, job_id=job_id,
-                                size_bytes=_size_of(bare_rel, r.rel, r.members), date=parts.get("date"),
+                                size_bytes=_size_of(bare_rel, r.rel, r.members), date=date, error=error,
                                 **r.fields(protocol, root)))
-    return Discovery(files=manifest_files + bare, pending=pending)
+    return Discovery(files=manifest_files + bare + sorted(unsafe, key=lambda f: f.uri), pending=pending)

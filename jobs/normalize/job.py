@@ -4,8 +4,9 @@ extract (driver): :func:`jobs.normalize.discover.discover` lists the committed c
 traces. transform (Spark workers, ``mapInArrow``): each file is read through fsspec and parsed by
 :func:`jobs.normalize.kineto.parse_kineto`; a file that cannot be parsed becomes a quarantined
 ``captures`` row with the reason, and never stops the other files. load (driver): both tables are
-written as Hive-partitioned Parquet with dynamic partition overwrite, so re-running on the same
-input replaces the same partitions and changes nothing.
+written as Hive-partitioned Parquet, each partition replaced whole through the crash-safe commit
+(:func:`jobs.commit.write_partitions`), so re-running on the same input replaces the same partitions
+and changes nothing, and a killed run never leaves a partial partition behind.
 """
 
 from __future__ import annotations
@@ -146,7 +147,9 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     row["host_name"] = meta.get("host_name") or task.get("host_name")
     row["device_name"] = meta.get("device_name") or task.get("device_name")
     row.update(status="ingested", rank=rank, rank_source=rank_source,
-               flags=sorted(set(meta.get("flags") or []) | set(rank_flags) | set(extra_flags)),
+               flags=sorted(set(meta.get("flags") or []) | set(rank_flags) | set(extra_flags)
+                            | ({"duplicate_capture_id"} & set(task.get("flags") or []))),
+               flag_counts_json=json.dumps(meta.get("flag_counts") or {}, sort_keys=True),
                date=task.get("date") or _date_of(meta.get("trace_start_ns")) or "unknown")
     events = with_identity(parsed.events, row)
     if row["source"] != "kineto" and events.num_rows:
@@ -261,13 +264,36 @@ def make_partition_parser(storage_options: dict):
     return parse_partition
 
 
+def unique_capture_ids(files: list) -> list:
+    """Make ``capture_id`` unique across a batch of :class:`~jobs.normalize.discover.CaptureFile` (in place).
+
+    Capture ids are unique per capture folder by construction, but a manifest copied into another job's
+    folder repeats its ``capture_id``; the batch is keyed by it, so a repeat would silently drop a file.
+    Every file after the first with a given id (in URI order) gets ``<id>.dup-<sha1(uri)[:8]>`` and the flag
+    ``duplicate_capture_id``.
+
+    Returns:
+        ``files``.
+    """
+    import hashlib
+
+    seen: set[str] = set()
+    for f in sorted(files, key=lambda f: f.uri):
+        if f.capture_id in seen:
+            f.capture_id = f"{f.capture_id}.dup-{hashlib.sha1(f.uri.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+            f.flags = sorted(set(f.flags) | {"duplicate_capture_id"})
+        seen.add(f.capture_id)
+    return files
+
+
 def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict[str, str]:
     """Job ids for bare traces whose folder holds two files of the same rank.
 
     Bare traces (no manifest) in one folder form one job when their ranks are distinct (e.g. the
     8 DLRM ranks); when two claim the same (attempt, rank), each file becomes its own job
-    (``<folder job>-<file stem>``) so that no two captures collide in ``steps``. Quarantined files
-    (whose rank is unknown) keep the folder's job id.
+    (``<folder job>-<file stem>``) so that no two captures collide in ``steps``, and the files that
+    claim the same rank get the flag ``duplicate_rank`` (in place). Quarantined files (whose rank is
+    unknown) keep the folder's job id.
 
     Returns:
         ``{capture_id: new_job_id}`` for the captures that change.
@@ -281,6 +307,9 @@ def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict
     for c in bare_ingested:
         groups.setdefault((c["job_id"], c["attempt"], c["rank"]), []).append(c)
     clashing_jobs = {k[0] for k, v in groups.items() if len(v) > 1}
+    for v in groups.values():  # bug_cases.md B13: flag the files that claim the same rank
+        for c in v if len(v) > 1 else ():
+            c["flags"] = sorted(set(c.get("flags") or []) | {"duplicate_rank"})
     out = {}
     for c in bare_ingested:
         if c["job_id"] in clashing_jobs:
@@ -321,6 +350,9 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
 
     from jobs.normalize.discover import discover
 
+    from jobs.commit import recover
+
+    recover(warehouse)  # finish the publish of a run that was killed, before anything reads the tables
     storage_options = storage_options or {}
     found = discover(raw_root, storage_options)
     if since is not None or until is not None:
@@ -329,7 +361,7 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
         found, _ = restrict_to_interval(found, raw_root, since, until, storage_options)
     if not found.files:
         return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
-    tasks = {f.capture_id: f.to_dict() for f in found.files}
+    tasks = {f.capture_id: f.to_dict() for f in unique_capture_ids(found.files)}
     # Largest files first, round-robin over partitions: one file per task keeps memory bounded.
     ordered = sorted(tasks.values(), key=lambda t: -(t.get("size_bytes") or 0))
     n_parts = max(1, min(len(ordered), spark.sparkContext.defaultParallelism * 4))
@@ -392,7 +424,7 @@ def _spark_schema(schema: pa.Schema):
 
 
 def _write(df, warehouse: str, table: str) -> None:
-    from schemas import TABLES
+    """Replace the partitions of ``table`` that ``df`` has rows for, crash-safely (:mod:`jobs.commit`)."""
+    from jobs.commit import write_partitions
 
-    (df.write.mode("overwrite").partitionBy(*TABLES[table].partition_by)
-       .parquet(posixpath.join(warehouse.rstrip("/"), table)))
+    write_partitions(df, warehouse, table)

@@ -25,6 +25,14 @@ Format generations handled (``../shared/reference/kineto_and_hta.md`` §2.8): ba
 traces, legacy categories (``Operator/Runtime/Kernel/Memcpy/Memset``), string tids
 (``"stream 7"``), legacy flows (``async``/``launch``, ``async_cpu_to_gpu``, ``forward_backward``),
 absolute µs ints/floats and relative µs + ``baseTimeNanoseconds``.
+
+Defects of real traces (``../shared/reference/bug_cases.md``) are tolerated and flagged, never a
+reason to lose the file (:data:`FLAGS`, ``meta["flag_counts"]``): non-finite number tokens and raw
+control characters are repaired (:mod:`jobs.normalize.repair`, also while streaming, and in the C
+scanner); an event without a valid ``ts`` is dropped, a negative ``dur`` is null; partial overlaps on
+a track, merged multi-rank files (launch links keyed by ``(pid, correlation)``), launches that start
+before their call ends and truncated traces are detected. Hostile input is refused: nesting depth,
+string length (:mod:`jobs.normalize.limits`) and decompressed size are capped.
 """
 
 from __future__ import annotations
@@ -46,11 +54,20 @@ from jobs.normalize import native, shapes
 from jobs.normalize.columns import X, EventColumns, bool_np, int_and_mask
 from jobs.normalize.container import DEFAULT_MAX_UNCOMPRESSED_BYTES, GZIP_MAGIC, decode_container, iter_decoded
 from jobs.normalize.errors import TraceError
-from jobs.normalize.linkage import SliceIndex, track_codes
+from jobs.normalize.limits import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_STRING_BYTES,
+    JsonLimitScanner,
+    LimitExceeded,
+    check_limits,
+    depth_reason,
+    validate_limits,
+)
+from jobs.normalize.linkage import SliceIndex, correlation_link_keys, track_codes
 from jobs.normalize.native import NativeBail
 from jobs.normalize.numbers import to_int64
-from jobs.normalize.repair import repair_json
-from jobs.normalize.stream import NotSplittable, TraceSplitter
+from jobs.normalize.repair import repair_text
+from jobs.normalize.stream import NotSplittable, Repairs, TraceSplitter
 from schemas.tables import EVENTS
 
 __all__ = ["parse_kineto", "ParsedTrace", "TraceError", "rank_from_filename", "EVENT_COLUMNS",
@@ -82,7 +99,7 @@ _NCCL_OPS = {
     "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv", "send": "send",
     "recv": "recv", "alltoall": "all_to_all", "alltoallv": "all_to_all",
 }
-_NCCL_RE = r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)"
+_NCCL_RE = r"(?i)^(?:nccl|rccl)(?:dev)?kernel_([a-z]+)"  # any case: nccldevkernel_* too (B16)
 _STEP_PREFIX = "ProfilerStep#"
 _CHUNK_BYTES = 4 << 20  # decoded bytes per chunk (bounds the Python objects alive at once)
 _STREAMING = True  # False: always decode the whole document (tests compare both paths)
@@ -101,11 +118,36 @@ class ParsedTrace:
         meta: capture-level fields: ``container``, ``uncompressed_bytes``, ``format``,
             ``time_base``, ``base_time_ns``, ``trace_start_ns``, ``trace_end_ns``, ``n_events``,
             ``n_profiler_steps``, ``host_name``, ``device_name``, ``distributed_backend``,
-            ``world_size``, ``rank`` (int from ``distributedInfo`` or None), ``flags`` (list[str]).
+            ``world_size``, ``rank`` (int from ``distributedInfo`` or None), ``flags`` (list[str],
+            see :data:`FLAGS`), ``flag_counts`` (dict: flag → number of events or repairs behind it,
+            for the countable flags) and ``repair_offset`` (document byte offset of the first lenient
+            repair, or None).
     """
 
     events: pa.Table
     meta: dict = field(default_factory=dict)
+
+
+#: Data-quality flags :func:`parse_kineto` can raise (``ParsedTrace.meta["flags"]``, then
+#: ``captures.flags``); the countable ones also appear in ``meta["flag_counts"]``.
+FLAGS = {
+    "nonfinite_number": "NaN/Infinity/inf/nan tokens (any sign/case) read as null (count: tokens)",
+    "control_characters": "raw control characters inside strings kept, read as if escaped (count: characters)",
+    "invalid_timestamp": "X/i/C events without a valid numeric ts were dropped (count: events)",
+    "negative_duration": "X events with dur < 0: dur_ns is null (never summed as time), the event is left out of "
+                         "the trace span (count: events)",
+    "missing_duration": "X events without a valid dur",
+    "improper_nesting": "slices that start inside another slice of their track and end after it (count: slices)",
+    "negative_launch_delay": "device work that starts before its launch call ends (host/device clock skew); "
+                             "launch delays are clamped to 0 in the statistics (count: device events)",
+    "merged_ranks": "host launches of several pids share correlation ids (a file merged from several ranks); "
+                    "launch links are keyed by (pid, correlation)",
+    "partial_trace": "the trace looks truncated: events stop well before the last ProfilerStep ends, or the "
+                     "file reports dropped events",
+    "unsupported_phase": "events of a phase other than X/i/C/M/s/f were skipped",
+    "no_profiler_step": "no ProfilerStep#N annotation",
+}
+_PARTIAL_TAIL_FRACTION = 0.5  # events end before this fraction of the last ProfilerStep: truncated (B22)
 
 
 _RANK_RE = re.compile(r"(?<![A-Za-z0-9])(?:rank|worker)[-_.]?(\d+)(?![0-9])", re.I)
@@ -127,6 +169,8 @@ def parse_kineto(
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
     compact_args: bool = True,
     engine: str | None = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES,
 ) -> ParsedTrace:
     """Parse one Kineto/Chrome-trace file into canonical event rows and capture metadata.
 
@@ -142,26 +186,36 @@ def parse_kineto(
             path (the reference); ``"native"``: the native scanner only (raises
             :class:`~jobs.normalize.native.NativeBail` where ``auto`` would fall back; for tests
             and benchmarks). Both paths give equal tables and metadata.
+        max_depth: cap on the JSON nesting depth of the document (default 256,
+            :mod:`jobs.normalize.limits`); deeper files are quarantined.
+        max_string_bytes: cap on the length of one JSON string literal, bytes (default 64 MiB).
 
     Returns:
         :class:`ParsedTrace` (``events`` Arrow table, ``meta`` dict).
 
     Raises:
         TraceError: the file must be quarantined; the message names the problem (empty file,
-            truncated/corrupt gzip, size limit, invalid or truncated JSON with the byte offset,
-            not a Chrome trace, an event without a numeric ``ts``).
+            truncated/corrupt gzip, size limit, nesting depth or string length over the limits
+            (:class:`~jobs.normalize.limits.LimitExceeded`), invalid or truncated JSON with the byte
+            offset, not a Chrome trace, no event with a numeric ``ts``).
+        ValueError: an invalid ``engine`` or limit.
     """
     if engine is None:
         engine = os.environ.get("TRACELAKE_KINETO_ENGINE") or "auto"
     if engine not in ("auto", "python", "native"):
         raise ValueError(f"engine must be 'auto', 'python' or 'native', not {engine!r}")
+    validate_limits(max_depth, max_string_bytes)
+    limits = (max_depth, max_string_bytes)
     was_enabled = gc.isenabled()
     gc.disable()  # the decoded objects are acyclic; collections would only cost time
     try:
         data = bytes(data) if not isinstance(data, bytes) else data
+        parsed = None
         if engine == "native" or (engine == "auto" and _use_native()):
             try:
-                return _parse_native(data, max_uncompressed_bytes, compact_args)
+                parsed = _parse_native(data, max_uncompressed_bytes, compact_args, limits)
+            except LimitExceeded:
+                raise  # hostile input: decided, never handed to the slower path
             except (NativeBail, TraceError):
                 if engine == "native":
                     raise
@@ -171,10 +225,22 @@ def parse_kineto(
                     raise
                 _LOG.warning("native Kineto scanner failed on %s; using the Python path", uri or "<bytes>",
                              exc_info=True)
-        return _parse(data, max_uncompressed_bytes, compact_args)
+        if parsed is None:
+            parsed = _parse(data, max_uncompressed_bytes, compact_args, limits)
+        _log_repairs(parsed.meta, uri)
+        return parsed
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _log_repairs(meta: dict, uri: str) -> None:
+    """Warn about lenient repairs: which, how many, and the byte offset of the first (B02)."""
+    counts = {k: v for k, v in meta.get("flag_counts", {}).items() if k in ("nonfinite_number", "control_characters")}
+    if counts:
+        what = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        _LOG.warning("%s: repaired %s (first at byte %s of the document)", uri or "<bytes>", what,
+                     meta.get("repair_offset"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,24 +261,35 @@ def _use_native() -> bool:
     return native.AVAILABLE and _STREAMING
 
 
-def _parse_native(data: bytes, max_uncompressed_bytes: int, compact_args: bool) -> ParsedTrace:
+def _parse_native(data: bytes, max_uncompressed_bytes: int, compact_args: bool, limits) -> ParsedTrace:
     _T.clear()
     _tick("start")
     container = "gzip" if data[:2] == GZIP_MAGIC else "json"
-    cols, header, is_list, size = native.scan_trace(data, max_uncompressed_bytes, compact_args, _NATIVE_PIECE_BYTES)
+    cols, header, is_list, size, repairs = native.scan_trace(data, max_uncompressed_bytes, compact_args,
+                                                             _NATIVE_PIECE_BYTES, limits)
     _tick("native-scan")
-    return _finish(cols, header, is_list, container, size)
+    return _finish(cols, header, is_list, container, size, repairs)
 
 
-def _parse(data: bytes, max_uncompressed_bytes: int, compact_args: bool) -> ParsedTrace:
+def _checked(pieces, limits):
+    """The decoded pieces, each checked against the depth / string-length limits first."""
+    scanner = JsonLimitScanner(*limits)
+    for piece in pieces:
+        scanner.feed(piece)
+        yield piece
+
+
+def _parse(data: bytes, max_uncompressed_bytes: int, compact_args: bool,
+           limits=(DEFAULT_MAX_DEPTH, DEFAULT_MAX_STRING_BYTES)) -> ParsedTrace:
     _T.clear()
     _tick("start")
     container = "gzip" if data[:2] == GZIP_MAGIC else "json"
     cols = EventColumns(compact_args)
+    repairs = Repairs()
     try:
         if not _STREAMING:
             raise NotSplittable("streaming disabled")
-        splitter = TraceSplitter(iter_decoded(data, max_uncompressed_bytes, _CHUNK_BYTES),
+        splitter = TraceSplitter(_checked(iter_decoded(data, max_uncompressed_bytes, _CHUNK_BYTES), limits),
                                  shapes.EVENT_LIST.decode, shapes.HEADER.decode, _CHUNK_BYTES)
         for chunk in splitter:
             cols.add(chunk.events, _chunk_raw_text(chunk.text))
@@ -220,16 +297,18 @@ def _parse(data: bytes, max_uncompressed_bytes: int, compact_args: bool) -> Pars
             _POOL.release_unused()
         header = None if splitter.is_list else splitter.header
         is_list, size = splitter.is_list, splitter.total_bytes
+        repairs = splitter.repairs
     except NotSplittable:
         cols = None
     _tick("chunks")
     if cols is None:  # decode the whole document (exact error messages, lenient repair)
         cols = EventColumns(compact_args)
+        repairs = Repairs()
         doc, container = decode_container(data, max_uncompressed_bytes)
         if not doc[:4096].strip() and not doc.strip():
             raise TraceError("empty file" if container == "json" else "empty document after gunzip")
-        top, buf, flags = _decode_document(doc)
-        cols.flags.update(flags)
+        check_limits(doc, *limits)
+        top, buf = _decode_document(doc, repairs, limits[0])
         if isinstance(top, list):
             header, events, is_list = None, top, True
         else:
@@ -241,7 +320,7 @@ def _parse(data: bytes, max_uncompressed_bytes: int, compact_args: bool) -> Pars
         cols.add(events, _document_raw_text(buf))
         del events, top, buf, doc
         _tick("whole")
-    return _finish(cols, header, is_list, container, size)
+    return _finish(cols, header, is_list, container, size, repairs)
 
 
 def _chunk_raw_text(text: memoryview):
@@ -280,22 +359,28 @@ def _json_reason(exc: Exception) -> str:
     return f"not valid JSON: {detail}"
 
 
-def _decode_document(doc: bytes):
-    """Strict typed decode; on a JSON syntax error, one lenient repair attempt (flags returned)."""
+def _decode_document(doc: bytes, repairs: Repairs, max_depth: int = DEFAULT_MAX_DEPTH):
+    """Strict typed decode; on a JSON syntax error, one lenient repair attempt (recorded in ``repairs``).
+
+    Returns ``(decoded, text_decoded)``."""
     try:
-        return shapes.DOCUMENT.decode(doc), doc, []
+        return shapes.DOCUMENT.decode(doc), doc
     except msgspec.ValidationError as exc:
         raise TraceError(f"not a Chrome trace: {exc}") from None
     except msgspec.DecodeError as exc:
         strict = exc
-    repaired, flags = repair_json(doc)
-    if flags:
+    except RecursionError:  # only with a max_depth above what the decoder can recurse
+        raise LimitExceeded(depth_reason(max_depth)) from None
+    repaired, counts, first = repair_text(doc)
+    if counts:
         try:
-            return shapes.DOCUMENT.decode(repaired), repaired, flags
+            top = shapes.DOCUMENT.decode(repaired)
         except msgspec.ValidationError as exc:
             raise TraceError(f"not a Chrome trace: {exc}") from None
         except msgspec.DecodeError as exc:
             raise TraceError(_json_reason(exc)) from None
+        repairs.add(counts, first)
+        return top, repaired
     raise TraceError(_json_reason(strict))
 
 
@@ -303,9 +388,19 @@ def _decode_document(doc: bytes):
 # vectorized normalization over the accumulated columns
 
 
-def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int) -> ParsedTrace:
+def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int,
+            repairs: Repairs | None = None) -> ParsedTrace:
     _tick("finish-start")
     flags = set(cols.flags)
+    counts: dict[str, int] = {}
+    if repairs is not None:
+        counts.update(repairs.counts)
+        flags.update(repairs.counts)
+    if cols.n_invalid_ts:
+        if cols.n_rows == 0:
+            raise TraceError(cols.first_invalid_ts or "no event has a valid numeric ts")
+        flags.add("invalid_timestamp")
+        counts["invalid_timestamp"] = int(cols.n_invalid_ts)
     fmt = "list-2020" if is_list else "object"
     base_ns, has_base = 0, False
     if header is not None and header.baseTimeNanoseconds is not None:
@@ -321,11 +416,15 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
     dur_ns, dur_ok = cols.row_array("dur"), cols.row_array("dur_ok")
     is_x = row_ph == X
     xpos = np.flatnonzero(is_x)
+    negative = dur_ok & (dur_ns < 0)  # B06: an invalid duration (e.g. dur = -ts, end time lost)
     if len(xpos):
-        if (dur_ns < 0).any():
-            flags.add("negative_duration")
         if not dur_ok[xpos].all():
             flags.add("missing_duration")
+        if negative.any():  # null in events (never summed as time), flagged and counted
+            flags.add("negative_duration")
+            counts["negative_duration"] = int(negative.sum())
+            dur_ok = dur_ok & ~negative
+            dur_ns = np.where(negative, 0, dur_ns)
     end_ns = ts_ns + np.maximum(dur_ns, 0)
 
     # categories (normalized across generations) and device-side flag
@@ -357,6 +456,11 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
     parent = np.full(n, -1, np.int64)
     depth = np.zeros(n, np.int32)
     p_x, d_x = slices.parents()
+    improper = slices.improper()
+    if improper.any():  # B11/B12: partial overlaps on a track are kept and counted
+        flags.add("improper_nesting")
+        counts["improper_nesting"] = int(improper.sum())
+    del improper
     has_p = p_x >= 0
     parent[xpos[has_p]] = rows[xpos[p_x[has_p]]]
     depth[xpos] = d_x
@@ -386,11 +490,26 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
     del slices, fi_holder
     _tick("finish-flows")
 
-    # steps
+    # steps (GPU rows through their launch, keyed by (pid, correlation) on merged files: B19)
     name_arr = cols.row_arrow("name", chunked=True)
-    step, step_ok, n_steps = _steps(name_arr, is_x, is_gpu, ts_ns, end_ns, corr_int, corr_ok)
+    link_key, merged = correlation_link_keys(corr_int, corr_ok, pid_key, ~is_gpu)
+    if merged:
+        flags.add("merged_ranks")
+    ext_arr = cols.row_arrow("external_id", pa.int64())
+    ext_id, ext_ok = int_and_mask(ext_arr)
+    launch_cat = bool_np(pc.is_in(category, pa.array(_LAUNCH_CATEGORIES))) if n else np.zeros(0, bool)
+    link_key = _external_id_links(link_key, ext_id, ext_ok, is_gpu, launch_cat)
+    step, step_ok, n_steps = _steps(name_arr, is_x, is_gpu, ts_ns, end_ns, link_key, link_key >= 0)
+    early = _early_launches(link_key, is_gpu & bool_np(pc.is_in(category, pa.array(_DEVICE_ACTIVITY))) if n
+                            else is_gpu, launch_cat, ts_ns, end_ns)
+    if early:  # B08: device work starts before its launch call ends (clock skew): flagged, clamped in stats
+        flags.add("negative_launch_delay")
+        counts["negative_launch_delay"] = early
+    del link_key, ext_id, ext_ok, launch_cat
     if n_steps == 0:
         flags.add("no_profiler_step")
+    elif _partial(name_arr, is_x, is_gpu, category, ts_ns, end_ns, negative) or _dropped_events(header):
+        flags.add("partial_trace")
 
     # device / stream
     dev_np, dev_ok = int_and_mask(cols.row_arrow("device_arg", pa.int64()))
@@ -426,7 +545,7 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
         "stream": _masked(str_np, str_ok),
         "is_gpu": pa.array(is_gpu),
         "correlation": _masked(corr_int, corr_ok),
-        "external_id": cols.row_arrow("external_id", pa.int64()),
+        "external_id": ext_arr,
         "flow_id": _masked(flow_id, flow_ok),
         "fwdbwd_flow_id": _masked(fb_id, fb_ok),
         "parent": _masked(parent, parent >= 0),
@@ -439,12 +558,17 @@ def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int
         "seq": coll["seq"],
         "args_json": cols.row_arrow("args_json", chunked=True),
     }
-    meta = _meta(header, fmt, container, size, has_base, base_ns, ts_ns, end_ns, cols.ts_is_float, ts_rel, n,
-                 n_steps, sorted(flags))
+    span = ~negative
+    if n and not span.any():
+        span = np.ones(n, bool)
+    meta = _meta(header, fmt, container, size, has_base, base_ns, ts_ns[span], end_ns[span], cols.ts_is_float,
+                 ts_rel, n, n_steps, sorted(flags))
+    meta["flag_counts"] = dict(sorted(counts.items()))
+    meta["repair_offset"] = repairs.first_offset if repairs is not None else None
     # free the intermediates before the casts below allocate (peak RSS is a product target)
-    del (rows, row_ph, ts_rel, ts_ns, dur_ns, dur_ok, is_x, xpos, end_ns, raw_cat, cat_dict, category, is_gpu,
+    del (rows, row_ph, ts_rel, ts_ns, dur_ns, dur_ok, is_x, xpos, end_ns, negative, span, raw_cat, cat_dict, category, is_gpu,
          pid_num, pid_ok, pid_key, tid_num, tid_ok, tid_key, f_pid, f_tid, codes, track, f_track, parent, depth,
-         flow_id, flow_ok, fb_id, fb_ok, corr_int, corr_ok, name_arr, step, step_ok, dev_np, dev_ok, device_ok,
+         flow_id, flow_ok, fb_id, fb_ok, corr_int, corr_ok, name_arr, step, step_ok, ext_arr, dev_np, dev_ok, device_ok,
          device_val, str_np, str_ok, coll, cols)
     arrays = []
     for c in EVENT_COLUMNS:
@@ -471,7 +595,8 @@ def _infer_nccl(collective: pa.Array, name_arr, category: pa.Array) -> pa.Array:
     if not len(idx):
         return collective
     names = _take(name_arr, idx)
-    nccl = pc.or_(pc.starts_with(names, "nccl"), pc.starts_with(names, "rccl")).fill_null(False)
+    nccl = pc.or_(pc.starts_with(names, "nccl", ignore_case=True),
+                 pc.starts_with(names, "rccl", ignore_case=True)).fill_null(False)
     idx, names = idx.filter(nccl), names.filter(nccl)
     if not len(idx):
         return collective
@@ -533,7 +658,9 @@ def _bind_flows(fi: dict, xpos, slices: SliceIndex, flow_id, flow_ok, fb_id, fb_
 
 def _steps(name_arr, is_x, is_gpu, ts_ns, end_ns, corr, corr_ok):
     """ProfilerStep number per row: CPU rows by start time inside a CPU ``ProfilerStep#N`` slice
-    (the latest-starting one), GPU rows through the first CPU row with the same correlation id."""
+    (the latest-starting one), GPU rows through the first CPU row with the same link key (the
+    correlation id, see :func:`jobs.normalize.linkage.correlation_link_keys` and
+    :func:`_external_id_links`)."""
     n = len(ts_ns)
     step = np.zeros(n, np.int64)
     ok = np.zeros(n, bool)
@@ -574,6 +701,79 @@ def _steps(name_arr, is_x, is_gpu, ts_ns, end_ns, corr, corr_ok):
 
 
 _NCCL_NAME = re.compile(_NCCL_RE)
+_SPAN_CATEGORIES = ("user_annotation", "gpu_user_annotation")
+_LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+_DEVICE_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _external_id_links(key: np.ndarray, ext: np.ndarray, ext_ok: np.ndarray, is_gpu: np.ndarray,
+                       launch_cat: np.ndarray) -> np.ndarray:
+    """B18: device rows without a correlation join their launch on ``External id`` when exactly one
+    runtime/driver row (``cuda_runtime``/``cuda_driver``, e.g. ``hipLaunchKernel``) and exactly one
+    such device row carry it; the pair gets a fresh link key (above every existing one)."""
+    dev = np.flatnonzero(is_gpu & (key < 0) & ext_ok)
+    host = np.flatnonzero(launch_cat & ~is_gpu & ext_ok)
+    if not len(dev) or not len(host):
+        return key
+    hk, hc = np.unique(ext[host], return_counts=True)
+    dk, dc = np.unique(ext[dev], return_counts=True)
+    both = np.intersect1d(hk[hc == 1], dk[dc == 1])
+    if not len(both):
+        return key
+    key = key.copy()
+    base = int(key.max()) + 1 if len(key) else 0
+    for rows in (host, dev):
+        sel = rows[np.isin(ext[rows], both)]
+        key[sel] = base + np.searchsorted(both, ext[sel])
+    return key
+
+
+def _early_launches(key: np.ndarray, device: np.ndarray, launch_cat: np.ndarray, ts_ns: np.ndarray,
+                    end_ns: np.ndarray) -> int:
+    """Number of device-activity rows that start before the launch call they are linked to ends
+    (``bug_cases.md`` B08: host/device clock skew under CUPTI; launch delay < 0)."""
+    dev = np.flatnonzero(device & (key >= 0))
+    host = np.flatnonzero(launch_cat & (key >= 0))
+    if not len(dev) or not len(host):
+        return 0
+    order = np.argsort(key[host], kind="stable")
+    hk, hrow = key[host][order], host[order]
+    j = np.searchsorted(hk, key[dev])
+    ok = j < len(hk)
+    ok[ok] = hk[j[ok]] == key[dev[ok]]
+    return int((ts_ns[dev[ok]] < end_ns[hrow[j[ok]]]).sum())
+
+
+def _partial(name_arr, is_x, is_gpu, category, ts_ns, end_ns, negative) -> bool:
+    """B22: is the trace truncated? True when the events inside the last CPU ``ProfilerStep#N``
+    (not annotations, not ``ProfilerStep`` copies, not negative durations) all end before
+    :data:`_PARTIAL_TAIL_FRACTION` of the step: a profiler that stops collecting at a buffer limit
+    leaves the enclosing step annotation intact while host and device events stop abruptly."""
+    is_step = bool_np(pc.starts_with(name_arr, _STEP_PREFIX))
+    cpu_steps = np.flatnonzero(is_step & is_x & ~is_gpu)
+    if not len(cpu_steps):
+        return False
+    last = cpu_steps[np.argmax(ts_ns[cpu_steps])]
+    s0, s1 = int(ts_ns[last]), int(end_ns[last])
+    if s1 <= s0:
+        return False
+    span = bool_np(pc.is_in(category, pa.array(_SPAN_CATEGORIES)))
+    work = ~is_step & ~span & ~negative & (ts_ns >= s0) & (ts_ns <= s1)
+    if not work.any():
+        return False
+    return int(end_ns[work].max()) < s0 + _PARTIAL_TAIL_FRACTION * (s1 - s0)
+
+
+def _dropped_events(header) -> bool:
+    """B22: the file itself reports dropped events (a positive ``dropped_events``/``droppedEvents``
+    at the top level or in its ``metadata`` object)."""
+    if header is None:
+        return False
+    vals = [getattr(header, "dropped_events", None), getattr(header, "droppedEvents", None)]
+    md = getattr(header, "metadata", None)
+    if isinstance(md, dict):
+        vals += [v for k, v in md.items() if isinstance(k, str) and "dropped" in k.lower()]
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals)
 
 
 def _nccl_ops(names: pa.Array) -> list:

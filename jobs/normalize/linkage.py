@@ -65,6 +65,46 @@ class SliceIndex:
         depth[self.order] = self.depth
         return parent, depth
 
+    def improper(self) -> np.ndarray:
+        """Per slice (input order): True when it starts inside an earlier slice of its track and ends
+        after it (partial overlap, ``bug_cases.md`` B11/B12: A ``[0, 10)``, B ``[5, 15)`` → B).
+
+        Such a slice is kept, with the innermost slice that really encloses it as parent (or none):
+        the nesting never drops or clips it. Exact integer comparisons; touching slices
+        (``end == start``) do not overlap. For slice ``i`` with parent ``p`` (sorted order), every
+        slice between ``p`` and ``i`` ends before ``i``; ``i`` is improper when one of them is still
+        open at ``i``'s start, found by climbing parent pointers from ``i - 1`` to ``p``.
+        """
+        n = len(self.order)
+        out = np.zeros(n, bool)
+        if n < 2:
+            return out
+        idx = np.arange(1, n, dtype=np.int64)
+        idx = idx[(self.track[idx] == self.track[idx - 1]) & (self.parent_sorted[idx] != idx - 1)]
+        p = self.parent_sorted[idx]
+        c = idx - 1  # > p here: the previous slice is not the parent
+        start = self.start[idx]
+        bad = np.zeros(len(idx), bool)
+        act = np.arange(len(idx))
+        for _ in range(64):
+            if not len(act):
+                break
+            ca = c[act]
+            live = (ca > p[act]) & (ca >= 0)
+            act, ca = act[live], ca[live]
+            still_open = self.end[ca] > start[act]
+            bad[act[still_open]] = True
+            act = act[~still_open]
+            c[act] = self.parent_sorted[ca[~still_open]]
+        else:  # pathological depth: finish element-wise
+            for k in act.tolist():
+                ck = c[k]
+                while ck > p[k] and ck >= 0 and self.end[ck] <= start[k]:
+                    ck = self.parent_sorted[ck]
+                bad[k] = ck > p[k] and ck >= 0
+        out[self.order[idx[bad]]] = True
+        return out
+
     def enclosing(self, track: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Sorted index of the innermost slice on ``track`` with start <= ts <= end, else -1."""
         cand = self._last_start_at_or_before(track, ts)
@@ -150,3 +190,57 @@ def _chain_length(parent: np.ndarray) -> np.ndarray:
         jump[active] = jump[j]
         active = active[jump[active] >= 0]
     return depth
+
+
+def correlation_link_keys(corr: np.ndarray, valid: np.ndarray, pid: np.ndarray, is_host: np.ndarray
+                          ) -> tuple[np.ndarray, bool]:
+    """Keys that join device rows to their host launch rows, safe on merged multi-rank traces.
+
+    A correlation id is unique within one profiled process, so it alone links a kernel to its launch.
+    A file merged from several ranks (``bug_cases.md`` B19: TraceFusion-style outputs) reuses the same
+    ids in every rank: a correlation value carried by host rows of more than one ``pid`` and by a
+    device row is *colliding*, and rows with it are keyed by ``(pid, correlation)`` instead, so that a device row
+    links only to a launch of its own pid (merged files give each rank its own pid) and never to
+    another rank's. Rows with other correlations keep the plain id (the usual layout, where device
+    rows carry the device index as pid, is unchanged).
+
+    Args:
+        corr: int64 correlation per row; valid: bool mask of rows that have one.
+        pid: int64 process key per row (any int64; ``pid`` column or the parser's pid key).
+        is_host: bool mask of host rows (not device-side).
+
+    Returns:
+        ``(keys, merged)``: int64 keys (equal keys = same link group; -1 where ``valid`` is False; all
+        keys >= 0), and whether any correlation collides. O(n log n) (sorts), independent of the
+        number of ranks.
+    """
+    corr = np.asarray(corr, np.int64)
+    pid = np.asarray(pid, np.int64)
+    valid = np.asarray(valid, bool) & (corr >= 0)
+    keys = np.where(valid, corr, -1)
+    host = np.flatnonzero(valid & np.asarray(is_host, bool))
+    if host.size < 2:
+        return keys, False
+    hc = np.sort(corr[host])
+    dup = np.unique(hc[1:][hc[1:] == hc[:-1]])  # ids on several host rows (usually none: a fast exit)
+    if dup.size == 0:
+        return keys, False
+    sel = host[np.isin(corr[host], dup)]
+    o = np.lexsort((pid[sel], corr[sel]))
+    c_s, p_s = corr[sel][o], pid[sel][o]
+    first = np.ones(c_s.size, bool)
+    first[1:] = (c_s[1:] != c_s[:-1]) | (p_s[1:] != p_s[:-1])  # first row of each distinct (corr, pid)
+    vals, counts = np.unique(c_s[first], return_counts=True)
+    colliding = vals[counts > 1]
+    if colliding.size:  # only ids that link device work (host-only ids may repeat, e.g. MTIA runtime rows)
+        colliding = np.intersect1d(colliding, corr[valid & ~np.asarray(is_host, bool)])
+    if colliding.size == 0:
+        return keys, False
+    rows = np.flatnonzero(valid & np.isin(corr, colliding))
+    o = np.lexsort((pid[rows], corr[rows]))
+    c_s, p_s = corr[rows][o], pid[rows][o]
+    new = np.ones(rows.size, bool)
+    new[1:] = (c_s[1:] != c_s[:-1]) | (p_s[1:] != p_s[:-1])
+    base = int(corr[valid].max()) + 1
+    keys[rows[o]] = base + np.cumsum(new) - 1
+    return keys, True

@@ -7,11 +7,13 @@ and reduces every event to columns in one pass over the text, in pieces as gunzi
 :class:`~jobs.normalize.columns.EventColumns` state that the msgspec path builds, so the
 vectorized normalization (``kineto._finish``) is shared and the two paths give equal tables.
 
-Whatever the scanner does not reproduce exactly raises :class:`NativeBail` (non-finite number
-tokens, control characters, invalid JSON or UTF-8, truncation, values of unexpected types in the
-fields that become columns, numbers beyond the exactly handled range); the caller then parses
-the file with the pure-Python path, which stays the reference and produces the quarantine reasons,
-lenient repair and flags.
+The scanner applies the lenient repairs of :mod:`jobs.normalize.repair` itself (non-finite tokens,
+control characters; same counts and offsets) and the limits of :mod:`jobs.normalize.limits`
+(:class:`~jobs.normalize.limits.LimitExceeded`, the same reason as the Python path). Whatever else
+it does not reproduce exactly raises :class:`NativeBail` (invalid JSON or UTF-8, truncation, values
+of unexpected types in the fields that become columns, numbers beyond the exactly handled range,
+a repair inside args kept verbatim); the caller then parses the file with the pure-Python path,
+which stays the reference and produces the quarantine reasons.
 """
 
 from __future__ import annotations
@@ -34,11 +36,20 @@ from jobs.normalize.columns import (
 )
 from jobs.normalize.container import GZIP_MAGIC, iter_decoded
 from jobs.normalize.errors import TraceError
+from jobs.normalize.limits import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_STRING_BYTES,
+    LimitExceeded,
+    check_limits,
+    depth_reason,
+    string_reason,
+)
+from jobs.normalize.stream import Repairs, decode_header
 
 try:  # the extension is optional: without a C compiler the package still works (pure Python)
     from jobs.normalize import _kineto_scan
 
-    if getattr(_kineto_scan, "ABI", None) != 2:  # a stale build of an older interface
+    if getattr(_kineto_scan, "ABI", None) != 3:  # a stale build of an older interface
         _kineto_scan = None
 except ImportError:  # pragma: no cover - depends on the build
     _kineto_scan = None
@@ -51,6 +62,7 @@ __all__ = ["AVAILABLE", "NativeBail", "scan_trace"]
 
 #: True when the C scanner is built and importable.
 AVAILABLE = _kineto_scan is not None
+_LIMIT = 3  # Scanner.scan status: a limit is exceeded
 
 _START_OBJ = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
@@ -63,7 +75,8 @@ class NativeBail(Exception):
     message); parse it with the pure-Python path."""
 
 
-def scan_trace(data: bytes, max_uncompressed_bytes: int, compact_args: bool, piece_bytes: int = 4 << 20):
+def scan_trace(data: bytes, max_uncompressed_bytes: int, compact_args: bool, piece_bytes: int = 4 << 20,
+               limits: tuple[int, int] = (DEFAULT_MAX_DEPTH, DEFAULT_MAX_STRING_BYTES)):
     """Scan one trace file natively.
 
     Args:
@@ -71,39 +84,74 @@ def scan_trace(data: bytes, max_uncompressed_bytes: int, compact_args: bool, pie
         max_uncompressed_bytes: cap on the decoded size (as :func:`container.iter_decoded`).
         compact_args: compact ``args_json`` (see ``parse_kineto``).
         piece_bytes: decoded bytes per gunzip piece.
+        limits: ``(max_depth, max_string_bytes)`` of :mod:`jobs.normalize.limits`.
 
     Returns:
-        ``(cols, header, is_list, total_bytes)``: filled :class:`EventColumns`, the decoded
+        ``(cols, header, is_list, total_bytes, repairs)``: filled :class:`EventColumns`, the decoded
         :class:`~jobs.normalize.shapes.Header` (None for a bare-list trace), whether the document
-        is a bare list, and the decoded document size in bytes.
+        is a bare list, the decoded document size in bytes, and the lenient repairs
+        (:class:`jobs.normalize.stream.Repairs`).
 
     Raises:
         NativeBail: the file needs the pure-Python path (also when the extension is missing).
+        LimitExceeded: the document nests too deep or holds a too long string.
         TraceError: from gunzip (truncated/corrupt stream, size cap).
     """
     if _kineto_scan is None:
         raise NativeBail("native scanner not built")
-    scanner = _kineto_scan.Scanner(compact_args)
+    scanner = _Scan(_kineto_scan.Scanner(compact_args), limits)
     if data[:2] != GZIP_MAGIC:
         if len(data) > max_uncompressed_bytes:
-            raise NativeBail("over the size cap")  # the Python path names the error
+            raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
         header, is_list = _scan_plain(scanner, data)
         total = len(data)
     else:
         pieces = (_iter_gunzip(data, max_uncompressed_bytes, piece_bytes) if _gunzip is not None
                   else iter_decoded(data, max_uncompressed_bytes, piece_bytes))
         header, is_list, total = _scan_pieces(scanner, pieces)
-    res = scanner.result()
-    return _columns(res, compact_args), header, is_list, total
+    res = scanner.scanner.result()
+    repairs = scanner.repairs
+    counts = {"nonfinite_number": int(res["n_nonfinite"]), "control_characters": int(res["n_ctrl"])}
+    first = int(res["first_repair"])
+    repairs.add({k: v for k, v in counts.items() if v}, first if first >= 0 else None)
+    cols = _columns(res, compact_args)
+    if cols.n_invalid_ts and not cols.n_rows:
+        raise NativeBail("no event with a valid ts")  # the Python path names the first one
+    return cols, header, is_list, total, repairs
+
+
+class _Scan:
+    """The C scanner with the limits applied and the header's repairs (:class:`Repairs`)."""
+
+    def __init__(self, scanner, limits: tuple[int, int]):
+        self.scanner = scanner
+        self.max_depth, self.max_string = limits
+        self.repairs = Repairs()
+        self._limits_set = False
+
+    def start(self, is_list: bool) -> None:
+        """Set the C limits once the event array is found: the C depth counts from the event object."""
+        if not self._limits_set:
+            self.scanner.set_limits(self.max_depth - (2 if is_list else 3), self.max_string)
+            self._limits_set = True
+
+    def scan(self, buf, start: int, end: int, final: bool, base: int):
+        status, pos, reason = self.scanner.scan(buf, start, end, final, base)
+        if status == _LIMIT:
+            raise LimitExceeded(depth_reason(self.max_depth) if reason == "depth" else string_reason(self.max_string))
+        return status, pos, reason
 
 
 def _iter_gunzip(data: bytes, max_uncompressed_bytes: int, piece_bytes: int):
     """Decoded pieces of a gzip file (every member) with ISA-L: :func:`container.iter_decoded`'s
     container rules, but any problem raises :class:`NativeBail` so that the Python path produces
-    the exact quarantine reason."""
+    the exact quarantine reason; except the size cap (:class:`LimitExceeded`, the same reason), which
+    must not inflate the file a second time."""
     try:
         yield from iter_decoded(data, max_uncompressed_bytes, piece_bytes, zlib_module=_gunzip)
     except TraceError as exc:
+        if str(exc).startswith("decompressed size exceeds limit"):  # a gzip bomb: decided here, not re-inflated
+            raise LimitExceeded(str(exc)) from None
         raise NativeBail(f"gunzip: {exc}") from None
 
 
@@ -125,15 +173,17 @@ def _events_start(buf) -> tuple[int | None, bool]:
     raise NativeBail("not a JSON object or array")
 
 
-def _check_header(prefix: bytes, trailer: bytes, is_list: bool):
+def _check_header(scanner: _Scan, prefix: bytes, trailer: bytes, is_list: bool, trailer_offset: int):
     """The document around the event array: whitespace only (bare list) or a header object whose
-    ``traceEvents`` is the array just scanned (same proof as :class:`stream.TraceSplitter`)."""
+    ``traceEvents`` is the array just scanned (same proof as :class:`stream.TraceSplitter`), within
+    the limits and with the same lenient repair."""
     if is_list:
         if prefix.strip(_WS) or trailer.strip(_WS):
             raise NativeBail("data around the top-level array")
         return None
+    check_limits(prefix + b"[]" + trailer, scanner.max_depth, scanner.max_string)
     try:
-        header = shapes.HEADER.decode(prefix + b"[]" + trailer)
+        header = decode_header(shapes.HEADER.decode, prefix, trailer, scanner.repairs, trailer_offset)
     except msgspec.DecodeError as exc:
         raise NativeBail(f"header does not decode: {exc}") from None
     if header.traceEvents != []:
@@ -141,19 +191,21 @@ def _check_header(prefix: bytes, trailer: bytes, is_list: bool):
     return header
 
 
-def _scan_plain(scanner, data: bytes):
+def _scan_plain(scanner: _Scan, data: bytes):
     start, is_list = _events_start(data)
     if start is None:
         raise NativeBail("no traceEvents array")
-    status, pos, reason = scanner.scan(data, start + 1, len(data), True)
+    scanner.start(is_list)
+    status, pos, reason = scanner.scan(data, start + 1, len(data), True, 0)
     if status != _kineto_scan.DONE:
         raise NativeBail(reason or "event array not closed")
-    return _check_header(data[:start], data[pos:], is_list), is_list
+    return _check_header(scanner, data[:start], data[pos:], is_list, pos), is_list
 
 
-def _scan_pieces(scanner, pieces):
+def _scan_pieces(scanner: _Scan, pieces):
     """Scan a streamed document. Pieces are scanned in place; only the few bytes of an event cut
-    by a piece boundary are copied (with the start of the next piece) into a small stitch."""
+    by a piece boundary are copied (with the start of the next piece) into a small stitch. Each scan
+    is given the document offset of its buffer (for the offset of the first repair)."""
     total = 0
     it = iter(pieces)
     head = bytearray()
@@ -165,48 +217,65 @@ def _scan_pieces(scanner, pieces):
         total += len(p)
         head += p
         start, is_list = _events_start(head)
+    scanner.start(is_list)
     prefix = bytes(head[:start])
     carry = bytes(head[start + 1:])  # unconsumed text after the "["
+    carry_off = start + 1  # document offset of carry[0]
     del head
     trailer: list = []
+    trailer_off = 0
     done = False
+    skip_until = 0  # an event larger than a piece: rescan it only when it has doubled (linear, not quadratic)
     for piece in it:
+        piece_off = total
         total += len(piece)
         if done:
             trailer.append(bytes(piece))
             continue
+        if skip_until and len(carry) + len(piece) < skip_until:
+            carry += piece  # a bytearray in this state
+            continue
+        skip_until = 0
         off, span = 0, _STITCH
         while carry:  # finish the cut event: scan carry + the start of this piece
             stitch = carry + piece[:span]
-            status, r, reason = scanner.scan(stitch, 0, len(stitch), False)
+            status, r, reason = scanner.scan(stitch, 0, len(stitch), False, carry_off)
             if status == _kineto_scan.BAIL:
                 raise NativeBail(reason)
             if status == _kineto_scan.DONE:
                 trailer += [stitch[r:], piece[span:]]
+                trailer_off = carry_off + r
                 done, carry, off = True, b"", len(piece)
             elif r >= len(carry):
                 off, carry = r - len(carry), b""
             elif span >= len(piece):  # the whole piece is inside one event: keep reading
-                carry, off = stitch[r:], len(piece)
+                carry, off = bytearray(stitch[r:]), len(piece)
+                carry_off += r
+                skip_until = 2 * len(carry)
                 break
             else:
                 carry, span = carry[r:], span * 4
+                carry_off += r
         if done or off >= len(piece):
             continue
-        status, r, reason = scanner.scan(piece, off, len(piece), False)
+        status, r, reason = scanner.scan(piece, off, len(piece), False, piece_off)
         if status == _kineto_scan.BAIL:
             raise NativeBail(reason)
         if status == _kineto_scan.DONE:
             trailer.append(piece[r:])
+            trailer_off = piece_off + r
             done = True
         else:
             carry = piece[r:]
+            carry_off = piece_off + r
     if not done:
-        status, r, reason = scanner.scan(carry, 0, len(carry), True)
+        status, r, reason = scanner.scan(carry, 0, len(carry), True, carry_off)
         if status != _kineto_scan.DONE:
             raise NativeBail(reason or "event array not closed")
         trailer.insert(0, carry[r:])
-    return _check_header(prefix, b"".join(bytes(t) for t in trailer), is_list), is_list, total
+        trailer_off = carry_off + r
+    header = _check_header(scanner, prefix, b"".join(bytes(t) for t in trailer), is_list, trailer_off)
+    return header, is_list, total
 
 
 _STITCH = 64 << 10
@@ -291,6 +360,7 @@ def _columns(res: dict, compact_args: bool) -> EventColumns:
     cols.n_events = int(res["n_events"])
     cols.n_rows = n
     cols.ts_is_float = bool(res["ts_float"])
+    cols.n_invalid_ts = int(res["n_invalid_ts"])
     if res["n_unsupported"]:
         cols.flags.add("unsupported_phase")
     ids = _Ids(res)

@@ -41,7 +41,7 @@ import msgspec
 import pyarrow as pa
 
 from jobs.normalize.errors import TraceError
-from jobs.normalize.neuron_profile import NeuronProfile, engine_name, nth_exec_from_name
+from jobs.normalize.neuron_profile import NeuronProfile, UnsupportedFormatVersion, engine_name, nth_exec_from_name
 
 __all__ = ["parse_neuron_json", "parse_summary_json", "is_legacy_profile", "is_summary_json",
            "LEGACY_KEYS", "legacy_to_tables", "metadata_from_legacy"]
@@ -306,15 +306,41 @@ def _decode(data: bytes):
         raise TraceError(f"not valid JSON: {exc}") from None
 
 
+#: Newest format versions this reader knows (``metadata[0]``): the NTFF the profile was made from
+#: (the corpus sample is NTFF 5, Explorer exports carry 6) and the legacy JSON's ``data_version``
+#: (8 on every known file). A newer one is quarantined (:class:`UnsupportedFormatVersion`,
+#: ``bug_cases.md`` B26) rather than read with field meanings that may have changed.
+KNOWN_MAX_VERSIONS = {"ntff_version": 6, "data_version": 8}
+
+
+def check_format_version(doc: dict) -> None:
+    """Check the declared format versions of a legacy profile first (before reading any table).
+
+    Raises:
+        UnsupportedFormatVersion: a version in ``metadata`` is newer than :data:`KNOWN_MAX_VERSIONS`
+            (reason: ``unsupported Neuron profile format: ntff_version 9 (this reader knows up to 6)``).
+    """
+    md = _first(doc, "metadata")
+    bad = []
+    for key, known in KNOWN_MAX_VERSIONS.items():
+        v = _i64(md.get(key))
+        if v is not None and v > known:
+            bad.append(f"{key} {v} (this reader knows up to {known})")
+    if bad:
+        raise UnsupportedFormatVersion("unsupported Neuron profile format: " + ", ".join(bad))
+
+
 def parse_neuron_json(data: bytes, profile_id: str) -> NeuronProfile:
     """Parse one legacy full-profile JSON (decoded bytes) into a :class:`NeuronProfile`.
 
     Raises:
+        UnsupportedFormatVersion: the profile declares a newer format version (checked first).
         TraceError: invalid JSON, or a document that is not a legacy Neuron profile.
     """
     doc = _decode(data)
     if not is_legacy_profile(doc):
         raise TraceError("not a neuron-profile JSON: no instruction/metadata/profile_info lists")
+    check_format_version(doc)
     summary = _first(doc, "summary")
     prof = NeuronProfile(profile_id=profile_id, source_format="neuron-json", tables=legacy_to_tables(doc),
                          summary=dict(summary), metadata=metadata_from_legacy(doc))

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-__all__ = ["NeuronProfile", "ENGINES", "ENGINE_ALIASES", "engine_name", "percent_scale", "seconds_to_ns",
+from jobs.normalize.errors import TraceError
+
+__all__ = ["NeuronProfile", "UnsupportedFormatVersion", "ENGINES", "ENGINE_ALIASES", "engine_name", "percent_scale", "seconds_to_ns",
            "SETUP_OPCODES", "nth_exec_from_name"]
 
 #: Compute engines of a NeuronCore, in Summary naming (docs FrameworkInstruction.*_engine_instruction_count).
@@ -127,6 +129,13 @@ def finite_float(v) -> float | None:
 
 
 _f = finite_float
+
+
+class UnsupportedFormatVersion(TraceError):
+    """A Neuron profile declares a format version newer than this reader knows (``bug_cases.md``
+    B26): the file is quarantined with this reason and the flag :attr:`flag`, the batch continues."""
+
+    flag = "unsupported_format_version"
 
 
 @dataclass

@@ -207,6 +207,9 @@ def normalize_other(task: dict, data, row: dict, kind: str) -> tuple[dict, pa.Ta
         return normalize_neuron(task, kind, data, row)
     except TraceError as exc:
         reason = str(exc)
+        flag = getattr(exc, "flag", None)  # machine-readable kind of the problem, e.g. unsupported_format_version
+        if flag:
+            row["flags"] = sorted(set(row.get("flags") or []) | {flag})
     except Exception as exc:  # a parser bug must not stop the batch
         reason = f"internal error while parsing: {type(exc).__name__}: {exc} [{traceback.format_exc(limit=-1).strip()}]"
     row.update(status="quarantined", reason=f"{task['uri']}: {reason}", n_events=0)

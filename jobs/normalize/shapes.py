@@ -31,6 +31,9 @@ class Header(msgspec.Struct, gc=False):
     distributedInfo: Any = None
     host_name: Any = None
     hostname: Any = None
+    metadata: Any = None  # dropped-event counters (bug_cases.md B22)
+    dropped_events: Any = None
+    droppedEvents: Any = None
 
 
 class TimeEvent(msgspec.Struct, gc=False):

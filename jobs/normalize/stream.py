@@ -13,6 +13,12 @@ event array replaced by ``[]`` must decode as a JSON object whose ``traceEvents`
 for a bare-list trace, nothing but whitespace may follow). Whatever fails these checks raises
 :class:`NotSplittable` and the caller falls back to decoding the whole document (which also
 produces the precise error message for invalid files).
+
+Lenient repair per chunk: when a candidate chunk fails to decode at a control character or a
+non-finite token (:func:`jobs.normalize.repair.worth_repairing`), the chunk is repaired
+(:func:`jobs.normalize.repair.repair_text`) and decoded again, so that such a file still streams in
+bounded memory (``bug_cases.md`` B01, B02); :attr:`TraceSplitter.repairs` counts the repairs and
+:attr:`TraceSplitter.first_repair_offset` is the document offset of the first.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import re
 from typing import Callable, Iterable, Iterator
 
 import msgspec
+
+from jobs.normalize.repair import repair_text, worth_repairing
 
 _START_OBJ = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SPLIT = re.compile(rb"\}\s*,\s*\{")
@@ -47,6 +55,45 @@ class NotSplittable(Exception):
     """The document cannot be processed chunk-wise; decode it whole instead."""
 
 
+class Repairs:
+    """Counts of lenient repairs (flag name -> occurrences) and the document offset of the first."""
+
+    def __init__(self):
+        self.counts: dict[str, int] = {}
+        self.first_offset: int | None = None
+
+    def add(self, counts: dict, first: int | None) -> None:
+        """Merge the result of one :func:`~jobs.normalize.repair.repair_text` call."""
+        for k, v in counts.items():
+            self.counts[k] = self.counts.get(k, 0) + v
+        if first is not None and (self.first_offset is None or first < self.first_offset):
+            self.first_offset = first
+
+
+def decode_repairing(decode: Callable, text, base: int, repairs: Repairs):
+    """``decode(text)``; on a decode error that :func:`~jobs.normalize.repair.worth_repairing`
+    accepts, decode the repaired text instead and record the repairs (``base`` = document offset of
+    ``text[0]``). Returns ``(value, text_decoded)``.
+
+    Raises:
+        msgspec.DecodeError: not valid JSON, even after the repair.
+        msgspec.ValidationError: valid JSON of the wrong shape.
+    """
+    try:
+        return decode(text), text
+    except msgspec.ValidationError:
+        raise
+    except msgspec.DecodeError as exc:
+        if not worth_repairing(text, exc):
+            raise
+    fixed, counts, first = repair_text(text, base)
+    if not counts:
+        return decode(text), text  # raises the original error
+    value = decode(fixed)
+    repairs.add(counts, first)
+    return value, fixed
+
+
 class Chunk:
     """One run of complete events: ``events`` (decoded list) and ``text`` (``[...]`` bytes view).
 
@@ -65,7 +112,7 @@ class TraceSplitter:
     """Iterate :class:`Chunk` s of a streamed trace document.
 
     After iteration: ``is_list`` (bare-list trace), ``header`` (decoded header object for object
-    traces, else None) and ``total_bytes`` (document size) are set.
+    traces, else None), ``total_bytes`` (document size) and ``repairs`` (:class:`Repairs`) are set.
 
     Args:
         pieces: the decoded document in pieces (bytes-like).
@@ -82,6 +129,8 @@ class TraceSplitter:
         self.is_list = False
         self.header = None
         self.total_bytes = 0
+        self.repairs = Repairs()
+        self._base = 0  # document offset of work[0] (work[1:] is document text from base + 1 on)
 
     def _next_piece(self):
         p = next(self._pieces, None)
@@ -117,6 +166,7 @@ class TraceSplitter:
         if start is None:
             raise NotSplittable("no traceEvents array")
         prefix = bytes(buf[:start])
+        self._base = start
         work = bytearray(buf[start:])  # starts with "["; reused for every chunk (see Chunk)
         used = len(work)
         del buf
@@ -144,6 +194,7 @@ class TraceSplitter:
             tail = work[nxt:used]
             work[1:1 + len(tail)] = tail
             used = 1 + len(tail)
+            self._base += nxt - 1
 
     def _split(self, work: bytearray, used: int):
         lo = max(1, used - (1 << 20))
@@ -156,7 +207,7 @@ class TraceSplitter:
             work[k + 1] = 0x5D  # "]" over the "," or whitespace after it
             view = memoryview(work)[: k + 2]
             try:
-                events = self._decode_chunk(view)
+                events, text = decode_repairing(self._decode_chunk, view, self._base, self.repairs)
             except msgspec.ValidationError as exc:
                 view.release()
                 work[k + 1] = saved
@@ -165,6 +216,9 @@ class TraceSplitter:
                 view.release()
                 work[k + 1] = saved
                 continue
+            if text is not view:
+                view.release()
+                view = memoryview(text)
             return Chunk(events, view), m.end() - 1
         return None, None
 
@@ -177,20 +231,23 @@ class TraceSplitter:
                 events: list = []
             else:
                 try:
-                    events = self._decode_chunk(view)
+                    events, text = decode_repairing(self._decode_chunk, view, self._base, self.repairs)
                 except msgspec.ValidationError as exc:
                     view.release()
                     raise NotSplittable(f"chunk is not a list of events: {exc}") from None
                 except msgspec.DecodeError:
                     view.release()
                     continue
+                if text is not view:
+                    view.release()
+                    view = memoryview(text)
             trailer = bytes(work[q + 1:used])
             if self.is_list:
                 if prefix.strip(_WS) or trailer.strip(_WS):
                     raise NotSplittable("data around the top-level array")
             else:
                 try:
-                    self.header = self._decode_header(prefix + b"[]" + trailer)
+                    self.header = decode_header(self._decode_header, prefix, trailer, self.repairs, self._base + q + 1)
                 except msgspec.DecodeError as exc:
                     raise NotSplittable(f"header does not decode: {exc}") from None
                 if getattr(self.header, "traceEvents", None) != []:
@@ -199,3 +256,20 @@ class TraceSplitter:
                 yield Chunk(events, view)
             return
         raise NotSplittable("end of the traceEvents array not found")
+
+
+def decode_header(decode: Callable, prefix: bytes, trailer: bytes, repairs: Repairs, trailer_offset: int = 0):
+    """The header object of an object trace: ``prefix + b"[]" + trailer`` decoded, with the lenient
+    repair of :func:`decode_repairing` (``trailer_offset``: document offset of ``trailer[0]``, for the
+    offset of a repair in the trailer).
+
+    Raises:
+        msgspec.DecodeError: the header is not valid JSON.
+    """
+    local = Repairs()
+    value, _ = decode_repairing(decode, prefix + b"[]" + trailer, 0, local)
+    first = local.first_offset
+    if first is not None and first >= len(prefix) + 2:
+        first = trailer_offset + first - len(prefix) - 2
+    repairs.add(local.counts, first)
+    return value

@@ -1,8 +1,9 @@
 """``python -m jobs.report``: the fleet report (and MLflow fleet run), or job reports on their runs.
 
 ``python -m jobs.report --warehouse W [--tracking-uri U] [--html F] [--no-mlflow] [--day YYYY-MM-DD]``
-renders the fleet report over every job in the warehouse and logs the day's fleet run
-(:func:`jobs.report.publish.log_fleet_report`). With ``--job J`` (repeatable) it instead renders the
+first rebuilds the fleet tables (:func:`jobs.fleet.job.run_fleet`: fleet_stats, fleet_kernels,
+regressions), then renders the fleet report over every job in the warehouse and logs the day's fleet
+run (:func:`jobs.report.publish.log_fleet_report`). With ``--job J`` (repeatable) it instead renders the
 job report of each job's latest attempt, logs it to the job's MLflow run (found by its
 ``tracelake.job_id``/``tracelake.attempt`` tags) and, with ``--html``, writes it to ``F`` (one job).
 """
@@ -14,6 +15,9 @@ import sys
 
 
 def _job_run(client, exp_name: str, job: str, attempt: int) -> str | None:
+    from jobs.normalize.discover import safe_id
+
+    safe_id(job, "job id", "--job")  # quoted into the MLflow filter below: no quote may break out of it
     exp = client.get_experiment_by_name(exp_name)
     if exp is None:
         return None
@@ -41,20 +45,34 @@ def main(argv: list[str] | None = None) -> int:
     uri = None if a.no_mlflow else (a.tracking_uri or default_tracking_uri(a.warehouse))
     spark = get_spark()
     if not a.job:
+        from jobs.fleet.job import run_fleet
+        from schemas import FLEET_TABLES
+
+        run_fleet(spark, a.warehouse)  # fleet_stats, fleet_kernels, regressions over the whole warehouse
         t = load_fleet_tables(spark, a.warehouse)
+        fleet = {k: t[k] for k in FLEET_TABLES if k in t}
         if a.html:
             with open(a.html, "w", encoding="utf-8") as f:
-                f.write(render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings")))
+                f.write(render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
+                                            fleet=fleet))
         if uri:
             run_id = log_fleet_report(uri, a.warehouse, t.get("ranks"), t.get("captures"), t.get("steps"),
-                                      t.get("findings"), day=a.day)
+                                      t.get("findings"), day=a.day, fleet=fleet)
             print(f"fleet run {run_id} (experiment tracelake-fleet)")
         return 0
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri) if uri else None
     code = 0
+    from jobs.normalize.discover import DiscoveryError, safe_id
+
     for job in a.job:
+        try:
+            safe_id(job, "job id", "--job")
+        except DiscoveryError as exc:
+            print(exc, file=sys.stderr)
+            code = 2
+            continue
         tables = load_job_tables(spark, a.warehouse, job)
         caps = tables.get("captures")
         if caps is None or not len(caps):

@@ -1,7 +1,7 @@
 """Plots for the HTML reports: pandas in, a :class:`Plot` (base64 PNG data URI) out.
 
 matplotlib's object API (``Figure``, no pyplot global state, no GUI backend). Names from traces are
-drawn with math-text parsing off (a ``$`` in a kernel name stays a ``$``) and shortened to
+drawn with math-text parsing and LaTeX off (a ``$`` in a kernel name stays a ``$``) and shortened to
 :data:`LABEL_CHARS` characters. Every function returns ``None`` when its input has nothing to draw.
 """
 
@@ -62,14 +62,15 @@ def _has(df: pd.DataFrame | None, *cols: str) -> bool:
 
 
 def _plotting(fn):
-    """Run a plot function with math-text off (``$`` in names stays literal) and glyph warnings muted."""
+    """Run a plot function with math-text and LaTeX off (``$`` and ``\\input`` in names stay literal text,
+    whatever the matplotlibrc says) and glyph warnings muted."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import matplotlib
 
-        with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False}):
+        with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
             warnings.simplefilter("ignore")  # missing glyphs for exotic names are not errors
             return fn(*args, **kwargs)
 

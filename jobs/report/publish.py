@@ -99,7 +99,7 @@ def _day(date: str) -> int | None:
 
 def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFrame | None,
                      captures: pd.DataFrame | None, steps: pd.DataFrame | None = None,
-                     findings: pd.DataFrame | None = None, day: str | None = None) -> str:
+                     findings: pd.DataFrame | None = None, day: str | None = None, fleet: dict | None = None) -> str:
     """Create or update the fleet run of ``day``: fleet metrics, daily trend metrics, the fleet report.
 
     The run is ``fleet-<day>`` in experiment ``tracelake-fleet`` (tags ``tracelake.kind=fleet``,
@@ -110,9 +110,16 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     Args:
         ranks, captures, steps, findings: the tables over all jobs (pandas).
         day: ``YYYY-MM-DD`` (default: today, UTC).
+        fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions": pandas}`` (:mod:`jobs.fleet`): adds the
+            ``fleet/<dimension>/<value>/…`` metrics (:func:`jobs.report.fleet_tables.fleet_stats_metrics`)
+            and the breakdown and regression sections of the report.
 
     Returns:
         The fleet run id.
+
+    Raises:
+        jobs.normalize.discover.DiscoveryError: ``day`` is not a calendar date (it is quoted into an
+            MLflow filter and the run name).
     """
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
@@ -120,7 +127,9 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     from jobs.report.html import render_fleet_report
     from jobs.report.sections import fleet_daily, fleet_metrics
 
-    day = day or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    from jobs.normalize.discover import safe_date
+
+    day = safe_date(day or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "fleet report", "day")
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = experiment_id(client, FLEET_EXPERIMENT, tracking_uri, warehouse)
     found = client.search_runs([exp], filter_string=f"tags.`tracelake.kind` = 'fleet' and "
@@ -129,7 +138,11 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     if found:
         client.update_run(run_id, status="RUNNING")
     now = int(time.time() * 1000)
-    metrics = [Metric(k, v, now, 0) for k, v in sorted(fleet_metrics(ranks, captures).items())]
+    from jobs.report.fleet_tables import fleet_stats_metrics
+
+    fleet = fleet or {}
+    values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats"))}
+    metrics = [Metric(k, v, now, 0) for k, v in sorted(values.items())]
     logged = {int(m.step) for m in client.get_metric_history(run_id, "fleet/daily/n_jobs")}
     for r in fleet_daily(ranks, captures).to_dict(orient="records"):
         d = _day(r["date"])
@@ -144,7 +157,7 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
         tags.append(RunTag("tracelake.warehouse", str(warehouse)))
     for i in range(0, max(len(metrics), 1), 900):  # MLflow accepts at most 1000 metrics per batch
         client.log_batch(run_id, metrics=metrics[i:i + 900], tags=tags if i == 0 else [])
-    _log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings), "report/fleet_report.html")
+    _log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet), "report/fleet_report.html")
     client.set_terminated(run_id, status="FINISHED")
     return run_id
 
@@ -161,14 +174,15 @@ def log_job_reports(spark, tracking_uri: str, warehouse: str, run_ids: dict, val
 
 
 def load_fleet_tables(spark, warehouse: str) -> dict[str, pd.DataFrame]:
-    """``ranks``, ``captures``, ``steps``, ``findings`` of every job (pandas; missing tables left out)."""
+    """``ranks``, ``captures``, ``steps``, ``findings`` of every job and the fleet tables ``fleet_stats``,
+    ``fleet_kernels``, ``regressions`` (pandas; missing tables left out)."""
     from jobs.validate import read_table, to_pandas_exact
+    from schemas import FLEET_TABLES, TABLES
 
     out = {}
-    for name in ("ranks", "captures", "steps", "findings"):
+    for name in ("ranks", "captures", "steps", "findings", *FLEET_TABLES):
         df = read_table(spark, warehouse, name)
         if df is not None:
-            from schemas import TABLES
-
-            out[name] = to_pandas_exact(df.select(*[c for c in TABLES[name].names if c in df.columns]))
+            names = (TABLES.get(name) or FLEET_TABLES[name]).names
+            out[name] = to_pandas_exact(df.select(*[c for c in names if c in df.columns]))
     return out

@@ -1,8 +1,9 @@
 """spark-submit application: analyze the jobs of an interval's run record (or the given jobs).
 
 ``spark-submit jobs/submit/analyze_main.py --warehouse W (--record URI | --job J [--job J …])``;
-writes ``steps``/``ranks`` partitions (:func:`jobs.analyze.job.run_analyze`) for the jobs with at
-least one ingested capture. Nothing to analyze is not an error.
+writes the analysis tables (:func:`jobs.analyze.job.run_analyze`) for the jobs with at least one
+ingested capture, then rebuilds the fleet tables (:func:`jobs.fleet.job.run_fleet`: fleet_stats,
+fleet_kernels, regressions). Nothing to analyze is not an error.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ def main(argv: list[str] | None = None) -> dict:
     if not job_ids:
         print("tracelake analyze: no job with an ingested capture; nothing to do", flush=True)
         return {}
-    counts = run_analyze(submit_session("tracelake-analyze"), args.warehouse, job_ids)
+    from jobs.fleet.job import run_fleet
+
+    spark = submit_session("tracelake-analyze")
+    counts = run_analyze(spark, args.warehouse, job_ids)
+    counts = {**counts, **run_fleet(spark, args.warehouse).counts}  # regressions of these runs vs earlier ones
     print(f"tracelake analyze: jobs {', '.join(job_ids)}: {counts}", flush=True)
     return counts
 

@@ -25,11 +25,11 @@ def read_job_tables(warehouse: str, job_ids: list[str], names=("captures", "rank
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
-    from schemas import TABLES
+    from schemas import FLEET_TABLES, TABLES
 
     out = {}
     for name in names:
-        table = TABLES[name]
+        table = TABLES.get(name) or FLEET_TABLES[name]
         path = posixpath.join(warehouse.rstrip("/"), name)
         fs, root = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
         if fs.get_file_info(root).type == pafs.FileType.NotFound:
@@ -38,7 +38,8 @@ def read_job_tables(warehouse: str, job_ids: list[str], names=("captures", "rank
         part = ds.partitioning(pa.schema([(p, pa.string()) for p in table.partition_by]), flavor="hive")
         dataset = ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
                              exclude_invalid_files=True, ignore_prefixes=[".", "_"])
-        rows = dataset.to_table(filter=ds.field("job_id").isin(list(job_ids)), columns=table.names)
+        rows = dataset.to_table(filter=ds.field("job_id").isin(list(job_ids)),
+                                columns=[c for c in table.names if c in dataset.schema.names])
         out[name] = rows.to_pandas()
     return out
 
@@ -53,8 +54,9 @@ def log_interval(warehouse: str, tracking_uri: str, job_ids: list[str]) -> dict[
 
     if not job_ids:
         return {}
-    t = read_job_tables(warehouse, job_ids)
-    runs = log_jobs(tracking_uri, warehouse, t["captures"], t["ranks"], t["steps"])
+    t = read_job_tables(warehouse, job_ids, names=("captures", "ranks", "steps", "collectives", "regressions"))
+    runs = log_jobs(tracking_uri, warehouse, t["captures"], t["ranks"], t["steps"], collectives=t["collectives"],
+                    regressions=t["regressions"])
     return {f"{job}#{attempt}": run_id for (job, attempt), run_id in sorted(runs.items())}
 
 

@@ -1,4 +1,4 @@
-"""``python -m jobs.report``: the fleet run (trends, worst offenders) and job reports, on the corpus warehouse."""
+"""``python -m jobs.report``: the fleet run (trends, worst offenders, fleet tables) and job reports, on the corpus warehouse."""
 
 from __future__ import annotations
 
@@ -35,10 +35,26 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     assert "report/fleet_report.html" in {a.path for a in client.list_artifacts(run.info.run_id, "report")}
     text = html.read_text()
     assert 'data-plot="fleet_trends"' in text and 'data-table="worst-idle"' in text
+    # the fleet tables rebuilt by the report: breakdown by hardware etc. and per-hardware metrics
+    assert 'data-table="by-hardware"' in text and 'data-table="fleet-top-kernels"' in text
+    hw = [k for k in m if k.startswith("fleet/hardware/") and k.endswith("/step_time_p50_ms")]
+    with_steps = result.captures[result.captures["job_id"].isin(set(result.steps["job_id"]))
+                                 & (result.captures["status"] == "ingested")]
+    assert len(hw) == with_steps["device_name"].fillna("cpu").nunique() >= 5  # hardware of the jobs with steps
+    assert m["fleet/all/step_time_p99_ms"] >= m["fleet/all/step_time_p90_ms"] >= m["fleet/all/step_time_p50_ms"] > 0
 
     job = "param-dlrm_kineto"
+    colls = spark.read.parquet(str(wh / "collectives")).toPandas()
     run_id = log_jobs(uri, str(wh), result.captures[result.captures["job_id"] == job],
-                      result.ranks[result.ranks["job_id"] == job], result.steps[result.steps["job_id"] == job])[(job, 0)]
+                      result.ranks[result.ranks["job_id"] == job], result.steps[result.steps["job_id"] == job],
+                      collectives=colls)[(job, 0)]
+    dlrm = client.get_run(run_id).data
+    # DLRM: rank 7 is the rank most often last to arrive at the matched all-to-all / all-reduce calls
+    last = colls[(colls["job_id"] == job) & colls["is_last_arrival"] & (colls["n_ranks_matched"] >= 2)]
+    expect = last.groupby("rank")["match_key"].nunique().idxmax()
+    assert dlrm.metrics["straggler/rank"] == expect == 7 and dlrm.tags["tracelake.straggler_rank"] == "7"
+    assert dlrm.metrics["collectives/n_calls"] == colls[colls["job_id"] == job]["match_key"].nunique()
+    assert 0 < dlrm.metrics["exposed_comm_pct"] < 100
     assert main(["--warehouse", str(wh), "--tracking-uri", uri, "--job", job, "--html", str(tmp_path / "job.html")]) == 0
     assert JOB_REPORT_ARTIFACT in {a.path for a in client.list_artifacts(run_id, "report")}
     job_html = (tmp_path / "job.html").read_text()

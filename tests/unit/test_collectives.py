@@ -127,6 +127,29 @@ def test_synthetic_allreduce_waits_and_bandwidth():
     assert summ[0]["exposed_comm_ns"] == 1950 * US and summ[0]["wait_ns"] == 2800 * US
 
 
+def test_gloo_host_collectives_are_matched():
+    """CPU DDP (Gloo): no kernels; each all-reduce is a ``gloo:all_reduce`` annotation on one of the
+    backend's worker threads (alternating). Rank 1 arrives 700 µs late at the second call."""
+    job = {}
+    for r in (0, 1):
+        ev = [X("ProfilerStep#2", "user_annotation", 0, 10_000, tid=1),
+              X("c10d::allreduce_", "cpu_op", 900, 50, tid=1)]
+        for i, (arrive, thread) in enumerate(((1000, 11), (5000 + (700 if r == 1 else 0), 12))):
+            ev.append(X("gloo:all_reduce", "user_annotation", arrive, 6000 - arrive if i else 2000 - arrive,
+                        tid=thread, **{"Input Dims": [[1000]], "Input type": ["float"]}))
+        doc = {"distributedInfo": {"rank": r, "world_size": 2, "backend": "gloo"}, "traceEvents": ev}
+        job[r] = _with_identity(parse_kineto(json.dumps(doc).encode(), f"mem://g{r}").events, r, "gloo")
+    calls = pa.concat_tables([comm_calls(ev) for ev in job.values()])
+    assert calls.num_rows == 4 and set(calls.column("pg_name").to_pylist()) == {"host:gloo"}
+    assert set(calls.column("collective").to_pylist()) == {"allreduce"}
+    assert calls.column("msg_bytes").to_pylist() == [4000] * 4
+    assert calls.column("exposed_ns").null_count == 4 and calls.column("stream").null_count == 4
+    col = match_collectives(calls).to_pylist()
+    assert {r["n_ranks_matched"] for r in col} == {2}
+    second = {r["rank"]: r for r in col if r["call_index"] == 1}
+    assert second[1]["is_last_arrival"] and second[0]["wait_ns"] == 700 * US and second[1]["wait_ns"] == 0
+
+
 def test_injected_clock_skew_is_recovered():
     base = _allreduce_job()
     skewed = _allreduce_job(skew_us=-123_456)

@@ -105,3 +105,18 @@ def test_bare_rank_clash_splits_the_folder_into_one_job_per_file():
     ]
     tasks = {c["capture_id"]: {"bare": True} for c in caps}
     assert disambiguate_bare_jobs(caps, tasks) == {"a": "runs-a", "b": "runs-b"}
+
+
+def test_repeated_capture_id_across_jobs_keeps_both_files(tmp_path):
+    """A capture folder copied into another job repeats its manifest capture_id: both files stay in the batch."""
+    from jobs.normalize.job import unique_capture_ids
+
+    pytest.importorskip("jsonschema")
+    _capture(tmp_path, job="job-a", manifest=_manifest(job_id="job-a"))
+    _capture(tmp_path, job="job-b", manifest=_manifest(job_id="job-b"))
+    files = unique_capture_ids(discover(str(tmp_path)).files)
+    ids = {f.job_id: f.capture_id for f in files}
+    assert len(files) == 2 and len(set(ids.values())) == 2
+    assert ids["job-a"] == "c1" and ids["job-b"].startswith("c1.dup-")
+    assert [f.flags for f in files if f.job_id == "job-b"] == [["duplicate_capture_id"]]
+    assert safe_id(ids["job-b"], "capture_id", "test") == ids["job-b"]

@@ -518,3 +518,31 @@ def test_dlrm_findings(dlrm):
     assert all(names_of(events, e) in SYNC_NAMES for e in evidence(sync)["events"])
     assert "memcpy_bound" not in rules(found)
     assert {"host_bound_launch", "many_tiny_kernels"} <= rules(found)
+
+
+def test_one_profiled_step_lowers_confidence():
+    many = {r["rule"]: r["confidence"] for r in job_findings({"steps": _busy_job()}).to_pylist()}
+    one_step = _busy_job()
+    one_step = one_step[one_step["step"] == one_step["step"].min()]
+    one = {r["rule"]: r["confidence"] for r in job_findings({"steps": one_step}).to_pylist()}
+    assert set(one) == set(many)
+    for rule, c in one.items():
+        assert c <= fr.SINGLE_STEP_MAX_CONFIDENCE and c < many[rule]
+    assert fr.few_steps_penalty(fr.MIN_STEPS) == 0 and fr.few_steps_penalty(2) < fr.few_steps_penalty(1)
+
+
+def test_truncated_trace_steps_are_left_out():
+    """B22: a partial trace's last step has no events for its tail; it must not read as idle GPU."""
+    from jobs.analyze.findings import drop_truncated_steps
+
+    s = steps_frame(n_ranks=2, n_steps=3)
+    s = s.assign(capture_id=s["rank"].map(lambda r: f"cap{r}"), step_start_ns=s["step"] * 10 * MS,
+                 step_time_ns=10 * MS)
+    last_end = int((s["step_start_ns"] + s["step_time_ns"]).max())
+    caps = pd.DataFrame({"capture_id": ["cap0", "cap1"], "flags": [["partial_trace"], []],
+                         "trace_end_ns": [last_end - 5 * MS, last_end - 5 * MS]})
+    kept = drop_truncated_steps(s, caps)
+    assert len(kept) == len(s) - 1  # only rank 0's (partial) last step goes
+    dropped = s.loc[~s.index.isin(kept.index)].iloc[0]
+    assert dropped["rank"] == 0 and dropped["step"] == s["step"].max()
+    assert drop_truncated_steps(s, None) is s

@@ -189,8 +189,7 @@ def test_empty_and_bare_list_documents():
 
 
 @pytest.mark.parametrize("data", [
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"bw": NaN}}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a\tb", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}',
+    # non-finite tokens and control characters are repaired by the scanner itself: tests/unit/test_bug_cases.py
     b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1.5, "tid": 1, "ts": 1, "dur": 2}]}',
     b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "1", "dur": 2}]}',
     b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1e300, "dur": 2}]}',

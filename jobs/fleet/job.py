@@ -1,0 +1,105 @@
+"""``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``.
+
+extract + reduce (Spark): ``steps`` → one row per job step, ``kernels`` → one row per (run, date, kernel),
+each joined with the run's job name, model, hardware and torch version from ``captures``
+(:func:`jobs.fleet.stats.job_steps`, :func:`jobs.fleet.stats.job_kernels`).
+transform (pandas, on the driver; the reduced frames are small): :func:`jobs.fleet.stats.fleet_stats`,
+:func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`.
+load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions}`` through the crash-safe
+partition commit (:func:`jobs.commit.write_partitions`). The tables are rebuilt whole by each run, so a
+run is idempotent and sees late-arriving jobs.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from schemas import FLEET_TABLES, REGRESSIONS
+
+
+@dataclass
+class FleetResult:
+    """What a fleet run wrote: row counts per table and the ``regressions`` rows (pandas)."""
+
+    counts: dict = field(default_factory=dict)
+    regressions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=REGRESSIONS.names))
+
+    def for_run(self, job_id: str, attempt: int) -> pd.DataFrame:
+        """The ``regressions`` rows of one run (one per metric)."""
+        r = self.regressions
+        return r[(r["job_id"] == job_id) & (r["attempt"] == int(attempt))]
+
+
+def _read(spark, warehouse: str, table: str):
+    path = posixpath.join(warehouse.rstrip("/"), table)
+    try:
+        return spark.read.parquet(path)
+    except Exception as exc:  # never written (e.g. no ingested capture yet)
+        if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
+            return None
+        raise
+
+
+def _pandas(df) -> pd.DataFrame:
+    return df.toArrow().to_pandas()
+
+
+def fleet_frames(job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, **regression_options) -> dict:
+    """The three fleet tables (pandas) from the reduced frames (pure).
+
+    Args:
+        job_steps: :func:`jobs.fleet.stats.job_steps` rows; job_kernels: :func:`jobs.fleet.stats.job_kernels` rows.
+        regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
+
+    Returns:
+        ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …}``.
+    """
+    from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
+    from jobs.fleet.stats import fleet_kernels, fleet_stats
+
+    regs = find_regressions(job_steps[INPUT_COLUMNS], **regression_options) if len(job_steps) else \
+        pd.DataFrame(columns=REGRESSIONS.names)
+    return {"fleet_stats": fleet_stats(job_steps), "fleet_kernels": fleet_kernels(job_kernels),
+            "regressions": regs[REGRESSIONS.names]}
+
+
+def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
+    """Rebuild the fleet tables of ``warehouse``.
+
+    Args:
+        spark: a SparkSession; warehouse: warehouse root.
+        regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
+
+    Returns:
+        :class:`FleetResult` (nothing is written when no job has steps yet).
+    """
+    from jobs.fleet.stats import job_kernels, job_steps
+
+    captures, steps, kernels = (_read(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
+    result = FleetResult()
+    if captures is None or steps is None:
+        return result
+    js = _pandas(job_steps(steps, captures))
+    jk = _pandas(job_kernels(kernels, captures)) if kernels is not None else None
+    frames = fleet_frames(js, jk, **regression_options)
+    for name, pdf in frames.items():
+        result.counts[name] = len(pdf)
+        if len(pdf):
+            write_table(spark, pdf, warehouse, name)
+    result.regressions = frames["regressions"]
+    return result
+
+
+def write_table(spark, pdf: pd.DataFrame, warehouse: str, table: str) -> None:
+    """Write a fleet table (pandas) with the crash-safe partition commit, replacing its partitions."""
+    import pyarrow as pa
+
+    from jobs.commit import write_partitions
+
+    t = FLEET_TABLES[table]
+    arrow = pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False)
+    df = spark.createDataFrame(arrow)  # Spark types from the declared Arrow schema
+    write_partitions(df.coalesce(1), warehouse, table, t.partition_by)

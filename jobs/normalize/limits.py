@@ -1,0 +1,184 @@
+"""Limits on hostile input: nesting depth of the JSON document and length of one JSON string.
+
+A trace is untrusted input. Two shapes of JSON cost a parser far more than their size suggests and
+never occur in a real profiler trace, so a file that has them is quarantined (``TraceError`` naming
+the limit; the caller prefixes the file's URI) instead of being decoded:
+
+* **nesting depth** — number of open ``{``/``[`` containers, the top-level value counting 1. Deep
+  nesting makes recursive decoders (msgspec, the C scanner) recurse once per level; Python's
+  recursion limit (~1000) is then the only bound. A Kineto trace nests at most ~8 levels (document
+  → ``traceEvents`` → event → ``args`` → ``Input Dims`` → one tensor's dims → …).
+  Default :data:`DEFAULT_MAX_DEPTH` = 256: 30× the deepest real trace, far below the recursion limit.
+* **string length** — bytes of one JSON string literal as written (between its quotes, escapes
+  counted as written). A string value is held in one buffer by every decoder, and the Arrow string
+  columns use 32-bit offsets (2 GiB per column chunk). The longest real values are templated kernel
+  names and Python stacks (tens of KB). Default :data:`DEFAULT_MAX_STRING_BYTES` = 64 MiB: 1000× the
+  longest real value, small enough that one string cannot exhaust a worker. This is a limit on one
+  *value*, not on the document: documents of any size stream (the decompressed-size cap,
+  :data:`jobs.normalize.container.DEFAULT_MAX_UNCOMPRESSED_BYTES`, bounds those).
+
+:class:`JsonLimitScanner` checks both on a document streamed in pieces, vectorized with numpy (a few
+passes over each piece, no per-byte Python loop). It relies only on the JSON string grammar: outside
+strings only brackets matter, a string ends at the first ``"`` not preceded by an odd run of
+backslashes. It is not a validator (the decoders validate); on invalid JSON its result is unspecified
+but bounded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jobs.normalize.errors import TraceError
+
+__all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_STRING_BYTES", "JsonLimitScanner", "LimitExceeded", "check_limits",
+           "depth_reason", "string_reason", "validate_limits"]
+
+#: Default cap on the nesting depth of a trace document (see the module docstring).
+DEFAULT_MAX_DEPTH = 256
+#: Default cap on the length of one JSON string literal, bytes (see the module docstring).
+DEFAULT_MAX_STRING_BYTES = 64 << 20
+
+_QUOTE, _BSLASH = 0x22, 0x5C
+_SLICE = 1 << 20  # bytes examined at once by JsonLimitScanner.feed
+_DELTA = np.zeros(256, np.int64)
+_DELTA[[0x7B, 0x5B]] = 1
+_DELTA[[0x7D, 0x5D]] = -1
+
+
+class LimitExceeded(TraceError):
+    """A document exceeds :data:`DEFAULT_MAX_DEPTH`-style limits; quarantine it without parsing further."""
+
+
+def depth_reason(max_depth: int) -> str:
+    """Quarantine reason for a document nested deeper than ``max_depth`` (same text on every engine)."""
+    return f"JSON nesting deeper than the limit of {max_depth} levels (hostile or corrupt input)"
+
+
+def string_reason(max_string_bytes: int) -> str:
+    """Quarantine reason for a string literal longer than ``max_string_bytes`` (same text on every engine)."""
+    return f"JSON string longer than the limit of {max_string_bytes} bytes (hostile or corrupt input)"
+
+
+def validate_limits(max_depth: int, max_string_bytes: int) -> None:
+    """Raise ``ValueError`` unless both limits are usable (depth >= 4: document, event array, event, args)."""
+    if not isinstance(max_depth, int) or max_depth < 4:
+        raise ValueError(f"max_depth must be an int >= 4, not {max_depth!r}")
+    if not isinstance(max_string_bytes, int) or max_string_bytes < 1:
+        raise ValueError(f"max_string_bytes must be a positive int, not {max_string_bytes!r}")
+
+
+class JsonLimitScanner:
+    """Incremental depth / string-length check of one JSON document fed in pieces.
+
+    Args:
+        max_depth: most open containers allowed at once (the top-level value counts 1).
+        max_string_bytes: longest string literal allowed, bytes between the quotes as written.
+
+    Call :meth:`feed` with consecutive pieces of the document (any split points); it raises
+    :class:`LimitExceeded` as soon as a limit is exceeded. State kept between pieces: inside a string
+    or not, the open string's length so far, the current depth, and the parity of a trailing run of
+    backslashes.
+    """
+
+    def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH, max_string_bytes: int = DEFAULT_MAX_STRING_BYTES):
+        validate_limits(max_depth, max_string_bytes)
+        self.max_depth = max_depth
+        self.max_string_bytes = max_string_bytes
+        self.depth = 0
+        self.in_string = False
+        self.string_len = 0  # bytes of the open string seen in earlier pieces
+        self._bs_carry = 0  # length of the backslash run that ends the previous piece (inside a string)
+
+    def feed(self, piece) -> None:
+        """Check the next piece of the document (bytes-like), in slices of 1 MiB (bounded temporaries).
+
+        Raises:
+            LimitExceeded: the document so far nests deeper than ``max_depth`` or holds a longer
+                string than ``max_string_bytes``.
+        """
+        mv = memoryview(piece).cast("B")
+        for off in range(0, len(mv), _SLICE):
+            self._feed(mv[off:off + _SLICE])
+
+    def _feed(self, piece) -> None:
+        b = np.frombuffer(piece, np.uint8)
+        n = b.size
+        if n == 0:
+            return
+        c = b | 0x20  # one pass: { [ -> 0x7B, } ] -> 0x7D, \ -> 0x7C (also |), " -> 0x22 (also 0x02)
+        pos = np.flatnonzero((c == 0x22) | (c == 0x7C) | (c == 0x7B) | (c == 0x7D))
+        del c
+        ch = b[pos]
+        # quotes not escaped by an odd run of backslashes
+        q = pos[ch == _QUOTE]
+        bs = pos[ch == _BSLASH]
+        if bs.size and q.size:
+            brk = np.flatnonzero(np.diff(bs) != 1) + 1
+            starts = np.concatenate(([0], brk))
+            run_end = bs[np.concatenate((brk - 1, [bs.size - 1]))] + 1  # index after each run
+            run_len = run_end - bs[starts]
+            if bs[0] == 0:
+                run_len[0] += self._bs_carry
+            k = np.searchsorted(run_end, q)
+            hit = k < run_end.size
+            hit[hit] = run_end[k[hit]] == q[hit]
+            escaped = np.zeros(q.size, bool)
+            escaped[hit] = (run_len[k[hit]] & 1) == 1
+            q = q[~escaped]
+        if q.size and q[0] == 0 and self._bs_carry & 1:  # escaped by the run that ended the last piece
+            q = q[1:]
+        # a trailing backslash run escapes the first byte of the next piece
+        if bs.size and bs[-1] == n - 1:
+            brk = np.flatnonzero(np.diff(bs) != 1)
+            first = bs[brk[-1] + 1] if brk.size else bs[0]
+            run = n - int(first) + (self._bs_carry if first == 0 else 0)
+            self._bs_carry = run
+        else:
+            self._bs_carry = 0
+        # string lengths: quotes alternate open/close starting from the carried state
+        in0 = self.in_string
+        if q.size:
+            if in0:
+                first_len = self.string_len + int(q[0])
+                if first_len > self.max_string_bytes:
+                    raise LimitExceeded(string_reason(self.max_string_bytes))
+                opens, closes = q[1::2], q[2::2]
+            else:
+                opens, closes = q[0::2], q[1::2]
+            m = closes.size
+            if m and int((closes - opens[:m] - 1).max()) > self.max_string_bytes:
+                raise LimitExceeded(string_reason(self.max_string_bytes))
+            self.in_string = in0 ^ bool(q.size & 1)
+            if self.in_string:
+                self.string_len = n - int(q[-1]) - 1
+        elif in0:
+            self.string_len += n
+        else:
+            self.string_len = 0
+        if self.in_string and self.string_len > self.max_string_bytes:
+            raise LimitExceeded(string_reason(self.max_string_bytes))
+        # depth over the brackets outside strings
+        delta = _DELTA[ch]
+        br = pos[delta != 0]
+        if br.size:
+            before = np.searchsorted(q, br)  # unescaped quotes before each bracket
+            outside = ((before + int(in0)) & 1) == 0
+            br = br[outside]
+        if br.size:
+            cum = np.cumsum(_DELTA[b[br]]) + self.depth
+            if int(cum.max()) > self.max_depth:
+                raise LimitExceeded(depth_reason(self.max_depth))
+            self.depth = int(cum[-1])
+
+
+def check_limits(doc, max_depth: int = DEFAULT_MAX_DEPTH, max_string_bytes: int = DEFAULT_MAX_STRING_BYTES,
+                 piece_bytes: int = 4 << 20) -> None:
+    """Check a whole document (bytes-like) in pieces of ``piece_bytes`` (bounded temporary memory).
+
+    Raises:
+        LimitExceeded: see :meth:`JsonLimitScanner.feed`.
+    """
+    s = JsonLimitScanner(max_depth, max_string_bytes)
+    mv = memoryview(doc)
+    for off in range(0, len(mv), piece_bytes):
+        s.feed(mv[off:off + piece_bytes])

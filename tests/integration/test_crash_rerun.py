@@ -1,0 +1,195 @@
+"""``kill -9`` of the Spark driver in the middle of normalize or analyze: readers never see a partial
+partition, and running again gives the tables of an uninterrupted run.
+
+Landing zone v1 (4 DLRM ranks + alexnet) is normalized and analyzed into a warehouse; then v2 (8 DLRM
+ranks, alexnet again, a 2-rank job and a bad file) is run on a copy of it — uninterrupted for the
+reference, and in a subprocess (own JVM, own process group) killed with SIGKILL: deterministically
+at a point of the commit protocol (``TRACELAKE_TEST_CRASH_AT``, :mod:`jobs.commit`), and once as soon as
+Spark starts writing the events (the kill lands inside Spark's own task and job commit).
+Right after each kill, every partition a reader sees — pyarrow and ``spark.read.parquet`` — must be
+the v1 version or the v2 version of that partition, whole; then the stage is run again and every table
+must equal the reference.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from warehouse_digest import ANALYZE_TABLES, NORMALIZE_TABLES, WAREHOUSE_TABLES, spark_partition_counts, warehouse_digests
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
+ALEXNET = "HolisticTraceAnalysis/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+PAIR = "HolisticTraceAnalysis/trace_filter/sampled_rank-{r}.json.gz"
+
+_STAGE = """
+import sys
+from jobs.spark import get_spark
+spark = get_spark(master="local[2]", driver_memory="2g")
+if sys.argv[1] == "normalize":
+    from jobs.normalize.job import run_normalize
+    run_normalize(spark, sys.argv[2], sys.argv[3])
+else:
+    from jobs.analyze.job import run_analyze
+    run_analyze(spark, sys.argv[3])
+print("stage finished", flush=True)
+"""
+
+
+def _zone(root: Path, corpus: Path, dlrm_ranks: int, extra: bool) -> Path:
+    for folder, srcs in (("dlrm", [next(corpus.glob(DLRM.format(r=r))) for r in range(dlrm_ranks)]),
+                         ("solo", [corpus / ALEXNET]),
+                         ("pair", [corpus / PAIR.format(r=r) for r in range(2)] if extra else [])):
+        for src in srcs:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            (root / folder / src.name).symlink_to(src)
+    if extra:
+        (root / "pair" / "notjson.json").write_bytes(b"not json")  # a quarantined captures row
+    return root
+
+
+@pytest.fixture(scope="module")
+def setup(spark, torch_corpus, tmp_path_factory):
+    """``(v2 zone, v1 warehouse, digests of v1, digests of the uninterrupted v2 run on v1, tmp factory)``."""
+    from jobs.analyze.job import run_analyze
+    from jobs.normalize.job import run_normalize
+
+    base = tmp_path_factory.mktemp("crash")
+    v1 = _zone(base / "v1", torch_corpus, 4, extra=False)
+    v2 = _zone(base / "v2", torch_corpus, 8, extra=True)
+    wh1 = base / "wh_v1"
+    run_normalize(spark, str(v1), str(wh1))
+    run_analyze(spark, str(wh1))
+    ref = base / "wh_ref"
+    shutil.copytree(wh1, ref, symlinks=True)
+    run_normalize(spark, str(v2), str(ref))
+    run_analyze(spark, str(ref))
+    old, new = warehouse_digests(wh1), warehouse_digests(ref)
+    assert all(new[t] for t in WAREHOUSE_TABLES if t != "neuron_summary")
+    # the runs differ where it matters: DLRM's partitions change, the 2-rank job is new
+    assert any(old["events"][k] != new["events"][k] for k in old["events"])
+    assert set(new["events"]) - set(old["events"])
+    return v2, wh1, old, new, base
+
+
+def _stage_cmd(stage: str, raw: Path, wh: Path) -> list[str]:
+    return [sys.executable, "-c", _STAGE, stage, str(raw), str(wh)]
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **extra)
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    return env
+
+
+def _run_killed_at(point: str, stage: str, raw: Path, wh: Path) -> None:
+    """Run ``stage`` in its own process group; the commit module SIGKILLs the group at ``point``."""
+    p = subprocess.run(_stage_cmd(stage, raw, wh), cwd=REPO, env=_env(TRACELAKE_TEST_CRASH_AT=point),
+                       capture_output=True, text=True, start_new_session=True, timeout=300)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:], p.stderr[-4000:])
+    assert "stage finished" not in p.stdout
+
+
+def _assert_whole_partitions(spark, wh: Path, old: dict, new: dict, tables=WAREHOUSE_TABLES):
+    """Every partition a reader sees is its old or its new version, whole (absent only where the old
+    version is). Returns ``(n_new, n_old)``: per table, the partitions that differ between the runs and
+    are seen in their new version, resp. still in their old one."""
+    seen = warehouse_digests(wh, tables)
+    n_new, n_old = {}, {}
+    for t in tables:
+        n_new[t] = n_old[t] = 0
+        for part in set(old[t]) | set(new[t]) | set(seen[t]):
+            got, before, after = seen[t].get(part), old[t].get(part), new[t].get(part)
+            assert got in (before, after), f"{t} {part}: partial or foreign partition"
+            if before != after:
+                n_new[t] += got == after
+                n_old[t] += got == before
+        # Spark's reader sees the same partitions with the same row counts as pyarrow
+        assert spark_partition_counts(spark, wh, t) == {k: len(v) for k, v in seen[t].items()}, t
+    return n_new, n_old
+
+
+def _has_files(folder: Path) -> bool:
+    try:
+        return any(f.is_file() for f in folder.rglob("*"))
+    except OSError:  # Spark renamed a folder under the walk
+        return False
+
+
+def _copy(src: Path, base: Path, name: str) -> Path:
+    dst = base / name
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def test_normalize_killed_mid_publish_then_rerun(spark, setup):
+    from jobs.normalize.job import run_normalize
+
+    v2, wh1, old, new, base = setup
+    wh = _copy(wh1, base, "wh_norm_kill")
+    _run_killed_at("events:published-1", "normalize", v2, wh)
+    n_new, n_old = _assert_whole_partitions(spark, wh, old, new)
+    # killed after the first of three events partitions: at least one changed one is still old
+    assert n_old["events"] >= 1 and n_new["captures"] == 0 and n_old["captures"] >= 1
+    assert list((wh / "_commit" / "journal").glob("events@*.json"))  # the intent survives the kill
+    run_normalize(spark, str(v2), str(wh))
+    got = warehouse_digests(wh, NORMALIZE_TABLES)
+    assert {t: got[t] for t in NORMALIZE_TABLES} == {t: new[t] for t in NORMALIZE_TABLES}
+    assert not list((wh / "_commit" / "journal").glob("*"))
+
+
+def test_analyze_killed_mid_publish_then_rerun(spark, setup):
+    from jobs.analyze.job import run_analyze
+    from jobs.normalize.job import run_normalize
+
+    v2, wh1, old, new, base = setup
+    wh = _copy(wh1, base, "wh_analyze_kill")
+    run_normalize(spark, str(v2), str(wh))
+    _run_killed_at("kernels:published-1", "analyze", v2, wh)
+    n_new, n_old = _assert_whole_partitions(spark, wh, old, new)
+    assert n_old["steps"] == n_old["ranks"] == 0 and n_new["steps"] >= 1  # written before the kill
+    assert n_old["kernels"] >= 1 and n_new["collectives"] == 0 and n_old["collectives"] >= 1
+    run_analyze(spark, str(wh))
+    assert warehouse_digests(wh) == new
+
+
+def test_kill_while_spark_writes_the_events(spark, setup):
+    """No hook: SIGKILL the process group as soon as Spark's tasks create files in the events staging
+    folder, i.e. inside Spark's own write and task/job commit (``_temporary``)."""
+    from jobs.normalize.job import run_normalize
+
+    v2, wh1, old, new, base = setup
+    wh = _copy(wh1, base, "wh_norm_spark_kill")
+    staging = wh / "_commit" / "staging" / "events"
+    p = subprocess.Popen(_stage_cmd("normalize", v2, wh), cwd=REPO, env=_env(), start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = False
+    try:
+        deadline = time.monotonic() + 300
+        while p.poll() is None and time.monotonic() < deadline:
+            if _has_files(staging):
+                os.killpg(p.pid, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.002)
+    finally:
+        if p.poll() is None and not killed:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert killed, "the stage ended before Spark wrote into the staging folder"
+    n_new, _ = _assert_whole_partitions(spark, wh, old, new)
+    assert sum(n_new.values()) == 0  # nothing was published
+    assert list(staging.glob("*/_temporary")) or list(staging.glob("*/date=*"))  # the kill left Spark's files
+    run_normalize(spark, str(v2), str(wh))
+    got = warehouse_digests(wh, NORMALIZE_TABLES)
+    assert got == {t: new[t] for t in NORMALIZE_TABLES}
+    assert not list(staging.glob("*"))

@@ -1,0 +1,122 @@
+"""Fleet statistics and regressions on real traces, through the real pipeline (Spark, MLflow sqlite)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+MS = 1_000_000
+
+
+def _train(landing, job_id: str, sleep_s: float, steps: int = 10) -> None:
+    """A real torch.profiler capture of a tiny CPU model whose steps take ~``sleep_s`` longer."""
+    import torch
+    from torch import nn
+
+    from capture_hooks import TraceCapture
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with TraceCapture(str(landing), job_id=job_id, tags={"job_name": "nightly-mlp", "model": "mlp-3"},
+                      wait=0, warmup=1, active=steps, repeat=1, background=False, env={}) as cap:
+        for _ in range(steps + 2):
+            x = torch.randn(16, 32)
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            time.sleep(sleep_s)  # the "slower data loader" of the regressed run
+            cap.step()
+    assert cap.committed, "capture was not committed"
+
+
+@pytest.fixture(scope="module")
+def nightly(spark, tmp_path_factory):
+    """Four runs of the job name ``nightly-mlp``: three alike, the fourth 25 ms/step slower."""
+    from jobs.pipeline import run_pipeline
+
+    base = tmp_path_factory.mktemp("fleet")
+    landing, wh = base / "landing", base / "wh"
+    for i, sleep_s in enumerate((0.005, 0.005, 0.005, 0.030)):
+        _train(landing, f"nightly-{i}", sleep_s)
+    result = run_pipeline(str(landing), str(wh), tracking_uri=f"sqlite:///{base}/mlflow.db", spark=spark)
+    return wh, result, f"sqlite:///{base}/mlflow.db"
+
+
+def test_regression_of_the_slow_run_is_found_and_logged(nightly):
+    from mlflow.tracking import MlflowClient
+
+    wh, result, uri = nightly
+    reg = result.regressions
+    p50 = reg[reg["metric"] == "step_time_p50_ns"].set_index("job_id")
+    assert list(p50.sort_values("run_index").index) == ["nightly-0", "nightly-1", "nightly-2", "nightly-3"]
+    assert p50.loc["nightly-0", "verdict"] == "no_baseline"
+    assert p50.loc["nightly-1", "verdict"] == "unchanged" and p50.loc["nightly-2", "verdict"] == "unchanged"
+    slow = p50.loc["nightly-3"]
+    assert slow["verdict"] == "regression" and slow["p_value"] < 0.01
+    assert list(slow["baseline_runs"]) == ["nightly-0#0", "nightly-1#0", "nightly-2#0"]
+    # the step-time change is the injected 25 ms per step, measured against the baseline's median
+    assert slow["delta"] == pytest.approx(25 * MS, rel=0.4)
+
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(result.run_ids[("nightly-3", 0)])
+    assert run.data.tags["tracelake.regression"] == "regression"
+    assert run.data.tags["tracelake.job_name"] == "nightly-mlp" and run.data.tags["tracelake.model"] == "mlp-3"
+    assert run.data.metrics["regression/step_time_p50_ns/change_pct"] == pytest.approx(slow["change_pct"])
+    first = client.get_run(result.run_ids[("nightly-0", 0)])
+    assert first.data.tags["tracelake.regression"] == "no_baseline"
+
+
+def test_fleet_stats_match_the_steps_table(spark, nightly):
+    wh, result, _ = nightly
+    stats = spark.read.parquet(str(wh / "fleet_stats")).toPandas()
+    steps = spark.read.parquet(str(wh / "steps")).toPandas()
+    steps = steps[steps["step"] >= 0]
+    job_step = steps.groupby(["job_id", "attempt", "step"])["step_time_ns"].max()
+    name = stats[(stats["dimension"] == "job_name") & (stats["value"] == "nightly-mlp") & (stats["date"] == "all")].iloc[0]
+    assert name["n_runs"] == 4 and name["n_steps"] == len(job_step) and name["n_rank_steps"] == len(steps)
+    for q in (50, 90, 99):
+        assert name[f"step_time_p{q}_ns"] == pytest.approx(np.percentile(job_step.to_numpy(dtype=float), q), abs=1)
+    one = stats[(stats["dimension"] == "job") & (stats["value"] == "nightly-3#0") & (stats["date"] == "all")].iloc[0]
+    assert one["step_time_p50_ns"] == pytest.approx(
+        np.percentile(job_step.loc["nightly-3"].to_numpy(dtype=float), 50), abs=1)
+    # every dimension is present; CPU-only traces: hardware `cpu`, no GPU idle %
+    assert set(stats["dimension"]) == {"fleet", "job_name", "job", "model", "hardware", "torch_version"}
+    hw = stats[(stats["dimension"] == "hardware") & (stats["date"] == "all")]
+    assert list(hw["value"]) == ["cpu"] and hw["idle_pct"].isna().all()
+    model = stats[(stats["dimension"] == "model") & (stats["date"] == "all")]
+    assert list(model["value"]) == ["mlp-3"]
+    # per-date rows add up to the all-dates row
+    fleet = stats[stats["dimension"] == "fleet"]
+    assert fleet[fleet["date"] != "all"]["n_steps"].sum() == fleet[fleet["date"] == "all"]["n_steps"].iloc[0]
+
+
+def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
+    """Run the fleet job over the corpus warehouse: the 8-rank DLRM job's group and its top kernels."""
+    from jobs.fleet.job import run_fleet
+
+    wh, _ = corpus_warehouse
+    res = run_fleet(spark, str(wh))
+    assert res.counts["fleet_stats"] > 0 and res.counts["fleet_kernels"] > 0
+    stats = spark.read.parquet(str(wh / "fleet_stats")).toPandas()
+    steps = spark.read.parquet(str(wh / "steps")).toPandas()
+    caps = spark.read.parquet(str(wh / "captures")).toPandas()
+    dlrm_job = caps[caps["uri"].str.contains("dlrm")]["job_id"].iloc[0]
+    row = stats[(stats["dimension"] == "job") & (stats["value"] == f"{dlrm_job}#0") & (stats["date"] == "all")].iloc[0]
+    assert row["n_ranks"] == 8
+    s = steps[(steps["job_id"] == dlrm_job) & (steps["step"] >= 0)]
+    assert row["idle_pct"] == pytest.approx(s["idle_time_ns"].sum() / s["kernel_time_ns"].sum() * 100, rel=1e-9)
+    assert row["exposed_comm_pct"] == pytest.approx(s["exposed_comm_ns"].sum() / s["step_time_ns"].sum() * 100, rel=1e-9)
+    kern = spark.read.parquet(str(wh / "fleet_kernels")).toPandas()
+    top = kern[(kern["dimension"] == "job") & (kern["value"] == f"{dlrm_job}#0") & (kern["date"] == "all")]
+    k = spark.read.parquet(str(wh / "kernels")).toPandas()
+    expect = k[k["job_id"] == dlrm_job].groupby("name")["total_ns"].sum().sort_values(ascending=False)
+    assert list(top.sort_values("kernel_rank")["name"]) == list(expect.index[:10])
+    assert top["share_pct"].sum() == pytest.approx(expect.iloc[:10].sum() / expect.sum() * 100)
+    # one hardware group per accelerator model in the corpus, each with its runs counted once
+    hw = stats[(stats["dimension"] == "hardware") & (stats["date"] == "all")]
+    assert hw["n_runs"].sum() == stats[(stats["dimension"] == "fleet") & (stats["date"] == "all")]["n_runs"].iloc[0]
+    assert isinstance(res.regressions, pd.DataFrame) and len(res.regressions)

@@ -1,0 +1,63 @@
+"""Order-independent content digests of warehouse tables, per partition, for tests that compare runs.
+
+A table's digest is ``{(date, job_id): sorted row hashes}``; a row hash is the SHA-1 of the row as
+canonical JSON (columns in name order). Equal digests = the same multiset of rows in every partition,
+whatever the files, their names and the row order; a doubled row or a missing one changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+#: Every table normalize and analyze write.
+WAREHOUSE_TABLES = ("captures", "events", "neuron_summary", "steps", "ranks", "kernels", "collectives",
+                    "critical_path", "findings")
+NORMALIZE_TABLES = ("captures", "events", "neuron_summary")
+ANALYZE_TABLES = ("steps", "ranks", "kernels", "collectives", "critical_path", "findings")
+
+
+def read_arrow(warehouse, table: str) -> pa.Table | None:
+    """``{warehouse}/{table}`` as pyarrow reads it (hidden ``.``/``_`` names skipped); ``None`` if absent."""
+    from schemas import TABLES
+
+    path = os.path.join(str(warehouse), table)
+    if not os.path.isdir(path):
+        return None
+    part = ds.partitioning(pa.schema([(p, pa.string()) for p in TABLES[table].partition_by]), flavor="hive")
+    dataset = ds.dataset(path, format="parquet", partitioning=part, ignore_prefixes=[".", "_"])
+    if not dataset.files:
+        return None
+    return dataset.to_table()
+
+
+def _row_hash(row: dict) -> str:
+    return hashlib.sha1(json.dumps(row, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def partition_digests(tbl: pa.Table | None) -> dict[tuple[str, str], tuple[str, ...]]:
+    """``{(date, job_id): sorted row hashes}`` of one table (``{}`` for ``None``)."""
+    if tbl is None:
+        return {}
+    out: dict[tuple[str, str], list[str]] = {}
+    for row in tbl.select(sorted(tbl.column_names)).to_pylist():
+        out.setdefault((row["date"], row["job_id"]), []).append(_row_hash(row))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def warehouse_digests(warehouse, tables=WAREHOUSE_TABLES) -> dict[str, dict]:
+    """``{table: partition_digests}`` for ``tables`` of ``warehouse``."""
+    return {t: partition_digests(read_arrow(warehouse, t)) for t in tables}
+
+
+def spark_partition_counts(spark, warehouse, table: str) -> dict[tuple[str, str], int]:
+    """Rows per (date, job_id) as ``spark.read.parquet`` of the table root sees them (``{}`` if absent)."""
+    path = os.path.join(str(warehouse), table)
+    if not os.path.isdir(path) or read_arrow(warehouse, table) is None:
+        return {}
+    rows = spark.read.parquet(path).groupBy("date", "job_id").count().collect()
+    return {(r["date"], r["job_id"]): r["count"] for r in rows}
