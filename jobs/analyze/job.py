@@ -147,6 +147,7 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
         events = events.filter(F.col("job_id").isin(list(job_ids)))
         captures = captures.filter(F.col("job_id").isin(list(job_ids)))
     stage1 = events.groupBy(*_GROUP).applyInArrow(rank_stage, _OUT_SCHEMA).cache()
+    stage1.count()  # materialize once: otherwise stage 2's shuffle and the first write each run the rank stage
     stage2 = (stage1.filter(F.col("table").isin("_calls", "_legs"))
               .groupBy("job_id", "attempt").applyInArrow(job_stage, _OUT_SCHEMA).cache())
     out = stage1.unionByName(stage2)
