@@ -90,7 +90,7 @@ def collective_metrics(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[
     """Collective and straggler metrics of one job (from the ``collectives`` and ``steps`` rows of the job).
 
     Metrics: ``exposed_comm_pct`` (Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps, as in
-    ``fleet_stats``); with matched collectives: ``collectives/n_calls`` (distinct calls),
+    ``fleet_stats``; left out when the job has no device activity); with matched collectives: ``collectives/n_calls`` (distinct calls),
     ``collectives/wait_ms_mean`` and ``collectives/wait_ms_p90`` (per rank and call: last arrival − own
     arrival), ``collectives/skew_ms_max`` (last − first arrival), ``collectives/busbw_gbps_p50`` (NCCL-tests
     bus bandwidth), ``straggler/rank`` (the rank most often last to arrive among calls matched on ≥ 2
@@ -101,7 +101,9 @@ def collective_metrics(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[
     """
     m: dict[str, float] = {}
     tags: dict[str, str] = {}
-    if len(steps) and "exposed_comm_ns" in steps and steps["step_time_ns"].sum() > 0 and steps["exposed_comm_ns"].notna().any():
+    gpu = "kernel_time_ns" not in steps or steps["kernel_time_ns"].fillna(0).sum() > 0  # no device: no exposure
+    if gpu and len(steps) and "exposed_comm_ns" in steps and steps["step_time_ns"].sum() > 0 \
+            and steps["exposed_comm_ns"].notna().any():
         m["exposed_comm_pct"] = float(steps["exposed_comm_ns"].fillna(0).sum()) / float(steps["step_time_ns"].sum()) * 100
     if collectives is None or not len(collectives):
         return m, tags

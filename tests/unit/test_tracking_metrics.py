@@ -36,6 +36,12 @@ def test_collective_and_straggler_metrics():
     assert m["collectives/busbw_gbps_p50"] == pytest.approx(20.0)
 
 
+def test_cpu_only_job_has_no_exposed_communication_metric():
+    steps = pd.DataFrame({"step_time_ns": [100], "exposed_comm_ns": [0], "kernel_time_ns": [None]})
+    m, _ = collective_metrics(_calls(), steps)
+    assert "exposed_comm_pct" not in m and m["straggler/rank"] == 2
+
+
 def test_no_collectives_gives_no_straggler():
     m, tags = collective_metrics(None, pd.DataFrame({"step_time_ns": [5], "exposed_comm_ns": [None]}))
     assert m == {} and tags == {}
