@@ -162,14 +162,45 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     return run_id
 
 
+def load_jobs_tables(spark, warehouse: str, job_ids: list[str],
+                     names: tuple[str, ...] = REPORT_TABLES) -> dict[str, pd.DataFrame]:
+    """The warehouse rows of several jobs as pandas (one read per table, not per job and table).
+
+    Tables never written are left out of the dict.
+    """
+    from jobs.validate import read_table, to_pandas_exact
+
+    out = {}
+    for name in names:
+        df = read_table(spark, warehouse, name, list(job_ids))
+        if df is not None:
+            out[name] = to_pandas_exact(df)
+    return out
+
+
+def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[str, pd.DataFrame]:
+    out = {}
+    for name, df in tables.items():
+        keep = df["job_id"].astype(str) == str(job_id)
+        if "attempt" in df.columns:
+            keep &= df["attempt"] == int(attempt)
+        out[name] = df[keep.fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
+    return out
+
+
 def log_job_reports(spark, tracking_uri: str, warehouse: str, run_ids: dict, validation=None) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.tracking.log_jobs` (``{(job, attempt): run_id}``).
+
+    The report tables of all the jobs are read once (:func:`load_jobs_tables`) and split per run:
+    reading them per job cost one Spark job per table and job.
 
     Returns:
         ``{(job, attempt): artifact path}``.
     """
-    return {(job, attempt): log_job_report(tracking_uri, run_id, load_job_tables(spark, warehouse, job, attempt),
-                                           validation=validation)
+    if not run_ids:
+        return {}
+    tables = load_jobs_tables(spark, warehouse, sorted({job for job, _ in run_ids}))
+    return {(job, attempt): log_job_report(tracking_uri, run_id, _of_run(tables, job, attempt), validation=validation)
             for (job, attempt), run_id in run_ids.items()}
 
 
