@@ -20,7 +20,6 @@ import json
 from html.parser import HTMLParser
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 SCRIPT = "<script>alert(1)</script>"
@@ -33,9 +32,6 @@ SVG = "'><svg/onload=alert(5)>"
 COMMENT = "--><script>alert(6)</script><!--"
 PAYLOADS = (SCRIPT, ATTR, STYLE, JINJA, JINJA_PROBE, JS_URL, SVG, COMMENT)
 
-TRACES = ("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
-          "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz")
-INTS = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
 
 #: What the template itself emits (templates/report.html.j2); anything else came from data.
 TEMPLATE_TAGS = {"html", "head", "meta", "title", "style", "body", "header", "h1", "p", "main", "div", "section",
@@ -117,24 +113,8 @@ def assert_inert(html: str, shown: tuple[str, ...] = PAYLOADS) -> _Page:
 
 
 @pytest.fixture(scope="module")
-def job_tables(CORPUS):
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.normalize.discover import CaptureFile
-    from jobs.normalize.job import captures_table, normalize_file
-
-    caps, events, steps, ranks = [], [], [], []
-    for rel in TRACES:
-        p = CORPUS / "torch" / rel
-        task = CaptureFile(uri=str(p), capture_id=p.name[:16], job_id="trace_filter", size_bytes=p.stat().st_size).to_dict()
-        cap, ev = normalize_file(task, p.read_bytes())
-        s, r = analyze_rank(ev)
-        caps.append(cap)
-        events.append(ev)
-        steps.append(s)
-        ranks.append(r)
-    pdf = lambda t: t.to_pandas(types_mapper=INTS.get)  # noqa: E731
-    return {"captures": pdf(captures_table(caps)), "events": pdf(pa.concat_tables(events)),
-            "steps": pdf(pa.concat_tables(steps)), "ranks": pdf(pa.concat_tables(ranks))}
+def job_tables(trace_filter_tables):
+    return {k: v.copy() for k, v in trace_filter_tables.items()}
 
 
 def _cycle(i: int) -> str:

@@ -10,36 +10,16 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_ATTR = '"><img src=x onerror=alert(2)>'
 MATH = "$\\frac{1}{0}$ kernel_with_dollar$"
-TRACES = ("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
-          "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz")
-INTS = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
 
 
 @pytest.fixture(scope="module")
-def job_tables(CORPUS):
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.normalize.discover import CaptureFile
-    from jobs.normalize.job import captures_table, normalize_file
-
-    caps, events, steps, ranks = [], [], [], []
-    for rel in TRACES:
-        p = CORPUS / "torch" / rel
-        task = CaptureFile(uri=str(p), capture_id=p.name[:16], job_id="trace_filter", size_bytes=p.stat().st_size).to_dict()
-        cap, ev = normalize_file(task, p.read_bytes())
-        s, r = analyze_rank(ev)
-        caps.append(cap)
-        events.append(ev)
-        steps.append(s)
-        ranks.append(r)
-    pdf = lambda t: t.to_pandas(types_mapper=INTS.get)  # noqa: E731
-    return {"captures": pdf(captures_table(caps)), "events": pdf(pa.concat_tables(events)),
-            "steps": pdf(pa.concat_tables(steps)), "ranks": pdf(pa.concat_tables(ranks))}
+def job_tables(trace_filter_tables):
+    return {k: v.copy() for k, v in trace_filter_tables.items()}
 
 
 def _hostile_tables(base: dict) -> dict:
