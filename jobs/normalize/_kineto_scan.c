@@ -663,6 +663,20 @@ static void put_str_lit(Ctx *c, Buf *out, const unsigned char *body, size_t n, i
 /* Skip (validate) any value; if out != NULL, append its compact text to out. */
 static void value(Ctx *c, int depth, Buf *out);
 
+/* An object key and its ':' (copied to out when given, repaired as put_str_lit does); c->p ends on the
+ * value. Returns the key's raw body (length *n, escape flags *esc). */
+static inline const unsigned char *object_key(Ctx *c, Buf *out, size_t *n, int *esc) {
+    if (*c->p != '"') bail(c, "object key expected");
+    const unsigned char *k = scan_string(c, n, esc);
+    if (out) put_str_lit(c, out, k, *n, *esc);
+    skip_ws(c);
+    if (*c->p != ':') bail(c, "':' expected");
+    c->p++;
+    if (out) put_byte_nc(out, ':');
+    skip_ws(c);
+    return k;
+}
+
 static void container(Ctx *c, int depth, Buf *out) {
     unsigned char open = *c->p;
     unsigned char close = open == '{' ? '}' : ']';
@@ -677,16 +691,9 @@ static void container(Ctx *c, int depth, Buf *out) {
     }
     for (;;) {
         if (open == '{') {
-            if (*c->p != '"') bail(c, "object key expected");
             size_t n;
             int esc;
-            const unsigned char *k = scan_string(c, &n, &esc);
-            if (out) put_str_lit(c, out, k, n, esc);
-            skip_ws(c);
-            if (*c->p != ':') bail(c, "':' expected");
-            c->p++;
-            if (out) put_byte_nc(out, ':');
-            skip_ws(c);
+            object_key(c, out, &n, &esc);
         }
         value(c, depth + 1, out);
         skip_ws(c);
@@ -946,16 +953,9 @@ static void parse_args(Ctx *c, Event *ev) {
         if (out) put_byte_nc(out, '}');
     } else {
         for (;;) {
-            if (*c->p != '"') bail(c, "object key expected");
             size_t n;
             int esc;
-            const unsigned char *k = scan_string(c, &n, &esc);
-            if (out) put_str_lit(c, out, k, n, esc);
-            skip_ws(c);
-            if (*c->p != ':') bail(c, "':' expected");
-            c->p++;
-            if (out) put_byte_nc(out, ':');
-            skip_ws(c);
+            const unsigned char *k = object_key(c, out, &n, &esc);
             const unsigned char *kt = key_text(c, k, &n, esc, &s->scratch);
             int slot = -1;
             switch (n) {
