@@ -12,7 +12,6 @@ run is idempotent and sees late-arriving jobs.
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -26,21 +25,6 @@ class FleetResult:
 
     counts: dict = field(default_factory=dict)
     regressions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=REGRESSIONS.names))
-
-    def for_run(self, job_id: str, attempt: int) -> pd.DataFrame:
-        """The ``regressions`` rows of one run (one per metric)."""
-        r = self.regressions
-        return r[(r["job_id"] == job_id) & (r["attempt"] == int(attempt))]
-
-
-def _read(spark, warehouse: str, table: str):
-    path = posixpath.join(warehouse.rstrip("/"), table)
-    try:
-        return spark.read.parquet(path)
-    except Exception as exc:  # never written (e.g. no ingested capture yet)
-        if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
-            return None
-        raise
 
 
 def _pandas(df) -> pd.DataFrame:
@@ -78,7 +62,9 @@ def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
     """
     from jobs.fleet.stats import job_kernels, job_steps
 
-    captures, steps, kernels = (_read(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
+    from jobs.validate import read_table
+
+    captures, steps, kernels = (read_table(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
     result = FleetResult()
     if captures is None or steps is None:
         return result

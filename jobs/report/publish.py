@@ -36,19 +36,11 @@ def load_job_tables(spark, warehouse: str, job_id: str, attempt: int | None = No
 
     Tables never written are left out of the dict (the report then says "not available").
     """
-    from pyspark.sql import functions as F
-
-    from jobs.validate import read_table, to_pandas_exact
-
-    out = {}
-    for name in names:
-        df = read_table(spark, warehouse, name, [job_id])
-        if df is None:
-            continue
-        if attempt is not None and "attempt" in df.columns:
-            df = df.filter(F.col("attempt") == int(attempt))
-        out[name] = to_pandas_exact(df)
-    return out
+    tables = load_jobs_tables(spark, warehouse, [job_id], names)
+    if attempt is None:
+        return tables
+    return {name: df[(df["attempt"] == int(attempt)).fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
+            if "attempt" in df.columns else df for name, df in tables.items()}
 
 
 def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -> str:
