@@ -8,7 +8,7 @@ STAMP := $(VENV)/.tracelake-installed
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml jobs/normalize/_kineto_scan.c
+$(STAMP): requirements.lock pyproject.toml jobs/normalize/kineto/_kineto_scan.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -r requirements.lock

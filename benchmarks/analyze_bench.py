@@ -13,12 +13,12 @@ Each measurement runs in a fresh subprocess pinned to one core (``sched_setaffin
 thread pools set to 1):
 
 * **ours** (project venv): ``parse_kineto`` (reported as *load*, not part of the analysis), then
-  - *critical path (HTA graph)*: :func:`jobs.analyze.critical_path.hta_critical_path` — the same graph,
+  - *critical path (HTA graph)*: :func:`jobs.analyze.critical_path.rank.hta_critical_path` — the same graph,
     weights and path as HTA's ``critical_path_analysis(rank, "ProfilerStep", 0)``, path and breakdown;
-  - *critical path (product)*: :func:`jobs.analyze.critical_path.rank_critical_path` — path, the
+  - *critical path (product)*: :func:`jobs.analyze.critical_path.rank.rank_critical_path` — path, the
     ``critical_path`` rows and the legs between collectives, as the analyze job runs it;
-  - *statistics*: :func:`jobs.analyze.breakdown.analyze_rank` (HTA temporal breakdown and comm/comp
-    overlap per step and for the trace) + :func:`jobs.analyze.collectives.comm_calls`.
+  - *statistics*: :func:`jobs.analyze.hta.breakdown.analyze_rank` (HTA temporal breakdown and comm/comp
+    overlap per step and for the trace) + :func:`jobs.analyze.collectives.calls.comm_calls`.
 * **HTA** (``--hta-python``, made by ``benchmarks/hta_venv.sh``): ``TraceAnalysis(trace_dir)`` (*load*),
   then *critical path*: ``critical_path_analysis(rank=0, annotation="ProfilerStep", instance_id=0)`` +
   ``get_critical_path_breakdown()``; *statistics*: ``get_temporal_breakdown()`` +
@@ -149,10 +149,10 @@ def child_ours(path: str) -> dict[str, Any]:
 
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.analyze.collectives import comm_calls
-    from jobs.analyze.critical_path import hta_critical_path, rank_critical_path
-    from jobs.normalize.kineto import parse_kineto
+    from jobs.analyze.hta.breakdown import analyze_rank
+    from jobs.analyze.collectives.calls import comm_calls
+    from jobs.analyze.critical_path.rank import hta_critical_path, rank_critical_path
+    from jobs.normalize.kineto.parse import parse_kineto
 
     with open(path, "rb") as f:
         raw = f.read()

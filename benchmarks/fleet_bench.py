@@ -28,11 +28,11 @@ gzip level 1, ``manifest.json`` from ``build_manifest``/``file_entry``, written 
 **Measured**, each run a fresh process (``TRACELAKE_SPARK_MASTER=local[N]``, pinned to N CPUs with
 ``sched_setaffinity``, inherited by the JVM and the Python workers):
 
-* end-to-end: :func:`jobs.pipeline.run_pipeline` with MLflow on a SQLite file in the temp folder; the
+* end-to-end: :func:`jobs.pipeline.run.run_pipeline` with MLflow on a SQLite file in the temp folder; the
   stages are timed from the pipeline's own progress hooks (``Starting Spark``, ``Normalizing``, the two
   ``Validating`` stages, ``Analyzing``, ``Fleet statistics``, ``Logging`` + ``Rendering`` = MLflow; any other
   stage text counts as ``other`` and every span is in the JSON; ``read_tables`` = the result
-  tables read back between stages, timed by wrapping ``jobs.pipeline.read_tables``). MB/s and events/s are the
+  tables read back between stages, timed by wrapping ``jobs.pipeline.run.read_tables``). MB/s and events/s are the
   uncompressed JSON MB (10^6 bytes) and the ``events`` rows over the pipeline's wall time *without* the
   Spark start (a fixed cost of a few seconds that a long-lived cluster does not pay per batch; printed
   as its own stage);
@@ -85,7 +85,7 @@ SINGLE_GPU = (
 MB = 1e6
 TARGET_SCALING = 1.8
 TARGET_E2E_VS_NORMALIZE = 0.5
-#: pipeline progress text prefix -> stage name (jobs/pipeline.py ``_stage`` texts)
+#: pipeline progress text prefix -> stage name (jobs/pipeline/run.py ``_stage`` texts)
 STAGES = (
     ("Starting Spark", "spark_start"),
     ("Normalizing", "normalize"),
@@ -461,7 +461,7 @@ class _StageClock:
 
     def __init__(self):
         self.spans: list[tuple[str, float, float | None]] = []
-        self.reads: list[tuple[float, float]] = []  # jobs.pipeline.read_tables calls
+        self.reads: list[tuple[float, float]] = []  # jobs.pipeline.run.read_tables calls
 
     def add_task(self, text, total=None):
         self.spans.append((str(text), time.perf_counter(), None))
@@ -528,11 +528,11 @@ def _straggler_check(spark, warehouse: str) -> dict[str, Any]:
 def child_pipeline(raw: str, warehouse: str, tracking_uri: str) -> dict[str, Any]:
     """``run_pipeline`` once, timed per stage; then the straggler check (not timed)."""
     _child_env_setup()
-    import jobs.pipeline
-    from jobs.pipeline import run_pipeline
+    import jobs.pipeline.run
+    from jobs.pipeline.run import run_pipeline
 
     clock = _StageClock()
-    jobs.pipeline.read_tables = clock.wrap(jobs.pipeline.read_tables)
+    jobs.pipeline.run.read_tables = clock.wrap(jobs.pipeline.run.read_tables)
     t0 = time.perf_counter()
     result = run_pipeline(raw, warehouse, tracking_uri=tracking_uri, progress=clock)
     wall = time.perf_counter() - t0

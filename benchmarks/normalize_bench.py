@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parse+normalize throughput and memory: ours (``jobs.normalize.kineto.parse_kineto``) vs HTA 0.5.0 load.
+"""Parse+normalize throughput and memory: ours (``jobs.normalize.kineto.parse.parse_kineto``) vs HTA 0.5.0 load.
 
 For each trace (default: the two largest torch corpus files) and each implementation, every measurement
 runs in a fresh subprocess (one core, single process):
@@ -94,7 +94,7 @@ def _peak_kb() -> int:
 def child_ours(path: str, uri: str) -> dict[str, Any]:
     """Time ``parse_kineto(raw_bytes, uri)`` once in this (fresh) process."""
     sys.path.insert(0, REPO_ROOT)
-    from jobs.normalize.kineto import parse_kineto
+    from jobs.normalize.kineto.parse import parse_kineto
 
     with open(path, "rb") as f:
         raw = f.read()
@@ -200,13 +200,13 @@ def main(argv: list[str] | None = None) -> int:
             import importlib.util
 
             sys.path.insert(0, REPO_ROOT)
-            found = importlib.util.find_spec("jobs.normalize.kineto") is not None
+            found = importlib.util.find_spec("jobs.normalize.kineto.parse") is not None
         except ImportError:
             found = False
         if found:
             impls.append(("ours", sys.executable))
         else:
-            print("ours: skipped (jobs.normalize.kineto not found; run with the project venv from the repo)")
+            print("ours: skipped (jobs.normalize.kineto.parse not found; run with the project venv from the repo)")
     if not a.skip_hta:
         if os.path.exists(a.hta_python):
             impls.append(("hta", a.hta_python))

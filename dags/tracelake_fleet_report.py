@@ -1,7 +1,7 @@
 """tracelake_fleet_report — daily, and whenever tracelake_ingest updates the warehouse.
 
-``settings`` resolves the Airflow Variables (``jobs.submit.settings``); ``fleet_report`` submits
-``python -m jobs.report`` as a Spark application with the ``spark_tracelake`` connection (local
+``settings`` resolves the Airflow Variables (``jobs.pipeline.settings``); ``fleet_report`` submits
+``python -m jobs.publish.report`` as a Spark application with the ``spark_tracelake`` connection (local
 mode when it is not defined): fleet-wide statistics over every job in the warehouse (step-time
 percentiles and idle time by job, device and date), the report, and the MLflow fleet run of the
 day (``fleet-<date>`` in experiment ``tracelake-fleet``, reused when re-run the same day).
@@ -14,8 +14,8 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
-from jobs.submit import settings as cfg
-from jobs.submit.operators import TracelakeSparkSubmitOperator
+from jobs.pipeline import settings as cfg
+from jobs.pipeline.operators import TracelakeSparkSubmitOperator
 
 
 @dag(
@@ -38,7 +38,7 @@ def tracelake_fleet_report():
         task_id="fleet_report",
         name="tracelake-fleet-report",
         application=cfg.application("module"),
-        application_args=["jobs.report", "--warehouse", cfg.xcom("warehouse"), "--tracking-uri", cfg.xcom("tracking_uri")],
+        application_args=["jobs.publish.report", "--warehouse", cfg.xcom("warehouse"), "--tracking-uri", cfg.xcom("tracking_uri")],
     )
 
     settings() >> fleet_report

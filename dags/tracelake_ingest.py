@@ -1,16 +1,16 @@
 """tracelake_ingest — every hour: the captures committed in the hour → warehouse → MLflow.
 
-``settings`` resolves the Airflow Variables (``jobs.submit.settings``) and the interval;
+``settings`` resolves the Airflow Variables (``jobs.pipeline.settings``) and the interval;
 ``discover`` lists the captures whose ``manifest.json`` landed in ``[since, until)`` and skips
 the rest of the run when there are none; ``normalize``, ``analyze`` and the ``validate_*`` Great
-Expectations gates (``jobs.validate``; a failed check fails the run before anything is published)
+Expectations gates (``jobs.validate.gate``; a failed check fails the run before anything is published)
 are Spark applications submitted with the ``spark_tracelake`` connection (local mode when it is
 not defined); ``log_to_mlflow`` creates or updates one MLflow
 run per (job, attempt) and marks the warehouse Asset as updated, which triggers
 ``tracelake_fleet_report``.
 
 Idempotent per interval: every job touched in the interval is rebuilt from all of its committed
-captures and its ``(date, job_id)`` partitions are overwritten (``jobs.normalize.interval``);
+captures and its ``(date, job_id)`` partitions are overwritten (``jobs.landing.interval``);
 MLflow runs are reused. Large data moves through the warehouse; XCom holds only the settings,
 a discovery summary and run ids.
 """
@@ -22,8 +22,8 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Asset, CronDataIntervalTimetable, dag, task
 
-from jobs.submit import settings as cfg
-from jobs.submit.operators import TracelakeSparkSubmitOperator
+from jobs.pipeline import settings as cfg
+from jobs.pipeline.operators import TracelakeSparkSubmitOperator
 
 
 @dag(
@@ -46,7 +46,7 @@ def tracelake_ingest():
         """Summary of the captures committed in the interval; an empty dict skips the run."""
         import json
 
-        from jobs.normalize.interval import summarize_interval
+        from jobs.landing.interval import summarize_interval
 
         found = summarize_interval(conf["raw"], conf["since"], conf["until"], json.loads(conf["storage_options"]))
         print(f"discovered in [{conf['since']}, {conf['until']}): {found}")
@@ -85,7 +85,7 @@ def tracelake_ingest():
     @task(outlets=[Asset(name=cfg.WAREHOUSE_ASSET)])
     def log_to_mlflow(conf: dict) -> dict:
         """One MLflow run per (job, attempt) of the interval; returns {"job#attempt": run_id}."""
-        from jobs.submit.mlflow_log import log_run
+        from jobs.pipeline.mlflow_log import log_run
 
         return log_run(conf)
 

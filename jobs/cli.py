@@ -90,7 +90,7 @@ def run(
     until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."),
 ) -> None:
     """Run the main job: normalize → analyze → MLflow."""
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     with _progress() as progress:
         result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options),
@@ -108,7 +108,7 @@ def demo(
     import time
 
     from jobs.demo.train_ddp import run_demo_training
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     workdir = workdir.resolve()
     landing, warehouse = workdir / "landing", workdir / "warehouse"
@@ -230,7 +230,7 @@ def _cell(v) -> str:
     return str(v)
 
 
-from jobs.compare import compare_command  # noqa: E402  (light module: imports pandas only)
+from jobs.publish.compare import compare_command  # noqa: E402  (light module: imports pandas only)
 
 app.command(name="compare", help="Compare two jobs (MLflow run id, job id or job#attempt): metric deltas, "
             "kernels/ops added, removed, slower, faster, findings appeared/cleared.")(compare_command)

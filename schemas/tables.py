@@ -126,7 +126,7 @@ CAPTURES = Table(
                "by pid + correlation); `negative_launch_delay` (device work starting before its launch call ends; "
                "clamped to 0 in launch statistics); `partial_trace` (truncated: events stop well before the last "
                "ProfilerStep ends, or dropped events reported); `unsupported_format_version` (Neuron profile newer "
-               "than the reader; quarantined); `no_profiler_step`; see jobs/normalize/kineto.py `FLAGS`."),
+               "than the reader; quarantined); `no_profiler_step`; see jobs/normalize/kineto/parse.py `FLAGS`."),
         Column("flag_counts_json", _STR, "How many events (or repairs) are behind each countable flag, as a JSON object, "
                "e.g. `{\"negative_duration\": 2, \"improper_nesting\": 14}`; null when the parser reports none "
                "(Neuron files, quarantined files)."),
@@ -192,7 +192,7 @@ _BREAKDOWN = (
     Column("n_kernels", _I64, "GPU events counted (kernels, memcpy, memset)."),
 )
 
-#: HTA-parity statistics (jobs/analyze/hta_stats.py), per step in ``steps`` (device events through
+#: HTA-parity statistics (jobs/analyze/hta/stats.py), per step in ``steps`` (device events through
 #: ``events.step``) and for the whole trace in ``ranks`` (rows kept by HTA's last-step filter).
 _HTA_STATS = (
     Column("memory_time_ns", _I64, "Σ merged intervals of MEMORY device events (our kernel type: gpu_memcpy / "
@@ -209,7 +209,7 @@ _HTA_STATS = (
     Column("idle_other_ns", _I64, "HTA idle time breakdown `other`: the remaining gaps, Σ over streams, ns "
            "(gaps are per stream, unmerged; negative gaps clipped at 0)."),
     Column("n_launches", _I64, "HTA `get_cuda_kernel_launch_stats` rows: host launch calls (cudaLaunchKernel, "
-           "cudaMemcpyAsync, … plus hipLaunchKernel, cuLaunchKernel(Ex), cudaGraphLaunch; jobs/analyze/launches.py) "
+           "cudaMemcpyAsync, … plus hipLaunchKernel, cuLaunchKernel(Ex), cudaGraphLaunch; jobs/analyze/trace/launches.py) "
            "linked to device events."),
     Column("launch_runtime_ns", _I64, "Σ durations of those launch calls (HTA `cpu_duration`), ns."),
     Column("launch_delay_sum_ns", _I64, "Σ launch delay, ns; launch delay = max(0, first device event start − "
@@ -233,7 +233,7 @@ _HTA_STATS = (
            "`get_memory_bw_summary` reads; exact even where `dur` is truncated to whole µs), else `dur`. "
            "Null without copies."),
     Column("dataloader_time_ns", _I64, "Union of host events named like data loading (`enumerate(DataLoader)#…`, "
-           "`…DataLoaderIter`, dataloader.py frames; jobs/analyze/host_time.py) inside the window, ns. Ours."),
+           "`…DataLoaderIter`, dataloader.py frames; jobs/analyze/hta/host_time.py) inside the window, ns. Ours."),
     Column("cpu_bound_time_ns", _I64, "Time inside the window with no device activity on any stream while a host "
            "thread is inside a cpu_op / cuda_runtime / cuda_driver event, minus data-loader time, ns. Ours."),
 )
@@ -292,7 +292,7 @@ KERNELS = Table(
         Column("step", _I64, "ProfilerStep number N; -1 for GPU events outside any step.", False),
         Column("name", _STR, "Kernel / memcpy / memset name.", False),
         Column("kernel_type", _STR, "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (collective metadata, "
-               "then name families; see jobs/analyze/kernel_types.py)."),
+               "then name families; see jobs/analyze/trace/kernel_types.py)."),
         Column("hta_kernel_type", _STR, "The type HTA 0.5.0 assigns from the name alone (for comparison)."),
         Column("n", _I64, "Number of launches."),
         Column("total_ns", _I64, "Σ duration, ns."),

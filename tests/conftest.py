@@ -30,8 +30,8 @@ def trace_filter_tables(CORPUS) -> dict:
     import pandas as pd
     import pyarrow as pa
 
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.normalize.discover import CaptureFile
+    from jobs.analyze.hta.breakdown import analyze_rank
+    from jobs.landing.discover import CaptureFile
     from jobs.normalize.job import captures_table, normalize_file
 
     caps, events, steps, ranks = [], [], [], []

@@ -9,7 +9,7 @@
 #
 # Home: $TRACELAKE_AIRFLOW_HOME (default ${TMPDIR:-/tmp}/tracelake-airflow; SQLite metadata DB). The admin
 # login (simple auth manager) is printed by standalone at start and kept under the home.
-# Configuration (jobs/submit/settings.py; Airflow Variables, or these environment variables, which win):
+# Configuration (jobs/pipeline/settings.py; Airflow Variables, or these environment variables, which win):
 #   TRACELAKE_RAW           -> tracelake_raw            landing zone    (default <home>/tracelake/landing)
 #   TRACELAKE_WAREHOUSE     -> tracelake_warehouse      warehouse root  (default <home>/tracelake/warehouse)
 #   TRACELAKE_TRACKING_URI  -> tracelake_tracking_uri   MLflow          (default: infra/local/mlflow.sh's server

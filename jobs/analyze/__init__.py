@@ -1,6 +1,4 @@
-"""Analysis of normalized events: per-step and per-rank GPU time breakdowns (HTA 0.5.0 definitions).
+"""``events`` → ``steps``, ``ranks``, ``kernels``, ``collectives``, ``critical_path``, ``findings``: one folder per analysis family.
 
-Modules: :mod:`~jobs.analyze.breakdown` (``analyze_rank``: STEPS and RANKS rows of one capture),
-:mod:`~jobs.analyze.hta_filter` (HTA's loading rules), :mod:`~jobs.analyze.intervals` (merged
-intervals), :mod:`~jobs.analyze.kernel_types` (kernel types), :mod:`~jobs.analyze.job` (Spark job).
+``trace/`` builds each rank's model once; ``hta/`` (HTA 0.5.0 breakdowns and statistics), ``collectives/``, ``critical_path/`` and ``findings/`` read it; ``job.py`` is the Spark job.
 """

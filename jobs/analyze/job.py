@@ -4,16 +4,16 @@ extract: the ``events`` of the jobs to analyze (partition-pruned on ``job_id``).
 transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
 
 1. per (job, attempt, rank, capture), in parallel — :func:`rank_stage`: HTA-parity step and rank
-   statistics (:mod:`jobs.analyze.breakdown`), kernel statistics, the rank's critical path and its
-   legs between collectives (:mod:`jobs.analyze.critical_path`), its communication calls
-   (:mod:`jobs.analyze.collectives`); Neuron device profiles get their device critical path;
+   statistics (:mod:`jobs.analyze.hta.breakdown`), kernel statistics, the rank's critical path and its
+   legs between collectives (:mod:`jobs.analyze.critical_path.rank`), its communication calls
+   (:mod:`jobs.analyze.collectives.calls`); Neuron device profiles get their device critical path;
 2. per (job, attempt) — :func:`job_stage`: collectives matched across ranks (wait, skew, bus
    bandwidth, clock offsets) and the cross-rank critical path stitched from the per-rank legs.
 
 Small per-group outputs travel as ``(table, row JSON)`` pairs so one pass yields several tables;
 Spark parses them back with ``from_json`` against the declared schemas.
 Then, per job on the driver (small tables), :func:`run_findings` ranks the bottleneck findings
-(:mod:`jobs.analyze.findings`) and writes ``findings`` plus ``findings_json/<job>/<attempt>/findings.json``.
+(:mod:`jobs.analyze.findings.ranking`) and writes ``findings`` plus ``findings_json/<job>/<attempt>/findings.json``.
 load: Hive-partitioned Parquet, partitions replaced whole through the crash-safe commit
 (:func:`jobs.commit.write_partitions`; idempotent per job).
 """
@@ -69,13 +69,13 @@ def rank_stage(events: pa.Table) -> pa.Table:
     """Stage 1 for one (job, attempt, rank, capture): every per-rank output as (table, row JSON) pairs.
 
     Tables: ``steps``, ``ranks``, ``kernels``, ``critical_path`` (scope ``rank``), and the inputs of
-    stage 2: ``_calls`` (:data:`jobs.analyze.collectives.CALLS_SCHEMA`) and ``_legs``
-    (:data:`jobs.analyze.critical_path.BOUNDARIES_SCHEMA`).
+    stage 2: ``_calls`` (:data:`jobs.analyze.collectives.calls.CALLS_SCHEMA`) and ``_legs``
+    (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`).
     """
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.analyze.collectives import comm_calls
-    from jobs.analyze.critical_path import rank_critical_path
-    from jobs.analyze.kernel_stats import kernel_table
+    from jobs.analyze.hta.breakdown import analyze_rank
+    from jobs.analyze.collectives.calls import comm_calls
+    from jobs.analyze.critical_path.rank import rank_critical_path
+    from jobs.analyze.hta.kernel_stats import kernel_table
 
     job_id, attempt = events.column("job_id")[0].as_py(), events.column("attempt")[0].as_py()
     neuron = pc.equal(events.column("source"), "neuron")
@@ -89,7 +89,7 @@ def rank_stage(events: pa.Table) -> pa.Table:
 
 
 def _neuron_path(events: pa.Table) -> pa.Table:
-    from jobs.analyze.neuron_critical_path import critical_path_from_events, critical_path_rows
+    from jobs.normalize.neuron.critical_path import critical_path_from_events, critical_path_rows
 
     ident = {k: events.column(k)[0].as_py() for k in ("date", "job_id", "attempt", "rank", "capture_id")}
     path, ids = critical_path_from_events(events)
@@ -102,8 +102,8 @@ def job_stage(pairs: pa.Table) -> pa.Table:
     Args:
         pairs: the ``_calls`` and ``_legs`` rows that :func:`rank_stage` produced for the job's ranks.
     """
-    from jobs.analyze.collectives import CALLS_SCHEMA, match_collectives
-    from jobs.analyze.critical_path import BOUNDARIES_SCHEMA, job_critical_path
+    from jobs.analyze.collectives.calls import CALLS_SCHEMA, match_collectives
+    from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, job_critical_path
 
     job_id, attempt = pairs.column("job_id")[0].as_py(), pairs.column("attempt")[0].as_py()
     by_table: dict[str, list[dict]] = {"_calls": [], "_legs": []}
@@ -129,11 +129,11 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
         Row counts written per table.
 
     Raises:
-        jobs.normalize.discover.DiscoveryError: a job id that is not path-safe (before anything is read).
+        jobs.landing.discover.DiscoveryError: a job id that is not path-safe (before anything is read).
     """
     from pyspark.sql import functions as F
 
-    from jobs.normalize.discover import safe_id
+    from jobs.landing.discover import safe_id
 
     from jobs.commit import recover
 
@@ -176,26 +176,26 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
     """Compute and write the ``findings`` table and one ``findings.json`` per (job, attempt).
 
     The inputs are the analysis tables of the jobs plus the sync calls of ``events`` (the only raw
-    events a rule needs, :data:`jobs.analyze.finding_rules.SYNC_NAMES`); steps cut short by a truncated
-    trace are left out (:func:`jobs.analyze.findings.drop_truncated_steps`).
+    events a rule needs, :data:`jobs.analyze.findings.rules.SYNC_NAMES`); steps cut short by a truncated
+    trace are left out (:func:`jobs.analyze.findings.ranking.drop_truncated_steps`).
 
     Returns:
         Number of findings written.
 
     Raises:
-        jobs.normalize.discover.DiscoveryError: a job id that is not path-safe (e.g. ``--job ../x``).
+        jobs.landing.discover.DiscoveryError: a job id that is not path-safe (e.g. ``--job ../x``).
     """
     from pyspark.sql import functions as F
 
-    from jobs.analyze.finding_rules import SYNC_NAMES
-    from jobs.analyze.findings import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
+    from jobs.analyze.findings.rules import SYNC_NAMES
+    from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
     from jobs.commit import write_partitions, write_text_atomic
-    from jobs.pipeline import read_tables
+    from jobs.pipeline.run import read_tables
 
     root = warehouse.rstrip("/")
     jobs = job_ids if job_ids is not None else [
         r[0] for r in spark.read.parquet(posixpath.join(root, "captures")).select("job_id").distinct().collect()]
-    from jobs.normalize.discover import safe_id
+    from jobs.landing.discover import safe_id
 
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
     tables = read_tables(spark, warehouse, jobs, names=("steps", "ranks", "kernels", "collectives", "critical_path",

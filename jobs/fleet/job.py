@@ -62,7 +62,7 @@ def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
     """
     from jobs.fleet.stats import job_kernels, job_steps
 
-    from jobs.validate import read_table
+    from jobs.validate.gate import read_table
 
     captures, steps, kernels = (read_table(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
     result = FleetResult()

@@ -1,8 +1,8 @@
 """``jobs.normalize``: raw traces in the landing zone → ``captures`` and ``events`` tables.
 
-extract (driver): :func:`jobs.normalize.discover.discover` lists the committed captures and bare
+extract (driver): :func:`jobs.landing.discover.discover` lists the committed captures and bare
 traces. transform (Spark workers, ``mapInArrow``): each file is read through fsspec and parsed by
-:func:`jobs.normalize.kineto.parse_kineto`; a file that cannot be parsed becomes a quarantined
+:func:`jobs.normalize.kineto.parse.parse_kineto`; a file that cannot be parsed becomes a quarantined
 ``captures`` row with the reason, and never stops the other files. load (driver): both tables are
 written as Hive-partitioned Parquet, each partition replaced whole through the crash-safe commit
 (:func:`jobs.commit.write_partitions`), so re-running on the same input replaces the same partitions
@@ -48,7 +48,7 @@ def resolve_rank(trace_rank, task: dict) -> tuple[int, str, list[str]]:
     Returns:
         ``(rank, rank_source, flags)``; ``flags`` holds ``rank_assumed_0`` in the last case.
     """
-    from jobs.normalize.kineto import rank_from_filename
+    from jobs.normalize.kineto.parse import rank_from_filename
 
     if trace_rank is not None:
         return int(trace_rank), "distributedInfo", []
@@ -64,7 +64,7 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     """Normalize one raw trace file (pure: bytes in, rows out).
 
     Args:
-        task: a :class:`jobs.normalize.discover.CaptureFile` as a dict.
+        task: a :class:`jobs.landing.discover.CaptureFile` as a dict.
         data: the file's bytes as stored (gzip or plain JSON); for an Explorer Parquet folder
             (``kind`` ``neuron_parquet``) ``{member file name: bytes}``; for a raw blob that is only
             cataloged a :class:`jobs.normalize.route.BlobDigest`; ``None`` when it could not be read.
@@ -74,12 +74,12 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
         ``(capture_row, events)``: a ``captures`` row as a dict, and the ``events`` rows as an
         Arrow table with the EVENTS schema (``None`` when the file is quarantined or has no events).
         Neuron device profiles add their ``neuron_summary`` rows under the row key
-        :data:`jobs.normalize.route.NEURON_SUMMARY_KEY`. Routing by kind (:mod:`jobs.normalize.formats`):
-        Kineto and XLA Chrome traces go to :func:`jobs.normalize.kineto.parse_kineto` (``source``
+        :data:`jobs.normalize.route.NEURON_SUMMARY_KEY`. Routing by kind (:mod:`jobs.landing.formats`):
+        Kineto and XLA Chrome traces go to :func:`jobs.normalize.kineto.parse.parse_kineto` (``source``
         ``kineto``/``xla``; an xplane is converted first when xprof is installed), everything else to
         :func:`jobs.normalize.route.normalize_other`.
     """
-    from jobs.normalize.kineto import TraceError, parse_kineto
+    from jobs.normalize.kineto.parse import TraceError, parse_kineto
     from jobs.normalize.route import BlobDigest, kind_of, normalize_other, source_of
 
     row = {c: None for c in CAPTURES.names}
@@ -112,7 +112,7 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     if reason is None and kind == "auto":
         kind = kind_of(task, data)
     if reason is None and kind == "xplane" and not task.get("converted") and isinstance(data, bytes):
-        from jobs.normalize.xplane import XprofUnavailable, convert_xplane
+        from jobs.normalize.xla.xplane import XprofUnavailable, convert_xplane
 
         try:
             data, extra_flags = convert_xplane(data, posixpath.basename(task["uri"]))
@@ -218,7 +218,7 @@ def _read_task(task: dict, storage_options: dict):
 
 
 def _xprof() -> bool:
-    from jobs.normalize.xplane import xprof_available
+    from jobs.normalize.xla.xplane import xprof_available
 
     return xprof_available()
 
@@ -265,7 +265,7 @@ def make_partition_parser(storage_options: dict):
 
 
 def unique_capture_ids(files: list) -> list:
-    """Make ``capture_id`` unique across a batch of :class:`~jobs.normalize.discover.CaptureFile` (in place).
+    """Make ``capture_id`` unique across a batch of :class:`~jobs.landing.discover.CaptureFile` (in place).
 
     Capture ids are unique per capture folder by construction, but a manifest copied into another job's
     folder repeats its ``capture_id``; the batch is keyed by it, so a repeat would silently drop a file.
@@ -298,7 +298,7 @@ def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict
     Returns:
         ``{capture_id: new_job_id}`` for the captures that change.
     """
-    from jobs.normalize.discover import slug
+    from jobs.landing.discover import slug
 
     groups: dict[tuple, list[dict]] = {}
     # Neuron device profiles are per NeuronCore, not per rank: a folder of them stays one job
@@ -339,7 +339,7 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
 
     ``since``/``until`` (UTC ``datetime`` or ISO string; either may be ``None``) restrict the run to
     the jobs with a capture committed in ``[since, until)``, each rebuilt from all of its captures
-    (:mod:`jobs.normalize.interval`).
+    (:mod:`jobs.landing.interval`).
 
     Raises:
         FileNotFoundError: when ``raw_root`` does not exist.
@@ -348,7 +348,7 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from jobs.normalize.discover import discover
+    from jobs.landing.discover import discover
 
     from jobs.commit import recover
 
@@ -356,7 +356,7 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
     storage_options = storage_options or {}
     found = discover(raw_root, storage_options)
     if since is not None or until is not None:
-        from jobs.normalize.interval import restrict_to_interval
+        from jobs.landing.interval import restrict_to_interval
 
         found, _ = restrict_to_interval(found, raw_root, since, until, storage_options)
     if not found.files:
@@ -389,7 +389,7 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
         cap_df = spark.createDataFrame(captures_table(captures).to_pandas(), schema=CAPTURES.spark_schema())
         _write(cap_df.coalesce(1), warehouse, "captures")
         if neuron_rows:
-            from jobs.normalize.neuron_summary import summary_table
+            from jobs.normalize.neuron.summary import summary_table
             from schemas import NEURON_SUMMARY
 
             ns_df = spark.createDataFrame(summary_table(neuron_rows).to_pandas(), schema=NEURON_SUMMARY.spark_schema())

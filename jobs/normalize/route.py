@@ -1,7 +1,7 @@
 """Normalize the non-Kineto files of a landing zone: Neuron profiles, raw Neuron blobs, xplanes.
 
 Called by :func:`jobs.normalize.job.normalize_file` once the file's kind is known
-(:mod:`jobs.normalize.formats`). Pure: bytes in, a ``captures`` row and ``events`` rows out.
+(:mod:`jobs.landing.formats`). Pure: bytes in, a ``captures`` row and ``events`` rows out.
 
 ``captures`` rows (``source`` ``neuron`` or ``xla``):
 
@@ -53,8 +53,8 @@ def source_of(kind: str) -> str:
 
 def kind_of(task: dict, data) -> str:
     """Routing kind of a task: its discovery kind, or for ``auto`` the sniffed content kind."""
-    from jobs.normalize.formats import head_text, sniff_json
-    from jobs.normalize.xplane import is_xla_trace_path
+    from jobs.landing.formats import head_text, sniff_json
+    from jobs.normalize.xla.xplane import is_xla_trace_path
 
     kind = task.get("kind") or "auto"
     if kind != "auto":
@@ -91,9 +91,9 @@ def _decode(data: bytes, limit: int) -> bytes:
 
 def _profiles(kind: str, task: dict, data) -> list:
     from jobs.normalize.container import DEFAULT_MAX_UNCOMPRESSED_BYTES
-    from jobs.normalize.neuron_json import parse_neuron_json, parse_summary_json
-    from jobs.normalize.neuron_parquet import parse_neuron_parquet
-    from jobs.normalize.neuron_system import parse_system_json
+    from jobs.normalize.neuron.json_view import parse_neuron_json, parse_summary_json
+    from jobs.normalize.neuron.parquet import parse_neuron_parquet
+    from jobs.normalize.neuron.system import parse_system_json
 
     uri = task["uri"]
     stem = posixpath.basename(uri.rstrip("/")).split(".")[0] or "profile"
@@ -118,7 +118,7 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
     """Normalize one Neuron profile file or Parquet folder into ``row`` and events.
 
     Args:
-        task: the capture task (dict of :class:`jobs.normalize.discover.CaptureFile`).
+        task: the capture task (dict of :class:`jobs.landing.discover.CaptureFile`).
         kind: ``neuron_json``, ``neuron_summary_json``, ``neuron_system_json`` or ``neuron_parquet``.
         data: file bytes, or ``{member name: bytes}`` for a Parquet folder.
         row: the ``captures`` row prepared by the caller (identity, sha256, size).
@@ -130,9 +130,9 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
         TraceError: the file cannot be ingested (the caller quarantines it).
     """
     from jobs.normalize.job import _date_of, resolve_rank, with_identity
-    from jobs.normalize.neuron_events import device_blocks, events_from_blocks
-    from jobs.normalize.neuron_summary import summary_row
-    from jobs.normalize.neuron_system import system_blocks
+    from jobs.normalize.neuron.events import device_blocks, events_from_blocks
+    from jobs.normalize.neuron.summary import summary_row
+    from jobs.normalize.neuron.system import system_blocks
 
     profiles = _profiles(kind, task, data)
     blocks, summaries, flags, time_bases = [], [], set(), set()
@@ -187,7 +187,7 @@ def _container(data) -> str | None:
 
 def normalize_other(task: dict, data, row: dict, kind: str) -> tuple[dict, pa.Table | None]:
     """Neuron profiles, raw blobs and unconvertible xplanes (see the module docstring); never raises."""
-    from jobs.normalize.formats import raw_format
+    from jobs.landing.formats import raw_format
 
     row["source"] = source_of(kind)
     rank = task.get("rank")

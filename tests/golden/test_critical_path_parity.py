@@ -6,7 +6,7 @@ read-only reference ``../shared/reference/hta_golden/hta_corpus.json`` (``traces
 ``critical_path_full_trace`` = ``annotation=""``, ``critical_path_hta_test_config`` = the AlexNet
 annotation of HTA's unit test). Events come from our parser on the real corpus files.
 
-Compared (``jobs.analyze.critical_path.hta_critical_path``, HTA-compatible mode, µs rounding of
+Compared (``jobs.analyze.critical_path.rank.hta_critical_path``, HTA-compatible mode, µs rounding of
 sub-µs traces as HTA does):
 
 * path length (HTA ``total_duration_us``) within 1% on every analysis HTA completed — the
@@ -27,8 +27,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.critical_path import hta_critical_path
-from jobs.normalize.kineto import parse_kineto
+from jobs.analyze.critical_path.rank import hta_critical_path
+from jobs.normalize.kineto.parse import parse_kineto
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus"

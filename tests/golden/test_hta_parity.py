@@ -3,11 +3,11 @@
 HTA's numbers come from ``tests/golden/hta_0_5_0.json`` (written by ``make_hta_golden.py``), or,
 when that file is absent, the read-only reference ``../shared/reference/hta_golden/hta_corpus.json``
 (same ``traces[<corpus key>]`` layout). Events come from our parser
-(``jobs.normalize.kineto.parse_kineto``) on the real corpus files under ``../shared/corpus``.
+(``jobs.normalize.kineto.parse.parse_kineto``) on the real corpus files under ``../shared/corpus``.
 
 What is compared, per corpus file (= per rank; the DLRM job has 8 ranks, ``trace_filter`` 2):
 
-* HTA's loading rules (:mod:`jobs.analyze.hta_filter`) keep exactly the rows HTA kept, by category.
+* HTA's loading rules (:mod:`jobs.analyze.trace.hta_filter`) keep exactly the rows HTA kept, by category.
 * ``ranks`` idle / compute / non-compute / overlap % agree with HTA within 0.5 percentage points
   when we reproduce HTA's µs rounding (``hta_us_rounding=True``).
 * In the default mode we keep exact ns, on purpose. On whole-µs traces that changes nothing (the
@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze import hta_filter
-from jobs.analyze.breakdown import analyze_rank, typed_events
+from jobs.analyze.trace import hta_filter
+from jobs.analyze.hta.breakdown import analyze_rank, typed_events
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -85,7 +85,7 @@ class Case:
     @functools.cached_property
     def events(self) -> pa.Table:
         """The parser's events, identity columns added, cast to EVENTS types."""
-        from jobs.normalize.kineto import parse_kineto
+        from jobs.normalize.kineto.parse import parse_kineto
 
         ev = parse_kineto((CORPUS / self.key).read_bytes(), str(CORPUS / self.key)).events
         n = ev.num_rows

@@ -32,15 +32,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze import hta_filter
-from jobs.analyze.breakdown import analyze_rank, rank_view_of, typed_events
-from jobs.analyze.hta_stats import STAT_COLUMNS
-from jobs.analyze.idle_time import IDLE_CATEGORIES, KERNEL_WAIT, OTHER, CONSECUTIVE_KERNEL_DELAY_NS, idle_gaps
-from jobs.analyze.kernel_stats import kernel_table
-from jobs.analyze.launch_stats import launches
-from jobs.analyze.launches import HTA_LAUNCH_STATS_NAMES
-from jobs.analyze.memory_bw import memcpys
-from jobs.analyze.queue_length import MAX_QUEUE_LENGTH, queue_points
+from jobs.analyze.trace import hta_filter
+from jobs.analyze.hta.breakdown import analyze_rank, rank_view_of, typed_events
+from jobs.analyze.hta.stats import STAT_COLUMNS
+from jobs.analyze.hta.idle_time import IDLE_CATEGORIES, KERNEL_WAIT, OTHER, CONSECUTIVE_KERNEL_DELAY_NS, idle_gaps
+from jobs.analyze.hta.kernel_stats import kernel_table
+from jobs.analyze.hta.launch_stats import launches
+from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES
+from jobs.analyze.hta.memory_bw import memcpys
+from jobs.analyze.hta.queue_length import MAX_QUEUE_LENGTH, queue_points
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -82,7 +82,7 @@ class Case:
 
     @functools.cached_property
     def events(self) -> pa.Table:
-        from jobs.normalize.kineto import parse_kineto
+        from jobs.normalize.kineto.parse import parse_kineto
 
         ev = parse_kineto((CORPUS / self.key).read_bytes(), str(CORPUS / self.key)).events
         for name, value, typ in (("date", "2024-01-01", pa.string()), ("job_id", "golden", pa.string()),
@@ -314,7 +314,7 @@ def test_default_queue_length_differs_only_where_stated(case):
 def _sums_by_hta_type(case, rounding: bool):
     """Σ dur (µs) by HTA type over HTA's kept rows: the kernels table (device activity) plus the
     other rows HTA counts as GPU rows; also row counts per type and the categories of those rows."""
-    from jobs.analyze.kernel_types import hta_kernel_type
+    from jobs.analyze.trace.kernel_types import hta_kernel_type
 
     view, keep = case.view(rounding)
     ev = view.events.filter(pa.array(keep))

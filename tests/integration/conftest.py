@@ -34,7 +34,7 @@ def torch_corpus() -> Path:
 @pytest.fixture(scope="session")
 def corpus_warehouse(spark, torch_corpus, tmp_path_factory):
     """The whole torch corpus normalized and analyzed once (no MLflow) into a temp warehouse."""
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     wh = tmp_path_factory.mktemp("corpus_wh")
     result = run_pipeline(str(torch_corpus), str(wh), spark=spark, log_to_mlflow=False)

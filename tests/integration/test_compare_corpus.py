@@ -17,9 +17,9 @@ A, B = "HolisticTraceAnalysis-trace_diff-control", "HolisticTraceAnalysis-trace_
 def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from jobs.compare import compare_command
-    from jobs.pipeline import read_tables
-    from jobs.tracking import log_jobs
+    from jobs.publish.compare import compare_command
+    from jobs.pipeline.run import read_tables
+    from jobs.publish.tracking import log_jobs
 
     wh, _ = corpus_warehouse
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -64,7 +64,7 @@ def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
 def test_compare_by_job_id_and_unknown_reference(spark, corpus_warehouse):
     import typer
 
-    from jobs.compare import compare_command
+    from jobs.publish.compare import compare_command
 
     wh, _ = corpus_warehouse
     c = compare_command(A, f"{A}#0", warehouse=str(wh), no_mlflow=True)

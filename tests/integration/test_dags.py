@@ -165,11 +165,11 @@ def dag_runs(stack, landing):
                {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                 "spark.driver.memory": "2g"})}
     # connection spark_tracelake is deliberately not defined: the stages must default to local mode
-    # `python -m jobs.validate` / `python -m jobs.report` are other stages' CLIs: while one is not there
+    # `python -m jobs.validate.gate` / `python -m jobs.publish.report` are other stages' CLIs: while one is not there
     # yet, its task is marked success instead of run (and the assertions on its output are skipped)
-    missing = {m for m in ("jobs.validate", "jobs.report") if not _runnable(m)}
-    skip_ingest = "^validate_" if "jobs.validate" in missing else ""
-    skip_fleet = "^fleet_report$" if "jobs.report" in missing else ""
+    missing = {m for m in ("jobs.validate.gate", "jobs.publish.report") if not _runnable(m)}
+    skip_ingest = "^validate_" if "jobs.validate.gate" in missing else ""
+    skip_fleet = "^fleet_report$" if "jobs.publish.report" in missing else ""
     ingest, fleet = str(REPO / "dags/tracelake_ingest.py"), str(REPO / "dags/tracelake_fleet_report.py")
     runs = [["ingest", ingest, "ingest_dag", UNTIL.isoformat(), skip_ingest],
             # an hour with no commit (and no earlier successful run): discover skips the rest
@@ -238,7 +238,7 @@ def test_warehouse_holds_the_jobs_touched_in_the_interval(dag_runs):
     assert record["since"] == SINCE.isoformat() and record["job_ids"] == ["dlrm", "tiny"]
     assert record["n_quarantined"] == 0
     assert any("job=pending" in p for p in record["pending"])
-    if "jobs.validate" not in dag_runs["missing"]:  # the GX gates marked what they validated
+    if "jobs.validate.gate" not in dag_runs["missing"]:  # the GX gates marked what they validated
         marks = json.loads((wh / "captures" / "_validation.json").read_text())
         assert "dlrm" in json.dumps(marks)
 
@@ -256,12 +256,12 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
     assert {"steps.csv", "ranks.csv", "captures.json"} <= {a.path for a in client.list_artifacts(dlrm.info.run_id)}
 
     fleet = dag_runs["result"]["fleet"]
-    if "jobs.report" in dag_runs["missing"]:
-        pytest.skip("jobs.report is not written yet: fleet_report was marked success without running")
+    if "jobs.publish.report" in dag_runs["missing"]:
+        pytest.skip("jobs.publish.report is not written yet: fleet_report was marked success without running")
     assert fleet["state"] == "success", (fleet, dag_runs["log"])
     assert fleet["tasks"] == {"settings": "success", "fleet_report": "success"}
     fexp = client.get_experiment_by_name("tracelake-fleet")
     assert fexp is not None
     fruns = client.search_runs([fexp.experiment_id])
     assert len(fruns) == 1
-    assert fruns[0].data.metrics["fleet/n_jobs"] == 2  # dlrm and tiny (jobs.report.publish's metric names)
+    assert fruns[0].data.metrics["fleet/n_jobs"] == 2  # dlrm and tiny (jobs.publish.reports's metric names)

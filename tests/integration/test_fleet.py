@@ -36,7 +36,7 @@ def _train(landing, job_id: str, sleep_s: float, steps: int = 10) -> None:
 @pytest.fixture(scope="module")
 def nightly(spark, tmp_path_factory):
     """Four runs of the job name ``nightly-mlp``: three alike, the fourth 25 ms/step slower."""
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     base = tmp_path_factory.mktemp("fleet")
     landing, wh = base / "landing", base / "wh"

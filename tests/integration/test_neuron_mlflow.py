@@ -15,7 +15,7 @@ NEURON = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "neu
 def test_neuron_profiles_reach_mlflow_with_hardware_metrics_and_findings(spark, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     res = run_pipeline(str(NEURON), str(tmp_path / "wh"), tracking_uri=uri, spark=spark)

@@ -78,7 +78,7 @@ def zone(tmp_path_factory, torch_corpus):
 @pytest.fixture(scope="module")
 def two_runs(spark, zone, tmp_path_factory):
     """The main job (no MLflow) run twice on ``zone`` into one warehouse, digests after each run."""
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     root, _ = zone
     wh = tmp_path_factory.mktemp("wh")

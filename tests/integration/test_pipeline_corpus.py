@@ -141,7 +141,7 @@ def test_dlrm_collectives_matched_across_all_ranks_and_job_critical_path(spark, 
 def test_dlrm_findings_table_and_document(spark, corpus_warehouse):
     from pyspark.sql import functions as F
 
-    from jobs.analyze.findings import validate_document
+    from jobs.analyze.findings.ranking import validate_document
 
     wh, result = corpus_warehouse
     job = result.captures[result.captures["uri"].str.contains("dlrm_kineto")]["job_id"].iloc[0]

@@ -30,7 +30,7 @@ def mixed_landing(tmp_path_factory, torch_corpus):
 
 
 def test_bad_files_are_quarantined_and_good_files_ingest(spark, mixed_landing, tmp_path):
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     wh = tmp_path / "wh"
     res = run_pipeline(str(mixed_landing), str(wh), spark=spark, log_to_mlflow=False)
@@ -50,7 +50,7 @@ def test_bad_files_are_quarantined_and_good_files_ingest(spark, mixed_landing, t
 def test_results_are_logged_to_mlflow(spark, mixed_landing, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     wh = tmp_path / "wh"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -40,13 +40,13 @@ def _chromium(page: Path, profile: Path, *extra: str) -> subprocess.CompletedPro
 @pytest.fixture(scope="module")
 def pages(torch_corpus) -> dict[str, tuple[Path, int]]:
     """``{name: (html file, plots expected)}`` for the job, empty-job, fleet, validation and comparison reports."""
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.compare import compare_jobs
-    from jobs.normalize.discover import CaptureFile
+    from jobs.analyze.hta.breakdown import analyze_rank
+    from jobs.publish.compare import compare_jobs
+    from jobs.landing.discover import CaptureFile
     from jobs.normalize.job import captures_table, normalize_file
-    from jobs.report.html import (render_comparison_report, render_fleet_report, render_job_report,
+    from jobs.publish.report.html import (render_comparison_report, render_fleet_report, render_job_report,
                                   render_validation_report)
-    from jobs.validate import validate_frames
+    from jobs.validate.gate import validate_frames
 
     ints = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
     per_rank = []

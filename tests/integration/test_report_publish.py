@@ -1,4 +1,4 @@
-"""``python -m jobs.report``: the fleet run (trends, worst offenders, fleet tables) and job reports, on the corpus warehouse."""
+"""``python -m jobs.publish.report``: the fleet run (trends, worst offenders, fleet tables) and job reports, on the corpus warehouse."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ pytestmark = pytest.mark.integration
 def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from jobs.report.__main__ import main
-    from jobs.report.publish import JOB_REPORT_ARTIFACT
-    from jobs.tracking import log_jobs
+    from jobs.publish.report.__main__ import main
+    from jobs.publish.reports import JOB_REPORT_ARTIFACT
+    from jobs.publish.tracking import log_jobs
 
     wh, result = corpus_warehouse
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

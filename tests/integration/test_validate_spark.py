@@ -18,7 +18,7 @@ DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
 
 @pytest.fixture(scope="module")
 def dlrm_wh(spark, torch_corpus, tmp_path_factory):
-    from jobs.pipeline import run_pipeline
+    from jobs.pipeline.run import run_pipeline
 
     landing = tmp_path_factory.mktemp("vlanding")
     job = landing / "dlrm2"
@@ -33,7 +33,7 @@ def dlrm_wh(spark, torch_corpus, tmp_path_factory):
 
 
 def test_real_warehouse_passes_on_the_spark_engine(spark, dlrm_wh):
-    from jobs.validate import main, read_marks, validate_tables
+    from jobs.validate.gate import main, read_marks, validate_tables
 
     landing, wh, res = dlrm_wh
     n_before = spark.read.parquet(str(wh / "events")).count()
@@ -70,7 +70,7 @@ def bad_wh(spark, dlrm_wh, tmp_path_factory):
 
 
 def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
-    from jobs.validate import main, read_marks, validate_tables
+    from jobs.validate.gate import main, read_marks, validate_tables
 
     report = validate_tables(spark, str(bad_wh), "analyze", ["dlrm2"], pandas_max_rows=0)
     assert not report.success and report.failed_jobs() == {"dlrm2"}
@@ -89,10 +89,10 @@ def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
 def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from jobs.pipeline import read_tables
-    from jobs.report.publish import JOB_REPORT_ARTIFACT, load_job_tables, log_job_report
-    from jobs.tracking import log_jobs
-    from jobs.validate import log_validation, validate_tables
+    from jobs.pipeline.run import read_tables
+    from jobs.publish.reports import JOB_REPORT_ARTIFACT, load_job_tables, log_job_report
+    from jobs.publish.tracking import log_jobs
+    from jobs.validate.gate import log_validation, validate_tables
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)

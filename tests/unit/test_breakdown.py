@@ -1,7 +1,7 @@
 """Unit tests of jobs.analyze (intervals, kernel types, HTA loading rules, analyze_rank).
 
 Hand-made events with hand-computed expectations (HTA 0.5.0 definitions; see
-jobs/analyze/breakdown.py). Real-trace parity with HTA is in tests/golden/test_hta_parity.py.
+jobs/analyze/hta/breakdown.py). Real-trace parity with HTA is in tests/golden/test_hta_parity.py.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze import hta_filter
-from jobs.analyze.breakdown import analyze_rank, temporal_breakdown
-from jobs.analyze.intervals import clip_intervals, intersection_length, merge_intervals, total_length
-from jobs.analyze.kernel_types import (COMMUNICATION, COMPUTATION, KERNEL_TYPES, MEMORY, OTHER,
+from jobs.analyze.trace import hta_filter
+from jobs.analyze.hta.breakdown import analyze_rank, temporal_breakdown
+from jobs.common.intervals import clip_intervals, intersection_length, merge_intervals, total_length
+from jobs.analyze.trace.kernel_types import (COMMUNICATION, COMPUTATION, KERNEL_TYPES, MEMORY, OTHER,
                                        hta_kernel_type, hta_kernel_types, kernel_type, kernel_types)
 from schemas.tables import EVENTS, RANKS, STEPS
 
@@ -392,7 +392,7 @@ def test_duplicate_profiler_step_number_gives_one_row():
 
 
 def test_kernel_type_memory_is_anchored_on_copy_and_set_names():
-    from jobs.analyze.kernel_types import kernel_type
+    from jobs.analyze.trace.kernel_types import kernel_type
 
     assert kernel_type("Memcpy HtoD (Pinned -> Device)", None) == "MEMORY"
     assert kernel_type("hipMemsetAsync", None) == "MEMORY"

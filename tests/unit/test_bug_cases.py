@@ -3,10 +3,10 @@
 Each fixture is built in code from the case's "minimal input" (``tests/fixtures/bug_cases.py``); the
 expected values follow from how the fixture is built (its docstring) and the case's "correct
 behaviour" column, never from our own output. Parsing goes through what a user runs:
-:func:`jobs.normalize.kineto.parse_kineto` on both engines (the C scanner and the pure-Python
+:func:`jobs.normalize.kineto.parse.parse_kineto` on both engines (the C scanner and the pure-Python
 reference, which must agree) or :func:`jobs.normalize.job.normalize_file`; analysis through the pure
-per-rank functions the Spark job calls (:func:`jobs.analyze.breakdown.analyze_rank`,
-:func:`jobs.analyze.critical_path.rank_critical_path`, :func:`jobs.analyze.kernel_stats.kernel_table`).
+per-rank functions the Spark job calls (:func:`jobs.analyze.hta.breakdown.analyze_rank`,
+:func:`jobs.analyze.critical_path.rank.rank_critical_path`, :func:`jobs.analyze.hta.kernel_stats.kernel_table`).
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.breakdown import analyze_rank, rank_view_of
-from jobs.analyze.critical_path import rank_critical_path
-from jobs.analyze.kernel_stats import kernel_table
-from jobs.analyze.launch_stats import launches
-from jobs.normalize import kineto, native
-from jobs.normalize.discover import CaptureFile
+from jobs.analyze.hta.breakdown import analyze_rank, rank_view_of
+from jobs.analyze.critical_path.rank import rank_critical_path
+from jobs.analyze.hta.kernel_stats import kernel_table
+from jobs.analyze.hta.launch_stats import launches
+from jobs.normalize.kineto import parse as kineto
+from jobs.normalize.kineto import native
+from jobs.landing.discover import CaptureFile
 from jobs.normalize.job import disambiguate_bare_jobs, normalize_file
-from jobs.normalize.kineto import TraceError, parse_kineto
+from jobs.normalize.kineto.parse import TraceError, parse_kineto
 
 _spec = importlib.util.spec_from_file_location("bug_cases", Path(__file__).resolve().parents[1] / "fixtures" / "bug_cases.py")
 bc = importlib.util.module_from_spec(_spec)
@@ -134,7 +135,7 @@ def test_B01_zero_length_copy_bandwidth_is_undefined_and_the_rest_is_analyzed(en
 
 def test_B01_repairs_are_logged_with_the_byte_offset(caplog):
     data = bc.b01_nonfinite("NaN", "args")
-    with caplog.at_level(logging.WARNING, logger="jobs.normalize.kineto"):
+    with caplog.at_level(logging.WARNING, logger="jobs.normalize.kineto.parse"):
         p = parse_both(data, uri="s3://bucket/trace.json")
     assert p.meta["repair_offset"] == data.index(b"NaN")
     assert any("s3://bucket/trace.json" in m and f"byte {data.index(b'NaN')}" in m for m in caplog.messages)
@@ -443,7 +444,7 @@ import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("bc", sys.argv[1]); bc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bc)
 data = bc.b21_large(int(sys.argv[3]), int(sys.argv[4]))
-from jobs.normalize.kineto import parse_kineto
+from jobs.normalize.kineto.parse import parse_kineto
 def rss(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):

@@ -1,4 +1,4 @@
-"""Unit tests of jobs.analyze.collectives: calls, cross-rank matching, waits, skew, bandwidth.
+"""Unit tests of jobs.analyze.collectives.calls: calls, cross-rank matching, waits, skew, bandwidth.
 
 Real data: the 8-rank DLRM job of the corpus (``torch/param/dlrm_kineto``), whose NCCL kernels carry
 no collective metadata; the expected stragglers come from the raw JSON read with the standard
@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.collectives import (CALLS_SCHEMA, bus_bandwidth_factor, collective_summary, comm_calls,
+from jobs.analyze.collectives.calls import (CALLS_SCHEMA, bus_bandwidth_factor, collective_summary, comm_calls,
                                       estimate_clock_offsets, match_collectives, normalize_collective)
-from jobs.normalize.kineto import parse_kineto
+from jobs.normalize.kineto.parse import parse_kineto
 from schemas.tables import COLLECTIVES
 
 US = 1000

@@ -1,4 +1,4 @@
-"""jobs.compare: metric deltas, kernels/ops added, removed, slower, faster, findings appeared/cleared.
+"""jobs.publish.compare: metric deltas, kernels/ops added, removed, slower, faster, findings appeared/cleared.
 
 Hand-made events with hand-computed expectations, then the two ranks of HTA's ``trace_filter``
 corpus traces as two real jobs, checked against sums computed here directly from their events.
@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from jobs.compare import compare_jobs, op_summary
+from jobs.publish.compare import compare_jobs, op_summary
 
 US = 1000
 
@@ -94,8 +94,8 @@ def test_job_without_steps_is_compared_per_trace():
 
 @pytest.fixture(scope="module")
 def two_real_jobs(CORPUS):
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.normalize.discover import CaptureFile
+    from jobs.analyze.hta.breakdown import analyze_rank
+    from jobs.landing.discover import CaptureFile
     from jobs.normalize.job import captures_table, normalize_file
 
     ints = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
@@ -140,7 +140,7 @@ def test_real_traces_against_direct_sums(two_real_jobs):
 
 
 def test_comparison_report_renders_and_escapes(two_real_jobs):
-    from jobs.report.html import render_comparison_report
+    from jobs.publish.report.html import render_comparison_report
 
     a = two_real_jobs["A"]
     b = {**two_real_jobs["B"], "events": two_real_jobs["B"]["events"].assign(

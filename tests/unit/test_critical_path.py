@@ -1,4 +1,4 @@
-"""Unit tests of the critical path (jobs.analyze.cp_trace / cp_graph / cp_longest / critical_path /
+"""Unit tests of the critical path (jobs.analyze.critical_path.trace / cp_graph / cp_longest / critical_path /
 cp_cross_rank).
 
 Synthetic Kineto traces are written as Chrome-trace JSON and read with our parser
@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.collectives import comm_calls, match_collectives
-from jobs.analyze.cp_graph import DEPENDENCY, OPERATOR, build_graph
-from jobs.analyze.cp_longest import longest_path
-from jobs.analyze.cp_trace import rank_trace
-from jobs.analyze.critical_path import (BOUNDARIES_SCHEMA, critical_path, hta_critical_path, job_critical_path,
+from jobs.analyze.collectives.calls import comm_calls, match_collectives
+from jobs.analyze.critical_path.graph import DEPENDENCY, OPERATOR, build_graph
+from jobs.analyze.critical_path.longest import longest_path
+from jobs.analyze.critical_path.trace import rank_trace
+from jobs.analyze.critical_path.rank import (BOUNDARIES_SCHEMA, critical_path, hta_critical_path, job_critical_path,
                                         rank_critical_path)
-from jobs.normalize.kineto import parse_kineto
+from jobs.normalize.kineto.parse import parse_kineto
 from schemas.tables import CRITICAL_PATH
 
 US = 1000
@@ -415,7 +415,7 @@ def test_dlrm_job_path():
     # the path cannot be longer than the job's step on the job clock (HTA weights <= elapsed time)
     off = {x["rank"]: x["clock_offset_ns"] for x in skew.to_pylist()}
     w = {rk: rank_trace(ev) for rk, ev in job.items()}
-    from jobs.analyze.critical_path import profiler_steps
+    from jobs.analyze.critical_path.rank import profiler_steps
 
     spans = [(profiler_steps(w[rk])[0][1] + off[rk], profiler_steps(w[rk])[0][2] + off[rk]) for rk in job]
     assert r["path_length_ns"].iloc[0] <= max(e for _, e in spans) - min(s0 for s0, _ in spans)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jobs.normalize.discover import DiscoveryError, discover, safe_id, slug
+from jobs.landing.discover import DiscoveryError, discover, safe_id, slug
 
 
 def _manifest(**over):

@@ -1,4 +1,4 @@
-"""Unit tests of jobs.analyze.findings / finding_rules: every rule on a small input built to trigger
+"""Unit tests of jobs.analyze.findings.ranking / finding_rules: every rule on a small input built to trigger
 it and on one that must not, ranking, stable ids, findings.json against its JSON Schema, and the
 8-rank DLRM job of the corpus end to end (parse → rank_stage → job_stage → findings).
 
@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from jobs.analyze import finding_rules as fr
-from jobs.analyze.findings import (EVENTS_COLUMNS, RULE_NAMES, SCHEMA_PATH, SYNC_NAMES, findings_document,
+from jobs.analyze.findings import rules as fr
+from jobs.analyze.findings.ranking import (EVENTS_COLUMNS, RULE_NAMES, SCHEMA_PATH, SYNC_NAMES, findings_document,
                                    job_findings, validate_document)
 from schemas.tables import COLLECTIVES, CRITICAL_PATH, FINDINGS, STEPS
 
@@ -462,7 +462,7 @@ def dlrm():
         pytest.skip("needs the 8 DLRM ranks in ../shared/corpus")
     from jobs.analyze.job import job_stage, rank_stage
     from jobs.normalize.job import with_identity
-    from jobs.normalize.kineto import parse_kineto
+    from jobs.normalize.kineto.parse import parse_kineto
 
     events, pairs = {}, []
     for f in DLRM:
@@ -533,7 +533,7 @@ def test_one_profiled_step_lowers_confidence():
 
 def test_truncated_trace_steps_are_left_out():
     """B22: a partial trace's last step has no events for its tail; it must not read as idle GPU."""
-    from jobs.analyze.findings import drop_truncated_steps
+    from jobs.analyze.findings.ranking import drop_truncated_steps
 
     s = steps_frame(n_ranks=2, n_steps=3)
     s = s.assign(capture_id=s["rank"].map(lambda r: f"cap{r}"), step_start_ns=s["step"] * 10 * MS,

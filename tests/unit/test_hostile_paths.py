@@ -1,10 +1,10 @@
 """Ids and names from manifests, landing-zone paths and users never become paths outside the landing
 zone or the warehouse.
 
-Entry points: ``jobs.normalize.discover`` (manifest ``job_id``/``attempt``/``rank``/``world_size``/``files``,
+Entry points: ``jobs.landing.discover`` (manifest ``job_id``/``attempt``/``rank``/``world_size``/``files``,
 the ``date=``/``job=``/``attempt=``/``rank=`` folders, capture folder names, bare-trace folders, object-store
-keys with ``..``), ``jobs.analyze.job`` (``findings_json/<job>/…``), ``python -m jobs.report`` (``--job``,
-``--day`` quoted into MLflow filters), ``jobs.compare`` references, ``capture_hooks`` (job id, landing
+keys with ``..``), ``jobs.analyze.job`` (``findings_json/<job>/…``), ``python -m jobs.publish.report`` (``--job``,
+``--day`` quoted into MLflow filters), ``jobs.publish.compare`` references, ``capture_hooks`` (job id, landing
 path, spool entries), and the DAG settings (``dag_run.conf`` → spark-submit arguments).
 
 A hostile value is rejected with an error naming the file and the value; a bad manifest quarantines its
@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from jobs.normalize.discover import (INT32_MAX, UNSAFE_PATH_JOB, DiscoveryError, check_path_parts, discover, safe_date,
+from jobs.landing.discover import (INT32_MAX, UNSAFE_PATH_JOB, DiscoveryError, check_path_parts, discover, safe_date,
                                      safe_id, safe_index, slug)
 
 #: Values that must never be a job id, capture id or other path segment.
@@ -265,7 +265,7 @@ def test_analyze_rejects_a_job_id_before_any_path_is_built(job):
 
 @pytest.mark.parametrize("job", ["x' or tags.`tracelake.attempt` = '0", "../x", "a b", "x\n"])
 def test_report_job_cannot_break_out_of_the_mlflow_filter(job):
-    from jobs.report.__main__ import _job_run
+    from jobs.publish.report.__main__ import _job_run
 
     with pytest.raises(DiscoveryError, match="--job: unsafe job id"):
         _job_run(_Untouchable(), "tracelake", job, 0)
@@ -273,14 +273,14 @@ def test_report_job_cannot_break_out_of_the_mlflow_filter(job):
 
 @pytest.mark.parametrize("day", ["2026-01-01' or '1'='1", "../x", "2026-02-30", "2026-01-01\n"])
 def test_fleet_report_day_must_be_a_date(day):
-    from jobs.report.publish import log_fleet_report
+    from jobs.publish.reports import log_fleet_report
 
     with pytest.raises(DiscoveryError, match="not a calendar date"):
         log_fleet_report("sqlite:////nonexistent/never-created.db", None, None, None, day=day)
 
 
 def test_compare_reference_to_a_hostile_job_is_a_clear_error():
-    from jobs.compare import resolve_ref
+    from jobs.publish.compare import resolve_ref
 
     with pytest.raises(ValueError, match=r"no job '\.\./\.\./x'"):
         resolve_ref("../../x#0", "/wh", None, None)
@@ -379,7 +379,7 @@ def airflow_vars(tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", ["../../x", "2026-01-01; rm -rf /", "$(id)", "{{ 7*7 }}", "2026-01-01T00:00:00Z\n--x",
                                    {"a": 1}, ["2026-01-01"]])
 def test_dag_run_conf_interval_must_be_a_date_time(airflow_vars, value):
-    from jobs.submit.settings import resolve
+    from jobs.pipeline.settings import resolve
 
     with pytest.raises(ValueError, match="date-time"):
         resolve(run_conf={"since": value})
@@ -390,7 +390,7 @@ def test_dag_run_conf_interval_must_be_a_date_time(airflow_vars, value):
 def test_dag_run_record_path_stays_in_the_warehouse(airflow_vars):
     import re
 
-    from jobs.submit.settings import resolve
+    from jobs.pipeline.settings import resolve
 
     conf = resolve(run_conf={"since": "2026-01-01T00:00:00.123456+05:30", "until": "2026-01-02"})
     prefix = str(airflow_vars / "wh") + "/_runs/ingest/"
@@ -403,7 +403,7 @@ def test_spark_submit_arguments_are_never_rendered_twice_nor_split():
     text) and an argv list (no shell: ``;``, ``$()``, spaces stay inside one argument)."""
     import jinja2
 
-    from jobs.submit import settings as cfg
+    from jobs.pipeline import settings as cfg
 
     hostile = "/x; rm -rf / $(id) `id` {{ 7*7 }} --job ../x"
 
@@ -425,7 +425,7 @@ def test_spark_submit_arguments_are_never_rendered_twice_nor_split():
 
 
 def test_validate_stage_passes_each_job_as_one_argument():
-    from jobs.submit.validate_main import validate_argv
+    from jobs.pipeline.validate_main import validate_argv
 
     jobs = [slug("a b"), slug("--stage"), "job=x"]
     argv = validate_argv({"job_ids": jobs}, "normalize", "/wh")

@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze import hta_filter
-from jobs.analyze.breakdown import analyze_rank, rank_view_of
-from jobs.analyze.host_time import dataloader_mask
-from jobs.analyze.idle_time import HOST_WAIT, KERNEL_WAIT, OTHER, idle_gaps
-from jobs.analyze.interval_sets import covered_not_excluded, length_in_windows
-from jobs.analyze.kernel_stats import kernel_table
-from jobs.analyze.launch_stats import launches
-from jobs.analyze.launches import HTA_LAUNCH_STATS_NAMES, is_launch_name, launch_name_mask, pairs_on_key
-from jobs.analyze.queue_length import queue_points
+from jobs.analyze.trace import hta_filter
+from jobs.analyze.hta.breakdown import analyze_rank, rank_view_of
+from jobs.analyze.hta.host_time import dataloader_mask
+from jobs.analyze.hta.idle_time import HOST_WAIT, KERNEL_WAIT, OTHER, idle_gaps
+from jobs.common.interval_sets import covered_not_excluded, length_in_windows
+from jobs.analyze.hta.kernel_stats import kernel_table
+from jobs.analyze.hta.launch_stats import launches
+from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES, is_launch_name, launch_name_mask, pairs_on_key
+from jobs.analyze.hta.queue_length import queue_points
 from schemas.tables import EVENTS, KERNELS, RANKS, STEPS
 
 US = 1000

@@ -1,6 +1,6 @@
 """Every string that comes from a trace, a manifest or a user is text in the HTML reports, never markup.
 
-The four pages of :mod:`jobs.report.html` are rendered from tables whose names, ids, titles, reasons,
+The four pages of :mod:`jobs.publish.report.html` are rendered from tables whose names, ids, titles, reasons,
 evidence, validation messages and comparison labels are XSS / template-injection payloads, then parsed
 with :class:`html.parser.HTMLParser` (which splits ``<script>``/``<style>`` content the way a browser
 does): the only elements are the template's own, the only script is the page's marker script, no
@@ -82,7 +82,7 @@ class _Page(HTMLParser):
 
 def assert_inert(html: str, shown: tuple[str, ...] = PAYLOADS) -> _Page:
     """The page holds only template markup, and each of ``shown`` appears as text."""
-    from jobs.report.html import CHECK_SCRIPT, SCRIPT_HASH
+    from jobs.publish.report.html import CHECK_SCRIPT, SCRIPT_HASH
 
     page = _Page(html)
     tags = [t for t, _ in page.elements]
@@ -161,7 +161,7 @@ def hostile_job(base: dict, job_id: str = "trace_filter") -> dict:
 
 
 def hostile_validation(job_id: str):
-    from jobs.validate import CheckResult, TableValidation, ValidationReport
+    from jobs.validate.gate import CheckResult, TableValidation, ValidationReport
 
     checks = [CheckResult(id=p, expectation=_cycle(i + 1), columns=[p], success=i % 2 == 1, doc=_cycle(i + 2),
                           unexpected_count=i, partial_unexpected=[_cycle(i + 3), _cycle(i + 5)],
@@ -174,7 +174,7 @@ def hostile_validation(job_id: str):
 
 
 def test_job_report_renders_every_trace_string_as_text(job_tables):
-    from jobs.report.html import render_job_report
+    from jobs.publish.report.html import render_job_report
 
     html = render_job_report(hostile_job(job_tables), validation=hostile_validation("trace_filter"))
     page = assert_inert(html)
@@ -185,8 +185,8 @@ def test_job_report_renders_every_trace_string_as_text(job_tables):
 
 
 def test_job_report_with_a_hostile_job_id_and_title(job_tables):
-    """Job ids are path-safe in the warehouse (jobs.normalize.discover.safe_id); the report does not rely on it."""
-    from jobs.report.html import render_job_report
+    """Job ids are path-safe in the warehouse (jobs.landing.discover.safe_id); the report does not rely on it."""
+    from jobs.publish.report.html import render_job_report
 
     for job_id in PAYLOADS:
         html = render_job_report(hostile_job(job_tables, job_id=job_id))
@@ -196,7 +196,7 @@ def test_job_report_with_a_hostile_job_id_and_title(job_tables):
 
 
 def test_fleet_report_renders_job_ids_dates_and_findings_as_text(job_tables):
-    from jobs.report.html import render_fleet_report
+    from jobs.publish.report.html import render_fleet_report
 
     parts_r, parts_c = [], []
     for i, p in enumerate(PAYLOADS):
@@ -213,7 +213,7 @@ def test_fleet_report_renders_job_ids_dates_and_findings_as_text(job_tables):
 
 
 def test_validation_report_renders_check_names_samples_and_jobs_as_text():
-    from jobs.report.html import render_validation_report
+    from jobs.publish.report.html import render_validation_report
 
     report = hostile_validation(ATTR)
     html = render_validation_report(report, job_id=SCRIPT)
@@ -232,8 +232,8 @@ def _events(rows):
 
 
 def test_comparison_report_renders_labels_names_and_findings_as_text():
-    from jobs.compare import compare_jobs
-    from jobs.report.html import render_comparison_report
+    from jobs.publish.compare import compare_jobs
+    from jobs.publish.report.html import render_comparison_report
 
     a_rows = [(r, s, p, kind, 100 + 10 * i) for r in (0, 1) for s in (1, 2)
               for i, (p, kind) in enumerate(zip(PAYLOADS, ("kernel", "op") * 4)) if i % 3 != 0]
@@ -265,8 +265,8 @@ def test_plot_labels_are_pixels_even_with_latex_enabled(job_tables):
     the plots force it off, and math text off, so a label is drawn as the characters it has."""
     import matplotlib
 
-    from jobs.report import plots as P
-    from jobs.report import sections as S
+    from jobs.publish.report import plots as P
+    from jobs.publish.report import sections as S
 
     t = hostile_job(job_tables)
     latexy = "\\input{/etc/passwd}\\write18{id} $\\frac{1}{0}$ %s" % SCRIPT
@@ -310,7 +310,7 @@ def _fleet_tables() -> dict:
 def test_fleet_report_breakdown_and_regressions_render_group_values_as_text(job_tables):
     import inspect
 
-    from jobs.report.html import render_fleet_report
+    from jobs.publish.report.html import render_fleet_report
 
     if "fleet" not in inspect.signature(render_fleet_report).parameters:
         pytest.skip("render_fleet_report has no fleet sections")
@@ -325,7 +325,7 @@ def test_fleet_metric_names_from_group_values_are_valid_mlflow_names():
     change it): the whole fleet run would fail to log."""
     from mlflow.utils.validation import _validate_metric_name
 
-    from jobs.report.fleet_tables import fleet_stats_metrics
+    from jobs.publish.report.fleet_tables import fleet_stats_metrics
 
     stats = _fleet_tables()["fleet_stats"]
     extra = pd.DataFrame([{**stats.iloc[0].to_dict(), "dimension": "model", "value": v}
@@ -344,7 +344,7 @@ def test_compare_terminal_output_prints_names_as_text():
 
     from rich.console import Console
 
-    from jobs.compare import compare_jobs, print_comparison
+    from jobs.publish.compare import compare_jobs, print_comparison
 
     markup = ["[/]", "[link=file:///etc/passwd]click[/link]", "[bold red]x", "a\\[/b]", "\\"]
     names = markup + [SCRIPT, JINJA]

@@ -1,7 +1,7 @@
 """infra/cluster: every YAML/JSON file parses, and what it names exists in the code and agrees with it.
 
 The step and manifest arguments are parsed by the applications' own parsers (argparse of the
-``jobs/submit/*_main.py`` applications and ``jobs.report``, typer/click of ``jobs.cli``), stopped right
+``jobs/pipeline/*_main.py`` applications and ``jobs.publish.report``, typer/click of ``jobs.cli``), stopped right
 after parsing, so a renamed or removed option fails here instead of on a cluster.
 """
 
@@ -220,8 +220,8 @@ def test_emr_spark_steps_parse_with_their_applications(name, monkeypatch):
 
 
 def test_emr_ingest_steps_follow_the_dag_and_share_one_run_record(monkeypatch):
-    from jobs.normalize.interval import as_utc
-    from jobs.submit import settings
+    from jobs.landing.interval import as_utc
+    from jobs.pipeline import settings
 
     steps = _steps("steps-ingest.json")
     parsed = {}
@@ -244,14 +244,14 @@ def test_emr_ingest_steps_follow_the_dag_and_share_one_run_record(monkeypatch):
 
 
 def test_emr_mlflow_step_calls_log_run_with_the_keys_it_reads():
-    from jobs.submit import mlflow_log
+    from jobs.pipeline import mlflow_log
 
     (step,) = [s for s in _steps("steps-ingest.json") if s["Args"][0] != "spark-submit"]
     python, flag, code, conf_json = step["Args"]
     assert python == EMR_VENV + "/bin/python" and flag == "-c"
     tree = ast.parse(code)  # valid Python
     imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert ("jobs.submit.mlflow_log", "log_run") in imported and callable(mlflow_log.log_run)
+    assert ("jobs.pipeline.mlflow_log", "log_run") in imported and callable(mlflow_log.log_run)
     reads = set(re.findall(r"""conf\[["'](\w+)["']\]""", inspect.getsource(mlflow_log.log_run)))
     assert reads and reads <= set(json.loads(conf_json)), f"log_run reads {reads}"
     ingest = [_spark_step(s) for s in _steps("steps-ingest.json") if s["Args"][0] == "spark-submit"]

@@ -1,4 +1,4 @@
-"""jobs.normalize.interval: which captures an interval run normalizes (pure functions + one real folder)."""
+"""jobs.landing.interval: which captures an interval run normalizes (pure functions + one real folder)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jobs.normalize.discover import CaptureFile, Discovery, discover
-from jobs.normalize.interval import (
+from jobs.landing.discover import CaptureFile, Discovery, discover
+from jobs.landing.interval import (
     as_utc,
     commit_key,
     commit_times,
@@ -118,7 +118,7 @@ def test_commit_times_and_restrict_on_a_real_folder(tmp_path):
 
 
 def test_ingest_interval_covers_hours_missed_since_the_last_successful_run():
-    from jobs.submit.settings import ingest_interval
+    from jobs.pipeline.settings import ingest_interval
 
     one = timedelta(hours=1)
     assert ingest_interval(H, H + one) == (H, H + one)  # first run
@@ -127,8 +127,8 @@ def test_ingest_interval_covers_hours_missed_since_the_last_successful_run():
 
 
 def test_run_record_and_validate_arguments_follow_the_captures():
-    from jobs.submit.record import build_record
-    from jobs.submit.validate_main import validate_argv
+    from jobs.pipeline.record import build_record
+    from jobs.pipeline.validate_main import validate_argv
 
     caps = [{"job_id": "a", "capture_id": "a0", "status": "ingested"},
             {"job_id": "b", "capture_id": "b0", "status": "quarantined", "reason": "/lz/b0: not JSON"}]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.normalize.kineto import EVENT_COLUMNS, ParsedTrace, TraceError, parse_kineto, rank_from_filename
+from jobs.normalize.kineto.parse import EVENT_COLUMNS, ParsedTrace, TraceError, parse_kineto, rank_from_filename
 from schemas.tables import EVENTS
 
 TORCH = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "torch"
@@ -516,7 +516,7 @@ def test_rank_from_filename(name, rank):
 
 def _both_paths(monkeypatch, data: bytes, chunk_bytes: int = 512):
     """Parse with tiny chunks and with the whole-document path; return both results."""
-    import jobs.normalize.kineto as kineto
+    import jobs.normalize.kineto.parse as kineto
 
     calls = []
 
@@ -575,7 +575,7 @@ def test_single_event_larger_than_a_chunk(monkeypatch):
 
 
 def test_invalid_json_late_in_a_chunked_document_names_the_byte(monkeypatch):
-    import jobs.normalize.kineto as kineto
+    import jobs.normalize.kineto.parse as kineto
 
     good = json.dumps({"traceEvents": [_x(f"op{i}", i, 1) for i in range(200)]}).encode()
     pos = good.index(b'"op150"')

@@ -17,10 +17,10 @@ import zlib
 
 import pytest
 
-from jobs.normalize import native
-from jobs.normalize.discover import CaptureFile
+from jobs.normalize.kineto import native
+from jobs.landing.discover import CaptureFile
 from jobs.normalize.job import normalize_file
-from jobs.normalize.kineto import parse_kineto
+from jobs.normalize.kineto.parse import parse_kineto
 from jobs.normalize.limits import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_STRING_BYTES,

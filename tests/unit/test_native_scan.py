@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.normalize import native
-from jobs.normalize.kineto import TraceError, parse_kineto
-from jobs.normalize.native import NativeBail
+from jobs.normalize.kineto import native
+from jobs.normalize.kineto.parse import TraceError, parse_kineto
+from jobs.normalize.kineto.native import NativeBail
 
 TORCH = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "torch"
 ALL_TRACES = sorted(p.relative_to(TORCH).as_posix() for p in TORCH.rglob("*.json*")) if TORCH.is_dir() else []
@@ -64,7 +64,7 @@ def test_native_equals_python_on_every_corpus_trace(CORPUS, rel):
     "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz",  # bare list, string tids
 ])
 def test_verbatim_args_and_small_gunzip_pieces(CORPUS, monkeypatch, rel):
-    import jobs.normalize.kineto as kineto
+    import jobs.normalize.kineto.parse as kineto
 
     data = (CORPUS / "torch" / rel).read_bytes()
     monkeypatch.setattr(kineto, "_NATIVE_PIECE_BYTES", 4099)  # events cut across many pieces
@@ -165,7 +165,7 @@ def test_exact_ns_from_number_text():
 
 
 def test_chunk_boundaries_in_every_position(monkeypatch):
-    import jobs.normalize.kineto as kineto
+    import jobs.normalize.kineto.parse as kineto
 
     events = []
     for i in range(40):

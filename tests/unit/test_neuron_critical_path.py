@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.neuron_critical_path import (critical_path_from_events, critical_path_rows, device_critical_path,
+from jobs.normalize.neuron.critical_path import (critical_path_from_events, critical_path_rows, device_critical_path,
                                                instruction_category)
-from jobs.normalize.neuron_events import profile_events
-from jobs.normalize.neuron_json import parse_neuron_json
+from jobs.normalize.neuron.events import profile_events
+from jobs.normalize.neuron.json_view import parse_neuron_json
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul/neuron_profile_results/profile_128x128x1024.json"
 

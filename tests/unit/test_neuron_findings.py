@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.analyze.neuron_findings import RULES, neuron_findings
-from jobs.normalize.neuron_json import parse_neuron_json
-from jobs.normalize.neuron_parquet import parse_neuron_parquet
-from jobs.normalize.neuron_summary import summary_row
+from jobs.analyze.findings.neuron import RULES, neuron_findings
+from jobs.normalize.neuron.json_view import parse_neuron_json
+from jobs.normalize.neuron.parquet import parse_neuron_parquet
+from jobs.normalize.neuron.summary import summary_row
 from schemas.tables import FINDINGS
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul/neuron_profile_results/profile_128x128x1024.json"

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from jobs.normalize.errors import TraceError
-from jobs.normalize.kineto import EVENT_COLUMNS
-from jobs.normalize.neuron_events import TRACK_TIDS, profile_events
-from jobs.normalize.neuron_json import is_legacy_profile, is_summary_json, parse_neuron_json, parse_summary_json
+from jobs.normalize.kineto.parse import EVENT_COLUMNS
+from jobs.normalize.neuron.events import TRACK_TIDS, profile_events
+from jobs.normalize.neuron.json_view import is_legacy_profile, is_summary_json, parse_neuron_json, parse_summary_json
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul"
 F1024 = "neuron_profile_results/profile_128x128x1024.json"
@@ -95,7 +95,7 @@ def test_summary_json_with_log_lines_and_profile_keys(doc):
 
 def test_summary_json_row_uses_instance_type_constants(doc):
     """summary-json has no Metadata: the trn1/inf2 constants recompute the same MFU the profiler stored."""
-    from jobs.normalize.neuron_summary import summary_row
+    from jobs.normalize.neuron.summary import summary_row
 
     (p,) = parse_summary_json(json.dumps({"k": doc["summary"][0]}).encode())
     r = summary_row(p)

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from jobs.analyze.neuron_metrics import (golden_metrics, hardware_constants, largest_gap, merge_intervals,
+from jobs.normalize.neuron.metrics import (golden_metrics, hardware_constants, largest_gap, merge_intervals,
                                          neuron_metrics_for_mlflow, overlap_ns, union_ns)
-from jobs.normalize.neuron_json import parse_neuron_json
-from jobs.normalize.neuron_summary import summary_row
+from jobs.normalize.neuron.json_view import parse_neuron_json
+from jobs.normalize.neuron.summary import summary_row
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul"
 FILES = ("neuron_profile_results/profile_128x128x1024.json", "neuron_profile_results/profile_128x128x520.json",
@@ -56,7 +56,7 @@ def test_summary_row_percentages_are_0_to_100_and_match_reported(profile):
 def test_event_derived_counts_agree_with_the_summary(profile):
     """Bytes and FLOPs summed over instructions equal the Summary counters exactly; merged ActiveTime
     intervals agree with the Summary's active time to the ns rounding of the JSON timestamps."""
-    from jobs.normalize.neuron_summary import _derived_summary
+    from jobs.normalize.neuron.summary import _derived_summary
 
     d = _derived_summary(profile, [])
     s = profile.summary

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.normalize.errors import TraceError
-from jobs.normalize.neuron_json import parse_neuron_json
-from jobs.normalize.neuron_parquet import parse_neuron_parquet, table_of_file
-from jobs.normalize.neuron_summary import summary_row
+from jobs.normalize.neuron.json_view import parse_neuron_json
+from jobs.normalize.neuron.parquet import parse_neuron_parquet, table_of_file
+from jobs.normalize.neuron.summary import summary_row
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul"
 FILES = ("neuron_profile_results/profile_128x128x1024.json", "neuron_profile_results/profile_128x128x520.json",
@@ -122,8 +122,8 @@ def test_collectives_and_system_tables_from_parquet(gen, tmp_path):
     assert r["cc_op_count"] == n and r["cc_trigger_delay_ns"] == 250 * n and r["cc_trigger_delay_max_ns"] == 250
     assert r["cc_op_time_ns"] == sum(c["duration_ns"] for c in rows["CcOp"])
     assert "device_and_system_clocks_not_aligned" in prof.flags
-    from jobs.normalize.neuron_events import profile_events
-    from jobs.normalize.neuron_system import system_blocks
+    from jobs.normalize.neuron.events import profile_events
+    from jobs.normalize.neuron.system import system_blocks
 
     ev = profile_events(prof).to_pandas()
     coll = ev[ev["category"] == "neuron_collective"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.normalize.discover import discover, route_files
-from jobs.normalize.formats import head_text, kind_from_name, pair_key, sniff_json
+from jobs.landing.discover import discover, route_files
+from jobs.landing.formats import head_text, kind_from_name, pair_key, sniff_json
 from jobs.normalize.job import _read_task, disambiguate_bare_jobs, neuron_summary_rows, normalize_file
 
 KINETO = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,

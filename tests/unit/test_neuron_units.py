@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jobs.normalize.neuron_json import parse_neuron_json
-from jobs.normalize.neuron_profile import ENGINE_ALIASES, engine_name, percent_scale, seconds_to_ns
+from jobs.normalize.neuron.json_view import parse_neuron_json
+from jobs.normalize.neuron.profile import ENGINE_ALIASES, engine_name, percent_scale, seconds_to_ns
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul/neuron_profile_results/profile_128x128x1024.json"
 
@@ -19,7 +19,7 @@ def doc(CORPUS):
 
 def test_device_timestamps_are_ns_from_profile_start(doc):
     """first_hw_timestamp is 0 and event ts stay on that clock: ts_ns = timestamp, no epoch, no µs scaling."""
-    from jobs.normalize.neuron_events import profile_events
+    from jobs.normalize.neuron.events import profile_events
 
     assert doc["metadata"][0]["first_hw_timestamp"] == 0 and doc["metadata"][0]["first_ts"] == "1970-01-01T00:00:00Z"
     ev = profile_events(parse_neuron_json(json.dumps(doc).encode(), "x")).to_pandas()

@@ -1,4 +1,4 @@
-"""HTML reports (jobs/report): escaping of names from traces, self-containment, missing tables.
+"""HTML reports (jobs/publish/report): escaping of names from traces, self-containment, missing tables.
 
 Base tables are the real normalize + analyze output of HTA's ``trace_filter`` traces (2 ranks, one
 job); the tables other stages produce (kernels, collectives, critical_path, findings) are written
@@ -60,7 +60,7 @@ def _scripts(html: str) -> list[str]:
 
 
 def _assert_safe(html: str) -> None:
-    from jobs.report.html import CHECK_SCRIPT, SCRIPT_HASH
+    from jobs.publish.report.html import CHECK_SCRIPT, SCRIPT_HASH
 
     assert HOSTILE not in html and HOSTILE_ATTR not in html
     assert _scripts(html) == [CHECK_SCRIPT]  # our own marker script only
@@ -70,7 +70,7 @@ def _assert_safe(html: str) -> None:
 
 
 def test_job_report_escapes_every_name_from_a_trace(job_tables):
-    from jobs.report.html import render_job_report
+    from jobs.publish.report.html import render_job_report
 
     html = render_job_report(_hostile_tables(job_tables))
     _assert_safe(html)
@@ -82,7 +82,7 @@ def test_job_report_escapes_every_name_from_a_trace(job_tables):
 
 
 def test_job_report_with_missing_tables_says_not_available(job_tables):
-    from jobs.report.html import render_job_report
+    from jobs.publish.report.html import render_job_report
 
     html = render_job_report({})
     for key in ("step-time", "idle-time", "top-kernels", "collectives", "critical-path", "findings", "captures"):
@@ -97,7 +97,7 @@ def test_job_report_with_missing_tables_says_not_available(job_tables):
 
 
 def test_job_report_numbers_match_the_tables(job_tables):
-    from jobs.report.html import render_job_report
+    from jobs.publish.report.html import render_job_report
 
     html = render_job_report(job_tables)
     steps = job_tables["steps"]
@@ -107,8 +107,8 @@ def test_job_report_numbers_match_the_tables(job_tables):
 
 
 def test_fleet_report_trends_and_worst_offenders(job_tables):
-    from jobs.report.html import render_fleet_report
-    from jobs.report.sections import fleet_daily, fleet_metrics
+    from jobs.publish.report.html import render_fleet_report
+    from jobs.publish.report.sections import fleet_daily, fleet_metrics
 
     ranks = pd.concat([job_tables["ranks"], job_tables["ranks"].assign(job_id=HOSTILE, date="2024-01-02")])
     caps = pd.concat([job_tables["captures"], job_tables["captures"].assign(job_id=HOSTILE, date="2024-01-02")])

@@ -1,11 +1,11 @@
-"""Collective, straggler and regression metrics logged to MLflow (jobs/tracking.py), on tiny frames."""
+"""Collective, straggler and regression metrics logged to MLflow (jobs/publish/tracking.py), on tiny frames."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from jobs.tracking import collective_metrics, regression_metrics
+from jobs.publish.tracking import collective_metrics, regression_metrics
 
 
 def _calls():

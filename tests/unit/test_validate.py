@@ -1,4 +1,4 @@
-"""Great Expectations suites derived from schemas/ (jobs/validate.py) on real tables, corrupted on purpose.
+"""Great Expectations suites derived from schemas/ (jobs/validate/gate.py) on real tables, corrupted on purpose.
 
 The tables are the real output of normalize + analyze (pure functions, no Spark) on the two ranks of
 HTA's ``trace_filter`` corpus traces, each rank made its own job (``job_a``, ``job_b``) so that a
@@ -30,11 +30,11 @@ def _pd(t: pa.Table) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def real_tables(CORPUS):
     """captures, events, steps, ranks of two real ranks, as jobs ``job_a`` (rank 0) and ``job_b`` (rank 1)."""
-    from jobs.analyze.breakdown import analyze_rank
-    from jobs.normalize.discover import CaptureFile
+    from jobs.analyze.hta.breakdown import analyze_rank
+    from jobs.landing.discover import CaptureFile
     from jobs.normalize.job import captures_table, normalize_file
 
-    from jobs.analyze.critical_path import rank_critical_path
+    from jobs.analyze.critical_path.rank import rank_critical_path
 
     caps, events, steps, ranks, cps = [], [], [], [], []
     for job, rel in zip(("job_a", "job_b"), TRACES):
@@ -54,7 +54,7 @@ def real_tables(CORPUS):
 
 
 def _validate(frames: dict, stage: str, **kw):
-    from jobs.validate import validate_frames
+    from jobs.validate.gate import validate_frames
 
     return validate_frames(frames, stage, job_ids=["job_a", "job_b"], **kw)
 
@@ -206,7 +206,7 @@ def test_missing_column_fails_the_schema_check(real_tables):
 
 
 def test_marks_record_the_failed_job(real_tables, tmp_path):
-    from jobs.validate import read_marks, write_marks
+    from jobs.validate.gate import read_marks, write_marks
 
     for t in ("steps", "ranks"):
         (tmp_path / t).mkdir()
@@ -229,7 +229,7 @@ def test_marks_record_the_failed_job(real_tables, tmp_path):
 
 
 def test_validation_page_escapes_and_lists_failures(real_tables):
-    from jobs.report.html import render_validation_report
+    from jobs.publish.report.html import render_validation_report
 
     steps = _corrupt_steps(real_tables["steps"], "pct 150")
     steps["job_id"] = steps["job_id"].replace({"job_b": "<script>alert(1)</script>"})

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jobs.normalize import xplane
+from jobs.normalize.xla import xplane
 from jobs.normalize.errors import TraceError
 from jobs.normalize.job import normalize_file
 

@@ -1,0 +1,320 @@
+"""Ranked bottleneck findings per job: the ``findings`` table and ``findings.json``.
+
+:func:`job_findings` runs the rules of :mod:`jobs.analyze.findings.rules` (GPU / Kineto) and
+:func:`jobs.analyze.findings.neuron.neuron_findings` (Trainium / Inferentia) over the analysis
+tables of a job and ranks every finding of a (job_id, attempt) by estimated time lost per step
+(``rank_order`` 1 = most; unknown last; ties: higher confidence, then ``finding_id``).
+:func:`findings_document` turns the rows of one job into the ``findings.json`` document
+(JSON Schema ``schemas/findings.v1.json``, draft 2020-12), for people and automated agents.
+
+Rules (thresholds and rationale: :mod:`jobs.analyze.findings.rules`):
+
+=========================  ================================  ===========  =========================================
+rule                       metric                            fires at     time lost per step
+=========================  ================================  ===========  =========================================
+``host_bound_launch``      cpu_bound_pct_of_step             ≥ 10 %       ``cpu_bound_time_ns``
+``many_tiny_kernels``      short_kernel_pct_of_launches      ≥ 50 %, ≥    launch time of short kernels, ≤ GPU idle
+                                                             50 / step
+``exposed_communication``  exposed_comm_pct_of_step          ≥ 10 %       Σ max(0, exposed − wait) of collectives
+``straggler_rank``         last_arrival_pct                  ≥ 2/n,       Σ median wait of the others where last
+                                                             ≥ 25 %
+``dataloader_bound``       dataloader_pct_of_step            > 5 %        data-loader time, ≤ GPU idle
+``blocking_sync``          sync_blocked_pct_of_step          ≥ 1 % or ≥   blocked time in sync calls, ≤ GPU idle
+                                                             10 calls
+``memcpy_bound``           memory_exposed_pct_of_step        ≥ 10 %       copy time not under compute/comm
+``low_gpu_utilization``    gpu_busy_pct_of_step              < 50 %       GPU idle − CPU-bound − data loader
+``neuron_*``               see :mod:`jobs.analyze.findings.neuron` (per profiled NEFF execution)
+=========================  ================================  ===========  =========================================
+
+Inputs (``tables``: table name → pandas DataFrame; missing keys and empty frames are allowed, a
+rule without its inputs does not fire). Columns read (beyond job_id, attempt, rank; ``date`` is
+taken from the first table that has it):
+
+* ``steps`` (STEPS): capture_id, step, step_time_ns, kernel_time_ns, idle_time_ns, n_kernels,
+  compute_time_ns, comm_time_ns, overlap_pct, exposed_comm_ns, memory_time_ns, idle_*_ns,
+  n_launches, launch_runtime_ns, launch_delay_p50_ns, n_short_kernels, memcpy_bytes,
+  memcpy_bw_gbps, dataloader_time_ns, cpu_bound_time_ns, cpu_op_time_ns. Required for every rule
+  but ``straggler_rank``.
+* ``ranks`` (RANKS): not needed (counted in ``generated_from`` only).
+* ``kernels`` (KERNELS): name, kernel_type, n, total_ns, mean_ns — evidence only.
+* ``collectives`` (COLLECTIVES): capture_id, step, event_id, match_key, collective, name, dur_ns,
+  wait_ns, skew_ns, exposed_ns, is_last_arrival, n_ranks_matched, msg_bytes, busbw_gbps.
+* ``critical_path`` (CRITICAL_PATH): scope, path_rank, step, rank, capture_id, event_id, name,
+  dur_ns, bound_by — corroboration and evidence.
+* ``events``: a **reduced** EVENTS frame is enough — :data:`EVENTS_COLUMNS` of the host rows whose
+  ``name`` is in :data:`jobs.analyze.findings.rules.SYNC_NAMES` (e.g. ``category in ('cuda_runtime',
+  'cpu_op', 'cuda_driver') and name in SYNC_NAMES``); rows with a null ``step`` are ignored. Only
+  ``blocking_sync`` reads it.
+* ``neuron_summary`` (NEURON_SUMMARY), optional: passed to ``neuron_findings``.
+
+Evidence (``evidence_json``, and ``evidence`` in findings.json) of the GPU rules: ``job_id``,
+``attempt``, ``scope`` (``job`` | ``rank``), ``rank`` (rank scope), ``threshold``, ``comparison``,
+``n_rank_steps``, ``n_ranks``, ``per_rank`` (rank, n_steps, value, est_time_lost_per_step_ns,
+steps), ``events`` (rank, capture_id, step, event_id, name, dur_ns, … of ``events``) and a
+rule-specific ``details`` object whose times are sums over the scope's rank-steps (``*_per_step``,
+``*_median`` and ``*_share`` keys say otherwise). Neuron evidence keeps its own keys (with job_id,
+attempt, rank).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from jobs.analyze.findings.rules import RULES, SYNC_NAMES, THRESHOLDS, JobTables
+from jobs.analyze.findings.neuron import RULES as NEURON_RULES
+from jobs.analyze.findings.neuron import neuron_findings
+from schemas.tables import FINDINGS
+
+__all__ = ["job_findings", "findings_document", "rank_findings", "SCHEMA_PATH", "SCHEMA_VERSION", "EVENTS_COLUMNS",
+           "RULE_NAMES", "SYNC_NAMES", "validate_document"]
+
+#: JSON Schema of findings.json.
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "findings.v1.json"
+SCHEMA_VERSION = "1"
+#: Columns of the reduced ``events`` frame ``blocking_sync`` reads (``capture_id``, ``tid``, ``event_id`` optional).
+EVENTS_COLUMNS = ("job_id", "attempt", "rank", "capture_id", "step", "event_id", "category", "name", "ts_ns",
+                  "dur_ns", "tid")
+#: Every rule name (GPU rules, then Neuron rules).
+RULE_NAMES: tuple[str, ...] = (*(r for r, _ in RULES), *NEURON_RULES)
+_REQUIRED = {
+    "steps": ("job_id", "attempt", "rank", "step", "step_time_ns", "kernel_time_ns", "idle_time_ns", "n_kernels"),
+    "collectives": ("job_id", "attempt", "rank", "match_key", "is_last_arrival", "n_ranks_matched", "wait_ns"),
+    "critical_path": ("job_id", "attempt", "scope", "path_rank", "step", "rank", "bound_by", "dur_ns"),
+    "kernels": ("job_id", "attempt", "rank", "name", "n", "total_ns"),
+    "events": ("job_id", "attempt", "rank", "step", "name", "ts_ns", "dur_ns"),
+}
+_META_KEY = b"tracelake.generated_from"
+
+
+def _frame(tables: Mapping, name: str) -> pd.DataFrame:
+    df = tables.get(name)
+    if df is None:
+        return pd.DataFrame()
+    if isinstance(df, (pa.Table, pa.RecordBatch)):
+        df = df.to_pandas()
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"job_findings: tables[{name!r}] must be a pandas DataFrame, got {type(df).__name__}")
+    if len(df):
+        missing = [c for c in _REQUIRED.get(name, ()) if c not in df.columns]
+        if missing:
+            raise ValueError(f"job_findings: table {name!r} lacks column(s) {missing}")
+    return df
+
+
+def _prepare_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """STEPS rows with busy_ns, gpu_idle_ns and has_gpu (finding_rules.JobTables)."""
+    s = steps.copy()
+    s["step_time_ns"] = pd.to_numeric(s["step_time_ns"], errors="coerce").fillna(0).astype(float)
+    kt = pd.to_numeric(s["kernel_time_ns"], errors="coerce").fillna(0).astype(float)
+    it = pd.to_numeric(s["idle_time_ns"], errors="coerce").fillna(0).astype(float)
+    s["busy_ns"] = np.clip(kt - it, 0, s["step_time_ns"])
+    s["gpu_idle_ns"] = s["step_time_ns"] - s["busy_ns"]
+    s["has_gpu"] = pd.to_numeric(s["n_kernels"], errors="coerce").fillna(0) > 0
+    return s
+
+
+def _of_job(df: pd.DataFrame, job_id, attempt) -> pd.DataFrame:
+    if df.empty:
+        return df
+    return df[(df["job_id"] == job_id) & (df["attempt"] == attempt)]
+
+
+def _date(frames: dict[str, pd.DataFrame], job_id, attempt) -> str:
+    for df in frames.values():
+        if not df.empty and "date" in df:
+            d = _of_job(df, job_id, attempt)["date"].dropna()
+            if len(d):
+                return str(d.iloc[0])
+    return "unknown"
+
+
+def _json_default(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    raise TypeError(f"not JSON serializable: {type(v).__name__}")
+
+
+def _clean(v):
+    """NaN/inf → None, recursively (strict JSON)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def drop_truncated_steps(steps: pd.DataFrame, captures: pd.DataFrame | None) -> pd.DataFrame:
+    """``steps`` without the rank-steps that a truncated trace cut short (bug case B22).
+
+    A capture flagged ``partial_trace`` by normalize (events stop well before the last ProfilerStep
+    ends, or the profiler reported dropped events) has no events for the tail of its last step(s); the
+    rules would read that tail as GPU idle. Rank-steps of such a capture whose window
+    (``step_start_ns + step_time_ns``) ends after the capture's ``trace_end_ns`` are dropped.
+
+    Args:
+        steps: ``steps`` rows; captures: ``captures`` rows (``capture_id``, ``flags``, ``trace_end_ns``) or None.
+    """
+    if captures is None or not len(captures) or not len(steps) or "flags" not in captures:
+        return steps
+    partial = captures[captures["flags"].map(lambda f: f is not None and "partial_trace" in list(f))]
+    if not len(partial):
+        return steps
+    end = dict(zip(partial["capture_id"], partial["trace_end_ns"]))
+    cut = steps["capture_id"].map(end)
+    step_end = steps["step_start_ns"].astype("float64") + steps["step_time_ns"].astype("float64")
+    return steps[~(cut.notna() & (step_end > cut.astype("float64")))]
+
+
+def rank_findings(rows: list[dict]) -> list[dict]:
+    """Set ``rank_order`` 1..n per (job_id, attempt): est_time_lost_per_step_ns descending (null last),
+    then confidence descending, then finding_id. Returns the rows in that order."""
+    groups: dict[tuple, list[dict]] = {}
+    for f in rows:
+        groups.setdefault((f["job_id"], f["attempt"]), []).append(f)
+    out = []
+    for key in sorted(groups, key=lambda k: (str(k[0]), int(k[1]))):
+        fs = groups[key]
+        fs.sort(key=lambda f: (f["est_time_lost_per_step_ns"] is None, -(f["est_time_lost_per_step_ns"] or 0),
+                               -(f["confidence"] or 0), f["finding_id"]))
+        for i, f in enumerate(fs, 1):
+            f["rank_order"] = i
+        out += fs
+    return out
+
+
+def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
+    """Ranked findings of every (job_id, attempt) present in ``tables``.
+
+    Args:
+        tables: ``"steps"``, ``"ranks"``, ``"kernels"``, ``"collectives"``, ``"critical_path"``,
+            ``"events"`` (reduced, see the module docstring) and optionally ``"neuron_summary"``:
+            pandas DataFrames with the declared columns (Arrow tables are accepted too). Any key
+            may be missing or empty.
+
+    Returns:
+        Arrow table with exactly the :data:`schemas.tables.FINDINGS` columns, in ``rank_order``
+        per (job_id, attempt). The schema metadata ``tracelake.generated_from`` holds, per job,
+        the row counts of the inputs (read by :func:`findings_document`).
+
+    Raises:
+        ValueError: a non-empty input table lacks a column a rule needs (the message names it).
+        TypeError: a value of ``tables`` is not a DataFrame / Arrow table.
+    """
+    frames = {n: _frame(tables, n) for n in ("steps", "ranks", "kernels", "collectives", "critical_path", "events")}
+    keys = set()
+    for df in frames.values():
+        if not df.empty and "job_id" in df and "attempt" in df:
+            keys |= set(zip(df["job_id"], df["attempt"].astype(int)))
+    found: list[dict] = []
+    meta = []
+    for job_id, attempt in sorted(keys, key=lambda k: (str(k[0]), k[1])):
+        job = {n: _of_job(df, job_id, attempt) for n, df in frames.items()}
+        steps = _prepare_steps(job["steps"]) if not job["steps"].empty else _prepare_steps(
+            pd.DataFrame(columns=list(_REQUIRED["steps"])))
+        t = JobTables(job_id=job_id, attempt=int(attempt), steps=steps, kernels=job["kernels"],
+                      collectives=job["collectives"], critical_path=job["critical_path"], events=job["events"])
+        date = _date(frames, job_id, attempt)
+        for _rule, fn in RULES:
+            for f in fn(t):
+                ev = {"job_id": job_id, "attempt": int(attempt), **f.pop("evidence")}
+                f.update(date=date, job_id=job_id, attempt=int(attempt), rank_order=0,
+                         evidence_json=json.dumps(_clean(ev), sort_keys=True, default=_json_default,
+                                                  allow_nan=False))
+                found.append(f)
+        meta.append({"job_id": job_id, "attempt": int(attempt), "date": date,
+                     "tables": {("events_host_sync" if n == "events" else n): int(len(df)) for n, df in job.items()},
+                     "n_ranks": int(steps["rank"].nunique()) if len(steps) else 0,
+                     "n_rank_steps": int(len(steps))})
+    ns = tables.get("neuron_summary")
+    if ns is not None and len(ns):
+        found += neuron_findings(ns).to_pylist()
+    rows = rank_findings(found)
+    tbl = pa.Table.from_pylist([{k: _clean(f[k]) for k in FINDINGS.names} for f in rows],
+                               schema=FINDINGS.arrow_schema())
+    md = dict(tbl.schema.metadata or {})
+    md[_META_KEY] = json.dumps(meta, sort_keys=True).encode()
+    return tbl.replace_schema_metadata(md)
+
+
+def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generated_from: dict | None = None) -> dict:
+    """The ``findings.json`` document of one (job_id, attempt) (schema ``schemas/findings.v1.json``).
+
+    Args:
+        job_id, attempt: the job; rows of other jobs in ``findings_tbl`` are ignored.
+        findings_tbl: FINDINGS rows (Arrow table or pandas DataFrame), e.g. from :func:`job_findings`.
+        generated_from: extra provenance merged into ``generated_from`` (e.g. warehouse URI,
+            tracelake version, run id). By default ``generated_from`` holds the input row counts
+            recorded by :func:`job_findings` (when the table still carries its metadata), the rule
+            names and the thresholds.
+
+    Returns:
+        ``{"schema_version": "1", "job_id", "attempt", "generated_from", "findings": [...]}`` with
+        findings in ``rank_order``; each has ``evidence`` as an object (parsed ``evidence_json``).
+        Strict JSON (no NaN).
+    """
+    if isinstance(findings_tbl, pd.DataFrame):
+        rows = findings_tbl.astype(object).where(findings_tbl.notna(), None).to_dict("records")
+        md = {}
+    else:
+        rows = findings_tbl.to_pylist()
+        md = findings_tbl.schema.metadata or {}
+    gen: dict = {"table": "findings", "rules": list(RULE_NAMES), "thresholds": dict(THRESHOLDS)}
+    if _META_KEY in md:
+        for m in json.loads(md[_META_KEY]):
+            if m["job_id"] == job_id and int(m["attempt"]) == int(attempt):
+                gen.update({k: m[k] for k in ("tables", "n_ranks", "n_rank_steps")})
+    gen.update(generated_from or {})
+    out = []
+    for r in rows:
+        if r["job_id"] != job_id or int(r["attempt"]) != int(attempt):
+            continue
+        out.append({
+            "finding_id": r["finding_id"], "rule": r["rule"], "rank_order": int(r["rank_order"]),
+            "title": r["title"], "metric": r["metric"], "value": _num_or_none(r["value"]),
+            "est_time_lost_per_step_ns": None if r["est_time_lost_per_step_ns"] is None
+            else int(r["est_time_lost_per_step_ns"]),
+            "confidence": _num_or_none(r["confidence"]),
+            "ranks": [int(x) for x in (r["ranks"] if r["ranks"] is not None else [])],
+            "steps": [int(x) for x in (r["steps"] if r["steps"] is not None else [])],
+            "evidence": json.loads(r["evidence_json"]) if r["evidence_json"] else {"job_id": job_id,
+                                                                                 "attempt": int(attempt)},
+            "recommendation": r["recommendation"],
+        })
+    out.sort(key=lambda f: f["rank_order"])
+    return _clean({"schema_version": SCHEMA_VERSION, "job_id": job_id, "attempt": int(attempt),
+                   "generated_from": gen, "findings": out})
+
+
+def _num_or_none(v):
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def validate_document(doc: dict) -> None:
+    """Validate a findings.json document against ``schemas/findings.v1.json`` (needs ``jsonschema``).
+
+    Raises:
+        jsonschema.ValidationError: the document does not match (the message names the path).
+    """
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(doc)

@@ -1,0 +1,953 @@
+"""Bottleneck rules of the ``findings`` table (GPU / Kineto side), one function per rule.
+
+Every rule reads the analysis tables of ONE (job_id, attempt) through a :class:`JobTables` and
+returns partial findings (dicts with ``finding_id``, ``rule``, ``title``, ``metric``, ``value``,
+``est_time_lost_per_step_ns``, ``confidence``, ``ranks``, ``steps``, ``evidence`` (a dict) and
+``recommendation``); :func:`jobs.analyze.findings.ranking.job_findings` adds the identity columns, ranks
+them and serializes the evidence.
+
+Conventions shared by the rules:
+
+* A **rank-step** is one ``steps`` row (one ProfilerStep of one rank's capture). Percentages are
+  100 × Σ numerator / Σ ``step_time_ns`` over the rank-steps concerned (time-weighted).
+* **GPU busy time** of a rank-step = ``kernel_time_ns − idle_time_ns`` (merged device time of the
+  step's GPU events, HTA temporal breakdown), clipped to [0, step_time_ns]; **GPU idle time in the
+  step** = ``step_time_ns`` − busy. Rank-steps without device events (``n_kernels`` = 0) take part
+  in no GPU rule.
+* **Scope.** A threshold rule first tests the whole job (all rank-steps). When it holds, one
+  finding ``<rule>/job`` names every rank that passes on its own; otherwise each rank that passes
+  on its own gets a finding ``<rule>/rank=R`` (the :data:`MAX_RANK_SCOPED_FINDINGS` with the most
+  time lost), so an outlier rank is not averaged away.
+* **Time lost per step** (``est_time_lost_per_step_ns``) = Σ over the scope's rank-steps of the
+  rule's per-step estimate ÷ the number of those rank-steps (job scope: all rank-steps of the job).
+  Estimates of different rules overlap (e.g. tiny kernels are one cause of host-bound time): they
+  rank the findings, they do not add up.
+* **Confidence** (:func:`confidence`): a per-rule base (how directly the metric measures the time
+  lost) + up to 0.25 × the share of rank-steps where the condition holds + 0.15 when an independent
+  table corroborates (e.g. the critical path) − 0.1 when it contradicts − 0.1 with fewer than
+  :data:`MIN_STEPS` distinct steps; clipped to [0.05, 0.95]. ``straggler_rank`` uses a binomial
+  test instead (see the rule).
+
+Sources quoted in the rule docstrings: HTA = Holistic Trace Analysis 0.5.0
+(``../shared/reference/kineto_and_hta.md`` §1); TB plugin = torch-tb-profiler
+(``RunProfileData.analyze`` recommendations: DataLoader > 5 % of step time, communication > 10 %,
+GPU utilization < 50 %); PyTorch performance tuning guide
+(https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html); NVIDIA CUDA C++ Best Practices
+Guide (https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "JobTables", "RULES", "THRESHOLDS", "SYNC_NAMES", "confidence",
+    "host_bound_launch", "many_tiny_kernels", "exposed_communication", "straggler_rank", "dataloader_bound",
+    "blocking_sync", "memcpy_bound", "low_gpu_utilization",
+]
+
+# ------------------------------------------------------------------------------------------------
+# thresholds (named constants, rationale in the docstring that follows each)
+
+HOST_BOUND_PCT = 10.0
+"""``host_bound_launch`` fires at CPU-bound time ≥ 10 % of the step time: the TB plugin's
+communication rule uses the same 10 % as "worth a look"; below it, launch overhead is usually not
+the first thing to fix."""
+
+SHORT_KERNEL_PCT = 50.0
+"""``many_tiny_kernels`` fires when ≥ 50 % of the launches are HTA *short kernels* (device time
+shorter than its launch call, launch ≤ 50 µs): then most of the GPU work costs more to launch than to
+run (HTA ``get_cuda_kernel_launch_stats``)."""
+
+MIN_SHORT_KERNELS_PER_STEP = 50
+"""… and at least 50 short kernels per step on average: a handful of tiny kernels is normal (a
+loss scalar, an optimizer flag) and not worth graph capture."""
+
+EXPOSED_COMM_PCT = 10.0
+"""``exposed_communication`` fires when communication not overlapped by computation is ≥ 10 % of the
+step time (TB plugin: communication > 10 % of step time)."""
+
+SMALL_MESSAGE_BYTES = 1 << 20
+"""Collectives below 1 MiB are latency-bound on NVLink / InfiniBand (NCCL-tests: bus bandwidth only
+saturates from a few MiB); many of them per step suggest bucketing (DDP ``bucket_cap_mb`` default is
+25 MiB)."""
+
+STRAGGLER_MIN_SHARE = 0.25
+"""``straggler_rank``: a rank must arrive last at ≥ max(25 %, min(75 %, 2/n)) of the collectives
+matched on ≥ 2 ranks (n = ranks per call): at least twice its fair share 1/n, never below 25 %
+(large jobs) and at most 75 % (2 ranks, where 50 % is chance)."""
+
+STRAGGLER_MIN_CALLS = 3
+"""… over at least 3 such calls (fewer give no evidence) …"""
+
+STRAGGLER_MAX_P_VALUE = 0.05
+"""… and being last that often must be unlikely by chance: binomial tail P(X ≥ k | calls, 1/n) ≤ 0.05
+(k last arrivals; 2 of 8 calls in an 8-rank job, p ≈ 0.26, is chance; 5 of 8, p ≈ 0.001, is not) …"""
+
+STRAGGLER_MIN_WAIT_PCT = 1.0
+"""… and the time the other ranks wait for it is ≥ 1 % of the median step time (a rank that is
+last by microseconds is no straggler)."""
+
+DATALOADER_PCT = 5.0
+"""``dataloader_bound`` fires at data-loader time > 5 % of the step time (TB plugin: "This run has
+high time cost on input data loading", DataLoader > 5 % of step time)."""
+
+SYNC_PCT = 1.0
+"""``blocking_sync`` fires when host time blocked in synchronizing calls is ≥ 1 % of the step time …"""
+
+SYNC_CALLS_PER_STEP = 10
+"""… or when there are ≥ 10 top-level synchronizing calls per step: each one drains the launch queue
+(CUDA Best Practices: avoid host-device synchronization), even when it returns at once."""
+
+SYNC_NAMES: tuple[str, ...] = (
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "aten::_local_scalar_dense", "aten::item", "aten::nonzero",
+)
+"""Host events that block until the device catches up (exact names): the runtime / driver
+synchronize calls HTA treats as blocking (``CPGraph`` ``is_blocking``: cudaDeviceSynchronize,
+cudaStreamSynchronize, cudaEventSynchronize, synchronous cudaMemcpy), their HIP and driver
+equivalents, and the ATen ops ``torch.cuda.set_sync_debug_mode`` reports: ``aten::_local_scalar_dense``
+(``Tensor.item()``, ``bool(tensor)``, ``.tolist()``), ``aten::item`` and ``aten::nonzero`` (output size
+depends on device data). ``cudaMemcpyAsync`` is not listed: it blocks only for pageable memory, and
+inside ``_local_scalar_dense`` it is covered by the op."""
+
+MEMORY_PCT = 10.0
+"""``memcpy_bound`` fires when copy/set time not hidden under computation or communication is ≥ 10 %
+of the step time (same "worth a look" level as exposed communication)."""
+
+LOW_UTIL_PCT = 50.0
+"""``low_gpu_utilization`` fires when the GPU is busy < 50 % of the step time (TB plugin: "GPU … has
+low utilization" below 50 %) …"""
+
+UNEXPLAINED_IDLE_PCT = 5.0
+"""… and the GPU idle time not explained by host work or the data loader is ≥ 5 % of the step time
+(idle time that *is* explained is reported by ``host_bound_launch`` / ``dataloader_bound``)."""
+
+MIN_STEPS = 3
+"""Fewer distinct profiled steps than this lower the confidence by 0.05 + 0.1 per missing step (one step
+may be atypical: warm-up, a checkpoint, an evaluation): −0.15 with two steps, −0.25 with one; a finding
+from a single step is also capped at :data:`SINGLE_STEP_MAX_CONFIDENCE`."""
+
+SINGLE_STEP_MAX_CONFIDENCE = 0.5
+"""Highest confidence of a finding that rests on one profiled step (or none)."""
+
+MAX_RANK_SCOPED_FINDINGS = 4
+"""At most 4 rank-scoped findings per rule (the ranks with the most time lost); the job-scoped
+finding names every rank."""
+
+MAX_EVIDENCE_RANKS = 16
+"""``evidence.per_rank`` keeps the 16 ranks with the most time lost (``n_ranks`` gives the total)."""
+
+MAX_EVIDENCE_EVENTS = 10
+"""``evidence.events`` keeps the 10 longest events."""
+
+THRESHOLDS = {k: v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, (int, float))}
+"""Every numeric threshold above by name (written into ``findings.json`` ``generated_from``)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# inputs
+
+
+@dataclass
+class JobTables:
+    """The analysis tables of one (job_id, attempt), as pandas frames (possibly empty).
+
+    ``steps`` carries three derived columns: ``busy_ns`` (GPU busy time of the rank-step, ns),
+    ``gpu_idle_ns`` (step_time_ns − busy_ns, ns) and ``has_gpu`` (``n_kernels`` > 0).
+    """
+
+    job_id: str
+    attempt: int
+    steps: pd.DataFrame
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
+    critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
+    events: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def gpu_steps(self) -> pd.DataFrame:
+        """Rank-steps with device events and a positive step time."""
+        s = self.steps
+        return s[s["has_gpu"] & (s["step_time_ns"] > 0)] if len(s) else s
+
+    def cp_bound_by(self) -> pd.DataFrame:
+        """Rank-scope critical-path time per (rank, step, bound_by), ns (columns rank, step, bound_by, dur_ns)."""
+        cp = self.critical_path
+        if cp.empty or "scope" not in cp:
+            return pd.DataFrame(columns=["rank", "step", "bound_by", "dur_ns"])
+        cp = cp[cp["scope"] == "rank"]
+        return cp.groupby(["path_rank", "step", "bound_by"], as_index=False)["dur_ns"].sum().rename(
+            columns={"path_rank": "rank"})
+
+    def cp_events(self, bound_by: tuple[str, ...], ranks) -> list[dict]:
+        """The longest rank-scope critical-path segments with an event id of ``bound_by`` on ``ranks``."""
+        cp = self.critical_path
+        if cp.empty or "scope" not in cp:
+            return []
+        m = (cp["scope"] == "rank") & cp["bound_by"].isin(bound_by) & cp["event_id"].notna() & cp["rank"].isin(
+            list(ranks))
+        return event_refs(cp[m])
+
+
+def _num(v) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _ns(v) -> int | None:
+    f = _num(v)
+    return None if f is None else int(round(f))
+
+
+def _ms(ns) -> str:
+    return f"{(_num(ns) or 0.0) / 1e6:.3g} ms"
+
+
+def event_refs(rows: pd.DataFrame, limit: int = MAX_EVIDENCE_EVENTS) -> list[dict]:
+    """Evidence event references (rank, capture_id, step, event_id, name, dur_ns) of the longest ``rows``."""
+    if rows is None or rows.empty:
+        return []
+    rows = rows.sort_values("dur_ns", ascending=False, kind="stable").head(limit)
+    out = []
+    for d in rows.to_dict("records"):
+        out.append({"rank": _ns(d.get("rank")), "capture_id": d.get("capture_id"), "step": _ns(d.get("step")),
+                    "event_id": _ns(d.get("event_id")), "name": d.get("name"), "dur_ns": _ns(d.get("dur_ns"))})
+    return out
+
+
+def few_steps_penalty(n_steps: int) -> float:
+    """Confidence taken off a finding resting on fewer than :data:`MIN_STEPS` steps (0 from MIN_STEPS on)."""
+    return 0.05 + 0.1 * (MIN_STEPS - max(n_steps, 1)) if n_steps < MIN_STEPS else 0.0
+
+
+def confidence(base: float, coverage: float, corroborated: bool | None = None, n_steps: int = 0) -> float:
+    """Confidence 0–1 from evidence strength (module docstring).
+
+    Args:
+        base: the rule's base confidence.
+        coverage: share (0–1) of the scope's rank-steps where the per-step condition holds.
+        corroborated: True / False when an independent table agrees / disagrees; None when unknown.
+        n_steps: distinct steps behind the finding.
+    """
+    c = base + 0.25 * max(0.0, min(1.0, coverage))
+    if corroborated is True:
+        c += 0.15
+    elif corroborated is False:
+        c -= 0.1
+    c -= few_steps_penalty(n_steps)
+    if n_steps <= 1:
+        c = min(c, SINGLE_STEP_MAX_CONFIDENCE)
+    return round(max(0.05, min(0.95, c)), 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# threshold rules: aggregate per rank and per job, then decide the scope
+
+
+@dataclass
+class _Scope:
+    scope: str                 # "job" or "rank=R"
+    rows: pd.DataFrame         # the scope's rank-steps (with num, loss, hit)
+    per_rank: pd.DataFrame     # rank, n_steps, value, est, steps: the ranks that pass on their own
+    value: float
+    est: float
+    coverage: float
+
+
+def _pct_of_step(rows: pd.DataFrame) -> float:
+    """Default metric: 100 × Σ ``num`` / Σ ``step_time_ns``."""
+    return 100.0 * float(rows["num"].sum()) / max(float(rows["step_time_ns"].sum()), 1.0)
+
+
+def _per_rank(rows: pd.DataFrame, metric: Callable[[pd.DataFrame], float],
+              ok: Callable[[pd.DataFrame, float], bool]) -> pd.DataFrame:
+    out = []
+    for rank, h in rows.groupby("rank", sort=True):
+        v = metric(h)
+        out.append({"rank": int(rank), "n_steps": int(len(h)), "value": v, "est": float(h["loss"].sum()) / len(h),
+                    "steps": sorted({int(x) for x in h.loc[h["hit"], "step"]}), "ok": bool(ok(h, v))})
+    return pd.DataFrame(out, columns=["rank", "n_steps", "value", "est", "steps", "ok"])
+
+
+def _scopes(rows: pd.DataFrame, ok: Callable[[pd.DataFrame, float], bool],
+            metric: Callable[[pd.DataFrame], float] = _pct_of_step) -> list[_Scope]:
+    """Scopes where the rule holds (module docstring, "Scope").
+
+    Args:
+        rows: rank-steps with ``rank``, ``step``, ``step_time_ns`` and the rule's ``num`` (metric
+            numerator), ``loss`` (per-step estimate, ns) and ``hit`` (per-step condition).
+        ok: ``ok(rows_of_scope, metric_value)`` → the rule holds for those rank-steps.
+        metric: the metric of a set of rank-steps.
+    """
+    if rows.empty:
+        return []
+    per_rank = _per_rank(rows, metric, ok)
+    value = metric(rows)
+    if ok(rows, value):
+        return [_Scope("job", rows, per_rank[per_rank["ok"]], value, float(rows["loss"].sum()) / len(rows),
+                       float(rows["hit"].mean()))]
+    out = []
+    for r in per_rank[per_rank["ok"]].itertuples(index=False):
+        sub = rows[rows["rank"] == r.rank]
+        out.append(_Scope(f"rank={int(r.rank)}", sub, per_rank[per_rank["rank"] == r.rank], float(r.value),
+                          float(r.est), float(sub["hit"].mean())))
+    out.sort(key=lambda s: -s.est)
+    return out[:MAX_RANK_SCOPED_FINDINGS]
+
+
+def _ranks_of(s: _Scope) -> list[int]:
+    return sorted(int(r) for r in s.per_rank["rank"])
+
+
+def _n_steps(s: _Scope) -> int:
+    return int(s.rows["step"].nunique())
+
+
+def _steps_of(s: _Scope) -> list[int]:
+    return sorted({int(x) for x in s.rows.loc[s.rows["hit"], "step"]})
+
+
+def _per_rank_evidence(s: _Scope) -> list[dict]:
+    pr = s.per_rank.sort_values("est", ascending=False, kind="stable").head(MAX_EVIDENCE_RANKS)
+    return [{"rank": int(r.rank), "n_steps": int(r.n_steps), "value": round(float(r.value), 3),
+             "est_time_lost_per_step_ns": int(round(r.est)), "steps": list(r.steps)} for r in pr.itertuples()]
+
+
+def _finding(rule: str, s: _Scope, *, title: str, metric: str, threshold: float, comparison: str, conf: float,
+             recommendation: str, details: dict, events: list[dict] | None = None) -> dict:
+    ranks = _ranks_of(s)
+    evidence = {"scope": "job" if s.scope == "job" else "rank", "rank": ranks[0] if s.scope != "job" else None,
+                "threshold": threshold, "comparison": comparison, "n_rank_steps": int(len(s.rows)),
+                "n_ranks": int(s.rows["rank"].nunique()), "per_rank": _per_rank_evidence(s),
+                "events": events or [], "details": details}
+    return {"finding_id": f"{rule}/{s.scope}", "rule": rule, "title": title, "metric": metric,
+            "value": round(float(s.value), 6), "est_time_lost_per_step_ns": int(round(max(s.est, 0.0))),
+            "confidence": conf, "ranks": ranks, "steps": _steps_of(s), "evidence": evidence,
+            "recommendation": recommendation}
+
+
+def _sum(rows: pd.DataFrame, col: str) -> int:
+    return int(rows[col].fillna(0).sum()) if col in rows else 0
+
+
+def _col(df: pd.DataFrame, col: str) -> pd.Series:
+    """A numeric column with nulls as 0 (0 when the column is absent)."""
+    if col not in df:
+        return pd.Series(0.0, index=df.index)
+    return pd.to_numeric(df[col], errors="coerce").fillna(0.0).astype(float)
+
+
+def _cp_share(t: JobTables, ranks, bound_by: tuple[str, ...]) -> float | None:
+    """Share (0–1) of the ranks' rank-scope critical-path time attributed to ``bound_by``; None without a path."""
+    cp = t.cp_bound_by()
+    cp = cp[cp["rank"].isin(list(ranks))]
+    total = float(cp["dur_ns"].sum())
+    if total <= 0:
+        return None
+    return float(cp.loc[cp["bound_by"].isin(bound_by), "dur_ns"].sum()) / total
+
+
+# ------------------------------------------------------------------------------------------------
+# rules
+
+
+def host_bound_launch(t: JobTables) -> list[dict]:
+    """``host_bound_launch``: the GPU waits while the host prepares and launches work.
+
+    Definition: metric ``cpu_bound_pct_of_step`` = 100 × Σ ``cpu_bound_time_ns`` / Σ ``step_time_ns``
+    (``cpu_bound_time_ns``: time in the step with no device activity on any stream while a host
+    thread is inside a cpu_op / cuda_runtime / cuda_driver event, data-loader time excluded;
+    :mod:`jobs.analyze.hta.host_time`). Fires at ≥ :data:`HOST_BOUND_PCT`.
+
+    Source: HTA idle time breakdown (``host_wait``: "the Host/CPU was not enqueuing kernels fast
+    enough") and HTA critical-path ``cpu_bound``; PyTorch tuning guide (CUDA graphs,
+    ``torch.compile(mode="reduce-overhead")``).
+
+    Time lost per step: ``cpu_bound_time_ns`` (GPU idle time the host is responsible for: what
+    removing the host overhead can at most give back). Corroborated when ``cpu_bound`` +
+    ``launch_overhead`` are ≥ 50 % of the ranks' critical path, or ``idle_host_wait_ns`` is the
+    largest HTA idle category.
+    """
+    s = t.gpu_steps
+    if s.empty:
+        return []
+    rows = s.assign(num=_col(s, "cpu_bound_time_ns"), loss=_col(s, "cpu_bound_time_ns"))
+    rows["hit"] = rows["num"] >= HOST_BOUND_PCT / 100 * rows["step_time_ns"]
+    out = []
+    for sc in _scopes(rows, lambda _r, v: v >= HOST_BOUND_PCT):
+        ranks = _ranks_of(sc)
+        share = _cp_share(t, ranks, ("cpu_bound", "launch_overhead"))
+        hw, kw, ow = (_sum(sc.rows, c) for c in ("idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns"))
+        host_wait_top = hw > 0 and hw >= max(kw, ow)
+        corr = True if (share is not None and share >= 0.5) or host_wait_top else (
+            False if share is not None and share < 0.2 else None)
+        out.append(_finding(
+            "host_bound_launch", sc,
+            title=f"GPU idle while the host works: {sc.value:.0f}% of the step time ({_ms(sc.est)} per step) is "
+                  f"CPU-bound", metric="cpu_bound_pct_of_step", threshold=HOST_BOUND_PCT, comparison=">=",
+            conf=confidence(0.5, sc.coverage, corr, _n_steps(sc)),
+            recommendation="The host cannot enqueue work fast enough. Capture the step (or its static part) in a CUDA "
+                           "graph (torch.cuda.graphs / torch.compile(mode=\"reduce-overhead\")), fuse small ops with "
+                           "torch.compile, move CPU-side preprocessing out of the step, and raise the batch size per "
+                           "step so that each launch does more work.",
+            details={"cpu_bound_time_ns": _sum(sc.rows, "cpu_bound_time_ns"),
+                     "step_time_ns": _sum(sc.rows, "step_time_ns"),
+                     "idle_host_wait_ns": hw, "idle_kernel_wait_ns": kw, "idle_other_ns": ow,
+                     "launch_runtime_ns": _sum(sc.rows, "launch_runtime_ns"),
+                     "n_launches": _sum(sc.rows, "n_launches"),
+                     "critical_path_cpu_share": None if share is None else round(share, 4)},
+            events=t.cp_events(("cpu_bound",), ranks)))
+    return out
+
+
+def many_tiny_kernels(t: JobTables) -> list[dict]:
+    """``many_tiny_kernels``: most kernels run shorter than it takes to launch them.
+
+    Definition: metric ``short_kernel_pct_of_launches`` = 100 × Σ ``n_short_kernels`` / Σ
+    ``n_launches`` (HTA short GPU kernels: device time < launch call time ≤ 50 µs). Fires at ≥
+    :data:`SHORT_KERNEL_PCT` with ≥ :data:`MIN_SHORT_KERNELS_PER_STEP` short kernels per rank-step.
+
+    Source: HTA ``get_cuda_kernel_launch_stats`` (short kernels); PyTorch tuning guide (fuse
+    pointwise ops, CUDA graphs); NVIDIA CUDA graphs ("Getting Started with CUDA Graphs": launch
+    overhead dominates short kernels).
+
+    Time lost per step: the launch-call time spent on short kernels, ``launch_runtime_ns`` ×
+    ``n_short_kernels`` / ``n_launches``, capped at the GPU idle time in the step (fusion or graph
+    capture removes the per-launch host cost; the GPU gains only where it was idle). Corroborated
+    when ``launch_overhead`` + ``kernel_kernel_gap`` + ``cpu_bound`` are ≥ 50 % of the critical path.
+    """
+    s = t.gpu_steps
+    if s.empty:
+        return []
+    n_launch = _col(s, "n_launches")
+    n_short = _col(s, "n_short_kernels")
+    frac = (n_short / n_launch.where(n_launch > 0)).fillna(0.0)
+    rows = s.assign(num=0.0, loss=np.minimum(_col(s, "launch_runtime_ns") * frac, s["gpu_idle_ns"]),
+                    _short=n_short, _launch=n_launch)
+    rows["hit"] = (frac * 100 >= SHORT_KERNEL_PCT) & (n_short >= MIN_SHORT_KERNELS_PER_STEP)
+
+    def metric(r: pd.DataFrame) -> float:
+        return 100.0 * float(r["_short"].sum()) / max(float(r["_launch"].sum()), 1.0)
+
+    def ok(r: pd.DataFrame, v: float) -> bool:
+        return v >= SHORT_KERNEL_PCT and float(r["_short"].sum()) / len(r) >= MIN_SHORT_KERNELS_PER_STEP
+
+    out = []
+    for sc in _scopes(rows, ok, metric):
+        ranks = _ranks_of(sc)
+        share = _cp_share(t, ranks, ("launch_overhead", "kernel_kernel_gap", "cpu_bound"))
+        corr = None if share is None else (True if share >= 0.5 else (False if share < 0.2 else None))
+        n_steps = max(len(sc.rows), 1)
+        out.append(_finding(
+            "many_tiny_kernels", sc,
+            title=f"{sc.value:.0f}% of kernel launches are shorter than their launch "
+                  f"({sc.rows['_short'].sum() / n_steps:.0f} short kernels per step)",
+            metric="short_kernel_pct_of_launches", threshold=SHORT_KERNEL_PCT, comparison=">=",
+            conf=confidence(0.4, sc.coverage, corr, _n_steps(sc)),
+            recommendation="Fuse the small kernels: torch.compile (Inductor fuses pointwise/reduction chains), "
+                           "fused optimizers (foreach=True / fused=True), horizontal fusion of per-table or per-layer "
+                           "ops; or capture the step in a CUDA graph so hundreds of launches cost one.",
+            details={"n_short_kernels": int(sc.rows["_short"].sum()), "n_launches": int(sc.rows["_launch"].sum()),
+                     "launch_runtime_ns": _sum(sc.rows, "launch_runtime_ns"),
+                     "launch_delay_p50_ns_median": _ns(sc.rows["launch_delay_p50_ns"].median())
+                     if "launch_delay_p50_ns" in sc.rows else None,
+                     "top_short_kernels": _top_short_kernels(t, ranks),
+                     "critical_path_launch_share": None if share is None else round(share, 4)}))
+    return out
+
+
+def _top_short_kernels(t: JobTables, ranks, limit: int = 5, short_ns: float = 10_000.0) -> list[dict]:
+    """Most frequent COMPUTATION kernel names with a mean duration < 10 µs (from ``kernels``)."""
+    k = t.kernels
+    if k.empty or "mean_ns" not in k:
+        return []
+    k = k[k["rank"].isin(list(ranks)) & (k.get("kernel_type", "COMPUTATION") == "COMPUTATION")]
+    g = k.groupby("name").agg(n=("n", "sum"), total_ns=("total_ns", "sum"))
+    g["mean_ns"] = g["total_ns"] / g["n"].clip(lower=1)
+    g = g[g["mean_ns"] < short_ns].sort_values(["n", "total_ns"], ascending=False).head(limit)
+    return [{"name": n, "n": int(r.n), "mean_ns": round(float(r.mean_ns), 1)} for n, r in g.iterrows()]
+
+
+def _comm_loss(t: JobTables, s: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per rank-step: (exposed communication that is the transfer itself, waiting inside exposed comm), ns.
+
+    From ``collectives`` when it has the rank-step: Σ max(0, exposed_ns − wait_ns) and Σ min(exposed_ns,
+    wait_ns); else (``steps.exposed_comm_ns``, 0).
+    """
+    exposed = _col(s, "exposed_comm_ns")
+    c = t.collectives
+    if c.empty or "exposed_ns" not in c:
+        return exposed, pd.Series(0.0, index=s.index)
+    c = c.assign(_e=_col(c, "exposed_ns"), _w=_col(c, "wait_ns"))
+    c["_net"] = (c["_e"] - c["_w"]).clip(lower=0)
+    c["_wait"] = np.minimum(c["_e"], c["_w"])
+    g = c.groupby(["rank", "step"])[["_net", "_wait"]].sum()
+    key = list(zip(s["rank"], s["step"]))
+    known = pd.Series([k in g.index for k in key], index=s.index)
+    net = pd.Series([g["_net"].get(k, np.nan) for k in key], index=s.index, dtype=float)
+    wait = pd.Series([g["_wait"].get(k, 0.0) for k in key], index=s.index, dtype=float)
+    return net.where(known, exposed), wait.where(known, 0.0)
+
+
+def exposed_communication(t: JobTables) -> list[dict]:
+    """``exposed_communication``: collectives run while no computation does.
+
+    Definition: metric ``exposed_comm_pct_of_step`` = 100 × Σ ``exposed_comm_ns`` / Σ
+    ``step_time_ns`` (exposed communication: merged COMMUNICATION time not overlapped by merged
+    COMPUTATION, HTA ``get_comm_comp_overlap`` sweep). Fires at ≥ :data:`EXPOSED_COMM_PCT`.
+
+    Source: HTA comm/comp overlap; TB plugin (communication > 10 % of step time); PyTorch DDP /
+    FSDP docs (gradient bucketing ``bucket_cap_mb``, overlap of backward and all-reduce, FSDP
+    prefetch).
+
+    Time lost per step: the exposed time of the transfers themselves, Σ over the rank-step's
+    collectives of max(0, ``exposed_ns`` − ``wait_ns``); time a rank spends waiting inside a
+    collective for a late peer is not counted here (it is reported by ``straggler_rank``, and
+    better overlap does not remove it). Without ``collectives`` rows: ``exposed_comm_ns``.
+    """
+    s = t.gpu_steps
+    if s.empty or _col(s, "exposed_comm_ns").sum() <= 0:
+        return []
+    net, wait = _comm_loss(t, s)
+    rows = s.assign(num=_col(s, "exposed_comm_ns"), loss=net, _wait=wait)
+    rows["hit"] = rows["num"] >= EXPOSED_COMM_PCT / 100 * rows["step_time_ns"]
+    out = []
+    for sc in _scopes(rows, lambda _r, v: v >= EXPOSED_COMM_PCT):
+        ranks = _ranks_of(sc)
+        exposed, waiting = float(sc.rows["num"].sum()), float(sc.rows["_wait"].sum())
+        wait_share = waiting / exposed if exposed > 0 else 0.0
+        c = t.collectives
+        calls = c[c["rank"].isin(sc.rows["rank"].unique())] if not c.empty and "rank" in c else c
+        details = {"exposed_comm_ns": int(exposed), "waiting_in_exposed_ns": int(waiting),
+                   "wait_share_of_exposed": round(wait_share, 4), "comm_time_ns": _sum(sc.rows, "comm_time_ns"),
+                   "overlap_pct_median": _num(sc.rows["overlap_pct"].median()) if "overlap_pct" in sc.rows else None}
+        advice = []
+        if not calls.empty:
+            n_steps = max(len(sc.rows), 1)
+            msg = pd.to_numeric(calls.get("msg_bytes"), errors="coerce")
+            small = int((msg < SMALL_MESSAGE_BYTES).sum())
+            details.update({"n_calls": int(len(calls)), "n_calls_per_rank_step": round(len(calls) / n_steps, 2),
+                            "n_small_calls": small, "msg_bytes_median": _ns(msg.median()),
+                            "busbw_gbps_median": _num(pd.to_numeric(calls.get("busbw_gbps"), errors="coerce").median()),
+                            "by_collective": {str(k): int(v) for k, v in calls["collective"].value_counts().items()}
+                            if "collective" in calls else {}})
+            if small >= max(4, len(calls) // 2):
+                advice.append(f"{small} of {len(calls)} calls move < 1 MiB (latency-bound): coalesce them — larger "
+                              "DDP buckets (bucket_cap_mb), fewer/larger FSDP units, batched all_to_all.")
+            top = calls.sort_values("exposed_ns", ascending=False, kind="stable").head(MAX_EVIDENCE_EVENTS)
+            events = [{"rank": _ns(r.get("rank")), "capture_id": r.get("capture_id"), "step": _ns(r.get("step")),
+                       "event_id": _ns(r.get("event_id")), "name": r.get("name"), "dur_ns": _ns(r.get("dur_ns")),
+                       "exposed_ns": _ns(r.get("exposed_ns")), "wait_ns": _ns(r.get("wait_ns")),
+                       "collective": r.get("collective"), "msg_bytes": _ns(r.get("msg_bytes"))}
+                      for r in top.to_dict("records")]
+        else:
+            events = []
+        if wait_share >= 0.5:
+            advice.append(f"{wait_share:.0%} of the exposed time is waiting for late ranks: fix the straggler first "
+                          "(see straggler_rank).")
+        advice.append("Overlap communication with computation: DDP overlaps gradient all-reduce with backward "
+                      "(keep find_unused_parameters off, tune bucket_cap_mb so the first bucket starts early); FSDP: "
+                      "forward/backward prefetch; launch independent collectives asynchronously (async_op=True) "
+                      "and wait as late as possible.")
+        corr_share = _cp_share(t, ranks, ("communication",))
+        corr = None if corr_share is None else (True if corr_share >= 0.2 else None)
+        out.append(_finding(
+            "exposed_communication", sc,
+            title=f"Communication exposed for {sc.value:.0f}% of the step time"
+                  + (f"; {wait_share:.0%} of it waiting for late ranks" if wait_share >= 0.1 else "")
+                  + f" (transfers: {_ms(sc.est)} per step)",
+            metric="exposed_comm_pct_of_step", threshold=EXPOSED_COMM_PCT, comparison=">=",
+            conf=confidence(0.55 if not calls.empty else 0.45, sc.coverage, corr, _n_steps(sc)),
+            recommendation=" ".join(advice), details=details, events=events))
+    return out
+
+
+def _binomial_sf(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p)."""
+    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+def straggler_rank(t: JobTables) -> list[dict]:
+    """``straggler_rank``: one rank arrives last at most collectives and the others wait for it.
+
+    Definition: over the collectives matched on ≥ 2 ranks (``collectives.n_ranks_matched``), the
+    rank's metric ``last_arrival_pct`` = 100 × calls where ``is_last_arrival`` / calls. Fires when
+    the share is ≥ max(:data:`STRAGGLER_MIN_SHARE`, min(0.75, 2/n)) (n = median ranks per call)
+    over ≥ :data:`STRAGGLER_MIN_CALLS` calls, the binomial tail P(X ≥ last arrivals | calls, 1/n)
+    is ≤ :data:`STRAGGLER_MAX_P_VALUE`, and the wait it causes is ≥ :data:`STRAGGLER_MIN_WAIT_PCT` %
+    of the median step time.
+
+    Source: HTA ``get_potential_stragglers`` (latest-starting rank of the communication kernels,
+    counted across iterations); TraceLens ``NcclAnalyser`` (wait = latest start − own start).
+
+    Time lost per step: for each call where the rank is last, the median over the other ranks of
+    their ``wait_ns`` (had the straggler arrived like the typical rank, the call would have started
+    that much earlier), summed and divided by the number of steps. Confidence: 1 − the binomial
+    tail P(X ≥ last arrivals | calls, 1/n) (chance that a rank this often last is luck), capped at
+    0.95, lowered with fewer than :data:`MIN_STEPS` steps (:func:`few_steps_penalty`).
+    """
+    c = t.collectives
+    need = {"rank", "match_key", "is_last_arrival", "n_ranks_matched", "wait_ns"}
+    if c.empty or not need <= set(c.columns):
+        return []
+    c = c[pd.to_numeric(c["n_ranks_matched"], errors="coerce").fillna(0) >= 2]
+    if c.empty:
+        return []
+    last = c["is_last_arrival"].fillna(False).astype(bool)
+    n_calls = int(c["match_key"].nunique())
+    n = float(c.groupby("match_key")["rank"].nunique().median())
+    need_share = max(STRAGGLER_MIN_SHARE, min(0.75, 2.0 / max(n, 1.0)))
+    wait = _col(c, "wait_ns")
+    # median wait of the *other* ranks of each call
+    others = c.assign(_w=wait)[~last].groupby("match_key")["_w"].median()
+    n_steps = int(t.steps["step"].nunique()) if not t.steps.empty else int(c["step"].nunique() or 1)
+    n_steps = max(n_steps, 1)
+    step_p50 = float(t.steps["step_time_ns"].median()) if not t.steps.empty else None
+    out = []
+    counts = c[last].groupby("rank")["match_key"].nunique()
+    per_rank = (counts / c.groupby("rank")["match_key"].nunique()).fillna(0.0)
+    for rank, k in counts.items():
+        calls_r = int(c.loc[c["rank"] == rank, "match_key"].nunique())
+        share = k / max(calls_r, 1)
+        if calls_r < STRAGGLER_MIN_CALLS or share < need_share:
+            continue
+        mine = c[last & (c["rank"] == rank)].copy()
+        mine["caused_ns"] = mine["match_key"].map(others).fillna(0.0)
+        est = float(mine["caused_ns"].sum()) / n_steps
+        if step_p50 and est < STRAGGLER_MIN_WAIT_PCT / 100 * step_p50:
+            continue
+        p_value = _binomial_sf(int(k), calls_r, 1.0 / max(n, 1.0))
+        if p_value > STRAGGLER_MAX_P_VALUE:
+            continue
+        conf = min(0.95, 1.0 - p_value) - few_steps_penalty(n_steps)
+        if n_steps <= 1:
+            conf = min(conf, SINGLE_STEP_MAX_CONFIDENCE)
+        steps = sorted({int(x) for x in mine["step"].dropna()}) if "step" in mine else []
+        excess = _excess_vs_median(t, int(rank))
+        biggest = max(excess.items(), key=lambda kv: kv[1] or 0, default=(None, None))
+        cause = (f" Rank {int(rank)} spends more than the median rank in {biggest[0]} (+{_ms(biggest[1])} per step): "
+                 "start there." if biggest[1] and biggest[1] > 0.1 * est else "")
+        events = [{"rank": int(rank), "capture_id": r.get("capture_id"), "step": _ns(r.get("step")),
+                   "event_id": _ns(r.get("event_id")), "name": r.get("name"), "dur_ns": _ns(r.get("dur_ns")),
+                   "match_key": r.get("match_key"), "collective": r.get("collective"),
+                   "others_wait_median_ns": _ns(r.get("caused_ns")), "skew_ns": _ns(r.get("skew_ns"))}
+                  for r in mine.sort_values("caused_ns", ascending=False).head(MAX_EVIDENCE_EVENTS).to_dict("records")]
+        out.append({
+            "finding_id": f"straggler_rank/rank={int(rank)}", "rule": "straggler_rank",
+            "title": f"Rank {int(rank)} arrives last at {int(k)} of {calls_r} collectives; the other ranks wait "
+                     f"{_ms(est)} per step for it",
+            "metric": "last_arrival_pct", "value": round(100.0 * share, 6),
+            "est_time_lost_per_step_ns": int(round(est)), "confidence": round(max(0.05, conf), 2),
+            "ranks": [int(rank)], "steps": steps,
+            "evidence": {"scope": "rank", "rank": int(rank), "threshold": round(100 * need_share, 3),
+                         "comparison": ">=", "n_rank_steps": int(len(t.steps[t.steps["rank"] == rank]))
+                         if not t.steps.empty else 0, "n_ranks": int(c["rank"].nunique()),
+                         "per_rank": [{"rank": int(r), "value": round(100 * float(v), 3)} for r, v in
+                                      per_rank.sort_values(ascending=False).head(MAX_EVIDENCE_RANKS).items()],
+                         "events": events,
+                         "details": {"n_calls": calls_r, "n_last_arrivals": int(k), "n_job_calls": n_calls,
+                                     "ranks_per_call_median": n, "binomial_p_value": p_value, "n_steps": n_steps,
+                                     "excess_vs_median_rank_ns": excess}},
+            "recommendation": f"Find why rank {int(rank)} is late: compare its step with the others (host/CPU "
+                              "contention, data loading, thermal or clock throttling, a slower GPU or link, uneven "
+                              "work such as embedding-table or sequence-length imbalance); re-balance the work or "
+                              "replace the node." + cause,
+        })
+    return out
+
+
+#: Work a late rank may have more of (host work, input, compute, copies); time that grows on the
+#: *waiting* ranks (cpu_op_time_ns, launch_runtime_ns: ops blocked in syncs) is left out.
+_EXCESS_COLUMNS = ("cpu_bound_time_ns", "dataloader_time_ns", "compute_time_ns", "memory_time_ns")
+
+
+def _excess_vs_median(t: JobTables, rank: int) -> dict:
+    """Per-step mean of a few time columns on ``rank`` minus the median over the other ranks, ns."""
+    s = t.steps
+    if s.empty:
+        return {}
+    cols = [c for c in _EXCESS_COLUMNS if c in s]
+    per = s.groupby("rank")[cols].mean()
+    if rank not in per.index or len(per) < 2:
+        return {}
+    other = per.drop(index=rank).median()
+    return {c: _ns(per.loc[rank, c] - other[c]) for c in cols}
+
+
+def dataloader_bound(t: JobTables) -> list[dict]:
+    """``dataloader_bound``: steps wait for the input pipeline.
+
+    Definition: metric ``dataloader_pct_of_step`` = 100 × Σ ``dataloader_time_ns`` / Σ
+    ``step_time_ns`` (data-loader time: union of host events named like data loading in the step;
+    :mod:`jobs.analyze.hta.host_time`). Fires above :data:`DATALOADER_PCT`. Uses every rank-step (the
+    rule also holds for CPU-only traces).
+
+    Source: TB plugin ("This run has high time cost on input data loading", DataLoader > 5 % of step
+    time); PyTorch tuning guide (``num_workers``, ``pin_memory``); HTA critical path ``data_loading``
+    nodes (newer HTA).
+
+    Time lost per step: ``dataloader_time_ns`` capped at the GPU idle time in the step (loading
+    while the GPU computes costs nothing). Corroborated when ``data_loading`` segments lie on the
+    critical path.
+    """
+    s = t.steps
+    if s.empty:
+        return []
+    s = s[s["step_time_ns"] > 0]
+    dl = _col(s, "dataloader_time_ns")
+    if dl.sum() <= 0:
+        return []
+    idle = s["gpu_idle_ns"].where(s["has_gpu"], s["step_time_ns"]).astype(float)
+    rows = s.assign(num=dl, loss=np.minimum(dl, idle))
+    rows["hit"] = rows["num"] > DATALOADER_PCT / 100 * rows["step_time_ns"]
+    out = []
+    for sc in _scopes(rows, lambda _r, v: v > DATALOADER_PCT):
+        ranks = _ranks_of(sc)
+        share = _cp_share(t, ranks, ("data_loading",))
+        corr = None if share is None else share > 0
+        out.append(_finding(
+            "dataloader_bound", sc,
+            title=f"Data loading takes {sc.value:.0f}% of the step time ({_ms(sc.est)} per step with the GPU idle)",
+            metric="dataloader_pct_of_step", threshold=DATALOADER_PCT, comparison=">",
+            conf=confidence(0.55, sc.coverage, corr, _n_steps(sc)),
+            recommendation="Load data ahead of the step: DataLoader(num_workers>0, persistent_workers=True, "
+                           "prefetch_factor≥2, pin_memory=True) and .to(device, non_blocking=True); move decoding/"
+                           "augmentation to the workers or the GPU (e.g. DALI); check the storage read throughput.",
+            details={"dataloader_time_ns": _sum(sc.rows, "dataloader_time_ns"),
+                     "step_time_ns": _sum(sc.rows, "step_time_ns"),
+                     "critical_path_data_loading_share": None if share is None else round(share, 4)},
+            events=t.cp_events(("data_loading",), ranks)))
+    return out
+
+
+def _sync_per_step(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, step): blocked_ns (union of sync events), n_calls (top-level sync events), top events."""
+    ev = ev[ev["step"].notna() & ev["name"].isin(SYNC_NAMES)].copy()
+    if ev.empty:
+        return pd.DataFrame(columns=["rank", "step", "blocked_ns", "n_calls"])
+    ev["ts_ns"] = pd.to_numeric(ev["ts_ns"], errors="coerce").astype("int64")
+    ev["dur_ns"] = pd.to_numeric(ev["dur_ns"], errors="coerce").fillna(0).astype("int64")
+    ev["end_ns"] = ev["ts_ns"] + ev["dur_ns"]
+    track = ["rank", "capture_id", "tid"] if "tid" in ev else ["rank", "capture_id"]
+    track = [c for c in track if c in ev]
+    ev = ev.sort_values([*track, "ts_ns", "dur_ns"], ascending=[*([True] * len(track)), True, False], kind="stable")
+    prev_end = ev.groupby(track, dropna=False)["end_ns"].transform(lambda e: e.cummax().shift(1))
+    ev["top"] = ~((ev["ts_ns"] <= prev_end) & (ev["end_ns"] <= prev_end))
+    rows = []
+    for (rank, step), g in ev.groupby(["rank", "step"], sort=True):
+        s, e = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        blocked, cur_s, cur_e = 0, None, None
+        for a, b in zip(s, e):
+            if cur_e is None or a > cur_e:
+                if cur_e is not None:
+                    blocked += cur_e - cur_s
+                cur_s, cur_e = a, b
+            else:
+                cur_e = max(cur_e, b)
+        if cur_e is not None:
+            blocked += cur_e - cur_s
+        rows.append({"rank": rank, "step": step, "blocked_ns": int(blocked), "n_calls": int(g["top"].sum()),
+                     "names": g.loc[g["top"], "name"].value_counts().to_dict()})
+    return pd.DataFrame(rows)
+
+
+def blocking_sync(t: JobTables) -> list[dict]:
+    """``blocking_sync``: the step synchronizes the host with the device.
+
+    Definition: host events named in :data:`SYNC_NAMES` inside a step (``events.step``); per
+    rank-step ``blocked_ns`` = union of their intervals (nested calls such as ``aten::item`` →
+    ``aten::_local_scalar_dense`` → ``cudaStreamSynchronize`` count once) and ``n_calls`` = the
+    top-level ones (not inside another sync event on the same thread). Metric
+    ``sync_blocked_pct_of_step`` = 100 × Σ blocked / Σ step time. Fires at ≥ :data:`SYNC_PCT` or
+    with ≥ :data:`SYNC_CALLS_PER_STEP` calls per step.
+
+    Source: HTA critical path (blocking CUDA calls and ``cuda_sync`` dependency edges); NVIDIA CUDA
+    Best Practices (minimize host-device synchronization); PyTorch tuning guide ("avoid unnecessary
+    CPU-GPU synchronization": ``.item()``, ``print(cuda_tensor)``, ``nonzero``);
+    ``torch.cuda.set_sync_debug_mode``.
+
+    Time lost per step: ``blocked_ns`` capped at the GPU idle time in the step — while the host is
+    blocked it does not enqueue, so the device queue runs dry when the call returns; the GPU can
+    regain at most the time it was idle. Upper bound, hence the low base confidence.
+    """
+    ev = t.events
+    need = {"rank", "step", "name", "ts_ns", "dur_ns"}
+    if ev.empty or not need <= set(ev.columns) or t.steps.empty:
+        return []
+    per = _sync_per_step(ev)
+    if per.empty:
+        return []
+    s = t.steps[t.steps["step_time_ns"] > 0]
+    rows = s.merge(per, on=["rank", "step"], how="left")
+    rows["blocked_ns"] = rows["blocked_ns"].fillna(0.0).astype(float)
+    rows["n_calls"] = rows["n_calls"].fillna(0).astype(int)
+    idle = rows["gpu_idle_ns"].where(rows["has_gpu"], rows["step_time_ns"]).astype(float)
+    rows = rows.assign(num=rows["blocked_ns"], loss=np.minimum(rows["blocked_ns"], idle))
+    rows["hit"] = (rows["num"] >= SYNC_PCT / 100 * rows["step_time_ns"]) | (rows["n_calls"] >= SYNC_CALLS_PER_STEP)
+
+    def ok(r: pd.DataFrame, v: float) -> bool:
+        return v >= SYNC_PCT or float(r["n_calls"].mean()) >= SYNC_CALLS_PER_STEP
+
+    out = []
+    for sc in _scopes(rows, ok):
+        ranks = _ranks_of(sc)
+        names: dict[str, int] = {}
+        for d in sc.rows["names"].dropna():
+            for k, v in d.items():
+                names[k] = names.get(k, 0) + int(v)
+        n_calls = int(sc.rows["n_calls"].sum())
+        calls_per_step = n_calls / max(len(sc.rows), 1)
+        sel = ev[ev["rank"].isin(ranks) & ev["step"].notna() & ev["name"].isin(SYNC_NAMES)]
+        item = any(k in names for k in ("aten::_local_scalar_dense", "aten::item"))
+        out.append(_finding(
+            "blocking_sync", sc,
+            title=f"{calls_per_step:.0f} blocking host-device synchronizations per step "
+                  f"({', '.join(sorted(names, key=lambda k: -names[k])[:3])}); "
+                  f"host blocked {sc.value:.1f}% of the step",
+            metric="sync_blocked_pct_of_step", threshold=SYNC_PCT, comparison=">=",
+            conf=confidence(0.4 + (0.1 if item else 0.0), sc.coverage, None, _n_steps(sc)),
+            recommendation="Remove synchronizations from the step: keep losses/metrics on the device and read them "
+                           "every N steps (no .item()/.cpu()/print of CUDA tensors, no bool(tensor) in Python "
+                           "control flow), avoid data-dependent shapes (nonzero, masked_select), use non_blocking "
+                           "copies and events instead of cudaStreamSynchronize; find the call sites with "
+                           "torch.cuda.set_sync_debug_mode(\"warn\").",
+            details={"n_calls": n_calls, "calls_per_step": round(calls_per_step, 2), "by_name": names,
+                     "blocked_ns": int(sc.rows["blocked_ns"].sum())},
+            events=event_refs(sel)))
+    return out
+
+
+def memcpy_bound(t: JobTables) -> list[dict]:
+    """``memcpy_bound``: copies (and sets) occupy the GPU without overlapping compute or communication.
+
+    Definition: per rank-step, exposed memory time = min(``memory_time_ns``, max(0, busy −
+    |COMPUTATION ∪ COMMUNICATION|)) with |C ∪ K| = ``compute_time_ns`` + ``comm_time_ns`` −
+    ``overlap_pct`` × ``comm_time_ns`` / 100 (HTA temporal breakdown and overlap). Metric
+    ``memory_exposed_pct_of_step`` = 100 × Σ exposed memory time / Σ step time; fires at ≥
+    :data:`MEMORY_PCT`.
+
+    Source: HTA kernel breakdown (MEMORY kernels) and ``get_memory_bw_summary``; NVIDIA CUDA Best
+    Practices ("Data Transfer Between Host and Device": pinned memory, asynchronous overlapped
+    transfers); PyTorch tuning guide (``pin_memory``, ``non_blocking=True``).
+
+    Time lost per step: the exposed memory time (what fully overlapping the copies would hide).
+    """
+    s = t.gpu_steps
+    if s.empty or _col(s, "memory_time_ns").sum() <= 0:
+        return []
+    union_ck = _col(s, "compute_time_ns") + _col(s, "comm_time_ns") * (1 - _col(s, "overlap_pct") / 100)
+    exposed = np.minimum(_col(s, "memory_time_ns"), (s["busy_ns"].astype(float) - union_ck).clip(lower=0))
+    rows = s.assign(num=exposed, loss=exposed)
+    rows["hit"] = rows["num"] >= MEMORY_PCT / 100 * rows["step_time_ns"]
+    out = []
+    for sc in _scopes(rows, lambda _r, v: v >= MEMORY_PCT):
+        ranks = _ranks_of(sc)
+        k = t.kernels
+        copies = []
+        pageable = False
+        if not k.empty and "kernel_type" in k:
+            m = k[k["rank"].isin(ranks) & (k["kernel_type"] == "MEMORY")]
+            g = m.groupby("name").agg(n=("n", "sum"), total_ns=("total_ns", "sum")).sort_values(
+                "total_ns", ascending=False).head(5)
+            copies = [{"name": n, "n": int(r.n), "total_ns": int(r.total_ns)} for n, r in g.iterrows()]
+            pageable = bool(m["name"].str.contains("Pageable", na=False).any())
+        bw = pd.to_numeric(sc.rows.get("memcpy_bw_gbps"), errors="coerce").median() if "memcpy_bw_gbps" in sc.rows \
+            else None
+        rec = ("Overlap or remove the copies: pin host memory (DataLoader(pin_memory=True), tensor.pin_memory()) "
+               "and copy with non_blocking=True on a side stream; keep tensors on the device between steps; "
+               "avoid .cpu()/.to('cpu') round trips and per-step re-uploads of constants.")
+        if pageable:
+            rec = "Pageable host memory is copied (Memcpy … Pageable): pinned memory is several times faster. " + rec
+        out.append(_finding(
+            "memcpy_bound", sc,
+            title=f"Memory copies not overlapped with compute take {sc.value:.0f}% of the step time "
+                  f"({_ms(sc.est)} per step)",
+            metric="memory_exposed_pct_of_step", threshold=MEMORY_PCT, comparison=">=",
+            conf=confidence(0.45, sc.coverage, None, _n_steps(sc)),
+            recommendation=rec,
+            details={"memory_time_ns": _sum(sc.rows, "memory_time_ns"), "exposed_memory_ns": int(sc.rows["num"].sum()),
+                     "memcpy_bytes": _sum(sc.rows, "memcpy_bytes"), "memcpy_bw_gbps_median": _num(bw),
+                     "pageable_copies": pageable, "top_copies": copies}))
+    return out
+
+
+def low_gpu_utilization(t: JobTables) -> list[dict]:
+    """``low_gpu_utilization``: the GPU is idle most of the step for reasons the host rules do not cover.
+
+    Definition: metric ``gpu_busy_pct_of_step`` = 100 × Σ busy / Σ step time (busy = merged device
+    time, any kernel, copy or set, including communication). Fires below :data:`LOW_UTIL_PCT` when
+    the *unexplained* idle time — GPU idle time in the step − ``cpu_bound_time_ns`` −
+    ``dataloader_time_ns`` (≥ 0) — is ≥ :data:`UNEXPLAINED_IDLE_PCT` % of the step time: time the
+    GPU waits while the host is in no traced op (Python between ops, untraced threads, waiting on
+    another process) or for an event from another stream.
+
+    Source: TB plugin ("GPU … has low utilization", < 50 %; increase batch size); HTA temporal
+    breakdown (idle time) and idle time breakdown (``other``).
+
+    Time lost per step: the unexplained idle time (the explained part is in ``host_bound_launch``
+    and ``dataloader_bound``).
+    """
+    s = t.gpu_steps
+    if s.empty:
+        return []
+    idle = s["gpu_idle_ns"].astype(float)
+    unexplained = (idle - _col(s, "cpu_bound_time_ns") - _col(s, "dataloader_time_ns")).clip(lower=0)
+    busy = s["busy_ns"].astype(float)
+    rows = s.assign(num=busy, loss=unexplained, _unexpl=unexplained)
+    rows["hit"] = (busy < LOW_UTIL_PCT / 100 * rows["step_time_ns"]) & (
+        unexplained >= UNEXPLAINED_IDLE_PCT / 100 * rows["step_time_ns"])
+    out = []
+    def ok(r: pd.DataFrame, v: float) -> bool:
+        return v < LOW_UTIL_PCT and float(r["_unexpl"].sum()) >= UNEXPLAINED_IDLE_PCT / 100 * float(
+            r["step_time_ns"].sum())
+
+    for sc in _scopes(rows, ok):
+        unexpl_pct = 100 * sc.rows["_unexpl"].sum() / max(sc.rows["step_time_ns"].sum(), 1)
+        ranks = _ranks_of(sc)
+        out.append(_finding(
+            "low_gpu_utilization", sc,
+            title=f"GPU busy only {sc.value:.0f}% of the step; {unexpl_pct:.0f}% of the step "
+                  f"({_ms(sc.est)}) is idle with no traced host work to explain it",
+            metric="gpu_busy_pct_of_step", threshold=LOW_UTIL_PCT, comparison="<",
+            conf=confidence(0.35, sc.coverage, None, _n_steps(sc)),
+            recommendation="Give the GPU more work per launch (larger batch or micro-batch, torch.compile / CUDA "
+                           "graphs to cut Python time between ops) and look at what the host does in the gaps: "
+                           "profile with with_stack=True / record_function ranges, check other threads and "
+                           "processes, and cross-stream waits (HTA idle time 'other').",
+            details={"step_time_ns": _sum(sc.rows, "step_time_ns"), "gpu_busy_ns": int(busy[sc.rows.index].sum()),
+                     "gpu_idle_ns": int(sc.rows["gpu_idle_ns"].sum()),
+                     "cpu_bound_time_ns": _sum(sc.rows, "cpu_bound_time_ns"),
+                     "dataloader_time_ns": _sum(sc.rows, "dataloader_time_ns"),
+                     "unexplained_idle_ns": int(sc.rows["_unexpl"].sum()),
+                     "unexplained_idle_pct_of_step": round(float(unexpl_pct), 3),
+                     "idle_other_ns": _sum(sc.rows, "idle_other_ns")},
+            events=[]))
+    return out
+
+
+#: The GPU rules in evaluation order: (rule name, function).
+RULES: tuple[tuple[str, Callable[[JobTables], list[dict]]], ...] = (
+    ("host_bound_launch", host_bound_launch),
+    ("many_tiny_kernels", many_tiny_kernels),
+    ("exposed_communication", exposed_communication),
+    ("straggler_rank", straggler_rank),
+    ("dataloader_bound", dataloader_bound),
+    ("blocking_sync", blocking_sync),
+    ("memcpy_bound", memcpy_bound),
+    ("low_gpu_utilization", low_gpu_utilization),
+)

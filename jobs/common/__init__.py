@@ -1,0 +1,4 @@
+"""Helpers shared by every stage, below all of them: ids, interval arithmetic, finite floats.
+
+Nothing here imports a stage; pure functions, no Spark.
+"""

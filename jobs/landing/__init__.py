@@ -1,0 +1,4 @@
+"""The landing zone: find committed captures, restrict them to an interval, sniff each file's format.
+
+Read-only over the raw store (local folder or fsspec URI); writes nothing.
+"""

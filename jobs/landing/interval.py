@@ -1,0 +1,210 @@
+"""Restrict landing-zone discovery to the captures committed in a time interval ``[since, until)``.
+
+What the scheduled ingest (``dags/tracelake_ingest.py``) and ``tracelake run --since … --until …``
+use to process only what is new.
+
+*Commit time.* A capture is committed when its ``manifest.json`` lands (``capture_hooks`` writes
+it last). Its commit time is the manifest's modification time in the landing zone (local
+``mtime``, S3 ``LastModified``, GCS ``updated``): the time it became visible to readers. The
+manifest's own ``created_at`` (the writer's clock at export) is only a fallback for stores that
+report no time, because a capture spooled on a node and uploaded later would otherwise fall into
+an interval that was already processed and never be ingested. A bare trace (no manifest) is
+committed at its own modification time.
+
+*Job closure.* Warehouse tables are partitioned by ``(date, job_id)`` and written with dynamic
+partition overwrite, so a partition must always be rebuilt from *all* of its captures: if only
+the captures committed in the interval were normalized, a job whose ranks land in two different
+hours would lose the earlier ranks when the later hour overwrites the partition. The interval
+therefore selects the *jobs* that received at least one capture in ``[since, until)``, and every
+committed capture of those jobs is normalized again (whatever its commit time). Re-running an
+interval rebuilds the same jobs from everything committed for them, so it replaces their
+partitions and never loses or duplicates rows.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from jobs.landing.discover import CaptureFile, Discovery
+
+# fsspec ``info()`` keys that carry a modification time, in order of preference
+# (local: mtime; s3fs: LastModified; gcsfs: updated; adlfs: last_modified; memory: created).
+_TIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "modified", "created")
+#: Longest list :func:`summarize_interval` returns (it goes to Airflow's XCom).
+SUMMARY_LIST_MAX = 20
+
+
+@dataclass
+class IntervalSelection:
+    """Result of :func:`select_committed`.
+
+    ``files``: the capture files to normalize (every file of every touched job).
+    ``new``: capture files committed in ``[since, until)`` (a subset of ``files``).
+    ``job_ids``: the touched jobs (discovery job ids), sorted.
+    ``undated``: URIs of capture files whose commit time is unknown; they are never selected by an
+    interval (run ``tracelake run`` without ``--since``/``--until`` to ingest them).
+    """
+
+    files: list[CaptureFile]
+    new: list[CaptureFile]
+    job_ids: list[str]
+    undated: list[str] = field(default_factory=list)
+
+
+def as_utc(value) -> datetime | None:
+    """A timezone-aware UTC ``datetime`` from ``None``, a ``datetime`` or an ISO 8601 string.
+
+    Naive datetimes and strings without an offset are taken as UTC; a trailing ``Z`` is accepted.
+    Numbers are seconds since the Unix epoch.
+
+    Raises:
+        ValueError: a string that is not ISO 8601 (names the value).
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise ValueError(f"not an ISO 8601 date-time: {value!r}") from exc
+    if not isinstance(value, datetime):
+        raise ValueError(f"not a date-time: {value!r}")
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def in_interval(t: datetime | None, since: datetime | None, until: datetime | None) -> bool:
+    """``since <= t < until`` (an open end when ``since``/``until`` is ``None``); ``False`` when ``t`` is unknown."""
+    if t is None:
+        return False
+    return (since is None or t >= since) and (until is None or t < until)
+
+
+def commit_key(f: CaptureFile) -> str:
+    """The URI whose time commits ``f``: its ``manifest.json``, or the trace file itself when bare."""
+    return f.manifest_uri or f.uri
+
+
+def info_time(info: Mapping) -> datetime | None:
+    """Modification time (UTC) from an fsspec ``info()``/``find(detail=True)`` entry, or ``None``.
+
+    Accepts epoch seconds (``mtime``), ``datetime`` objects (``LastModified``) and ISO strings
+    (``updated``), whichever key the filesystem uses.
+    """
+    for key in _TIME_KEYS:
+        v = info.get(key)
+        if v is None or v == "":
+            continue
+        try:
+            return as_utc(v)
+        except ValueError:
+            continue
+    return None
+
+
+def manifest_created_at(doc) -> datetime | None:
+    """``created_at`` of a manifest document (dict or JSON bytes) as UTC, or ``None`` when absent/invalid."""
+    try:
+        if isinstance(doc, (bytes, str)):
+            doc = json.loads(doc)
+        return as_utc(doc.get("created_at"))
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def select_committed(files: Iterable[CaptureFile], commit_times: Mapping[str, datetime | None],
+                     since, until) -> IntervalSelection:
+    """The capture files to normalize for the interval ``[since, until)`` (pure).
+
+    Args:
+        files: discovered capture files (:func:`jobs.landing.discover.discover`).
+        commit_times: ``{commit_key(f): commit time (UTC) or None}``, see :func:`commit_key`.
+        since, until: interval bounds (``datetime``, ISO string or ``None`` for an open end).
+
+    Returns:
+        :class:`IntervalSelection`: every file of every job that has at least one file committed in
+        the interval (the job closure explained in the module docstring), in discovery order.
+
+    Raises:
+        ValueError: ``since`` is not before ``until``, or a bound is not a date-time.
+    """
+    since, until = as_utc(since), as_utc(until)
+    if since is not None and until is not None and since >= until:
+        raise ValueError(f"empty interval: since {since.isoformat()} is not before until {until.isoformat()}")
+    files = list(files)
+    new = [f for f in files if in_interval(commit_times.get(commit_key(f)), since, until)]
+    touched = {f.job_id for f in new}
+    undated = sorted({f.uri for f in files if commit_times.get(commit_key(f)) is None})
+    return IntervalSelection(files=[f for f in files if f.job_id in touched], new=new,
+                             job_ids=sorted(touched), undated=undated)
+
+
+def commit_times(raw_root: str, files: Iterable[CaptureFile], storage_options: dict | None = None) -> dict[str, datetime | None]:
+    """Commit time of every capture file (edge: lists ``raw_root`` once, reads a manifest only when
+    the store reports no time for it).
+
+    Returns:
+        ``{commit_key(f): UTC datetime or None}``.
+    """
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(raw_root, **(storage_options or {}))
+    root = root.rstrip("/")
+    listing = {root: fs.info(root)} if fs.isfile(root) else fs.find(root, detail=True)
+    times: dict[str, datetime | None] = {}
+    for f in files:
+        key = commit_key(f)
+        if key in times:
+            continue
+        path = fs._strip_protocol(key)
+        info = listing.get(path) or listing.get(posixpath.normpath(path))
+        t = info_time(info) if info else None
+        if t is None and f.manifest_uri:
+            try:
+                with fs.open(path, "rb") as fh:
+                    t = manifest_created_at(fh.read())
+            except OSError:
+                t = None
+        times[key] = t
+    return times
+
+
+def restrict_to_interval(found: Discovery, raw_root: str, since, until,
+                         storage_options: dict | None = None) -> tuple[Discovery, IntervalSelection]:
+    """``found`` restricted to the jobs with a capture committed in ``[since, until)``.
+
+    Pending (not yet committed) folders are kept as they are.
+
+    Returns:
+        ``(discovery of the selected files, the selection)``.
+    """
+    selection = select_committed(found.files, commit_times(raw_root, found.files, storage_options), since, until)
+    return Discovery(files=selection.files, pending=found.pending), selection
+
+
+def summarize_interval(raw_root: str, since, until, storage_options: dict | None = None) -> dict:
+    """What an interval run would normalize, as a small JSON-ready dict (edge: lists ``raw_root``).
+
+    Returns:
+        ``{"n_new": captures committed in the interval, "n_files": files to normalize (job closure),
+        "job_ids": touched jobs, "n_pending"/"pending": capture folders not yet committed,
+        "n_undated"/"undated": files with no commit time}`` (the two lists cut to their first
+        :data:`SUMMARY_LIST_MAX` entries).
+    """
+    from jobs.landing.discover import discover
+
+    found = discover(raw_root, storage_options)
+    _, sel = restrict_to_interval(found, raw_root, since, until, storage_options)
+    return {"n_new": len(sel.new), "n_files": len(sel.files), "job_ids": sel.job_ids,
+            "n_pending": len(found.pending), "pending": list(found.pending)[:SUMMARY_LIST_MAX],
+            "n_undated": len(sel.undated), "undated": sel.undated[:SUMMARY_LIST_MAX]}

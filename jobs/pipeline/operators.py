@@ -1,0 +1,86 @@
+"""``SparkSubmitOperator`` for the tracelake stages: the ``spark_tracelake`` connection, else local mode.
+
+The provider's hook falls back to master ``yarn`` when its connection is missing; tracelake's
+embedded default is Spark ``local[*]`` on the Airflow worker instead. In local mode the stage also
+gets what a one-machine Spark needs: the worker's own Python interpreter for the driver and the
+Python workers (``PYSPARK_PYTHON``), ``spark-submit`` from that interpreter's environment,
+loopback networking (``SPARK_LOCAL_IP``) and :data:`jobs.pipeline.settings.LOCAL_SPARK_CONF`.
+With a cluster connection nothing is added: the cluster's own configuration applies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from jobs.pipeline import settings
+
+
+def local_environment() -> dict[str, str]:
+    """Environment of a local-mode ``spark-submit``: this interpreter, its ``bin/`` first on ``PATH``, loopback."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+    }
+
+
+def connection_master(conn_id: str) -> str | None:
+    """Spark master of connection ``conn_id`` (``conn.host``, with the port when there is one), or ``None`` when it does not exist."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    master = conn.host or ""
+    if conn.conn_type and conn.conn_type != "spark" and "://" not in master:
+        master = f"{conn.conn_type}://{master}"
+    return f"{master}:{conn.port}" if conn.port else master
+
+
+@contextmanager
+def _default_connection(conn_id: str, master: str):
+    """Define ``conn_id`` as an environment-variable connection to ``master`` for the duration (only used when it is missing everywhere)."""
+    key = f"AIRFLOW_CONN_{conn_id.upper()}"
+    os.environ[key] = json.dumps({"conn_type": "spark", "host": master})
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
+
+
+class TracelakeSparkSubmitOperator(SparkSubmitOperator):
+    """Submit a tracelake stage with connection :data:`~jobs.pipeline.settings.SPARK_CONN_ID` or, when it
+    is not defined, in local mode (:data:`~jobs.pipeline.settings.DEFAULT_SPARK_MASTER`).
+
+    Takes the arguments of ``SparkSubmitOperator``; ``conn_id`` defaults to ``spark_tracelake`` and
+    ``conf`` to :data:`~jobs.pipeline.settings.SPARK_CONF`, with the Variable ``tracelake_spark_conf``
+    (read when the task runs) on top.
+    """
+
+    def __init__(self, *, conn_id: str = settings.SPARK_CONN_ID, default_master: str = settings.DEFAULT_SPARK_MASTER,
+                 conf: dict | None = None, **kwargs) -> None:
+        super().__init__(conn_id=conn_id, conf={**settings.SPARK_CONF, **(conf or {})}, **kwargs)
+        self.tracelake_conn_id = conn_id
+        self.default_master = default_master
+
+    def execute(self, context):
+        master = connection_master(self.tracelake_conn_id)
+        if (master or self.default_master).startswith("local"):
+            self.env_vars = {**local_environment(), **(self.env_vars or {})}
+            self.conf = {**settings.LOCAL_SPARK_CONF, **(self.conf or {})}
+        self.conf = {**(self.conf or {}), **settings.spark_conf_variable()}
+        if master is not None:
+            return super().execute(context)
+        self.log.info("connection %s is not defined: running in local mode (%s)", self.tracelake_conn_id, self.default_master)
+        with _default_connection(self.tracelake_conn_id, self.default_master):
+            return super().execute(context)

@@ -1,0 +1,155 @@
+"""Names and defaults of the Airflow configuration of the tracelake DAGs (one place, no literals in DAGs).
+
+Airflow Variables (all optional):
+
+=============================  ===============================================================
+``tracelake_raw``              landing zone (folder or fsspec URI such as ``s3://bucket/raw``);
+                               default ``$AIRFLOW_HOME/tracelake/landing``
+``tracelake_warehouse``        warehouse root; default ``$AIRFLOW_HOME/tracelake/warehouse``
+``tracelake_tracking_uri``     MLflow tracking URI; default ``sqlite:///<warehouse>/mlflow.db``
+``tracelake_storage_options``  fsspec options for the landing zone as JSON (e.g. an S3
+                               ``endpoint_url``); default ``{}``
+``tracelake_spark_conf``       extra Spark properties for every stage as JSON, read when the task
+                               runs (e.g. executor memory on a cluster); default ``{}``
+=============================  ===============================================================
+
+Airflow Connection ``spark_tracelake`` (type ``spark``): the Spark master the stages are
+submitted to (``spark://host:7077``, ``yarn``, ``k8s://…``). When it is not defined the stages run
+in local mode (``local[*]``) with the Python interpreter of the Airflow worker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SPARK_CONN_ID = "spark_tracelake"
+DEFAULT_SPARK_MASTER = "local[*]"
+
+VAR_RAW = "tracelake_raw"
+VAR_WAREHOUSE = "tracelake_warehouse"
+VAR_TRACKING_URI = "tracelake_tracking_uri"
+VAR_STORAGE_OPTIONS = "tracelake_storage_options"
+VAR_SPARK_CONF = "tracelake_spark_conf"
+
+#: Name of the Airflow Asset that stands for the warehouse (updated by ``tracelake_ingest``).
+WAREHOUSE_ASSET = "tracelake_warehouse"
+
+#: Task id of the task that resolves the settings of a run (its XCom is a dict, see :func:`resolve`).
+SETTINGS_TASK = "settings"
+
+#: Spark properties for every stage; local mode adds :data:`LOCAL_SPARK_CONF`.
+SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC"}
+#: Extra Spark properties in local mode (one machine: no UI, the driver holds the executors).
+LOCAL_SPARK_CONF = {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
+
+#: Default task arguments of the tracelake DAGs (``$TRACELAKE_TASK_RETRIES`` overrides the retries,
+#: read when the DAG file is parsed; the tests set 0 so that a failure ends dag.test() at once).
+RETRIES = int(os.environ.get("TRACELAKE_TASK_RETRIES", "2"))
+RETRY_DELAY_S = 300
+
+
+def home() -> Path:
+    """``$AIRFLOW_HOME/tracelake`` (``~/airflow/tracelake`` when ``AIRFLOW_HOME`` is unset)."""
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "tracelake"
+
+
+def application(name: str) -> str:
+    """Absolute path of the spark-submit application ``jobs/pipeline/<name>_main.py``."""
+    return str(Path(__file__).resolve().parent / f"{name}_main.py")
+
+
+def xcom(key: str) -> str:
+    """Jinja template for one resolved setting of the current run (``raw``, ``warehouse``, …)."""
+    return "{{ ti.xcom_pull(task_ids='%s')['%s'] }}" % (SETTINGS_TASK, key)
+
+
+def interval_name(since, until) -> str:
+    """File-name-safe label of an interval, e.g. ``20260301T100000Z_20260301T110000Z``."""
+    return "_".join(t.strftime("%Y%m%dT%H%M%SZ") if t else "open" for t in (since, until))
+
+
+def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
+    """The settings of one DAG run, from Airflow Variables with the defaults above (call inside a task).
+
+    Args:
+        since, until: the interval to ingest (UTC datetimes; ``None`` for the fleet report).
+        run_conf: ``dag_run.conf``; ``since``/``until`` there (ISO strings) override the interval,
+            for manual backfills (e.g. ``{"since": "2026-01-01T00:00:00Z"}``).
+
+    Returns:
+        ``{raw, warehouse, tracking_uri, storage_options (JSON text), since, until (ISO or ""),
+        record}``; ``record`` is where the ingest stages keep the run record of the interval
+        (``<warehouse>/_runs/ingest/<interval>.json``).
+
+    Raises:
+        ValueError: ``tracelake_storage_options`` is not a JSON object, or a bound is not ISO 8601.
+    """
+    import json
+
+    from airflow.sdk import Variable
+
+    from jobs.landing.interval import as_utc
+    from jobs.publish.tracking import default_tracking_uri
+
+    run_conf = run_conf or {}
+    warehouse = Variable.get(VAR_WAREHOUSE, default=str(home() / "warehouse"))
+    storage_options = Variable.get(VAR_STORAGE_OPTIONS, default="{}") or "{}"
+    if not isinstance(json.loads(storage_options), dict):
+        raise ValueError(f"Airflow Variable {VAR_STORAGE_OPTIONS} must be a JSON object, got {storage_options!r}")
+    since = as_utc(run_conf.get("since") or since)
+    until = as_utc(run_conf.get("until") or until)
+    return {
+        "raw": Variable.get(VAR_RAW, default=str(home() / "landing")),
+        "warehouse": warehouse,
+        "tracking_uri": Variable.get(VAR_TRACKING_URI, default="") or default_tracking_uri(warehouse),
+        "storage_options": storage_options,
+        "since": since.isoformat() if since else "",
+        "until": until.isoformat() if until else "",
+        "record": "/".join([warehouse.rstrip("/"), "_runs", "ingest", interval_name(since, until) + ".json"]),
+    }
+
+
+def ingest_interval(data_interval_start, data_interval_end, prev_success_end=None):
+    """``(since, until)`` of an ingest run (pure).
+
+    ``until`` is the end of the run's data interval. ``since`` is the start of its data interval, or
+    the end of the previous successful run's interval when that is earlier: intervals that were
+    missed (scheduler down, failed runs, DAG paused; the DAG does not catch up run by run) are then
+    covered by the next successful run.
+    """
+    since = data_interval_start
+    if prev_success_end is not None and (since is None or prev_success_end < since):
+        since = prev_success_end
+    return since, data_interval_end
+
+
+def resolve_ingest(context) -> dict:
+    """:func:`resolve` for an ingest run, from the task's Airflow context (data interval, previous
+    successful run, ``dag_run.conf``)."""
+    lazy = context.get("prev_data_interval_end_success")
+    try:
+        prev_end = getattr(lazy, "__wrapped__", lazy)  # a lazy proxy: this looks the previous run up
+    except Exception:  # first run: there is no previous successful run
+        prev_end = None
+    since, until = ingest_interval(context.get("data_interval_start"), context.get("data_interval_end"), prev_end)
+    dag_run = context.get("dag_run")
+    return resolve(since, until, run_conf=getattr(dag_run, "conf", None))
+
+
+
+def spark_conf_variable() -> dict:
+    """Extra Spark properties from the Variable ``tracelake_spark_conf`` (call inside a task).
+
+    Raises:
+        ValueError: the Variable is not a JSON object of properties.
+    """
+    import json
+
+    from airflow.sdk import Variable
+
+    text = Variable.get(VAR_SPARK_CONF, default="{}") or "{}"
+    conf = json.loads(text)
+    if not isinstance(conf, dict):
+        raise ValueError(f"Airflow Variable {VAR_SPARK_CONF} must be a JSON object of Spark properties, got {text!r}")
+    return {str(k): str(v) for k, v in conf.items()}

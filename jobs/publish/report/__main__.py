@@ -1,0 +1,97 @@
+"""``python -m jobs.publish.report``: the fleet report (and MLflow fleet run), or job reports on their runs.
+
+``python -m jobs.publish.report --warehouse W [--tracking-uri U] [--html F] [--no-mlflow] [--day YYYY-MM-DD]``
+first rebuilds the fleet tables (:func:`jobs.fleet.job.run_fleet`: fleet_stats, fleet_kernels,
+regressions), then renders the fleet report over every job in the warehouse and logs the day's fleet
+run (:func:`jobs.publish.reports.log_fleet_report`). With ``--job J`` (repeatable) it instead renders the
+job report of each job's latest attempt, logs it to the job's MLflow run (found by its
+``tracelake.job_id``/``tracelake.attempt`` tags) and, with ``--html``, writes it to ``F`` (one job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _job_run(client, exp_name: str, job: str, attempt: int) -> str | None:
+    from jobs.landing.discover import safe_id
+
+    safe_id(job, "job id", "--job")  # quoted into the MLflow filter below: no quote may break out of it
+    exp = client.get_experiment_by_name(exp_name)
+    if exp is None:
+        return None
+    found = client.search_runs([exp.experiment_id], filter_string=f"tags.`tracelake.job_id` = '{job}' and "
+                                                                  f"tags.`tracelake.attempt` = '{attempt}'", max_results=1)
+    return found[0].info.run_id if found else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and publish; returns the exit code (2 when a ``--job`` has no rows)."""
+    p = argparse.ArgumentParser(prog="python -m jobs.publish.report", description=__doc__.splitlines()[0])
+    p.add_argument("--warehouse", required=True)
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///<warehouse>/mlflow.db)")
+    p.add_argument("--job", action="append", help="publish this job's report instead of the fleet report")
+    p.add_argument("--html", help="also write the (fleet or single job) report here")
+    p.add_argument("--day", help="fleet run date YYYY-MM-DD (default: today, UTC)")
+    p.add_argument("--no-mlflow", action="store_true")
+    a = p.parse_args(argv)
+
+    from jobs.publish.report.html import render_fleet_report, render_job_report
+    from jobs.publish.reports import load_fleet_tables, load_job_tables, log_fleet_report, log_job_report
+    from jobs.spark import get_spark
+    from jobs.publish.tracking import EXPERIMENT, default_tracking_uri
+
+    uri = None if a.no_mlflow else (a.tracking_uri or default_tracking_uri(a.warehouse))
+    spark = get_spark()
+    if not a.job:
+        from jobs.fleet.job import run_fleet
+        from schemas import FLEET_TABLES
+
+        run_fleet(spark, a.warehouse)  # fleet_stats, fleet_kernels, regressions over the whole warehouse
+        t = load_fleet_tables(spark, a.warehouse)
+        fleet = {k: t[k] for k in FLEET_TABLES if k in t}
+        if a.html:
+            with open(a.html, "w", encoding="utf-8") as f:
+                f.write(render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
+                                            fleet=fleet))
+        if uri:
+            run_id = log_fleet_report(uri, a.warehouse, t.get("ranks"), t.get("captures"), t.get("steps"),
+                                      t.get("findings"), day=a.day, fleet=fleet)
+            print(f"fleet run {run_id} (experiment tracelake-fleet)")
+        return 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri) if uri else None
+    code = 0
+    from jobs.landing.discover import DiscoveryError, safe_id
+
+    for job in a.job:
+        try:
+            safe_id(job, "job id", "--job")
+        except DiscoveryError as exc:
+            print(exc, file=sys.stderr)
+            code = 2
+            continue
+        tables = load_job_tables(spark, a.warehouse, job)
+        caps = tables.get("captures")
+        if caps is None or not len(caps):
+            print(f"job {job}: no rows in {a.warehouse}/captures", file=sys.stderr)
+            code = 2
+            continue
+        attempt = int(caps["attempt"].max())
+        tables = {k: v[v["attempt"] == attempt] if "attempt" in v.columns else v for k, v in tables.items()}
+        if a.html:
+            with open(a.html, "w", encoding="utf-8") as f:
+                f.write(render_job_report(tables))
+        run_id = _job_run(client, EXPERIMENT, job, attempt) if client else None
+        if run_id:
+            log_job_report(uri, run_id, tables)
+            print(f"job {job}#{attempt}: report logged to run {run_id}")
+        elif client:
+            print(f"job {job}#{attempt}: no MLflow run (run the main job first)", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Render the tracelake HTML reports (Jinja2, autoescape on, one self-contained page each).
+
+Every page is ``templates/report.html.j2``: a header, metric cards and a list of :class:`Section`
+(plots, tables, notes). Safety: Jinja2 autoescaping turns every value (kernel names, job ids,
+reasons, evidence JSON — all of which come from traces) into text; plots are PNG data URIs; the page
+carries a Content-Security-Policy that allows only its own inline script (by sha256), so even
+markup that slipped through could not run. That one script adds ``<div id="tracelake-rendered"
+data-plots=N data-plots-ok=M>`` after load, which the headless-browser test looks for.
+
+Public functions: :func:`render_job_report`, :func:`render_fleet_report`,
+:func:`render_validation_report`, :func:`render_comparison_report` (all return the HTML as ``str``).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from jobs.publish.report.plots import Plot
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+#: The only script on a page: a render marker for automated checks (no effect on content).
+CHECK_SCRIPT = (
+    'window.addEventListener("load", function () {'
+    ' var imgs = document.querySelectorAll("figure.plot img"); var ok = 0;'
+    ' for (var i = 0; i < imgs.length; i++) { if (imgs[i].complete && imgs[i].naturalWidth > 0) { ok++; } }'
+    ' var m = document.createElement("div"); m.id = "tracelake-rendered"; m.hidden = true;'
+    ' m.setAttribute("data-plots", String(imgs.length)); m.setAttribute("data-plots-ok", String(ok));'
+    ' document.body.appendChild(m); });'
+)
+SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(CHECK_SCRIPT.encode()).digest()).decode()
+
+
+@dataclass
+class TableView:
+    """A table ready to print: header ``columns``, ``kinds`` per column (``num``, ``name`` or ``""``),
+    ``rows`` of already formatted strings, ``more`` (e.g. "showing 20 of 311 rows")."""
+
+    key: str
+    columns: list[str]
+    rows: list[list[str]]
+    kinds: list[str]
+    caption: str = ""
+    more: str = ""
+
+
+@dataclass
+class Section:
+    """One report section. ``note`` is shown when data is missing (``plots``/``tables`` empty);
+    ``status`` (``passed``/``failed``/…) adds a badge; ``details`` are collapsible text blocks."""
+
+    key: str
+    title: str
+    intro: str = ""
+    plots: list[Plot] = field(default_factory=list)
+    tables: list[TableView] = field(default_factory=list)
+    note: str = ""
+    status: str = ""
+    details: list[dict] = field(default_factory=list)
+
+
+def unavailable(key: str, title: str, what: str, intro: str = "") -> Section:
+    """A section that says its data is not available (never an error)."""
+    return Section(key, title, intro=intro, note=f"Not available: {what}", status="unavailable")
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def _isnull(v) -> bool:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
+    try:
+        return isinstance(v, float) and math.isnan(v)
+    except TypeError:
+        return False
+
+
+def fmt_ms(ns, digits: int = 2) -> str:
+    """ns → ``"12.35"`` ms; ``—`` for missing."""
+    return "—" if _isnull(ns) else f"{float(ns) / 1e6:,.{digits}f}"
+
+
+def fmt_us(ns, digits: int = 1) -> str:
+    """ns → µs text."""
+    return "—" if _isnull(ns) else f"{float(ns) / 1e3:,.{digits}f}"
+
+
+def fmt_num(v, digits: int = 1) -> str:
+    """A number with ``digits`` decimals (integers without); ``—`` for missing."""
+    if _isnull(v):
+        return "—"
+    f = float(v)
+    return f"{int(f):,}" if f.is_integer() and digits == 0 else f"{f:,.{digits}f}"
+
+
+def fmt_int(v) -> str:
+    """An integer with thousands separators."""
+    return "—" if _isnull(v) else f"{int(v):,}"
+
+
+def fmt_text(v) -> str:
+    """Any value as text (lists and arrays joined by ``, ``); ``—`` for missing."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v)
+    if hasattr(v, "tolist") and getattr(v, "ndim", 0) >= 1:
+        return ", ".join(str(x) for x in v.tolist())
+    return "—" if _isnull(v) else str(v)
+
+
+def table_view(key: str, df: pd.DataFrame, spec: list[tuple], caption: str = "", limit: int | None = None,
+               total: int | None = None) -> TableView:
+    """Format ``df`` into a :class:`TableView`.
+
+    Args:
+        spec: ``(column, header, formatter, kind)`` per printed column; ``formatter(value) -> str``;
+            kind ``num`` right-aligns, ``name`` prints monospace (trace names).
+        limit: print at most this many rows (``more`` says how many there were).
+    """
+    n = len(df) if total is None else total
+    d = df.head(limit) if limit else df
+    rows = [[fmt(r.get(col)) for col, _, fmt, _ in spec] for r in d.to_dict(orient="records")]
+    more = f"showing {len(d)} of {n} rows" if n > len(d) else ""
+    return TableView(key, [h for _, h, _, _ in spec], rows, [k for *_, k in spec], caption, more)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _env():
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def render_page(title: str, sections: list[Section], subtitle: str = "", cards: list[dict] | None = None) -> str:
+    """Render one page from sections (``cards``: ``[{"key": metric name, "value": text}]``)."""
+    return _env().get_template("report.html.j2").render(
+        title=title, subtitle=subtitle, cards=cards or [], sections=sections, script_hash=SCRIPT_HASH,
+        check_script=CHECK_SCRIPT, generated_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+def render_job_report(tables: dict, validation=None, title: str | None = None) -> str:
+    """The HTML report of one job run (one job, one attempt).
+
+    Args:
+        tables: ``{table name: pandas DataFrame}`` of the job: any of ``captures``, ``ranks``,
+            ``steps``, ``kernels``, ``collectives``, ``critical_path``, ``findings`` (and optionally
+            ``events`` for top kernels when ``kernels`` is absent). Missing or empty tables give a
+            "not available" note in their section.
+        validation: a :class:`jobs.validate.gate.ValidationReport` to summarize, if any.
+        title: page title (default ``tracelake job <job_id> (attempt N)``).
+
+    Sections: step-time breakdown per rank, idle-time breakdown, top kernels, collective wait heatmap,
+    critical-path summary, findings, data quality, captures.
+    """
+    from jobs.publish.report import sections as S
+
+    job_id, attempt = S.job_identity(tables)
+    secs = [S.step_section(tables), S.idle_section(tables), S.kernels_section(tables),
+            S.collectives_section(tables), S.critical_path_section(tables), S.findings_section(tables),
+            S.quality_section(tables, validation), S.captures_section(tables)]
+    return render_page(title or f"tracelake job {job_id} (attempt {attempt})", secs,
+                       subtitle=S.job_subtitle(tables), cards=S.job_cards(tables))
+
+
+def render_fleet_report(ranks: pd.DataFrame | None, captures: pd.DataFrame | None,
+                        steps: pd.DataFrame | None = None, findings: pd.DataFrame | None = None,
+                        top: int = 10, title: str = "tracelake fleet report", fleet: dict | None = None) -> str:
+    """The fleet report: trends over capture date, the worst offenders and, with ``fleet``, the
+    breakdown by job name / model / hardware / torch version and the regressions.
+
+    Args:
+        ranks, captures, steps, findings: those tables over all jobs (pandas); any may be missing.
+        top: rows per worst-offender table.
+        fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions": pandas}`` (:mod:`jobs.fleet`).
+    """
+    from jobs.publish.report import fleet_tables as FT
+    from jobs.publish.report import sections as S
+
+    secs = S.fleet_sections(ranks, captures, steps, findings, top)
+    if fleet is not None:
+        secs[1:1] = [FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
+                     FT.regressions_section(fleet.get("regressions"))]
+    return render_page(title, secs, subtitle=S.fleet_subtitle(ranks, captures), cards=S.fleet_cards(ranks, captures))
+
+
+def render_validation_report(report, job_id: str | None = None) -> str:
+    """The validation results as a self-contained page (our Data Docs): one section per table with
+    every check, its status, unexpected count and sample values.
+
+    Args:
+        report: a :class:`jobs.validate.gate.ValidationReport`.
+        job_id: highlight this job (its status is in the subtitle).
+    """
+    secs = []
+    for key, t in report.tables.items():
+        if t.status == "missing":
+            secs.append(Section(key.replace("/", "-"), f"{key}", note="Not available: table not written yet "
+                                "(nothing to validate).", status="missing"))
+            continue
+        rows = pd.DataFrame([{
+            "status": "passed" if c.success else "FAILED", "id": c.id, "expectation": c.expectation,
+            "unexpected": c.unexpected_count if c.unexpected_count is not None else c.observed,
+            "sample": "; ".join(c.partial_unexpected[:5]) or (c.error or ""),
+            "jobs": ", ".join(f"{j} ({n})" for j, n in sorted(c.jobs.items())), "doc": c.doc} for c in t.checks])
+        rows = rows.sort_values("status", key=lambda s: s != "FAILED", kind="stable") if len(rows) else rows
+        spec = [("status", "status", fmt_text, ""), ("id", "check", fmt_text, "name"),
+                ("expectation", "GX expectation", fmt_text, "name"), ("unexpected", "unexpected / observed", fmt_text, "num"),
+                ("sample", "sample values", fmt_text, "name"), ("jobs", "jobs (rows)", fmt_text, "name"),
+                ("doc", "why", fmt_text, "")]
+        ok = sum(c.success for c in t.checks)
+        secs.append(Section(key.replace("/", "-"), key, intro=f"{t.n_rows:,} rows; {ok} of {len(t.checks)} checks passed "
+                            f"(Great Expectations, {t.engine or 'pandas'} engine).",
+                            tables=[table_view(f"checks-{t.table}", rows, spec)], status=t.status))
+    status = "PASSED" if report.success else "FAILED"
+    sub = f"stages {', '.join(report.stages)}; validated {report.validated_at}; jobs: " + (
+        ", ".join(report.job_ids) if report.job_ids else "all")
+    if job_id is not None:
+        sub += f" — job {job_id}: {'passed' if report.job_success(job_id) else 'FAILED'}"
+    cards = [{"key": "validation", "value": status},
+             {"key": "failed jobs", "value": str(len(report.failed_jobs()))},
+             {"key": "checks", "value": str(sum(len(t.checks) for t in report.tables.values()))}]
+    return render_page(f"tracelake data validation: {status}", secs, subtitle=sub, cards=cards)
+
+
+def render_comparison_report(comparison) -> str:
+    """The HTML report of a :class:`jobs.publish.compare.Comparison` (metric deltas, kernels/ops added,
+    removed, slower, faster, findings appeared/cleared)."""
+    from jobs.publish.report import sections as S
+
+    return render_page(f"tracelake compare: {comparison.a_label} → {comparison.b_label}",
+                       S.comparison_sections(comparison), subtitle=S.comparison_subtitle(comparison),
+                       cards=S.comparison_cards(comparison))

@@ -1,0 +1,575 @@
+"""Report sections built from warehouse tables (pandas in, :class:`~jobs.publish.report.html.Section` out).
+
+Each builder takes the tables it needs from a ``{name: DataFrame}`` dict and returns a section with
+a "not available" note when they are missing or empty — a report never fails because another stage
+has not produced its table yet. Definitions: HTA 0.5.0 for the temporal and idle-time breakdowns,
+``schemas/tables.py`` for every column.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from jobs.publish.report import plots as P
+from jobs.publish.report.html import Section, fmt_int, fmt_ms, fmt_num, fmt_text, fmt_us, table_view, unavailable
+
+
+def _get(tables: dict, name: str) -> pd.DataFrame | None:
+    df = tables.get(name) if tables else None
+    return df if isinstance(df, pd.DataFrame) and len(df) else None
+
+
+def _num(df: pd.DataFrame, col: str) -> pd.Series:
+    if col not in df.columns:
+        return pd.Series(np.nan, index=df.index, dtype=float)
+    return pd.to_numeric(df[col], errors="coerce").astype(float)
+
+
+def _pct(v) -> str:
+    return fmt_num(v, 1)
+
+
+def _first(df: pd.DataFrame | None, col: str):
+    if df is None or col not in df.columns:
+        return None
+    vals = df[col].dropna()
+    return vals.iloc[0] if len(vals) else None
+
+
+# ----------------------------------------------------------------------------- job report
+
+
+def job_identity(tables: dict) -> tuple[str, str]:
+    """``(job_id, attempt)`` as text from the first table that has them (``unknown`` otherwise)."""
+    for name in ("captures", "ranks", "steps", "kernels", "collectives", "critical_path", "findings"):
+        df = _get(tables, name)
+        if df is not None and "job_id" in df.columns:
+            jobs = sorted({str(j) for j in df["job_id"].dropna()})
+            att = _first(df, "attempt")
+            return ", ".join(jobs) or "unknown", "?" if att is None else str(int(att))
+    return "unknown", "?"
+
+
+def job_subtitle(tables: dict) -> str:
+    """World size, device, trace format, rank and capture counts."""
+    caps, ranks = _get(tables, "captures"), _get(tables, "ranks")
+    bits = []
+    ws = _first(ranks, "world_size") or _first(caps, "world_size")
+    if ws is not None:
+        bits.append(f"world size {int(ws)}")
+    dev = _first(ranks, "device_name") or _first(caps, "device_name")
+    bits.append(f"device {dev}" if dev is not None else "device not recorded in the trace")
+    if caps is not None:
+        n_q = int((caps["status"] == "quarantined").sum()) if "status" in caps.columns else 0
+        bits.append(f"{len(caps)} capture(s), {n_q} quarantined")
+        fmt = _first(caps, "format")
+        if fmt is not None:
+            bits.append(f"trace format {fmt}")
+    if ranks is not None:
+        bits.append(f"{ranks['rank'].nunique()} rank(s) analyzed")
+    return " · ".join(bits)
+
+
+def job_cards(tables: dict) -> list[dict]:
+    """Headline metrics, named exactly as the MLflow metrics of :func:`jobs.publish.tracking.job_metrics`."""
+    from jobs.publish.tracking import job_metrics
+
+    ranks, steps = _get(tables, "ranks"), _get(tables, "steps")
+    if ranks is None:
+        return []
+    steps = steps if steps is not None else pd.DataFrame(columns=["rank", "step_time_ns"])
+    try:
+        m = job_metrics(ranks, steps)
+    except KeyError:
+        return []
+    out = []
+    for k in ("step_time_p50_ms", "step_time_max_ms", "idle_pct", "compute_pct", "non_compute_pct", "overlap_pct",
+              "idle_pct_max", "n_ranks", "n_steps"):
+        if k in m:
+            out.append({"key": k, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)})
+    caps = _get(tables, "captures")
+    if caps is not None and "status" in caps.columns:
+        out.append({"key": "n_quarantined", "value": str(int((caps["status"] == "quarantined").sum()))})
+    return out
+
+
+def step_section(tables: dict) -> Section:
+    """Step-time breakdown per rank (plot) and the per-rank summary table."""
+    key, title = "step-time", "Step time per rank"
+    intro = ("Mean per ProfilerStep of HTA's temporal breakdown of the GPU events attributed to the step "
+             "(compute, non-compute = communication/memory/other, idle); median step time marked.")
+    steps, ranks = _get(tables, "steps"), _get(tables, "ranks")
+    if steps is None and ranks is None:
+        return unavailable(key, title, "no `steps` or `ranks` rows for this job (no ProfilerStep, or not analyzed).", intro)
+    sec = Section(key, title, intro=intro)
+    plot = P.step_breakdown(steps)
+    if plot:
+        sec.plots.append(plot)
+    else:
+        sec.note = "Not available: no ProfilerStep annotations, so no per-step breakdown (whole-trace numbers below)."
+    rows = []
+    for r in sorted(set((ranks["rank"] if ranks is not None else steps["rank"]).dropna().astype(int))):
+        s = steps[steps["rank"] == r] if steps is not None else pd.DataFrame()
+        rr = ranks[ranks["rank"] == r].iloc[0] if ranks is not None and (ranks["rank"] == r).any() else pd.Series(dtype=object)
+        st = _num(s, "step_time_ns") if len(s) else pd.Series(dtype=float)
+        busy = (_num(s, "cpu_op_time_ns").sum() / st.sum() * 100) if len(s) and st.sum() else np.nan
+        n = len(s)
+        rows.append({"rank": r, "steps": n,
+                     "p50": st.median() if n else rr.get("step_time_p50_ns"),
+                     "max": st.max() if n else rr.get("step_time_max_ns"),
+                     "idle_pct": rr.get("idle_pct"), "compute_pct": rr.get("compute_pct"),
+                     "non_compute_pct": rr.get("non_compute_pct"), "overlap_pct": rr.get("overlap_pct"),
+                     "exposed": (_num(s, "exposed_comm_ns").mean() if n else rr.get("exposed_comm_ns")),
+                     "busy": busy})
+    spec = [("rank", "rank", fmt_int, "num"), ("steps", "steps", fmt_int, "num"),
+            ("p50", "step p50 ms", fmt_ms, "num"), ("max", "step max ms", fmt_ms, "num"),
+            ("idle_pct", "GPU idle %", _pct, "num"), ("compute_pct", "GPU compute %", _pct, "num"),
+            ("non_compute_pct", "GPU non-compute %", _pct, "num"), ("overlap_pct", "comm/comp overlap %", _pct, "num"),
+            ("exposed", "exposed comm ms/step", fmt_ms, "num"), ("busy", "host busy %", _pct, "num")]
+    sec.tables.append(table_view("ranks", pd.DataFrame(rows), spec,
+                                 caption="Per rank (GPU % over the whole trace: HTA get_temporal_breakdown)"))
+    return sec
+
+
+def idle_section(tables: dict) -> Section:
+    """HTA idle-time breakdown per rank (host wait / kernel wait / other)."""
+    key, title = "idle-time", "Idle-time breakdown"
+    intro = ("HTA get_idle_time_breakdown: each gap between device events on a stream is host wait (the launch "
+             "came after the previous event ended), kernel wait (< 30 µs) or other; Σ over streams.")
+    plot = P.idle_breakdown(_get(tables, "ranks"), _get(tables, "steps"))
+    if plot is None:
+        return unavailable(key, title, "no GPU idle time breakdown (CPU-only trace, or `ranks`/`steps` missing).", intro)
+    return Section(key, title, intro=intro, plots=[plot])
+
+
+def top_kernels_frame(tables: dict, k: int = 15) -> tuple[pd.DataFrame | None, str]:
+    """Kernels by total time over all ranks and steps: ``(frame, source)``.
+
+    From ``kernels`` (HTA get_gpu_kernel_breakdown per kernel) when present, else from ``events``
+    (device events with a duration). Columns: name, kernel_type, n, total_ns, mean_ns, share_pct.
+    """
+    kern, ev = _get(tables, "kernels"), _get(tables, "events")
+    if kern is not None and {"name", "total_ns"} <= set(kern.columns):
+        k_ = kern.assign(total_ns=_num(kern, "total_ns"), n=_num(kern, "n"),
+                         kernel_type=kern["kernel_type"] if "kernel_type" in kern.columns else None)
+        g = k_.groupby("name", dropna=False).agg(n=("n", "sum"), total_ns=("total_ns", "sum"),
+                                                 kernel_type=("kernel_type", "first"))
+        src = "kernels"
+    elif ev is not None and {"name", "dur_ns", "is_gpu"} <= set(ev.columns):
+        d = ev[ev["is_gpu"].fillna(False).astype(bool) & ev["dur_ns"].notna()]
+        if not len(d):
+            return None, ""
+        g = d.assign(dur_ns=_num(d, "dur_ns")).groupby("name", dropna=False).agg(n=("dur_ns", "size"),
+                                                                                    total_ns=("dur_ns", "sum"))
+        g["kernel_type"] = None
+        src = "events"
+    else:
+        return None, ""
+    if not len(g):
+        return None, ""
+    g = g.reset_index()
+    total = g["total_ns"].sum()
+    g["mean_ns"] = g["total_ns"] / g["n"].replace(0, np.nan)
+    g["share_pct"] = g["total_ns"] / total * 100 if total else np.nan
+    return g.sort_values(["total_ns", "name"], ascending=[False, True]).head(k).reset_index(drop=True), src
+
+
+def kernels_section(tables: dict, k: int = 15) -> Section:
+    """Top kernels by total time (plot and table)."""
+    key, title = "top-kernels", "Top kernels"
+    top, src = top_kernels_frame(tables, k)
+    intro = "Σ duration over all ranks and steps, per kernel name (HTA get_gpu_kernel_breakdown, no merging)."
+    if top is None:
+        return unavailable(key, title, "no GPU kernels (CPU-only trace, or `kernels` not computed yet).", intro)
+    if src == "events":
+        intro += " Computed from `events` (the `kernels` table is not available)."
+    spec = [("name", "kernel", lambda v: P.short(v, 240), "name"), ("kernel_type", "type", fmt_text, ""),
+            ("n", "launches", fmt_int, "num"),
+            ("total_ns", "total ms", fmt_ms, "num"), ("mean_ns", "mean µs", fmt_us, "num"),
+            ("share_pct", "% of kernel time", _pct, "num")]
+    sec = Section(key, title, intro=intro, tables=[table_view("top-kernels", top, spec)])
+    plot = P.top_kernels(top)
+    if plot:
+        sec.plots.append(plot)
+    return sec
+
+
+def collectives_section(tables: dict) -> Section:
+    """Collective wait heatmap by rank × call; stragglers per rank; the calls with the most skew."""
+    key, title = "collectives", "Collective wait"
+    intro = ("wait = last arrival − own arrival at each collective call, on the job clock aligned on collective "
+             "completion; the rank that arrives last is the straggler of the call.")
+    col = _get(tables, "collectives")
+    if col is None:
+        return unavailable(key, title, "no `collectives` rows (single rank, no communication kernels, or not "
+                           "computed yet).", intro)
+    sec = Section(key, title, intro=intro)
+    plot = P.collective_wait_heatmap(col)
+    if plot:
+        sec.plots.append(plot)
+    c = col.assign(wait_ns=_num(col, "wait_ns"), busbw=_num(col, "busbw_gbps"),
+                   last=col["is_last_arrival"].fillna(False).astype(bool) if "is_last_arrival" in col.columns else False)
+    per_rank = c.groupby("rank").agg(calls=("wait_ns", "size"), wait=("wait_ns", "sum"), last=("last", "sum"),
+                                     busbw=("busbw", "mean")).reset_index()
+    sec.tables.append(table_view("collective-ranks", per_rank, [
+        ("rank", "rank", fmt_int, "num"), ("calls", "calls", fmt_int, "num"), ("wait", "total wait ms", fmt_ms, "num"),
+        ("last", "times last to arrive", fmt_int, "num"), ("busbw", "mean bus bandwidth GB/s", _pct, "num")],
+        caption="Per rank"))
+    if "skew_ns" in c.columns and "match_key" in c.columns:
+        last_rank = c[c["last"]].groupby("match_key")["rank"].first() if c["last"].any() else pd.Series(dtype=float)
+        c = c.assign(collective=c["collective"] if "collective" in c.columns else None,
+                     msg_bytes=_num(c, "msg_bytes"), skew_ns=_num(c, "skew_ns"))
+        calls = c.groupby("match_key").agg(collective=("collective", "first"), skew=("skew_ns", "max"),
+                                           msg=("msg_bytes", "max"), n=("rank", "nunique")).reset_index()
+        calls["last_rank"] = calls["match_key"].map(last_rank)
+        calls = calls.sort_values("skew", ascending=False)
+        sec.tables.append(table_view("collective-calls", calls, [
+            ("match_key", "call", fmt_text, "name"), ("collective", "collective", fmt_text, ""),
+            ("msg", "message bytes", fmt_int, "num"), ("n", "ranks", fmt_int, "num"),
+            ("skew", "skew ms", fmt_ms, "num"), ("last_rank", "last to arrive", fmt_int, "num")],
+            caption="Calls with the largest arrival skew", limit=10, total=len(calls)))
+    return sec
+
+
+def critical_path_section(tables: dict) -> Section:
+    """Critical-path attribution (share of path time per ``bound_by``), per-step lengths, longest segments."""
+    key, title = "critical-path", "Critical path"
+    cp = _get(tables, "critical_path")
+    intro = ("Segments of the critical path per step (HTA critical-path graph per rank; across ranks, following "
+             "collectives to the rank that arrived last) and what each is bound by.")
+    if cp is None or "dur_ns" not in cp.columns:
+        return unavailable(key, title, "no `critical_path` rows (not computed yet for this job).", intro)
+    scope = "job" if "scope" in cp.columns and (cp["scope"] == "job").any() else "rank"
+    d = cp[cp["scope"] == scope] if "scope" in cp.columns else cp
+    d = d.assign(dur_ns=_num(d, "dur_ns"))
+    sec = Section(key, title, intro=intro + f" Showing scope `{scope}`.")
+    if "bound_by" in d.columns:
+        share = d.groupby(d["bound_by"].fillna("unattributed"))["dur_ns"].sum().rename("dur_ns").reset_index()
+        tot = share["dur_ns"].sum()
+        share["pct"] = share["dur_ns"] / tot * 100 if tot else 0.0
+        share = share.sort_values("dur_ns", ascending=False)
+        plot = P.critical_path_attribution(share)
+        if plot:
+            sec.plots.append(plot)
+        sec.tables.append(table_view("cp-share", share, [("bound_by", "bound by", fmt_text, ""),
+                                                         ("dur_ns", "time ms", fmt_ms, "num"), ("pct", "% of path", _pct, "num")]))
+    paths = [c for c in ("step", "path_rank") if c in d.columns]
+    if paths and "path_length_ns" in d.columns:
+        per = d.groupby(paths).agg(length=("path_length_ns", "max"), segments=("dur_ns", "size")).reset_index()
+        sec.tables.append(table_view("cp-steps", per, [(p, p.replace("_", " "), fmt_int, "num") for p in paths]
+                                     + [("length", "path length ms", fmt_ms, "num"), ("segments", "segments", fmt_int, "num")],
+                                     caption="Per step", limit=20, total=len(per)))
+    seg = d.sort_values("dur_ns", ascending=False)
+    spec = [(c, h, f, k) for c, h, f, k in [("step", "step", fmt_int, "num"), ("rank", "rank", fmt_int, "num"),
+                                           ("name", "event", lambda v: P.short(v, 240), "name"),
+                                           ("bound_by", "bound by", fmt_text, ""),
+                                           ("dur_ns", "µs", fmt_us, "num")] if c in seg.columns]
+    sec.tables.append(table_view("cp-segments", seg, spec, caption="Longest segments", limit=10, total=len(seg)))
+    return sec
+
+
+def findings_section(tables: dict) -> Section:
+    """Ranked findings with evidence and recommendation."""
+    key, title = "findings", "Findings"
+    f = _get(tables, "findings")
+    intro = "Bottlenecks ranked by estimated time lost per step, with evidence and what to try."
+    if f is None:
+        return unavailable(key, title, "no findings for this job (none fired, or findings not computed yet).", intro)
+    f = f.sort_values("rank_order") if "rank_order" in f.columns else f
+    spec = [(c, h, fn, k) for c, h, fn, k in [
+        ("rank_order", "#", fmt_int, "num"), ("title", "finding", fmt_text, ""), ("rule", "rule", fmt_text, "name"),
+        ("metric", "metric", fmt_text, "name"), ("value", "value", lambda v: fmt_num(v, 2), "num"),
+        ("est_time_lost_per_step_ns", "est. lost ms/step", fmt_ms, "num"),
+        ("confidence", "confidence", lambda v: fmt_num(v, 2), "num"), ("ranks", "ranks", fmt_text, ""),
+        ("recommendation", "recommendation", fmt_text, "")] if c in f.columns]
+    sec = Section(key, title, intro=intro, tables=[table_view("findings", f, spec)])
+    if "evidence_json" in f.columns:
+        for r in f.head(10).to_dict(orient="records"):
+            ev = r.get("evidence_json")
+            try:
+                text = json.dumps(json.loads(ev), indent=1) if isinstance(ev, str) else fmt_text(ev)
+            except ValueError:
+                text = str(ev)
+            sec.details.append({"summary": f"evidence: {fmt_text(r.get('finding_id', r.get('title')))}", "text": text})
+    return sec
+
+
+def quality_section(tables: dict, validation=None) -> Section:
+    """Data validation status of the job (if a report is given) and the quarantined files."""
+    key, title = "data-quality", "Data quality"
+    caps = _get(tables, "captures")
+    sec = Section(key, title, intro="Great Expectations suites derived from schemas/ (jobs/validate/gate.py) and "
+                  "files quarantined by normalize.")
+    if validation is None:
+        sec.note = "Not available: no validation report attached to this report."
+    else:
+        job_id, _ = job_identity(tables)
+        ok = validation.job_success(job_id) if job_id != "unknown" else validation.success
+        sec.status = "passed" if ok else "failed"
+        rows = [{"table": k, "check": c.id, "unexpected": c.jobs.get(job_id, c.unexpected_count), "doc": c.doc}
+                for k, t in validation.tables.items() for c in t.failed if job_id in c.jobs or job_id == "unknown"]
+        if rows:
+            sec.tables.append(table_view("validation-failures", pd.DataFrame(rows), [
+                ("table", "table", fmt_text, "name"), ("check", "check", fmt_text, "name"),
+                ("unexpected", "unexpected rows", fmt_text, "num"), ("doc", "why", fmt_text, "")],
+                caption="Failed checks"))
+    if caps is not None and "status" in caps.columns:
+        q = caps[caps["status"] == "quarantined"]
+        if len(q):
+            sec.tables.append(table_view("quarantined", q, [("uri", "file", fmt_text, "name"),
+                                                            ("reason", "reason", fmt_text, "")], caption="Quarantined files"))
+    return sec
+
+
+def captures_section(tables: dict) -> Section:
+    """One row per raw trace file of the job."""
+    key, title = "captures", "Captures"
+    caps = _get(tables, "captures")
+    if caps is None:
+        return unavailable(key, title, "no `captures` rows for this job.")
+    caps = caps.sort_values([c for c in ("rank", "uri") if c in caps.columns])
+    spec = [(c, h, fn, k) for c, h, fn, k in [
+        ("rank", "rank", fmt_int, "num"), ("status", "status", fmt_text, ""), ("format", "format", fmt_text, ""),
+        ("time_base", "time base", fmt_text, ""), ("n_events", "events", fmt_int, "num"),
+        ("n_profiler_steps", "steps", fmt_int, "num"), ("size_bytes", "bytes", fmt_int, "num"),
+        ("flags", "flags", fmt_text, ""), ("uri", "file", fmt_text, "name")] if c in caps.columns]
+    return Section(key, title, tables=[table_view("captures", caps, spec, limit=100, total=len(caps))])
+
+
+# ----------------------------------------------------------------------------- fleet report
+
+#: Stable names of the fleet metrics (the fleet MLflow run logs exactly these).
+FLEET_METRICS = ("fleet/n_jobs", "fleet/n_ranks", "fleet/n_captures", "fleet/n_quarantined",
+                 "fleet/idle_pct_median", "fleet/idle_pct_p90", "fleet/step_time_p50_ms_median",
+                 "fleet/overlap_pct_median")
+
+
+def job_summary(ranks: pd.DataFrame | None, captures: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per (job_id, attempt): date (earliest capture date), n_ranks, idle/compute/overlap %
+    (mean over ranks), step_time_p50_ns (median over ranks), exposed_comm_ns (mean over ranks),
+    n_captures, n_quarantined."""
+    keys = ["job_id", "attempt"]
+    out = None
+    if ranks is not None and len(ranks):
+        r = ranks.assign(**{c: _num(ranks, c) for c in ("idle_pct", "compute_pct", "overlap_pct", "step_time_p50_ns",
+                                                         "exposed_comm_ns")})
+        out = r.groupby(keys).agg(n_ranks=("rank", "nunique"), idle_pct=("idle_pct", "mean"),
+                                  compute_pct=("compute_pct", "mean"), overlap_pct=("overlap_pct", "mean"),
+                                  step_time_p50_ns=("step_time_p50_ns", "median"),
+                                  exposed_comm_ns=("exposed_comm_ns", "mean")).reset_index()
+    if captures is not None and len(captures):
+        c = captures.assign(q=(captures["status"] == "quarantined").astype(int), date=captures["date"].astype(str))
+        cg = c.groupby(keys).agg(date=("date", "min"), n_captures=("uri", "size"), n_quarantined=("q", "sum")).reset_index()
+        out = cg if out is None else out.merge(cg, on=keys, how="outer")
+    if out is None:
+        return pd.DataFrame(columns=keys + ["date"])
+    if "date" not in out.columns:
+        out["date"] = _first(ranks, "date")
+    out["date"] = out["date"].astype(str)
+    return out
+
+
+def fleet_metrics(ranks: pd.DataFrame | None, captures: pd.DataFrame | None) -> dict[str, float]:
+    """The fleet metrics (names in :data:`FLEET_METRICS`; a metric without data is omitted)."""
+    js = job_summary(ranks, captures)
+    m: dict[str, float] = {"fleet/n_jobs": float(len(js))}
+    if ranks is not None and len(ranks):
+        m["fleet/n_ranks"] = float(len(ranks))
+    if captures is not None and len(captures):
+        m["fleet/n_captures"] = float(len(captures))
+        m["fleet/n_quarantined"] = float((captures["status"] == "quarantined").sum())
+    for col, name in (("idle_pct", "idle_pct_median"), ("overlap_pct", "overlap_pct_median")):
+        if col in js.columns and js[col].notna().any():
+            m[f"fleet/{name}"] = float(js[col].median())
+    if "idle_pct" in js.columns and js["idle_pct"].notna().any():
+        m["fleet/idle_pct_p90"] = float(js["idle_pct"].quantile(0.9))
+    if "step_time_p50_ns" in js.columns and js["step_time_p50_ns"].notna().any():
+        m["fleet/step_time_p50_ms_median"] = float(js["step_time_p50_ns"].median()) / 1e6
+    return m
+
+
+def fleet_daily(ranks: pd.DataFrame | None, captures: pd.DataFrame | None) -> pd.DataFrame:
+    """Per capture date: n_jobs, idle_pct_median, step_time_p50_ms_median, n_quarantined."""
+    js = job_summary(ranks, captures)
+    if not len(js):
+        return pd.DataFrame(columns=["date", "n_jobs", "idle_pct_median", "step_time_p50_ms_median", "n_quarantined"])
+    for c in ("idle_pct", "step_time_p50_ns", "n_quarantined"):
+        if c not in js.columns:
+            js[c] = np.nan
+    d = js.groupby("date").agg(n_jobs=("job_id", "size"), idle_pct_median=("idle_pct", "median"),
+                               step_time_p50_ms_median=("step_time_p50_ns", "median"),
+                               n_quarantined=("n_quarantined", "sum")).reset_index()
+    d["step_time_p50_ms_median"] = d["step_time_p50_ms_median"] / 1e6
+    return d.sort_values("date").reset_index(drop=True)
+
+
+def fleet_subtitle(ranks, captures) -> str:
+    """Jobs, ranks and date range covered."""
+    js = job_summary(ranks, captures)
+    dates = sorted(d for d in js["date"].dropna().unique()) if len(js) else []
+    rng = f"{dates[0]} … {dates[-1]}" if dates else "no dates"
+    return f"{len(js)} job(s) · {0 if ranks is None else len(ranks)} rank(s) · capture dates {rng}"
+
+
+def fleet_cards(ranks, captures) -> list[dict]:
+    """Fleet metrics as cards."""
+    return [{"key": k, "value": fmt_num(v, 0 if "/n_" in k else 2)} for k, v in fleet_metrics(ranks, captures).items()]
+
+
+def fleet_sections(ranks, captures, steps=None, findings=None, top: int = 10) -> list[Section]:
+    """Trends over time and worst offenders (jobs by idle %, by step time, straggler ranks, exposed
+    communication, quarantined files, top findings)."""
+    ranks = ranks if isinstance(ranks, pd.DataFrame) and len(ranks) else None
+    captures = captures if isinstance(captures, pd.DataFrame) and len(captures) else None
+    secs = []
+    daily = fleet_daily(ranks, captures)
+    trend = Section("trends", "Trends over time", intro="Per capture date: median over jobs of the job's mean GPU "
+                    "idle % (HTA temporal breakdown) and median step time; jobs captured that day.")
+    plot = P.fleet_trends(daily) if len(daily) else None
+    if plot:
+        trend.plots.append(plot)
+    if len(daily):
+        trend.tables.append(table_view("daily", daily, [
+            ("date", "date", fmt_text, ""), ("n_jobs", "jobs", fmt_int, "num"),
+            ("idle_pct_median", "GPU idle % (median job)", _pct, "num"),
+            ("step_time_p50_ms_median", "step time ms (median job)", lambda v: fmt_num(v, 2), "num"),
+            ("n_quarantined", "files quarantined", fmt_int, "num")]))
+    else:
+        trend.note, trend.status = "Not available: no analyzed jobs yet.", "unavailable"
+    secs.append(trend)
+
+    js = job_summary(ranks, captures)
+    worst = Section("worst-offenders", "Worst offenders", intro=f"Top {top} per criterion.")
+    job_spec = [("job_id", "job", fmt_text, "name"), ("attempt", "attempt", fmt_int, "num"), ("date", "date", fmt_text, ""),
+                ("n_ranks", "ranks", fmt_int, "num"), ("idle_pct", "GPU idle %", _pct, "num"),
+                ("overlap_pct", "overlap %", _pct, "num"), ("step_time_p50_ns", "step p50 ms", fmt_ms, "num"),
+                ("exposed_comm_ns", "exposed comm ms", fmt_ms, "num")]
+    if "idle_pct" in js.columns and js["idle_pct"].notna().any():
+        d = js[js["idle_pct"].notna()].sort_values("idle_pct", ascending=False)
+        worst.tables.append(table_view("worst-idle", d, job_spec, caption="Jobs with the most GPU idle time",
+                                       limit=top, total=len(d)))
+    if "step_time_p50_ns" in js.columns and js["step_time_p50_ns"].notna().any():
+        d = js[js["step_time_p50_ns"].notna()].sort_values("step_time_p50_ns", ascending=False)
+        worst.tables.append(table_view("worst-step", d, job_spec, caption="Jobs with the longest median step",
+                                       limit=top, total=len(d)))
+    if "exposed_comm_ns" in js.columns and js["exposed_comm_ns"].fillna(0).gt(0).any():
+        d = js[js["exposed_comm_ns"].fillna(0) > 0].sort_values("exposed_comm_ns", ascending=False)
+        worst.tables.append(table_view("worst-exposed", d, job_spec, caption="Jobs with the most exposed communication "
+                                       "(mean per rank, whole trace)", limit=top, total=len(d)))
+    if ranks is not None and "step_time_p50_ns" in ranks.columns:
+        r = ranks.assign(p50=_num(ranks, "step_time_p50_ns"))
+        r = r[r["p50"].notna()]
+        r["job_median"] = r.groupby(["job_id", "attempt"])["p50"].transform("median")
+        r["n"] = r.groupby(["job_id", "attempt"])["rank"].transform("nunique")
+        r = r[(r["n"] > 1) & (r["job_median"] > 0)]
+        if len(r):
+            r["ratio"] = r["p50"] / r["job_median"]
+            r = r.sort_values("ratio", ascending=False)
+            worst.tables.append(table_view("stragglers", r, [
+                ("job_id", "job", fmt_text, "name"), ("rank", "rank", fmt_int, "num"), ("p50", "step p50 ms", fmt_ms, "num"),
+                ("job_median", "job median ms", fmt_ms, "num"), ("ratio", "× job median", lambda v: fmt_num(v, 2), "num")],
+                caption="Straggler ranks (median step time relative to their job's median rank)", limit=top, total=len(r)))
+    if captures is not None:
+        q = captures[captures["status"] == "quarantined"]
+        if len(q):
+            worst.tables.append(table_view("quarantined", q, [("job_id", "job", fmt_text, "name"), ("uri", "file", fmt_text, "name"),
+                                                              ("reason", "reason", fmt_text, "")],
+                                           caption="Quarantined files", limit=top, total=len(q)))
+    if isinstance(findings, pd.DataFrame) and len(findings) and "est_time_lost_per_step_ns" in findings.columns:
+        f = findings.assign(est=_num(findings, "est_time_lost_per_step_ns")).sort_values("est", ascending=False)
+        worst.tables.append(table_view("top-findings", f, [(c, h, fn, k) for c, h, fn, k in [
+            ("job_id", "job", fmt_text, "name"), ("title", "finding", fmt_text, ""), ("rule", "rule", fmt_text, "name"),
+            ("est", "est. lost ms/step", fmt_ms, "num")] if c in f.columns or c == "est"],
+            caption="Findings with the most estimated time lost", limit=top, total=len(f)))
+    if not worst.tables:
+        worst.note, worst.status = "Not available: no analyzed jobs yet.", "unavailable"
+    secs.append(worst)
+    return secs
+
+
+# ----------------------------------------------------------------------------- comparison report
+
+
+def comparison_subtitle(c) -> str:
+    """Ranks and steps used for per-step normalization on each side."""
+    return (f"A = {c.a_label}: {c.a_ranks} rank(s), {fmt_num(c.a_steps, 1)} step(s)/rank · "
+            f"B = {c.b_label}: {c.b_ranks} rank(s), {fmt_num(c.b_steps, 1)} step(s)/rank · per-step values are Σ over ranks")
+
+
+def comparison_cards(c) -> list[dict]:
+    """Counts of kernels/ops added, removed, slower, faster; findings appeared and cleared."""
+    counts = c.ops["status"].value_counts() if len(c.ops) else {}
+    out = [{"key": k, "value": str(int(counts.get(k, 0)))} for k in ("added", "removed", "slower", "faster")]
+    if c.findings is not None and len(c.findings):
+        fc = c.findings["status"].value_counts()
+        out += [{"key": f"findings {k}", "value": str(int(fc.get(k, 0)))} for k in ("appeared", "cleared")]
+    return out
+
+
+def _smart(v) -> str:
+    """Integral values without decimals, others with 3."""
+    if _isnull_num(v):
+        return "—"
+    f = float(v)
+    return f"{int(f):,}" if f.is_integer() else f"{f:,.3f}"
+
+
+def _isnull_num(v) -> bool:
+    try:
+        return v is None or v != v or v is pd.NA
+    except TypeError:
+        return True
+
+
+def comparison_sections(c, limit: int = 25) -> list[Section]:
+    """Metric deltas, largest per-step time changes, kernels/ops by status, findings appeared/cleared."""
+    secs = []
+    m = Section("metrics", "Metric deltas", intro="Job metrics with the MLflow names of jobs/publish/tracking.py; Δ = B − A.")
+    if len(c.metrics):
+        m.tables.append(table_view("metric-deltas", c.metrics, [
+            ("metric", "metric", fmt_text, "name"), ("a", "A", _smart, "num"),
+            ("b", "B", _smart, "num"), ("delta", "Δ", _smart, "num"),
+            ("delta_pct", "Δ %", _pct, "num")]))
+    else:
+        m.note, m.status = "Not available: neither job has `ranks` rows.", "unavailable"
+    secs.append(m)
+    ops = Section("ops", "Kernels and ops", intro=(
+        "Per name, from `events`: count and Σ duration over all ranks, divided by the steps per rank. "
+        f"slower/faster: |Δ| ≥ {c.min_rel * 100:.0f}% and ≥ {c.min_abs_ns / 1e3:.0f} µs per step."))
+    plot = P.op_deltas(c.ops)
+    if plot:
+        ops.plots.append(plot)
+    spec = [("group", "kind", fmt_text, ""), ("name", "name", lambda v: P.short(v, 240), "name"),
+            ("a_n_per_step", "A calls/step", lambda v: fmt_num(v, 1), "num"),
+            ("b_n_per_step", "B calls/step", lambda v: fmt_num(v, 1), "num"),
+            ("a_ns_per_step", "A ms/step", lambda v: fmt_ms(v, 3), "num"),
+            ("b_ns_per_step", "B ms/step", lambda v: fmt_ms(v, 3), "num"),
+            ("delta_ns_per_step", "Δ ms/step", lambda v: fmt_ms(v, 3), "num"), ("delta_pct", "Δ %", _pct, "num")]
+    for status, caption in (("added", "Added in B"), ("removed", "Removed in B"), ("slower", "Slower in B"),
+                            ("faster", "Faster in B")):
+        d = c.ops[c.ops["status"] == status] if len(c.ops) else c.ops
+        if len(d):
+            d = d.reindex(d["delta_ns_per_step"].abs().sort_values(ascending=False).index)
+            ops.tables.append(table_view(f"ops-{status}", d, spec, caption=f"{caption} ({len(d)})", limit=limit, total=len(d)))
+    if not ops.tables:
+        ops.note = "No kernel or op changed beyond the thresholds." if len(c.ops) else "Not available: no events."
+    secs.append(ops)
+    f = Section("findings", "Findings", intro="By finding id (rule + scope): appeared in B, cleared in B, or in both.")
+    if c.findings is not None and len(c.findings):
+        for status in ("appeared", "cleared", "persisting"):
+            d = c.findings[c.findings["status"] == status]
+            if len(d):
+                f.tables.append(table_view(f"findings-{status}", d, [
+                    ("finding_id", "finding", fmt_text, "name"), ("title", "title", fmt_text, ""),
+                    ("a_est_ns", "A est. lost ms/step", fmt_ms, "num"), ("b_est_ns", "B est. lost ms/step", fmt_ms, "num")],
+                    caption=f"{status} ({len(d)})"))
+    else:
+        f.note, f.status = "Not available: no `findings` rows for either job.", "unavailable"
+    secs.append(f)
+    if c.notes:
+        secs.append(Section("notes", "Notes", details=[{"summary": "how this comparison was computed",
+                                                        "text": "\n".join(c.notes)}]))
+    return secs

@@ -1,0 +1,211 @@
+"""Publish reports to MLflow: the job report on each job's run, the fleet run, comparison runs.
+
+I/O edge of :mod:`jobs.publish.report`: reads warehouse tables (Spark → pandas) and logs HTML artifacts and
+metrics. Experiments: job runs live in ``tracelake`` (:mod:`jobs.publish.tracking`; the job report is the
+artifact ``report/job_report.html``), fleet runs in ``tracelake-fleet`` (``fleet-<YYYY-MM-DD>``, one
+per day, reused when re-run that day), comparisons in ``tracelake-comparisons`` (:mod:`jobs.publish.compare`).
+
+Fleet metric names (stable): ``fleet/n_jobs``, ``fleet/n_ranks``, ``fleet/n_captures``,
+``fleet/n_quarantined``, ``fleet/idle_pct_median``, ``fleet/idle_pct_p90``,
+``fleet/step_time_p50_ms_median``, ``fleet/overlap_pct_median``; and per capture date
+``fleet/daily/n_jobs``, ``fleet/daily/idle_pct_median``, ``fleet/daily/step_time_p50_ms_median``
+(MLflow step = days since 1970-01-01, timestamp = that date, so the metric chart is the trend over
+time; a date already logged in the run is not logged again).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+FLEET_EXPERIMENT = "tracelake-fleet"
+COMPARE_EXPERIMENT = "tracelake-comparisons"
+#: Tables a job report reads (``events`` is left out: too large; top kernels come from ``kernels``).
+REPORT_TABLES = ("captures", "ranks", "steps", "kernels", "collectives", "critical_path", "findings")
+JOB_REPORT_ARTIFACT = "report/job_report.html"
+
+
+def load_job_tables(spark, warehouse: str, job_id: str, attempt: int | None = None,
+                    names: tuple[str, ...] = REPORT_TABLES) -> dict[str, pd.DataFrame]:
+    """The warehouse rows of one job (and attempt) as pandas, exact integer dtypes.
+
+    Tables never written are left out of the dict (the report then says "not available").
+    """
+    tables = load_jobs_tables(spark, warehouse, [job_id], names)
+    if attempt is None:
+        return tables
+    return {name: df[(df["attempt"] == int(attempt)).fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
+            if "attempt" in df.columns else df for name, df in tables.items()}
+
+
+def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -> str:
+    """Id of experiment ``name``, created with artifacts under ``{warehouse}/mlartifacts`` for local stores."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    loc = None
+    if warehouse and (tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:")) and "://" not in warehouse:
+        loc = (Path(warehouse).resolve() / "mlartifacts").as_uri()
+    return client.create_experiment(name, artifact_location=loc)
+
+
+def _log_text(client, run_id: str, text: str, artifact_path: str) -> None:
+    folder, name = os.path.split(artifact_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = os.path.join(tmp, name)
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(text)
+        client.log_artifact(run_id, p, artifact_path=folder or None)
+
+
+def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None) -> str:
+    """Render :func:`jobs.publish.report.html.render_job_report` and log it to the job's run.
+
+    Args:
+        tables: the job's tables (pandas), e.g. from :func:`load_job_tables`.
+        validation: optional :class:`jobs.validate.gate.ValidationReport` shown in "Data quality".
+
+    Returns:
+        The artifact path (``report/job_report.html``).
+    """
+    from mlflow.tracking import MlflowClient
+
+    from jobs.publish.report.html import render_job_report
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    _log_text(client, run_id, render_job_report(tables, validation=validation), JOB_REPORT_ARTIFACT)
+    return JOB_REPORT_ARTIFACT
+
+
+def _day(date: str) -> int | None:
+    try:
+        return (_dt.date.fromisoformat(str(date)[:10]) - _dt.date(1970, 1, 1)).days
+    except ValueError:
+        return None
+
+
+def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFrame | None,
+                     captures: pd.DataFrame | None, steps: pd.DataFrame | None = None,
+                     findings: pd.DataFrame | None = None, day: str | None = None, fleet: dict | None = None) -> str:
+    """Create or update the fleet run of ``day``: fleet metrics, daily trend metrics, the fleet report.
+
+    The run is ``fleet-<day>`` in experiment ``tracelake-fleet`` (tags ``tracelake.kind=fleet``,
+    ``tracelake.fleet_date``), reused when re-run the same day, so MLflow's run comparison over the
+    fleet runs shows the fleet metrics day by day; each run also carries the per-capture-date history
+    (``fleet/daily/*``). Artifact: ``report/fleet_report.html``.
+
+    Args:
+        ranks, captures, steps, findings: the tables over all jobs (pandas).
+        day: ``YYYY-MM-DD`` (default: today, UTC).
+        fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions": pandas}`` (:mod:`jobs.fleet`): adds the
+            ``fleet/<dimension>/<value>/…`` metrics (:func:`jobs.publish.report.fleet_tables.fleet_stats_metrics`)
+            and the breakdown and regression sections of the report.
+
+    Returns:
+        The fleet run id.
+
+    Raises:
+        jobs.landing.discover.DiscoveryError: ``day`` is not a calendar date (it is quoted into an
+            MLflow filter and the run name).
+    """
+    from mlflow.entities import Metric, RunTag
+    from mlflow.tracking import MlflowClient
+
+    from jobs.publish.report.html import render_fleet_report
+    from jobs.publish.report.sections import fleet_daily, fleet_metrics
+
+    from jobs.landing.discover import safe_date
+
+    day = safe_date(day or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "fleet report", "day")
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = experiment_id(client, FLEET_EXPERIMENT, tracking_uri, warehouse)
+    found = client.search_runs([exp], filter_string=f"tags.`tracelake.kind` = 'fleet' and "
+                                                    f"tags.`tracelake.fleet_date` = '{day}'", max_results=1)
+    run_id = found[0].info.run_id if found else client.create_run(exp, run_name=f"fleet-{day}").info.run_id
+    if found:
+        client.update_run(run_id, status="RUNNING")
+    now = int(time.time() * 1000)
+    from jobs.publish.report.fleet_tables import fleet_stats_metrics
+
+    fleet = fleet or {}
+    values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats"))}
+    metrics = [Metric(k, v, now, 0) for k, v in sorted(values.items())]
+    logged = {int(m.step) for m in client.get_metric_history(run_id, "fleet/daily/n_jobs")}
+    for r in fleet_daily(ranks, captures).to_dict(orient="records"):
+        d = _day(r["date"])
+        if d is None or d in logged:
+            continue
+        for col in ("n_jobs", "idle_pct_median", "step_time_p50_ms_median"):
+            v = r.get(col)
+            if v is not None and v == v:
+                metrics.append(Metric(f"fleet/daily/{col}", float(v), d * 86_400_000, d))
+    tags = [RunTag("tracelake.kind", "fleet"), RunTag("tracelake.fleet_date", day)]
+    if warehouse:
+        tags.append(RunTag("tracelake.warehouse", str(warehouse)))
+    for i in range(0, max(len(metrics), 1), 900):  # MLflow accepts at most 1000 metrics per batch
+        client.log_batch(run_id, metrics=metrics[i:i + 900], tags=tags if i == 0 else [])
+    _log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet), "report/fleet_report.html")
+    client.set_terminated(run_id, status="FINISHED")
+    return run_id
+
+
+def load_jobs_tables(spark, warehouse: str, job_ids: list[str],
+                     names: tuple[str, ...] = REPORT_TABLES) -> dict[str, pd.DataFrame]:
+    """The warehouse rows of several jobs as pandas (one read per table, not per job and table).
+
+    Tables never written are left out of the dict.
+    """
+    from jobs.validate.gate import read_table, to_pandas_exact
+
+    out = {}
+    for name in names:
+        df = read_table(spark, warehouse, name, list(job_ids))
+        if df is not None:
+            out[name] = to_pandas_exact(df)
+    return out
+
+
+def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[str, pd.DataFrame]:
+    out = {}
+    for name, df in tables.items():
+        keep = df["job_id"].astype(str) == str(job_id)
+        if "attempt" in df.columns:
+            keep &= df["attempt"] == int(attempt)
+        out[name] = df[keep.fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
+    return out
+
+
+def log_job_reports(spark, tracking_uri: str, warehouse: str, run_ids: dict, validation=None) -> dict:
+    """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
+
+    The report tables of all the jobs are read once (:func:`load_jobs_tables`) and split per run:
+    reading them per job cost one Spark job per table and job.
+
+    Returns:
+        ``{(job, attempt): artifact path}``.
+    """
+    if not run_ids:
+        return {}
+    tables = load_jobs_tables(spark, warehouse, sorted({job for job, _ in run_ids}))
+    return {(job, attempt): log_job_report(tracking_uri, run_id, _of_run(tables, job, attempt), validation=validation)
+            for (job, attempt), run_id in run_ids.items()}
+
+
+def load_fleet_tables(spark, warehouse: str) -> dict[str, pd.DataFrame]:
+    """``ranks``, ``captures``, ``steps``, ``findings`` of every job and the fleet tables ``fleet_stats``,
+    ``fleet_kernels``, ``regressions`` (pandas; missing tables left out)."""
+    from jobs.validate.gate import read_table, to_pandas_exact
+    from schemas import FLEET_TABLES, TABLES
+
+    out = {}
+    for name in ("ranks", "captures", "steps", "findings", *FLEET_TABLES):
+        df = read_table(spark, warehouse, name)
+        if df is not None:
+            names = (TABLES.get(name) or FLEET_TABLES[name]).names
+            out[name] = to_pandas_exact(df.select(*[c for c in names if c in df.columns]))
+    return out

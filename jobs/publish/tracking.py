@@ -1,0 +1,262 @@
+"""Log analysis results to MLflow: one run per (job, attempt) in experiment ``tracelake``.
+
+Metric names are stable so that MLflow's run comparison lines up across jobs:
+
+- aggregate: ``step_time_p50_ms``, ``step_time_max_ms`` (over all steps of all ranks),
+  ``idle_pct``, ``compute_pct``, ``non_compute_pct``, ``overlap_pct`` (mean over ranks with GPU
+  activity; HTA temporal breakdown / comm-comp overlap), ``idle_pct_max`` (worst rank),
+  ``n_ranks``, ``n_steps``, ``n_events``, ``n_quarantined``;
+- collectives and stragglers (:func:`collective_metrics`): ``exposed_comm_pct``, ``collectives/…``,
+  ``straggler/rank``, ``straggler/last_arrival_pct``; regressions against previous runs of the same
+  job name (:func:`regression_metrics`): ``regression/<metric>/change_pct|delta|p_value``;
+- per rank: ``rank/<r>/step_time_p50_ms``, ``rank/<r>/step_time_max_ms``, ``rank/<r>/idle_pct``,
+  ``rank/<r>/compute_pct``, ``rank/<r>/overlap_pct``.
+
+Re-running on the same job reuses its run (found by the ``tracelake.job_id`` and
+``tracelake.attempt`` tags), so a job never gets two runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+EXPERIMENT = "tracelake"
+
+
+def default_tracking_uri(warehouse: str) -> str:
+    """``sqlite:///<warehouse>/mlflow.db`` for a local warehouse (the embedded default)."""
+    return "sqlite:///" + str(Path(warehouse).resolve() / "mlflow.db")
+
+
+def _experiment_id(client, tracking_uri: str, warehouse: str) -> str:
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is not None:
+        return exp.experiment_id
+    artifact_location = None
+    if tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:"):
+        artifact_location = (Path(warehouse).resolve() / "mlartifacts").as_uri()
+    return client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
+
+
+def _finite(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _param(v) -> str:
+    """A param value as text; integral floats (pandas upcasts nullable ints) print as ints."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
+    """The aggregate and per-rank metrics of one job (names in the module docstring).
+
+    Args:
+        ranks: ``ranks`` rows of the job; steps: ``steps`` rows of the job.
+
+    Returns:
+        ``{metric name: value}``; metrics without data (e.g. GPU % on a CPU-only trace) are omitted.
+    """
+    m: dict[str, float] = {"n_ranks": float(ranks["rank"].nunique()), "n_steps": float(len(steps))}
+    if len(steps):
+        m["step_time_p50_ms"] = float(steps["step_time_ns"].median()) / 1e6
+        m["step_time_max_ms"] = float(steps["step_time_ns"].max()) / 1e6
+    for col in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):
+        vals = ranks[col].dropna()
+        if len(vals):
+            m[col] = float(vals.mean())
+    if ranks["idle_pct"].notna().any():
+        m["idle_pct_max"] = float(ranks["idle_pct"].max())
+    for _, r in ranks.iterrows():
+        rs = steps[steps["rank"] == r["rank"]]
+        p = f"rank/{int(r['rank'])}/"
+        if len(rs):
+            m[p + "step_time_p50_ms"] = float(rs["step_time_ns"].median()) / 1e6
+            m[p + "step_time_max_ms"] = float(rs["step_time_ns"].max()) / 1e6
+        for col in ("idle_pct", "compute_pct", "overlap_pct"):
+            if _finite(r[col]):
+                m[p + col] = float(r[col])
+    return m
+
+
+def collective_metrics(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """Collective and straggler metrics of one job (from the ``collectives`` and ``steps`` rows of the job).
+
+    Metrics: ``exposed_comm_pct`` (Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps, as in
+    ``fleet_stats``; left out when the job has no device activity); with matched collectives: ``collectives/n_calls`` (distinct calls),
+    ``collectives/wait_ms_mean`` and ``collectives/wait_ms_p90`` (per rank and call: last arrival − own
+    arrival), ``collectives/skew_ms_max`` (last − first arrival), ``collectives/busbw_gbps_p50`` (NCCL-tests
+    bus bandwidth), ``straggler/rank`` (the rank most often last to arrive among calls matched on ≥ 2
+    ranks) and ``straggler/last_arrival_pct`` (its share of those calls, %).
+
+    Returns:
+        ``(metrics, tags)``; tags: ``tracelake.straggler_rank`` when a straggler is found.
+    """
+    m: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    gpu = "kernel_time_ns" not in steps or steps["kernel_time_ns"].fillna(0).sum() > 0  # no device: no exposure
+    if gpu and len(steps) and "exposed_comm_ns" in steps and steps["step_time_ns"].sum() > 0 \
+            and steps["exposed_comm_ns"].notna().any():
+        m["exposed_comm_pct"] = float(steps["exposed_comm_ns"].fillna(0).sum()) / float(steps["step_time_ns"].sum()) * 100
+    if collectives is None or not len(collectives):
+        return m, tags
+    c = collectives
+    m["collectives/n_calls"] = float(c["match_key"].nunique())
+    wait = c["wait_ns"].dropna().astype(float)
+    if len(wait):
+        m["collectives/wait_ms_mean"] = float(wait.mean()) / 1e6
+        m["collectives/wait_ms_p90"] = float(wait.quantile(0.9)) / 1e6
+    if c["skew_ns"].notna().any():
+        m["collectives/skew_ms_max"] = float(c["skew_ns"].max()) / 1e6
+    bw = c["busbw_gbps"].dropna()
+    if len(bw):
+        m["collectives/busbw_gbps_p50"] = float(bw.median())
+    multi = c[(c["n_ranks_matched"].fillna(0) >= 2)]
+    last = multi[multi["is_last_arrival"].fillna(False).astype(bool)]
+    if len(last):
+        counts = last.groupby("rank")["match_key"].nunique().sort_index()
+        rank = int(counts.idxmax())
+        m["straggler/rank"] = float(rank)
+        m["straggler/last_arrival_pct"] = float(counts.max()) / float(multi["match_key"].nunique()) * 100
+        tags["tracelake.straggler_rank"] = str(rank)
+    return m, tags
+
+
+def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """MLflow metrics/tags of one run's ``regressions`` rows (:mod:`jobs.fleet.regressions`).
+
+    Metrics ``regression/<metric>/change_pct``, ``regression/<metric>/delta`` and
+    ``regression/<metric>/p_value`` where defined; tag ``tracelake.regression``: ``regression`` when any
+    metric regressed, else ``improvement`` when any improved, else ``unchanged`` or ``no_baseline``.
+    """
+    m: dict[str, float] = {}
+    if regressions is None or not len(regressions):
+        return m, {}
+    for r in regressions.itertuples():
+        for col in ("change_pct", "delta", "p_value"):
+            v = getattr(r, col)
+            if _finite(v):
+                m[f"regression/{r.metric}/{col}"] = float(v)
+    verdicts = set(regressions["verdict"])
+    overall = next((v for v in ("regression", "improvement", "unchanged") if v in verdicts), "no_baseline")
+    return m, {"tracelake.regression": overall}
+
+
+def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: pd.DataFrame,
+             steps: pd.DataFrame, neuron_summary: pd.DataFrame | None = None,
+             failed_jobs: frozenset = frozenset(), collectives: pd.DataFrame | None = None,
+             regressions: pd.DataFrame | None = None) -> dict[tuple[str, int], str]:
+    """Create or update one MLflow run per (job_id, attempt) found in ``captures``.
+
+    Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
+    Jobs with Neuron device profiles also get the ``neuron/…`` hardware metrics
+    (:func:`jobs.normalize.neuron.metrics.neuron_metrics_for_mlflow`) and a ``neuron_findings.json``
+    artifact (:func:`jobs.analyze.findings.neuron.neuron_findings`).
+    Tags: ``tracelake.job_id``, ``tracelake.attempt``, ``tracelake.capture_uris`` (first 20;
+    all of them in the ``captures.json`` artifact). Artifacts: ``steps.csv``, ``ranks.csv``,
+    ``captures.json`` and ``findings.json`` (schema ``schemas/findings.v1.json``).
+
+    Runs of ``failed_jobs`` (failed validation) end ``FAILED`` instead of ``FINISHED``.
+    With ``collectives`` (the ``collectives`` rows), the collective and straggler metrics of
+    :func:`collective_metrics`; with ``regressions`` (``regressions`` rows), :func:`regression_metrics`
+    and the tags ``tracelake.job_name`` / ``tracelake.model`` from ``captures``.
+
+    Returns:
+        ``{(job_id, attempt): run_id}``.
+
+    Raises:
+        jobs.landing.discover.DiscoveryError: a ``job_id`` that is not path-safe.
+    """
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp_id = _experiment_id(client, tracking_uri, warehouse)
+    out = {}
+    from jobs.landing.discover import safe_id
+
+    for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
+        safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
+        jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
+        js = steps[(steps["job_id"] == job_id) & (steps["attempt"] == attempt)]
+        found = client.search_runs(
+            [exp_id], filter_string=f"tags.`tracelake.job_id` = '{job_id}' and tags.`tracelake.attempt` = '{attempt}'",
+            max_results=1)
+        if found:
+            run_id = found[0].info.run_id
+            client.update_run(run_id, status="RUNNING")
+        else:
+            run_id = client.create_run(exp_id, run_name=f"{job_id}#{attempt}").info.run_id
+        ingested = cap[cap["status"] == "ingested"]
+        first = lambda col: next((_param(v) for v in ingested[col] if v is not None and v == v), "unknown")  # noqa: E731
+        params = {"world_size": first("world_size"), "device_name": first("device_name"),
+                  "torch_version": first("torch_version"), "trace_format": first("format"),
+                  "n_captures": str(len(cap))}
+        existing = client.get_run(run_id).data.params
+        new_params = [Param(k, v) for k, v in params.items() if existing.get(k) != v and k not in existing]
+        metrics = job_metrics(jr, js)
+        neuron_rows = None
+        if neuron_summary is not None and len(neuron_summary):
+            neuron_rows = neuron_summary[(neuron_summary["job_id"] == job_id) & (neuron_summary["attempt"] == attempt)]
+            if len(neuron_rows):
+                from jobs.normalize.neuron.metrics import neuron_metrics_for_mlflow
+
+                metrics.update(neuron_metrics_for_mlflow(neuron_rows))
+            else:
+                neuron_rows = None
+        extra_tags: dict[str, str] = {}
+        jc = None
+        if collectives is not None and len(collectives):
+            jc = collectives[(collectives["job_id"] == job_id) & (collectives["attempt"] == attempt)]
+        cm, ct = collective_metrics(jc, js)
+        metrics.update(cm)
+        extra_tags.update(ct)
+        if regressions is not None and len(regressions):
+            rm, rt = regression_metrics(regressions[(regressions["job_id"] == job_id)
+                                                    & (regressions["attempt"] == attempt)])
+            metrics.update(rm)
+            extra_tags.update(rt)
+        for col in ("job_name", "model"):
+            if col in ingested and ingested[col].notna().any():
+                extra_tags[f"tracelake.{col}"] = str(ingested[col].dropna().iloc[0])[:5000]
+        metrics["n_events"] = float(ingested["n_events"].sum())
+        metrics["n_quarantined"] = float((cap["status"] == "quarantined").sum())
+        metrics["n_cataloged"] = float((cap["status"] == "cataloged").sum())
+        uris = sorted(cap["uri"])
+        tags = {"tracelake.job_id": job_id, "tracelake.attempt": str(attempt),
+                "tracelake.capture_uris": ",".join(uris[:20])[:4000],
+                "tracelake.warehouse": str(warehouse), **extra_tags}
+        import time
+
+        now = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in sorted(metrics.items())],
+                         params=new_params, tags=[RunTag(k, v) for k, v in tags.items()])
+        with tempfile.TemporaryDirectory() as tmp:
+            js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)
+            jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)
+            Path(tmp, "captures.json").write_text(json.dumps(
+                cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str))
+            names = ["steps.csv", "ranks.csv", "captures.json"]
+            fj = Path(str(warehouse)) / "findings_json" / str(job_id) / str(attempt) / "findings.json"
+            if "://" not in str(warehouse) and fj.exists():
+                Path(tmp, "findings.json").write_text(fj.read_text())
+                names.append("findings.json")
+            if neuron_rows is not None:
+                from jobs.analyze.findings.neuron import neuron_findings
+
+                neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)
+                Path(tmp, "neuron_findings.json").write_text(json.dumps(
+                    neuron_findings(neuron_rows).to_pylist(), indent=1, default=str))
+                names += ["neuron_summary.csv", "neuron_findings.json"]
+            for name in names:
+                client.log_artifact(run_id, os.path.join(tmp, name))
+        client.set_terminated(run_id, status="FAILED" if job_id in failed_jobs else "FINISHED")
+        out[(job_id, int(attempt))] = run_id
+    return out
