@@ -32,7 +32,7 @@ gzip level 1, ``manifest.json`` from ``build_manifest``/``file_entry``, written 
   stages are timed from the pipeline's own progress hooks (``Starting Spark``, ``Normalizing``, the two
   ``Validating`` stages, ``Analyzing``, ``Fleet statistics``, ``Logging`` + ``Rendering`` = MLflow; any other
   stage text counts as ``other`` and every span is in the JSON; ``read_tables`` = the result
-  tables read back between stages, timed by wrapping ``jobs.pipeline.run.read_tables``). MB/s and events/s are the
+  tables read back between stages, timed by wrapping ``jobs.pipeline.run.read_frames``). MB/s and events/s are the
   uncompressed JSON MB (10^6 bytes) and the ``events`` rows over the pipeline's wall time *without* the
   Spark start (a fixed cost of a few seconds that a long-lived cluster does not pay per batch; printed
   as its own stage);
@@ -461,7 +461,7 @@ class _StageClock:
 
     def __init__(self):
         self.spans: list[tuple[str, float, float | None]] = []
-        self.reads: list[tuple[float, float]] = []  # jobs.pipeline.run.read_tables calls
+        self.reads: list[tuple[float, float]] = []  # jobs.pipeline.run.read_frames calls
 
     def add_task(self, text, total=None):
         self.spans.append((str(text), time.perf_counter(), None))
@@ -532,7 +532,7 @@ def child_pipeline(raw: str, warehouse: str, tracking_uri: str) -> dict[str, Any
     from jobs.pipeline.run import run_pipeline
 
     clock = _StageClock()
-    jobs.pipeline.run.read_tables = clock.wrap(jobs.pipeline.run.read_tables)
+    jobs.pipeline.run.read_frames = clock.wrap(jobs.pipeline.run.read_frames)
     t0 = time.perf_counter()
     result = run_pipeline(raw, warehouse, tracking_uri=tracking_uri, progress=clock)
     wall = time.perf_counter() - t0

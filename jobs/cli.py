@@ -183,10 +183,10 @@ def sql(
 def shell(warehouse: str = typer.Option(..., help="Warehouse folder.")) -> None:
     """Interactive Spark SQL prompt over the warehouse tables (end a query with ';', quit with 'exit')."""
     from jobs.spark import get_spark
-    from jobs.sql import register_tables
+    from jobs.warehouse import register_views
 
     spark = get_spark()
-    console.print(f"tables: {', '.join(register_tables(spark, warehouse))}. End queries with ';', 'exit' to quit.")
+    console.print(f"tables: {', '.join(register_views(spark, warehouse))}. End queries with ';', 'exit' to quit.")
     buf: list[str] = []
     while True:
         try:

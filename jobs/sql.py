@@ -7,34 +7,14 @@ and ``<!-- sql-examples:end -->``); a test runs each of them.
 
 from __future__ import annotations
 
-import posixpath
 import re
 
-from schemas import FLEET_TABLES, TABLES
-
-
-def register_tables(spark, warehouse: str) -> list[str]:
-    """Create a temp view per warehouse table that exists under ``warehouse``.
-
-    Returns:
-        The names of the registered views (tables not written yet are skipped).
-    """
-    registered = []
-    for name in [*TABLES, *FLEET_TABLES]:
-        path = posixpath.join(warehouse.rstrip("/"), name)
-        try:
-            spark.read.parquet(path).createOrReplaceTempView(name)
-        except Exception as exc:  # the table was never written
-            if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
-                continue
-            raise
-        registered.append(name)
-    return registered
+from jobs.warehouse import register_views
 
 
 def run_sql(spark, warehouse: str, query: str):
     """Run one Spark SQL ``query`` with the warehouse tables registered; returns a DataFrame."""
-    register_tables(spark, warehouse)
+    register_views(spark, warehouse)
     return spark.sql(query)
 
 

@@ -26,6 +26,8 @@ import posixpath
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.commit import recover, write_text_atomic
+from jobs.warehouse import read_frames, read_spark, write_table
 from schemas import COLLECTIVES, CRITICAL_PATH, FINDINGS, KERNELS, RANKS, STEPS
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
@@ -131,21 +133,17 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
     Raises:
         jobs.landing.discover.DiscoveryError: a job id that is not path-safe (before anything is read).
     """
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy: pyspark
 
     from jobs.landing.discover import safe_id
-
-    from jobs.commit import recover
 
     root = warehouse.rstrip("/")
     if job_ids is not None:
         job_ids = [safe_id(j, "job_id", "analyze") for j in job_ids]
     recover(warehouse)  # a normalize killed mid-publish is finished before its events are read
-    events = spark.read.parquet(posixpath.join(root, "events"))
-    captures = spark.read.parquet(posixpath.join(root, "captures"))
-    if job_ids is not None:
-        events = events.filter(F.col("job_id").isin(list(job_ids)))
-        captures = captures.filter(F.col("job_id").isin(list(job_ids)))
+    events, captures = (read_spark(spark, warehouse, t, job_ids) for t in ("events", "captures"))
+    if events is None or captures is None:
+        raise FileNotFoundError(f"{root}: no events/captures table yet (run normalize first)")
     stage1 = events.groupBy(*_GROUP).applyInArrow(rank_stage, _OUT_SCHEMA).cache()
     stage1.count()  # materialize once: otherwise stage 2's shuffle and the first write each run the rank stage
     stage2 = (stage1.filter(F.col("table").isin("_calls", "_legs"))
@@ -158,13 +156,11 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
                            .withColumn("world_size", F.coalesce("world_size", "_ws"))
                            .withColumn("device_name", F.coalesce("device_name", "_dev"))
                            .select(*RANKS.names))
-        from jobs.commit import write_partitions
-
         counts = {}
         for name, df in frames.items():
             counts[name] = df.count()
             if counts[name]:  # an empty frame writes no partition (e.g. Neuron-only batches have no steps)
-                write_partitions(df.coalesce(1), root, name, OUTPUT_TABLES[name].partition_by)
+                write_table(df.coalesce(1), root, name)
     finally:
         stage2.unpersist()
         stage1.unpersist()
@@ -189,26 +185,23 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
 
     from jobs.analyze.findings.rules import SYNC_NAMES
     from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
-    from jobs.commit import write_partitions, write_text_atomic
-    from jobs.pipeline.run import read_tables
-
     root = warehouse.rstrip("/")
     jobs = job_ids if job_ids is not None else [
-        r[0] for r in spark.read.parquet(posixpath.join(root, "captures")).select("job_id").distinct().collect()]
+        r[0] for r in read_spark(spark, warehouse, "captures").select("job_id").distinct().collect()]
     from jobs.landing.discover import safe_id
 
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
-    tables = read_tables(spark, warehouse, jobs, names=("steps", "ranks", "kernels", "collectives", "critical_path",
-                                                         "neuron_summary", "captures"))
+    tables = read_frames(spark, warehouse, ("steps", "ranks", "kernels", "collectives", "critical_path",
+                                            "neuron_summary", "captures"), jobs)
     tables["steps"] = drop_truncated_steps(tables["steps"], tables.pop("captures"))
-    events = spark.read.parquet(posixpath.join(root, "events")).filter(
-        F.col("job_id").isin(list(jobs)) & F.col("category").isin("cuda_runtime", "cpu_op", "cuda_driver")
+    events = read_spark(spark, warehouse, "events", jobs).filter(
+        F.col("category").isin("cuda_runtime", "cpu_op", "cuda_driver")
         & F.col("name").isin(list(SYNC_NAMES)))
     tables["events"] = events.select(*EVENTS_COLUMNS).toPandas()
     findings = job_findings(tables)
     if findings.num_rows:
         df = spark.createDataFrame(findings.to_pandas(), schema=FINDINGS.spark_schema())
-        write_partitions(df.coalesce(1), root, "findings", FINDINGS.partition_by)
+        write_table(df.coalesce(1), root, "findings")
     pdf = findings.to_pandas()
     for job_id in jobs:
         attempts = sorted(set(pdf[pdf["job_id"] == job_id]["attempt"])) or [0]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from jobs.warehouse import read_spark, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
 
@@ -62,9 +63,7 @@ def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
     """
     from jobs.fleet.stats import job_kernels, job_steps
 
-    from jobs.validate.gate import read_table
-
-    captures, steps, kernels = (read_table(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
+    captures, steps, kernels = (read_spark(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
     result = FleetResult()
     if captures is None or steps is None:
         return result
@@ -74,18 +73,16 @@ def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
         if len(pdf):
-            write_table(spark, pdf, warehouse, name)
+            write_fleet_table(spark, pdf, warehouse, name)
     result.regressions = frames["regressions"]
     return result
 
 
-def write_table(spark, pdf: pd.DataFrame, warehouse: str, table: str) -> None:
+def write_fleet_table(spark, pdf: pd.DataFrame, warehouse: str, table: str) -> None:
     """Write a fleet table (pandas) with the crash-safe partition commit, replacing its partitions."""
     import pyarrow as pa
-
-    from jobs.commit import write_partitions
 
     t = FLEET_TABLES[table]
     arrow = pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False)
     df = spark.createDataFrame(arrow)  # Spark types from the declared Arrow schema
-    write_partitions(df.coalesce(1), warehouse, table, t.partition_by)
+    write_table(df.coalesce(1), warehouse, table)

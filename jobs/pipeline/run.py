@@ -6,11 +6,12 @@ This is what ``tracelake run`` and the Airflow DAGs call; each stage is also run
 
 from __future__ import annotations
 
-import posixpath
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pandas as pd
+
+from jobs.warehouse import read_frames
 
 
 @dataclass
@@ -40,25 +41,6 @@ def _stage(progress, text: str):
         yield
     finally:
         progress.update(task, completed=1, total=1, description=f"[green]✓[/green] {text}")
-
-
-def read_tables(spark, warehouse: str, job_ids: list[str], names=("captures", "ranks", "steps")) -> dict[str, pd.DataFrame]:
-    """Read warehouse tables restricted to ``job_ids`` into pandas (small tables only)."""
-    from pyspark.sql import functions as F
-
-    from schemas import TABLES
-
-    out = {}
-    for name in names:
-        path = posixpath.join(warehouse.rstrip("/"), name)
-        try:
-            df = spark.read.parquet(path).filter(F.col("job_id").isin(list(job_ids)))
-            out[name] = df.select(*TABLES[name].names).toPandas()
-        except Exception as exc:  # table not written yet (e.g. no ingested capture)
-            if "PATH_NOT_FOUND" not in str(exc) and "UNABLE_TO_INFER_SCHEMA" not in str(exc):
-                raise
-            out[name] = pd.DataFrame(columns=TABLES[name].names)
-    return out
 
 
 def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, storage_options: dict | None = None,
@@ -108,8 +90,7 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
 
         with _stage(progress, "Fleet statistics and regressions against previous runs"):
             fleet = run_fleet(spark, warehouse)
-    tables = read_tables(spark, warehouse, job_ids,
-                         names=("captures", "ranks", "steps", "neuron_summary", "collectives"))
+    tables = read_frames(spark, warehouse, ("captures", "ranks", "steps", "neuron_summary", "collectives"), job_ids)
     result = PipelineResult(warehouse=warehouse, tracking_uri=None, job_ids=job_ids, captures=tables["captures"],
                             ranks=tables["ranks"], steps=tables["steps"], neuron_summary=tables["neuron_summary"],
                             pending=norm.pending, validation=validation,

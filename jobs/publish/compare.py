@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 import typer
 
+from jobs.warehouse import read_spark
+
 OPS_COLUMNS = ["group", "name", "status", "a_n", "b_n", "a_total_ns", "b_total_ns", "a_n_per_step", "b_n_per_step",
                "a_ns_per_step", "b_ns_per_step", "delta_ns_per_step", "delta_pct"]
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -279,9 +281,8 @@ def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None, spark=None) 
                 raise ValueError(f"MLflow run {ref} is not a tracelake job run (no tracelake.job_id tag)")
             return tags["tracelake.job_id"], int(tags.get("tracelake.attempt", 0)), ref
     job, attempt = (ref.rsplit("#", 1) + [None])[:2] if "#" in ref else (ref, None)
-    from jobs.validate.gate import read_table
 
-    caps = read_table(spark, warehouse, "captures", [job]) if spark is not None else None
+    caps = read_spark(spark, warehouse, "captures", [job]) if spark is not None else None
     if caps is None or caps.limit(1).count() == 0:
         raise ValueError(f"{ref}: no MLflow run with that id and no job {job!r} in {warehouse}/captures")
     if attempt is None:
@@ -296,10 +297,9 @@ def load_compare_tables(spark, warehouse: str, job_id: str, attempt: int | None)
     from pyspark.sql import functions as F
 
     from jobs.publish.reports import load_job_tables
-    from jobs.validate.gate import read_table
 
     tables = load_job_tables(spark, warehouse, job_id, attempt, names=("captures", "ranks", "steps", "findings"))
-    ev = read_table(spark, warehouse, "events", [job_id])
+    ev = read_spark(spark, warehouse, "events", [job_id])
     if ev is not None:
         if attempt is not None:
             ev = ev.filter(F.col("attempt") == int(attempt))

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from jobs.warehouse import read_spark, to_pandas_exact
+
 FLEET_EXPERIMENT = "tracelake-fleet"
 COMPARE_EXPERIMENT = "tracelake-comparisons"
 #: Tables a job report reads (``events`` is left out: too large; top kernels come from ``kernels``).
@@ -160,11 +162,10 @@ def load_jobs_tables(spark, warehouse: str, job_ids: list[str],
 
     Tables never written are left out of the dict.
     """
-    from jobs.validate.gate import read_table, to_pandas_exact
 
     out = {}
     for name in names:
-        df = read_table(spark, warehouse, name, list(job_ids))
+        df = read_spark(spark, warehouse, name, list(job_ids))
         if df is not None:
             out[name] = to_pandas_exact(df)
     return out
@@ -199,12 +200,11 @@ def log_job_reports(spark, tracking_uri: str, warehouse: str, run_ids: dict, val
 def load_fleet_tables(spark, warehouse: str) -> dict[str, pd.DataFrame]:
     """``ranks``, ``captures``, ``steps``, ``findings`` of every job and the fleet tables ``fleet_stats``,
     ``fleet_kernels``, ``regressions`` (pandas; missing tables left out)."""
-    from jobs.validate.gate import read_table, to_pandas_exact
     from schemas import FLEET_TABLES, TABLES
 
     out = {}
     for name in ("ranks", "captures", "steps", "findings", *FLEET_TABLES):
-        df = read_table(spark, warehouse, name)
+        df = read_spark(spark, warehouse, name)
         if df is not None:
             names = (TABLES.get(name) or FLEET_TABLES[name]).names
             out[name] = to_pandas_exact(df.select(*[c for c in names if c in df.columns]))

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
+from jobs.warehouse import read_spark, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
 from schemas.tables import TABLES
 
@@ -444,22 +445,6 @@ def validate_frames(frames: dict, stage: str, n_discovered: int | None = None,
     return report
 
 
-def read_table(spark, warehouse: str, table: str, job_ids: list[str] | None = None):
-    """A warehouse table as a Spark DataFrame restricted to ``job_ids``; ``None`` when never written."""
-    from pyspark.sql import functions as F
-
-    path = posixpath.join(warehouse.rstrip("/"), table)
-    try:
-        df = spark.read.parquet(path)
-    except Exception as exc:  # noqa: BLE001 — only "not written yet" is expected
-        if "PATH_NOT_FOUND" in str(exc) or "UNABLE_TO_INFER_SCHEMA" in str(exc):
-            return None
-        raise
-    if job_ids is not None:
-        df = df.filter(F.col("job_id").cast("string").isin([str(j) for j in job_ids]))
-    return df
-
-
 def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None = None,
                     n_discovered: int | None = None, mark: bool = True,
                     pandas_max_rows: int = 1_000_000) -> ValidationReport:
@@ -489,7 +474,7 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
 
     frames, columns, cached = {}, {}, []
     for t in STAGE_TABLES[stage]:
-        df = read_table(spark, warehouse, t, job_ids)
+        df = read_spark(spark, warehouse, t, job_ids)
         if df is not None:
             columns[t] = list(df.columns)
             df = df.select(*[c for c in needed_columns(t, n_discovered) if c in df.columns])
@@ -507,15 +492,6 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
     if mark:
         write_marks(warehouse, report)
     return report
-
-
-def to_pandas_exact(df) -> pd.DataFrame:
-    """A (small) Spark DataFrame as pandas with nullable integer dtypes (exact ns, no float upcast)."""
-    import pyarrow as pa
-
-    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-            pa.int64(): pd.Int64Dtype()}
-    return df.toArrow().to_pandas(types_mapper=ints.get)
 
 
 # --------------------------------------------------------------------------- marks in the warehouse

@@ -18,12 +18,12 @@ def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
     from mlflow.tracking import MlflowClient
 
     from jobs.publish.compare import compare_command
-    from jobs.pipeline.run import read_tables
+    from jobs.warehouse import read_frames
     from jobs.publish.tracking import log_jobs
 
     wh, _ = corpus_warehouse
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    t = read_tables(spark, str(wh), [A, B])
+    t = read_frames(spark, str(wh), ("captures", "ranks", "steps"), [A, B])
     runs = log_jobs(uri, str(wh), t["captures"], t["ranks"], t["steps"])
     html = tmp_path / "cmp.html"
     c = compare_command(runs[(A, 0)], runs[(B, 0)], warehouse=str(wh), tracking_uri=uri, html=str(html))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.sql import readme_examples, register_tables, run_sql
+from jobs.sql import readme_examples, run_sql
+from jobs.warehouse import register_views
 
 pytestmark = pytest.mark.integration
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -26,4 +27,4 @@ def test_readme_example_runs(spark, corpus_warehouse, query):
 
 def test_all_written_tables_are_registered(spark, corpus_warehouse):
     wh, _ = corpus_warehouse
-    assert {"captures", "events", "steps", "ranks"} <= set(register_tables(spark, str(wh)))
+    assert {"captures", "events", "steps", "ranks"} <= set(register_views(spark, str(wh)))

@@ -89,7 +89,7 @@ def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
 def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from jobs.pipeline.run import read_tables
+    from jobs.warehouse import read_frames
     from jobs.publish.reports import JOB_REPORT_ARTIFACT, load_job_tables, log_job_report
     from jobs.publish.tracking import log_jobs
     from jobs.validate.gate import log_validation, validate_tables
@@ -97,7 +97,7 @@ def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_p
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     for wh, ok in ((dlrm_wh[1], True), (bad_wh, False)):
-        t = read_tables(spark, str(wh), ["dlrm2"])
+        t = read_frames(spark, str(wh), ("captures", "ranks", "steps"), ["dlrm2"])
         run_id = log_jobs(uri, str(wh), t["captures"], t["ranks"], t["steps"])[("dlrm2", 0)]
         report = validate_tables(spark, str(wh), "analyze", ["dlrm2"], mark=False)
         assert log_validation(uri, run_id, report) is ok

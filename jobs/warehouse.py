@@ -1,0 +1,135 @@
+"""The one place that reads and writes warehouse tables: Spark DataFrames, pandas through pyarrow, partition commits.
+
+Tables live at ``{warehouse}/{table}``, Hive-partitioned Parquet (:data:`schemas.TABLES`,
+:data:`schemas.FLEET_TABLES`). A table that was never written reads as ``None`` (Spark) or as an
+empty frame with the table's columns (pandas); every other read error is raised. Writes replace
+whole partitions through :func:`jobs.commit.write_partitions` (crash-safe on local disk).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+import pandas as pd
+
+from jobs.commit import CommitResult, write_partitions
+from schemas import FLEET_TABLES, TABLES
+
+#: Spark's messages for a table folder that does not exist yet or holds no Parquet file.
+_NOT_WRITTEN = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA")
+
+
+def table_path(warehouse: str, table: str) -> str:
+    """``{warehouse}/{table}`` (any fsspec URI or local folder)."""
+    return posixpath.join(warehouse.rstrip("/"), table)
+
+
+def declaration(table: str):
+    """The :class:`schemas.tables.Table` of ``table`` (job or fleet table).
+
+    Raises:
+        KeyError: ``table`` is not a warehouse table.
+    """
+    return TABLES.get(table) or FLEET_TABLES[table]
+
+
+def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = None):
+    """A warehouse table as a Spark DataFrame, restricted to ``job_ids`` when given.
+
+    Returns:
+        The DataFrame, or ``None`` when the table was never written.
+
+    Raises:
+        pyspark's AnalysisException for any other read error (corrupt files, permissions).
+    """
+    from pyspark.sql import functions as F  # heavy: pyspark, only on the Spark path
+
+    try:
+        df = spark.read.parquet(table_path(warehouse, table))
+    except Exception as exc:  # noqa: BLE001 — only "not written yet" is expected
+        if any(m in str(exc) for m in _NOT_WRITTEN):
+            return None
+        raise
+    if job_ids is not None:
+        df = df.filter(F.col("job_id").cast("string").isin([str(j) for j in job_ids]))
+    return df
+
+
+def to_pandas_exact(df) -> pd.DataFrame:
+    """A (small) Spark DataFrame as pandas with nullable integer dtypes (exact ns, no float upcast)."""
+    import pyarrow as pa
+
+    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype()}
+    return df.toArrow().to_pandas(types_mapper=ints.get)
+
+
+def read_frames(spark, warehouse: str, tables, job_ids: list[str]) -> dict[str, pd.DataFrame]:
+    """Rows of ``job_ids`` from the (small) tables ``tables``, read by Spark and collected as pandas.
+
+    Returns:
+        ``{table: DataFrame with exactly the declared columns}``; a table never written gives an
+        empty frame with those columns.
+    """
+    out = {}
+    for name in tables:
+        names = declaration(name).names
+        df = read_spark(spark, warehouse, name, job_ids)
+        out[name] = df.select(*names).toPandas() if df is not None else pd.DataFrame(columns=names)
+    return out
+
+
+def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Rows of ``job_ids`` (all rows when ``None``) from the tables ``tables``, as pandas, without Spark.
+
+    Read with pyarrow's dataset reader (local folder or any URI pyarrow's file systems take). Partition
+    columns (``date``, ``job_id``) are read as strings; ``_``- and ``.``-prefixed files (marks,
+    staging) are skipped. For the small per-job tables that MLflow logging and reports need.
+
+    Returns:
+        ``{table: DataFrame with the declared columns that exist, in declaration order}``; a table that
+        was never written gives an empty frame with all declared columns.
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+
+    out = {}
+    for name in tables:
+        table = declaration(name)
+        path = table_path(warehouse, name)
+        fs, root = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+        if fs.get_file_info(root).type == pafs.FileType.NotFound:
+            out[name] = pd.DataFrame(columns=table.names)
+            continue
+        part = ds.partitioning(pa.schema([(p, pa.string()) for p in table.partition_by]), flavor="hive")
+        dataset = ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
+                             exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+        filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
+        rows = dataset.to_table(filter=filt, columns=[c for c in table.names if c in dataset.schema.names])
+        out[name] = rows.to_pandas()
+    return out
+
+
+def register_views(spark, warehouse: str) -> list[str]:
+    """A Spark temp view per warehouse table that exists, named as the table.
+
+    Returns:
+        The registered names (tables never written are skipped).
+    """
+    registered = []
+    for name in [*TABLES, *FLEET_TABLES]:
+        df = read_spark(spark, warehouse, name)
+        if df is not None:
+            df.createOrReplaceTempView(name)
+            registered.append(name)
+    return registered
+
+
+def write_table(df, warehouse: str, table: str) -> CommitResult:
+    """Replace the partitions of ``table`` that ``df`` holds (:func:`jobs.commit.write_partitions`).
+
+    Args:
+        df: a Spark DataFrame with the table's columns (partition columns included).
+    """
+    return write_partitions(df, warehouse, table, declaration(table).partition_by)
