@@ -1,10 +1,11 @@
 """tracelake_fleet_report — daily, and whenever tracelake_ingest updates the warehouse.
 
-``settings`` resolves the Airflow Variables (``jobs.pipeline.settings``); ``fleet_report`` submits
-``python -m jobs.publish.report`` as a Spark application with the ``spark_tracelake`` connection (local
-mode when it is not defined): fleet-wide statistics over every job in the warehouse (step-time
-percentiles and idle time by job, device and date), the report, and the MLflow fleet run of the
-day (``fleet-<date>`` in experiment ``tracelake-fleet``, reused when re-run the same day).
+One task per declared stage of :data:`jobs.pipeline.stages.FLEET_REPORT`: ``settings`` resolves
+the Airflow Variables (:mod:`jobs.pipeline.settings`); ``fleet_report`` renders the fleet report
+over every job in the warehouse from the fleet tables the ingest's ``fleet`` stage keeps
+(step-time percentiles and idle time by job, device and date, regressions) and logs the MLflow
+fleet run of the day (``fleet-<date>`` in experiment ``tracelake-fleet``, reused when re-run the
+same day). It reads the warehouse with pyarrow: no Spark application.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pendulum
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
 from jobs.pipeline import settings as cfg
-from jobs.pipeline.operators import TracelakeSparkSubmitOperator
+from jobs.pipeline.stages import FLEET_REPORT
 
 
 @dag(
@@ -34,14 +35,16 @@ def tracelake_fleet_report():
         """Variables with their defaults."""
         return cfg.resolve()
 
-    fleet_report = TracelakeSparkSubmitOperator(
-        task_id="fleet_report",
-        name="tracelake-fleet-report",
-        application=cfg.application("module"),
-        application_args=["jobs.publish.report", "--warehouse", cfg.xcom("warehouse"), "--tracking-uri", cfg.xcom("tracking_uri")],
-    )
+    upstream = settings()
+    for stage in FLEET_REPORT:
+        @task(task_id=stage.name)
+        def run(conf: dict, name: str = stage.name) -> str | None:
+            """One declared stage of the fleet report pipeline; returns the fleet run id."""
+            from jobs.pipeline.stages import run_stage
 
-    settings() >> fleet_report
+            return run_stage(name, conf).get("fleet_run_id")
+
+        upstream = run(upstream)
 
 
 fleet_report_dag = tracelake_fleet_report()

@@ -1,18 +1,17 @@
 """tracelake_ingest — every hour: the captures committed in the hour → warehouse → MLflow.
 
-``settings`` resolves the Airflow Variables (``jobs.pipeline.settings``) and the interval;
-``discover`` lists the captures whose ``manifest.json`` landed in ``[since, until)`` and skips
-the rest of the run when there are none; ``normalize``, ``analyze`` and the ``validate_*`` Great
-Expectations gates (``jobs.validate.gate``; a failed check fails the run before anything is published)
-are Spark applications submitted with the ``spark_tracelake`` connection (local mode when it is
-not defined); ``log_to_mlflow`` creates or updates one MLflow
-run per (job, attempt) and marks the warehouse Asset as updated, which triggers
-``tracelake_fleet_report``.
+One task per declared stage of :data:`jobs.pipeline.stages.INGEST` (the stages ``tracelake run``
+runs, in the same order): ``settings`` resolves the Airflow Variables and the interval
+(:mod:`jobs.pipeline.settings`); ``discover`` skips the rest of the run when no capture was
+committed in ``[since, until)``; each Spark stage is a spark-submit of
+:mod:`jobs.pipeline.submit` with the ``spark_tracelake`` connection (local mode when it is not
+defined); ``publish`` (MLflow runs, validation and HTML reports) is a Python task and marks the
+warehouse Asset as updated, which triggers ``tracelake_fleet_report``. A job that failed a Great
+Expectations check is published as a FAILED run, and then the run fails.
 
 Idempotent per interval: every job touched in the interval is rebuilt from all of its committed
-captures and its ``(date, job_id)`` partitions are overwritten (``jobs.landing.interval``);
-MLflow runs are reused. Large data moves through the warehouse; XCom holds only the settings,
-a discovery summary and run ids.
+captures and its ``(date, job_id)`` partitions are replaced; MLflow runs are reused. Stages hand
+their results on through the run record in the warehouse; XCom holds only the settings.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from airflow.sdk import Asset, CronDataIntervalTimetable, dag, task
 
 from jobs.pipeline import settings as cfg
 from jobs.pipeline.operators import TracelakeSparkSubmitOperator
+from jobs.pipeline.stages import INGEST
 
 
 @dag(
@@ -44,53 +44,41 @@ def tracelake_ingest():
     @task.short_circuit
     def discover(conf: dict) -> dict:
         """Summary of the captures committed in the interval; an empty dict skips the run."""
-        import json
+        from jobs.pipeline.stages import discover_interval
 
-        from jobs.landing.interval import summarize_interval
-
-        found = summarize_interval(conf["raw"], conf["since"], conf["until"], json.loads(conf["storage_options"]))
+        found = discover_interval(conf)
         print(f"discovered in [{conf['since']}, {conf['until']}): {found}")
         return found if found["n_new"] else {}
 
-    normalize = TracelakeSparkSubmitOperator(
-        task_id="normalize",
-        name="tracelake-normalize",
-        application=cfg.application("normalize"),
-        application_args=["--raw", cfg.xcom("raw"), "--warehouse", cfg.xcom("warehouse"),
-                          "--since", cfg.xcom("since"), "--until", cfg.xcom("until"),
-                          "--storage-options", cfg.xcom("storage_options"), "--record", cfg.xcom("record")],
-    )
+    @task
+    def python_stage(conf: dict, name: str, final: bool) -> dict:
+        """A declared stage that needs no Spark; the final one fails the run (after publishing) when a
+        job failed validation."""
+        from airflow.sdk.exceptions import AirflowFailException
 
-    validate_normalize = TracelakeSparkSubmitOperator(
-        task_id="validate_normalize",
-        name="tracelake-validate-normalize",
-        application=cfg.application("validate"),
-        application_args=["--warehouse", cfg.xcom("warehouse"), "--record", cfg.xcom("record"), "--stage", "normalize"],
-    )
+        from jobs.pipeline.stages import ValidationFailed, check_validation, run_stage
 
-    analyze = TracelakeSparkSubmitOperator(
-        task_id="analyze",
-        name="tracelake-analyze",
-        application=cfg.application("analyze"),
-        application_args=["--warehouse", cfg.xcom("warehouse"), "--record", cfg.xcom("record")],
-    )
-
-    validate_analyze = TracelakeSparkSubmitOperator(
-        task_id="validate_analyze",
-        name="tracelake-validate-analyze",
-        application=cfg.application("validate"),
-        application_args=["--warehouse", cfg.xcom("warehouse"), "--record", cfg.xcom("record"), "--stage", "analyze"],
-    )
-
-    @task(outlets=[Asset(name=cfg.WAREHOUSE_ASSET)])
-    def log_to_mlflow(conf: dict) -> dict:
-        """One MLflow run per (job, attempt) of the interval; returns {"job#attempt": run_id}."""
-        from jobs.pipeline.mlflow_log import log_run
-
-        return log_run(conf)
+        record = run_stage(name, conf)
+        if final:
+            try:
+                check_validation(record)
+            except ValidationFailed as exc:
+                raise AirflowFailException(str(exc)) from exc  # a retry would publish the same again
+        return record.get("run_ids", {})
 
     conf = settings()
-    discover(conf) >> normalize >> validate_normalize >> analyze >> validate_analyze >> log_to_mlflow(conf)
+    upstream = discover(conf)
+    for stage in INGEST:
+        final = stage is INGEST[-1]
+        if stage.spark:
+            op = TracelakeSparkSubmitOperator(task_id=stage.name, name=f"tracelake-{stage.name}",
+                                              application=cfg.application(),
+                                              application_args=["--stage", stage.name, "--settings", cfg.settings_arg()])
+        else:
+            op = python_stage.override(task_id=stage.name, outlets=[Asset(name=cfg.WAREHOUSE_ASSET)] if final else [])(
+                conf, stage.name, final)
+        upstream >> op
+        upstream = op
 
 
 ingest_dag = tracelake_ingest()

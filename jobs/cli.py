@@ -89,7 +89,7 @@ def run(
     since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time (UTC if no offset)."),
     until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."),
 ) -> None:
-    """Run the main job: normalize → analyze → MLflow."""
+    """Run the main job: the declared stages normalize → validate → analyze → validate → fleet → publish."""
     from jobs.pipeline.run import run_pipeline
 
     with _progress() as progress:
@@ -122,26 +122,36 @@ def demo(
     print_summary(result)
 
 
+def _stage_alone(name: str, settings, job_ids: list[str] | None = None) -> dict:
+    """Run one declared stage (:mod:`jobs.pipeline.stages`) alone, on ``job_ids`` (default: all jobs); the
+    interval's run record is left as it is."""
+    from jobs.pipeline.stages import jobs_record, run_stage
+
+    record = {} if name == "normalize" else jobs_record(settings, job_ids)
+    return run_stage(name, settings, record=record, save=False)
+
+
 @app.command()
 def normalize(raw: str = typer.Option(...), warehouse: str = typer.Option(...),
               storage_options: Optional[str] = typer.Option(None),
               since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time."),
               until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time.")) -> None:
-    """Only normalize: landing zone → captures, events."""
-    from jobs.normalize.job import run_normalize
-    from jobs.spark import get_spark
+    """Only the normalize stage: landing zone → captures, events."""
+    from jobs.pipeline.stages import RunSettings
 
-    res = run_normalize(get_spark(), raw, warehouse, _storage_options(raw, storage_options), since=since, until=until)
-    console.print(f"{len(res.captures)} captures ({res.n_quarantined} quarantined), jobs: {', '.join(res.job_ids)}")
+    s = RunSettings(raw=raw, warehouse=warehouse, storage_options=_storage_options(raw, storage_options),
+                    since=since or "", until=until or "")
+    r = _stage_alone("normalize", s)
+    console.print(f"{r.get('n_captures', 0)} captures ({r.get('n_quarantined', 0)} quarantined), "
+                  f"jobs: {', '.join(r.get('job_ids', []))}")
 
 
 @app.command()
 def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer.Option(None, help="Job ids (default: all).")) -> None:
-    """Only analyze: events → steps, ranks, kernels, collectives, critical_path, findings."""
-    from jobs.analyze.job import run_analyze
-    from jobs.spark import get_spark
+    """Only the analyze stage: events → steps, ranks, kernels, collectives, critical_path, findings."""
+    from jobs.pipeline.stages import RunSettings
 
-    console.print(run_analyze(get_spark(), warehouse, job))
+    console.print(_stage_alone("analyze", RunSettings(warehouse=warehouse), job or None).get("analyze_counts", {}))
 
 
 @app.command()
@@ -150,14 +160,14 @@ def fleet(warehouse: str = typer.Option(...),
           threshold_pct: float = typer.Option(5.0, help="Relative step-time change that counts (%)."),
           threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
           alpha: float = typer.Option(0.01, help="Significance level of the Mann-Whitney U test.")) -> None:
-    """Rebuild the fleet tables: fleet_stats, fleet_kernels, regressions (whole warehouse)."""
-    from jobs.fleet.job import run_fleet
-    from jobs.spark import get_spark
+    """Only the fleet stage: rebuild fleet_stats, fleet_kernels, regressions (whole warehouse)."""
+    from jobs.pipeline.stages import RunSettings
+    from jobs.warehouse import read_pandas
 
-    res = run_fleet(get_spark(), warehouse, baseline_runs=baseline_runs, threshold_pct=threshold_pct,
-                    threshold_pp=threshold_pp, alpha=alpha)
-    console.print(res.counts)
-    reg = res.regressions
+    s = RunSettings(warehouse=warehouse, fleet_options={"baseline_runs": baseline_runs, "threshold_pct": threshold_pct,
+                                                        "threshold_pp": threshold_pp, "alpha": alpha})
+    console.print(_stage_alone("fleet", s).get("fleet_counts", {}))
+    reg = read_pandas(warehouse, ["regressions"])["regressions"]
     if len(reg):
         bad = reg[reg["verdict"] == "regression"]
         console.print(f"{len(bad)} regression(s) in {reg[['job_id', 'attempt']].drop_duplicates().shape[0]} run(s)")

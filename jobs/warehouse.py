@@ -57,11 +57,7 @@ def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = No
 
 def to_pandas_exact(df) -> pd.DataFrame:
     """A (small) Spark DataFrame as pandas with nullable integer dtypes (exact ns, no float upcast)."""
-    import pyarrow as pa
-
-    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-            pa.int64(): pd.Int64Dtype()}
-    return df.toArrow().to_pandas(types_mapper=ints.get)
+    return df.toArrow().to_pandas(types_mapper=_exact_ints)
 
 
 def read_frames(spark, warehouse: str, tables, job_ids: list[str]) -> dict[str, pd.DataFrame]:
@@ -79,16 +75,43 @@ def read_frames(spark, warehouse: str, tables, job_ids: list[str]) -> dict[str, 
     return out
 
 
-def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None) -> dict[str, pd.DataFrame]:
+def exists(warehouse: str, table: str) -> bool:
+    """Whether ``table`` has been written under ``warehouse`` (its folder exists)."""
+    import pyarrow.fs as pafs
+
+    fs, root = _fs(table_path(warehouse, table))
+    return fs.get_file_info(root).type != pafs.FileType.NotFound
+
+
+def _fs(path: str):
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+
+
+def _exact_ints(arrow_type):
+    import pyarrow as pa
+
+    return {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype()}.get(arrow_type)
+
+
+def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None, exact: bool = False,
+                skip_missing: bool = False) -> dict[str, pd.DataFrame]:
     """Rows of ``job_ids`` (all rows when ``None``) from the tables ``tables``, as pandas, without Spark.
 
     Read with pyarrow's dataset reader (local folder or any URI pyarrow's file systems take). Partition
     columns (``date``, ``job_id``) are read as strings; ``_``- and ``.``-prefixed files (marks,
     staging) are skipped. For the small per-job tables that MLflow logging and reports need.
 
+    Args:
+        exact: integer columns as pandas' nullable integer dtypes (exact ns, no float upcast when a
+            column has nulls), as :func:`to_pandas_exact`; else pyarrow's default conversion.
+        skip_missing: leave tables that were never written out of the result.
+
     Returns:
         ``{table: DataFrame with the declared columns that exist, in declaration order}``; a table that
-        was never written gives an empty frame with all declared columns.
+        was never written gives an empty frame with all declared columns (or is left out).
     """
     import pyarrow as pa
     import pyarrow.dataset as ds
@@ -97,17 +120,17 @@ def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None) -> dic
     out = {}
     for name in tables:
         table = declaration(name)
-        path = table_path(warehouse, name)
-        fs, root = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+        fs, root = _fs(table_path(warehouse, name))
         if fs.get_file_info(root).type == pafs.FileType.NotFound:
-            out[name] = pd.DataFrame(columns=table.names)
+            if not skip_missing:
+                out[name] = pd.DataFrame(columns=table.names)
             continue
         part = ds.partitioning(pa.schema([(p, pa.string()) for p in table.partition_by]), flavor="hive")
         dataset = ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
                              exclude_invalid_files=True, ignore_prefixes=[".", "_"])
         filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
         rows = dataset.to_table(filter=filt, columns=[c for c in table.names if c in dataset.schema.names])
-        out[name] = rows.to_pandas()
+        out[name] = rows.to_pandas(types_mapper=_exact_ints if exact else None)
     return out
 
 

@@ -1,7 +1,8 @@
-"""The main job: normalize → validate → analyze → validate → fleet statistics → MLflow, on one landing zone.
+"""``tracelake run``: every stage of :data:`jobs.pipeline.stages.INGEST` in one process, on one landing zone.
 
-This is what ``tracelake run`` and the Airflow DAGs call; each stage is also runnable alone
-(``python -m jobs.normalize``, ``python -m jobs.analyze``).
+The same declared stages the DAGs and the spark-submit application run (:mod:`jobs.pipeline.stages`),
+in order, sharing one SparkSession and the run record; afterwards the per-job tables are read back
+for the CLI's summary.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from jobs.warehouse import read_frames
+from jobs.landing.interval import as_utc
+from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
+from jobs.warehouse import read_pandas
 
 
 @dataclass
@@ -27,8 +30,9 @@ class PipelineResult:
     neuron_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     pending: list[str] = field(default_factory=list)
     run_ids: dict = field(default_factory=dict)
-    validation: object = None  # jobs.validate.gate.ValidationReport of the normalize and analyze stages
-    regressions: pd.DataFrame = field(default_factory=pd.DataFrame)  # regressions rows (whole warehouse)
+    validation: object = None  # jobs.validate ValidationReport of the normalize and analyze stages
+    regressions: pd.DataFrame = field(default_factory=pd.DataFrame)  # regressions rows of the run's jobs
+    record: dict = field(default_factory=dict)  # the run record (jobs.pipeline.record)
 
 
 @contextmanager
@@ -45,11 +49,11 @@ def _stage(progress, text: str):
 
 def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, storage_options: dict | None = None,
                  spark=None, progress=None, log_to_mlflow: bool = True, since=None, until=None) -> PipelineResult:
-    """Normalize every committed capture under ``raw``, validate, analyze, validate, rebuild the fleet
-    tables (:mod:`jobs.fleet`), log to MLflow.
+    """Run the declared ingest stages (:data:`jobs.pipeline.stages.INGEST`) on ``raw``.
 
-    A job whose tables fail validation is marked (``<table>/_validation.json``) and its MLflow run
-    ends ``FAILED`` with the validation report attached; it is never silently published.
+    Normalize every committed capture under ``raw``, validate, analyze, validate, rebuild the fleet
+    tables, publish (MLflow runs, validation and HTML reports). A job whose tables fail validation
+    is marked and its MLflow run ends ``FAILED`` with the validation report attached.
 
     Args:
         raw: landing zone (folder or fsspec URI such as ``s3://bucket/raw``).
@@ -58,56 +62,33 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         storage_options: fsspec options for ``raw`` (e.g. S3 endpoint and keys).
         spark: an existing SparkSession (default: :func:`jobs.spark.get_spark`).
         progress: a ``rich.progress.Progress`` to report stages on, or ``None``.
+        log_to_mlflow: ``False`` leaves out the ``publish`` stage.
         since, until: only the jobs with a capture committed in ``[since, until)`` (UTC ``datetime``
             or ISO string; ``None`` = open end), see :mod:`jobs.landing.interval`.
 
     Returns:
         :class:`PipelineResult`.
     """
-    from jobs.analyze.job import run_analyze
-    from jobs.normalize.job import run_normalize
-    from jobs.spark import get_spark
-    from jobs.publish.tracking import default_tracking_uri, log_jobs
-    from jobs.validate.gate import validate_tables
+    from jobs.spark import get_spark  # heavy: pyspark
 
+    s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or "", storage_options=storage_options or {},
+                    since=_iso(since), until=_iso(until))
     with _stage(progress, "Starting Spark"):
         spark = spark or get_spark()
-    with _stage(progress, f"Normalizing traces from {raw}"):
-        norm = run_normalize(spark, raw, warehouse, storage_options, since=since, until=until)
-    job_ids = norm.job_ids
-    validation = None
-    if job_ids:
-        with _stage(progress, "Validating captures and events (Great Expectations)"):
-            validation = validate_tables(spark, warehouse, "normalize", job_ids, n_discovered=norm.n_discovered)
-    if any(c["status"] == "ingested" for c in norm.captures):
-        with _stage(progress, f"Analyzing {len(job_ids)} job(s)"):
-            run_analyze(spark, warehouse, job_ids)
-        with _stage(progress, "Validating the analysis tables (Great Expectations)"):
-            validation = validation.merge(validate_tables(spark, warehouse, "analyze", job_ids))
-    fleet = None
-    if any(c["status"] == "ingested" for c in norm.captures):
-        from jobs.fleet.job import run_fleet
+    def on_stage(stage, record):
+        n_jobs = len(record.get(stage.needs or "job_ids", []))
+        return _stage(progress, stage.title.format(**s.model_dump(), n_jobs=n_jobs))
 
-        with _stage(progress, "Fleet statistics and regressions against previous runs"):
-            fleet = run_fleet(spark, warehouse)
-    tables = read_frames(spark, warehouse, ("captures", "ranks", "steps", "neuron_summary", "collectives"), job_ids)
-    result = PipelineResult(warehouse=warehouse, tracking_uri=None, job_ids=job_ids, captures=tables["captures"],
-                            ranks=tables["ranks"], steps=tables["steps"], neuron_summary=tables["neuron_summary"],
-                            pending=norm.pending, validation=validation,
-                            regressions=fleet.regressions if fleet is not None else pd.DataFrame())
-    if log_to_mlflow and job_ids:
-        from jobs.publish.reports import log_job_reports
-        from jobs.validate.gate import log_validations
+    record = run_stages(INGEST, s, spark=spark, skip=() if log_to_mlflow else ("publish",), on_stage=on_stage)
+    job_ids = record.get("job_ids", [])
+    t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions"), job_ids)
+    run_ids = {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in record.get("run_ids", {}).items()}
+    return PipelineResult(warehouse=warehouse, tracking_uri=s.tracking_uri if "run_ids" in record else None,
+                          job_ids=job_ids, captures=t["captures"], ranks=t["ranks"], steps=t["steps"],
+                          neuron_summary=t["neuron_summary"], pending=record.get("pending", []), run_ids=run_ids,
+                          validation=validation(record), regressions=t["regressions"], record=record)
 
-        tracking_uri = tracking_uri or default_tracking_uri(warehouse)
-        failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
-        with _stage(progress, f"Logging {len(job_ids)} job(s) to MLflow"):
-            result.run_ids = log_jobs(tracking_uri, warehouse, result.captures, result.ranks, result.steps,
-                                      neuron_summary=result.neuron_summary, failed_jobs=failed,
-                                      collectives=tables["collectives"], regressions=result.regressions)
-            if validation is not None:
-                log_validations(tracking_uri, result.run_ids, validation)
-        with _stage(progress, "Rendering the HTML report of each job into MLflow"):
-            log_job_reports(spark, tracking_uri, warehouse, result.run_ids, validation)
-        result.tracking_uri = tracking_uri
-    return result
+
+def _iso(t) -> str:
+    t = as_utc(t)
+    return t.isoformat() if t else ""

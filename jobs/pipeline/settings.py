@@ -23,6 +23,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from jobs.landing.interval import as_utc
+from jobs.pipeline.stages import RunSettings
+
 SPARK_CONN_ID = "spark_tracelake"
 DEFAULT_SPARK_MASTER = "local[*]"
 
@@ -54,19 +57,14 @@ def home() -> Path:
     return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "tracelake"
 
 
-def application(name: str) -> str:
-    """Absolute path of the spark-submit application ``jobs/pipeline/<name>_main.py``."""
-    return str(Path(__file__).resolve().parent / f"{name}_main.py")
+def application() -> str:
+    """Absolute path of the spark-submit application that runs one declared stage (:mod:`jobs.pipeline.submit`)."""
+    return str(Path(__file__).resolve().parent / "submit.py")
 
 
-def xcom(key: str) -> str:
-    """Jinja template for one resolved setting of the current run (``raw``, ``warehouse``, …)."""
-    return "{{ ti.xcom_pull(task_ids='%s')['%s'] }}" % (SETTINGS_TASK, key)
-
-
-def interval_name(since, until) -> str:
-    """File-name-safe label of an interval, e.g. ``20260301T100000Z_20260301T110000Z``."""
-    return "_".join(t.strftime("%Y%m%dT%H%M%SZ") if t else "open" for t in (since, until))
+def settings_arg() -> str:
+    """Jinja template for the resolved settings of the current run as JSON (``--settings`` of the application)."""
+    return "{{ ti.xcom_pull(task_ids='%s') | tojson }}" % SETTINGS_TASK
 
 
 def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
@@ -78,36 +76,31 @@ def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
             for manual backfills (e.g. ``{"since": "2026-01-01T00:00:00Z"}``).
 
     Returns:
-        ``{raw, warehouse, tracking_uri, storage_options (JSON text), since, until (ISO or ""),
-        record}``; ``record`` is where the ingest stages keep the run record of the interval
-        (``<warehouse>/_runs/ingest/<interval>.json``).
+        :class:`jobs.pipeline.stages.RunSettings` as a dict (the XCom every stage task reads).
 
     Raises:
         ValueError: ``tracelake_storage_options`` is not a JSON object, or a bound is not ISO 8601.
     """
     import json
 
-    from airflow.sdk import Variable
-
-    from jobs.landing.interval import as_utc
-    from jobs.publish.tracking import default_tracking_uri
+    from airflow.sdk import Variable  # heavy: airflow, only inside a task
 
     run_conf = run_conf or {}
     warehouse = Variable.get(VAR_WAREHOUSE, default=str(home() / "warehouse"))
-    storage_options = Variable.get(VAR_STORAGE_OPTIONS, default="{}") or "{}"
-    if not isinstance(json.loads(storage_options), dict):
+    storage_options = json.loads(Variable.get(VAR_STORAGE_OPTIONS, default="{}") or "{}")
+    if not isinstance(storage_options, dict):
         raise ValueError(f"Airflow Variable {VAR_STORAGE_OPTIONS} must be a JSON object, got {storage_options!r}")
-    since = as_utc(run_conf.get("since") or since)
-    until = as_utc(run_conf.get("until") or until)
-    return {
-        "raw": Variable.get(VAR_RAW, default=str(home() / "landing")),
-        "warehouse": warehouse,
-        "tracking_uri": Variable.get(VAR_TRACKING_URI, default="") or default_tracking_uri(warehouse),
-        "storage_options": storage_options,
-        "since": since.isoformat() if since else "",
-        "until": until.isoformat() if until else "",
-        "record": "/".join([warehouse.rstrip("/"), "_runs", "ingest", interval_name(since, until) + ".json"]),
-    }
+    return RunSettings(
+        raw=Variable.get(VAR_RAW, default=str(home() / "landing")), warehouse=warehouse,
+        tracking_uri=Variable.get(VAR_TRACKING_URI, default="") or "", storage_options=storage_options,
+        since=_iso(run_conf.get("since") or since), until=_iso(run_conf.get("until") or until),
+    ).model_dump()
+
+
+def _iso(t) -> str:
+    """``t`` (datetime, ISO text or ``None``) as UTC ISO text, ``""`` for ``None``; ValueError otherwise."""
+    t = as_utc(t)
+    return t.isoformat() if t else ""
 
 
 def ingest_interval(data_interval_start, data_interval_end, prev_success_end=None):

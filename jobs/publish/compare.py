@@ -298,7 +298,7 @@ def load_compare_tables(spark, warehouse: str, job_id: str, attempt: int | None)
 
     from jobs.publish.reports import load_job_tables
 
-    tables = load_job_tables(spark, warehouse, job_id, attempt, names=("captures", "ranks", "steps", "findings"))
+    tables = load_job_tables(warehouse, job_id, attempt, names=("captures", "ranks", "steps", "findings"))
     ev = read_spark(spark, warehouse, "events", [job_id])
     if ev is not None:
         if attempt is not None:

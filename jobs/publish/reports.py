@@ -23,7 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from jobs.warehouse import read_spark, to_pandas_exact
+from jobs.publish.report.fleet_tables import fleet_stats_metrics
+from jobs.publish.report.html import render_fleet_report, render_job_report
+from jobs.publish.report.sections import fleet_daily, fleet_metrics
+from jobs.warehouse import read_pandas
+from schemas import FLEET_TABLES
 
 FLEET_EXPERIMENT = "tracelake-fleet"
 COMPARE_EXPERIMENT = "tracelake-comparisons"
@@ -32,13 +36,13 @@ REPORT_TABLES = ("captures", "ranks", "steps", "kernels", "collectives", "critic
 JOB_REPORT_ARTIFACT = "report/job_report.html"
 
 
-def load_job_tables(spark, warehouse: str, job_id: str, attempt: int | None = None,
+def load_job_tables(warehouse: str, job_id: str, attempt: int | None = None,
                     names: tuple[str, ...] = REPORT_TABLES) -> dict[str, pd.DataFrame]:
     """The warehouse rows of one job (and attempt) as pandas, exact integer dtypes.
 
     Tables never written are left out of the dict (the report then says "not available").
     """
-    tables = load_jobs_tables(spark, warehouse, [job_id], names)
+    tables = load_jobs_tables(warehouse, [job_id], names)
     if attempt is None:
         return tables
     return {name: df[(df["attempt"] == int(attempt)).fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
@@ -75,9 +79,7 @@ def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None
     Returns:
         The artifact path (``report/job_report.html``).
     """
-    from mlflow.tracking import MlflowClient
-
-    from jobs.publish.report.html import render_job_report
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=tracking_uri)
     _log_text(client, run_id, render_job_report(tables, validation=validation), JOB_REPORT_ARTIFACT)
@@ -115,11 +117,8 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
         jobs.landing.discover.DiscoveryError: ``day`` is not a calendar date (it is quoted into an
             MLflow filter and the run name).
     """
-    from mlflow.entities import Metric, RunTag
-    from mlflow.tracking import MlflowClient
-
-    from jobs.publish.report.html import render_fleet_report
-    from jobs.publish.report.sections import fleet_daily, fleet_metrics
+    from mlflow.entities import Metric, RunTag  # heavy: mlflow
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     from jobs.landing.discover import safe_date
 
@@ -132,7 +131,6 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     if found:
         client.update_run(run_id, status="RUNNING")
     now = int(time.time() * 1000)
-    from jobs.publish.report.fleet_tables import fleet_stats_metrics
 
     fleet = fleet or {}
     values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats"))}
@@ -156,19 +154,11 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     return run_id
 
 
-def load_jobs_tables(spark, warehouse: str, job_ids: list[str],
+def load_jobs_tables(warehouse: str, job_ids: list[str],
                      names: tuple[str, ...] = REPORT_TABLES) -> dict[str, pd.DataFrame]:
-    """The warehouse rows of several jobs as pandas (one read per table, not per job and table).
-
-    Tables never written are left out of the dict.
-    """
-
-    out = {}
-    for name in names:
-        df = read_spark(spark, warehouse, name, list(job_ids))
-        if df is not None:
-            out[name] = to_pandas_exact(df)
-    return out
+    """The warehouse rows of several jobs as pandas, exact integer dtypes (one read per table, not per
+    job and table; pyarrow, no Spark). Tables never written are left out of the dict."""
+    return read_pandas(warehouse, names, list(job_ids), exact=True, skip_missing=True)
 
 
 def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[str, pd.DataFrame]:
@@ -181,7 +171,7 @@ def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[
     return out
 
 
-def log_job_reports(spark, tracking_uri: str, warehouse: str, run_ids: dict, validation=None) -> dict:
+def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
 
     The report tables of all the jobs are read once (:func:`load_jobs_tables`) and split per run:
@@ -192,20 +182,37 @@ def log_job_reports(spark, tracking_uri: str, warehouse: str, run_ids: dict, val
     """
     if not run_ids:
         return {}
-    tables = load_jobs_tables(spark, warehouse, sorted({job for job, _ in run_ids}))
+    tables = load_jobs_tables(warehouse, sorted({job for job, _ in run_ids}))
     return {(job, attempt): log_job_report(tracking_uri, run_id, _of_run(tables, job, attempt), validation=validation)
             for (job, attempt), run_id in run_ids.items()}
 
 
-def load_fleet_tables(spark, warehouse: str) -> dict[str, pd.DataFrame]:
+def load_fleet_tables(warehouse: str) -> dict[str, pd.DataFrame]:
     """``ranks``, ``captures``, ``steps``, ``findings`` of every job and the fleet tables ``fleet_stats``,
-    ``fleet_kernels``, ``regressions`` (pandas; missing tables left out)."""
-    from schemas import FLEET_TABLES, TABLES
+    ``fleet_kernels``, ``regressions`` (pandas, exact integer dtypes; missing tables left out)."""
 
-    out = {}
-    for name in ("ranks", "captures", "steps", "findings", *FLEET_TABLES):
-        df = read_spark(spark, warehouse, name)
-        if df is not None:
-            names = (TABLES.get(name) or FLEET_TABLES[name]).names
-            out[name] = to_pandas_exact(df.select(*[c for c in names if c in df.columns]))
-    return out
+    return read_pandas(warehouse, ("ranks", "captures", "steps", "findings", *FLEET_TABLES), exact=True,
+                       skip_missing=True)
+
+
+def publish_fleet_report(tracking_uri: str | None, warehouse: str, day: str | None = None,
+                         html: str | None = None) -> str | None:
+    """The fleet report over every job of the warehouse: written to ``html`` when given, and logged as the
+    day's fleet run (:func:`log_fleet_report`) unless ``tracking_uri`` is ``None``.
+
+    Reads the fleet tables as the ``fleet`` stage left them (it does not recompute them).
+
+    Returns:
+        The fleet run id, or ``None`` without MLflow.
+    """
+
+    t = load_fleet_tables(warehouse)
+    fleet = {k: t[k] for k in FLEET_TABLES if k in t}
+    if html:
+        with open(html, "w", encoding="utf-8") as f:
+            f.write(render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
+                                        fleet=fleet))
+    if not tracking_uri:
+        return None
+    return log_fleet_report(tracking_uri, warehouse, t.get("ranks"), t.get("captures"), t.get("steps"),
+                            t.get("findings"), day=day, fleet=fleet)

@@ -1,5 +1,10 @@
 """The Airflow DAGs end to end: dag.test() with real spark-submit, real Great Expectations, a real
-``mlflow server`` on loopback, on a landing zone of real corpus traces (symlinked) with manifests.
+``mlflow server`` on loopback, on a landing zone of real corpus traces (symlinked) with manifests:
+a multi-rank torch job, a CPU-only trace, a Neuron device profile and a truncated (quarantined) trace.
+
+The DAG and ``tracelake run`` run the same declared stages (:mod:`jobs.pipeline.stages`), so over the
+same interval they must leave equal warehouse tables and equal MLflow runs
+(:func:`test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs`).
 
 Airflow runs in subprocesses (its own AIRFLOW_HOME in tmp, ``airflow db migrate`` first), so its
 in-process execution API and configuration never meet this pytest process or its Spark session.
@@ -7,7 +12,6 @@ in-process execution API and configuration never meet this pytest process or its
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -17,6 +21,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
+
+from jobs.pipeline.stages import INGEST
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +32,10 @@ PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
 TINY = "HolisticTraceAnalysis/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+NEURON = (REPO.parent / "shared" / "corpus" / "neuron" / "AnchovyPark__npu_profiling_code" / "matmul"
+          / "neuron_profile_results" / "profile_128x128x520.json")
+#: Jobs of the interval: normalized (all) and with an ingested capture.
+JOBS = ["broken", "dlrm", "tiny", "trn"]
 #: The interval the ingest run covers: [10:00, 11:00) UTC on 2026-03-01.
 SINCE = datetime(2026, 3, 1, 10, tzinfo=timezone.utc)
 UNTIL = SINCE + timedelta(hours=1)
@@ -36,9 +47,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, committed: datetime | None) -> Path:
-    """One landing-zone capture folder: the corpus trace symlinked, and (unless ``committed`` is None)
-    a schema-valid manifest.json written by capture_hooks' builder, with mtime ``committed``."""
+def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, committed: datetime | None,
+             name: str | None = None, kind: str = "kineto_trace") -> Path:
+    """One landing-zone capture folder: ``src`` symlinked (as ``name``, default ``trace.json[.gz]``), and
+    (unless ``committed`` is None) a schema-valid manifest.json written by capture_hooks' builder, with
+    mtime ``committed``."""
     from capture_hooks.identity import Identity
     from capture_hooks.manifest import build_manifest, encode_manifest, file_entry
     from schemas.manifest import validate_manifest
@@ -46,7 +59,8 @@ def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, commit
     when = committed or SINCE
     folder = root / f"date={when:%Y-%m-%d}" / f"job={job}" / "attempt=0" / f"rank={rank:05d}" / f"cap-{job}-{rank}"
     folder.mkdir(parents=True)
-    name = "trace.json.gz" if src.name.endswith(".gz") else "trace.json"
+    name = name or ("trace.json.gz" if src.name.endswith(".gz") else "trace.json")
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
     (folder / name).symlink_to(src)
     if committed is None:  # still being written: no manifest yet
         return folder
@@ -56,7 +70,7 @@ def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, commit
     manifest = build_manifest(identity=ident, job_id=job, attempt=0, capture_id=folder.name,
                               created_at_ns=int(when.timestamp() * 1e9), step_first=None, step_last=None,
                               profiler={"name": "torch.profiler"}, tags={"team": "ranking"},
-                              files=[file_entry(str(src), name, "kineto_trace")])
+                              files=[file_entry(str(src), name, kind)])
     validate_manifest(manifest)
     (folder / "manifest.json").write_bytes(encode_manifest(manifest))
     os.utime(folder / "manifest.json", (when.timestamp(), when.timestamp()))
@@ -66,12 +80,19 @@ def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, commit
 @pytest.fixture(scope="module")
 def landing(tmp_path_factory, torch_corpus) -> Path:
     """dlrm rank 0 committed before the interval and rank 1 inside it (the job must be rebuilt from
-    both); a tiny CPU-only trace inside; a job committed after the interval; a capture still pending."""
+    both); a tiny CPU-only trace, a Neuron profile and a truncated trace inside; a job committed after
+    the interval; a capture still pending."""
+    import gzip
+
     root = tmp_path_factory.mktemp("landing")
+    truncated = tmp_path_factory.mktemp("truncated") / "trace.json"
+    truncated.write_bytes(gzip.decompress((torch_corpus / TINY).read_bytes())[:5000])
     dlrm = [next(torch_corpus.glob(DLRM.format(r=r))) for r in range(3)]
     _capture(root, "dlrm", 0, 8, dlrm[0], SINCE - timedelta(minutes=30))
     _capture(root, "dlrm", 1, 8, dlrm[1], SINCE + timedelta(minutes=10))
     _capture(root, "tiny", 0, 1, torch_corpus / TINY, SINCE + timedelta(minutes=59, seconds=59))
+    _capture(root, "trn", 0, 1, NEURON, SINCE + timedelta(minutes=20), name="neuron/profile.json", kind="neuron_json")
+    _capture(root, "broken", 0, 1, truncated, SINCE + timedelta(minutes=30))
     _capture(root, "later", 0, 8, dlrm[2], UNTIL)  # [since, until) excludes until itself
     _capture(root, "pending", 0, 8, dlrm[2], None)
     return root
@@ -165,16 +186,11 @@ def dag_runs(stack, landing):
                {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                 "spark.driver.memory": "2g"})}
     # connection spark_tracelake is deliberately not defined: the stages must default to local mode
-    # `python -m jobs.validate.gate` / `python -m jobs.publish.report` are other stages' CLIs: while one is not there
-    # yet, its task is marked success instead of run (and the assertions on its output are skipped)
-    missing = {m for m in ("jobs.validate.gate", "jobs.publish.report") if not _runnable(m)}
-    skip_ingest = "^validate_" if "jobs.validate.gate" in missing else ""
-    skip_fleet = "^fleet_report$" if "jobs.publish.report" in missing else ""
     ingest, fleet = str(REPO / "dags/tracelake_ingest.py"), str(REPO / "dags/tracelake_fleet_report.py")
-    runs = [["ingest", ingest, "ingest_dag", UNTIL.isoformat(), skip_ingest],
+    runs = [["ingest", ingest, "ingest_dag", UNTIL.isoformat(), ""],
             # an hour with no commit (and no earlier successful run): discover skips the rest
             ["ingest_empty", ingest, "ingest_dag", (SINCE - timedelta(hours=1)).isoformat(), ""],
-            ["fleet", fleet, "fleet_report_dag", UNTIL.isoformat(), skip_fleet]]
+            ["fleet", fleet, "fleet_report_dag", UNTIL.isoformat(), ""]]
     log = stack["tmp"] / "dag_test.log"
     try:
         res = _python(RUN_DAGS, env, 1200, json.dumps({"runs": runs}))
@@ -184,16 +200,8 @@ def dag_runs(stack, landing):
     log.write_text(res.stdout + "\n--- stderr ---\n" + res.stderr)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert res.returncode == 0 and lines, f"dag.test failed (log: {stack['tmp'] / 'dag_test.log'}):\n{res.stderr[-4000:]}"
-    return {"result": json.loads(lines[-1][len("RESULT "):]), "warehouse": wh, "missing": missing,
+    return {"result": json.loads(lines[-1][len("RESULT "):]), "warehouse": wh,
             "tracking_uri": stack["tracking_uri"], "log": stack["tmp"] / "dag_test.log"}
-
-
-def _runnable(module: str) -> bool:
-    """``python -m module`` can run: the module exists (for a package: its ``__main__``)."""
-    spec = importlib.util.find_spec(module)
-    if spec is None:
-        return False
-    return spec.submodule_search_locations is None or importlib.util.find_spec(module + ".__main__") is not None
 
 
 def _table(wh: Path, name: str):
@@ -206,9 +214,8 @@ def test_ingest_dag_runs_every_stage_for_its_interval(dag_runs):
     ingest = dag_runs["result"]["ingest"]
     assert ingest["state"] == "success", (ingest, dag_runs["log"])
     assert (ingest["since"], ingest["until"]) == (SINCE.isoformat(), UNTIL.isoformat())
-    assert ingest["tasks"] == {t: "success" for t in ("settings", "discover", "normalize", "validate_normalize",
-                                                     "analyze", "validate_analyze", "log_to_mlflow")}
-    assert dag_runs["result"]["asset_events"] == 1  # log_to_mlflow marked the warehouse as updated
+    assert ingest["tasks"] == {t: "success" for t in ("settings", "discover", *(st.name for st in INGEST))}
+    assert dag_runs["result"]["asset_events"] == 1  # publish marked the warehouse as updated
 
 
 def test_ingest_dag_skips_an_interval_without_commits(dag_runs):
@@ -216,8 +223,7 @@ def test_ingest_dag_skips_an_interval_without_commits(dag_runs):
     assert empty["state"] == "success", (empty, dag_runs["log"])
     assert (empty["since"], empty["until"]) == ((SINCE - timedelta(hours=2)).isoformat(), (SINCE - timedelta(hours=1)).isoformat())
     assert empty["tasks"]["discover"] == "success"
-    assert {t for t, s in empty["tasks"].items() if s == "skipped"} == {
-        "normalize", "validate_normalize", "analyze", "validate_analyze", "log_to_mlflow"}
+    assert {t for t, s in empty["tasks"].items() if s == "skipped"} == {st.name for st in INGEST}
 
 
 def test_warehouse_holds_the_jobs_touched_in_the_interval(dag_runs):
@@ -225,7 +231,7 @@ def test_warehouse_holds_the_jobs_touched_in_the_interval(dag_runs):
     caps = _table(wh, "captures")
     # dlrm: rank 1 landed in the interval, rank 0 before it; the job is rebuilt from both so that the
     # (date, job_id) partition overwrite keeps rank 0. "later" (committed at until) and "pending" are not there.
-    assert sorted(caps["job_id"].astype(str).unique()) == ["dlrm", "tiny"]
+    assert sorted(caps["job_id"].astype(str).unique()) == JOBS
     dlrm = caps[caps["job_id"].astype(str) == "dlrm"]
     assert sorted(dlrm["rank"]) == [0, 1] and set(dlrm["status"]) == {"ingested"}
     assert dlrm["capture_id"].is_unique
@@ -235,12 +241,13 @@ def test_warehouse_holds_the_jobs_touched_in_the_interval(dag_runs):
     assert sorted(ranks[ranks["job_id"].astype(str) == "dlrm"]["rank"]) == [0, 1]
     assert (steps["step_time_ns"] > 0).all() and len(steps) > 0
     record = json.loads(next((wh / "_runs" / "ingest").glob("*.json")).read_text())
-    assert record["since"] == SINCE.isoformat() and record["job_ids"] == ["dlrm", "tiny"]
-    assert record["n_quarantined"] == 0
+    assert record["since"] == SINCE.isoformat() and record["job_ids"] == JOBS
+    assert record["ingested_job_ids"] == ["dlrm", "tiny", "trn"]
+    assert record["n_quarantined"] == 1 and record["quarantined"][0]["job_id"] == "broken"
+    assert {n: st["status"] for n, st in record["stages"].items()} == {st.name: "done" for st in INGEST}
     assert any("job=pending" in p for p in record["pending"])
-    if "jobs.validate.gate" not in dag_runs["missing"]:  # the GX gates marked what they validated
-        marks = json.loads((wh / "captures" / "_validation.json").read_text())
-        assert "dlrm" in json.dumps(marks)
+    marks = json.loads((wh / "captures" / "_validation.json").read_text())  # the GX gates marked what they validated
+    assert "dlrm" in json.dumps(marks)
 
 
 def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
@@ -249,15 +256,15 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
     client = MlflowClient(tracking_uri=dag_runs["tracking_uri"])
     exp = client.get_experiment_by_name("tracelake")
     runs = {r.data.tags["tracelake.job_id"]: r for r in client.search_runs([exp.experiment_id])}
-    assert set(runs) == {"dlrm", "tiny"}
+    assert set(runs) == set(JOBS)
     dlrm = runs["dlrm"]
     assert dlrm.data.metrics["n_ranks"] == 2 and dlrm.data.params["world_size"] == "8"
     assert dlrm.data.metrics["step_time_p50_ms"] > 0
-    assert {"steps.csv", "ranks.csv", "captures.json"} <= {a.path for a in client.list_artifacts(dlrm.info.run_id)}
+    assert {"steps.csv", "ranks.csv", "captures.json", "findings.json", "report", "validation"} <= {
+        a.path for a in client.list_artifacts(dlrm.info.run_id)}  # the job report and validation report too
+    assert runs["trn"].data.metrics["neuron/n_profiles"] == 1  # Neuron metrics, as tracelake run logs them
 
     fleet = dag_runs["result"]["fleet"]
-    if "jobs.publish.report" in dag_runs["missing"]:
-        pytest.skip("jobs.publish.report is not written yet: fleet_report was marked success without running")
     assert fleet["state"] == "success", (fleet, dag_runs["log"])
     assert fleet["tasks"] == {"settings": "success", "fleet_report": "success"}
     fexp = client.get_experiment_by_name("tracelake-fleet")
@@ -265,3 +272,60 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
     fruns = client.search_runs([fexp.experiment_id])
     assert len(fruns) == 1
     assert fruns[0].data.metrics["fleet/n_jobs"] == 2  # dlrm and tiny (jobs.publish.reports's metric names)
+
+
+def _rows_digest(wh: Path, table: str) -> list[str]:
+    """The rows of a (fleet) table as sorted canonical JSON (order- and file-independent)."""
+    from jobs.warehouse import read_pandas
+
+    df = read_pandas(str(wh), [table])[table]
+    return sorted(json.dumps(r, sort_keys=True, default=repr) for r in df.to_dict(orient="records"))
+
+
+def _artifact_paths(client, run_id: str, path: str | None = None) -> list[str]:
+    out = []
+    for a in client.list_artifacts(run_id, path):
+        out += _artifact_paths(client, run_id, a.path) if a.is_dir else [a.path]
+    return out
+
+
+def _mlflow_content(tracking_uri: str) -> dict:
+    """Per (job, attempt) of experiment ``tracelake``: params, metrics, tags (less MLflow's own and the
+    warehouse path, which differ between two warehouses), status and every artifact's path."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name("tracelake")
+    out = {}
+    for r in client.search_runs([exp.experiment_id]):
+        tags = {k: v for k, v in r.data.tags.items() if not k.startswith("mlflow.") and k != "tracelake.warehouse"}
+        out[(tags["tracelake.job_id"], tags["tracelake.attempt"])] = {
+            "params": r.data.params, "metrics": r.data.metrics, "tags": tags, "status": r.info.status,
+            "artifacts": sorted(_artifact_paths(client, r.info.run_id))}
+    return out
+
+
+def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, landing, spark, tmp_path):
+    """The scheduled path and ``tracelake run`` over the same interval: equal warehouse tables (content
+    digests) and equal MLflow content per job (params, metrics, tags, status, artifact names)."""
+    from jobs.pipeline.run import run_pipeline
+
+    wh = tmp_path / "warehouse"
+    res = run_pipeline(str(landing), str(wh), tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", spark=spark,
+                       since=SINCE, until=UNTIL)
+    assert res.job_ids == JOBS
+    dag_wh = dag_runs["warehouse"]
+    cli, dag = warehouse_digests(wh), warehouse_digests(dag_wh)
+    for table in WAREHOUSE_TABLES:
+        assert cli[table], f"{table}: empty, the comparison would prove nothing"
+        assert cli[table] == dag[table], table
+    for table in ("fleet_stats", "fleet_kernels", "regressions"):
+        assert _rows_digest(wh, table) == _rows_digest(dag_wh, table), table
+
+    cli_runs, dag_runs_ = _mlflow_content(res.tracking_uri), _mlflow_content(dag_runs["tracking_uri"])
+    assert sorted(cli_runs) == sorted(dag_runs_) == [(j, "0") for j in JOBS]
+    for key, run in cli_runs.items():
+        assert run == dag_runs_[key], key
+    dlrm = cli_runs[("dlrm", "0")]["artifacts"]
+    assert {"report/job_report.html", "findings.json", "steps.csv", "ranks.csv"} <= set(dlrm)
+    assert any(p.startswith("validation/") for p in dlrm)

@@ -107,7 +107,7 @@ def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_p
         assert run.data.metrics["validation/failed_checks"] == (0 if ok else 2)
         arts = {a.path for a in client.list_artifacts(run_id, "validation")}
         assert {"validation/validation.html", "validation/validation.json", "validation/gx_results.json"} <= arts
-        tables = load_job_tables(spark, str(wh), "dlrm2", 0)
+        tables = load_job_tables(str(wh), "dlrm2", 0)
         assert {"captures", "ranks", "steps"} <= set(tables)
         if not ok:  # the corrupted copy has only those three tables: the others are left out, not empty
             assert set(tables) == {"captures", "ranks", "steps"}

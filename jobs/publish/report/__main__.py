@@ -1,9 +1,9 @@
 """``python -m jobs.publish.report``: the fleet report (and MLflow fleet run), or job reports on their runs.
 
 ``python -m jobs.publish.report --warehouse W [--tracking-uri U] [--html F] [--no-mlflow] [--day YYYY-MM-DD]``
-first rebuilds the fleet tables (:func:`jobs.fleet.job.run_fleet`: fleet_stats, fleet_kernels,
-regressions), then renders the fleet report over every job in the warehouse and logs the day's fleet
-run (:func:`jobs.publish.reports.log_fleet_report`). With ``--job J`` (repeatable) it instead renders the
+runs the declared ``fleet_report`` stage (:mod:`jobs.pipeline.stages`): the fleet report over every
+job in the warehouse, from the fleet tables the ``fleet`` stage keeps, and the day's fleet run
+(:func:`jobs.publish.reports.publish_fleet_report`). With ``--job J`` (repeatable) it instead renders the
 job report of each job's latest attempt, logs it to the job's MLflow run (found by its
 ``tracelake.job_id``/``tracelake.attempt`` tags) and, with ``--html``, writes it to ``F`` (one job).
 """
@@ -37,27 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-mlflow", action="store_true")
     a = p.parse_args(argv)
 
-    from jobs.publish.report.html import render_fleet_report, render_job_report
-    from jobs.publish.reports import load_fleet_tables, load_job_tables, log_fleet_report, log_job_report
-    from jobs.spark import get_spark
+    from jobs.pipeline.stages import RunSettings, run_stage
+    from jobs.publish.report.html import render_job_report
+    from jobs.publish.reports import load_job_tables, log_job_report
     from jobs.publish.tracking import EXPERIMENT, default_tracking_uri
 
     uri = None if a.no_mlflow else (a.tracking_uri or default_tracking_uri(a.warehouse))
-    spark = get_spark()
     if not a.job:
-        from jobs.fleet.job import run_fleet
-        from schemas import FLEET_TABLES
-
-        run_fleet(spark, a.warehouse)  # fleet_stats, fleet_kernels, regressions over the whole warehouse
-        t = load_fleet_tables(spark, a.warehouse)
-        fleet = {k: t[k] for k in FLEET_TABLES if k in t}
-        if a.html:
-            with open(a.html, "w", encoding="utf-8") as f:
-                f.write(render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
-                                            fleet=fleet))
-        if uri:
-            run_id = log_fleet_report(uri, a.warehouse, t.get("ranks"), t.get("captures"), t.get("steps"),
-                                      t.get("findings"), day=a.day, fleet=fleet)
+        s = RunSettings(warehouse=a.warehouse, tracking_uri=uri or "", day=a.day or "", report_html=a.html or "")
+        run_id = run_stage("fleet_report", s).get("fleet_run_id")
+        if run_id:
             print(f"fleet run {run_id} (experiment tracelake-fleet)")
         return 0
     from mlflow.tracking import MlflowClient
@@ -73,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             print(exc, file=sys.stderr)
             code = 2
             continue
-        tables = load_job_tables(spark, a.warehouse, job)
+        tables = load_job_tables(a.warehouse, job)
         caps = tables.get("captures")
         if caps is None or not len(caps):
             print(f"job {job}: no rows in {a.warehouse}/captures", file=sys.stderr)

@@ -1,0 +1,309 @@
+"""The pipeline, declared once: normalize → validate → analyze → validate → fleet → publish.
+
+Every driver runs these declarations: ``tracelake run`` (:func:`jobs.pipeline.run.run_pipeline`, all
+stages in one process), the per-stage commands (``python -m jobs.normalize`` …), the spark-submit
+application :mod:`jobs.pipeline.submit` (one stage per application) and the Airflow DAGs (one task
+per stage). Stages hand their results on through the **run record** (:mod:`jobs.pipeline.record`),
+a small JSON file in the warehouse, never through driver memory, so a stage gives the same result
+whether the one before it ran in the same process, another spark-submit or another machine.
+
+=====================  =====  ==============================================================
+stage                  Spark  does
+=====================  =====  ==============================================================
+``normalize``          yes    landing zone → ``captures``, ``events``, ``neuron_summary``
+``validate_normalize`` yes    Great Expectations over those tables of the run's jobs
+``analyze``            yes    → ``steps``, ``ranks``, ``kernels``, ``collectives``,
+                              ``critical_path``, ``findings``
+``validate_analyze``   yes    Great Expectations over the analysis tables
+``fleet``              yes    → ``fleet_stats``, ``fleet_kernels``, ``regressions`` (all jobs)
+``publish``            no     one MLflow run per (job, attempt): params, metrics, tags, CSVs,
+                              findings, validation report, HTML job report
+``fleet_report``       no     the fleet HTML report and the day's MLflow fleet run
+=====================  =====  ==============================================================
+
+A job that fails validation is marked (``<table>/_validation.json``) and its MLflow run ends
+``FAILED`` with the validation report attached; it is never silently published.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from pydantic import BaseModel, Field
+
+from jobs.landing.interval import as_utc, summarize_interval
+from jobs.pipeline.record import build_record, read_record, write_record
+from jobs.publish.tracking import default_tracking_uri
+
+
+class RunSettings(BaseModel):
+    """What one pipeline run works on (JSON-ready: passed between Airflow tasks and to spark-submit).
+
+    ``since``/``until`` are ISO 8601 (``""`` = open end); ``record`` defaults to
+    ``<warehouse>/_runs/ingest/<since>_<until>.json`` (:func:`record_uri`); ``job_ids`` restricts a
+    stage run alone to those jobs (``None`` = the jobs of the record, else every job).
+    """
+
+    raw: str = ""
+    warehouse: str
+    tracking_uri: Optional[str] = None  # None: sqlite:///<warehouse>/mlflow.db; "" : no MLflow (fleet_report)
+    storage_options: dict = Field(default_factory=dict)
+    since: str = ""
+    until: str = ""
+    record: str = ""
+    job_ids: Optional[list[str]] = None
+    day: str = ""  # fleet run date YYYY-MM-DD (fleet_report; default today UTC)
+    report_html: str = ""  # fleet_report: also write the HTML report to this file
+    fleet_options: dict = Field(default_factory=dict)  # jobs.fleet.regressions.find_regressions thresholds
+
+    def model_post_init(self, _ctx) -> None:
+        """Normalize the interval bounds to UTC ISO and fill ``record`` and ``tracking_uri``."""
+        since, until = as_utc(self.since or None), as_utc(self.until or None)
+        self.since = since.isoformat() if since else ""
+        self.until = until.isoformat() if until else ""
+        if not self.record:
+            self.record = record_uri(self.warehouse, since, until)
+        if self.tracking_uri is None:
+            self.tracking_uri = default_tracking_uri(self.warehouse)
+
+
+def interval_name(since, until) -> str:
+    """File-name-safe label of an interval, e.g. ``20260301T100000Z_20260301T110000Z`` (``open`` for no bound)."""
+    return "_".join(t.strftime("%Y%m%dT%H%M%SZ") if t else "open" for t in (since, until))
+
+
+def record_uri(warehouse: str, since=None, until=None) -> str:
+    """Where the run record of the interval ``[since, until)`` lives (UTC datetimes or ``None``)."""
+    return "/".join([warehouse.rstrip("/"), "_runs", "ingest", interval_name(since, until) + ".json"])
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One declared step of a pipeline.
+
+    Attributes:
+        name: task id in the DAGs and ``--stage`` of :mod:`jobs.pipeline.submit`.
+        spark: needs a SparkSession (under Airflow: a spark-submit application; else a Python task).
+        run: ``run(spark or None, settings, record) -> None``; updates ``record`` in place.
+        title: progress text, formatted with the settings' fields and ``n_jobs``.
+        needs: record key whose list must be non-empty for the stage to run (``None`` = always).
+        recorded: reads and writes the ingest run record (the fleet report keeps none).
+    """
+
+    name: str
+    spark: bool
+    run: Callable
+    title: str
+    needs: Optional[str] = None
+    recorded: bool = True
+
+
+class ValidationFailed(RuntimeError):
+    """Raised by :func:`check_validation`: jobs of the run failed a Great Expectations check."""
+
+
+# --------------------------------------------------------------------------- the stages
+
+
+def _normalize(spark, s: RunSettings, record: dict) -> None:
+    from jobs.normalize.job import run_normalize
+
+    res = run_normalize(spark, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None)
+    record.clear()
+    record.update(build_record(res.captures, res.pending, s.raw, s.since, s.until, n_discovered=res.n_discovered))
+
+
+def _validate(stage: str) -> Callable:
+    def run(spark, s: RunSettings, record: dict) -> None:
+        from jobs.validate.gate import validate_tables
+
+        jobs = record["job_ids"] if stage == "normalize" else record["ingested_job_ids"]
+        n_discovered = record.get("n_discovered") if stage == "normalize" else None
+        report = validate_tables(spark, s.warehouse, stage, jobs, n_discovered=n_discovered)
+        record.setdefault("validation", {})[stage] = report.to_dict()
+        print(report.summary(), flush=True)
+
+    return run
+
+
+def _analyze(spark, s: RunSettings, record: dict) -> None:
+    from jobs.analyze.job import run_analyze
+
+    record["analyze_counts"] = run_analyze(spark, s.warehouse, record["ingested_job_ids"])
+
+
+def _fleet(spark, s: RunSettings, record: dict) -> None:
+    from jobs.fleet.job import run_fleet
+
+    res = run_fleet(spark, s.warehouse, **s.fleet_options)
+    record["fleet_counts"] = res.counts
+    record["n_regressions"] = int((res.regressions["verdict"] == "regression").sum()) if len(res.regressions) else 0
+
+
+def _publish(_spark, s: RunSettings, record: dict) -> None:
+    from jobs.publish.job_runs import publish_jobs
+
+    runs = publish_jobs(s.tracking_uri, s.warehouse, record["job_ids"], validation(record))
+    record["run_ids"] = {f"{job}#{attempt}": run_id for (job, attempt), run_id in sorted(runs.items())}
+    record["tracking_uri"] = s.tracking_uri
+
+
+def _fleet_report(_spark, s: RunSettings, record: dict) -> None:
+    from jobs.publish.reports import publish_fleet_report
+
+    record["fleet_run_id"] = publish_fleet_report(s.tracking_uri or None, s.warehouse, day=s.day or None,
+                                                  html=s.report_html or None)
+
+
+INGEST: tuple[Stage, ...] = (
+    Stage("normalize", True, _normalize, "Normalizing traces from {raw}"),
+    Stage("validate_normalize", True, _validate("normalize"),
+          "Validating captures and events (Great Expectations)", needs="job_ids"),
+    Stage("analyze", True, _analyze, "Analyzing {n_jobs} job(s)", needs="ingested_job_ids"),
+    Stage("validate_analyze", True, _validate("analyze"),
+          "Validating the analysis tables (Great Expectations)", needs="ingested_job_ids"),
+    Stage("fleet", True, _fleet, "Fleet statistics and regressions against previous runs", needs="ingested_job_ids"),
+    Stage("publish", False, _publish, "Logging {n_jobs} job(s) to MLflow with their reports", needs="job_ids"),
+)
+"""The main job (``tracelake run``, DAG ``tracelake_ingest``)."""
+
+FLEET_REPORT: tuple[Stage, ...] = (
+    Stage("fleet_report", False, _fleet_report, "Fleet report and the MLflow fleet run", recorded=False),
+)
+"""The fleet report (DAG ``tracelake_fleet_report``; ``python -m jobs.publish.report``)."""
+
+PIPELINES: dict[str, tuple[Stage, ...]] = {"ingest": INGEST, "fleet_report": FLEET_REPORT}
+STAGES: dict[str, Stage] = {st.name: st for p in PIPELINES.values() for st in p}
+
+
+# --------------------------------------------------------------------------- running a stage
+
+
+def jobs_record(s: RunSettings, job_ids: list[str] | None = None) -> dict:
+    """A run record for a stage run alone: ``job_ids``, or every job in the warehouse's ``captures`` when
+    ``None`` (``ingested_job_ids``: those with an ingested capture)."""
+    from jobs.warehouse import read_pandas
+
+    caps = read_pandas(s.warehouse, ["captures"], job_ids)["captures"]
+    jobs = sorted(set(caps["job_id"].astype(str)) | set(job_ids or []))
+    ingested = sorted(set(caps[caps["status"] == "ingested"]["job_id"].astype(str)) | set(job_ids or []))
+    return {"since": s.since, "until": s.until, "raw": s.raw, "job_ids": jobs, "ingested_job_ids": ingested}
+
+
+def load_record(s: RunSettings) -> dict:
+    """The run record at ``s.record`` (:func:`jobs.pipeline.record.read_record`); without one, :func:`jobs_record`
+    of ``s.job_ids``. An explicit ``s.job_ids`` narrows the record's jobs."""
+    try:
+        record = read_record(s.record)
+    except FileNotFoundError:
+        return jobs_record(s, s.job_ids)
+    if s.job_ids is not None:
+        record["job_ids"] = sorted(set(record.get("job_ids", [])) & set(s.job_ids))
+        record["ingested_job_ids"] = sorted(set(record.get("ingested_job_ids", [])) & set(s.job_ids))
+    return record
+
+
+def should_run(stage: Stage, record: dict) -> bool:
+    """Whether ``stage`` has work: its ``needs`` list in the record is non-empty."""
+    return stage.needs is None or bool(record.get(stage.needs))
+
+
+def run_stage(name: str, settings: RunSettings | dict, spark=None, record: dict | None = None,
+              save: bool = True) -> dict:
+    """Run the declared stage ``name`` (no-op when it has no work) and save the run record.
+
+    Args:
+        name: a key of :data:`STAGES`.
+        settings: :class:`RunSettings` or its dict (an Airflow XCom).
+        spark: a SparkSession for a Spark stage (default: :func:`jobs.spark.get_spark`).
+        record: the run record (default: read from ``settings.record``, see :func:`load_record`).
+        save: write the record back to ``settings.record``.
+
+    Returns:
+        The updated run record; ``record["stages"][name]`` says when the stage ran or that it was skipped.
+
+    Raises:
+        KeyError: ``name`` is not a declared stage; whatever the stage raises.
+    """
+    stage = STAGES[name]
+    s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
+    if record is None:
+        record = load_record(s) if stage.recorded and name != "normalize" else {}
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    if name == "normalize" or should_run(stage, record):
+        if stage.spark and spark is None:
+            from jobs.spark import get_spark
+
+            spark = get_spark()
+        stage.run(spark if stage.spark else None, s, record)
+        status = "done"
+    else:
+        print(f"tracelake {name}: nothing to do (no {stage.needs})", flush=True)
+        status = "skipped"
+    record.setdefault("stages", {})[name] = {"status": status, "started_at": started,
+                                            "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+    if save and stage.recorded:
+        write_record(s.record, record)
+    return record
+
+
+def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_stage=None) -> dict:
+    """Run ``stages`` in order in this process, sharing one SparkSession and the run record.
+
+    Stages without work (:func:`should_run`) are left out. What ``tracelake run`` and
+    ``submit.py --pipeline`` do.
+
+    Args:
+        stages: a declared pipeline, e.g. :data:`INGEST`.
+        settings: :class:`RunSettings` or its dict.
+        spark: a SparkSession (default: started at the first Spark stage).
+        skip: names of stages to leave out (``tracelake run --no-mlflow`` skips ``publish``).
+        on_stage: ``on_stage(stage, record)`` returns a context manager wrapped around each stage (progress).
+
+    Returns:
+        The run record after the last stage.
+    """
+    from contextlib import nullcontext
+
+    s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
+    record: dict = {}
+    for stage in stages:
+        if stage.name in skip or (stage is not stages[0] and not should_run(stage, record)):
+            continue
+        if stage.spark and spark is None:
+            from jobs.spark import get_spark  # heavy: pyspark
+
+            spark = get_spark()
+        with on_stage(stage, record) if on_stage else nullcontext():
+            record = run_stage(stage.name, s, spark=spark, record=record)
+    return record
+
+
+def validation(record: dict):
+    """The merged :class:`~jobs.validate.gate.ValidationReport` of the record's validate stages, or ``None``."""
+    from jobs.validate.gate import ValidationReport
+
+    merged = None
+    for stage in ("normalize", "analyze"):
+        d = record.get("validation", {}).get(stage)
+        if d is not None:
+            r = ValidationReport.from_dict(d)
+            merged = r if merged is None else merged.merge(r)
+    return merged
+
+
+def check_validation(record: dict) -> None:
+    """Raise :class:`ValidationFailed` naming the jobs that failed validation in this run (after publishing)."""
+    report = validation(record)
+    if report is not None and not report.success:
+        raise ValidationFailed(f"validation failed for job(s) {', '.join(sorted(report.failed_jobs()))}; their MLflow "
+                               f"runs are FAILED with the validation report attached\n{report.summary()}")
+
+
+def discover_interval(settings: RunSettings | dict) -> dict:
+    """What an ingest run of ``settings``' interval would normalize (:func:`jobs.landing.interval.summarize_interval`):
+    the scheduler skips a run whose ``n_new`` is 0."""
+    s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
+    return summarize_interval(s.raw, s.since or None, s.until or None, s.storage_options)

@@ -1,0 +1,45 @@
+"""spark-submit application: run one declared stage, or a whole declared pipeline (:mod:`jobs.pipeline.stages`).
+
+``spark-submit jobs/pipeline/submit.py --stage NAME --settings JSON`` (one task of a DAG), or
+``--pipeline ingest --settings JSON`` (every stage, as ``tracelake run``; ``JSON``: a
+:class:`~jobs.pipeline.stages.RunSettings`, as the DAGs' ``settings`` task returns it). The
+SparkSession is the one spark-submit configured (:func:`jobs.pipeline.session.submit_session`,
+honouring ``--master``); the run record in the warehouse carries what earlier stages did.
+Exit code 0 when the stage ran or had nothing to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo of this file, when not installed
+
+from jobs.pipeline.session import submit_session  # noqa: E402 (after the sys.path line above)
+from jobs.pipeline.stages import PIPELINES, STAGES, RunSettings, run_stage, run_stages  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse ``argv`` and run the stage; returns the run record after it."""
+    ap = argparse.ArgumentParser(prog="submit.py", description=__doc__.splitlines()[0])
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--stage", choices=sorted(STAGES))
+    what.add_argument("--pipeline", choices=sorted(PIPELINES))
+    ap.add_argument("--settings", required=True, help="RunSettings as JSON")
+    args = ap.parse_args(argv)
+    settings = RunSettings(**json.loads(args.settings))
+    if args.pipeline:
+        stages = PIPELINES[args.pipeline]
+        spark = submit_session(f"tracelake-{args.pipeline}") if any(st.spark for st in stages) else None
+        record = run_stages(stages, settings, spark=spark)
+    else:
+        spark = submit_session(f"tracelake-{args.stage}") if STAGES[args.stage].spark else None
+        record = run_stage(args.stage, settings, spark=spark)
+    print(f"tracelake {args.stage or args.pipeline}: {json.dumps(record.get('stages', {}))}", flush=True)
+    return record
+
+
+if __name__ == "__main__":
+    main()
