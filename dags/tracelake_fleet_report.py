@@ -16,7 +16,7 @@ import pendulum
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
 from jobs.pipeline import settings as cfg
-from jobs.pipeline.stages import FLEET_REPORT
+from jobs.pipeline.stages import FLEET_REPORT, run_stage
 
 
 @dag(
@@ -40,8 +40,6 @@ def tracelake_fleet_report():
         @task(task_id=stage.name)
         def run(conf: dict, name: str = stage.name) -> str | None:
             """One declared stage of the fleet report pipeline; returns the fleet run id."""
-            from jobs.pipeline.stages import run_stage
-
             return run_stage(name, conf).get("fleet_run_id")
 
         upstream = run(upstream)

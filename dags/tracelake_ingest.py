@@ -20,10 +20,11 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Asset, CronDataIntervalTimetable, dag, task
+from airflow.sdk.exceptions import AirflowFailException
 
 from jobs.pipeline import settings as cfg
 from jobs.pipeline.operators import TracelakeSparkSubmitOperator
-from jobs.pipeline.stages import INGEST
+from jobs.pipeline.stages import INGEST, ValidationFailed, check_validation, discover_interval, run_stage
 
 
 @dag(
@@ -44,8 +45,6 @@ def tracelake_ingest():
     @task.short_circuit
     def discover(conf: dict) -> dict:
         """Summary of the captures committed in the interval; an empty dict skips the run."""
-        from jobs.pipeline.stages import discover_interval
-
         found = discover_interval(conf)
         print(f"discovered in [{conf['since']}, {conf['until']}): {found}")
         return found if found["n_new"] else {}
@@ -54,10 +53,6 @@ def tracelake_ingest():
     def python_stage(conf: dict, name: str, final: bool) -> dict:
         """A declared stage that needs no Spark; the final one fails the run (after publishing) when a
         job failed validation."""
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from jobs.pipeline.stages import ValidationFailed, check_validation, run_stage
-
         record = run_stage(name, conf)
         if final:
             try:

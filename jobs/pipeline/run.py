@@ -14,6 +14,7 @@ import pandas as pd
 
 from jobs.landing.interval import as_utc
 from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
+from jobs.spark import get_spark
 from jobs.warehouse import read_pandas
 
 
@@ -69,8 +70,6 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
     Returns:
         :class:`PipelineResult`.
     """
-    from jobs.spark import get_spark  # heavy: pyspark
-
     s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or "", storage_options=storage_options or {},
                     since=_iso(since), until=_iso(until))
     with _stage(progress, "Starting Spark"):

@@ -28,6 +28,7 @@ A job that fails validation is marked (``<table>/_validation.json``) and its MLf
 from __future__ import annotations
 
 import datetime as _dt
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -36,6 +37,9 @@ from pydantic import BaseModel, Field
 from jobs.landing.interval import as_utc, summarize_interval
 from jobs.pipeline.record import build_record, read_record, write_record
 from jobs.publish.tracking import default_tracking_uri
+from jobs.spark import get_spark
+from jobs.validate.gate import ValidationReport
+from jobs.warehouse import read_pandas
 
 
 class RunSettings(BaseModel):
@@ -108,7 +112,7 @@ class ValidationFailed(RuntimeError):
 
 
 def _normalize(spark, s: RunSettings, record: dict) -> None:
-    from jobs.normalize.job import run_normalize
+    from jobs.normalize.job import run_normalize  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     res = run_normalize(spark, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None)
     record.clear()
@@ -117,25 +121,25 @@ def _normalize(spark, s: RunSettings, record: dict) -> None:
 
 def _validate(stage: str) -> Callable:
     def run(spark, s: RunSettings, record: dict) -> None:
-        from jobs.validate.gate import validate_tables
+        from jobs.validate.gate import validate_tables  # the stage's code, loaded when it runs (DAG parsing stays light)
 
         jobs = record["job_ids"] if stage == "normalize" else record["ingested_job_ids"]
         n_discovered = record.get("n_discovered") if stage == "normalize" else None
         report = validate_tables(spark, s.warehouse, stage, jobs, n_discovered=n_discovered)
-        record.setdefault("validation", {})[stage] = report.to_dict()
+        record.setdefault("validation", {})[stage] = report.to_dict(with_gx=True)  # GX results travel too
         print(report.summary(), flush=True)
 
     return run
 
 
 def _analyze(spark, s: RunSettings, record: dict) -> None:
-    from jobs.analyze.job import run_analyze
+    from jobs.analyze.job import run_analyze  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     record["analyze_counts"] = run_analyze(spark, s.warehouse, record["ingested_job_ids"])
 
 
 def _fleet(spark, s: RunSettings, record: dict) -> None:
-    from jobs.fleet.job import run_fleet
+    from jobs.fleet.job import run_fleet  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     res = run_fleet(spark, s.warehouse, **s.fleet_options)
     record["fleet_counts"] = res.counts
@@ -143,7 +147,7 @@ def _fleet(spark, s: RunSettings, record: dict) -> None:
 
 
 def _publish(_spark, s: RunSettings, record: dict) -> None:
-    from jobs.publish.job_runs import publish_jobs
+    from jobs.publish.job_runs import publish_jobs  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     runs = publish_jobs(s.tracking_uri, s.warehouse, record["job_ids"], validation(record))
     record["run_ids"] = {f"{job}#{attempt}": run_id for (job, attempt), run_id in sorted(runs.items())}
@@ -151,7 +155,7 @@ def _publish(_spark, s: RunSettings, record: dict) -> None:
 
 
 def _fleet_report(_spark, s: RunSettings, record: dict) -> None:
-    from jobs.publish.reports import publish_fleet_report
+    from jobs.publish.reports import publish_fleet_report  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     record["fleet_run_id"] = publish_fleet_report(s.tracking_uri or None, s.warehouse, day=s.day or None,
                                                   html=s.report_html or None)
@@ -184,8 +188,6 @@ STAGES: dict[str, Stage] = {st.name: st for p in PIPELINES.values() for st in p}
 def jobs_record(s: RunSettings, job_ids: list[str] | None = None) -> dict:
     """A run record for a stage run alone: ``job_ids``, or every job in the warehouse's ``captures`` when
     ``None`` (``ingested_job_ids``: those with an ingested capture)."""
-    from jobs.warehouse import read_pandas
-
     caps = read_pandas(s.warehouse, ["captures"], job_ids)["captures"]
     jobs = sorted(set(caps["job_id"].astype(str)) | set(job_ids or []))
     ingested = sorted(set(caps[caps["status"] == "ingested"]["job_id"].astype(str)) | set(job_ids or []))
@@ -234,8 +236,6 @@ def run_stage(name: str, settings: RunSettings | dict, spark=None, record: dict 
     started = _dt.datetime.now(_dt.timezone.utc).isoformat()
     if name == "normalize" or should_run(stage, record):
         if stage.spark and spark is None:
-            from jobs.spark import get_spark
-
             spark = get_spark()
         stage.run(spark if stage.spark else None, s, record)
         status = "done"
@@ -265,16 +265,12 @@ def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_sta
     Returns:
         The run record after the last stage.
     """
-    from contextlib import nullcontext
-
     s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
     record: dict = {}
     for stage in stages:
         if stage.name in skip or (stage is not stages[0] and not should_run(stage, record)):
             continue
         if stage.spark and spark is None:
-            from jobs.spark import get_spark  # heavy: pyspark
-
             spark = get_spark()
         with on_stage(stage, record) if on_stage else nullcontext():
             record = run_stage(stage.name, s, spark=spark, record=record)
@@ -283,8 +279,6 @@ def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_sta
 
 def validation(record: dict):
     """The merged :class:`~jobs.validate.gate.ValidationReport` of the record's validate stages, or ``None``."""
-    from jobs.validate.gate import ValidationReport
-
     merged = None
     for stage in ("normalize", "analyze"):
         d = record.get("validation", {}).get(stage)
