@@ -3,7 +3,7 @@
 ``settings`` resolves the Airflow Variables (``jobs.pipeline.settings``) and the interval;
 ``discover`` lists the captures whose ``manifest.json`` landed in ``[since, until)`` and skips
 the rest of the run when there are none; ``normalize``, ``analyze`` and the ``validate_*`` Great
-Expectations gates (``jobs.validate.gate``; a failed check fails the run before anything is published)
+Expectations gates (``jobs.validate``; a failed check fails the run before anything is published)
 are Spark applications submitted with the ``spark_tracelake`` connection (local mode when it is
 not defined); ``log_to_mlflow`` creates or updates one MLflow
 run per (job, attempt) and marks the warehouse Asset as updated, which triggers

@@ -27,7 +27,7 @@ class PipelineResult:
     neuron_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     pending: list[str] = field(default_factory=list)
     run_ids: dict = field(default_factory=dict)
-    validation: object = None  # jobs.validate.gate.ValidationReport of the normalize and analyze stages
+    validation: object = None  # jobs.validate.report.ValidationReport of the normalize and analyze stages
     regressions: pd.DataFrame = field(default_factory=pd.DataFrame)  # regressions rows (whole warehouse)
 
 
@@ -68,7 +68,7 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
     from jobs.normalize.job import run_normalize
     from jobs.spark import get_spark
     from jobs.publish.tracking import default_tracking_uri, log_jobs
-    from jobs.validate.gate import validate_tables
+    from jobs.validate.suites import validate_tables
 
     with _stage(progress, "Starting Spark"):
         spark = spark or get_spark()
@@ -97,7 +97,7 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
                             regressions=fleet.regressions if fleet is not None else pd.DataFrame())
     if log_to_mlflow and job_ids:
         from jobs.publish.reports import log_job_reports
-        from jobs.validate.gate import log_validations
+        from jobs.publish.validation import log_validations
 
         tracking_uri = tracking_uri or default_tracking_uri(warehouse)
         failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()

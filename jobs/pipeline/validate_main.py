@@ -1,8 +1,8 @@
-"""spark-submit application: ``python -m jobs.validate.gate`` on the jobs of an interval's run record.
+"""spark-submit application: ``python -m jobs.validate`` on the jobs of an interval's run record.
 
 ``spark-submit jobs/pipeline/validate_main.py --warehouse W --record URI --stage normalize|analyze``:
 the jobs come from the record (every normalized job for ``normalize``, the jobs with an ingested
-capture for ``analyze``) and are passed as ``--job``; the exit code is ``jobs.validate.gate``'s
+capture for ``analyze``) and are passed as ``--job``; the exit code is ``jobs.validate``'s
 (1 when a check failed). A stage without jobs succeeds without validating anything.
 """
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo of this
 
 
 def validate_argv(record: dict, stage: str, warehouse: str) -> list[str] | None:
-    """Arguments of ``python -m jobs.validate.gate`` for ``stage`` of ``record`` (pure); ``None`` when there is no job."""
+    """Arguments of ``python -m jobs.validate`` for ``stage`` of ``record`` (pure); ``None`` when there is no job."""
     jobs = record["job_ids"] if stage == "normalize" else record["ingested_job_ids"]
     if not jobs:
         return None
@@ -30,7 +30,7 @@ def validate_argv(record: dict, stage: str, warehouse: str) -> list[str] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Parse ``argv``, then run ``jobs.validate.gate`` as ``__main__`` in this spark-submit (exits with its code)."""
+    """Parse ``argv``, then run ``jobs.validate`` as ``__main__`` in this spark-submit (exits with its code)."""
     ap = argparse.ArgumentParser(prog="validate_main", description=__doc__.splitlines()[0])
     ap.add_argument("--warehouse", required=True)
     ap.add_argument("--record", required=True)
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"tracelake validate --stage {args.stage}: no job to validate", flush=True)
         return
     submit_session(f"tracelake-validate-{args.stage}")
-    sys.argv = ["jobs.validate.gate", *v_argv]
-    runpy.run_module("jobs.validate.gate", run_name="__main__", alter_sys=True)
+    sys.argv = ["jobs.validate", *v_argv]
+    runpy.run_module("jobs.validate", run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

@@ -165,10 +165,10 @@ def dag_runs(stack, landing):
                {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                 "spark.driver.memory": "2g"})}
     # connection spark_tracelake is deliberately not defined: the stages must default to local mode
-    # `python -m jobs.validate.gate` / `python -m jobs.publish.report` are other stages' CLIs: while one is not there
+    # `python -m jobs.validate` / `python -m jobs.publish.report` are other stages' CLIs: while one is not there
     # yet, its task is marked success instead of run (and the assertions on its output are skipped)
-    missing = {m for m in ("jobs.validate.gate", "jobs.publish.report") if not _runnable(m)}
-    skip_ingest = "^validate_" if "jobs.validate.gate" in missing else ""
+    missing = {m for m in ("jobs.validate", "jobs.publish.report") if not _runnable(m)}
+    skip_ingest = "^validate_" if "jobs.validate" in missing else ""
     skip_fleet = "^fleet_report$" if "jobs.publish.report" in missing else ""
     ingest, fleet = str(REPO / "dags/tracelake_ingest.py"), str(REPO / "dags/tracelake_fleet_report.py")
     runs = [["ingest", ingest, "ingest_dag", UNTIL.isoformat(), skip_ingest],
@@ -238,7 +238,7 @@ def test_warehouse_holds_the_jobs_touched_in_the_interval(dag_runs):
     assert record["since"] == SINCE.isoformat() and record["job_ids"] == ["dlrm", "tiny"]
     assert record["n_quarantined"] == 0
     assert any("job=pending" in p for p in record["pending"])
-    if "jobs.validate.gate" not in dag_runs["missing"]:  # the GX gates marked what they validated
+    if "jobs.validate" not in dag_runs["missing"]:  # the GX gates marked what they validated
         marks = json.loads((wh / "captures" / "_validation.json").read_text())
         assert "dlrm" in json.dumps(marks)
 
