@@ -1,6 +1,6 @@
 """Data-quality checks derived from the table contract (``schemas/tables.py``).
 
-Backend-neutral: a :class:`Check` says *what* must hold; ``jobs/validate/gate.py`` turns each one into a
+Backend-neutral: a :class:`Check` says *what* must hold; ``jobs/validate/suites.py`` turns each one into a
 Great Expectations 1.x expectation and runs it on a pandas or Spark batch. Rules:
 
 * **not null**: every column declared ``nullable=False``.

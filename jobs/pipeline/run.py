@@ -31,7 +31,7 @@ class PipelineResult:
     neuron_summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     pending: list[str] = field(default_factory=list)
     run_ids: dict = field(default_factory=dict)
-    validation: object = None  # jobs.validate ValidationReport of the normalize and analyze stages
+    validation: object = None  # jobs.validate.report.ValidationReport of the normalize and analyze stages
     regressions: pd.DataFrame = field(default_factory=pd.DataFrame)  # regressions rows of the run's jobs
     record: dict = field(default_factory=dict)  # the run record (jobs.pipeline.record)
 

@@ -38,7 +38,7 @@ from jobs.landing.interval import as_utc, summarize_interval
 from jobs.pipeline.record import build_record, read_record, write_record
 from jobs.publish.tracking import default_tracking_uri
 from jobs.spark import get_spark
-from jobs.validate.gate import ValidationReport
+from jobs.validate.report import ValidationReport
 from jobs.warehouse import read_pandas
 
 
@@ -121,7 +121,7 @@ def _normalize(spark, s: RunSettings, record: dict) -> None:
 
 def _validate(stage: str) -> Callable:
     def run(spark, s: RunSettings, record: dict) -> None:
-        from jobs.validate.gate import validate_tables  # the stage's code, loaded when it runs (DAG parsing stays light)
+        from jobs.validate.suites import validate_tables  # the stage's code, loaded when it runs (DAG parsing stays light)
 
         jobs = record["job_ids"] if stage == "normalize" else record["ingested_job_ids"]
         n_discovered = record.get("n_discovered") if stage == "normalize" else None
@@ -278,7 +278,7 @@ def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_sta
 
 
 def validation(record: dict):
-    """The merged :class:`~jobs.validate.gate.ValidationReport` of the record's validate stages, or ``None``."""
+    """The merged :class:`~jobs.validate.report.ValidationReport` of the record's validate stages, or ``None``."""
     merged = None
     for stage in ("normalize", "analyze"):
         d = record.get("validation", {}).get(stage)

@@ -23,7 +23,7 @@ def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validati
         tracking_uri: MLflow tracking URI.
         warehouse: warehouse root.
         job_ids: the jobs of the run (every job normalized, quarantined-only ones included).
-        validation: the run's :class:`~jobs.validate.gate.ValidationReport` (``None``: not validated);
+        validation: the run's :class:`~jobs.validate.report.ValidationReport` (``None``: not validated);
             runs of jobs that failed it end ``FAILED``.
 
     Returns:

@@ -60,7 +60,8 @@ def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -
     return client.create_experiment(name, artifact_location=loc)
 
 
-def _log_text(client, run_id: str, text: str, artifact_path: str) -> None:
+def log_text(client, run_id: str, text: str, artifact_path: str) -> None:
+    """Log ``text`` (UTF-8) as the run's artifact ``artifact_path`` (e.g. ``report/job_report.html``)."""
     folder, name = os.path.split(artifact_path)
     with tempfile.TemporaryDirectory() as tmp:
         p = os.path.join(tmp, name)
@@ -74,7 +75,7 @@ def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None
 
     Args:
         tables: the job's tables (pandas), e.g. from :func:`load_job_tables`.
-        validation: optional :class:`jobs.validate.gate.ValidationReport` shown in "Data quality".
+        validation: optional :class:`jobs.validate.report.ValidationReport` shown in "Data quality".
 
     Returns:
         The artifact path (``report/job_report.html``).
@@ -82,7 +83,7 @@ def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    _log_text(client, run_id, render_job_report(tables, validation=validation), JOB_REPORT_ARTIFACT)
+    log_text(client, run_id, render_job_report(tables, validation=validation), JOB_REPORT_ARTIFACT)
     return JOB_REPORT_ARTIFACT
 
 
@@ -149,7 +150,7 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
         tags.append(RunTag("tracelake.warehouse", str(warehouse)))
     for i in range(0, max(len(metrics), 1), 900):  # MLflow accepts at most 1000 metrics per batch
         client.log_batch(run_id, metrics=metrics[i:i + 900], tags=tags if i == 0 else [])
-    _log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet), "report/fleet_report.html")
+    log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet), "report/fleet_report.html")
     client.set_terminated(run_id, status="FINISHED")
     return run_id
 

@@ -1,3 +1,62 @@
-"""TEMPORARY shim until the validate split lands: MLflow logging of a validation report."""
+"""Publish a validation report to MLflow: a job's run gets the report (HTML, JSON, GX's raw results), a
+``tracelake.validation`` tag and ends ``FAILED`` when its job failed the gate (:mod:`jobs.validate`)."""
 
-from jobs.validate.gate import log_validation, log_validations  # noqa: F401
+from __future__ import annotations
+
+import json
+import time
+
+from jobs.publish.report.html import render_validation_report
+from jobs.publish.reports import log_text
+from jobs.validate.report import ValidationReport
+
+
+def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None) -> bool:
+    """Attach ``report`` to an MLflow run; mark the run ``FAILED`` when its job failed validation.
+
+    Logs artifacts ``validation/validation.html`` (self-contained, our Data Docs page),
+    ``validation/validation.json`` (the report) and ``validation/gx_results.json`` (GX's own
+    validation results); tags ``tracelake.validation`` = ``passed``/``failed`` and
+    ``tracelake.validation.failed_tables``; metrics ``validation/failed_checks`` and
+    ``validation/checks`` (stable names).
+
+    Args:
+        job_id: the run's job (default: the run's ``tracelake.job_id`` tag); the run fails when
+            this job is in :meth:`ValidationReport.failed_jobs`.
+
+    Returns:
+        True when the job passed.
+    """
+    from mlflow.entities import Metric, RunTag  # heavy: mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    run = client.get_run(run_id)
+    job_id = job_id or run.data.tags.get("tracelake.job_id")
+    ok = report.success if job_id is None else report.job_success(job_id)
+    failed_tables = sorted({t.table for t in report.tables.values()
+                            if not t.success and (job_id is None or job_id in t.failed_jobs())})
+    n_checks = sum(len(t.checks) for t in report.tables.values())
+    n_failed = sum(1 for t in report.tables.values() for c in t.failed if job_id is None or job_id in c.jobs)
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric("validation/checks", float(n_checks), now, 0),
+                                      Metric("validation/failed_checks", float(n_failed), now, 0)],
+                     tags=[RunTag("tracelake.validation", "passed" if ok else "failed"),
+                           RunTag("tracelake.validation.failed_tables", ",".join(failed_tables) or "-")])
+    for name, text in (("validation.html", render_validation_report(report, job_id=job_id)),
+                       ("validation.json", json.dumps(report.to_dict(), indent=1, default=str)),
+                       ("gx_results.json", json.dumps({k: t.gx_result for k, t in report.tables.items()},
+                                                      indent=1, default=str))):
+        log_text(client, run_id, text, f"validation/{name}")
+    if not ok:
+        client.set_terminated(run_id, status="FAILED")
+    return ok
+
+
+def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport) -> dict:
+    """:func:`log_validation` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
+
+    Returns:
+        ``{(job, attempt): passed?}``.
+    """
+    return {key: log_validation(tracking_uri, run_id, report, job_id=key[0]) for key, run_id in run_ids.items()}

@@ -1,4 +1,4 @@
-"""Data-quality gate: Great Expectations 1.x suites over warehouse tables, after normalize and after analyze.
+"""Data-quality gate: Great Expectations 1.x suites (``suites``) over warehouse tables after normalize and after analyze.
 
-Failed jobs are marked in ``<table>/_validation.json``; publishing them is :mod:`jobs.publish`'s business.
+Results in ``report``; failed jobs marked in ``<table>/_validation.json`` (``marks``); CLI in ``__main__``.
 """

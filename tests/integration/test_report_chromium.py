@@ -46,7 +46,7 @@ def pages(torch_corpus) -> dict[str, tuple[Path, int]]:
     from jobs.normalize.job import captures_table, normalize_file
     from jobs.publish.report.html import (render_comparison_report, render_fleet_report, render_job_report,
                                   render_validation_report)
-    from jobs.validate.gate import validate_frames
+    from jobs.validate.suites import validate_frames
 
     ints = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
     per_rank = []

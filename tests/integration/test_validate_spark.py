@@ -33,7 +33,9 @@ def dlrm_wh(spark, torch_corpus, tmp_path_factory):
 
 
 def test_real_warehouse_passes_on_the_spark_engine(spark, dlrm_wh):
-    from jobs.validate.gate import main, read_marks, validate_tables
+    from jobs.validate.__main__ import main
+    from jobs.validate.marks import read_marks
+    from jobs.validate.suites import validate_tables
 
     landing, wh, res = dlrm_wh
     n_before = spark.read.parquet(str(wh / "events")).count()
@@ -70,7 +72,9 @@ def bad_wh(spark, dlrm_wh, tmp_path_factory):
 
 
 def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
-    from jobs.validate.gate import main, read_marks, validate_tables
+    from jobs.validate.__main__ import main
+    from jobs.validate.marks import read_marks
+    from jobs.validate.suites import validate_tables
 
     report = validate_tables(spark, str(bad_wh), "analyze", ["dlrm2"], pandas_max_rows=0)
     assert not report.success and report.failed_jobs() == {"dlrm2"}
@@ -92,7 +96,8 @@ def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_p
     from jobs.warehouse import read_frames
     from jobs.publish.reports import JOB_REPORT_ARTIFACT, load_job_tables, log_job_report
     from jobs.publish.tracking import log_jobs
-    from jobs.validate.gate import log_validation, validate_tables
+    from jobs.publish.validation import log_validation
+    from jobs.validate.suites import validate_tables
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)

@@ -161,7 +161,7 @@ def hostile_job(base: dict, job_id: str = "trace_filter") -> dict:
 
 
 def hostile_validation(job_id: str):
-    from jobs.validate.gate import CheckResult, TableValidation, ValidationReport
+    from jobs.validate.report import CheckResult, TableValidation, ValidationReport
 
     checks = [CheckResult(id=p, expectation=_cycle(i + 1), columns=[p], success=i % 2 == 1, doc=_cycle(i + 2),
                           unexpected_count=i, partial_unexpected=[_cycle(i + 3), _cycle(i + 5)],

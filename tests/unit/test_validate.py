@@ -1,4 +1,4 @@
-"""Great Expectations suites derived from schemas/ (jobs/validate/gate.py) on real tables, corrupted on purpose.
+"""Great Expectations suites derived from schemas/ (jobs/validate/suites.py) on real tables, corrupted on purpose.
 
 The tables are the real output of normalize + analyze (pure functions, no Spark) on the two ranks of
 HTA's ``trace_filter`` corpus traces, each rank made its own job (``job_a``, ``job_b``) so that a
@@ -54,7 +54,7 @@ def real_tables(CORPUS):
 
 
 def _validate(frames: dict, stage: str, **kw):
-    from jobs.validate.gate import validate_frames
+    from jobs.validate.suites import validate_frames
 
     return validate_frames(frames, stage, job_ids=["job_a", "job_b"], **kw)
 
@@ -206,7 +206,7 @@ def test_missing_column_fails_the_schema_check(real_tables):
 
 
 def test_marks_record_the_failed_job(real_tables, tmp_path):
-    from jobs.validate.gate import read_marks, write_marks
+    from jobs.validate.marks import read_marks, write_marks
 
     for t in ("steps", "ranks"):
         (tmp_path / t).mkdir()
@@ -226,6 +226,75 @@ def test_marks_record_the_failed_job(real_tables, tmp_path):
     write_marks(str(tmp_path), clean)
     assert read_marks(str(tmp_path), "job_b")["steps"] == "passed"
     assert "job_a" in json.loads((tmp_path / "steps" / "_validation.json").read_text())["jobs"]
+
+
+# ----------------------------------------------------------------------------- the report across processes
+
+
+def _answers(report, jobs=("job_a", "job_b", "other")) -> tuple:
+    """What callers ask a report: failed jobs, per-job success, summary, and the same after a merge."""
+    from jobs.validate.report import TableValidation, ValidationReport
+
+    extra = ValidationReport(["fleet"], ["job_c"], {"fleet/x": TableValidation("x", "fleet", "missing")}, "9999")
+    merged = report.merge(extra)
+    return (report.failed_jobs(), {j: report.job_success(j) for j in jobs}, report.summary(), report.success,
+            merged.failed_jobs(), merged.job_ids, merged.validated_at, merged.summary())
+
+
+def test_report_round_trips_through_to_dict():
+    from jobs.validate.report import CheckResult, TableValidation, ValidationReport
+
+    bad = [CheckResult("pct_range:idle_pct", "expect_column_values_to_be_between", ["idle_pct"], False, "≤ 100",
+                       unexpected_count=3, element_count=40, partial_unexpected=["150.0", "101.5"],
+                       jobs={"job_a": 1, "job_b": 2}),
+           CheckResult("row_count:discovered", "expect_table_row_count_to_equal", [], False, observed="3",
+                       jobs={"job_a": 0, "job_b": 0}),
+           CheckResult("not_null:x", "(not run)", ["x"], False, error="column(s) missing: ['x']", jobs={"*": 0})]
+    ok = [CheckResult("schema:columns", "(schema)", [], True, observed="all declared columns present")]
+    norm = ValidationReport(["normalize"], ["job_a", "job_b"], {
+        "normalize/captures": TableValidation("captures", "normalize", "failed", 3, bad[1:2] + ok, engine="pandas",
+                                              jobs=["job_a", "job_b"]),
+        "normalize/neuron_summary": TableValidation("neuron_summary", "normalize", "missing")},
+        "2026-01-02T03:04:05+00:00")
+    ana = ValidationReport(["analyze"], None, {
+        "analyze/steps": TableValidation("steps", "analyze", "failed", 40, ok + bad[:1] + bad[2:], engine="spark",
+                                         jobs=["job_a", "job_b"]),
+        "analyze/ranks": TableValidation("ranks", "analyze", "passed", 2, ok, engine="pandas", jobs=["job_a"])},
+        "2026-01-02T03:05:00+00:00")
+    for r in (norm, ana, norm.merge(ana)):
+        assert ValidationReport.from_dict(r.to_dict()) == r
+        assert ValidationReport.from_dict(json.loads(json.dumps(r.to_dict(), default=str))) == r
+        assert ValidationReport.from_dict(r.to_dict(with_gx=True)) == r
+    assert list(ValidationReport.from_dict(norm.to_dict()).tables) == list(norm.tables)  # summary order kept
+
+
+def test_real_report_round_trips_through_json(real_tables):
+    import dataclasses
+
+    from jobs.validate.report import ValidationReport
+
+    bad = _corrupt_steps(real_tables["steps"], "pct 150")
+    report = _validate({"steps": bad, "ranks": real_tables["ranks"]}, "analyze")
+    assert {t.status for t in report.tables.values()} == {"passed", "failed", "missing"}
+    assert _failed(report, "steps")["pct_range:idle_pct"].jobs == {"job_b": 1}
+    with_gx = ValidationReport.from_dict(json.loads(json.dumps(report.to_dict(with_gx=True), default=str)))
+    assert with_gx == report
+    # to_dict() (what is logged to MLflow) leaves out only GX's raw results, which no answer needs
+    back = ValidationReport.from_dict(json.loads(json.dumps(report.to_dict(), default=str)))
+    assert back.to_dict() == report.to_dict() and _answers(back) == _answers(report)
+    assert back == dataclasses.replace(report, tables={k: dataclasses.replace(t, gx_result={})
+                                                       for k, t in report.tables.items()})
+
+
+def test_gate_imports_nothing_of_publish_nor_mlflow():
+    import subprocess
+    import sys
+
+    code = ("import sys, jobs.validate.report, jobs.validate.suites, jobs.validate.marks, jobs.validate.__main__; "
+            "print(sorted(m for m in sys.modules if m.startswith(('jobs.publish', 'mlflow', 'great_expectations'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout
+    assert out.strip() == "[]"  # GX loads only when a suite runs; publishing is jobs.publish.validation
 
 
 def test_validation_page_escapes_and_lists_failures(real_tables):

@@ -158,7 +158,7 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
             ``steps``, ``kernels``, ``collectives``, ``critical_path``, ``findings`` (and optionally
             ``events`` for top kernels when ``kernels`` is absent). Missing or empty tables give a
             "not available" note in their section.
-        validation: a :class:`jobs.validate.gate.ValidationReport` to summarize, if any.
+        validation: a :class:`jobs.validate.report.ValidationReport` to summarize, if any.
         title: page title (default ``tracelake job <job_id> (attempt N)``).
 
     Sections: step-time breakdown per rank, idle-time breakdown, top kernels, collective wait heatmap,
@@ -200,7 +200,7 @@ def render_validation_report(report, job_id: str | None = None) -> str:
     every check, its status, unexpected count and sample values.
 
     Args:
-        report: a :class:`jobs.validate.gate.ValidationReport`.
+        report: a :class:`jobs.validate.report.ValidationReport`.
         job_id: highlight this job (its status is in the subtitle).
     """
     secs = []

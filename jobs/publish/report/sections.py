@@ -301,7 +301,7 @@ def quality_section(tables: dict, validation=None) -> Section:
     """Data validation status of the job (if a report is given) and the quarantined files."""
     key, title = "data-quality", "Data quality"
     caps = _get(tables, "captures")
-    sec = Section(key, title, intro="Great Expectations suites derived from schemas/ (jobs/validate/gate.py) and "
+    sec = Section(key, title, intro="Great Expectations suites derived from schemas/ (jobs/validate/suites.py) and "
                   "files quarantined by normalize.")
     if validation is None:
         sec.note = "Not available: no validation report attached to this report."

@@ -1,4 +1,4 @@
-"""Data-quality gate: Great Expectations 1.x suites over the warehouse tables, per pipeline stage.
+"""Great Expectations 1.x suites over the warehouse tables, per pipeline stage.
 
 The checks come from the table contract (:func:`schemas.expectations.checks_for`): non-nullable
 columns not null, the row key unique, durations ≥ 0, percentages in [0, 100], HTA's temporal
@@ -7,16 +7,10 @@ the landing zone accounted for in ``captures`` (ingested + quarantined + catalog
 
 Run it after ``normalize`` (``captures``, ``events``, ``neuron_summary``) and after ``analyze``
 (``steps``, ``ranks``, ``kernels``, ``collectives``, ``critical_path``, ``findings`` — tables not
-written yet are reported as ``missing``, not as failures). A failing batch is
-
-* **marked**: ``{warehouse}/{table}/_validation.json`` holds, per job, ``passed``/``failed`` with the
-  failed checks and their unexpected counts (Spark and pyarrow ignore ``_``-prefixed files, so the
-  tables still read as before; rewriting a table in static-overwrite mode drops its marks, which
-  then read as ``unvalidated``). Failures are attributed to the jobs whose rows broke the check;
-  a table-level failure (row count) marks every job of the batch.
-* **reported**: :class:`ValidationReport` (``python -m jobs.validate.gate`` prints it and exits 1), and
-  :func:`log_validation` attaches it to a job's MLflow run as self-contained HTML (our Data Docs) and
-  JSON, and sets that run's status to ``FAILED`` when the job failed — never ``FINISHED``.
+written yet are reported as ``missing``, not as failures). Failures are attributed to the jobs whose
+rows broke the check; a table-level failure (row count) marks every job of the batch. The result is a
+:class:`~jobs.validate.report.ValidationReport`; :func:`validate_tables` also marks it in the
+warehouse (:mod:`jobs.validate.marks`).
 
 Great Expectations runs in an ephemeral context (nothing written to disk), on pandas DataFrames
 (unit tests, small tables) or Spark DataFrames (the warehouse), the same suite for both.
@@ -24,16 +18,14 @@ Great Expectations runs in an ephemeral context (nothing written to disk), on pa
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
-import posixpath
-import sys
-from dataclasses import asdict, dataclass, field
 
 import pandas as pd
+import pyarrow as pa
 
+from jobs.validate.marks import write_marks
+from jobs.validate.report import CheckResult, TableValidation, ValidationReport
 from jobs.warehouse import read_spark, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
 from schemas.tables import TABLES
@@ -41,133 +33,12 @@ from schemas.tables import TABLES
 #: No usage statistics leave the machine (GX 1.x reads this when the context starts).
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
-MARK_FILE = "_validation.json"
 _PARTIAL = 10
 
 
-@dataclass
-class CheckResult:
-    """Outcome of one :class:`~schemas.expectations.Check` on one table batch.
-
-    ``unexpected_count``: rows breaking it (``None`` for table-level checks, whose ``observed``
-    holds the value seen); ``partial_unexpected``: up to 10 offending values as text;
-    ``jobs``: ``{job_id: unexpected rows}`` for a failed check (every job of the batch when the
-    failure cannot be attributed to rows); ``error``: why GX could not evaluate it.
-    """
-
-    id: str
-    expectation: str
-    columns: list[str]
-    success: bool
-    doc: str = ""
-    unexpected_count: int | None = None
-    element_count: int | None = None
-    observed: str | None = None
-    partial_unexpected: list[str] = field(default_factory=list)
-    jobs: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-
-
-@dataclass
-class TableValidation:
-    """One table's suite on one batch: ``status`` is ``passed``, ``failed`` or ``missing`` (not written);
-    ``engine``: the GX execution engine that ran it (``pandas`` or ``spark``); ``jobs``: the batch's jobs."""
-
-    table: str
-    stage: str
-    status: str
-    n_rows: int = 0
-    checks: list[CheckResult] = field(default_factory=list)
-    gx_result: dict = field(default_factory=dict)
-    engine: str = ""
-    jobs: list[str] = field(default_factory=list)
-
-    @property
-    def success(self) -> bool:
-        """False only when a check failed (a missing table is not a failure)."""
-        return self.status != "failed"
-
-    @property
-    def failed(self) -> list[CheckResult]:
-        """The failed checks."""
-        return [c for c in self.checks if not c.success]
-
-    def failed_jobs(self) -> set[str]:
-        """Jobs with at least one failed check in this table."""
-        return {j for c in self.failed for j in c.jobs}
-
-
-@dataclass
-class ValidationReport:
-    """All tables validated in one batch (one stage, or several merged with :meth:`merge`).
-
-    Attributes:
-        stages: the stages covered, e.g. ``["normalize", "analyze"]``.
-        job_ids: the jobs of the batch (``None``: every job in the tables).
-        tables: ``{"<stage>/<table>": TableValidation}``.
-        validated_at: UTC ISO-8601 time of the (last) validation.
-    """
-
-    stages: list[str]
-    job_ids: list[str] | None
-    tables: dict[str, TableValidation] = field(default_factory=dict)
-    validated_at: str = ""
-
-    @property
-    def success(self) -> bool:
-        """True when no table failed."""
-        return all(t.success for t in self.tables.values())
-
-    def failed_jobs(self) -> set[str]:
-        """Jobs that must not be published (some check failed on their rows)."""
-        return set().union(*(t.failed_jobs() for t in self.tables.values())) if self.tables else set()
-
-    def job_success(self, job_id: str) -> bool:
-        """True when ``job_id`` passed every table of the batch."""
-        return job_id not in self.failed_jobs()
-
-    def merge(self, other: ValidationReport) -> ValidationReport:
-        """A report covering both batches (e.g. the normalize and analyze stages of one run)."""
-        jobs = None if self.job_ids is None and other.job_ids is None else sorted(
-            set(self.job_ids or []) | set(other.job_ids or []))
-        return ValidationReport(self.stages + [s for s in other.stages if s not in self.stages], jobs,
-                                {**self.tables, **other.tables}, max(self.validated_at, other.validated_at))
-
-    def to_dict(self, with_gx: bool = False) -> dict:
-        """JSON-ready dict; ``with_gx`` adds each table's raw GX result (``to_json_dict``)."""
-        tables = {}
-        for k, t in self.tables.items():
-            d = asdict(t)
-            if not with_gx:
-                d.pop("gx_result")
-            tables[k] = d
-        return {"success": self.success, "stages": self.stages, "job_ids": self.job_ids,
-                "validated_at": self.validated_at, "failed_jobs": sorted(self.failed_jobs()), "tables": tables}
-
-    def summary(self) -> str:
-        """Plain-text summary: one line per table, one indented line per failed check."""
-        lines = [f"validation {'PASSED' if self.success else 'FAILED'} ({', '.join(self.stages)}; "
-                 f"jobs: {', '.join(self.job_ids) if self.job_ids else 'all'})"]
-        for key, t in self.tables.items():
-            ok = sum(c.success for c in t.checks)
-            if t.status == "missing":
-                lines.append(f"  {key}: no rows for these jobs (not produced by this run; nothing to validate)")
-                continue
-            lines.append(f"  {key}: {t.status} ({t.n_rows} rows, {ok}/{len(t.checks)} checks passed)")
-            for c in t.failed:
-                what = f"{c.unexpected_count} unexpected" if c.unexpected_count is not None else f"observed {c.observed}"
-                jobs = f" jobs: {', '.join(sorted(c.jobs))}" if c.jobs else ""
-                lines.append(f"    ✗ {c.id} [{c.expectation}] {what}{'; ' + c.error if c.error else ''}{jobs}")
-        if self.failed_jobs():
-            lines.append(f"  failed jobs (not to be published): {', '.join(sorted(self.failed_jobs()))}")
-        return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- GX suite building
-
-
 def _context():
-    import great_expectations as gx
+    """A new ephemeral GX context: in-memory stores, no analytics, no progress bars."""
+    import great_expectations as gx  # heavy: great_expectations
     from great_expectations.data_context.types.base import (DataContextConfig, InMemoryStoreBackendDefaults,
                                                             ProgressBarsConfig)
 
@@ -178,7 +49,7 @@ def _context():
 
 def _expectation(check: Check):
     """The GX 1.x expectation for one check (``meta.check_id`` maps results back)."""
-    import great_expectations as gx
+    import great_expectations as gx  # heavy: great_expectations
 
     E = gx.expectations
     meta = {"check_id": check.id, "doc": check.doc}
@@ -204,15 +75,13 @@ def _is_spark(frame) -> bool:
 
 def _add_derived(frame, table: str, checks: list[Check]):
     """Add each check's derived column (Σ coef × column, exact integer arithmetic; nulls propagate)."""
-    import pyarrow as pa
-
     types = {c.name: c.type for c in TABLES[table].columns}
     for ch in checks:
         d = ch.derived
         if d is None:
             continue
         if _is_spark(frame):
-            from pyspark.sql import Window
+            from pyspark.sql import Window  # heavy: pyspark (Spark frames only)
             from pyspark.sql import functions as F
 
             expr = None
@@ -251,7 +120,7 @@ def _unexpected_by_job(frame, checks: list[Check]) -> dict[str, dict[str, int]]:
     row_checks = [c for c in checks if c.kind in ("not_null", "between", "in_set")]
     uniq = [c for c in checks if c.kind == "unique"]
     if _is_spark(frame):
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # heavy: pyspark (Spark frames only)
 
         def cond(c: Check):
             col = F.col(c.columns[0])
@@ -325,7 +194,7 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
         :class:`TableValidation`; a check GX cannot evaluate (e.g. its column is missing) is a
         failed check with ``error`` set.
     """
-    import great_expectations as gx
+    import great_expectations as gx  # heavy: great_expectations
 
     ctx = context or _context()
     declared = TABLES[table].names
@@ -470,7 +339,7 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
     Returns:
         :class:`ValidationReport`.
     """
-    from pyspark import StorageLevel
+    from pyspark import StorageLevel  # heavy: pyspark
 
     frames, columns, cached = {}, {}, []
     for t in STAGE_TABLES[stage]:
@@ -492,187 +361,3 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
     if mark:
         write_marks(warehouse, report)
     return report
-
-
-# --------------------------------------------------------------------------- marks in the warehouse
-
-
-def _fs(warehouse: str):
-    import fsspec
-
-    return fsspec.core.url_to_fs(warehouse)
-
-
-def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
-    """Merge the report into ``{warehouse}/{table}/_validation.json`` (one entry per job).
-
-    Each entry: ``{"status": "passed"|"failed", "stage", "validated_at", "failed": [{"id",
-    "unexpected_count"}]}``. Entries of jobs outside the batch are kept. Tables not written are
-    skipped.
-
-    Returns:
-        The mark files written.
-    """
-    fs, root = _fs(warehouse)
-    written = []
-    for t in report.tables.values():
-        if t.status == "missing":
-            continue
-        folder = posixpath.join(root.rstrip("/"), t.table)
-        if not fs.exists(folder):
-            continue
-        path = posixpath.join(folder, MARK_FILE)
-        doc = {"table": t.table, "jobs": {}}
-        if fs.exists(path):
-            try:
-                doc = json.loads(fs.cat_file(path))
-            except ValueError:
-                pass
-        jobs = set(t.jobs) | set(report.job_ids or []) | (set(t.failed_jobs()) - {"*"})
-        for j in sorted(jobs):
-            fails = [{"id": c.id, "unexpected_count": c.jobs.get(j)} for c in t.failed if j in c.jobs]
-            doc.setdefault("jobs", {})[j] = {"status": "failed" if fails else "passed", "stage": t.stage,
-                                             "validated_at": report.validated_at, "failed": fails}
-        text = json.dumps(doc, indent=1, sort_keys=True)
-        if "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
-            from jobs.commit import write_text_atomic
-
-            write_text_atomic(path, text)  # a killed run never leaves a truncated mark
-        else:
-            with fs.open(path, "w") as f:
-                f.write(text)
-        written.append(path)
-    return written
-
-
-def read_marks(warehouse: str, job_id: str) -> dict[str, str]:
-    """``{table: passed|failed|unvalidated}`` for one job, from the marks of every written table."""
-    fs, root = _fs(warehouse)
-    out = {}
-    for t in TABLES:
-        folder = posixpath.join(root.rstrip("/"), t)
-        if not fs.exists(folder):
-            continue
-        path = posixpath.join(folder, MARK_FILE)
-        status = "unvalidated"
-        if fs.exists(path):
-            status = json.loads(fs.cat_file(path)).get("jobs", {}).get(job_id, {}).get("status", "unvalidated")
-        out[t] = status
-    return out
-
-
-# --------------------------------------------------------------------------- MLflow
-
-
-def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None) -> bool:
-    """Attach ``report`` to an MLflow run; mark the run ``FAILED`` when its job failed validation.
-
-    Logs artifacts ``validation/validation.html`` (self-contained, our Data Docs page),
-    ``validation/validation.json`` (the report) and ``validation/gx_results.json`` (GX's own
-    validation results); tags ``tracelake.validation`` = ``passed``/``failed`` and
-    ``tracelake.validation.failed_tables``; metrics ``validation/failed_checks`` and
-    ``validation/checks`` (stable names).
-
-    Args:
-        job_id: the run's job (default: the run's ``tracelake.job_id`` tag); the run fails when
-            this job is in :meth:`ValidationReport.failed_jobs`.
-
-    Returns:
-        True when the job passed.
-    """
-    import tempfile
-    import time
-
-    from mlflow.entities import Metric, RunTag
-    from mlflow.tracking import MlflowClient
-
-    from jobs.publish.report.html import render_validation_report
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    run = client.get_run(run_id)
-    job_id = job_id or run.data.tags.get("tracelake.job_id")
-    ok = report.success if job_id is None else report.job_success(job_id)
-    failed_tables = sorted({t.table for t in report.tables.values()
-                            if not t.success and (job_id is None or job_id in t.failed_jobs())})
-    n_checks = sum(len(t.checks) for t in report.tables.values())
-    n_failed = sum(1 for t in report.tables.values() for c in t.failed if job_id is None or job_id in c.jobs)
-    now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric("validation/checks", float(n_checks), now, 0),
-                                      Metric("validation/failed_checks", float(n_failed), now, 0)],
-                     tags=[RunTag("tracelake.validation", "passed" if ok else "failed"),
-                           RunTag("tracelake.validation.failed_tables", ",".join(failed_tables) or "-")])
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, text in (("validation.html", render_validation_report(report, job_id=job_id)),
-                           ("validation.json", json.dumps(report.to_dict(), indent=1, default=str)),
-                           ("gx_results.json", json.dumps({k: t.gx_result for k, t in report.tables.items()},
-                                                          indent=1, default=str))):
-            p = os.path.join(tmp, name)
-            with open(p, "w", encoding="utf-8") as f:
-                f.write(text)
-            client.log_artifact(run_id, p, artifact_path="validation")
-    if not ok:
-        client.set_terminated(run_id, status="FAILED")
-    return ok
-
-
-def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport) -> dict:
-    """:func:`log_validation` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
-
-    Returns:
-        ``{(job, attempt): passed?}``.
-    """
-    return {key: log_validation(tracking_uri, run_id, report, job_id=key[0]) for key, run_id in run_ids.items()}
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.validate.gate --warehouse W --stage normalize|analyze|all [--job J]… [--raw R | --n-discovered N]
-    [--no-mark] [--json F] [--html F]``.
-
-    ``--raw`` counts the raw files discovery finds there, for the ``captures`` row-count check
-    (whole landing zone: not combinable with ``--job``); ``--n-discovered`` gives that count directly.
-    Prints the summary; exit code 1 when validation fails.
-    """
-    p = argparse.ArgumentParser(prog="python -m jobs.validate.gate", description=__doc__.splitlines()[0])
-    p.add_argument("--warehouse", required=True)
-    p.add_argument("--stage", required=True, choices=[*STAGE_TABLES, "all"])
-    p.add_argument("--job", action="append", help="job id (repeatable; default: all jobs)")
-    p.add_argument("--raw", help="landing zone the batch came from (enables the every-file-accounted-for check)")
-    p.add_argument("--n-discovered", type=int, help="raw files discovered for the batch (the same check, for "
-                   "callers that know the count, e.g. an interval's run record)")
-    p.add_argument("--no-mark", action="store_true", help="do not write _validation.json marks")
-    p.add_argument("--json", help="write the report as JSON here")
-    p.add_argument("--html", help="write the report as self-contained HTML here")
-    a = p.parse_args(argv)
-    if a.raw and a.job:
-        p.error("--raw counts the whole landing zone; it cannot be combined with --job (use --n-discovered)")
-    from jobs.spark import get_spark
-
-    n_discovered = a.n_discovered
-    if a.raw:
-        from jobs.landing.discover import discover
-
-        n_discovered = len(discover(a.raw).files)
-    spark = get_spark()
-    stages = list(STAGE_TABLES) if a.stage == "all" else [a.stage]
-    report = None
-    for s in stages:
-        r = validate_tables(spark, a.warehouse, s, a.job, n_discovered=n_discovered if s == "normalize" else None,
-                            mark=not a.no_mark)
-        report = r if report is None else report.merge(r)
-    print(report.summary())
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
-            json.dump(report.to_dict(), f, indent=1, default=str)
-    if a.html:
-        from jobs.publish.report.html import render_validation_report
-
-        with open(a.html, "w", encoding="utf-8") as f:
-            f.write(render_validation_report(report))
-    return 0 if report.success else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Validation marks in the warehouse: ``{warehouse}/{table}/_validation.json``, per job ``passed`` or ``failed``.
+
+Spark and pyarrow skip ``_``-prefixed files, so the tables read as before; rewriting a table in
+static-overwrite mode drops its marks, which then read as ``unvalidated``.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+import fsspec
+
+from jobs.commit import write_text_atomic
+from jobs.validate.report import ValidationReport
+from schemas.tables import TABLES
+
+MARK_FILE = "_validation.json"
+
+
+def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
+    """Merge the report into ``{warehouse}/{table}/_validation.json`` (one entry per job).
+
+    Each entry: ``{"status": "passed"|"failed", "stage", "validated_at", "failed": [{"id",
+    "unexpected_count"}]}``. Entries of jobs outside the batch are kept. Tables not written are
+    skipped.
+
+    Returns:
+        The mark files written.
+    """
+    fs, root = fsspec.core.url_to_fs(warehouse)
+    written = []
+    for t in report.tables.values():
+        if t.status == "missing":
+            continue
+        folder = posixpath.join(root.rstrip("/"), t.table)
+        if not fs.exists(folder):
+            continue
+        path = posixpath.join(folder, MARK_FILE)
+        doc = {"table": t.table, "jobs": {}}
+        if fs.exists(path):
+            try:
+                doc = json.loads(fs.cat_file(path))
+            except ValueError:
+                pass
+        jobs = set(t.jobs) | set(report.job_ids or []) | (set(t.failed_jobs()) - {"*"})
+        for j in sorted(jobs):
+            fails = [{"id": c.id, "unexpected_count": c.jobs.get(j)} for c in t.failed if j in c.jobs]
+            doc.setdefault("jobs", {})[j] = {"status": "failed" if fails else "passed", "stage": t.stage,
+                                             "validated_at": report.validated_at, "failed": fails}
+        text = json.dumps(doc, indent=1, sort_keys=True)
+        if "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
+            write_text_atomic(path, text)  # a killed run never leaves a truncated mark
+        else:
+            with fs.open(path, "w") as f:
+                f.write(text)
+        written.append(path)
+    return written
+
+
+def read_marks(warehouse: str, job_id: str) -> dict[str, str]:
+    """``{table: passed|failed|unvalidated}`` for one job, from the marks of every written table."""
+    fs, root = fsspec.core.url_to_fs(warehouse)
+    out = {}
+    for t in TABLES:
+        folder = posixpath.join(root.rstrip("/"), t)
+        if not fs.exists(folder):
+            continue
+        path = posixpath.join(folder, MARK_FILE)
+        status = "unvalidated"
+        if fs.exists(path):
+            status = json.loads(fs.cat_file(path)).get("jobs", {}).get(job_id, {}).get("status", "unvalidated")
+        out[t] = status
+    return out
