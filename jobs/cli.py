@@ -104,12 +104,20 @@ def demo(
     steps: int = typer.Option(8, help="Training steps per rank."),
     world_size: int = typer.Option(2, help="Number of ranks (processes, gloo backend)."),
 ) -> None:
-    """Capture a real 2-rank CPU DDP training job with the torch.profiler hook, then run the main job on it."""
+    """Capture a real 2-rank CPU DDP training job with the torch.profiler hook, then run the main job on it.
+
+    Needs torch (the 'capture' extra of tracelake); without it, exits with code 1 and says what to install.
+    """
     import time
 
-    from jobs.demo.train_ddp import run_demo_training
+    from jobs.demo.train_ddp import require_torch, run_demo_training
     from jobs.pipeline.run import run_pipeline
 
+    try:
+        require_torch()
+    except ImportError as exc:
+        console.print(f"[red]tracelake demo:[/red] {escape(str(exc))}", soft_wrap=True)  # one line: a command to copy
+        raise typer.Exit(1) from None
     workdir = workdir.resolve()
     landing, warehouse = workdir / "landing", workdir / "warehouse"
     job_id = f"demo-ddp-{time.strftime('%Y%m%d-%H%M%S')}"

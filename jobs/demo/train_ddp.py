@@ -6,6 +6,11 @@
 committed capture folders of all ranks. The traces carry ``distributedInfo`` (backend gloo, rank,
 world_size) and DDP's gradient all-reduces (``c10d::allreduce_`` / ``gloo:all_reduce`` events).
 
+torch is not a dependency of tracelake (the Spark jobs never import it): it comes with the
+``capture`` extra (``pip install 'tracelake[capture]'``), and every torch import here is inside the
+function that needs it, so this module imports without torch and :func:`require_torch` says what to
+install.
+
 Command line::
 
     python -m jobs.demo.train_ddp --landing DIR --job-id ID [--world-size 2] [--steps 8]
@@ -19,9 +24,25 @@ import socket
 import sys
 import time
 
-__all__ = ["run_demo_training", "main"]
+__all__ = ["CAPTURE_EXTRA", "require_torch", "run_demo_training", "main"]
 
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+
+#: How to install what the demo (and ``capture_hooks``) needs on top of ``pip install tracelake``.
+CAPTURE_EXTRA = "pip install 'tracelake[capture]'"
+
+
+def require_torch() -> str:
+    """Check that torch can be imported (the demo trains with it) and return its version.
+
+    Raises:
+        ImportError: torch is not installed; the message names the ``capture`` extra to install.
+    """
+    try:
+        import torch  # heavy: torch, only for the demo
+    except ImportError as exc:
+        raise ImportError(f"the demo trains with torch, which is not installed; install it with: {CAPTURE_EXTRA}") from exc
+    return torch.__version__
 
 
 def _free_port() -> int:
@@ -33,12 +54,12 @@ def _free_port() -> int:
 
 def _worker(rank: int, world_size: int, port: int, landing: str, job_id: str, steps: int, results) -> None:
     """One rank: init gloo, train the MLP for ``steps`` steps under TraceCapture, report folders."""
-    import torch
-    import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel
+    import torch  # heavy: torch, only for the demo
+    import torch.distributed as dist  # heavy: torch, only for the demo
+    from torch import nn  # heavy: torch, only for the demo
+    from torch.nn.parallel import DistributedDataParallel  # heavy: torch, only for the demo
 
-    from capture_hooks import TraceCapture
+    from capture_hooks import TraceCapture  # heavy: torch.profiler once a capture starts, only for the demo
 
     # Only the rendezvous address: rank and world size come from the initialized process group
     # (capture_hooks reports launcher "torch.distributed"), as in a job started by mp.spawn.
@@ -80,13 +101,15 @@ def run_demo_training(landing: str, job_id: str, world_size: int = 2, steps: int
         The committed capture folders of all ranks (rank order, then capture order).
 
     Raises:
+        ImportError: torch is not installed (see :func:`require_torch`).
         ValueError: ``world_size`` < 1 or ``steps`` < 1.
         RuntimeError: a rank failed (torch.multiprocessing re-raises the child's error) or a rank
             reported capture failures.
     """
     if world_size < 1 or steps < 1:
         raise ValueError(f"world_size={world_size} and steps={steps} must be >= 1")
-    import torch.multiprocessing as mp
+    require_torch()
+    import torch.multiprocessing as mp  # heavy: torch, only for the demo
 
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
@@ -104,13 +127,18 @@ def run_demo_training(landing: str, job_id: str, world_size: int = 2, steps: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: run the demo and print the capture folders and the wall time."""
+    """CLI: run the demo and print the capture folders and the wall time (exit code 1 without torch)."""
     parser = argparse.ArgumentParser(prog="python -m jobs.demo.train_ddp", description=__doc__.splitlines()[0])
     parser.add_argument("--landing", required=True, help="landing-zone root (folder or fsspec URI)")
     parser.add_argument("--job-id", required=True, help="job id (path-safe)")
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args(argv)
+    try:
+        require_torch()
+    except ImportError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 1
     start = time.perf_counter()
     folders = run_demo_training(args.landing, args.job_id, world_size=args.world_size, steps=args.steps)
     for folder in folders:

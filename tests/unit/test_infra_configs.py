@@ -14,6 +14,7 @@ import inspect
 import json
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -320,24 +321,6 @@ def test_dockerfile_copies_files_that_exist_and_leaves_torch_out():
     lock = (REPO / "requirements.lock").read_text().splitlines()
     dropped = [line for line in lock if "==" in line and re.search(pattern, line)]
     assert [d.split("==")[0] for d in dropped] == ["torch"], "only torch is left out of the image"
+    capture = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["capture"]
+    assert [r.split("==")[0] for r in capture] == ["torch"], "what the image leaves out is the capture extra"
     assert "--no-deps -r /tmp/requirements.image.txt" in text
-
-
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module.split(".")[0])
-    return out
-
-
-def test_spark_jobs_never_import_torch():
-    """Why the image and the EMR venv can leave torch out: only the demo trainer imports it."""
-    files = [p for d in ("jobs", "schemas") for p in (REPO / d).rglob("*.py") if "demo" not in p.parts]
-    assert len(files) > 50
-    offenders = [p.relative_to(REPO).as_posix() for p in files if "torch" in _imports(p)]
-    assert offenders == []
-    assert "torch" in set().union(*(_imports(p) for p in (REPO / "jobs" / "demo").rglob("*.py")))
