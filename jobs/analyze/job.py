@@ -26,6 +26,7 @@ import posixpath
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.common.ids import safe_id
 from schemas import COLLECTIVES, CRITICAL_PATH, FINDINGS, KERNELS, RANKS, STEPS
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
@@ -133,8 +134,6 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
     """
     from pyspark.sql import functions as F
 
-    from jobs.landing.discover import safe_id
-
     from jobs.commit import recover
 
     root = warehouse.rstrip("/")
@@ -195,8 +194,6 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
     root = warehouse.rstrip("/")
     jobs = job_ids if job_ids is not None else [
         r[0] for r in spark.read.parquet(posixpath.join(root, "captures")).select("job_id").distinct().collect()]
-    from jobs.landing.discover import safe_id
-
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
     tables = read_tables(spark, warehouse, jobs, names=("steps", "ranks", "kernels", "collectives", "critical_path",
                                                          "neuron_summary", "captures"))

@@ -23,6 +23,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from jobs.common.ids import safe_date
+from jobs.publish.report.fleet_tables import fleet_stats_metrics
+from jobs.publish.report.html import render_fleet_report, render_job_report
+from jobs.publish.report.sections import fleet_daily, fleet_metrics
+from jobs.validate.gate import read_table, to_pandas_exact
+from schemas import FLEET_TABLES, TABLES
+
 FLEET_EXPERIMENT = "tracelake-fleet"
 COMPARE_EXPERIMENT = "tracelake-comparisons"
 #: Tables a job report reads (``events`` is left out: too large; top kernels come from ``kernels``).
@@ -73,9 +80,7 @@ def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None
     Returns:
         The artifact path (``report/job_report.html``).
     """
-    from mlflow.tracking import MlflowClient
-
-    from jobs.publish.report.html import render_job_report
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=tracking_uri)
     _log_text(client, run_id, render_job_report(tables, validation=validation), JOB_REPORT_ARTIFACT)
@@ -110,16 +115,11 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
         The fleet run id.
 
     Raises:
-        jobs.landing.discover.DiscoveryError: ``day`` is not a calendar date (it is quoted into an
+        jobs.common.ids.DiscoveryError: ``day`` is not a calendar date (it is quoted into an
             MLflow filter and the run name).
     """
-    from mlflow.entities import Metric, RunTag
-    from mlflow.tracking import MlflowClient
-
-    from jobs.publish.report.html import render_fleet_report
-    from jobs.publish.report.sections import fleet_daily, fleet_metrics
-
-    from jobs.landing.discover import safe_date
+    from mlflow.entities import Metric, RunTag  # heavy: mlflow
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     day = safe_date(day or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "fleet report", "day")
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -130,8 +130,6 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     if found:
         client.update_run(run_id, status="RUNNING")
     now = int(time.time() * 1000)
-    from jobs.publish.report.fleet_tables import fleet_stats_metrics
-
     fleet = fleet or {}
     values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats"))}
     metrics = [Metric(k, v, now, 0) for k, v in sorted(values.items())]
@@ -160,8 +158,6 @@ def load_jobs_tables(spark, warehouse: str, job_ids: list[str],
 
     Tables never written are left out of the dict.
     """
-    from jobs.validate.gate import read_table, to_pandas_exact
-
     out = {}
     for name in names:
         df = read_table(spark, warehouse, name, list(job_ids))
@@ -199,9 +195,6 @@ def log_job_reports(spark, tracking_uri: str, warehouse: str, run_ids: dict, val
 def load_fleet_tables(spark, warehouse: str) -> dict[str, pd.DataFrame]:
     """``ranks``, ``captures``, ``steps``, ``findings`` of every job and the fleet tables ``fleet_stats``,
     ``fleet_kernels``, ``regressions`` (pandas; missing tables left out)."""
-    from jobs.validate.gate import read_table, to_pandas_exact
-    from schemas import FLEET_TABLES, TABLES
-
     out = {}
     for name in ("ranks", "captures", "steps", "findings", *FLEET_TABLES):
         df = read_table(spark, warehouse, name)

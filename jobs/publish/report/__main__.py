@@ -13,10 +13,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jobs.common.ids import DiscoveryError, safe_id
+from jobs.fleet.job import run_fleet
+from jobs.publish.report.html import render_fleet_report, render_job_report
+from jobs.publish.reports import load_fleet_tables, load_job_tables, log_fleet_report, log_job_report
+from jobs.publish.tracking import EXPERIMENT, default_tracking_uri
+from jobs.spark import get_spark
+from schemas import FLEET_TABLES
+
 
 def _job_run(client, exp_name: str, job: str, attempt: int) -> str | None:
-    from jobs.landing.discover import safe_id
-
     safe_id(job, "job id", "--job")  # quoted into the MLflow filter below: no quote may break out of it
     exp = client.get_experiment_by_name(exp_name)
     if exp is None:
@@ -37,17 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-mlflow", action="store_true")
     a = p.parse_args(argv)
 
-    from jobs.publish.report.html import render_fleet_report, render_job_report
-    from jobs.publish.reports import load_fleet_tables, load_job_tables, log_fleet_report, log_job_report
-    from jobs.spark import get_spark
-    from jobs.publish.tracking import EXPERIMENT, default_tracking_uri
-
     uri = None if a.no_mlflow else (a.tracking_uri or default_tracking_uri(a.warehouse))
     spark = get_spark()
     if not a.job:
-        from jobs.fleet.job import run_fleet
-        from schemas import FLEET_TABLES
-
         run_fleet(spark, a.warehouse)  # fleet_stats, fleet_kernels, regressions over the whole warehouse
         t = load_fleet_tables(spark, a.warehouse)
         fleet = {k: t[k] for k in FLEET_TABLES if k in t}
@@ -60,12 +58,10 @@ def main(argv: list[str] | None = None) -> int:
                                       t.get("findings"), day=a.day, fleet=fleet)
             print(f"fleet run {run_id} (experiment tracelake-fleet)")
         return 0
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=uri) if uri else None
     code = 0
-    from jobs.landing.discover import DiscoveryError, safe_id
-
     for job in a.job:
         try:
             safe_id(job, "job id", "--job")
