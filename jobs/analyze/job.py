@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.commit import recover, write_text_atomic
+from jobs.common.ids import safe_id
 from jobs.warehouse import read_frames, read_spark, write_table
 from schemas import COLLECTIVES, CRITICAL_PATH, FINDINGS, KERNELS, RANKS, STEPS
 
@@ -135,8 +136,6 @@ def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict
     """
     from pyspark.sql import functions as F  # heavy: pyspark
 
-    from jobs.landing.discover import safe_id
-
     root = warehouse.rstrip("/")
     if job_ids is not None:
         job_ids = [safe_id(j, "job_id", "analyze") for j in job_ids]
@@ -188,8 +187,6 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
     root = warehouse.rstrip("/")
     jobs = job_ids if job_ids is not None else [
         r[0] for r in read_spark(spark, warehouse, "captures").select("job_id").distinct().collect()]
-    from jobs.landing.discover import safe_id
-
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
     tables = read_frames(spark, warehouse, ("steps", "ranks", "kernels", "collectives", "critical_path",
                                             "neuron_summary", "captures"), jobs)

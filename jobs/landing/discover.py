@@ -11,10 +11,11 @@ pending). Files dropped in by hand with no manifest (``*.json``, ``*.json.gz``, 
 ``tensorboard_trace_handler`` output) are accepted too: their job is the folder they sit in, and
 their metadata is inferred from the trace and the path.
 
-Path safety: every id that becomes a folder or partition value passes :func:`safe_id` (job and capture
-ids), :func:`safe_date` or :func:`safe_index` (int32 attempt/rank); a capture whose manifest or
-landing-zone folders break them is quarantined with a reason naming the value, and a key with ``.``,
-``..`` or empty segments (possible on object stores) is quarantined under its own URI, never normalized.
+Path safety: every id that becomes a folder or partition value passes :func:`jobs.common.ids.safe_id`
+(job and capture ids), :func:`~jobs.common.ids.safe_date` or :func:`~jobs.common.ids.safe_index` (int32
+attempt/rank); a capture whose manifest or landing-zone folders break them is quarantined with a reason
+naming the value, and a key with ``.``, ``..`` or empty segments (possible on object stores) is
+quarantined under its own URI, never normalized.
 """
 
 from __future__ import annotations
@@ -27,20 +28,15 @@ from dataclasses import asdict, dataclass, field
 
 import fsspec
 
+from jobs.common.ids import DiscoveryError, safe_date, safe_id, safe_index, shown, slug
+from jobs.landing.formats import MANIFEST_KINDS, is_parquet_profile_dir, kind_from_name, pair_key
+from schemas.manifest import validate_manifest
+
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 # Patterns are used with fullmatch (``$`` would accept a trailing newline); ASCII classes only.
 _PART_RE = re.compile(r"(date|job|attempt|rank)=(.*)", re.S)
-_SAFE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+@-]{0,199}")
-_DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_INDEX_RE = re.compile(r"[0-9]{1,10}")
-#: attempt, rank and world_size are int32 columns: larger values would fail the whole batch's write.
-INT32_MAX = 2**31 - 1
 #: Job id of files whose path could resolve outside the landing zone (``.``/``..``/empty segments).
 UNSAFE_PATH_JOB = "unsafe-path"
-
-
-class DiscoveryError(ValueError):
-    """A landing-zone path or manifest that cannot be used (names the path and the problem)."""
 
 
 @dataclass
@@ -97,65 +93,6 @@ class Discovery:
     pending: list[str]
 
 
-def _shown(value) -> str:
-    """``repr`` of a hostile value for an error message, cut to 80 characters (long ids stay readable)."""
-    r = repr(value)
-    return r if len(r) <= 80 else f"{r[:72]}… ({len(str(value))} characters)"
-
-
-def safe_id(value: str, what: str, where: str) -> str:
-    """Return ``value`` if it is safe as a path segment and partition value, else raise.
-
-    Safe: 1-200 ASCII characters from ``[A-Za-z0-9._=+@-]``, starting with a letter or digit, without
-    ``..`` (so no ``/``, ``\\``, ``%``, NUL, newline, whitespace or Unicode look-alikes).
-
-    Raises:
-        DiscoveryError: naming ``where`` (file or URI) when ``value`` contains a path separator,
-            ``..`` or other characters that could escape the landing zone or warehouse.
-    """
-    value = str(value)
-    if not _SAFE_ID_RE.fullmatch(value) or ".." in value:
-        raise DiscoveryError(f"{where}: unsafe {what} {_shown(value)} "
-                             "(allowed: 1-200 of letters, digits, . _ = + @ -, starting with a letter or digit; no '..')")
-    return value
-
-
-def safe_date(value: str, where: str, what: str = "date") -> str:
-    """Return ``value`` if it is a calendar date ``YYYY-MM-DD`` (ASCII digits), else raise :class:`DiscoveryError`
-    naming ``where``, ``what`` and the value."""
-    import datetime as _dt
-
-    text = str(value)
-    try:
-        if _DATE_RE.fullmatch(text):
-            _dt.date.fromisoformat(text)
-            return text
-    except ValueError:
-        pass
-    raise DiscoveryError(f"{where}: {what} {_shown(text)} is not a calendar date YYYY-MM-DD")
-
-
-def safe_index(value, what: str, where: str, minimum: int = 0) -> int:
-    """``value`` (an int, or ASCII digits) as an int in ``[minimum, INT32_MAX]``, else raise.
-
-    ``int()`` alone would accept ``" 3"``, ``"+3"``, ``"1_0"`` and non-ASCII digits; booleans are refused.
-
-    Raises:
-        DiscoveryError: naming ``where``, ``what`` and the value.
-    """
-    if isinstance(value, bool):
-        n = None
-    elif isinstance(value, int):
-        n = value
-    elif isinstance(value, str) and _INDEX_RE.fullmatch(value):
-        n = int(value)
-    else:
-        n = None
-    if n is None or not minimum <= n <= INT32_MAX:
-        raise DiscoveryError(f"{where}: {what} {_shown(value)} is not an integer in [{minimum}, {INT32_MAX}]")
-    return n
-
-
 def check_path_parts(parts: dict, where: str) -> dict:
     """Validate the Hive-style segments of a landing-zone path (``date=``, ``job=``, ``attempt=``, ``rank=``).
 
@@ -198,19 +135,6 @@ def _fallback_index(value, minimum: int = 0) -> int | None:
         return safe_index(value, "", "", minimum)
     except DiscoveryError:
         return None
-
-
-def slug(text: str) -> str:
-    """A path-safe id from free text (folder names of bare traces): runs of unsafe chars become ``-``.
-
-    The result always passes :func:`safe_id`: ASCII only, starts with a letter or digit, no ``..``,
-    at most 200 characters; ``default`` when nothing is left.
-    """
-    s = re.sub(r"[^A-Za-z0-9._+@=-]+", "-", str(text))
-    while ".." in s:
-        s = s.replace("..", ".")
-    s = s.lstrip("-._+@=")[:200].rstrip("-.")
-    return s or "default"
 
 
 def _is_trace_name(name: str) -> bool:
@@ -282,20 +206,16 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
             manifest = json.loads(f.read())
         if not isinstance(manifest, dict):
             raise DiscoveryError("manifest is not a JSON object")
-        from schemas.manifest import validate_manifest
-
         validate_manifest(manifest)
         job_id = safe_id(manifest["job_id"], "job_id", uri)
         attempt = safe_index(manifest.get("attempt", 0), "attempt", uri)
         rank = safe_index(manifest["rank"], "rank", uri) if manifest.get("rank") is not None else None
         if manifest.get("world_size") is not None:
             safe_index(manifest["world_size"], "world_size", uri, minimum=1)
-        from jobs.landing.formats import MANIFEST_KINDS
-
         listed = [fi["path"] for fi in manifest.get("files", []) if fi.get("kind", "kineto_trace") in MANIFEST_KINDS]
         for p in listed:
             if not _inside(p):
-                raise DiscoveryError(f"file path {_shown(p)} escapes the capture folder")
+                raise DiscoveryError(f"file path {shown(p)} escapes the capture folder")
         kinds = {fi["path"]: MANIFEST_KINDS[fi.get("kind", "kineto_trace")] for fi in manifest.get("files", [])
                  if fi.get("kind", "kineto_trace") in MANIFEST_KINDS}
         trace_names = sorted(set(trace_names) | set(listed) | {n for n in names if "/" in n})
@@ -379,9 +299,6 @@ def route_files(rel_paths: list[str], kinds: dict[str, str] | None = None) -> li
     Returns:
         Entries sorted by ``rel``.
     """
-    from jobs.landing.formats import kind_from_name, pair_key
-    from jobs.normalize.neuron.parquet import is_parquet_profile_dir
-
     kinds = kinds or {}
     by_dir: dict[str, list[str]] = {}
     out: list[_Routed] = []
@@ -449,8 +366,6 @@ def _link(r: _Routed, routed: list[_Routed], profiles: list[str], pair_key) -> N
 
 
 def _is_routable(name: str) -> bool:
-    from jobs.landing.formats import kind_from_name
-
     return kind_from_name(name) is not None
 
 
@@ -519,7 +434,7 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
                 unsafe.append(CaptureFile(
                     uri=_unstrip(protocol, path), job_id=UNSAFE_PATH_JOB, size_bytes=info.get("size"),
                     capture_id=hashlib.sha1(rel_p.encode("utf-8", "surrogateescape")).hexdigest()[:16],
-                    error=f"unsafe path {_shown(rel_p)} under the landing zone: a '.', '..' or empty segment "
+                    error=f"unsafe path {shown(rel_p)} under the landing zone: a '.', '..' or empty segment "
                           "could resolve to another file; not ingested"))
             continue
         by_dir.setdefault(posixpath.dirname(path), {})[posixpath.basename(path)] = info
@@ -575,7 +490,7 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
         abs_path = posixpath.join(root, r.rel) if r.rel != "." else root
         date, error = parts.get("date"), None
         if date is not None and not _is_date(date):  # a date= folder is the partition: it must be a date
-            error = f"unsafe path: landing-zone folder date= value {_shown(date)} is not a calendar date YYYY-MM-DD"
+            error = f"unsafe path: landing-zone folder date= value {shown(date)} is not a calendar date YYYY-MM-DD"
             date = None
         bare.append(CaptureFile(uri=_unstrip(protocol, abs_path), capture_id=cid, job_id=job_id,
                                 size_bytes=_size_of(bare_rel, r.rel, r.members), date=date, error=error,

@@ -30,7 +30,7 @@ import re
 import zlib
 
 __all__ = ["kind_from_name", "sniff_json", "head_text", "RAW_SUFFIXES", "NEURON_KINDS", "MANIFEST_KINDS",
-           "raw_format", "pair_key", "SNIFF_BYTES"]
+           "raw_format", "pair_key", "SNIFF_BYTES", "table_of_file", "is_parquet_profile_dir"]
 
 SNIFF_BYTES = 1 << 20
 #: File names that are proprietary Neuron capture blobs (reference §1.2).
@@ -47,6 +47,7 @@ _LEGACY_FIRST_KEYS = frozenset({
     "layer_summary", "nc_mem_usage", "warnings", "summary_groups", "summary_group_order", "terminology"})
 _FIRST_KEY = re.compile(rb'^\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*(.)', re.S)
 _HASH = re.compile(r"(?:^|_)([0-9a-f]{8,}|\d{6,})(?=_|\.|$)")
+_TABLE_FILE = re.compile(r"^([A-Za-z]+)(?:_(\d+))?\.parquet$")
 
 
 def kind_from_name(path: str) -> str | None:
@@ -63,6 +64,23 @@ def kind_from_name(path: str) -> str | None:
     if name.endswith((".json", ".json.gz", ".gz")):
         return "auto"
     return None
+
+
+def table_of_file(name: str) -> tuple[str, int] | None:
+    """``("Instruction", 1)`` for ``Instruction_1.parquet`` (a Neuron Explorer table file, large tables split
+    as ``<Table>_0.parquet``, ``<Table>_1.parquet``…; ``reference/neuron_profiles.md`` §2.5); ``None`` when
+    the name is not a table file."""
+    m = _TABLE_FILE.match(name.rsplit("/", 1)[-1])
+    if not m:
+        return None
+    return m.group(1), int(m.group(2) or 0)
+
+
+def is_parquet_profile_dir(names) -> bool:
+    """True when a folder's file names look like an Explorer export (a ``Metadata``, ``Summary``,
+    ``Instruction`` or ``SystemProfileEvents`` table file)."""
+    tables = {t[0] for t in (table_of_file(n) for n in names) if t}
+    return bool(tables & {"Metadata", "Summary", "Instruction", "SystemProfileEvents"})
 
 
 def raw_format(path: str) -> str:

@@ -11,20 +11,27 @@ and changes nothing, and a killed run never leaves a partial partition behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
+import fsspec
 import pyarrow as pa
 
-from schemas import CAPTURES, EVENTS
+from jobs.commit import recover, write_partitions
+from jobs.common.ids import slug
+from jobs.landing.discover import discover
+from jobs.landing.interval import restrict_to_interval
+from jobs.normalize.identity import IDENTITY, date_of, resolve_rank, with_identity
+from jobs.normalize.kineto.parse import TraceError, parse_kineto
+from jobs.normalize.neuron.summary import summary_table
+from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
+from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
+from schemas import CAPTURES, EVENTS, NEURON_SUMMARY
 
-_IDENTITY = ("date", "job_id", "attempt", "rank", "capture_id")
 _CAPTURE_COL = "_capture_json"
-# Earliest plausible epoch for a trace clock (2015-01-01): smaller values are relative clocks.
-_EPOCH_MIN_NS = 1_420_070_400 * 10**9
 
 
 def work_schema() -> pa.Schema:
@@ -34,30 +41,6 @@ def work_schema() -> pa.Schema:
     """
     fields = [pa.field(f.name, f.type, nullable=True) for f in EVENTS.arrow_schema()]
     return pa.schema(fields + [pa.field(_CAPTURE_COL, pa.string())])
-
-
-def _date_of(ns: int | None) -> str | None:
-    if ns is None or ns < _EPOCH_MIN_NS:
-        return None
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d")
-
-
-def resolve_rank(trace_rank, task: dict) -> tuple[int, str, list[str]]:
-    """Rank of a capture: ``distributedInfo``, else the manifest, else the file name, else 0.
-
-    Returns:
-        ``(rank, rank_source, flags)``; ``flags`` holds ``rank_assumed_0`` in the last case.
-    """
-    from jobs.normalize.kineto.parse import rank_from_filename
-
-    if trace_rank is not None:
-        return int(trace_rank), "distributedInfo", []
-    if task.get("rank") is not None:
-        return int(task["rank"]), task.get("rank_source") or "manifest", []
-    r = rank_from_filename(posixpath.basename(task["uri"]))
-    if r is not None:
-        return r, "filename", []
-    return 0, "default", ["rank_assumed_0"]
 
 
 def normalize_file(task: dict, data: bytes | None, read_error: str | None = None) -> tuple[dict, pa.Table | None]:
@@ -79,9 +62,6 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
         ``kineto``/``xla``; an xplane is converted first when xprof is installed), everything else to
         :func:`jobs.normalize.route.normalize_other`.
     """
-    from jobs.normalize.kineto.parse import TraceError, parse_kineto
-    from jobs.normalize.route import BlobDigest, kind_of, normalize_other, source_of
-
     row = {c: None for c in CAPTURES.names}
     row.update(
         job_id=task["job_id"], attempt=int(task.get("attempt") or 0), capture_id=task["capture_id"],
@@ -97,27 +77,21 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
         row["sha256"], row["size_bytes"] = data.sha256, data.size
         data = None
     elif isinstance(data, dict):  # Parquet folder: sha256 over the sorted members' names and digests
-        import hashlib
-
         h = hashlib.sha256()
         for name in sorted(data):
             h.update(name.encode() + b"\0" + hashlib.sha256(data[name]).digest())
         row["sha256"], row["size_bytes"] = h.hexdigest(), sum(len(v) for v in data.values())
     elif data is not None:
-        import hashlib
-
         row["sha256"] = hashlib.sha256(data).hexdigest()
         row["size_bytes"] = len(data)
     kind = task.get("kind") or "auto"
     if reason is None and kind == "auto":
         kind = kind_of(task, data)
     if reason is None and kind == "xplane" and not task.get("converted") and isinstance(data, bytes):
-        from jobs.normalize.xla.xplane import XprofUnavailable, convert_xplane
-
         try:
-            data, extra_flags = convert_xplane(data, posixpath.basename(task["uri"]))
+            data, extra_flags = xplane.convert_xplane(data, posixpath.basename(task["uri"]))
             kind = "xla_trace"
-        except XprofUnavailable:
+        except xplane.XprofUnavailable:
             pass  # quarantined below as "needs xprof conversion"
         except TraceError as exc:
             reason = str(exc)
@@ -150,7 +124,7 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
                flags=sorted(set(meta.get("flags") or []) | set(rank_flags) | set(extra_flags)
                             | ({"duplicate_capture_id"} & set(task.get("flags") or []))),
                flag_counts_json=json.dumps(meta.get("flag_counts") or {}, sort_keys=True),
-               date=task.get("date") or _date_of(meta.get("trace_start_ns")) or "unknown")
+               date=task.get("date") or date_of(meta.get("trace_start_ns")) or "unknown")
     events = with_identity(parsed.events, row)
     if row["source"] != "kineto" and events.num_rows:
         i = events.schema.get_field_index("source")
@@ -177,22 +151,7 @@ def tag_columns(task: dict) -> dict:
     return {"job_name": name, "model": model, "tags_json": json.dumps(tags, sort_keys=True)}
 
 
-def with_identity(events: pa.Table, capture: dict) -> pa.Table:
-    """Prepend the identity/partition columns of ``capture`` to parsed events (EVENTS order)."""
-    n = events.num_rows
-    schema = EVENTS.arrow_schema()
-    cols = {}
-    for name in _IDENTITY:
-        cols[name] = pa.array([capture[name]] * n, type=schema.field(name).type) if n else pa.array([], schema.field(name).type)
-    for name in EVENTS.names:
-        if name not in cols:
-            cols[name] = events.column(name)
-    return pa.table([cols[n_] for n_ in EVENTS.names], schema=schema)
-
-
 def _read(uri: str, storage_options: dict) -> tuple[bytes | None, str | None]:
-    import fsspec
-
     try:
         with fsspec.open(uri, "rb", **storage_options) as f:
             return f.read(), None
@@ -218,18 +177,10 @@ def _read_task(task: dict, storage_options: dict):
 
 
 def _xprof() -> bool:
-    from jobs.normalize.xla.xplane import xprof_available
-
-    return xprof_available()
+    return xplane.xprof_available()
 
 
 def _digest(uri: str, storage_options: dict):
-    import hashlib
-
-    import fsspec
-
-    from jobs.normalize.route import BlobDigest
-
     h, size = hashlib.sha256(), 0
     try:
         with fsspec.open(uri, "rb", **storage_options) as f:
@@ -275,8 +226,6 @@ def unique_capture_ids(files: list) -> list:
     Returns:
         ``files``.
     """
-    import hashlib
-
     seen: set[str] = set()
     for f in sorted(files, key=lambda f: f.uri):
         if f.capture_id in seen:
@@ -298,8 +247,6 @@ def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict
     Returns:
         ``{capture_id: new_job_id}`` for the captures that change.
     """
-    from jobs.landing.discover import slug
-
     groups: dict[tuple, list[dict]] = {}
     # Neuron device profiles are per NeuronCore, not per rank: a folder of them stays one job
     bare_ingested = [c for c in captures if tasks[c["capture_id"]].get("bare") and c["status"] == "ingested"
@@ -345,19 +292,13 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
         FileNotFoundError: when ``raw_root`` does not exist.
         ValueError: ``since`` is not before ``until``.
     """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from jobs.landing.discover import discover
-
-    from jobs.commit import recover
+    from pyspark import StorageLevel  # heavy: pyspark
+    from pyspark.sql import functions as F  # heavy: pyspark
 
     recover(warehouse)  # finish the publish of a run that was killed, before anything reads the tables
     storage_options = storage_options or {}
     found = discover(raw_root, storage_options)
     if since is not None or until is not None:
-        from jobs.landing.interval import restrict_to_interval
-
         found, _ = restrict_to_interval(found, raw_root, since, until, storage_options)
     if not found.files:
         return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
@@ -389,9 +330,6 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
         cap_df = spark.createDataFrame(captures_table(captures).to_pandas(), schema=CAPTURES.spark_schema())
         _write(cap_df.coalesce(1), warehouse, "captures")
         if neuron_rows:
-            from jobs.normalize.neuron.summary import summary_table
-            from schemas import NEURON_SUMMARY
-
             ns_df = spark.createDataFrame(summary_table(neuron_rows).to_pandas(), schema=NEURON_SUMMARY.spark_schema())
             _write(ns_df.coalesce(1), warehouse, "neuron_summary")
     finally:
@@ -403,12 +341,10 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
 def neuron_summary_rows(captures: list[dict]) -> list[dict]:
     """Pop the ``neuron_summary`` rows carried by capture dicts and give them the capture's identity
     (after bare-job renames): ``date``, ``job_id``, ``attempt``, ``rank``, ``capture_id``."""
-    from jobs.normalize.route import NEURON_SUMMARY_KEY
-
     out = []
     for c in captures:
         for r in c.pop(NEURON_SUMMARY_KEY, None) or []:
-            out.append({**r, **{k: c[k] for k in _IDENTITY}})
+            out.append({**r, **{k: c[k] for k in IDENTITY}})
     return out
 
 
@@ -418,13 +354,11 @@ def captures_table(captures: list[dict]) -> pa.Table:
 
 
 def _spark_schema(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
 
     return from_arrow_schema(schema)
 
 
 def _write(df, warehouse: str, table: str) -> None:
     """Replace the partitions of ``table`` that ``df`` has rows for, crash-safely (:mod:`jobs.commit`)."""
-    from jobs.commit import write_partitions
-
     write_partitions(df, warehouse, table)

@@ -1,7 +1,8 @@
 """Normalize the non-Kineto files of a landing zone: Neuron profiles, raw Neuron blobs, xplanes.
 
 Called by :func:`jobs.normalize.job.normalize_file` once the file's kind is known
-(:mod:`jobs.landing.formats`). Pure: bytes in, a ``captures`` row and ``events`` rows out.
+(:mod:`jobs.landing.formats`); below it (imports nothing of the job), sharing the capture identity of
+:mod:`jobs.normalize.identity`. Pure: bytes in, a ``captures`` row and ``events`` rows out.
 
 ``captures`` rows (``source`` ``neuron`` or ``xla``):
 
@@ -25,8 +26,18 @@ import traceback
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from jobs.landing.formats import head_text, raw_format, sniff_json
+from jobs.normalize.container import DEFAULT_MAX_UNCOMPRESSED_BYTES, decode_container
 from jobs.normalize.errors import TraceError
+from jobs.normalize.identity import date_of, resolve_rank, with_identity
+from jobs.normalize.neuron.events import device_blocks, events_from_blocks
+from jobs.normalize.neuron.json_view import parse_neuron_json, parse_summary_json
+from jobs.normalize.neuron.parquet import parse_neuron_parquet
+from jobs.normalize.neuron.summary import summary_row
+from jobs.normalize.neuron.system import parse_system_json, system_blocks
+from jobs.normalize.xla.xplane import is_xla_trace_path
 
 __all__ = ["BlobDigest", "normalize_neuron", "catalog_blob", "kind_of", "NEURON_SUMMARY_KEY", "source_of"]
 
@@ -53,9 +64,6 @@ def source_of(kind: str) -> str:
 
 def kind_of(task: dict, data) -> str:
     """Routing kind of a task: its discovery kind, or for ``auto`` the sniffed content kind."""
-    from jobs.landing.formats import head_text, sniff_json
-    from jobs.normalize.xla.xplane import is_xla_trace_path
-
     kind = task.get("kind") or "auto"
     if kind != "auto":
         return kind
@@ -83,18 +91,11 @@ def catalog_blob(task: dict, row: dict, fmt: str, needs: str) -> dict:
 
 
 def _decode(data: bytes, limit: int) -> bytes:
-    from jobs.normalize.container import decode_container
-
     doc, _container = decode_container(bytes(data), limit)
     return doc
 
 
 def _profiles(kind: str, task: dict, data) -> list:
-    from jobs.normalize.container import DEFAULT_MAX_UNCOMPRESSED_BYTES
-    from jobs.normalize.neuron.json_view import parse_neuron_json, parse_summary_json
-    from jobs.normalize.neuron.parquet import parse_neuron_parquet
-    from jobs.normalize.neuron.system import parse_system_json
-
     uri = task["uri"]
     stem = posixpath.basename(uri.rstrip("/")).split(".")[0] or "profile"
     if kind == "neuron_parquet":
@@ -129,11 +130,6 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
     Raises:
         TraceError: the file cannot be ingested (the caller quarantines it).
     """
-    from jobs.normalize.job import _date_of, resolve_rank, with_identity
-    from jobs.normalize.neuron.events import device_blocks, events_from_blocks
-    from jobs.normalize.neuron.summary import summary_row
-    from jobs.normalize.neuron.system import system_blocks
-
     profiles = _profiles(kind, task, data)
     blocks, summaries, flags, time_bases = [], [], set(), set()
     nc = None
@@ -161,8 +157,6 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
         fmt = f"neuron-parquet-{profiles[0].metadata.get('profile_schema_version') or 'unknown'}"
     start = end = None
     if events.num_rows:
-        import pyarrow.compute as pc
-
         ts = events.column("ts_ns")
         ends = pc.add(ts, pc.fill_null(events.column("dur_ns"), 0))
         start, end = pc.min(ts).as_py(), pc.max(ends).as_py()
@@ -172,7 +166,7 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
         time_base="mixed" if len(time_bases) > 1 else next(iter(time_bases), None), base_time_ns=0,
         trace_start_ns=start, trace_end_ns=end, n_events=events.num_rows, n_profiler_steps=0,
         device_name=instance or row.get("device_name"), rank=rank, rank_source=rank_source, flags=sorted(flags),
-        date=task.get("date") or (_date_of(start) if "epoch-ns" in time_bases else None) or "unknown",
+        date=task.get("date") or (date_of(start) if "epoch-ns" in time_bases else None) or "unknown",
     )
     row[NEURON_SUMMARY_KEY] = summaries
     return row, with_identity(events, row) if events.num_rows else None
@@ -187,8 +181,6 @@ def _container(data) -> str | None:
 
 def normalize_other(task: dict, data, row: dict, kind: str) -> tuple[dict, pa.Table | None]:
     """Neuron profiles, raw blobs and unconvertible xplanes (see the module docstring); never raises."""
-    from jobs.landing.formats import raw_format
-
     row["source"] = source_of(kind)
     rank = task.get("rank")
     row.update(rank=int(rank) if rank is not None else 0, rank_source=task.get("rank_source") or "default",

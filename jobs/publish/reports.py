@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from jobs.common.ids import safe_date
 from jobs.publish.report.fleet_tables import fleet_stats_metrics
 from jobs.publish.report.html import render_fleet_report, render_job_report
 from jobs.publish.report.sections import fleet_daily, fleet_metrics
@@ -115,13 +116,11 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
         The fleet run id.
 
     Raises:
-        jobs.landing.discover.DiscoveryError: ``day`` is not a calendar date (it is quoted into an
+        jobs.common.ids.DiscoveryError: ``day`` is not a calendar date (it is quoted into an
             MLflow filter and the run name).
     """
     from mlflow.entities import Metric, RunTag  # heavy: mlflow
     from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    from jobs.landing.discover import safe_date
 
     day = safe_date(day or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "fleet report", "day")
     client = MlflowClient(tracking_uri=tracking_uri)

@@ -22,9 +22,14 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
+
+from jobs.analyze.findings.neuron import neuron_findings
+from jobs.common.ids import safe_id
+from jobs.normalize.neuron.metrics import neuron_metrics_for_mlflow
 
 EXPERIMENT = "tracelake"
 
@@ -172,16 +177,14 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         ``{(job_id, attempt): run_id}``.
 
     Raises:
-        jobs.landing.discover.DiscoveryError: a ``job_id`` that is not path-safe.
+        jobs.common.ids.DiscoveryError: a ``job_id`` that is not path-safe.
     """
-    from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
+    from mlflow.entities import Metric, Param, RunTag  # heavy: mlflow
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=tracking_uri)
     exp_id = _experiment_id(client, tracking_uri, warehouse)
     out = {}
-    from jobs.landing.discover import safe_id
-
     for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
         safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
         jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
@@ -206,8 +209,6 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         if neuron_summary is not None and len(neuron_summary):
             neuron_rows = neuron_summary[(neuron_summary["job_id"] == job_id) & (neuron_summary["attempt"] == attempt)]
             if len(neuron_rows):
-                from jobs.normalize.neuron.metrics import neuron_metrics_for_mlflow
-
                 metrics.update(neuron_metrics_for_mlflow(neuron_rows))
             else:
                 neuron_rows = None
@@ -233,8 +234,6 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         tags = {"tracelake.job_id": job_id, "tracelake.attempt": str(attempt),
                 "tracelake.capture_uris": ",".join(uris[:20])[:4000],
                 "tracelake.warehouse": str(warehouse), **extra_tags}
-        import time
-
         now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in sorted(metrics.items())],
                          params=new_params, tags=[RunTag(k, v) for k, v in tags.items()])
@@ -249,8 +248,6 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
                 Path(tmp, "findings.json").write_text(fj.read_text())
                 names.append("findings.json")
             if neuron_rows is not None:
-                from jobs.analyze.findings.neuron import neuron_findings
-
                 neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)
                 Path(tmp, "neuron_findings.json").write_text(json.dumps(
                     neuron_findings(neuron_rows).to_pylist(), indent=1, default=str))

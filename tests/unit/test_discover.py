@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from jobs.landing.discover import DiscoveryError, discover, safe_id, slug
+from jobs.common.ids import DiscoveryError, safe_id, slug
+from jobs.landing.discover import discover
 
 
 def _manifest(**over):

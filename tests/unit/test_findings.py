@@ -461,7 +461,7 @@ def dlrm():
     if len(DLRM) != 8:
         pytest.skip("needs the 8 DLRM ranks in ../shared/corpus")
     from jobs.analyze.job import job_stage, rank_stage
-    from jobs.normalize.job import with_identity
+    from jobs.normalize.identity import with_identity
     from jobs.normalize.kineto.parse import parse_kineto
 
     events, pairs = {}, []

@@ -17,8 +17,8 @@ import json
 
 import pytest
 
-from jobs.landing.discover import (INT32_MAX, UNSAFE_PATH_JOB, DiscoveryError, check_path_parts, discover, safe_date,
-                                     safe_id, safe_index, slug)
+from jobs.common.ids import INT32_MAX, DiscoveryError, safe_date, safe_id, safe_index, slug
+from jobs.landing.discover import UNSAFE_PATH_JOB, check_path_parts, discover
 
 #: Values that must never be a job id, capture id or other path segment.
 HOSTILE_IDS = [

@@ -185,7 +185,7 @@ def test_job_report_renders_every_trace_string_as_text(job_tables):
 
 
 def test_job_report_with_a_hostile_job_id_and_title(job_tables):
-    """Job ids are path-safe in the warehouse (jobs.landing.discover.safe_id); the report does not rely on it."""
+    """Job ids are path-safe in the warehouse (jobs.common.ids.safe_id); the report does not rely on it."""
     from jobs.publish.report.html import render_job_report
 
     for job_id in PAYLOADS:

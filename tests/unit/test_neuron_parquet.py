@@ -13,9 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from jobs.landing.formats import table_of_file
 from jobs.normalize.errors import TraceError
 from jobs.normalize.neuron.json_view import parse_neuron_json
-from jobs.normalize.neuron.parquet import parse_neuron_parquet, table_of_file
+from jobs.normalize.neuron.parquet import parse_neuron_parquet
 from jobs.normalize.neuron.summary import summary_row
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul"

@@ -43,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 
 from schemas.tables import FINDINGS
-from jobs.normalize.neuron.profile import finite_float
+from jobs.common.floats import finite_float
 
 __all__ = ["neuron_findings", "RULES", "STARTUP_GAP_FRACTION", "DMA_BOUND_FRACTION", "SMALL_DMA_PCT",
            "SPILL_RELOAD_PCT", "THROTTLE_FRACTION", "CC_STALL_FRACTION", "IDLE_ENGINE_FRACTION"]

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from jobs.normalize.neuron.profile import finite_float
+
+from jobs.common.floats import finite_float
 
 __all__ = ["hardware_constants", "golden_metrics", "merge_intervals", "union_ns", "overlap_ns", "largest_gap",
            "neuron_metrics_for_mlflow", "INSTANCE_DEFAULTS", "SMALL_DMA_BYTES", "safe_div"]

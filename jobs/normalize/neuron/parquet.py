@@ -20,18 +20,17 @@ hardware constants and the recomputed MFU/MBU match the profiler's own values.
 from __future__ import annotations
 
 import io
-import re
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from jobs.landing.formats import table_of_file
 from jobs.normalize.errors import TraceError
 from jobs.normalize.neuron.profile import NeuronProfile, engine_name, nth_exec_from_name
 
-__all__ = ["parse_neuron_parquet", "table_of_file", "TABLES_READ", "FIELD_ALIASES", "KNOWN_SCHEMA_MAJOR",
-           "is_parquet_profile_dir"]
+__all__ = ["parse_neuron_parquet", "TABLES_READ", "FIELD_ALIASES", "KNOWN_SCHEMA_MAJOR"]
 
 #: Tables read (the others, e.g. hierarchy and SBUF tables, are not needed for events or metrics).
 TABLES_READ = ("Metadata", "Summary", "ExecutionInfo", "Instruction", "Flow", "DmaPacket", "DmaPacketAggregated",
@@ -60,22 +59,6 @@ _START = {"Throttle": "timestamp", "SemaphoreUpdate": "timestamp", "PendingDma":
           "HbmUsage": "timestamp", "CpuUsage": "timestamp", "HostMemUsage": "timestamp"}
 _TIMELINE = ("Instruction", "DmaPacket", "DmaPacketAggregated", "ActiveTime", "CcOp", "CcInstruction",
              "SystemProfileEvents")
-_FILE_RE = re.compile(r"^([A-Za-z]+)(?:_(\d+))?\.parquet$")
-
-
-def table_of_file(name: str) -> tuple[str, int] | None:
-    """``("Instruction", 1)`` for ``Instruction_1.parquet``; ``None`` when the name is not a table file."""
-    m = _FILE_RE.match(name.rsplit("/", 1)[-1])
-    if not m:
-        return None
-    return m.group(1), int(m.group(2) or 0)
-
-
-def is_parquet_profile_dir(names) -> bool:
-    """True when a folder's file names look like an Explorer export (a ``Metadata``, ``Summary``,
-    ``Instruction`` or ``SystemProfileEvents`` table file)."""
-    tables = {t[0] for t in (table_of_file(n) for n in names) if t}
-    return bool(tables & {"Metadata", "Summary", "Instruction", "SystemProfileEvents"})
 
 
 def _widen_float32(t: pa.Table) -> pa.Table:

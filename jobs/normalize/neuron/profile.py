@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from jobs.common.floats import finite_float
 from jobs.normalize.errors import TraceError
 
 __all__ = ["NeuronProfile", "UnsupportedFormatVersion", "ENGINES", "ENGINE_ALIASES", "engine_name", "percent_scale", "seconds_to_ns",
@@ -73,15 +74,8 @@ def engine_name(value) -> str | None:
 
 def seconds_to_ns(value) -> int | None:
     """A Summary duration in seconds (float) → integer ns (rounded); ``None`` for missing/non-finite."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    if not math.isfinite(v):
-        return None
-    return int(round(v * 1e9))
+    v = finite_float(value)
+    return None if v is None else int(round(v * 1e9))
 
 
 def nth_exec_from_name(name) -> int | None:
@@ -115,17 +109,6 @@ def percent_scale(summary: dict) -> float:
                 return 100.0
     vals = [_f(v) for k, v in summary.items() if k.endswith("_percent")]
     return 100.0 if any(v is not None and v > 1.0 + 1e-9 for v in vals) else 1.0
-
-
-def finite_float(v) -> float | None:
-    """``v`` as a finite float; ``None`` for missing, boolean, non-numeric, NaN or infinite values."""
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 _f = finite_float

@@ -27,6 +27,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from jobs.common.floats import finite_float
 from jobs.normalize.neuron.critical_path import device_critical_path
 from jobs.normalize.neuron.metrics import (SMALL_DMA_BYTES, golden_metrics, hardware_constants, largest_gap,
                                          merge_intervals, safe_div, union_ns)
@@ -42,14 +43,7 @@ _TOL = 1e-6
 _BYTE_FIELDS = ("hbm_read_bytes", "hbm_write_bytes", "spill_save_bytes", "spill_reload_bytes")
 
 
-def _num(v):
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_num = finite_float
 
 
 def _int(v):

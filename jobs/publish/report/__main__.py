@@ -13,10 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jobs.common.ids import DiscoveryError, safe_id
+from jobs.pipeline.stages import RunSettings, run_stage
+from jobs.publish.report.html import render_job_report
+from jobs.publish.reports import load_job_tables, log_job_report
+from jobs.publish.tracking import EXPERIMENT, default_tracking_uri
+
 
 def _job_run(client, exp_name: str, job: str, attempt: int) -> str | None:
-    from jobs.landing.discover import safe_id
-
     safe_id(job, "job id", "--job")  # quoted into the MLflow filter below: no quote may break out of it
     exp = client.get_experiment_by_name(exp_name)
     if exp is None:
@@ -37,11 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-mlflow", action="store_true")
     a = p.parse_args(argv)
 
-    from jobs.pipeline.stages import RunSettings, run_stage
-    from jobs.publish.report.html import render_job_report
-    from jobs.publish.reports import load_job_tables, log_job_report
-    from jobs.publish.tracking import EXPERIMENT, default_tracking_uri
-
     uri = None if a.no_mlflow else (a.tracking_uri or default_tracking_uri(a.warehouse))
     if not a.job:
         s = RunSettings(warehouse=a.warehouse, tracking_uri=uri or "", day=a.day or "", report_html=a.html or "")
@@ -49,12 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         if run_id:
             print(f"fleet run {run_id} (experiment tracelake-fleet)")
         return 0
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=uri) if uri else None
     code = 0
-    from jobs.landing.discover import DiscoveryError, safe_id
-
     for job in a.job:
         try:
             safe_id(job, "job id", "--job")

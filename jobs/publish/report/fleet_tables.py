@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 
-from jobs.publish.report.html import Section, fmt_int, fmt_ms, fmt_num, fmt_text, table_view
+from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, table_view
 
 #: Dimensions shown as "by …" tables, in order, with their headings.
 BREAKDOWNS = (("job_name", "job name"), ("model", "model"), ("hardware", "hardware"), ("torch_version", "torch version"))

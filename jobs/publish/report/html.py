@@ -1,11 +1,13 @@
 """Render the tracelake HTML reports (Jinja2, autoescape on, one self-contained page each).
 
-Every page is ``templates/report.html.j2``: a header, metric cards and a list of :class:`Section`
-(plots, tables, notes). Safety: Jinja2 autoescaping turns every value (kernel names, job ids,
-reasons, evidence JSON — all of which come from traces) into text; plots are PNG data URIs; the page
-carries a Content-Security-Policy that allows only its own inline script (by sha256), so even
-markup that slipped through could not run. That one script adds ``<div id="tracelake-rendered"
-data-plots=N data-plots-ok=M>`` after load, which the headless-browser test looks for.
+Every page is ``templates/report.html.j2``: a header, metric cards and a list of
+:class:`~jobs.publish.report.blocks.Section` (plots, tables, notes) built by
+:mod:`jobs.publish.report.sections` and :mod:`jobs.publish.report.fleet_tables`. Safety: Jinja2
+autoescaping turns every value (kernel names, job ids, reasons, evidence JSON — all of which come
+from traces) into text; plots are PNG data URIs; the page carries a Content-Security-Policy that
+allows only its own inline script (by sha256), so even markup that slipped through could not run.
+That one script adds ``<div id="tracelake-rendered" data-plots=N data-plots-ok=M>`` after load,
+which the headless-browser test looks for.
 
 Public functions: :func:`render_job_report`, :func:`render_fleet_report`,
 :func:`render_validation_report`, :func:`render_comparison_report` (all return the HTML as ``str``).
@@ -16,13 +18,13 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import hashlib
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from jobs.publish.report.plots import Plot
+from jobs.publish.report import fleet_tables as FT
+from jobs.publish.report import sections as S
+from jobs.publish.report.blocks import Section, fmt_text, table_view
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -38,106 +40,11 @@ CHECK_SCRIPT = (
 SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(CHECK_SCRIPT.encode()).digest()).decode()
 
 
-@dataclass
-class TableView:
-    """A table ready to print: header ``columns``, ``kinds`` per column (``num``, ``name`` or ``""``),
-    ``rows`` of already formatted strings, ``more`` (e.g. "showing 20 of 311 rows")."""
-
-    key: str
-    columns: list[str]
-    rows: list[list[str]]
-    kinds: list[str]
-    caption: str = ""
-    more: str = ""
-
-
-@dataclass
-class Section:
-    """One report section. ``note`` is shown when data is missing (``plots``/``tables`` empty);
-    ``status`` (``passed``/``failed``/…) adds a badge; ``details`` are collapsible text blocks."""
-
-    key: str
-    title: str
-    intro: str = ""
-    plots: list[Plot] = field(default_factory=list)
-    tables: list[TableView] = field(default_factory=list)
-    note: str = ""
-    status: str = ""
-    details: list[dict] = field(default_factory=list)
-
-
-def unavailable(key: str, title: str, what: str, intro: str = "") -> Section:
-    """A section that says its data is not available (never an error)."""
-    return Section(key, title, intro=intro, note=f"Not available: {what}", status="unavailable")
-
-
-# ----------------------------------------------------------------------------- formatting
-
-
-def _isnull(v) -> bool:
-    if v is None or v is pd.NA or v is pd.NaT:
-        return True
-    try:
-        return isinstance(v, float) and math.isnan(v)
-    except TypeError:
-        return False
-
-
-def fmt_ms(ns, digits: int = 2) -> str:
-    """ns → ``"12.35"`` ms; ``—`` for missing."""
-    return "—" if _isnull(ns) else f"{float(ns) / 1e6:,.{digits}f}"
-
-
-def fmt_us(ns, digits: int = 1) -> str:
-    """ns → µs text."""
-    return "—" if _isnull(ns) else f"{float(ns) / 1e3:,.{digits}f}"
-
-
-def fmt_num(v, digits: int = 1) -> str:
-    """A number with ``digits`` decimals (integers without); ``—`` for missing."""
-    if _isnull(v):
-        return "—"
-    f = float(v)
-    return f"{int(f):,}" if f.is_integer() and digits == 0 else f"{f:,.{digits}f}"
-
-
-def fmt_int(v) -> str:
-    """An integer with thousands separators."""
-    return "—" if _isnull(v) else f"{int(v):,}"
-
-
-def fmt_text(v) -> str:
-    """Any value as text (lists and arrays joined by ``, ``); ``—`` for missing."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, (list, tuple)):
-        return ", ".join(str(x) for x in v)
-    if hasattr(v, "tolist") and getattr(v, "ndim", 0) >= 1:
-        return ", ".join(str(x) for x in v.tolist())
-    return "—" if _isnull(v) else str(v)
-
-
-def table_view(key: str, df: pd.DataFrame, spec: list[tuple], caption: str = "", limit: int | None = None,
-               total: int | None = None) -> TableView:
-    """Format ``df`` into a :class:`TableView`.
-
-    Args:
-        spec: ``(column, header, formatter, kind)`` per printed column; ``formatter(value) -> str``;
-            kind ``num`` right-aligns, ``name`` prints monospace (trace names).
-        limit: print at most this many rows (``more`` says how many there were).
-    """
-    n = len(df) if total is None else total
-    d = df.head(limit) if limit else df
-    rows = [[fmt(r.get(col)) for col, _, fmt, _ in spec] for r in d.to_dict(orient="records")]
-    more = f"showing {len(d)} of {n} rows" if n > len(d) else ""
-    return TableView(key, [h for _, h, _, _ in spec], rows, [k for *_, k in spec], caption, more)
-
-
 # ----------------------------------------------------------------------------- rendering
 
 
 def _env():
-    import jinja2
+    import jinja2  # heavy: jinja2, only when a page is rendered
 
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -164,8 +71,6 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
     Sections: step-time breakdown per rank, idle-time breakdown, top kernels, collective wait heatmap,
     critical-path summary, findings, data quality, captures.
     """
-    from jobs.publish.report import sections as S
-
     job_id, attempt = S.job_identity(tables)
     secs = [S.step_section(tables), S.idle_section(tables), S.kernels_section(tables),
             S.collectives_section(tables), S.critical_path_section(tables), S.findings_section(tables),
@@ -185,9 +90,6 @@ def render_fleet_report(ranks: pd.DataFrame | None, captures: pd.DataFrame | Non
         top: rows per worst-offender table.
         fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions": pandas}`` (:mod:`jobs.fleet`).
     """
-    from jobs.publish.report import fleet_tables as FT
-    from jobs.publish.report import sections as S
-
     secs = S.fleet_sections(ranks, captures, steps, findings, top)
     if fleet is not None:
         secs[1:1] = [FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
@@ -237,8 +139,6 @@ def render_validation_report(report, job_id: str | None = None) -> str:
 def render_comparison_report(comparison) -> str:
     """The HTML report of a :class:`jobs.publish.compare.Comparison` (metric deltas, kernels/ops added,
     removed, slower, faster, findings appeared/cleared)."""
-    from jobs.publish.report import sections as S
-
     return render_page(f"tracelake compare: {comparison.a_label} → {comparison.b_label}",
                        S.comparison_sections(comparison), subtitle=S.comparison_subtitle(comparison),
                        cards=S.comparison_cards(comparison))

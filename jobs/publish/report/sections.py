@@ -1,4 +1,4 @@
-"""Report sections built from warehouse tables (pandas in, :class:`~jobs.publish.report.html.Section` out).
+"""Report sections built from warehouse tables (pandas in, :class:`~jobs.publish.report.blocks.Section` out).
 
 Each builder takes the tables it needs from a ``{name: DataFrame}`` dict and returns a section with
 a "not available" note when they are missing or empty — a report never fails because another stage
@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from jobs.publish.report import plots as P
-from jobs.publish.report.html import Section, fmt_int, fmt_ms, fmt_num, fmt_text, fmt_us, table_view, unavailable
+from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, fmt_us, table_view, unavailable
+from jobs.publish.tracking import job_metrics
 
 
 def _get(tables: dict, name: str) -> pd.DataFrame | None:
@@ -75,8 +76,6 @@ def job_subtitle(tables: dict) -> str:
 
 def job_cards(tables: dict) -> list[dict]:
     """Headline metrics, named exactly as the MLflow metrics of :func:`jobs.publish.tracking.job_metrics`."""
-    from jobs.publish.tracking import job_metrics
-
     ranks, steps = _get(tables, "ranks"), _get(tables, "steps")
     if ranks is None:
         return []
