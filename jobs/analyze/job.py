@@ -26,8 +26,15 @@ import posixpath
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_collectives
+from jobs.analyze.critical_path.cross_rank import job_critical_path
+from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_path
+from jobs.analyze.hta.breakdown import analyze_rank
+from jobs.analyze.hta.kernel_stats import kernel_table
+from jobs.analyze.trace.model import IDENTITY, RankTrace, build_rank_trace
 from jobs.commit import recover, write_text_atomic
 from jobs.common.ids import safe_id
+from jobs.normalize.neuron.critical_path import critical_path_from_events, critical_path_rows
 from jobs.warehouse import read_frames, read_spark, write_table
 from schemas import COLLECTIVES, CRITICAL_PATH, FINDINGS, KERNELS, RANKS, STEPS
 
@@ -56,13 +63,13 @@ def _pairs(job_id, attempt, tables: list[tuple[str, pa.Table]]) -> pa.Table:
                      "table": pa.array(names, pa.string()), "row_json": pa.array(rows, pa.string())})
 
 
-def _with_identity(tbl: pa.Table, events: pa.Table) -> pa.Table:
-    """Fill null identity/partition columns of a per-rank output from the rank's events (first row)."""
-    if tbl.num_rows == 0 or events.num_rows == 0:
+def _with_identity(tbl: pa.Table, trace: RankTrace) -> pa.Table:
+    """Fill null identity/partition columns of a per-rank output from the rank's identity."""
+    if tbl.num_rows == 0 or trace.n == 0:
         return tbl
-    for name in ("date", "job_id", "attempt", "rank", "capture_id"):
+    for name in IDENTITY:
         if name in tbl.column_names and tbl.column(name).null_count == tbl.num_rows:
-            value = events.column(name)[0].as_py()
+            value = trace.identity[name]
             i = tbl.column_names.index(name)
             tbl = tbl.set_column(i, tbl.schema.field(name), pa.array([value] * tbl.num_rows, tbl.schema.field(name).type))
     return tbl
@@ -73,28 +80,23 @@ def rank_stage(events: pa.Table) -> pa.Table:
 
     Tables: ``steps``, ``ranks``, ``kernels``, ``critical_path`` (scope ``rank``), and the inputs of
     stage 2: ``_calls`` (:data:`jobs.analyze.collectives.calls.CALLS_SCHEMA`) and ``_legs``
-    (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`).
+    (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`). The events are typed once into a
+    :class:`~jobs.analyze.trace.model.RankTrace` that every per-rank analysis reads.
     """
-    from jobs.analyze.hta.breakdown import analyze_rank
-    from jobs.analyze.collectives.calls import comm_calls
-    from jobs.analyze.critical_path.rank import rank_critical_path
-    from jobs.analyze.hta.kernel_stats import kernel_table
-
     job_id, attempt = events.column("job_id")[0].as_py(), events.column("attempt")[0].as_py()
     neuron = pc.equal(events.column("source"), "neuron")
     if pc.any(neuron).as_py():
         return _pairs(job_id, attempt, [("critical_path", _neuron_path(events.filter(neuron)))])
-    steps, ranks = analyze_rank(events)
-    out = [("steps", steps), ("ranks", ranks), ("kernels", _with_identity(kernel_table(events), events))]
-    segments, legs = rank_critical_path(events)
-    out += [("critical_path", segments), ("_legs", legs), ("_calls", comm_calls(events))]
+    trace = build_rank_trace(events)
+    steps, ranks = analyze_rank(trace)
+    out = [("steps", steps), ("ranks", ranks), ("kernels", _with_identity(kernel_table(trace), trace))]
+    segments, legs = rank_critical_path(trace)
+    out += [("critical_path", segments), ("_legs", legs), ("_calls", comm_calls(trace))]
     return _pairs(job_id, attempt, out)
 
 
 def _neuron_path(events: pa.Table) -> pa.Table:
-    from jobs.normalize.neuron.critical_path import critical_path_from_events, critical_path_rows
-
-    ident = {k: events.column(k)[0].as_py() for k in ("date", "job_id", "attempt", "rank", "capture_id")}
+    ident = {k: events.column(k)[0].as_py() for k in IDENTITY}
     path, ids = critical_path_from_events(events)
     return pa.Table.from_pylist(critical_path_rows(path, ident, ids), schema=CRITICAL_PATH.arrow_schema())
 
@@ -105,9 +107,6 @@ def job_stage(pairs: pa.Table) -> pa.Table:
     Args:
         pairs: the ``_calls`` and ``_legs`` rows that :func:`rank_stage` produced for the job's ranks.
     """
-    from jobs.analyze.collectives.calls import CALLS_SCHEMA, match_collectives
-    from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, job_critical_path
-
     job_id, attempt = pairs.column("job_id")[0].as_py(), pairs.column("attempt")[0].as_py()
     by_table: dict[str, list[dict]] = {"_calls": [], "_legs": []}
     for t, r in zip(pairs.column("table").to_pylist(), pairs.column("row_json").to_pylist()):

@@ -32,7 +32,8 @@ import pyarrow as pa
 import pytest
 
 from jobs.analyze.trace import hta_filter
-from jobs.analyze.hta.breakdown import analyze_rank, typed_events
+from jobs.analyze.hta.breakdown import analyze_rank
+from jobs.analyze.trace.model import typed_events
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus"

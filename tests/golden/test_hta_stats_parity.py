@@ -33,12 +33,13 @@ import pyarrow as pa
 import pytest
 
 from jobs.analyze.trace import hta_filter
-from jobs.analyze.hta.breakdown import analyze_rank, rank_view_of, typed_events
+from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.stats import STAT_COLUMNS
 from jobs.analyze.hta.idle_time import IDLE_CATEGORIES, KERNEL_WAIT, OTHER, CONSECUTIVE_KERNEL_DELAY_NS, idle_gaps
 from jobs.analyze.hta.kernel_stats import kernel_table
 from jobs.analyze.hta.launch_stats import launches
 from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES
+from jobs.analyze.trace.model import build_rank_trace, typed_events
 from jobs.analyze.hta.memory_bw import memcpys
 from jobs.analyze.hta.queue_length import MAX_QUEUE_LENGTH, queue_points
 
@@ -102,7 +103,7 @@ class Case:
     def view(self, rounding: bool):
         """(view, keep): the rank view (µs-rounded like HTA or exact) and HTA's kept rows."""
         kw = dict(hta_us_rounding=True, time_base_ns=self.time_base_ns) if rounding else {}
-        view, _ = rank_view_of(self.events, **kw)
+        view = build_rank_trace(self.events, **kw)
         keep = hta_filter.last_step_keep_mask(view.events, view.loaded, view.hta_stream,
                                               view.hta_correlation, view.ts)
         return view, keep

@@ -271,7 +271,7 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
     assert fexp is not None
     fruns = client.search_runs([fexp.experiment_id])
     assert len(fruns) == 1
-    assert fruns[0].data.metrics["fleet/n_jobs"] == 2  # dlrm and tiny (jobs.publish.reports's metric names)
+    assert fruns[0].data.metrics["fleet/n_jobs"] == len(JOBS)  # jobs.publish.reports's metric names
 
 
 def _rows_digest(wh: Path, table: str) -> list[str]:

@@ -25,9 +25,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.hta.breakdown import analyze_rank, rank_view_of
+from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.critical_path.rank import rank_critical_path
 from jobs.analyze.hta.kernel_stats import kernel_table
+from jobs.analyze.trace.model import build_rank_trace
 from jobs.analyze.hta.launch_stats import launches
 from jobs.normalize.kineto import parse as kineto
 from jobs.normalize.kineto import native
@@ -417,7 +418,7 @@ def test_B19_merged_ranks_reusing_correlation_ids_are_never_cross_attributed(n_r
     for k in range(n_ranks):
         assert r[f"k_rank{k}"]["step"] == 7 + 2 * k  # its own rank's step, not rank 0's
     _, ev = normalize_file(task(), data)
-    view, _ = rank_view_of(ev)
+    view = build_rank_trace(ev)
     la = launches(view, view.loaded)
     assert sorted(la.delay_ns.tolist()) == [(5 + 5 * k) * US for k in range(n_ranks)]
     steps, _ = analyze_rank(ev)
@@ -433,7 +434,7 @@ def test_B19_ambiguous_merged_layout_is_flagged_and_left_unlinked():
     r = rows(p)
     assert r["k_rank0"]["step"] is None and r["k_rank1"]["step"] is None  # unknown, never the other rank's
     _, ev = normalize_file(task(), bc.b19_merged_ranks(2, "device_pid"))
-    view, _ = rank_view_of(ev)
+    view = build_rank_trace(ev)
     assert launches(view, view.loaded).cpu_row.size == 0
 
 

@@ -24,8 +24,9 @@ import pytest
 from jobs.analyze.collectives.calls import comm_calls, match_collectives
 from jobs.analyze.critical_path.graph import DEPENDENCY, OPERATOR, build_graph
 from jobs.analyze.critical_path.longest import longest_path
-from jobs.analyze.critical_path.trace import rank_trace
-from jobs.analyze.critical_path.rank import (BOUNDARIES_SCHEMA, critical_path, hta_critical_path, job_critical_path,
+from jobs.analyze.critical_path.cross_rank import job_critical_path
+from jobs.analyze.critical_path.trace import path_trace
+from jobs.analyze.critical_path.rank import (BOUNDARIES_SCHEMA, critical_path, hta_critical_path,
                                         rank_critical_path)
 from jobs.normalize.kineto.parse import parse_kineto
 from schemas.tables import CRITICAL_PATH
@@ -115,7 +116,7 @@ def two_rank_job(late_rank_work=3000, skew_us=0):
 
 def test_cuda_graph_launch_keeps_every_kernel_on_the_path():
     ev = events_of(cuda_graph_trace())
-    rt = rank_trace(ev)
+    rt = path_trace(ev)
     cp = critical_path(rt, 0, 1000 * US)
     # by hand: graph_replay start -> cudaGraphLaunch start (10) -> launch delay to k1 (20)
     # -> k1..k4 (4 x 100) with gaps 5, 5, 2 -> sync edge (0) -> dependency -> post (30) = 472 µs
@@ -249,7 +250,7 @@ def test_call_stack_walk_matches_hta_on_random_threads(seed):
         name = rnd.choice(["cudaStreamSynchronize", "op"]) if cat == "cuda_runtime" else f"op{i}"
         evs.append(X(name, cat, ts, dur))
     ev = events_of(evs)
-    rt = rank_trace(ev)
+    rt = path_trace(ev)
     g = build_graph(rt, 0, 10_000 * US)
     for r in range(rt.n):
         if rt.dur[r] > 0 and rt.ts[r] <= 10_000 * US:
@@ -291,7 +292,7 @@ def _reference_longest(g):
 def test_longest_path_matches_plain_dag_dp_on_real_graphs(path):
     ev = events_of_file(path)
     for compat in (False, True):
-        rt = rank_trace(ev, hta_compat=compat)
+        rt = path_trace(ev, hta_compat=compat)
         g = build_graph(rt, int(rt.ts.min()), int(rt.end.max()))
         lp = longest_path(g)
         ref_len, ref_dist = _reference_longest(g)
@@ -316,7 +317,7 @@ def events_of_file(path):
 def test_resets_make_legs_between_collectives():
     job = two_rank_job()
     ev = job[0]
-    rt = rank_trace(ev)
+    rt = path_trace(ev)
     cp = critical_path(rt, 0, 5000 * US)
     _, legs = rank_critical_path(ev)
     d = {r["to_kind"] + ":" + (r["to_name"] or "")[:14]: r for r in legs.to_pylist()}
@@ -414,7 +415,7 @@ def test_dlrm_job_path():
     assert r["dur_ns"].sum() == r["path_length_ns"].iloc[0]
     # the path cannot be longer than the job's step on the job clock (HTA weights <= elapsed time)
     off = {x["rank"]: x["clock_offset_ns"] for x in skew.to_pylist()}
-    w = {rk: rank_trace(ev) for rk, ev in job.items()}
+    w = {rk: path_trace(ev) for rk, ev in job.items()}
     from jobs.analyze.critical_path.rank import profiler_steps
 
     spans = [(profiler_steps(w[rk])[0][1] + off[rk], profiler_steps(w[rk])[0][2] + off[rk]) for rk in job]

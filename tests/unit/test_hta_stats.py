@@ -16,13 +16,14 @@ import pyarrow as pa
 import pytest
 
 from jobs.analyze.trace import hta_filter
-from jobs.analyze.hta.breakdown import analyze_rank, rank_view_of
+from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.host_time import dataloader_mask
 from jobs.analyze.hta.idle_time import HOST_WAIT, KERNEL_WAIT, OTHER, idle_gaps
 from jobs.common.interval_sets import covered_not_excluded, length_in_windows
 from jobs.analyze.hta.kernel_stats import kernel_table
 from jobs.analyze.hta.launch_stats import launches
 from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES, is_launch_name, launch_name_mask, pairs_on_key
+from jobs.analyze.trace.model import build_rank_trace
 from jobs.analyze.hta.queue_length import queue_points
 from schemas.tables import EVENTS, KERNELS, RANKS, STEPS
 
@@ -80,8 +81,7 @@ class Trace:
 
 
 def _view(tr: Trace, **kw):
-    view, _ = rank_view_of(tr.table(), **kw)
-    return view
+    return build_rank_trace(tr.table(), **kw)
 
 
 def _steps(tbl) -> dict[int, dict]:
@@ -490,7 +490,7 @@ def test_analyze_rank_fills_stat_columns():
     r = ranks.to_pylist()[0]
     # whole trace: HTA's last-step filter drops step 2 (the latest ProfilerStep) and the kernels
     # launched after it started (k3); the idle gaps are those of the kept rows.
-    view, _ = rank_view_of(tbl)
+    view = build_rank_trace(tbl)
     keep = hta_filter.last_step_keep_mask(view.events, view.loaded, view.hta_stream, view.hta_correlation, view.ts)
     assert r["n_launches"] == launches(view, keep).cpu_row.size == 5
     # kept on stream 7: k1, k2 (gap 5 → kernel_wait), k4 (gap 200 − 20 = 180; its launch at 30

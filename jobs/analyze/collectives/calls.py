@@ -51,14 +51,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.analyze.trace.kernel_types import KERNEL_TYPES
+from jobs.analyze.trace.model import IDENTITY, RankTrace, as_rank_trace
 from jobs.common.intervals import merge_intervals
-from jobs.analyze.trace.kernel_types import KERNEL_TYPES, kernel_types
 from schemas.tables import COLLECTIVES
 
 __all__ = ["CALLS_SCHEMA", "comm_calls", "match_collectives", "estimate_clock_offsets", "bus_bandwidth_factor",
            "collective_summary", "clock_skew", "SUMMARY_SCHEMA", "SKEW_SCHEMA", "normalize_collective"]
 
-_IDENT = ("date", "job_id", "attempt", "rank", "capture_id")
+#: EVENTS columns :func:`comm_calls` reads (``collective``, ``parent``, ``pg_name``, ``group_size``,
+#: ``msg_bytes``, ``seq``, ``args_json`` used when present).
+_NEED = (*IDENTITY, "event_id", "category", "name", "ts_ns", "dur_ns", "stream", "is_gpu", "correlation", "step")
 #: Schema of :func:`comm_calls` (input of :func:`match_collectives`).
 CALLS_SCHEMA = pa.schema([
     pa.field("date", pa.string()), pa.field("job_id", pa.string()), pa.field("attempt", pa.int32()),
@@ -136,24 +139,18 @@ def bus_bandwidth_factor(collective: str | None, n: int | None) -> float | None:
 # per rank
 
 
-def _np(col, dtype, fill):
-    return pc.fill_null(col, fill).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-
-
-def _launch_meta(events: pa.Table, kernels: np.ndarray) -> list[dict]:
+def _launch_meta(trace: RankTrace, kernels: np.ndarray) -> list[dict]:
     """Collective metadata from each kernel's launch and its enclosing ``nccl:*`` / record_param_comms.
 
     The launch is the CPU row with the kernel's correlation id; its ancestors (``parent``) are
     climbed for up to 12 levels, all kernels at once; ``args`` are decoded only for the rows found.
     """
-    n = events.num_rows
-    eid = _np(events.column("event_id"), np.int64, -1)
-    corr = _np(events.column("correlation"), np.int64, -1)
-    is_gpu = _np(events.column("is_gpu"), bool, False)
-    parent = _np(events.column("parent"), np.int64, -1) if "parent" in events.column_names else np.full(n, -1)
-    enc = pc.dictionary_encode(pc.fill_null(events.column("name"), "")).combine_chunks()
-    dnames = enc.dictionary.to_pylist()
-    code = enc.indices.to_numpy(zero_copy_only=False)
+    events = trace.events
+    n = trace.n
+    eid, corr, is_gpu = trace.event_id, trace.correlation, trace.is_gpu
+    parent = (pc.fill_null(events.column("parent"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+              if "parent" in events.column_names else np.full(n, -1))
+    dnames, code = trace.symbols, trace.name_code
     annot_of = [(_ANNOT.match(nm).group(1) if _ANNOT.match(nm) else None) for nm in dnames]
     useful = np.array([a is not None or nm == "record_param_comms" for a, nm in zip(annot_of, dnames)], bool)
     # launch rows
@@ -231,16 +228,15 @@ def _bytes_from_args(a: dict):
 _HOST_COLLECTIVE = re.compile(r"^(gloo|mpi|ucc):(\w+)$", re.I)
 
 
-def _host_collectives(events: pa.Table, is_gpu: np.ndarray, has_dur: np.ndarray) -> np.ndarray:
+def _host_collectives(trace: RankTrace) -> np.ndarray:
     """Indices of host-side collective calls: ``gloo:<op>`` (also ``mpi:``/``ucc:``) annotations that
     torch.distributed's CPU backends record around each collective (``user_annotation``/``cpu_op``,
     on the backend's worker threads), with a duration."""
-    names = events.column("name")
-    mask = pc.fill_null(pc.match_substring_regex(names, r"^(gloo|mpi|ucc):\w+$", ignore_case=True), False)
-    cat = events.column("category")
-    host_cat = pc.fill_null(pc.is_in(cat, pa.array(["user_annotation", "cpu_op", "gpu_user_annotation"])), False)
-    m = _np(mask, bool, False) & _np(host_cat, bool, False) & ~is_gpu & has_dur
-    return np.flatnonzero(m)
+    per_name = pc.match_substring_regex(pa.array(trace.symbols, pa.string()), r"^(gloo|mpi|ucc):\w+$",
+                                        ignore_case=True).to_numpy(zero_copy_only=False).astype(bool)
+    mask = np.append(per_name, False)[trace.name_code]
+    host_cat = trace.category_in(("user_annotation", "cpu_op", "gpu_user_annotation"))
+    return np.flatnonzero(mask & host_cat & ~trace.is_gpu & trace.has_dur)
 
 
 def _host_meta(events: pa.Table, i: int) -> dict:
@@ -261,50 +257,39 @@ def _host_meta(events: pa.Table, i: int) -> dict:
     return meta
 
 
-def comm_calls(events: pa.Table) -> pa.Table:
+def comm_calls(trace: RankTrace | pa.Table) -> pa.Table:
     """The rank's communication calls (:data:`CALLS_SCHEMA`), one row per communication kernel.
 
     Args:
-        events: EVENTS rows of ONE (job_id, attempt, rank, capture_id), any order.
+        trace: the capture's :class:`~jobs.analyze.trace.model.RankTrace`; or (convenience for tests
+            and benchmarks) its EVENTS rows of ONE (job_id, attempt, rank, capture_id), any order,
+            modelled first.
 
     Returns:
         Rows ordered by ``start_ns``; ``match_key`` as in the module docstring; ``exposed_ns`` =
-        time of the kernel not overlapped by computation (module docstring), ns.
+        time of the kernel not overlapped by computation (module docstring), ns (the model's times:
+        exact unless it was built with HTA's µs rounding).
 
     Raises:
         ValueError: a needed column is missing or ``events`` mixes captures.
     """
-    need = (*_IDENT, "event_id", "category", "name", "ts_ns", "dur_ns", "stream", "is_gpu", "correlation",
-            "step")
-    missing = [c for c in need if c not in events.column_names]
-    if missing:
-        raise ValueError(f"comm_calls: events lack column(s) {missing}")
-    if events.num_rows == 0:
+    trace = as_rank_trace(trace, _NEED, "comm_calls")
+    if trace.n == 0:
         return CALLS_SCHEMA.empty_table()
-    ident = {}
-    for c in _IDENT:
-        u = pc.unique(events.column(c))
-        if len(u) != 1:
-            raise ValueError(f"comm_calls: expected one {c} per call, got {u.to_pylist()[:5]}")
-        ident[c] = u[0].as_py()
-    is_gpu = _np(events.column("is_gpu"), bool, False)
-    has_dur = _np(pc.is_valid(events.column("dur_ns")), bool, False)
-    is_kernel = _np(pc.equal(events.column("category"), "kernel"), bool, False) & is_gpu & has_dur
+    events, ident = trace.events, trace.identity
+    is_kernel = trace.category_in(("kernel",)) & trace.is_gpu & trace.has_dur
     kidx = np.flatnonzero(is_kernel)
-    coll_col = events.column("collective") if "collective" in events.column_names else None
-    types = kernel_types(events.column("name").take(pa.array(kidx)),
-                         coll_col.take(pa.array(kidx)) if coll_col is not None else None)
+    types = trace.kernel_type_codes[kidx]
     comm = kidx[types == KERNEL_TYPES.index("COMMUNICATION")]
     comp = kidx[types == KERNEL_TYPES.index("COMPUTATION")]
-    host = _host_collectives(events, is_gpu, has_dur)
+    host = _host_collectives(trace)
     if not len(comm) and not len(host):
         return CALLS_SCHEMA.empty_table()
-    ts = _np(events.column("ts_ns"), np.int64, 0)
-    dur = _np(events.column("dur_ns"), np.int64, 0)
+    ts, dur = trace.ts, trace.dur
     on_host = np.zeros(len(ts), bool)
     on_host[host] = True
     comm = np.concatenate([comm, host]).astype(np.int64)
-    o = np.lexsort((_np(events.column("event_id"), np.int64, 0)[comm], ts[comm]))
+    o = np.lexsort((trace.event_id[comm], ts[comm]))
     comm = comm[o]
     take = pa.array(comm)
 
@@ -314,7 +299,7 @@ def comm_calls(events: pa.Table) -> pa.Table:
         c = events.column(name).take(take)
         return c.to_pylist()
 
-    meta = _launch_meta(events, comm)
+    meta = _launch_meta(trace, comm)
     for i, k in enumerate(comm):  # host (Gloo) calls: the op from the annotation, bytes from its args
         if on_host[k]:
             meta[i] = _host_meta(events, int(k))
@@ -358,7 +343,7 @@ def comm_calls(events: pa.Table) -> pa.Table:
     exposed = pa.array([None if on_host[k] else int(x) for k, x in zip(comm, exposed)], pa.int64())
     n = len(comm)
     cols = {
-        **{c: pa.array([ident[c]] * n, CALLS_SCHEMA.field(c).type) for c in _IDENT},
+        **{c: pa.array([ident[c]] * n, CALLS_SCHEMA.field(c).type) for c in IDENTITY},
         "step": pa.array(step, pa.int64()), "event_id": events.column("event_id").take(take).combine_chunks()
         if isinstance(events.column("event_id"), pa.ChunkedArray) else events.column("event_id").take(take),
         "name": pa.array(kname, pa.string()), "pg_name": pa.array(group, pa.string()),

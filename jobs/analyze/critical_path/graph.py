@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jobs.analyze.critical_path.trace import RankTrace
+from jobs.analyze.critical_path.trace import PathTrace
 
 __all__ = ["CPGraph", "build_graph", "clip_window", "OPERATOR", "DEPENDENCY", "LAUNCH", "KERNEL_KERNEL", "SYNC",
            "EDGE_TYPES"]
@@ -60,7 +60,7 @@ class CPGraph:
     """Critical-path DAG of one window (node ids ``0 .. 2E-1``; ``2j`` start, ``2j+1`` end of event j).
 
     Attributes:
-        rt: the :class:`~jobs.analyze.critical_path.trace.RankTrace` rows refer to.
+        rt: the :class:`~jobs.analyze.critical_path.trace.PathTrace` rows refer to.
         window: ``(start_ns, end_ns)``.
         ev_row: shape ``(E,)`` trace row of each node event.
         node_ts: shape ``(2E,)`` node time, ns.
@@ -73,7 +73,7 @@ class CPGraph:
         flags: counts of deviations / notes (``dropped_same_stream_sync``, ``launch_without_node`` …).
     """
 
-    rt: RankTrace
+    rt: PathTrace
     window: tuple
     ev_row: np.ndarray
     node_ts: np.ndarray
@@ -105,7 +105,7 @@ class CPGraph:
         return int(self.pred_chain.sum() + len(self.x_src))
 
 
-def clip_window(rt: RankTrace, start: int, end: int) -> np.ndarray:
+def clip_window(rt: PathTrace, start: int, end: int) -> np.ndarray:
     """HTA's clip of the trace to a window: bool mask of shape ``(n,)``.
 
     CPU rows (stream -1) with ``start <= ts <= end`` and ``dur > 0``; GPU rows (stream != -1)
@@ -128,7 +128,7 @@ def clip_window(rt: RankTrace, start: int, end: int) -> np.ndarray:
     return mask
 
 
-def build_graph(rt: RankTrace, start: int, end: int) -> CPGraph:
+def build_graph(rt: PathTrace, start: int, end: int) -> CPGraph:
     """Build the critical-path graph of the window ``[start, end]`` (ns, ``rt`` clock).
 
     Returns:
@@ -170,7 +170,7 @@ def build_graph(rt: RankTrace, start: int, end: int) -> CPGraph:
 # CPU threads
 
 
-def _cpu_chains(rt: RankTrace, clip: np.ndarray, ev_of_row: np.ndarray):
+def _cpu_chains(rt: PathTrace, clip: np.ndarray, ev_of_row: np.ndarray):
     """Chains of the CPU threads: the enter/exit sequence of node rows in HTA's DFS order.
 
     Returns ``(nodes, pred, raw_w, type, attr, parent_row)``; ``pred[i]`` says whether an edge links
@@ -264,7 +264,7 @@ def _cpu_chains(rt: RankTrace, clip: np.ndarray, ev_of_row: np.ndarray):
 # GPU streams
 
 
-def _gpu_edges(rt: RankTrace, clip: np.ndarray, ev_of_row: np.ndarray, flags: dict) -> dict:
+def _gpu_edges(rt: PathTrace, clip: np.ndarray, ev_of_row: np.ndarray, flags: dict) -> dict:
     """Chains of the GPU streams and the cross (launch / sync) edges, HTA's kernel loop vectorized."""
     i64 = np.int64
     sync_names = (rt.sync_kind == 2) | (rt.sync_kind == 3)

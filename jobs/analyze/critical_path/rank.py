@@ -51,15 +51,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from jobs.analyze.critical_path.graph import DEPENDENCY, KERNEL_KERNEL, LAUNCH, OPERATOR, SYNC, CPGraph, build_graph
 from jobs.analyze.critical_path.longest import LongestPath, PathEdges, longest_path
-from jobs.analyze.critical_path.trace import RankTrace, rank_trace
+from jobs.analyze.critical_path.trace import PathTrace, path_trace
+from jobs.analyze.trace.model import IDENTITY, RankTrace, as_rank_trace
 from schemas.tables import CRITICAL_PATH
 
 __all__ = ["BOUND_BY", "HTA_BOUND_BY", "BOUNDARIES_SCHEMA", "CriticalPath", "critical_path", "hta_critical_path",
-           "hta_window", "rank_critical_path", "profiler_steps", "job_critical_path", "edge_bound_by"]
+           "hta_window", "rank_critical_path", "profiler_steps", "edge_bound_by"]
 
 #: ``bound_by`` categories (codes are indices).
 BOUND_BY = ("cpu_bound", "launch_overhead", "kernel_kernel_gap", "compute", "communication", "data_loading", "sync",
@@ -73,9 +73,9 @@ HTA_BOUND_BY = {"cpu_bound": "cpu_bound", "data_loading": "cpu_bound", "sync": "
 _EDGE_NAMES = {LAUNCH: "kernel_launch_delay", KERNEL_KERNEL: "kernel_kernel_gap", SYNC: "sync_dependency",
                DEPENDENCY: "dependency"}
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_IDENT = ("date", "job_id", "attempt", "rank", "capture_id")
 
-#: Schema of the per-rank boundaries (legs) consumed by :func:`job_critical_path`.
+#: Schema of the per-rank boundaries (legs) consumed by
+#: :func:`jobs.analyze.critical_path.cross_rank.job_critical_path`.
 BOUNDARIES_SCHEMA = pa.schema([
     pa.field("date", pa.string()), pa.field("job_id", pa.string()), pa.field("attempt", pa.int32()),
     pa.field("rank", pa.int32()), pa.field("capture_id", pa.string()), pa.field("step", pa.int64()),
@@ -107,7 +107,7 @@ class CriticalPath:
         length_ns: path length (Σ weights), ns.
     """
 
-    rt: RankTrace
+    rt: PathTrace
     graph: CPGraph
     lp: LongestPath
     edges: PathEdges
@@ -154,7 +154,7 @@ def edge_bound_by(g: CPGraph, etype: np.ndarray, attr: np.ndarray, w: np.ndarray
                       attr < 0], [_KK, _LAUNCH, _SYNC, _DEP, _CPU], op).astype(np.int8)
 
 
-def critical_path(rt: RankTrace, start: int, end: int) -> CriticalPath:
+def critical_path(rt: PathTrace, start: int, end: int) -> CriticalPath:
     """Critical path of the window ``[start, end]`` (ns on ``rt``'s clock).
 
     Returns:
@@ -171,7 +171,7 @@ def critical_path(rt: RankTrace, start: int, end: int) -> CriticalPath:
     return CriticalPath(rt, g, lp, edges, edge_bound_by(g, edges.type, edges.attr, edges.w, dl))
 
 
-def hta_window(rt: RankTrace, annotation: str, instance_id=0) -> tuple[int, int]:
+def hta_window(rt: PathTrace, annotation: str, instance_id=0) -> tuple[int, int]:
     """HTA's analysis window (``critical_path_analysis(annotation, instance_id)``).
 
     ``annotation == ""``: the whole trace (min ts, max end of the loaded rows). Otherwise the rows
@@ -192,23 +192,30 @@ def hta_window(rt: RankTrace, annotation: str, instance_id=0) -> tuple[int, int]
     return int(rt.ts[sel].min()), int(rt.end[sel].max())
 
 
-def hta_critical_path(events: pa.Table, annotation: str = "ProfilerStep", instance_id=0, *,
+def hta_critical_path(trace: RankTrace | pa.Table, annotation: str = "ProfilerStep", instance_id=0, *,
                       hta_us_rounding: bool = False, time_base_ns: int = 0) -> CriticalPath:
-    """HTA 0.5.0 ``critical_path_analysis(rank, annotation, instance_id)`` on one rank's events.
+    """HTA 0.5.0 ``critical_path_analysis(rank, annotation, instance_id)`` on one rank.
 
     Same graph, weights and path length as HTA (``hta_compat`` mode of
-    :func:`jobs.analyze.critical_path.trace.rank_trace`); ``hta_us_rounding`` reproduces HTA's µs rounding of
+    :func:`jobs.analyze.critical_path.trace.path_trace`); ``hta_us_rounding`` reproduces HTA's µs rounding of
     sub-µs traces. See ``tests/golden/test_critical_path_parity.py``.
+
+    Args:
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace` (built with the wanted
+            ``hta_us_rounding``), or its EVENTS rows (convenience, modelled first).
+        annotation, instance_id: HTA's window (:func:`hta_window`).
+        hta_us_rounding, time_base_ns: for an events table, HTA's µs rounding and the trace's
+            ``baseTimeNanoseconds``.
 
     Raises:
         ValueError: no event name contains ``annotation``, or a required column is missing.
     """
-    rt = rank_trace(events, hta_compat=True, hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns)
+    rt = path_trace(trace, hta_compat=True, hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns)
     start, end = hta_window(rt, annotation, instance_id)
     return critical_path(rt, start, end)
 
 
-def profiler_steps(rt: RankTrace) -> list[tuple[int, int, int]]:
+def profiler_steps(rt: PathTrace) -> list[tuple[int, int, int]]:
     """CPU ``ProfilerStep#N`` windows ``(N, start_ns, end_ns)`` by N (earliest row wins per N)."""
     match = [(_STEP.match(nm)) for nm in rt.names]
     num = np.array([int(m.group(1)) if m else -1 for m in match] + [-1], np.int64)[rt.name_code]
@@ -221,25 +228,15 @@ def profiler_steps(rt: RankTrace) -> list[tuple[int, int, int]]:
     return out
 
 
-def _identity(events: pa.Table) -> dict:
-    ident = {}
-    for c in _IDENT:
-        if c not in events.column_names:
-            raise ValueError(f"rank_critical_path: events lack column {c!r}")
-        vals = pc.unique(events.column(c))
-        if len(vals) != 1:
-            raise ValueError(f"rank_critical_path: expected one {c} per call, got {vals.to_pylist()[:5]}")
-        ident[c] = vals[0].as_py()
-    return ident
-
-
-def rank_critical_path(events: pa.Table) -> tuple[pa.Table, pa.Table]:
+def rank_critical_path(trace: RankTrace | pa.Table) -> tuple[pa.Table, pa.Table]:
     """The rank's critical path per step and its legs between collectives.
 
     Args:
-        events: EVENTS rows of ONE (job_id, attempt, rank, capture_id), any order (columns of
-            :data:`jobs.analyze.critical_path.trace.REQUIRED_COLUMNS` plus the identity columns; ``args_json``
-            and ``collective`` used when present).
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace` (product mode: exact ns); or
+            (convenience for tests and benchmarks) its EVENTS rows of ONE (job_id, attempt, rank,
+            capture_id), any order (columns of :data:`jobs.analyze.critical_path.trace.REQUIRED_COLUMNS`
+            and :data:`jobs.analyze.trace.model.REQUIRED_COLUMNS`; ``args_json`` and ``collective``
+            used when present), modelled first.
 
     Returns:
         ``(segments, boundaries)``:
@@ -253,10 +250,11 @@ def rank_critical_path(events: pa.Table) -> tuple[pa.Table, pa.Table]:
     Raises:
         ValueError: a required column is missing or ``events`` mixes captures.
     """
-    if events.num_rows == 0:
+    trace = as_rank_trace(trace, IDENTITY, "rank_critical_path")
+    if trace.n == 0:
         return CRITICAL_PATH.empty(), BOUNDARIES_SCHEMA.empty_table()
-    ident = _identity(events)
-    rt = rank_trace(events)
+    ident = trace.identity
+    rt = path_trace(trace)
     if rt.n == 0:
         return CRITICAL_PATH.empty(), BOUNDARIES_SCHEMA.empty_table()
     steps = profiler_steps(rt) or [(-1, int(rt.ts.min()), int(rt.end.max()))]
@@ -370,10 +368,3 @@ def _category_sums(g: CPGraph, seqs: list) -> list[np.ndarray]:
         if 0 <= c < 7:
             out[i][c] += int(g.x_w[k])
     return out
-
-
-def job_critical_path(boundaries: pa.Table, collectives: pa.Table):
-    """Cross-rank critical path per step; see :func:`jobs.analyze.critical_path.cross_rank.job_critical_path`."""
-    from jobs.analyze.critical_path.cross_rank import job_critical_path as _job
-
-    return _job(boundaries, collectives)

@@ -1,7 +1,8 @@
-"""One rank's events as numpy columns for the critical-path graph (:mod:`jobs.analyze.critical_path.graph`).
+"""What the critical-path graph (:mod:`jobs.analyze.critical_path.graph`) needs of one rank, derived from its model.
 
-:func:`rank_trace` turns the ``events`` rows of one (job, attempt, rank, capture) into a
-:class:`RankTrace`: int64 ns columns sorted by ``event_id`` (HTA's event index), with the launch
+:func:`path_trace` derives from the rank's :class:`~jobs.analyze.trace.model.RankTrace` (no second
+Arrow → numpy conversion of the columns the model holds) a :class:`PathTrace`: the graph's rows,
+int64 ns columns sorted by ``event_id`` (HTA's event index), with the launch
 linkage HTA calls ``index_correlation`` resolved to row positions, CUDA-event bookkeeping
 (``cudaEventRecord`` → previous launch on the recorded stream, ``cudaStreamWaitEvent`` → next
 launch on the waiting stream) and per-stream launch-queue lengths. Everything here is computed once
@@ -36,11 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.analyze.trace import hta_filter
 from jobs.analyze.hta.host_time import DATALOADER_PATTERNS
+from jobs.analyze.trace.kernel_types import COMMUNICATION, KERNEL_TYPES, hta_kernel_type
+from jobs.analyze.trace.model import RankTrace, as_rank_trace
 from jobs.normalize.kineto.linkage import correlation_link_keys, track_codes
 
-__all__ = ["RankTrace", "rank_trace", "CPU_NODE_CATEGORIES", "HTA_LAUNCH_NAMES", "BLOCKING_CALLS",
+__all__ = ["PathTrace", "path_trace", "CPU_NODE_CATEGORIES", "HTA_LAUNCH_NAMES", "BLOCKING_CALLS",
            "REQUIRED_COLUMNS"]
 
 #: EVENTS columns read (``args_json`` optional: without it ``cuda_sync`` wait links are unknown).
@@ -57,10 +59,11 @@ BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQu
                   "cudaMemcpy", "cudaMemcpyAsync")
 _GPU_SIDE_SYNC = ("Event Sync", "Context Sync")  # cuda_sync rows on stream -1 that HTA puts on the GPU side
 _json = msgspec.json.Decoder()
+_NO_ID = -(2**40)  # pid/tid key of a row whose pid/tid is null (before the process/thread name fallback)
 
 
 @dataclass
-class RankTrace:
+class PathTrace:
     """Columns of one rank's events, row order = ``event_id`` order (HTA's index order).
 
     All times are int64 ns. ``link`` is HTA's ``index_correlation`` as a row position (-1 = none).
@@ -144,55 +147,54 @@ def _name_mask(code: np.ndarray, names: list, wanted) -> np.ndarray:
     return per[code]
 
 
-def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: bool = False,
-               time_base_ns: int = 0) -> RankTrace:
-    """Build the :class:`RankTrace` of one rank.
+def path_trace(trace: RankTrace | pa.Table, *, hta_compat: bool = False, hta_us_rounding: bool = False,
+               time_base_ns: int = 0) -> PathTrace:
+    """The :class:`PathTrace` of one rank, derived from its :class:`~jobs.analyze.trace.model.RankTrace`.
+
+    The columns the model already holds (times, stream, correlation, names, categories, HTA's
+    loading rules) are reused, not read again from Arrow.
 
     Args:
-        events: EVENTS rows of ONE (job, attempt, rank, capture), any row order, with at least
-            :data:`REQUIRED_COLUMNS` (``args_json`` used when present).
+        trace: the rank's model (its times are used as they are: exact ns, or µs-rounded when it
+            was built with ``hta_us_rounding``); or (convenience for tests and benchmarks) EVENTS rows
+            of ONE (job, attempt, rank, capture), any row order, with at least :data:`REQUIRED_COLUMNS`
+            and :data:`jobs.analyze.trace.model.REQUIRED_COLUMNS` (``args_json`` used when present),
+            modelled first.
         hta_compat: reproduce HTA 0.5.0 (see the module docstring).
-        hta_us_rounding: with ``hta_compat``, round sub-µs times inward as HTA does
-            (:func:`jobs.analyze.trace.hta_filter.hta_round_us`).
+        hta_us_rounding: for an events table, with ``hta_compat``: round sub-µs times inward as
+            HTA does (:func:`jobs.analyze.trace.hta_filter.hta_round_us`).
         time_base_ns: the trace's ``baseTimeNanoseconds`` for that rounding.
 
     Raises:
         ValueError: a required column is missing.
     """
-    missing = [c for c in REQUIRED_COLUMNS if c not in events.column_names]
-    if missing:
-        raise ValueError(f"critical path: events lack column(s) {missing}")
+    rounding = (hta_compat and hta_us_rounding) if isinstance(trace, pa.Table) else None  # a model keeps its own
+    trace = as_rank_trace(trace, REQUIRED_COLUMNS, "critical path", hta_us_rounding=rounding, time_base_ns=time_base_ns)
+    events = trace.events
     # Work on numpy columns in the table's order; move to event_id order with one permutation
     # (taking the whole table, args_json included, would cost more than the analysis).
-    eid_orig = _np(events.column("event_id"), np.int64, -1)
+    eid_orig = trace.event_id
     order = np.argsort(eid_orig, kind="stable") if (np.diff(eid_orig) < 0).any() else np.arange(len(eid_orig))
     flags: set = set()
+    pid_all = np.where(trace.pid_null, _NO_ID, trace.device)
     if hta_compat:
-        loaded = hta_filter.loaded_mask(events)
-        stream_all = hta_filter.hta_stream(events)
-        corr_all = hta_filter.hta_correlation(events)
-        cat_col = events.column("raw_category")
+        loaded = trace.loaded
+        stream_all = trace.hta_stream
+        corr_all = trace.hta_correlation
+        ccode_all, cvals = trace.raw_category_codes
     else:
-        is_x = _bool(pc.equal(events.column("ph"), "X"))
-        has_dur = _bool(pc.is_valid(events.column("dur_ns")))
-        loaded = is_x & has_dur & (_np(events.column("dur_ns"), np.int64, 0) >= 0)
-        is_gpu = _bool(events.column("is_gpu"))
-        stream_all = np.where(is_gpu, _np(events.column("stream"), np.int64, -1), -1)
-        corr_all = _np(events.column("correlation"), np.int64, -1)
-        cat_col = events.column("category")
-    ts_all = _np(events.column("ts_ns"), np.int64, 0)
-    dur_all = _np(events.column("dur_ns"), np.int64, 0)
-    if hta_compat and hta_us_rounding:
-        ts_all, dur_all = hta_filter.hta_round_us(ts_all, dur_all, time_base_ns)
+        loaded = trace.is_x & trace.has_dur & (trace.dur >= 0)
+        stream_all = np.where(trace.is_gpu, trace.stream, -1)
+        corr_all = trace.correlation
+        ccode_all, cvals = trace.category_codes
+    ts_all, dur_all = trace.ts, trace.dur
     if hta_compat:
         link_key = corr_all
     else:  # B19: ids reused by the ranks of a merged file are keyed by (pid, correlation)
-        link_key, _ = correlation_link_keys(corr_all, corr_all >= 0, _np(events.column("pid"), np.int64, -(2**40)),
-                                            ~_bool(events.column("is_gpu")))
-    enc = pc.dictionary_encode(pc.fill_null(events.column("name"), "")).combine_chunks()
-    names = enc.dictionary.to_pylist()
-    code_all = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    keep = hta_filter.last_step_keep_mask(events, loaded, stream_all, corr_all, ts_all) if hta_compat else loaded
+        link_key, _ = correlation_link_keys(corr_all, corr_all >= 0, pid_all, ~trace.is_gpu)
+    names = trace.symbols
+    code_all = trace.name_code
+    keep = trace.hta_keep if hta_compat else loaded
     # event_id order from here on
     loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all, link_key = (
         a[order] for a in (loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all, link_key))
@@ -215,9 +217,7 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
 
     ts, dur = ts_all[sel], dur_all[sel]
     stream, corr, code = stream_all[sel], corr_all[sel], code_all[sel]
-    cenc = pc.dictionary_encode(pc.fill_null(cat_col, "")).combine_chunks()
-    cvals = cenc.dictionary.to_pylist()
-    ccode = cenc.indices.to_numpy(zero_copy_only=False).astype(np.int64)[src]
+    ccode = ccode_all[src]
     node_cat = _name_mask(ccode, cvals, CPU_NODE_CATEGORIES)
     sync_cat = _name_mask(ccode, cvals, ("cuda_sync",))
     sync_kind = np.zeros(n, np.int8)
@@ -225,14 +225,13 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
         sync_kind[_name_mask(code, names, (nm,))] = k
     if not sync_cat.any():
         flags.add("no_cuda_sync_events")
-    pid_col, tid_col = events.column("pid"), events.column("tid")
-    pid = _np(pid_col, np.int64, -(2**40)).copy()
-    tid = _np(tid_col, np.int64, -(2**40)).copy()
-    for col, key, arr in ((pid_col, "process_name", pid), (tid_col, "thread_name", tid)):
-        if col.null_count and key in events.column_names:
+    tid_col = events.column("tid")
+    pid = pid_all.copy()
+    tid = _np(tid_col, np.int64, _NO_ID).copy()
+    for isnull, key, arr in ((trace.pid_null, "process_name", pid), (_bool(pc.is_null(tid_col)), "thread_name", tid)):
+        if isnull.any() and key in events.column_names:
             nc = pc.dictionary_encode(pc.fill_null(events.column(key), "")).combine_chunks().indices.to_numpy(
                 zero_copy_only=False).astype(np.int64)
-            isnull = _bool(pc.is_null(col))
             arr[isnull] = -(2**41) - nc[isnull]
     pid, tid = pid[src], tid[src]
     thread = track_codes(pid, tid)
@@ -254,15 +253,10 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
     is_blocking = _name_mask(code, names, BLOCKING_CALLS)
     gpu_side = gside_all[sel]
     if hta_compat:
-        from jobs.analyze.trace.kernel_types import COMMUNICATION, hta_kernel_type
-
         comm_names = np.array([hta_kernel_type(nm) == COMMUNICATION for nm in names] + [False], bool)
         comm = comm_names[code]
     else:
-        from jobs.analyze.trace.kernel_types import KERNEL_TYPES, kernel_types
-
-        coll = events.column("collective") if "collective" in events.column_names else None
-        comm = (kernel_types(events.column("name"), coll) == KERNEL_TYPES.index("COMMUNICATION"))[src]
+        comm = (trace.kernel_type_codes == KERNEL_TYPES.index(COMMUNICATION))[src]
     comm &= stream >= 0
     dl_re = re.compile(DATA_LOADING_PATTERN, re.IGNORECASE)
     dl_names = np.array([bool(dl_re.search(nm)) for nm in names] + [False], bool)
@@ -294,13 +288,13 @@ def rank_trace(events: pa.Table, *, hta_compat: bool = False, hta_us_rounding: b
     is_wait_row = (sync_kind == 4) & (stream != -1)
     prev_rec, next_wait = _event_tables(ts, stream, pid, thread, corr, link, launch_of, is_launch, wait_stream,
                                         wait_corr, code, names, gpu_side, sync_cat, hta_compat)
-    return RankTrace(
+    return PathTrace(
         n=n, event_id=eid_orig[src], ts=ts, dur=dur, end=ts + dur, stream=stream,
         corr=corr, pid=pid, thread=thread, name_code=code, names=names, node_cat=node_cat, sync_cat=sync_cat,
         sync_kind=sync_kind, is_blocking=is_blocking, gpu_side=gpu_side, link=link, launch_of=launch_of,
         q_runtime=q_runtime, q_kernel=q_kernel, prev_launch_of_record=prev_rec, next_kernel_of_wait=next_wait,
         wait_corr=wait_corr, comm=comm, data_loading=data_loading, is_wait_event_row=is_wait_row,
-        is_gpu=_bool(events.column("is_gpu"))[src],
+        is_gpu=trace.is_gpu[src],
         hta_compat=hta_compat, flags=flags)
 
 

@@ -41,27 +41,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from jobs.analyze.trace import hta_filter
 from jobs.analyze.hta.stats import rank_stats, step_stats
+from jobs.analyze.trace import hta_filter
+from jobs.analyze.trace.kernel_types import KERNEL_TYPES, hta_kernel_types
+from jobs.analyze.trace.model import REQUIRED_COLUMNS, RankTrace, as_rank_trace
 from jobs.common.intervals import clip_intervals, intersection_length, merge_intervals, total_length
-from jobs.analyze.trace.kernel_types import KERNEL_TYPES, hta_kernel_types, kernel_types
-from jobs.analyze.trace.rank_view import RankView
-from schemas.tables import EVENTS, RANKS, STEPS
+from schemas.tables import RANKS, STEPS
 
-__all__ = ["analyze_rank", "temporal_breakdown", "typed_events", "rank_view_of", "Breakdown",
-           "REQUIRED_COLUMNS", "OPTIONAL_COLUMNS"]
+__all__ = ["analyze_rank", "temporal_breakdown", "Breakdown"]
 
 _COMP = KERNEL_TYPES.index("COMPUTATION")
 _COMM = KERNEL_TYPES.index("COMMUNICATION")
-_IDENTITY = ("date", "job_id", "attempt", "rank", "capture_id")
-#: EVENTS columns :func:`analyze_rank` reads (``args_json`` is optional).
-REQUIRED_COLUMNS = (*_IDENTITY, "ph", "category", "raw_category", "name", "ts_ns", "dur_ns",
-                    "stream", "is_gpu", "correlation", "step")
-#: EVENTS columns used when present (launch links, kernel types, memcpy sizes); see
-#: :class:`jobs.analyze.trace.rank_view.RankView` for the defaults when absent.
-OPTIONAL_COLUMNS = ("args_json", "event_id", "external_id", "pid", "collective")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _STEP_CATEGORIES = ("user_annotation", "cpu_op")  # legacy `Operator` is normalized to cpu_op
 
@@ -128,31 +119,20 @@ def temporal_breakdown(ts_ns, dur_ns, kernel_type_codes) -> Breakdown:
                      comm, overlap, n)
 
 
-def _col(events: pa.Table, name: str, dtype, fill) -> np.ndarray:
-    return pc.fill_null(events.column(name), fill).to_numpy(zero_copy_only=False).astype(dtype)
-
-
-def _mask(bool_col) -> np.ndarray:
-    """Arrow boolean → numpy bool, null → False."""
-    return pc.fill_null(bool_col, False).to_numpy(zero_copy_only=False).astype(bool)
-
-
-def _cpu_profiler_steps(events: pa.Table, ts: np.ndarray, dur: np.ndarray, loaded: np.ndarray):
+def _cpu_profiler_steps(trace: RankTrace):
     """CPU-side ``ProfilerStep#N`` rows: (step numbers, starts, durations), one per N, by step.
 
     When the same N appears more than once (e.g. on two threads) the earliest-starting row wins.
     """
-    cand = (loaded & ~_col(events, "is_gpu", bool, False)
-            & _mask(pc.equal(events.column("ph"), "X"))
-            & _mask(pc.is_in(events.column("category"), pa.array(_STEP_CATEGORIES))))
-    cand &= hta_filter.profiler_step_name_mask(events)
+    cand = trace.host & trace.category_in(_STEP_CATEGORIES)
+    cand &= hta_filter.profiler_step_name_mask(trace.events)
     idx = np.flatnonzero(cand)
-    names = events.column("name").take(pa.array(idx, pa.int64())).to_pylist()
+    names = trace.names.take(pa.array(idx, pa.int64())).to_pylist()
     rows = []
     for i, nm in zip(idx, names):
         m = _STEP_NAME.match(nm or "")
         if m:
-            rows.append((int(m.group(1)), int(ts[i]), int(dur[i])))
+            rows.append((int(m.group(1)), int(trace.ts[i]), int(trace.dur[i])))
     rows.sort(key=lambda r: (r[0], r[1]))
     seen, steps = set(), []
     for r in rows:
@@ -162,66 +142,18 @@ def _cpu_profiler_steps(events: pa.Table, ts: np.ndarray, dur: np.ndarray, loade
     return steps
 
 
-def typed_events(events: pa.Table) -> pa.Table:
-    """The columns :func:`analyze_rank` reads, cast to their EVENTS types.
-
-    Keeps :data:`REQUIRED_COLUMNS` and those of :data:`OPTIONAL_COLUMNS` present, in that order; tolerates e.g.
-    ``large_string`` or all-null ``null``-typed columns. Raises ``KeyError`` for a missing column.
-    """
-    names = [*REQUIRED_COLUMNS, *(c for c in OPTIONAL_COLUMNS if c in events.column_names)]
-    schema = EVENTS.arrow_schema()
-    cols = []
-    for c in names:
-        col = events.column(c)
-        want = schema.field(c).type
-        cols.append(col if col.type == want else col.cast(want))
-    return pa.table(cols, names=names)
-
-
-def _identity(events: pa.Table) -> dict:
-    ident = {}
-    for c in _IDENTITY:
-        vals = pc.unique(events.column(c))
-        if len(vals) != 1:
-            raise ValueError(f"analyze_rank: expected one {c} per call, got {vals.to_pylist()[:5]}"
-                             f" (events of one (job_id, attempt, rank, capture_id) only)")
-        ident[c] = vals[0].as_py()
-    return ident
-
-
-def rank_view_of(events: pa.Table, *, hta_us_rounding: bool = False,
-                 time_base_ns: int = 0) -> tuple[RankView, dict]:
-    """Typed events of one capture as a :class:`~jobs.analyze.trace.rank_view.RankView`, and its identity.
-
-    Args and errors as :func:`analyze_rank` (``events`` must not be empty).
-
-    Returns:
-        ``(view, identity)``: identity maps date/job_id/attempt/rank/capture_id to their value.
-    """
-    missing = [c for c in REQUIRED_COLUMNS if c not in events.column_names]
-    if missing:
-        raise ValueError(f"analyze_rank: events lack column(s) {missing}")
-    events = typed_events(events)
-    ident = _identity(events)
-    loaded = hta_filter.loaded_mask(events)
-    ts = _col(events, "ts_ns", np.int64, 0)
-    dur = _col(events, "dur_ns", np.int64, 0)
-    if hta_us_rounding:
-        ts, dur = hta_filter.hta_round_us(ts, dur, time_base_ns)
-    return RankView(events, ts, dur, loaded, hta_filter.hta_stream(events)), ident
-
-
-def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False, time_base_ns: int = 0,
+def analyze_rank(trace: RankTrace | pa.Table, *, hta_us_rounding: bool = False, time_base_ns: int = 0,
                  extra_comm_patterns: Sequence[str] = (),
                  extra_dataloader_patterns: Sequence[str] = ()) -> tuple[pa.Table, pa.Table]:
     """The ``steps`` rows and the ``ranks`` row of one rank's capture.
 
     Args:
-        events: all EVENTS columns (``schemas.tables.EVENTS``; at least :data:`REQUIRED_COLUMNS`,
-            :data:`OPTIONAL_COLUMNS` used when present) for ONE (job_id, attempt, rank,
-            capture_id), in any row order.
+        trace: the capture's :class:`~jobs.analyze.trace.model.RankTrace`; or (convenience for tests
+            and benchmarks) its EVENTS rows (``schemas.tables.EVENTS``, at least
+            :data:`jobs.analyze.trace.model.REQUIRED_COLUMNS`) of ONE (job_id, attempt, rank,
+            capture_id), in any row order, modelled first.
         hta_us_rounding: reproduce HTA's inward µs rounding of sub-µs traces (for comparisons
-            with HTA only; the warehouse keeps exact ns).
+            with HTA only; the warehouse keeps exact ns). A model must have been built in that mode.
         time_base_ns: with ``hta_us_rounding``, the trace's ``baseTimeNanoseconds``
             (``captures.base_time_ns``; 0 for absolute-µs traces), see
             :func:`jobs.analyze.trace.hta_filter.hta_round_us`.
@@ -250,52 +182,46 @@ def analyze_rank(events: pa.Table, *, hta_us_rounding: bool = False, time_base_n
         per step for ``steps``, over HTA's kept rows for ``ranks``.
 
     Raises:
-        ValueError: a required column is missing, or ``events`` mixes several captures/ranks.
+        ValueError: a required column is missing, ``events`` mixes several captures/ranks, or a
+            model built in another time mode than ``hta_us_rounding`` asks for.
     """
-    missing = [c for c in REQUIRED_COLUMNS if c not in events.column_names]
-    if missing:
-        raise ValueError(f"analyze_rank: events lack column(s) {missing}")
-    if events.num_rows == 0:
+    trace = as_rank_trace(trace, REQUIRED_COLUMNS, "analyze_rank", hta_us_rounding=hta_us_rounding,
+                          time_base_ns=time_base_ns)
+    if trace.n == 0:
         return STEPS.empty(), RANKS.empty()
-    view, ident = rank_view_of(events, hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns)
-    events, loaded, ts, dur, stream = view.events, view.loaded, view.ts, view.dur, view.hta_stream
+    ident, loaded, ts, dur, stream = trace.identity, trace.loaded, trace.ts, trace.dur, trace.hta_stream
     stat_kw = dict(extra_comm_patterns=tuple(extra_comm_patterns),
                    extra_dataloader_patterns=tuple(extra_dataloader_patterns))
     gpu = loaded & (stream != -1)
 
     # Kernel types of the GPU rows only (few distinct names).
     gpu_idx = np.flatnonzero(gpu)
-    codes = np.full(events.num_rows, -1, dtype=np.int8)
+    codes = np.full(trace.n, -1, dtype=np.int8)
     if gpu_idx.size:
-        take = pa.array(gpu_idx, pa.int64())
-        names = events.column("name").take(take)
-        hta_codes = hta_kernel_types(names)
-        coll = events.column("collective").take(take) if "collective" in events.column_names else None
-        ours_comm = kernel_types(names, coll) == _COMM
+        hta_codes = hta_kernel_types(trace.names.take(pa.array(gpu_idx, pa.int64())))
+        ours_comm = trace.kernel_type_codes[gpu_idx] == _COMM
         codes[gpu_idx] = np.where(ours_comm, _COMM, hta_codes)
 
     # ranks: whole trace with HTA's last-step filter.
-    keep = hta_filter.last_step_keep_mask(events, loaded, stream, view.hta_correlation, ts)
+    keep = trace.hta_keep
     sel = gpu & keep
     rank_bd = temporal_breakdown(ts[sel], dur[sel], codes[sel])
 
-    steps = _cpu_profiler_steps(events, ts, dur, loaded)
+    steps = _cpu_profiler_steps(trace)
     step_times = np.array([s[2] for s in steps], dtype=np.int64)
     rank_row = {**ident, "world_size": None, "device_name": None, "n_steps": len(steps),
                 "step_time_p50_ns": int(np.round(np.median(step_times))) if len(steps) else None,
                 "step_time_max_ns": int(step_times.max()) if len(steps) else None,
-                **rank_bd.as_dict(), **rank_stats(view, keep, **stat_kw)}
+                **rank_bd.as_dict(), **rank_stats(trace, keep, **stat_kw)}
     ranks_tbl = pa.Table.from_pylist([rank_row], schema=RANKS.arrow_schema())
 
     # steps: per ProfilerStep#N, GPU rows with step == N; cpu_op rows with step == N.
-    step_col = _col(events, "step", np.int64, np.iinfo(np.int64).min)
-    is_cpu_op = (loaded & ~_col(events, "is_gpu", bool, False)
-                 & _mask(pc.equal(events.column("category"), "cpu_op")))
-    gpu_by_step = _group_rows(step_col, gpu)
-    cpu_by_step = _group_rows(step_col, is_cpu_op)
+    is_cpu_op = loaded & ~trace.is_gpu & trace.category_in(("cpu_op",))
+    gpu_by_step = _group_rows(trace.step, gpu)
+    cpu_by_step = _group_rows(trace.step, is_cpu_op)
     rows = []
     empty = np.zeros(0, np.int64)
-    stats = step_stats(view, steps, **stat_kw)
+    stats = step_stats(trace, steps, **stat_kw)
     for (n, start, step_dur), st in zip(steps, stats):
         g = gpu_by_step.get(n, empty)
         bd = temporal_breakdown(ts[g], dur[g], codes[g])

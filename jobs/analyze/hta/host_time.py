@@ -8,7 +8,7 @@ HTA versions add data-loading nodes by name), so both definitions are ours, stat
   ``_MultiProcessingDataLoaderIter``, ``torch/utils/data/dataloader.py(…)`` Python frames, …) or a
   configured extra pattern, on all threads, inside the window, ns.
 * **CPU-bound time** — time inside the window during which **no device activity runs on any
-  stream** (kernels, copies, sets; :data:`jobs.analyze.trace.rank_view.DEVICE_ACTIVITY_CATEGORIES`)
+  stream** (kernels, copies, sets; :data:`jobs.analyze.trace.model.DEVICE_ACTIVITY_CATEGORIES`)
   **while some host thread is inside a** ``cpu_op``, ``cuda_runtime`` **or** ``cuda_driver``
   **event**, excluding data-loader time (so the two never count the same ns). It is the GPU idle time
   the host is responsible for: the host is busy preparing or launching work and the GPU waits.
@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from jobs.common.interval_sets import covered_not_excluded, length_in_windows
 from jobs.common.intervals import merge_intervals
-from jobs.analyze.trace.rank_view import RankView
+from jobs.analyze.trace.model import RankTrace
 
 __all__ = ["DATALOADER_PATTERNS", "HOST_BUSY_CATEGORIES", "dataloader_mask", "host_time_in_windows"]
 
@@ -61,12 +61,12 @@ def dataloader_mask(names: pa.Array | pa.ChunkedArray, extra_patterns: Sequence[
     return hit[arr.indices.fill_null(len(arr.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)]
 
 
-def host_time_in_windows(view: RankView, rows: np.ndarray, win_starts, win_ends,
+def host_time_in_windows(trace: RankTrace, rows: np.ndarray, win_starts, win_ends,
                          extra_dataloader_patterns: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """Data-loader time and CPU-bound time inside each window (module docstring), ns.
 
     Args:
-        view: the rank's :class:`~jobs.analyze.trace.rank_view.RankView`.
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace`.
         rows: bool mask of shape ``(n,)``: rows that exist for this analysis.
         win_starts, win_ends: shape ``(w,)``, windows ``[start, end)``, ns.
         extra_dataloader_patterns: more data-loading name regexes.
@@ -75,11 +75,11 @@ def host_time_in_windows(view: RankView, rows: np.ndarray, win_starts, win_ends,
         ``(dataloader_ns, cpu_bound_ns)``: two int64 arrays of shape ``(w,)``.
     """
     rows = np.asarray(rows, bool)
-    ts, end = view.ts, view.end
-    host = rows & view.host
-    dl = np.flatnonzero(host & dataloader_mask(view.names, extra_dataloader_patterns))
-    busy = np.flatnonzero(host & view.category_in(HOST_BUSY_CATEGORIES))
-    gpu = np.flatnonzero(rows & view.device_activity)
+    ts, end = trace.ts, trace.end
+    host = rows & trace.host
+    dl = np.flatnonzero(host & dataloader_mask(trace.names, extra_dataloader_patterns))
+    busy = np.flatnonzero(host & trace.category_in(HOST_BUSY_CATEGORIES))
+    gpu = np.flatnonzero(rows & trace.device_activity)
     dl_s, dl_e = merge_intervals(ts[dl], end[dl])
     dataloader = length_in_windows(dl_s, dl_e, win_starts, win_ends)
     cb_s, cb_e = covered_not_excluded(ts[busy], end[busy],

@@ -23,7 +23,7 @@ events                 device activity (kernel, memcpy, memset,   rows with HTA'
                        MTIA/HPU) with a stream                    kernel/Kernel/gpu_memcpy/Memcpy/gpu_memset/
                                                                   Memset/mtia_ccp_events
 stream key             (device, stream)                           stream only (two GPUs' stream 7 mix)
-launcher               :attr:`RankView.launcher` (correlation,    HTA's ``index_correlation`` partner; an
+launcher               :attr:`RankTrace.launcher` (correlation,   HTA's ``index_correlation`` partner; an
                        External id fallback)                      event with a correlation but no partner
                                                                   takes the ``ts`` of trace event 0 (HTA
                                                                   joins its index 0), kept for parity
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jobs.analyze.trace.rank_view import RankView
+from jobs.analyze.trace.model import RankTrace
 
 __all__ = ["IdleGaps", "idle_gaps", "IDLE_CATEGORIES", "HOST_WAIT", "KERNEL_WAIT", "OTHER",
            "CONSECUTIVE_KERNEL_DELAY_NS", "HTA_IDLE_RAW_CATEGORIES"]
@@ -73,12 +73,12 @@ class IdleGaps:
         return {c: int(self.gap_ns[self.category == k].sum()) for k, c in enumerate(IDLE_CATEGORIES)}
 
 
-def idle_gaps(view: RankView, rows: np.ndarray, *, hta_compat: bool = False,
+def idle_gaps(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False,
               consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS) -> IdleGaps:
     """Classify the gap before every device event on its stream (HTA idle time breakdown).
 
     Args:
-        view: the rank's :class:`~jobs.analyze.trace.rank_view.RankView`.
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace`.
         rows: bool mask of shape ``(n,)``: the rows that exist for this analysis (e.g. all loaded
             rows, or HTA's last-step-filtered rows). Launchers outside ``rows`` are unknown.
         hta_compat: reproduce HTA 0.5.0 exactly (see the module table).
@@ -88,33 +88,33 @@ def idle_gaps(view: RankView, rows: np.ndarray, *, hta_compat: bool = False,
         :class:`IdleGaps` (empty arrays when there is no device event).
     """
     rows = np.asarray(rows, bool)
-    ts, end = view.ts, view.end
+    ts, end = trace.ts, trace.end
     if hta_compat:
-        sel = np.flatnonzero(rows & (view.hta_stream != -1) & view.raw_category_in(HTA_IDLE_RAW_CATEGORIES))
+        sel = np.flatnonzero(rows & (trace.hta_stream != -1) & trace.raw_category_in(HTA_IDLE_RAW_CATEGORIES))
         key_major = np.zeros(sel.size, np.int64)
-        key_minor = view.hta_stream[sel]
-        partner = view.hta_partner[sel]
+        key_minor = trace.hta_stream[sel]
+        partner = trace.hta_partner[sel]
         has_rt = partner >= 0
         has_rt[has_rt] = rows[partner[has_rt]]
         rt_ts = np.where(has_rt, ts[np.maximum(partner, 0)], 0)
         # HTA joins index_correlation 0 (a correlation without partner) to trace event 0.
-        ev0 = np.flatnonzero(rows & (view.event_id == 0))
+        ev0 = np.flatnonzero(rows & (trace.event_id == 0))
         if ev0.size:
-            quirk = (partner < 0) & (view.hta_correlation[sel] >= 0)
+            quirk = (partner < 0) & (trace.hta_correlation[sel] >= 0)
             rt_ts = np.where(quirk, ts[ev0[0]], rt_ts)
             has_rt = has_rt | quirk
     else:
-        sel = np.flatnonzero(rows & view.device_activity & (view.stream >= 0))
-        key_major = view.device[sel]
-        key_minor = view.stream[sel]
-        launcher = view.launcher[sel]
+        sel = np.flatnonzero(rows & trace.device_activity & (trace.stream >= 0))
+        key_major = trace.device[sel]
+        key_minor = trace.stream[sel]
+        launcher = trace.launcher[sel]
         has_rt = launcher >= 0
         has_rt[has_rt] = rows[launcher[has_rt]]
         rt_ts = np.where(has_rt, ts[np.maximum(launcher, 0)], 0)
     if sel.size == 0:
         z = np.zeros(0, np.int64)
         return IdleGaps(z, z, z, np.zeros(0, np.int8))
-    order = np.lexsort((view.event_id[sel], ts[sel], key_minor, key_major))
+    order = np.lexsort((trace.event_id[sel], ts[sel], key_minor, key_major))
     sel, key_major, key_minor = sel[order], key_major[order], key_minor[order]
     has_rt, rt_ts = has_rt[order], rt_ts[order]
     same = np.zeros(sel.size, bool)

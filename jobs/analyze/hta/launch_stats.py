@@ -16,7 +16,7 @@ Ours (default) vs HTA-compatibility mode (``hta_compat=True``):
 
 * launch calls: :data:`jobs.analyze.trace.launches.LAUNCH_NAMES` (vendor-neutral: ``hipLaunchKernel``,
   ``cuLaunchKernel(Ex)``, ``cudaGraphLaunch``…) vs HTA's five names;
-* join: device activity rows linked by :attr:`RankView.launcher` (correlation, External-id fallback)
+* join: device activity rows linked by :attr:`RankTrace.launcher` (correlation, External-id fallback)
   vs HTA's inner join of *any* host row (HTA stream −1) whose correlation is that of a launch call
   with *any* row with a stream;
 * one row per **launch** (a graph launch with 20 kernels is one launch: delay to its first kernel,
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES, LAUNCH_NAMES, launch_name_mask, pairs_on_key
-from jobs.analyze.trace.rank_view import RankView
+from jobs.analyze.trace.model import RankTrace
 
 __all__ = ["Launches", "launches", "RUNTIME_CUTOFF_NS", "LAUNCH_DELAY_CUTOFF_NS"]
 
@@ -70,13 +70,13 @@ class Launches:
         return self.delay_ns > self.launch_delay_cutoff_ns
 
 
-def launches(view: RankView, rows: np.ndarray, *, hta_compat: bool = False,
+def launches(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False,
              launch_names: Sequence[str] = LAUNCH_NAMES, runtime_cutoff_ns: int = RUNTIME_CUTOFF_NS,
              launch_delay_cutoff_ns: int = LAUNCH_DELAY_CUTOFF_NS) -> Launches:
     """The launches among ``rows`` (see the module docstring for both modes).
 
     Args:
-        view: the rank's :class:`~jobs.analyze.trace.rank_view.RankView`.
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace`.
         rows: bool mask of shape ``(n,)``: rows that exist for this analysis.
         hta_compat: HTA 0.5.0's join and name list (``launch_names`` ignored).
         launch_names: launch-call names (ours).
@@ -85,23 +85,23 @@ def launches(view: RankView, rows: np.ndarray, *, hta_compat: bool = False,
         :class:`Launches` (empty when the trace has none of the launch calls: bug case B15).
     """
     rows = np.asarray(rows, bool)
-    ts, dur = view.ts, view.dur
+    ts, dur = trace.ts, trace.dur
     if hta_compat:
-        corr = view.hta_correlation
-        named = rows & view.name_in(HTA_LAUNCH_STATS_NAMES)
+        corr = trace.hta_correlation
+        named = rows & trace.name_in(HTA_LAUNCH_STATS_NAMES)
         keys = np.unique(corr[named])
         keys = keys[keys != -1]
         cand = rows & np.isin(corr, keys)
-        cpu = np.flatnonzero(cand & (view.hta_stream == -1))
-        gpu = np.flatnonzero(cand & (view.hta_stream != -1))
+        cpu = np.flatnonzero(cand & (trace.hta_stream == -1))
+        gpu = np.flatnonzero(cand & (trace.hta_stream != -1))
         c, g = pairs_on_key(cpu, gpu, corr)
         cpu_dur, gpu_dur = dur[c], dur[g]
         delay = np.maximum(ts[g] - ts[c] - dur[c], 0)
         return Launches(c, cpu_dur, gpu_dur, delay, runtime_cutoff_ns, launch_delay_cutoff_ns)
-    is_launch = view.host & rows & (view.launch_call if tuple(launch_names) == LAUNCH_NAMES
-                                     else launch_name_mask(view.names, launch_names))
-    launcher = view.launcher
-    dev = np.flatnonzero(rows & view.device_activity & (launcher >= 0))
+    is_launch = trace.host & rows & (trace.launch_call if tuple(launch_names) == LAUNCH_NAMES
+                                     else launch_name_mask(trace.names, launch_names))
+    launcher = trace.launcher
+    dev = np.flatnonzero(rows & trace.device_activity & (launcher >= 0))
     dev = dev[is_launch[launcher[dev]]]
     if dev.size == 0:
         z = np.zeros(0, np.int64)
@@ -111,5 +111,5 @@ def launches(view: RankView, rows: np.ndarray, *, hta_compat: bool = False,
     first_ts = np.full(cpu_rows.size, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_ts, inv, ts[dev])
     gpu_dur = np.bincount(inv, weights=dur[dev], minlength=cpu_rows.size).astype(np.int64)
-    delay = np.maximum(first_ts - view.end[cpu_rows], 0)
+    delay = np.maximum(first_ts - trace.end[cpu_rows], 0)
     return Launches(cpu_rows, dur[cpu_rows], gpu_dur, delay, runtime_cutoff_ns, launch_delay_cutoff_ns)

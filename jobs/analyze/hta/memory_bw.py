@@ -27,7 +27,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from jobs.analyze.trace.rank_view import RankView
+from jobs.analyze.trace.model import RankTrace
 
 __all__ = ["Memcpys", "memcpys", "MEMCPY_CATEGORIES"]
 
@@ -60,21 +60,21 @@ def _num(v, default):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
-def memcpys(view: RankView, rows: np.ndarray) -> Memcpys:
+def memcpys(trace: RankTrace, rows: np.ndarray) -> Memcpys:
     """The memcpy events among ``rows`` with their sizes (``args_json`` parsed for these rows only).
 
     Args:
-        view: the rank's :class:`~jobs.analyze.trace.rank_view.RankView`.
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace`.
         rows: bool mask of shape ``(n,)``.
 
     Returns:
         :class:`Memcpys` (empty when there is no copy).
     """
-    sel = np.flatnonzero(np.asarray(rows, bool) & view.loaded & view.is_gpu & view.category_in(MEMCPY_CATEGORIES))
+    sel = np.flatnonzero(np.asarray(rows, bool) & trace.loaded & trace.is_gpu & trace.category_in(MEMCPY_CATEGORIES))
     nbytes = np.full(sel.size, -1, np.int64)
     gbps = np.full(sel.size, np.nan)
-    if sel.size and "args_json" in view.events.column_names:
-        texts = view.events.column("args_json").take(pa.array(sel, pa.int64())).to_pylist()
+    if sel.size and "args_json" in trace.events.column_names:
+        texts = trace.events.column("args_json").take(pa.array(sel, pa.int64())).to_pylist()
         for k, t in enumerate(texts):
             try:
                 a = _decode.decode(t) if t else None
@@ -84,4 +84,4 @@ def memcpys(view: RankView, rows: np.ndarray) -> Memcpys:
                 b = _num(a.get("bytes"), -1)
                 nbytes[k] = int(b) if b >= 0 else -1
                 gbps[k] = float(_num(a.get(_KINETO_BW), np.nan))
-    return Memcpys(sel, nbytes, view.dur[sel], gbps)
+    return Memcpys(sel, nbytes, trace.dur[sel], gbps)

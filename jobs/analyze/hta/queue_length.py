@@ -17,7 +17,7 @@ the next change point on the stream). Changes at the same instant are applied in
 Ours (default) vs HTA-compatibility mode (``hta_compat=True``):
 
 * launch calls: :data:`jobs.analyze.trace.launches.LAUNCH_NAMES` vs HTA's
-  :data:`~jobs.analyze.trace.launches.HTA_QUEUE_NAMES`; links: :attr:`RankView.launcher` vs a join on
+  :data:`~jobs.analyze.trace.launches.HTA_QUEUE_NAMES`; links: :attr:`RankTrace.launcher` vs a join on
   HTA's correlation between launch calls that have an ``index_correlation`` partner and rows with
   a stream;
 * stream key (device, stream) vs stream.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jobs.analyze.trace.launches import HTA_QUEUE_NAMES, LAUNCH_NAMES, launch_name_mask, pairs_on_key
-from jobs.analyze.trace.rank_view import RankView
+from jobs.analyze.trace.model import RankTrace
 
 __all__ = ["QueuePoints", "queue_points", "MAX_QUEUE_LENGTH"]
 
@@ -57,12 +57,12 @@ class QueuePoints:
         return np.where(self.queue_length >= max_queue_length, self.dur_to_next_ns, 0)
 
 
-def queue_points(view: RankView, rows: np.ndarray, *, hta_compat: bool = False,
+def queue_points(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False,
                  launch_names: Sequence[str] = LAUNCH_NAMES, enqueue_first: bool = True) -> QueuePoints:
     """Queue-length change points of the rank's streams (see the module docstring).
 
     Args:
-        view: the rank's :class:`~jobs.analyze.trace.rank_view.RankView`.
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace`.
         rows: bool mask of shape ``(n,)``: rows that exist for this analysis.
         hta_compat: HTA 0.5.0's names and join.
         launch_names: launch-call names (ours).
@@ -74,27 +74,27 @@ def queue_points(view: RankView, rows: np.ndarray, *, hta_compat: bool = False,
     """
     rows = np.asarray(rows, bool)
     if hta_compat:
-        corr = view.hta_correlation
-        partner = view.hta_partner
-        runtime = rows & view.name_in(HTA_QUEUE_NAMES) & (partner >= 0)
-        runtime[runtime] = view.event_id[partner[runtime]] > 0  # HTA: index_correlation > 0
-        gpu = rows & (view.hta_stream != -1)
+        corr = trace.hta_correlation
+        partner = trace.hta_partner
+        runtime = rows & trace.name_in(HTA_QUEUE_NAMES) & (partner >= 0)
+        runtime[runtime] = trace.event_id[partner[runtime]] > 0  # HTA: index_correlation > 0
+        gpu = rows & (trace.hta_stream != -1)
         c, g = pairs_on_key(np.flatnonzero(runtime), np.flatnonzero(gpu), corr)
         major = np.zeros(c.size, np.int64)
-        minor = view.hta_stream[g]
+        minor = trace.hta_stream[g]
     else:
-        is_launch = view.host & rows & (view.launch_call if tuple(launch_names) == LAUNCH_NAMES
-                                         else launch_name_mask(view.names, launch_names))
-        g = np.flatnonzero(rows & view.device_activity & (view.stream >= 0) & (view.launcher >= 0))
-        g = g[is_launch[view.launcher[g]]]
-        c = view.launcher[g]
-        major, minor = view.device[g], view.stream[g]
+        is_launch = trace.host & rows & (trace.launch_call if tuple(launch_names) == LAUNCH_NAMES
+                                         else launch_name_mask(trace.names, launch_names))
+        g = np.flatnonzero(rows & trace.device_activity & (trace.stream >= 0) & (trace.launcher >= 0))
+        g = g[is_launch[trace.launcher[g]]]
+        c = trace.launcher[g]
+        major, minor = trace.device[g], trace.stream[g]
     m = c.size
     if m == 0:
         z = np.zeros(0, np.int64)
         return QueuePoints(z, z, z, z, z)
     row = np.concatenate([c, g])
-    ts = np.concatenate([view.ts[c], view.ts[g]])
+    ts = np.concatenate([trace.ts[c], trace.ts[g]])
     delta = np.concatenate([np.ones(m, np.int64), -np.ones(m, np.int64)])
     kmaj = np.concatenate([major, major])
     kmin = np.concatenate([minor, minor])

@@ -41,7 +41,7 @@ from jobs.analyze.trace.kernel_types import KERNEL_TYPES
 from jobs.analyze.hta.launch_stats import launches
 from jobs.analyze.hta.memory_bw import memcpys
 from jobs.analyze.hta.queue_length import queue_points
-from jobs.analyze.trace.rank_view import RankView
+from jobs.analyze.trace.model import RankTrace
 
 __all__ = ["STAT_COLUMNS", "stats_by_group", "step_stats", "rank_stats"]
 
@@ -91,14 +91,14 @@ class _Groups:
         return [vals[bounds[k]:bounds[k + 1]] for k in range(self.size)]
 
 
-def _exposed_and_memory(view: RankView, rows: np.ndarray, labels: np.ndarray, g: _Groups,
+def _exposed_and_memory(trace: RankTrace, rows: np.ndarray, labels: np.ndarray, g: _Groups,
                         extra_comm_patterns: Sequence[str]) -> tuple[list, list]:
-    idx = kernel_rows(view, rows)
-    codes = type_codes(view, idx, extra_comm_patterns)
+    idx = kernel_rows(trace, rows)
+    codes = type_codes(trace, idx, extra_comm_patterns)
     mem, exposed = [0] * g.size, [0] * g.size
     for k, part in enumerate(g.split(labels[idx], np.arange(idx.size))):
         r, c = idx[part], codes[part]
-        ts, end = view.ts[r], view.end[r]
+        ts, end = trace.ts[r], trace.end[r]
         ms, me = merge_intervals(ts[c == _MEM], end[c == _MEM])
         cs, ce = merge_intervals(ts[c == _COMM], end[c == _COMM])
         ps, pe = merge_intervals(ts[c == _COMP], end[c == _COMP])
@@ -107,13 +107,13 @@ def _exposed_and_memory(view: RankView, rows: np.ndarray, labels: np.ndarray, g:
     return mem, exposed
 
 
-def stats_by_group(view: RankView, rows: np.ndarray, labels: np.ndarray, groups, win_starts, win_ends, *,
+def stats_by_group(trace: RankTrace, rows: np.ndarray, labels: np.ndarray, groups, win_starts, win_ends, *,
                    extra_comm_patterns: Sequence[str] = (),
                    extra_dataloader_patterns: Sequence[str] = ()) -> list[dict]:
     """The :data:`STAT_COLUMNS` of each group of rows.
 
     Args:
-        view: the rank's :class:`~jobs.analyze.trace.rank_view.RankView`.
+        trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace`.
         rows: bool mask of shape ``(n,)``: the rows analyzed (e.g. loaded rows, or HTA-kept rows).
         labels: int64 array of shape ``(n,)``: the group label of every row (e.g. ``step``).
         groups: the group labels to report, shape ``(G,)``; rows with another label are ignored.
@@ -131,14 +131,14 @@ def stats_by_group(view: RankView, rows: np.ndarray, labels: np.ndarray, groups,
     G = g.size
     out: dict[str, list] = {}
 
-    out["memory_time_ns"], out["exposed_comm_ns"] = _exposed_and_memory(view, rows, labels, g, extra_comm_patterns)
+    out["memory_time_ns"], out["exposed_comm_ns"] = _exposed_and_memory(trace, rows, labels, g, extra_comm_patterns)
 
-    gaps = idle_gaps(view, rows)
+    gaps = idle_gaps(trace, rows)
     gl = labels[gaps.row]
     for col, code in (("idle_host_wait_ns", HOST_WAIT), ("idle_kernel_wait_ns", KERNEL_WAIT), ("idle_other_ns", OTHER)):
         out[col] = g.sum(gl, np.where(gaps.category == code, gaps.gap_ns, 0))
 
-    la = launches(view, rows)
+    la = launches(trace, rows)
     ll = labels[la.cpu_row]
     out["n_launches"] = g.count(ll)
     out["launch_runtime_ns"] = g.sum(ll, la.cpu_dur_ns)
@@ -150,14 +150,14 @@ def stats_by_group(view: RankView, rows: np.ndarray, labels: np.ndarray, groups,
     out["n_runtime_outliers"] = g.count(ll, la.runtime_outlier)
     out["n_launch_delay_outliers"] = g.count(ll, la.delay_outlier)
 
-    q = queue_points(view, rows)
+    q = queue_points(trace, rows)
     ql = labels[q.row]
     qs = g.split(ql, q.queue_length)
     out["queue_length_max"] = [int(v.max()) if v.size else None for v in qs]
     out["queue_length_mean"] = [float(v.mean()) if v.size else None for v in qs]
     out["blocked_on_full_queue_ns"] = g.sum(ql, q.blocked())
 
-    m = memcpys(view, rows)
+    m = memcpys(trace, rows)
     ml = labels[m.row]
     known = m.bytes >= 0
     out["memcpy_bytes"] = g.sum(ml, np.where(known, m.bytes, 0))
@@ -169,7 +169,7 @@ def stats_by_group(view: RankView, rows: np.ndarray, labels: np.ndarray, groups,
     ws = np.asarray(win_starts, np.int64)[order]
     we = np.asarray(win_ends, np.int64)[order]
     out["dataloader_time_ns"], out["cpu_bound_time_ns"] = host_time_in_windows(
-        view, rows, ws, we, extra_dataloader_patterns)
+        trace, rows, ws, we, extra_dataloader_patterns)
 
     result = [None] * G
     for k in range(G):
@@ -187,21 +187,21 @@ def _py(v):
     return v
 
 
-def step_stats(view: RankView, steps: Sequence[tuple[int, int, int]], **kw) -> list[dict]:
+def step_stats(trace: RankTrace, steps: Sequence[tuple[int, int, int]], **kw) -> list[dict]:
     """:data:`STAT_COLUMNS` per ``(step, start_ns, dur_ns)`` (loaded rows, by ``events.step``)."""
     if not steps:
         return []
     nums = np.array([s[0] for s in steps], np.int64)
     starts = np.array([s[1] for s in steps], np.int64)
     ends = starts + np.array([s[2] for s in steps], np.int64)
-    return stats_by_group(view, view.loaded, view.step, nums, starts, ends, **kw)
+    return stats_by_group(trace, trace.loaded, trace.step, nums, starts, ends, **kw)
 
 
-def rank_stats(view: RankView, keep: np.ndarray, **kw) -> dict:
+def rank_stats(trace: RankTrace, keep: np.ndarray, **kw) -> dict:
     """:data:`STAT_COLUMNS` of the whole trace over the rows HTA keeps (``keep``)."""
     keep = np.asarray(keep, bool)
-    sel = keep & view.loaded
-    lo = int(view.ts[sel].min()) if sel.any() else 0
-    hi = int(view.end[sel].max()) if sel.any() else 0
-    return stats_by_group(view, keep, np.zeros(view.n, np.int64), np.zeros(1, np.int64),
+    sel = keep & trace.loaded
+    lo = int(trace.ts[sel].min()) if sel.any() else 0
+    hi = int(trace.end[sel].max()) if sel.any() else 0
+    return stats_by_group(trace, keep, np.zeros(trace.n, np.int64), np.zeros(1, np.int64),
                           np.array([lo]), np.array([hi]), **kw)[0]
