@@ -29,6 +29,8 @@ import pyarrow.compute as pc
 from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_collectives
 from jobs.analyze.critical_path.cross_rank import job_critical_path
 from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_path
+from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
+from jobs.analyze.findings.rules import SYNC_NAMES
 from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.kernel_stats import kernel_table
 from jobs.analyze.trace.model import IDENTITY, RankTrace, build_rank_trace
@@ -181,8 +183,6 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
     """
     from pyspark.sql import functions as F
 
-    from jobs.analyze.findings.rules import SYNC_NAMES
-    from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
     root = warehouse.rstrip("/")
     jobs = job_ids if job_ids is not None else [
         r[0] for r in read_spark(spark, warehouse, "captures").select("job_id").distinct().collect()]
