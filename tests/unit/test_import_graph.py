@@ -54,10 +54,7 @@ HEAVY = frozenset({"pyspark", "mlflow", "great_expectations", "torch", "matplotl
 #: checks leave them out (a cycle only they close is a warning), their layer and DAG violations are warnings.
 PENDING_EDGES: frozenset[tuple[str, str]] = frozenset()
 #: Module cycles being broken in other branches: a cycle whose modules all lie in one of these sets is a warning.
-PENDING_MODULE_CYCLES: frozenset[frozenset[str]] = frozenset(),
-    # jobs/analyze: critical path per rank ↔ across ranks
-    frozenset({"jobs.analyze.critical_path.rank", "jobs.analyze.critical_path.cross_rank"}),
-})
+PENDING_MODULE_CYCLES: frozenset[frozenset[str]] = frozenset()
 #: Modules whose function-local imports (check f) are reviewed in other branches: their findings are warnings.
 PENDING_LOCAL_IMPORTS: frozenset[str] = frozenset()  # set by the cleanup below
 
