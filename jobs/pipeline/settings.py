@@ -92,7 +92,7 @@ def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
         raise ValueError(f"Airflow Variable {VAR_STORAGE_OPTIONS} must be a JSON object, got {storage_options!r}")
     return RunSettings(
         raw=Variable.get(VAR_RAW, default=str(home() / "landing")), warehouse=warehouse,
-        tracking_uri=Variable.get(VAR_TRACKING_URI, default="") or "", storage_options=storage_options,
+        tracking_uri=Variable.get(VAR_TRACKING_URI, default="") or None, storage_options=storage_options,
         since=_iso(run_conf.get("since") or since), until=_iso(run_conf.get("until") or until),
     ).model_dump()
 
