@@ -143,7 +143,7 @@ def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
     calls = []
 
     class _Report:
-        def to_dict(self):
+        def to_dict(self, **_):  # any options the stage passes (with_gx)
             return {"stage": calls[-1][1]}
 
         def summary(self):
