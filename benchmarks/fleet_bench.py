@@ -29,10 +29,12 @@ gzip level 1, ``manifest.json`` from ``build_manifest``/``file_entry``, written 
 ``sched_setaffinity``, inherited by the JVM and the Python workers):
 
 * end-to-end: :func:`jobs.pipeline.run.run_pipeline` with MLflow on a SQLite file in the temp folder; the
-  stages are timed from the pipeline's own progress hooks (``Starting Spark``, ``Normalizing``, the two
-  ``Validating`` stages, ``Analyzing``, ``Fleet statistics``, ``Logging`` + ``Rendering`` = MLflow; any other
-  stage text counts as ``other`` and every span is in the JSON; ``read_tables`` = the result
-  tables read back between stages, timed by wrapping ``jobs.pipeline.run.read_frames``). MB/s and events/s are the
+  stages are timed from the pipeline's own progress hooks (``Starting Spark``, then the declared stages'
+  ``Stage.title`` of :data:`jobs.pipeline.stages.INGEST`: ``Normalizing``, the two ``Validating`` stages,
+  ``Analyzing``, ``Fleet statistics``, ``Logging`` = MLflow runs and HTML reports; any other stage text
+  counts as ``other`` and every span is in the JSON; ``read_tables`` = the result tables ``run_pipeline``
+  reads back after the last stage for its summary, timed by wrapping ``jobs.pipeline.run.read_pandas``;
+  reads inside a stage count for that stage). MB/s and events/s are the
   uncompressed JSON MB (10^6 bytes) and the ``events`` rows over the pipeline's wall time *without* the
   Spark start (a fixed cost of a few seconds that a long-lived cluster does not pay per batch; printed
   as its own stage);
@@ -85,7 +87,8 @@ SINGLE_GPU = (
 MB = 1e6
 TARGET_SCALING = 1.8
 TARGET_E2E_VS_NORMALIZE = 0.5
-#: pipeline progress text prefix -> stage name (jobs/pipeline/run.py ``_stage`` texts)
+#: pipeline progress text prefix -> stage name: ``Starting Spark`` of jobs/pipeline/run.py, then the
+#: ``Stage.title`` of each stage of ``jobs.pipeline.stages.INGEST``
 STAGES = (
     ("Starting Spark", "spark_start"),
     ("Normalizing", "normalize"),
@@ -94,7 +97,6 @@ STAGES = (
     ("Validating the analysis", "validate"),
     ("Fleet statistics", "fleet"),
     ("Logging", "mlflow"),
-    ("Rendering", "mlflow"),
 )
 STAGE_ORDER = ("spark_start", "normalize", "validate", "analyze", "fleet", "mlflow", "read_tables", "other")
 GZIP_LEVEL = 1  # capture_hooks.finalize.GZIP_LEVEL (imported when available)
@@ -461,7 +463,7 @@ class _StageClock:
 
     def __init__(self):
         self.spans: list[tuple[str, float, float | None]] = []
-        self.reads: list[tuple[float, float]] = []  # jobs.pipeline.run.read_frames calls
+        self.reads: list[tuple[float, float]] = []  # jobs.pipeline.run.read_pandas calls
 
     def add_task(self, text, total=None):
         self.spans.append((str(text), time.perf_counter(), None))
@@ -472,8 +474,8 @@ class _StageClock:
         self.spans[task] = (text, t0, time.perf_counter())
 
     def by_stage(self, total_s: float) -> dict[str, float]:
-        """Seconds per stage; ``read_tables`` = the pipeline reading its result tables back between stages
-        (calls inside a stage count for that stage); ``other`` = the rest of ``total_s``."""
+        """Seconds per stage; ``read_tables`` = the pipeline reading its result tables back outside any
+        stage (calls inside a stage count for that stage); ``other`` = the rest of ``total_s``."""
         out = {s: 0.0 for s in STAGE_ORDER}
         for text, t0, t1 in self.spans:
             name = next((n for prefix, n in STAGES if text.startswith(prefix)), "other")
@@ -532,7 +534,7 @@ def child_pipeline(raw: str, warehouse: str, tracking_uri: str) -> dict[str, Any
     from jobs.pipeline.run import run_pipeline
 
     clock = _StageClock()
-    jobs.pipeline.run.read_frames = clock.wrap(jobs.pipeline.run.read_frames)
+    jobs.pipeline.run.read_pandas = clock.wrap(jobs.pipeline.run.read_pandas)  # the name run_pipeline calls
     t0 = time.perf_counter()
     result = run_pipeline(raw, warehouse, tracking_uri=tracking_uri, progress=clock)
     wall = time.perf_counter() - t0

@@ -70,7 +70,7 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
     Returns:
         :class:`PipelineResult`.
     """
-    s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or "", storage_options=storage_options or {},
+    s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or None, storage_options=storage_options or {},
                     since=_iso(since), until=_iso(until))
     with _stage(progress, "Starting Spark"):
         spark = spark or get_spark()

@@ -5,7 +5,9 @@
 :class:`~jobs.pipeline.stages.RunSettings`, as the DAGs' ``settings`` task returns it). The
 SparkSession is the one spark-submit configured (:func:`jobs.pipeline.session.submit_session`,
 honouring ``--master``); the run record in the warehouse carries what earlier stages did.
-Exit code 0 when the stage ran or had nothing to do.
+Exit code 0 when the stage ran or had nothing to do; after ``publish`` (alone or as the end of
+``--pipeline ingest``), a job that failed validation fails the application
+(:func:`~jobs.pipeline.stages.check_validation`), as it fails the DAG run.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo of this file, when not installed
 
 from jobs.pipeline.session import submit_session  # noqa: E402 (after the sys.path line above)
-from jobs.pipeline.stages import PIPELINES, STAGES, RunSettings, run_stage, run_stages  # noqa: E402
+from jobs.pipeline.stages import PIPELINES, STAGES, RunSettings, check_validation, run_stage, run_stages  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> dict:
         spark = submit_session(f"tracelake-{args.stage}") if STAGES[args.stage].spark else None
         record = run_stage(args.stage, settings, spark=spark)
     print(f"tracelake {args.stage or args.pipeline}: {json.dumps(record.get('stages', {}))}", flush=True)
+    if "publish" in record.get("stages", {}) and (args.pipeline or args.stage == "publish"):
+        check_validation(record)  # raises ValidationFailed: the application exits non-zero
     return record
 
 

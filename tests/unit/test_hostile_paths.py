@@ -13,12 +13,20 @@ files with that reason and every other capture of the batch is still ingested.
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 
 import pytest
 
 from jobs.common.ids import INT32_MAX, DiscoveryError, safe_date, safe_id, safe_index, slug
 from jobs.landing.discover import UNSAFE_PATH_JOB, check_path_parts, discover
+from jobs.pipeline import settings as cfg
+from jobs.pipeline import submit
+from jobs.pipeline.settings import resolve
+from jobs.pipeline.stages import RunSettings, run_stage
+from jobs.publish.tracking import default_tracking_uri
+from jobs.validate import suites
 
 #: Values that must never be a job id, capture id or other path segment.
 HOSTILE_IDS = [
@@ -379,8 +387,6 @@ def airflow_vars(tmp_path, monkeypatch):
 @pytest.mark.parametrize("value", ["../../x", "2026-01-01; rm -rf /", "$(id)", "{{ 7*7 }}", "2026-01-01T00:00:00Z\n--x",
                                    {"a": 1}, ["2026-01-01"]])
 def test_dag_run_conf_interval_must_be_a_date_time(airflow_vars, value):
-    from jobs.pipeline.settings import resolve
-
     with pytest.raises(ValueError, match="date-time"):
         resolve(run_conf={"since": value})
     with pytest.raises(ValueError, match="date-time"):
@@ -388,46 +394,106 @@ def test_dag_run_conf_interval_must_be_a_date_time(airflow_vars, value):
 
 
 def test_dag_run_record_path_stays_in_the_warehouse(airflow_vars):
-    import re
-
-    from jobs.pipeline.settings import resolve
-
     conf = resolve(run_conf={"since": "2026-01-01T00:00:00.123456+05:30", "until": "2026-01-02"})
     prefix = str(airflow_vars / "wh") + "/_runs/ingest/"
     assert conf["record"].startswith(prefix)
     assert re.fullmatch(r"[0-9]{8}T[0-9]{6}Z_[0-9]{8}T[0-9]{6}Z\.json", conf["record"][len(prefix):])
 
 
-def test_spark_submit_arguments_are_never_rendered_twice_nor_split():
-    """Settings reach spark-submit through a Jinja template rendered once (a ``{{ }}`` in a value stays
-    text) and an argv list (no shell: ``;``, ``$()``, spaces stay inside one argument)."""
-    import jinja2
+def test_dag_run_default_mlflow_store_stays_in_the_warehouse(airflow_vars):
+    """Without ``tracelake_tracking_uri`` the runs go to ``sqlite:///<warehouse>/mlflow.db``, never to MLflow's
+    own default (``./mlflow.db`` in the worker's current folder)."""
+    conf = resolve()
+    assert conf["tracking_uri"] == default_tracking_uri(str(airflow_vars / "wh"))
+    assert RunSettings(**conf).tracking_uri == conf["tracking_uri"]  # what every stage task reads back
 
-    from jobs.pipeline import settings as cfg
 
-    hostile = "/x; rm -rf / $(id) `id` {{ 7*7 }} --job ../x"
+def _submit_settings(argv: list[str]) -> dict:
+    """The settings ``jobs/pipeline/submit.py`` runs on for ``argv``: its argparse, then ``RunSettings(**json)``
+    (stopped before any stage runs)."""
+    parsed = []
+
+    class _Stop(Exception):
+        pass
+
+    def parse_then_stop(self, args=None, namespace=None):
+        parsed.append(original(self, args, namespace))
+        raise _Stop
+
+    original = argparse.ArgumentParser.parse_args
+    mp = pytest.MonkeyPatch()
+    mp.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    try:
+        with pytest.raises(_Stop):
+            submit.main(argv)
+    finally:
+        mp.undo()
+    return RunSettings(**json.loads(parsed[0].settings)).model_dump()
+
+
+def _render_stage_args(settings: dict, stage: str = "normalize") -> list[str]:
+    """``application_args`` of the DAG's spark-submit task of ``stage``, rendered by Airflow's own template
+    environment with ``settings`` as the XCom of the ``settings`` task."""
+    pytest.importorskip("airflow.providers.apache.spark.operators.spark_submit")
+    from jobs.pipeline.operators import TracelakeSparkSubmitOperator  # heavy: airflow (skipped without it)
 
     class _TI:
         def xcom_pull(self, task_ids):
             assert task_ids == cfg.SETTINGS_TASK
-            return {"raw": hostile}
+            return settings
 
-    assert jinja2.Template(cfg.xcom("raw")).render(ti=_TI()) == hostile
-    hook_mod = pytest.importorskip("airflow.providers.apache.spark.hooks.spark_submit")
+    op = TracelakeSparkSubmitOperator(task_id=stage, application=cfg.application(),
+                                      application_args=["--stage", stage, "--settings", cfg.settings_arg()])
+    assert "application_args" in op.template_fields
+    return op.render_template(op.application_args, {"ti": _TI()}, op.get_template_env())
+
+
+def test_spark_submit_arguments_are_never_rendered_twice_nor_split():
+    """Settings reach spark-submit through a Jinja template rendered once (a ``{{ }}`` in a value stays
+    text), as ONE JSON argument that gives back exactly the same settings, and an argv list (no shell:
+    ``;``, ``$()``, spaces, quotes and newlines stay inside that one argument)."""
+    pytest.importorskip("airflow.providers.apache.spark.hooks.spark_submit")
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # heavy: airflow
+
+    hostile = "/x; rm -rf / $(id) `id` {{ 7*7 }} --job ../x <b>&'\"\\ é\n--stage analyze"
+    settings = RunSettings(raw=hostile, warehouse="/wh", tracking_uri="http://mlflow:5000/" + hostile,
+                           storage_options={"endpoint_url": hostile, hostile: [hostile, 1]},
+                           job_ids=["a", "--stage"]).model_dump()
+    args = _render_stage_args(settings)
+    assert len(args) == 4 and args[:3] == ["--stage", "normalize", "--settings"]
+    assert "49" not in args[3] and json.loads(args[3]) == settings  # rendered once, the values as text
+    assert _submit_settings(args) == settings  # the application's own round trip: exactly the same settings
     mp = pytest.MonkeyPatch()
     mp.setenv("AIRFLOW_CONN_SPARK_TRACELAKE", json.dumps({"conn_type": "spark", "host": "local[*]"}))
     try:
-        hook = hook_mod.SparkSubmitHook(conn_id=cfg.SPARK_CONN_ID, application_args=["--raw", hostile, "--job", "../x"])
-        cmd = hook._build_spark_submit_command("/app.py")
+        cmd = SparkSubmitHook(conn_id=cfg.SPARK_CONN_ID, application_args=args)._build_spark_submit_command("/app.py")
     finally:
         mp.undo()
-    assert isinstance(cmd, list) and cmd[-4:] == ["--raw", hostile, "--job", "../x"]
+    assert isinstance(cmd, list) and cmd[-5:] == ["/app.py", *args]
 
 
-def test_validate_stage_passes_each_job_as_one_argument():
-    from jobs.pipeline.validate_main import validate_argv
-
+def test_validate_stage_passes_each_job_as_one_argument(monkeypatch):
+    """A hostile job id is never split nor read as an option: through the settings JSON (one argv element)
+    and through the run record, the validate stage gets each id whole."""
     jobs = [slug("a b"), slug("--stage"), "job=x"]
-    argv = validate_argv({"job_ids": jobs}, "normalize", "/wh")
-    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--job"] == jobs
     assert not any(j.startswith("-") for j in jobs)  # a discovered id can never be read as an option
+    settings = RunSettings(warehouse="/wh", job_ids=jobs + ["c d", "--job"]).model_dump()
+    args = _render_stage_args(settings, "validate_normalize")
+    assert len(args) == 4 and _submit_settings(args)["job_ids"] == jobs + ["c d", "--job"]
+
+    seen = []
+
+    class _Report:
+        def to_dict(self, **_):  # any options the stage passes (with_gx)
+            return {}
+
+        def summary(self):
+            return ""
+
+    def fake_validate(spark, warehouse, stage, job_ids, n_discovered=None):
+        seen.append((stage, list(job_ids)))
+        return _Report()
+
+    monkeypatch.setattr(suites, "validate_tables", fake_validate)
+    run_stage("validate_normalize", settings, spark=object(), record={"job_ids": jobs}, save=False)
+    assert seen == [("normalize", jobs)]

@@ -1,8 +1,9 @@
 """infra/cluster: every YAML/JSON file parses, and what it names exists in the code and agrees with it.
 
-The step and manifest arguments are parsed by the applications' own parsers (argparse of the
-``jobs/pipeline/*_main.py`` applications and ``jobs.publish.report``, typer/click of ``jobs.cli``), stopped right
-after parsing, so a renamed or removed option fails here instead of on a cluster.
+The step and manifest arguments are parsed by the application's own parser (argparse of the one spark-submit
+application ``jobs/pipeline/submit.py``, stopped right after parsing, then ``RunSettings(**json)`` of its
+``--settings``), so a renamed or removed option or setting fails here instead of on a cluster. The EMR ingest
+steps must be the declared stages (:data:`jobs.pipeline.stages.INGEST`) in order, sharing one run record.
 """
 
 from __future__ import annotations
@@ -10,15 +11,23 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import importlib.util
 import inspect
 import json
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+
+import jobs.spark
+from jobs.landing.interval import as_utc
+from jobs.pipeline import stages, submit
+from jobs.pipeline.stages import FLEET_REPORT, INGEST, STAGES, RunSettings, record_uri
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "infra" / "cluster"
@@ -85,31 +94,16 @@ def _argparse_namespace(main, argv: list[str], monkeypatch) -> argparse.Namespac
     raise AssertionError(f"{main.__module__}.main did not parse its arguments")
 
 
-def _cli_params(argv: list[str]) -> dict:
-    """Parameters of ``tracelake <command> <options>`` as typer/click parses them (nothing runs)."""
-    import typer
-
-    from jobs.cli import app
-
-    group = typer.main.get_command(app)
-    command = group.commands[argv[0]]
-    return command.make_context(argv[0], list(argv[1:])).params
-
-
 def _check_application(app_file: Path, args: list[str], monkeypatch) -> dict:
-    """Parse ``args`` the way the spark-submit application ``app_file`` does; returns the parsed options."""
+    """Parse ``args`` the way the spark-submit application ``app_file`` does; returns the parsed options, with
+    ``settings`` as the :class:`~jobs.pipeline.stages.RunSettings` the application builds from its JSON."""
     assert app_file.is_file(), f"{app_file.relative_to(REPO)} does not exist"
     rel = app_file.relative_to(REPO).with_suffix("")
+    assert rel.as_posix() == "jobs/pipeline/submit", f"{rel}: the one spark-submit application is jobs/pipeline/submit.py"
     module = importlib.import_module(".".join(rel.parts))
-    if rel.name == "module_main":  # python -m <module> ARGS inside spark-submit
-        target, rest = args[0], args[1:]
-        spec = importlib.util.find_spec(target)
-        assert spec is not None, f"module_main: module {target} does not exist"
-        if target == "jobs.cli":
-            return _cli_params(rest)
-        main_mod = importlib.import_module(target + ".__main__" if spec.submodule_search_locations else target)
-        return vars(_argparse_namespace(main_mod.main, rest, monkeypatch))
-    return vars(_argparse_namespace(module.main, args, monkeypatch))
+    params = vars(_argparse_namespace(module.main, args, monkeypatch))
+    params["settings"] = RunSettings(**json.loads(params["settings"]))  # what main() does next
+    return params
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,9 +138,8 @@ def test_sparkapplication_matches_the_image_and_the_code(monkeypatch):
         main = spec["mainApplicationFile"]
         assert main.startswith("local://"), f"{path}: the application is in the image (local://)"
         params = _check_application(_repo_file_of(main[len("local://"):], IMAGE_VENV), spec["arguments"], monkeypatch)
-        assert params["raw"].startswith("s3://") and params["warehouse"].startswith("s3://")
-        assert params["tracking_uri"] and not params["tracking_uri"].startswith("sqlite:"), \
-            "a remote warehouse needs a tracking server (the sqlite default is for local warehouses)"
+        assert params["pipeline"] == "ingest" and params["stage"] is None, "the main job: every declared stage"
+        _assert_remote(params["settings"], path)
         for section in ("sparkConf", "hadoopConf"):
             for k, v in spec.get(section, {}).items():
                 assert isinstance(k, str) and isinstance(v, str), f"{path}: {section} {k!r}: {v!r} must be strings"
@@ -203,6 +196,13 @@ def _steps(name: str) -> list[dict]:
     return steps
 
 
+def _assert_remote(s, where) -> None:
+    """Settings of a cluster run: S3 landing zone and warehouse, and an MLflow server."""
+    assert s.raw.startswith("s3://") and s.warehouse.startswith("s3://"), where
+    assert s.tracking_uri and not s.tracking_uri.startswith("sqlite:"), \
+        f"{where}: a remote warehouse needs a tracking server (the sqlite default is for local warehouses)"
+
+
 def _spark_step(step: dict) -> tuple[Path, list[str]]:
     args = step["Args"]
     assert args[0] == "spark-submit"
@@ -210,54 +210,100 @@ def _spark_step(step: dict) -> tuple[Path, list[str]]:
     return _repo_file_of(args[i], EMR_VENV), args[i + 1:]
 
 
+def _python_step(step: dict, monkeypatch) -> tuple[str, dict]:
+    """``(stage, RunSettings dict)`` a step run with the venv's Python (no spark-submit) passes to
+    :func:`jobs.pipeline.stages.run_stage`: ``python -m jobs.pipeline.submit ARGS`` parsed by submit.py, or
+    ``python -c CODE JSON`` executed with ``run_stage`` and ``check_validation`` recorded, not run."""
+    python, flag, *rest = step["Args"]
+    assert python == EMR_VENV + "/bin/python", step["Name"]
+    if flag == "-m":
+        assert rest[0] == "jobs.pipeline.submit" and importlib.util.find_spec(rest[0]) is not None, step["Name"]
+        params = vars(_argparse_namespace(submit.main, rest[1:], monkeypatch))
+        assert params["stage"] is not None, f"{step['Name']}: one stage per step"
+        return params["stage"], RunSettings(**json.loads(params["settings"])).model_dump()
+    assert flag == "-c", step["Name"]
+    code, settings_json = rest
+    ast.parse(code)  # valid Python
+    calls = []
+    monkeypatch.setattr(stages, "run_stage", lambda name, settings, **kw: calls.append(("run_stage", name, settings))
+                        or {"stages": {name: {"status": "done"}}})
+    monkeypatch.setattr(stages, "check_validation", lambda record: calls.append(("check_validation", record)))
+    monkeypatch.setattr(sys, "argv", ["-c", settings_json])
+    exec(compile(code, step["Name"], "exec"), {"__name__": "__main__"})
+    (_, name, settings), *after = calls
+    assert calls[0][0] == "run_stage" and name in STAGES, f"{step['Name']}: calls no declared stage"
+    assert after == [("check_validation", {"stages": {name: {"status": "done"}}})], \
+        f"{step['Name']}: the step must fail, after publishing, when a job failed validation (as the DAG's last task)"
+    return name, RunSettings(**settings).model_dump()
+
+
 @pytest.mark.parametrize("name", ["steps-ingest.json", "steps-run.json"])
 def test_emr_spark_steps_parse_with_their_applications(name, monkeypatch):
-    for step in _steps(name):
-        if step["Args"][0] != "spark-submit":
-            continue
+    spark_steps = [s for s in _steps(name) if s["Args"][0] == "spark-submit"]
+    assert spark_steps
+    for step in spark_steps:
         app, args = _spark_step(step)
         params = _check_application(app, args, monkeypatch)
-        assert str(params.get("warehouse", "")).startswith("s3://"), step["Name"]
+        assert params["pipeline"] == "ingest" or STAGES[params["stage"]].spark, \
+            f"{step['Name']}: a non-Spark stage needs no spark-submit (it runs with the venv's Python)"
+        _assert_remote(params["settings"], step["Name"])
+        assert "--deploy-mode" in step["Args"] and step["Args"][step["Args"].index("--deploy-mode") + 1] == "cluster"
+
+
+def test_emr_run_step_runs_the_whole_ingest_pipeline(monkeypatch):
+    (step,) = _steps("steps-run.json")
+    params = _check_application(*_spark_step(step), monkeypatch)
+    assert params["pipeline"] == "ingest" and params["stage"] is None
 
 
 def test_emr_ingest_steps_follow_the_dag_and_share_one_run_record(monkeypatch):
-    from jobs.landing.interval import as_utc
-    from jobs.pipeline import settings
-
-    steps = _steps("steps-ingest.json")
-    parsed = {}
-    for step in steps:
+    names, settings = [], []
+    for step in _steps("steps-ingest.json"):
         if step["Args"][0] == "spark-submit":
-            app, args = _spark_step(step)
-            parsed[step["Name"]] = (app.name, _check_application(app, args, monkeypatch))
-    apps = [a for a, _ in parsed.values()]
-    # the DAG's order: normalize, validate normalize, analyze, validate analyze (then MLflow, the report)
-    assert apps[:4] == ["normalize_main.py", "validate_main.py", "analyze_main.py", "validate_main.py"]
-    assert [p.get("stage") for _, p in list(parsed.values())[:4]] == [None, "normalize", None, "analyze"]
-    norm = next(p for a, p in parsed.values() if a == "normalize_main.py")
-    record = norm["record"]
-    expected = f"{norm['warehouse']}/_runs/ingest/{settings.interval_name(as_utc(norm['since']), as_utc(norm['until']))}.json"
-    assert record == expected, "the record path the DAG uses for this interval"
-    for a, p in parsed.values():
-        if "record" in p:
-            assert p["record"] == record and p["warehouse"] == norm["warehouse"], a
-    json.loads(norm["storage_options"])
+            params = _check_application(*_spark_step(step), monkeypatch)
+            name, s = params["stage"], params["settings"].model_dump()
+        else:
+            name, s = _python_step(step, monkeypatch)
+        assert STAGES[name].spark == (step["Args"][0] == "spark-submit"), \
+            f"{step['Name']}: Spark stages are spark-submit steps, the others plain Python"
+        assert step["Name"] == "tracelake-" + name.replace("_", "-")
+        names.append(name)
+        settings.append(s)
+    # the declared order (the DAG's tasks), then the fleet report
+    assert names == [st.name for st in INGEST] + [st.name for st in FLEET_REPORT]
+    first = settings[0]
+    assert all(s == first for s in settings), "every step runs on the same settings, hence the same run record"
+    s = RunSettings(**first)
+    assert s.since and s.until, "one interval"
+    assert s.record == record_uri(s.warehouse, as_utc(s.since), as_utc(s.until)), \
+        "the record path the DAG uses for this interval"
+    assert s.record.startswith(s.warehouse + "/_runs/ingest/")
+    _assert_remote(s, "steps-ingest.json")
+    # a failed stage stops the interval; the fleet report (a separate pipeline) is best effort
+    failure = {st["Name"]: st["ActionOnFailure"] for st in _steps("steps-ingest.json")}
+    assert [failure["tracelake-" + st.name.replace("_", "-")] for st in INGEST] == ["CANCEL_AND_WAIT"] * len(INGEST)
 
 
-def test_emr_mlflow_step_calls_log_run_with_the_keys_it_reads():
-    from jobs.pipeline import mlflow_log
+def test_emr_publish_step_calls_the_declared_stage(monkeypatch):
+    (step,) = [s for s in _steps("steps-ingest.json") if s["Name"] == "tracelake-publish"]
+    name, _ = _python_step(step, monkeypatch)
+    assert name == "publish" and not STAGES[name].spark
 
-    (step,) = [s for s in _steps("steps-ingest.json") if s["Args"][0] != "spark-submit"]
-    python, flag, code, conf_json = step["Args"]
-    assert python == EMR_VENV + "/bin/python" and flag == "-c"
-    tree = ast.parse(code)  # valid Python
-    imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assert ("jobs.pipeline.mlflow_log", "log_run") in imported and callable(mlflow_log.log_run)
-    reads = set(re.findall(r"""conf\[["'](\w+)["']\]""", inspect.getsource(mlflow_log.log_run)))
-    assert reads and reads <= set(json.loads(conf_json)), f"log_run reads {reads}"
-    ingest = [_spark_step(s) for s in _steps("steps-ingest.json") if s["Args"][0] == "spark-submit"]
-    records = {a[a.index("--record") + 1] for _, a in ingest if "--record" in a}
-    assert json.loads(conf_json)["record"] in records
+
+def test_emr_bootstrap_imports_the_application_without_pyspark():
+    """The bootstrap's import check runs in the EMR venv, which has no pyspark (the cluster's own is used)."""
+    text = (CLUSTER / "emr" / "bootstrap.sh").read_text()
+    code = re.search(r'"\$VENV/bin/python" -c "([^"]+)"', text).group(1)
+    assert "jobs.pipeline.submit" in code
+    block = ("import sys, importlib.abc\n"
+             "class _NoPyspark(importlib.abc.MetaPathFinder):\n"
+             "    def find_spec(self, name, path, target=None):\n"
+             "        if name.split('.')[0] in ('pyspark', 'torch'):\n"
+             "            raise ImportError('not in the EMR venv: ' + name)\n"
+             "sys.meta_path.insert(0, _NoPyspark())\n")
+    out = subprocess.run([sys.executable, "-c", block + code], cwd=REPO, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.returncode == 0 and "tracelake ok" in out.stdout, out.stderr
 
 
 def test_emr_configurations():
@@ -276,8 +322,6 @@ def test_emr_configurations():
     env = by["spark-env"]["Configurations"][0]
     assert env["Classification"] == "export" and env["Properties"]["PYSPARK_PYTHON"] == EMR_VENV + "/bin/python"
     # get_spark takes the shuffle partitions from the environment (its builder setting beats spark-defaults)
-    import jobs.spark
-
     assert "TRACELAKE_SHUFFLE_PARTITIONS" in inspect.getsource(jobs.spark.get_spark)
     assert "TRACELAKE_SHUFFLE_PARTITIONS" in env["Properties"]
     assert "spark.yarn.appMasterEnv.TRACELAKE_SHUFFLE_PARTITIONS" in defaults

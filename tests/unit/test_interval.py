@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from jobs.analyze import job as analyze_job
 from jobs.landing.discover import CaptureFile, Discovery, discover
 from jobs.landing.interval import (
     as_utc,
@@ -19,6 +20,9 @@ from jobs.landing.interval import (
     restrict_to_interval,
     select_committed,
 )
+from jobs.pipeline.record import build_record
+from jobs.pipeline.stages import run_stage
+from jobs.validate import suites
 
 H = datetime(2026, 3, 1, 10, tzinfo=timezone.utc)
 
@@ -126,15 +130,44 @@ def test_ingest_interval_covers_hours_missed_since_the_last_successful_run():
     assert ingest_interval(H, H + one, prev_success_end=H - 3 * one) == (H - 3 * one, H + one)  # 3 hours missed
 
 
-def test_run_record_and_validate_arguments_follow_the_captures():
-    from jobs.pipeline.record import build_record
-    from jobs.pipeline.validate_main import validate_argv
-
+def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
+    """The record built from the captures gives validate_normalize every job of the run (quarantined-only ones
+    too: their captures rows are checked), analyze and validate_analyze the jobs with an ingested capture, and
+    skips those two when there is none."""
     caps = [{"job_id": "a", "capture_id": "a0", "status": "ingested"},
             {"job_id": "b", "capture_id": "b0", "status": "quarantined", "reason": "/lz/b0: not JSON"}]
     rec = build_record(caps, ["/lz/p"], "/lz", "2026-03-01T10:00:00+00:00", "")
     assert rec["job_ids"] == ["a", "b"] and rec["ingested_job_ids"] == ["a"]
     assert rec["n_quarantined"] == 1 and rec["quarantined"][0]["reason"] == "/lz/b0: not JSON"
-    assert validate_argv(rec, "normalize", "/wh") == ["--warehouse", "/wh", "--stage", "normalize", "--job", "a", "--job", "b"]
-    assert validate_argv(rec, "analyze", "/wh") == ["--warehouse", "/wh", "--stage", "analyze", "--job", "a"]
-    assert validate_argv({**rec, "ingested_job_ids": []}, "analyze", "/wh") is None
+
+    calls = []
+
+    class _Report:
+        def to_dict(self, **_):  # any options the stage passes (with_gx)
+            return {"stage": calls[-1][1]}
+
+        def summary(self):
+            return ""
+
+    def fake_validate(spark, warehouse, stage, job_ids, n_discovered=None):
+        calls.append(("validate", stage, list(job_ids), warehouse))
+        return _Report()
+
+    def fake_analyze(spark, warehouse, job_ids):
+        calls.append(("analyze", None, list(job_ids), warehouse))
+        return {}
+
+    monkeypatch.setattr(suites, "validate_tables", fake_validate)
+    monkeypatch.setattr(analyze_job, "run_analyze", fake_analyze)
+    settings = {"raw": "/lz", "warehouse": "/wh"}
+    for name in ("validate_normalize", "analyze", "validate_analyze"):
+        rec = run_stage(name, settings, spark=object(), record=rec, save=False)
+    assert calls == [("validate", "normalize", ["a", "b"], "/wh"), ("analyze", None, ["a"], "/wh"),
+                     ("validate", "analyze", ["a"], "/wh")]
+    assert set(rec["validation"]) == {"normalize", "analyze"}
+
+    calls.clear()
+    none = {**rec, "ingested_job_ids": [], "stages": {}}
+    for name in ("analyze", "validate_analyze"):
+        none = run_stage(name, settings, spark=object(), record=none, save=False)
+    assert calls == [] and {s["status"] for s in none["stages"].values()} == {"skipped"}

@@ -24,5 +24,6 @@ python3.11 -m venv "$VENV"
 "$VENV/bin/pip" install -q --no-deps -r "$work/requirements.emr.txt"
 pkg="$(ls "$work"/dist/tracelake-* | sort | tail -n 1)"
 "$VENV/bin/pip" install -q --no-deps "$pkg"
-"$VENV/bin/python" -c "import jobs.normalize.kineto.parse, jobs.analyze.job, jobs.pipeline.normalize_main; print('tracelake ok')"
+# the spark-submit application and what the non-Spark steps (publish, fleet report) import, with the venv alone
+"$VENV/bin/python" -c "import jobs.normalize.kineto.parse, jobs.analyze.job, jobs.pipeline.submit, jobs.publish.job_runs; print('tracelake ok')"
 rm -rf "$work"
