@@ -74,6 +74,7 @@ def str_array(values) -> pa.Array:
 
 
 def to_text(v) -> str:
+    """A JSON value as compact JSON text (``str(v)`` when it cannot be encoded)."""
     try:
         return msgspec.json.encode(v).decode()
     except Exception:
@@ -81,7 +82,16 @@ def to_text(v) -> str:
 
 
 def bool_np(arr) -> np.ndarray:
+    """Arrow boolean array -> numpy bool array, null read as False."""
     return np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), bool)
+
+
+def take_arrow(arr, idx) -> pa.Array:
+    """``arr.take(idx)`` as a plain array; a one-chunk ChunkedArray is taken from its chunk (a
+    ChunkedArray take concatenates all chunks first: a transient copy of the whole column)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+    return arr.take(idx)
 
 
 def int_and_mask(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -366,6 +376,7 @@ class EventColumns:
         self.n_rows += nr
 
     def _add_flows(self, E, flows, cats, names, code, ts, ts_ok, pid_key, tid_key) -> None:
+        """Append the launch (kind 1) and fwdbwd (kind 2) flow points among ``E[flows]`` to ``self.flow``."""
         fcats = cats.take(pa.array(flows))
         launch = bool_np(pc.is_in(fcats, value_set=_LAUNCH_FLOW_ARR))
         fwdbwd = bool_np(pc.is_in(fcats, value_set=_FWDBWD_FLOW_ARR))

@@ -1,6 +1,13 @@
 """Vectorized structure of a trace: slice nesting, flow binding and ProfilerStep attribution.
 
-All functions are pure numpy over integer ns (deterministic; no float comparisons).
+Slices and tracks (:func:`track_codes`, :class:`SliceIndex`), launch links (:func:`correlation_link_keys`,
+:func:`external_id_links`, :func:`count_early_launches`), flows (:func:`bind_flows`) and steps
+(:func:`profiler_steps`, :func:`last_step_truncated`). Used by the normalization passes of
+:mod:`jobs.normalize.kineto.passes` and by the analyses that rebuild links from the ``events`` table.
+
+All functions are pure numpy over integer ns (deterministic; no float comparisons). Sources: the Kineto
+format (``../shared/reference/kineto_and_hta.md`` §2), HTA's definitions (§1) and the bug cases of
+``../shared/reference/bug_cases.md`` (B08, B11/B12, B18, B19, B22, B25).
 """
 
 from __future__ import annotations
@@ -9,7 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.normalize.kineto.columns import bool_np, take_arrow
+
 _NONE = -1
+_STEP_PREFIX = "ProfilerStep#"
+_SPAN_CATEGORIES = ("user_annotation", "gpu_user_annotation")
+#: :func:`last_step_truncated`: work inside the last ProfilerStep ends before this fraction of it (B22).
+PARTIAL_TAIL_FRACTION = 0.5
 
 
 def track_codes(pid_key: np.ndarray, tid_key: np.ndarray) -> np.ndarray:
@@ -25,6 +38,7 @@ def track_codes(pid_key: np.ndarray, tid_key: np.ndarray) -> np.ndarray:
 
 
 def _codes(keys: np.ndarray) -> np.ndarray:
+    """Dense int64 code of each key, in order of first appearance."""
     return pc.dictionary_encode(pa.array(keys)).indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
@@ -139,6 +153,7 @@ class SliceIndex:
         return out
 
     def _last_start_at_or_before(self, track: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Sorted index of the last slice on ``track`` starting at or before ``ts``, else -1."""
         out = np.full(len(ts), _NONE, np.int64)
         for t in np.unique(track):
             bounds = self.track_bounds.get(int(t))
@@ -244,3 +259,192 @@ def correlation_link_keys(corr: np.ndarray, valid: np.ndarray, pid: np.ndarray, 
     base = int(corr[valid].max()) + 1
     keys[rows[o]] = base + np.cumsum(new) - 1
     return keys, True
+
+
+def bind_flows(fi: dict, xpos: np.ndarray, slices: SliceIndex, flow_id: np.ndarray, flow_ok: np.ndarray,
+               fb_id: np.ndarray, fb_ok: np.ndarray) -> None:
+    """Bind flow points to ``X`` rows, writing the flow ids into the given per-row arrays.
+
+    Chrome-trace binding points (Kineto format §2.3: ``ac2g`` ``s`` on the launch, ``f`` with ``bp:"e"``
+    on the device row): an ``s``, and an ``f`` with ``bp:"e"``, bind to the innermost slice enclosing
+    their ``ts`` on their (pid, tid) track (:meth:`SliceIndex.enclosing`); any other ``f`` binds to the
+    next slice starting at or after its ``ts`` on the track (:meth:`SliceIndex.next_starting`). When
+    several flows of a kind bind to one row, the first in file order wins.
+
+    Args:
+        fi: flow points, equal-length arrays: ``kind`` (1 = launch flow ``ac2g``/``async_cpu_to_gpu``/
+            2021 ``async`` + ``launch``, 2 = ``fwdbwd``/``forward_backward``/``fwd_bwd``, other = ignored),
+            ``ts`` (int64 ns, on the rows' clock), ``ok`` (valid ``ts`` and ``id``), ``id``, ``is_f``
+            (phase ``f``), ``bp_e`` (``bp:"e"``), ``track`` (codes comparable with the slices' tracks).
+        xpos: row position of each ``X`` slice given to ``slices`` (input order).
+        slices: the :class:`SliceIndex` of those ``X`` rows.
+        flow_id, flow_ok: per-row launch-flow id and mask, written in place.
+        fb_id, fb_ok: per-row forward/backward flow id and mask, written in place.
+    """
+    ts, track, ok = fi["ts"], fi["track"], fi["ok"]
+    target = np.full(len(ts), -1, np.int64)
+    slice_rows = xpos[slices.order]  # sorted slice index -> row position
+    enclosing = ok & (~fi["is_f"] | fi["bp_e"])
+    nxt = ok & fi["is_f"] & ~fi["bp_e"]
+    if enclosing.any():
+        e_idx = np.flatnonzero(enclosing)
+        enc = slices.enclosing(track[e_idx], ts[e_idx])
+        good = enc >= 0
+        target[e_idx[good]] = slice_rows[enc[good]]
+    if nxt.any():
+        n_idx = np.flatnonzero(nxt)
+        nx = slices.next_starting(track[n_idx], ts[n_idx])
+        good = nx >= 0
+        target[n_idx[good]] = slice_rows[nx[good]]
+    for k, out_id, out_ok in ((1, flow_id, flow_ok), (2, fb_id, fb_ok)):
+        m = np.flatnonzero((fi["kind"] == k) & (target >= 0))
+        if not len(m):
+            continue
+        tgt = target[m]
+        _, first = np.unique(tgt, return_index=True)
+        out_id[tgt[first]] = fi["id"][m[first]]
+        out_ok[tgt[first]] = True
+
+
+def external_id_links(key: np.ndarray, ext: np.ndarray, ext_ok: np.ndarray, is_gpu: np.ndarray,
+                      launch_cat: np.ndarray) -> np.ndarray:
+    """Link keys extended with ``External id`` pairs for device rows that have no correlation.
+
+    ``bug_cases.md`` B18 (ROCm traces whose device rows carry only ``External id``): a device row without
+    a link key joins its launch on ``External id`` when exactly one launch row (``launch_cat``: category
+    ``cuda_runtime``/``cuda_driver``, e.g. ``hipLaunchKernel``) and exactly one such device row carry the
+    value; the pair gets a fresh key above every existing one. Ambiguous values stay unlinked.
+
+    Args:
+        key: int64 link key per row (-1 = none), e.g. from :func:`correlation_link_keys`.
+        ext, ext_ok: int64 ``External id`` per row and its mask.
+        is_gpu: device-side rows; launch_cat: host launch-call rows.
+
+    Returns:
+        the keys (a new array when any pair was linked, else ``key`` itself).
+    """
+    dev = np.flatnonzero(is_gpu & (key < 0) & ext_ok)
+    host = np.flatnonzero(launch_cat & ~is_gpu & ext_ok)
+    if not len(dev) or not len(host):
+        return key
+    hk, hc = np.unique(ext[host], return_counts=True)
+    dk, dc = np.unique(ext[dev], return_counts=True)
+    both = np.intersect1d(hk[hc == 1], dk[dc == 1])
+    if not len(both):
+        return key
+    key = key.copy()
+    base = int(key.max()) + 1 if len(key) else 0
+    for rows in (host, dev):
+        sel = rows[np.isin(ext[rows], both)]
+        key[sel] = base + np.searchsorted(both, ext[sel])
+    return key
+
+
+def profiler_steps(name_arr, is_x: np.ndarray, is_gpu: np.ndarray, ts_ns: np.ndarray, end_ns: np.ndarray,
+                   corr: np.ndarray, corr_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """ProfilerStep number of every row, as HTA splits iterations (``kineto_and_hta.md`` §1).
+
+    A CPU row gets the ``N`` of the latest-starting CPU ``X`` slice named ``ProfilerStep#N`` (Kineto format
+    §2.6: a ``user_annotation`` on the main thread) that starts at or before it, when that slice has not
+    ended by the row's start (int ns, inclusive end; steps that do not nest are still split by time, B12).
+    A device row gets the step of the first CPU row (in row order) with the same link key, i.e. its launch
+    (``corr``: the keys of :func:`correlation_link_keys` / :func:`external_id_links`).
+
+    Args:
+        name_arr: Arrow string array (or ChunkedArray) of names; is_x: phase ``X``; is_gpu: device rows.
+        ts_ns, end_ns: start and end, int64 ns; corr, corr_ok: int64 link key per row and its mask.
+
+    Returns:
+        ``(step, ok, n_steps)``: int64 step per row (0 where ``ok`` is False), and the number of
+        distinct step numbers found.
+    """
+    n = len(ts_ns)
+    step = np.zeros(n, np.int64)
+    ok = np.zeros(n, bool)
+    if n == 0:
+        return step, ok, 0
+    is_step = bool_np(pc.starts_with(name_arr, _STEP_PREFIX)) & is_x & ~is_gpu
+    sidx = np.flatnonzero(is_step)
+    nums, keep = [], []
+    for i, nm in zip(sidx.tolist(), take_arrow(name_arr, pa.array(sidx)).to_pylist()):
+        tail = nm[len(_STEP_PREFIX):]
+        if tail.isdigit():
+            nums.append(int(tail))
+            keep.append(i)
+    if not keep:
+        return step, ok, 0
+    keep = np.array(keep, np.int64)
+    nums = np.array(nums, np.int64)
+    order = np.lexsort((keep, ts_ns[keep]))
+    s_start, s_end, s_num = ts_ns[keep][order], end_ns[keep][order], nums[order]
+    cpu = np.flatnonzero(~is_gpu)
+    k = np.searchsorted(s_start, ts_ns[cpu], side="right") - 1
+    inside = k >= 0
+    inside[inside] = ts_ns[cpu[inside]] <= s_end[k[inside]]
+    step[cpu[inside]] = s_num[k[inside]]
+    ok[cpu[inside]] = True
+    launch = np.flatnonzero(~is_gpu & corr_ok & ok)
+    gpu = np.flatnonzero(is_gpu & corr_ok)
+    if len(launch) and len(gpu):
+        lc = corr[launch]
+        o = np.argsort(lc, kind="stable")
+        lc_s, ls = lc[o], step[launch][o]
+        j = np.searchsorted(lc_s, corr[gpu])
+        j_ok = j < len(lc_s)
+        j_ok[j_ok] = lc_s[j[j_ok]] == corr[gpu[j_ok]]
+        step[gpu[j_ok]] = ls[j[j_ok]]
+        ok[gpu[j_ok]] = True
+    return step, ok, int(len(np.unique(nums)))
+
+
+def count_early_launches(key: np.ndarray, device: np.ndarray, launch_cat: np.ndarray, ts_ns: np.ndarray,
+                         end_ns: np.ndarray) -> int:
+    """Number of device-activity rows that start before the launch call they are linked to ends.
+
+    ``bug_cases.md`` B08 (host/device clock skew under CUPTI): HTA's launch delay (kernel start − runtime
+    end, ``cuda_kernel_analysis.py``) is then negative. Rows are linked by equal ``key`` (the first launch
+    row of a key, in row order); times are int64 ns.
+
+    Args:
+        key: int64 link key per row (-1 = none); device: device-activity rows (kernel/memcpy/memset);
+        launch_cat: host launch-call rows; ts_ns, end_ns: start and end, int64 ns.
+    """
+    dev = np.flatnonzero(device & (key >= 0))
+    host = np.flatnonzero(launch_cat & (key >= 0))
+    if not len(dev) or not len(host):
+        return 0
+    order = np.argsort(key[host], kind="stable")
+    hk, hrow = key[host][order], host[order]
+    j = np.searchsorted(hk, key[dev])
+    ok = j < len(hk)
+    ok[ok] = hk[j[ok]] == key[dev[ok]]
+    return int((ts_ns[dev[ok]] < end_ns[hrow[j[ok]]]).sum())
+
+
+def last_step_truncated(name_arr, is_x: np.ndarray, is_gpu: np.ndarray, category, ts_ns: np.ndarray,
+                        end_ns: np.ndarray, negative: np.ndarray) -> bool:
+    """Does the trace look truncated inside its last ProfilerStep (``bug_cases.md`` B22)?
+
+    True when the rows that start inside the last-starting CPU ``ProfilerStep#N`` slice (not annotations
+    ``user_annotation``/``gpu_user_annotation``, not ``ProfilerStep`` rows, not negative durations, B06)
+    all end before :data:`PARTIAL_TAIL_FRACTION` of the step: a profiler that stops collecting at a
+    buffer limit leaves the enclosing step annotation intact while host and device events stop abruptly.
+    False without a CPU step, with an empty step or no work inside it.
+
+    Args:
+        name_arr: Arrow string array of names; is_x: phase ``X``; is_gpu: device rows; category: Arrow
+            string array of normalized categories; ts_ns, end_ns: int64 ns; negative: rows with dur < 0.
+    """
+    is_step = bool_np(pc.starts_with(name_arr, _STEP_PREFIX))
+    cpu_steps = np.flatnonzero(is_step & is_x & ~is_gpu)
+    if not len(cpu_steps):
+        return False
+    last = cpu_steps[np.argmax(ts_ns[cpu_steps])]
+    s0, s1 = int(ts_ns[last]), int(end_ns[last])
+    if s1 <= s0:
+        return False
+    span = bool_np(pc.is_in(category, pa.array(_SPAN_CATEGORIES)))
+    work = ~is_step & ~span & ~negative & (ts_ns >= s0) & (ts_ns <= s1)
+    if not work.any():
+        return False
+    return int(end_ns[work].max()) < s0 + PARTIAL_TAIL_FRACTION * (s1 - s0)

@@ -5,7 +5,8 @@ The C extension :mod:`jobs.normalize.kineto._kineto_scan` (source ``_kineto_scan
 and reduces every event to columns in one pass over the text, in pieces as gunzip produces them
 (no per-event Python objects). :func:`scan_trace` turns its output into the same
 :class:`~jobs.normalize.kineto.columns.EventColumns` state that the msgspec path builds, so the
-vectorized normalization (``kineto._finish``) is shared and the two paths give equal tables.
+vectorized normalization passes (:func:`jobs.normalize.kineto.passes.normalize_columns`) are shared and
+the two paths give equal tables.
 
 The scanner applies the lenient repairs of :mod:`jobs.normalize.kineto.repair` itself (non-finite tokens,
 control characters; same counts and offsets) and the limits of :mod:`jobs.normalize.limits`
@@ -192,6 +193,7 @@ def _check_header(scanner: _Scan, prefix: bytes, trailer: bytes, is_list: bool, 
 
 
 def _scan_plain(scanner: _Scan, data: bytes):
+    """Scan a whole plain-JSON document in one call: ``(header, is_list)`` (NativeBail when not scannable)."""
     start, is_list = _events_start(data)
     if start is None:
         raise NativeBail("no traceEvents array")
@@ -286,6 +288,7 @@ _STITCH = 64 << 10
 
 
 def _np(res: dict, key: str, dtype) -> np.ndarray:
+    """The scanner's output buffer ``key`` as a numpy array of ``dtype`` (zero-copy)."""
     return np.frombuffer(res[key], dtype)
 
 
@@ -355,6 +358,7 @@ class _Ids:
 
 
 def _columns(res: dict, compact_args: bool) -> EventColumns:
+    """The scanner's output buffers -> the :class:`EventColumns` state the msgspec path would build."""
     cols = EventColumns(compact_args)
     n = int(res["n_rows"])
     cols.n_events = int(res["n_events"])

@@ -91,6 +91,7 @@ _NUM_TYPES = {int, float, type(None)}
 
 
 def _floats_to_ns(arr: np.ndarray, raw_text) -> tuple[np.ndarray, np.ndarray]:
+    """float µs -> ``(ns, valid)``, vectorized; values not exact as floats are decided from their text."""
     n = len(arr)
     a = np.abs(arr)
     finite = np.isfinite(arr)
@@ -127,6 +128,7 @@ def _floats_to_ns(arr: np.ndarray, raw_text) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _objects_to_ns(values: list, raw_text) -> tuple[np.ndarray, np.ndarray]:
+    """Mixed JSON values (big ints, floats, numeric strings) µs -> ``(ns, valid)``, one at a time."""
     n = len(values)
     ns = np.zeros(n, np.int64)
     valid = np.zeros(n, bool)
@@ -178,6 +180,7 @@ def to_int64(values: Sequence) -> pa.Array:
 
 
 def _as_int(v) -> int | None:
+    """One JSON value -> int (ints, integral floats, decimal/hex strings) within int64, else None."""
     t = type(v)
     if t is int:
         x = v

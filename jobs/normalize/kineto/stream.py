@@ -133,6 +133,7 @@ class TraceSplitter:
         self._base = 0  # document offset of work[0] (work[1:] is document text from base + 1 on)
 
     def _next_piece(self):
+        """The next decoded piece (None at the end), counted into ``total_bytes``."""
         p = next(self._pieces, None)
         if p is not None:
             self.total_bytes += len(p)
@@ -197,6 +198,7 @@ class TraceSplitter:
             self._base += nxt - 1
 
     def _split(self, work: bytearray, used: int):
+        """Cut ``work[:used]`` after its last whole event that decodes: ``(Chunk, cut)``, else ``(None, None)``."""
         lo = max(1, used - (1 << 20))
         cands = list(_SPLIT.finditer(work, lo, used))
         if not cands and lo > 1:
@@ -223,6 +225,7 @@ class TraceSplitter:
         return None, None
 
     def _finish(self, work: bytearray, used: int, prefix: bytes):
+        """Yield the last chunk (up to the end of the ``traceEvents`` array); set ``header`` from prefix + trailer."""
         m0 = _EMPTY_END.match(work, 0, used)
         ends = [m0.end() - 1] if m0 else [m.end() - 1 for m in _END.finditer(work, 0, used)]
         for q in ends[:_MAX_TRIES]:
