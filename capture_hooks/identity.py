@@ -155,7 +155,7 @@ def _driver_version(accelerator: str) -> str | None:
 def _torch_facts() -> tuple[str | None, str, str | None, str | None, int | None, int | None]:
     """(torch_version, accelerator, device_name, cuda_version, dist_rank, dist_world_size); never raises."""
     try:
-        import torch
+        import torch  # heavy: torch
     except Exception:  # torch missing or broken: still describe the host
         return None, "cpu", None, None, None, None
     torch_version = str(torch.__version__)
@@ -170,7 +170,7 @@ def _torch_facts() -> tuple[str | None, str, str | None, str | None, int | None,
         pass
     dist_rank = dist_size = None
     try:
-        import torch.distributed as dist
+        import torch.distributed as dist  # heavy: torch
 
         if dist.is_available() and dist.is_initialized():
             dist_rank, dist_size = dist.get_rank(), dist.get_world_size()

@@ -32,7 +32,7 @@ _CLASSES: dict[str, type] = {}
 
 
 def _hf_base() -> type:
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # optional: transformers (only with the HF callback)
 
     return TrainerCallback
 

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import fsspec.core
+
 __all__ = [
     "CaptureUpload",
     "LandingZoneSink",
@@ -160,8 +162,6 @@ class LandingZoneSink:
 
     def _filesystem(self):
         if self._fs is None:
-            import fsspec.core
-
             fs, path = fsspec.core.url_to_fs(self.root, **self.storage_options)
             self._fs, self._root_path = fs, path.rstrip("/") or "/"
         return self._fs, self._root_path

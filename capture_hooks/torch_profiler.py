@@ -449,8 +449,8 @@ class TraceCapture:
     # ------------------------------------------------------------------ internals
 
     def _make_profiler(self):
-        import torch
-        from torch.profiler import ProfilerActivity, profile, schedule
+        import torch  # heavy: torch
+        from torch.profiler import ProfilerActivity, profile, schedule  # heavy: torch
 
         activities = [ProfilerActivity.CPU]
         self._activities = ["cpu"]
@@ -473,7 +473,7 @@ class TraceCapture:
 
     def _note_recording(self) -> None:
         """Remember the ProfilerStep number at which the current recording window began; start XLA there."""
-        from torch.profiler import ProfilerAction
+        from torch.profiler import ProfilerAction  # heavy: torch
 
         prof = self.profiler
         if prof is None:
@@ -656,7 +656,7 @@ class TraceCapture:
 def _cuda_sync_config():
     """``_ExperimentalConfig(enable_cuda_sync_events=True)`` when this torch supports it, else ``None``."""
     try:
-        from torch._C._profiler import _ExperimentalConfig
+        from torch._C._profiler import _ExperimentalConfig  # heavy: torch
 
         return _ExperimentalConfig(enable_cuda_sync_events=True)
     except Exception:  # noqa: BLE001 - older torch: no such option

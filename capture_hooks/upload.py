@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 from capture_hooks.finalize import finalize_entry
 from capture_hooks.sink import LandingZoneSink
-from capture_hooks.spool import Spool, read_meta
+from capture_hooks.spool import _CLAIM, _READY, Spool, read_meta
 
 __all__ = ["BackgroundUploader", "drain_spool"]
 
@@ -349,8 +349,6 @@ def drain_spool(
     Returns:
         ``(committed URIs, entries still pending)``. Never raises for upload errors (they are logged).
     """
-    from capture_hooks.spool import _CLAIM, _READY
-
     if not isinstance(sink, LandingZoneSink):
         sink = LandingZoneSink(sink, storage_options=storage_options)
     committed: list[str] = []

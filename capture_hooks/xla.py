@@ -54,7 +54,7 @@ class XlaTracer:
 
     def start(self, log_dir: str) -> None:
         """``torch_xla.debug.profiler.start_trace(log_dir)``."""
-        import torch_xla.debug.profiler as xp
+        import torch_xla.debug.profiler as xp  # optional: torch_xla (only on XLA devices)
 
         os.makedirs(log_dir, exist_ok=True)
         xp.start_trace(log_dir)
@@ -65,7 +65,7 @@ class XlaTracer:
         log_dir, self.log_dir = self.log_dir, None
         if log_dir is None:
             return None
-        import torch_xla.debug.profiler as xp
+        import torch_xla.debug.profiler as xp  # optional: torch_xla (only on XLA devices)
 
         xp.stop_trace()
         return log_dir

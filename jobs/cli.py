@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from jobs.demo.train_ddp import require_torch, run_demo_training
+from jobs.spark import get_spark
+from jobs.sql import run_sql
+from jobs.warehouse import read_pandas, register_views
 
 app = typer.Typer(add_completion=False, help="tracelake: fleet-wide analytics over ML profiler traces.")
 console = Console()
@@ -59,8 +66,6 @@ def _print_job(job_id, ranks, steps, caps) -> None:
 
 def print_summary(result) -> None:
     """Print the per-rank summary table and where the results are."""
-    import pandas as pd
-
     caps = result.captures
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
         _print_job(job_id, job_ranks, result.steps[result.steps["job_id"] == job_id], caps[caps["job_id"] == job_id])
@@ -90,7 +95,7 @@ def run(
     until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."),
 ) -> None:
     """Run the main job: the declared stages normalize → validate → analyze → validate → fleet → publish."""
-    from jobs.pipeline.run import run_pipeline
+    from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
     with _progress() as progress:
         result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options),
@@ -108,10 +113,7 @@ def demo(
 
     Needs torch (the 'capture' extra of tracelake); without it, exits with code 1 and says what to install.
     """
-    import time
-
-    from jobs.demo.train_ddp import require_torch, run_demo_training
-    from jobs.pipeline.run import run_pipeline
+    from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
     try:
         require_torch()
@@ -133,7 +135,7 @@ def demo(
 def _stage_alone(name: str, settings, job_ids: list[str] | None = None) -> dict:
     """Run one declared stage (:mod:`jobs.pipeline.stages`) alone, on ``job_ids`` (default: all jobs); the
     interval's run record is left as it is."""
-    from jobs.pipeline.stages import jobs_record, run_stage
+    from jobs.pipeline.stages import jobs_record, run_stage  # keeps `tracelake --help` light (loads the pipeline)
 
     record = {} if name == "normalize" else jobs_record(settings, job_ids)
     return run_stage(name, settings, record=record, save=False)
@@ -145,7 +147,7 @@ def normalize(raw: str = typer.Option(...), warehouse: str = typer.Option(...),
               since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time."),
               until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time.")) -> None:
     """Only the normalize stage: landing zone → captures, events."""
-    from jobs.pipeline.stages import RunSettings
+    from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
     s = RunSettings(raw=raw, warehouse=warehouse, storage_options=_storage_options(raw, storage_options),
                     since=since or "", until=until or "")
@@ -157,7 +159,7 @@ def normalize(raw: str = typer.Option(...), warehouse: str = typer.Option(...),
 @app.command()
 def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer.Option(None, help="Job ids (default: all).")) -> None:
     """Only the analyze stage: events → steps, ranks, kernels, collectives, critical_path, findings."""
-    from jobs.pipeline.stages import RunSettings
+    from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
     console.print(_stage_alone("analyze", RunSettings(warehouse=warehouse), job or None).get("analyze_counts", {}))
 
@@ -169,8 +171,7 @@ def fleet(warehouse: str = typer.Option(...),
           threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
           alpha: float = typer.Option(0.01, help="Significance level of the Mann-Whitney U test.")) -> None:
     """Only the fleet stage: rebuild fleet_stats, fleet_kernels, regressions (whole warehouse)."""
-    from jobs.pipeline.stages import RunSettings
-    from jobs.warehouse import read_pandas
+    from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
     s = RunSettings(warehouse=warehouse, fleet_options={"baseline_runs": baseline_runs, "threshold_pct": threshold_pct,
                                                         "threshold_pp": threshold_pp, "alpha": alpha})
@@ -191,18 +192,12 @@ def sql(
     fmt: str = typer.Option("table", "--format", help="table (vertical when wider than 10 columns), csv or json."),
 ) -> None:
     """Run one Spark SQL query over the warehouse tables."""
-    from jobs.spark import get_spark
-    from jobs.sql import run_sql
-
     _print_frame(run_sql(get_spark(), warehouse, query).limit(limit).toPandas(), fmt)
 
 
 @app.command()
 def shell(warehouse: str = typer.Option(..., help="Warehouse folder.")) -> None:
     """Interactive Spark SQL prompt over the warehouse tables (end a query with ';', quit with 'exit')."""
-    from jobs.spark import get_spark
-    from jobs.warehouse import register_views
-
     spark = get_spark()
     console.print(f"tables: {', '.join(register_views(spark, warehouse))}. End queries with ';', 'exit' to quit.")
     buf: list[str] = []
@@ -248,7 +243,7 @@ def _cell(v) -> str:
     return str(v)
 
 
-from jobs.publish.compare import compare_command  # noqa: E402  (light module: imports pandas only)
+from jobs.publish.compare import compare_command  # noqa: E402  (light: no pyspark or mlflow at import)
 
 app.command(name="compare", help="Compare two jobs (MLflow run id, job id or job#attempt): metric deltas, "
             "kernels/ops added, removed, slower, faster, findings appeared/cleared.")(compare_command)

@@ -75,6 +75,8 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from schemas import TABLES
+
 #: Test hook: ``<table>:<point>`` kills this process (its process group when it leads one) with
 #: SIGKILL at that point of :func:`write_partitions`. Points: ``staged`` (Spark output complete, no
 #: journal), ``journaled`` (journal written, nothing published), ``published-<n>`` (after the n-th
@@ -142,8 +144,6 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
         CommitError: a journal of an earlier run cannot be rolled forward (its staging was removed).
     """
     if partition_by is None:
-        from schemas import TABLES
-
         partition_by = TABLES[table].partition_by
     partition_by = list(partition_by)
     root = local_root(warehouse.rstrip("/") or "/")
@@ -414,7 +414,7 @@ def _fsync_dir(d: str) -> None:
 
 @contextmanager
 def _locked(root: str):
-    import fcntl
+    import fcntl  # POSIX only (the rest of the module imports on any OS)
 
     d = os.path.join(root, COMMIT_DIR)
     os.makedirs(d, exist_ok=True)
@@ -464,7 +464,7 @@ def write_text_atomic(uri: str, text: str) -> None:
     """
     root = local_root(uri)
     if root is None:
-        import fsspec
+        import fsspec  # object stores only: keeps fsspec off `tracelake --help` (cli → warehouse → commit)
 
         with fsspec.open(uri, "w", encoding="utf-8") as f:
             f.write(text)

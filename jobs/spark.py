@@ -28,7 +28,7 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # heavy: pyspark
 
     active = SparkSession.getActiveSession()
     if active is not None:

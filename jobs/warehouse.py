@@ -11,6 +11,9 @@ from __future__ import annotations
 import posixpath
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
 from jobs.commit import CommitResult, write_partitions
 from schemas import FLEET_TABLES, TABLES
@@ -77,21 +80,15 @@ def read_frames(spark, warehouse: str, tables, job_ids: list[str]) -> dict[str, 
 
 def exists(warehouse: str, table: str) -> bool:
     """Whether ``table`` has been written under ``warehouse`` (its folder exists)."""
-    import pyarrow.fs as pafs
-
     fs, root = _fs(table_path(warehouse, table))
     return fs.get_file_info(root).type != pafs.FileType.NotFound
 
 
 def _fs(path: str):
-    import pyarrow.fs as pafs
-
     return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
 def _exact_ints(arrow_type):
-    import pyarrow as pa
-
     return {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
             pa.int64(): pd.Int64Dtype()}.get(arrow_type)
 
@@ -113,10 +110,6 @@ def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None, exact:
         ``{table: DataFrame with the declared columns that exist, in declaration order}``; a table that
         was never written gives an empty frame with all declared columns (or is left out).
     """
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-    import pyarrow.fs as pafs
-
     out = {}
     for name in tables:
         table = declaration(name)

@@ -10,6 +10,8 @@ import json
 from functools import lru_cache
 from importlib import resources
 
+import jsonschema
+
 SUPPORTED_VERSIONS = ("1",)
 
 
@@ -32,8 +34,6 @@ def validate_manifest(manifest: dict) -> None:
         ValueError: with the failing field path and message when the manifest does not conform,
             or when its ``schema_version`` is unknown.
     """
-    import jsonschema
-
     version = str(manifest.get("schema_version", ""))
     schema = manifest_schema(version)
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(manifest), key=lambda e: list(e.path))

@@ -52,7 +52,7 @@ class Table:
 
         Imports pyspark lazily so that this module stays importable without Spark.
         """
-        from pyspark.sql.pandas.types import from_arrow_schema
+        from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
 
         return from_arrow_schema(self.arrow_schema())
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pandas as pd
+import pyarrow as pa
 
+from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
+from jobs.fleet.stats import fleet_kernels, fleet_stats, job_kernels, job_steps
 from jobs.warehouse import read_spark, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
@@ -42,9 +45,6 @@ def fleet_frames(job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, **re
     Returns:
         ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …}``.
     """
-    from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
-    from jobs.fleet.stats import fleet_kernels, fleet_stats
-
     regs = find_regressions(job_steps[INPUT_COLUMNS], **regression_options) if len(job_steps) else \
         pd.DataFrame(columns=REGRESSIONS.names)
     return {"fleet_stats": fleet_stats(job_steps), "fleet_kernels": fleet_kernels(job_kernels),
@@ -61,8 +61,6 @@ def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
     Returns:
         :class:`FleetResult` (nothing is written when no job has steps yet).
     """
-    from jobs.fleet.stats import job_kernels, job_steps
-
     captures, steps, kernels = (read_spark(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
     result = FleetResult()
     if captures is None or steps is None:
@@ -80,8 +78,6 @@ def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
 
 def write_fleet_table(spark, pdf: pd.DataFrame, warehouse: str, table: str) -> None:
     """Write a fleet table (pandas) with the crash-safe partition commit, replacing its partitions."""
-    import pyarrow as pa
-
     t = FLEET_TABLES[table]
     arrow = pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False)
     df = spark.createDataFrame(arrow)  # Spark types from the declared Arrow schema

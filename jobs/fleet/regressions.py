@@ -73,7 +73,7 @@ def _samples(metric: str, s: pd.DataFrame) -> np.ndarray:
 def _p_value(a: np.ndarray, b: np.ndarray) -> float | None:
     if len(a) < MIN_STEPS or len(b) < MIN_STEPS:
         return None
-    from scipy.stats import mannwhitneyu
+    from scipy.stats import mannwhitneyu  # heavy: scipy, only for the significance test
 
     if np.all(a == a[0]) and np.all(b == a[0]):
         return 1.0  # identical constant samples: no shift

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from schemas import FLEET_KERNELS, FLEET_STATS
 
@@ -53,7 +54,7 @@ def run_metadata(captures):
         ``hardware`` is the device name (``cpu`` when no capture names an accelerator); ``run_key``
         orders the runs of a job name (manifest ``created_at``, else the capture date).
     """
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy: pyspark
 
     ing = captures.filter(F.col("status") == "ingested")
     return (ing.groupBy("job_id", "attempt").agg(
@@ -80,7 +81,7 @@ def job_steps(steps, captures):
         cpu_bound_time_ns, dataloader_time_ns`` (ns), ``n_rank_steps``, ``ranks`` (array of ranks) and the
         :func:`run_metadata` columns. Steps outside any ProfilerStep (``step`` < 0) are left out.
     """
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy: pyspark
 
     s = steps.filter(F.col("step") >= 0)
     js = s.groupBy("job_id", "attempt", "step").agg(
@@ -94,7 +95,7 @@ def job_steps(steps, captures):
 def job_kernels(kernels, captures):
     """``kernels`` (per rank, step, name) → one row per (job run, date, kernel name) with the run's
     grouping values (Spark): ``n``, ``total_ns``, ``kernel_type``."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy: pyspark
 
     k = kernels.groupBy("job_id", "attempt", "date", "name").agg(
         F.first("kernel_type", ignorenulls=True).alias("kernel_type"),
@@ -182,8 +183,6 @@ def fleet_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataF
 
 def _typed(df: pd.DataFrame, table) -> pd.DataFrame:
     """``df`` with exactly ``table``'s columns, integer columns as nullable ints."""
-    import pyarrow as pa
-
     out = pd.DataFrame({c.name: df[c.name].to_numpy() for c in table.columns})
     for c in table.columns:
         if pa.types.is_integer(c.type):

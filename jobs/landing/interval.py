@@ -29,7 +29,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from jobs.landing.discover import CaptureFile, Discovery
+import fsspec
+
+from jobs.landing.discover import CaptureFile, Discovery, discover
 
 # fsspec ``info()`` keys that carry a modification time, in order of preference
 # (local: mtime; s3fs: LastModified; gcsfs: updated; adlfs: last_modified; memory: created).
@@ -156,8 +158,6 @@ def commit_times(raw_root: str, files: Iterable[CaptureFile], storage_options: d
     Returns:
         ``{commit_key(f): UTC datetime or None}``.
     """
-    import fsspec
-
     fs, root = fsspec.core.url_to_fs(raw_root, **(storage_options or {}))
     root = root.rstrip("/")
     listing = {root: fs.info(root)} if fs.isfile(root) else fs.find(root, detail=True)
@@ -201,8 +201,6 @@ def summarize_interval(raw_root: str, since, until, storage_options: dict | None
         "n_undated"/"undated": files with no commit time}`` (the two lists cut to their first
         :data:`SUMMARY_LIST_MAX` entries).
     """
-    from jobs.landing.discover import discover
-
     found = discover(raw_root, storage_options)
     _, sel = restrict_to_interval(found, raw_root, since, until, storage_options)
     return {"n_new": len(sel.new), "n_files": len(sel.files), "job_ids": sel.job_ids,

@@ -34,8 +34,8 @@ def local_environment() -> dict[str, str]:
 
 def connection_master(conn_id: str) -> str | None:
     """Spark master of connection ``conn_id`` (``conn.host``, with the port when there is one), or ``None`` when it does not exist."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk import BaseHook  # heavy: airflow, only inside a task
+    from airflow.sdk.exceptions import AirflowNotFoundException  # heavy: airflow, only inside a task
 
     try:
         conn = BaseHook.get_connection(conn_id)

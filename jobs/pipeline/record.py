@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+import fsspec
+
 
 def build_record(captures: list[dict], pending: list[str], raw: str, since: str, until: str,
                  n_discovered: int | None = None) -> dict:
@@ -45,8 +47,6 @@ def build_record(captures: list[dict], pending: list[str], raw: str, since: str,
 
 def write_record(uri: str, record: dict) -> None:
     """Write ``record`` as JSON to ``uri`` (folders created as needed)."""
-    import fsspec
-
     fs, path = fsspec.core.url_to_fs(uri)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(path, "w") as f:
@@ -59,8 +59,6 @@ def read_record(uri: str) -> dict:
     Raises:
         FileNotFoundError: no record there (normalize has not run for this interval), naming ``uri``.
     """
-    import fsspec
-
     try:
         with fsspec.open(uri, "r") as f:
             return json.load(f)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from jobs.spark import get_spark
+
 
 def submit_session(app_name: str):
     """Return the SparkSession of this application (created on first call).
@@ -19,11 +21,9 @@ def submit_session(app_name: str):
     ``python`` script it is :func:`jobs.spark.get_spark`'s default (``$TRACELAKE_SPARK_MASTER`` or
     ``local[*]``).
     """
-    from jobs.spark import get_spark
-
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return get_spark(app_name=app_name)
-    from pyspark import SparkContext
+    from pyspark import SparkContext  # heavy: pyspark
 
     sc = SparkContext.getOrCreate()
     return get_spark(master=sc.master, app_name=app_name)

@@ -20,6 +20,7 @@ in local mode (``local[*]``) with the Python interpreter of the Airflow worker.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -81,8 +82,6 @@ def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
     Raises:
         ValueError: ``tracelake_storage_options`` is not a JSON object, or a bound is not ISO 8601.
     """
-    import json
-
     from airflow.sdk import Variable  # heavy: airflow, only inside a task
 
     run_conf = run_conf or {}
@@ -137,9 +136,7 @@ def spark_conf_variable() -> dict:
     Raises:
         ValueError: the Variable is not a JSON object of properties.
     """
-    import json
-
-    from airflow.sdk import Variable
+    from airflow.sdk import Variable  # heavy: airflow, only inside a task
 
     text = Variable.get(VAR_SPARK_CONF, default="{}") or "{}"
     conf = json.loads(text)

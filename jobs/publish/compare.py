@@ -19,14 +19,24 @@ CLI (reads the warehouse with Spark, prints tables, logs a comparison run with i
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Annotated, Optional
 
 import numpy as np
 import pandas as pd
 import typer
+from rich.console import Console
+from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
+from rich.table import Table
 
+from jobs.publish.report.html import render_comparison_report
+from jobs.publish.reports import COMPARE_EXPERIMENT, experiment_id, load_job_tables
+from jobs.publish.tracking import default_tracking_uri, job_metrics
+from jobs.spark import get_spark
 from jobs.warehouse import read_spark
 
 OPS_COLUMNS = ["group", "name", "status", "a_n", "b_n", "a_total_ns", "b_total_ns", "a_n_per_step", "b_n_per_step",
@@ -125,7 +135,7 @@ def op_summary(events: pd.DataFrame) -> pd.DataFrame:
 
 def op_summary_spark(events_sdf) -> pd.DataFrame:
     """:func:`op_summary` computed by Spark on one job's ``events`` (only the small result is collected)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # heavy: pyspark
 
     e = events_sdf.filter((F.col("ph") == "X") & F.col("dur_ns").isNotNull())
     has_steps = e.filter(F.col("step").isNotNull()).limit(1).count() > 0
@@ -149,8 +159,6 @@ def _summary(tables: dict) -> pd.DataFrame | None:
 
 
 def _metrics(tables: dict) -> dict[str, float]:
-    from jobs.publish.tracking import job_metrics
-
     ranks, steps, caps = _frame(tables, "ranks"), _frame(tables, "steps"), _frame(tables, "captures")
     m: dict[str, float] = {}
     if ranks is not None:
@@ -268,8 +276,8 @@ def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None, spark=None) 
         ValueError: naming ``ref`` when no such run or job exists.
     """
     if _RUN_ID.match(ref) and tracking_uri:
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
+        from mlflow.exceptions import MlflowException  # heavy: mlflow
+        from mlflow.tracking import MlflowClient  # heavy: mlflow
 
         try:
             run = MlflowClient(tracking_uri=tracking_uri).get_run(ref)
@@ -286,7 +294,7 @@ def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None, spark=None) 
     if caps is None or caps.limit(1).count() == 0:
         raise ValueError(f"{ref}: no MLflow run with that id and no job {job!r} in {warehouse}/captures")
     if attempt is None:
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # heavy: pyspark
 
         attempt = caps.agg(F.max("attempt")).collect()[0][0]
     return job, int(attempt), None
@@ -294,9 +302,7 @@ def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None, spark=None) 
 
 def load_compare_tables(spark, warehouse: str, job_id: str, attempt: int | None) -> dict[str, pd.DataFrame]:
     """A job's ``captures``, ``ranks``, ``steps``, ``findings`` (pandas) and its ``op_summary`` (Spark aggregate)."""
-    from pyspark.sql import functions as F
-
-    from jobs.publish.reports import load_job_tables
+    from pyspark.sql import functions as F  # heavy: pyspark
 
     tables = load_job_tables(warehouse, job_id, attempt, names=("captures", "ranks", "steps", "findings"))
     ev = read_spark(spark, warehouse, "events", [job_id])
@@ -313,15 +319,8 @@ def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | N
     :meth:`Comparison.summary_metrics`, tags ``tracelake.kind=comparison``, ``tracelake.compare.a/b``
     (and ``.a_run``/``.b_run``), artifacts ``report/comparison.html``, ``ops.csv``, ``metrics.csv``,
     ``findings.csv``. Returns the run id."""
-    import os
-    import tempfile
-    import time
-
-    from mlflow.entities import Metric, RunTag
-    from mlflow.tracking import MlflowClient
-
-    from jobs.publish.report.html import render_comparison_report
-    from jobs.publish.reports import COMPARE_EXPERIMENT, experiment_id
+    from mlflow.entities import Metric, RunTag  # heavy: mlflow
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = experiment_id(client, COMPARE_EXPERIMENT, tracking_uri, warehouse)
@@ -352,10 +351,6 @@ def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | N
 
 def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
     """Print metric deltas and the top kernels/ops added, removed, slower, faster, and findings."""
-    from rich.console import Console
-    from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
-    from rich.table import Table
-
     console = console or Console()
 
     def num(v, d=3):
@@ -399,11 +394,6 @@ def compare_command(
     Prints the tables and logs a comparison run with its HTML report to MLflow (unless --no-mlflow).
     """
     # From Python: returns the Comparison; raises typer.Exit(2) when A or B cannot be resolved.
-    from rich.console import Console
-
-    from jobs.spark import get_spark
-    from jobs.publish.tracking import default_tracking_uri
-
     console = Console()
     uri = tracking_uri or (default_tracking_uri(warehouse) if "://" not in warehouse else None)
     spark = get_spark()
@@ -419,8 +409,6 @@ def compare_command(
     c = compare_jobs(ta, tb, a_label=f"{ja}#{aa}", b_label=f"{jb}#{ab}")
     print_comparison(c, console)
     if html:
-        from jobs.publish.report.html import render_comparison_report
-
         with open(html, "w", encoding="utf-8") as f:
             f.write(render_comparison_report(c))
         console.print(f"HTML report: {html}")

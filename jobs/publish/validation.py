@@ -28,7 +28,7 @@ def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job
         True when the job passed.
     """
     from mlflow.entities import Metric, RunTag  # heavy: mlflow
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=tracking_uri)
     run = client.get_run(run_id)

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.html:
         # the one import of a later stage, for --html only (the page needs publish's templates); the
         # gate's modules (report, suites, marks) import nothing of jobs.publish
-        from jobs.publish.report.html import render_validation_report
+        from jobs.publish.report.html import render_validation_report  # --html only: the gate imports nothing of publish
 
         with open(a.html, "w", encoding="utf-8") as f:
             f.write(render_validation_report(report))

@@ -39,8 +39,8 @@ _PARTIAL = 10
 def _context():
     """A new ephemeral GX context: in-memory stores, no analytics, no progress bars."""
     import great_expectations as gx  # heavy: great_expectations
-    from great_expectations.data_context.types.base import (DataContextConfig, InMemoryStoreBackendDefaults,
-                                                            ProgressBarsConfig)
+    from great_expectations.data_context.types.base import (  # heavy: great_expectations
+        DataContextConfig, InMemoryStoreBackendDefaults, ProgressBarsConfig)
 
     return gx.get_context(mode="ephemeral", project_config=DataContextConfig(
         store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False,
@@ -82,7 +82,7 @@ def _add_derived(frame, table: str, checks: list[Check]):
             continue
         if _is_spark(frame):
             from pyspark.sql import Window  # heavy: pyspark (Spark frames only)
-            from pyspark.sql import functions as F
+            from pyspark.sql import functions as F  # heavy: pyspark
 
             expr = None
             for coef, col in d.terms:

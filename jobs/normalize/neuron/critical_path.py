@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -272,8 +273,6 @@ def critical_path_from_events(events: pa.Table) -> tuple[CriticalPath, dict]:
         ``(path, {instruction id: event_id})`` — the map links segments to ``events`` for
         :func:`critical_path_rows`.
     """
-    import msgspec
-
     cat = events.column("category").to_pylist()
     ts, dur = events.column("ts_ns").to_pylist(), events.column("dur_ns").to_pylist()
     ext, eid = events.column("external_id").to_pylist(), events.column("event_id").to_pylist()

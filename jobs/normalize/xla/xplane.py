@@ -18,8 +18,10 @@ the reason ``needs xprof conversion``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import posixpath
+import re
 import tempfile
 import threading
 
@@ -41,8 +43,6 @@ class XprofUnavailable(RuntimeError):
 def xprof_available() -> bool:
     """True when ``xprof.convert.raw_to_tool_data`` can be imported."""
     try:
-        import importlib.util
-
         return importlib.util.find_spec("xprof") is not None
     except (ImportError, ValueError):
         return False
@@ -64,8 +64,6 @@ def is_xla_trace_path(path: str) -> bool:
 
 def count_trace_events(doc: bytes) -> int:
     """Number of non-metadata events (``"ph":"X"``/``"i"``/``"C"``…) in a trace_viewer JSON text, fast."""
-    import re
-
     return len(re.findall(rb'"ph"\s*:\s*"[^M"]', doc))
 
 
@@ -87,7 +85,7 @@ def convert_xplane(data: bytes, name: str = "host.xplane.pb", limit: int | None 
     """
     if _convert is None:
         try:
-            from xprof.convert import raw_to_tool_data
+            from xprof.convert import raw_to_tool_data  # optional: xprof (only to convert xplane files)
         except ImportError as exc:
             raise XprofUnavailable(f"xprof not importable: {exc}") from None
         _convert = raw_to_tool_data.xspace_to_tool_data

@@ -8,6 +8,7 @@ drawn with math-text parsing and LaTeX off (a ``$`` in a kernel name stays a ``$
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import warnings
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ def short(name, n: int = LABEL_CHARS) -> str:
 
 
 def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # heavy: matplotlib
 
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
@@ -64,11 +65,9 @@ def _has(df: pd.DataFrame | None, *cols: str) -> bool:
 def _plotting(fn):
     """Run a plot function with math-text and LaTeX off (``$`` and ``\\input`` in names stay literal text,
     whatever the matplotlibrc says) and glyph warnings muted."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        import matplotlib
+        import matplotlib  # heavy: matplotlib
 
         with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
             warnings.simplefilter("ignore")  # missing glyphs for exotic names are not errors
@@ -165,7 +164,7 @@ def top_kernels(top: pd.DataFrame | None) -> Plot | None:
     ax.set_yticks(y, [short(n) for n in top["name"]], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("total ms (Σ over ranks and steps)")
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # heavy: matplotlib
 
     seen = [t for t in ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER") if t in set(types)]
     fig.legend(handles=[Patch(color=COLORS[t], label=t.lower()) for t in seen], fontsize=8, loc="outside lower center",
