@@ -15,7 +15,7 @@ Spark parses them back with ``from_json`` against the declared schemas.
 Then, per job on the driver (small tables), :func:`run_findings` ranks the bottleneck findings
 (:mod:`jobs.analyze.findings.ranking`) and writes ``findings`` plus ``findings_json/<job>/<attempt>/findings.json``.
 load: Hive-partitioned Parquet, partitions replaced whole through the crash-safe commit
-(:func:`jobs.commit.write_partitions`; idempotent per job).
+(:func:`jobs.warehouse.write_table`; idempotent per job).
 """
 
 from __future__ import annotations

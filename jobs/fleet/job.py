@@ -6,7 +6,7 @@ each joined with the run's job name, model, hardware and torch version from ``ca
 transform (pandas, on the driver; the reduced frames are small): :func:`jobs.fleet.stats.fleet_stats`,
 :func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions}`` through the crash-safe
-partition commit (:func:`jobs.commit.write_partitions`). The tables are rebuilt whole by each run, so a
+partition commit (:func:`jobs.warehouse.write_table`). The tables are rebuilt whole by each run, so a
 run is idempotent and sees late-arriving jobs.
 """
 

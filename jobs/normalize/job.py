@@ -5,7 +5,7 @@ traces. transform (Spark workers, ``mapInArrow``): each file is read through fss
 :func:`jobs.normalize.kineto.parse.parse_kineto`; a file that cannot be parsed becomes a quarantined
 ``captures`` row with the reason, and never stops the other files. load (driver): both tables are
 written as Hive-partitioned Parquet, each partition replaced whole through the crash-safe commit
-(:func:`jobs.commit.write_partitions`), so re-running on the same input replaces the same partitions
+(:func:`jobs.warehouse.write_table`), so re-running on the same input replaces the same partitions
 and changes nothing, and a killed run never leaves a partial partition behind.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import fsspec
 import pyarrow as pa
 
-from jobs.commit import recover, write_partitions
+from jobs.commit import recover
 from jobs.common.ids import slug
 from jobs.landing.discover import discover
 from jobs.landing.interval import restrict_to_interval
@@ -29,6 +29,7 @@ from jobs.normalize.kineto.parse import TraceError, parse_kineto
 from jobs.normalize.neuron.summary import summary_table
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
+from jobs.warehouse import write_table
 from schemas import CAPTURES, EVENTS, NEURON_SUMMARY
 
 _CAPTURE_COL = "_capture_json"
@@ -326,12 +327,12 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
             events = (events.join(F.broadcast(mapping), on="capture_id", how="left")
                       .withColumn("job_id", F.coalesce(F.col("_new_job"), F.col("job_id"))).drop("_new_job"))
         events = events.select(*EVENTS.names)
-        _write(events, warehouse, "events")
+        write_table(events, warehouse, "events")
         cap_df = spark.createDataFrame(captures_table(captures).to_pandas(), schema=CAPTURES.spark_schema())
-        _write(cap_df.coalesce(1), warehouse, "captures")
+        write_table(cap_df.coalesce(1), warehouse, "captures")
         if neuron_rows:
             ns_df = spark.createDataFrame(summary_table(neuron_rows).to_pandas(), schema=NEURON_SUMMARY.spark_schema())
-            _write(ns_df.coalesce(1), warehouse, "neuron_summary")
+            write_table(ns_df.coalesce(1), warehouse, "neuron_summary")
     finally:
         work.unpersist()
     return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}),
@@ -358,7 +359,3 @@ def _spark_schema(schema: pa.Schema):
 
     return from_arrow_schema(schema)
 
-
-def _write(df, warehouse: str, table: str) -> None:
-    """Replace the partitions of ``table`` that ``df`` has rows for, crash-safely (:mod:`jobs.commit`)."""
-    write_partitions(df, warehouse, table)

@@ -56,11 +56,7 @@ PENDING_EDGES: frozenset[tuple[str, str]] = frozenset()
 #: Module cycles being broken in other branches: a cycle whose modules all lie in one of these sets is a warning.
 PENDING_MODULE_CYCLES: frozenset[frozenset[str]] = frozenset()
 #: Modules whose function-local imports (check f) are reviewed in other branches: their findings are warnings.
-PENDING_LOCAL_IMPORTS: frozenset[str] = frozenset({
-    # jobs/analyze: reviewed with the one per-rank trace model and the critical-path cycle
-    "jobs.analyze.critical_path.rank", "jobs.analyze.critical_path.trace", "jobs.analyze.findings.ranking",
-    "jobs.analyze.hta.kernel_stats", "jobs.analyze.job",
-})
+PENDING_LOCAL_IMPORTS: frozenset[str] = frozenset()
 
 # ----------------------------------------------------------------------------- the graph
 
