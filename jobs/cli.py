@@ -93,12 +93,14 @@ def run(
     no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Skip MLflow logging."),
     since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time (UTC if no offset)."),
     until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."),
+    master: Optional[str] = typer.Option(None, help="Spark master URL, e.g. spark://127.0.0.1:7077 (infra/local/spark.sh "
+                                         "start) or local[2] [default: $TRACELAKE_SPARK_MASTER or local[*]]."),
 ) -> None:
     """Run the main job: the declared stages normalize → validate → analyze → validate → fleet → publish."""
     from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
     with _progress() as progress:
-        result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options),
+        result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options), master=master,
                               progress=progress, log_to_mlflow=not no_mlflow, since=since, until=until)
     print_summary(result)
 

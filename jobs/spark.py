@@ -16,6 +16,16 @@ import sys
 def get_spark(master: str | None = None, app_name: str = "tracelake", driver_memory: str = "4g"):
     """Return the active SparkSession, creating one if needed.
 
+    On a standalone master (``spark://…``, e.g. ``infra/local/spark.sh``) each executor asks for
+    ``$TRACELAKE_EXECUTOR_MEMORY`` (default ``1g``) of heap and ``$TRACELAKE_EXECUTOR_CORES``
+    (default ``1``) cores: the master only places an executor on a worker that offers that much
+    (``--memory``/``--cores``), and an application no worker can hold waits forever ("Initial job
+    has not accepted any resources"); one core per executor gives one executor (and its Python
+    worker) per worker core. YARN and Kubernetes masters keep their own sizing (spark-defaults,
+    spark-submit), which builder settings here would override; under spark-submit the context
+    exists before this call, so spark-submit's sizing wins on any master. The executors import
+    ``jobs`` as installed on the workers (infra/local/README.md, "Spark standalone cluster").
+
     Args:
         master: Spark master URL; default ``$TRACELAKE_SPARK_MASTER`` or ``local[*]``.
             Ignored when a session already exists (e.g. under ``spark-submit``).
@@ -49,6 +59,9 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
     )
     if master.startswith("local"):
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    elif master.startswith("spark://"):
+        builder = (builder.config("spark.executor.memory", os.environ.get("TRACELAKE_EXECUTOR_MEMORY", "1g"))
+                   .config("spark.executor.cores", os.environ.get("TRACELAKE_EXECUTOR_CORES", "1")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

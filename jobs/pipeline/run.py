@@ -49,7 +49,8 @@ def _stage(progress, text: str):
 
 
 def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, storage_options: dict | None = None,
-                 spark=None, progress=None, log_to_mlflow: bool = True, since=None, until=None) -> PipelineResult:
+                 spark=None, progress=None, log_to_mlflow: bool = True, since=None, until=None,
+                 master: str | None = None) -> PipelineResult:
     """Run the declared ingest stages (:data:`jobs.pipeline.stages.INGEST`) on ``raw``.
 
     Normalize every committed capture under ``raw``, validate, analyze, validate, rebuild the fleet
@@ -61,19 +62,21 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         warehouse: warehouse root (local folder; Parquet tables under it).
         tracking_uri: MLflow tracking URI; default ``sqlite:///<warehouse>/mlflow.db``.
         storage_options: fsspec options for ``raw`` (e.g. S3 endpoint and keys).
-        spark: an existing SparkSession (default: :func:`jobs.spark.get_spark`).
+        spark: an existing SparkSession (default: :func:`jobs.spark.get_spark` on ``master``).
         progress: a ``rich.progress.Progress`` to report stages on, or ``None``.
         log_to_mlflow: ``False`` leaves out the ``publish`` stage.
         since, until: only the jobs with a capture committed in ``[since, until)`` (UTC ``datetime``
             or ISO string; ``None`` = open end), see :mod:`jobs.landing.interval`.
+        master: Spark master URL when ``spark`` is not given (``spark://…`` for a standalone cluster;
+            default ``$TRACELAKE_SPARK_MASTER`` or ``local[*]``).
 
     Returns:
         :class:`PipelineResult`.
     """
     s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or None, storage_options=storage_options or {},
                     since=_iso(since), until=_iso(until))
-    with _stage(progress, "Starting Spark"):
-        spark = spark or get_spark()
+    with _stage(progress, f"Starting Spark ({master})" if master else "Starting Spark"):
+        spark = spark or get_spark(master=master)
     def on_stage(stage, record):
         n_jobs = len(record.get(stage.needs or "job_ids", []))
         return _stage(progress, stage.title.format(**s.model_dump(), n_jobs=n_jobs))

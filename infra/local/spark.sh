@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Local Spark standalone cluster for tracelake: one master and two workers on 127.0.0.1, from the pyspark package's jars.
+#
+#   infra/local/spark.sh start  [--dir D] [--workers N]  # start in the background, wait until every worker is
+#                                                      # registered, print the master URL (last stdout line)
+#   infra/local/spark.sh url    [--dir D]             # print the master URL of the running cluster
+#   infra/local/spark.sh status [--dir D]             # exit 0 when master and all workers run, 3 when stopped,
+#                                                      # 1 when only part of it runs (then `stop`, `start`)
+#   infra/local/spark.sh stop   [--dir D]             # SIGTERM workers (with their executors), then the master;
+#                                                      # wait (SIGKILL after 30 s)
+#
+# Processes: `spark-class org.apache.spark.deploy.master.Master` and `…deploy.worker.Worker spark://127.0.0.1:P`
+# (Java 17), every port on 127.0.0.1 and picked free at start (SPARK_LOCAL_IP=127.0.0.1). Nothing is downloaded.
+# State in D = $TRACELAKE_SPARK_DIR (default ${TMPDIR:-/tmp}/tracelake-spark): master.pid, worker-I.pid, ports
+# (master, webui, worker-I, worker-I-webui: one `name port` a line), master.log, worker-I.log, work/ (executor logs:
+# work/<app id>/<executor id>/stderr). Worker size: $TRACELAKE_SPARK_WORKER_CORES (1) cores and
+# $TRACELAKE_SPARK_WORKER_MEMORY (2g) each. Start timeout: $TRACELAKE_SPARK_TIMEOUT s (default 120).
+# Workers' Python: PYSPARK_PYTHON = $PYTHON (default the repo's .venv/bin/python); they import tracelake as installed
+# in it, with this checkout first on their PYTHONPATH (infra/local/README.md, "Spark standalone cluster").
+# Then: tracelake run --master "$(infra/local/spark.sh url)" --raw R --warehouse W
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+python="${PYTHON:-$repo/.venv/bin/python}"
+[ -x "$python" ] || python="$(command -v python3)"
+
+action="${1:-}"; shift || true
+dir="${TRACELAKE_SPARK_DIR:-${TMPDIR:-/tmp}/tracelake-spark}"
+workers=2
+timeout="${TRACELAKE_SPARK_TIMEOUT:-120}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) dir="$2"; shift 2 ;;
+    --workers) workers="$2"; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+port_of() {  # port_of NAME: the port recorded for NAME at start
+  [ -f "$dir/ports" ] && awk -v n="$1" '$1 == n { print $2 }' "$dir/ports"
+}
+alive() {  # alive PIDFILE: print the pid when its process runs
+  [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null && cat "$1"
+}
+worker_pidfiles() {  # every worker-I.pid of the state dir (whatever --workers was at start)
+  compgen -G "$dir/worker-*.pid" || true
+}
+alive_workers() {  # alive_workers WEBUI_PORT: number of ALIVE workers the master's /json/ reports (fails if no answer)
+  "$python" - "$1" <<'PY' 2>/dev/null
+import json, sys, urllib.request
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=2) as r:
+    state = json.load(r)
+print(sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE"))
+PY
+}
+stop_group() {  # stop_group PIDFILE: SIGTERM the process group (setsid) of the pid, wait until it is empty
+  local pid
+  pid="$(alive "$1")" || { rm -f "$1"; return 0; }
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 300); do
+    kill -0 -- "-$pid" 2>/dev/null || kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 -- "-$pid" 2>/dev/null || kill -0 "$pid" 2>/dev/null; then
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$1"
+}
+
+case "$action" in
+  start)
+    if mpid="$(alive "$dir/master.pid")"; then
+      n="$(alive_workers "$(port_of webui)" || echo 0)"
+      expected="$(worker_pidfiles | wc -l)"
+      if [ "$n" -ge 1 ] && [ "$n" -eq "$expected" ]; then echo "spark://127.0.0.1:$(port_of master)"; exit 0; fi
+      echo "spark master (pid $mpid) runs with $n of $expected workers alive; see $dir/*.log, then $0 stop" >&2; exit 1
+    fi
+    spark_home="$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
+      || { echo "pyspark not importable by $python (set PYTHON)" >&2; exit 1; }
+    mkdir -p "$dir/work"
+    rm -f "$dir"/worker-*.pid
+    # 2 + 2N distinct free loopback ports, bound together so that none is handed out twice
+    "$python" - "$workers" > "$dir/ports" <<'PY'
+import socket, sys
+n = int(sys.argv[1])
+names = ["master", "webui"] + [f"worker-{i}{s}" for i in range(1, n + 1) for s in ("", "-webui")]
+socks = [socket.socket() for _ in names]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+for name, s in zip(names, socks):
+    print(name, s.getsockname()[1])
+for s in socks:
+    s.close()
+PY
+    export SPARK_HOME="$spark_home" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$python"
+    export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # executors import this checkout's tracelake first
+    master_url="spark://127.0.0.1:$(port_of master)"
+    # own session (setsid) per daemon: `stop` signals the whole group (a worker's executors and their Python workers)
+    setsid "$spark_home/bin/spark-class" org.apache.spark.deploy.master.Master --host 127.0.0.1 \
+      --port "$(port_of master)" --webui-port "$(port_of webui)" > "$dir/master.log" 2>&1 < /dev/null &
+    echo $! > "$dir/master.pid"
+    for i in $(seq 1 "$workers"); do
+      setsid "$spark_home/bin/spark-class" org.apache.spark.deploy.worker.Worker "$master_url" --host 127.0.0.1 \
+        --port "$(port_of "worker-$i")" --webui-port "$(port_of "worker-$i-webui")" \
+        --cores "${TRACELAKE_SPARK_WORKER_CORES:-1}" --memory "${TRACELAKE_SPARK_WORKER_MEMORY:-2g}" \
+        --work-dir "$dir/work" > "$dir/worker-$i.log" 2>&1 < /dev/null &
+      echo $! > "$dir/worker-$i.pid"
+    done
+    deadline=$(( $(date +%s) + timeout ))
+    until [ "$(alive_workers "$(port_of webui)" || echo 0)" -ge "$workers" ]; do
+      for f in "$dir/master.pid" $(worker_pidfiles); do
+        if ! alive "$f" >/dev/null; then
+          log="${f%.pid}.log"
+          echo "$(basename "${f%.pid}") exited during start; last lines of $log:" >&2; tail -20 "$log" >&2
+          "$0" stop --dir "$dir" >&2 || true; exit 1
+        fi
+      done
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "not all $workers workers registered after ${timeout} s; see $dir/*.log" >&2
+        "$0" stop --dir "$dir" >&2 || true; exit 1
+      fi
+      sleep 0.5
+    done
+    echo "master web UI: http://127.0.0.1:$(port_of webui) ($workers workers, logs in $dir)" >&2
+    echo "$master_url"
+    ;;
+  url)
+    alive "$dir/master.pid" >/dev/null || { echo "spark master not running (dir $dir)" >&2; exit 3; }
+    echo "spark://127.0.0.1:$(port_of master)"
+    ;;
+  status)
+    mpid="$(alive "$dir/master.pid")" || {
+      [ -z "$(for f in $(worker_pidfiles); do alive "$f"; done)" ] || { echo "master stopped, workers running (dir $dir)"; exit 1; }
+      echo "stopped (dir $dir)"; exit 3; }
+    expected="$(worker_pidfiles | wc -l)"
+    n="$(alive_workers "$(port_of webui)" || echo 0)"
+    if [ "$expected" -ge 1 ] && [ "$n" -eq "$expected" ]; then
+      echo "running: master pid $mpid, spark://127.0.0.1:$(port_of master), web UI http://127.0.0.1:$(port_of webui), $n workers, dir $dir"
+      exit 0
+    fi
+    echo "degraded: master pid $mpid, $n of $expected workers alive (dir $dir)"; exit 1
+    ;;
+  stop)
+    for f in $(worker_pidfiles); do stop_group "$f"; done
+    stop_group "$dir/master.pid"
+    echo "stopped"
+    ;;
+  *) echo "usage: $0 start|stop|url|status [--dir D] [--workers N]" >&2; exit 2 ;;
+esac
