@@ -12,7 +12,8 @@
 #                                              #   airflow backfill create --dag-id tracelake_ingest \
 #                                              #     --from-date 2026-03-01T10:00:00+00:00 --to-date 2026-03-01T12:00:00+00:00
 #
-# Ports: P (api-server, default 8080), P+1 and P+2 (the scheduler's and triggerer's log servers).
+# Ports: P (api-server, default 8080; kept in <home>/port for status/stop/env), P+1 and P+2 (the scheduler's and
+# triggerer's log servers).
 # Home: $TRACELAKE_AIRFLOW_HOME (default ${TMPDIR:-/tmp}/tracelake-airflow; SQLite metadata DB, LocalExecutor).
 # Each process keeps <home>/<name>.pid and <home>/<name>.log (scheduler, dag-processor, triggerer, api-server).
 # Login: the simple auth manager with every user admin (loopback only; set AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS
@@ -33,7 +34,7 @@ repo="$(cd "$here/../.." && pwd)"
 venv_bin="${VENV_BIN:-$repo/.venv/bin}"
 
 action="${1:-start}"; [ $# -gt 0 ] && shift
-port="${TRACELAKE_AIRFLOW_PORT:-8080}"
+port="${TRACELAKE_AIRFLOW_PORT:-}"
 timeout="${TRACELAKE_AIRFLOW_TIMEOUT:-300}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,6 +44,9 @@ while [ $# -gt 0 ]; do
 done
 
 export AIRFLOW_HOME="${TRACELAKE_AIRFLOW_HOME:-${TMPDIR:-/tmp}/tracelake-airflow}"
+# status/stop/env without --port: the port the home was started on (kept in <home>/port), else 8080
+[ -z "$port" ] && [ "$action" != start ] && [ -s "$AIRFLOW_HOME/port" ] && port="$(cat "$AIRFLOW_HOME/port")"
+port="${port:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="${TRACELAKE_DAGS_FOLDER:-$repo/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
@@ -118,6 +122,7 @@ case "$action" in
       echo "already running: ${running[*]} (home $AIRFLOW_HOME); stop first" >&2; exit 1
     fi
     echo "AIRFLOW_HOME=$AIRFLOW_HOME  DAGs: $AIRFLOW__CORE__DAGS_FOLDER  UI: http://127.0.0.1:$port" >&2
+    echo "$port" > "$AIRFLOW_HOME/port"
     "$venv_bin/airflow" db migrate > "$AIRFLOW_HOME/db-migrate.log" 2>&1 \
       || { echo "airflow db migrate failed; see $AIRFLOW_HOME/db-migrate.log" >&2; tail -20 "$AIRFLOW_HOME/db-migrate.log" >&2; exit 1; }
     for name in "${components[@]}"; do
