@@ -1,27 +1,41 @@
 #!/usr/bin/env bash
-# Airflow 3 for people: `airflow standalone` (api-server + UI, scheduler, dag-processor, triggerer) with
-# tracelake's DAGs (dags/) mounted. Not used by the tests (they call dag.test()).
+# Airflow 3 for tracelake's DAGs (dags/) on loopback, the way a team runs it: scheduler, dag-processor,
+# triggerer and api-server as separate background processes on one metadata DB.
 #
-#   infra/local/airflow.sh [start] [--port P]  # foreground; Ctrl-C stops everything. UI: http://127.0.0.1:P (8080)
+#   infra/local/airflow.sh start  [--port P]   # `airflow db migrate`, start the four processes, wait until the
+#                                              # api-server answers and the scheduler heartbeats; UI http://127.0.0.1:P
+#   infra/local/airflow.sh status              # exit 0 when all four run and the scheduler heartbeats, 3 otherwise
+#   infra/local/airflow.sh stop                # SIGTERM each process group by its pid, wait (SIGKILL after 30 s)
+#   infra/local/airflow.sh standalone [--port P]  # foreground `airflow standalone`; Ctrl-C stops everything
 #   eval "$(infra/local/airflow.sh env)"       # this shell's `airflow` CLI on the same home, e.g.
-#                                              #   airflow dags trigger tracelake_ingest
-#                                              #   airflow dags test tracelake_ingest 2026-03-01T10:00:00+00:00
+#                                              #   airflow dags unpause tracelake_ingest
+#                                              #   airflow backfill create --dag-id tracelake_ingest \
+#                                              #     --from-date 2026-03-01T10:00:00+00:00 --to-date 2026-03-01T12:00:00+00:00
 #
-# Home: $TRACELAKE_AIRFLOW_HOME (default ${TMPDIR:-/tmp}/tracelake-airflow; SQLite metadata DB). The admin
-# login (simple auth manager) is printed by standalone at start and kept under the home.
+# Ports: P (api-server, default 8080; kept in <home>/port for status/stop/env), P+1 and P+2 (the scheduler's and
+# triggerer's log servers).
+# Home: $TRACELAKE_AIRFLOW_HOME (default ${TMPDIR:-/tmp}/tracelake-airflow; SQLite metadata DB, LocalExecutor).
+# Each process keeps <home>/<name>.pid and <home>/<name>.log (scheduler, dag-processor, triggerer, api-server).
+# Login: the simple auth manager with every user admin (loopback only; set AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS
+# =False for a password login). Start timeout: $TRACELAKE_AIRFLOW_TIMEOUT s (default 300).
+# DAGs folder: $TRACELAKE_DAGS_FOLDER (default <repo>/dags).
 # Configuration (jobs/pipeline/settings.py; Airflow Variables, or these environment variables, which win):
 #   TRACELAKE_RAW           -> tracelake_raw            landing zone    (default <home>/tracelake/landing)
 #   TRACELAKE_WAREHOUSE     -> tracelake_warehouse      warehouse root  (default <home>/tracelake/warehouse)
 #   TRACELAKE_TRACKING_URI  -> tracelake_tracking_uri   MLflow          (default: infra/local/mlflow.sh's server
 #                                                       when it runs, else sqlite:///<warehouse>/mlflow.db)
+#   TRACELAKE_STORAGE_OPTIONS -> tracelake_storage_options  fsspec options of the landing zone (JSON, e.g. S3 keys)
+#   TRACELAKE_SPARK_CONF    -> tracelake_spark_conf     extra Spark properties (JSON)
 #   TRACELAKE_SPARK_MASTER  -> connection spark_tracelake (default: not defined = local[*] on this machine)
+# The processes read these when they start: `stop` then `start` to change them.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 venv_bin="${VENV_BIN:-$repo/.venv/bin}"
 
 action="${1:-start}"; [ $# -gt 0 ] && shift
-port="${TRACELAKE_AIRFLOW_PORT:-8080}"
+port="${TRACELAKE_AIRFLOW_PORT:-}"
+timeout="${TRACELAKE_AIRFLOW_TIMEOUT:-300}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --port) port="$2"; shift 2 ;;
@@ -30,31 +44,136 @@ while [ $# -gt 0 ]; do
 done
 
 export AIRFLOW_HOME="${TRACELAKE_AIRFLOW_HOME:-${TMPDIR:-/tmp}/tracelake-airflow}"
-export AIRFLOW__CORE__DAGS_FOLDER="$repo/dags"
+# status/stop/env without --port: the port the home was started on (kept in <home>/port), else 8080
+[ -z "$port" ] && [ "$action" != start ] && [ -s "$AIRFLOW_HOME/port" ] && port="$(cat "$AIRFLOW_HOME/port")"
+port="${port:-8080}"
+export AIRFLOW__CORE__DAGS_FOLDER="${TRACELAKE_DAGS_FOLDER:-$repo/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS:-True}"
 export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"   # loopback only (set 0.0.0.0 to share the UI)
+export AIRFLOW__API__BASE_URL="http://127.0.0.1:$port"
+# the scheduler's and triggerer's log servers (fixed 8793/8794 by default): next to the api-server's port
+export AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT:-$((port + 1))}"
+export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT:-$((port + 2))}"
+# task processes reach the scheduler's work through the api-server's execution API
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$port/execution/"
 export PATH="$venv_bin:$PATH"                      # airflow, spark-submit and the stages' python
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
 [ -n "${TRACELAKE_RAW:-}" ] && export AIRFLOW_VAR_TRACELAKE_RAW="$TRACELAKE_RAW"
 [ -n "${TRACELAKE_WAREHOUSE:-}" ] && export AIRFLOW_VAR_TRACELAKE_WAREHOUSE="$TRACELAKE_WAREHOUSE"
+[ -n "${TRACELAKE_STORAGE_OPTIONS:-}" ] && export AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS="$TRACELAKE_STORAGE_OPTIONS"
+[ -n "${TRACELAKE_SPARK_CONF:-}" ] && export AIRFLOW_VAR_TRACELAKE_SPARK_CONF="$TRACELAKE_SPARK_CONF"
 if [ -z "${TRACELAKE_TRACKING_URI:-}" ] && uri="$("$here/mlflow.sh" uri 2>/dev/null)"; then
   TRACELAKE_TRACKING_URI="$uri"
 fi
 [ -n "${TRACELAKE_TRACKING_URI:-}" ] && export AIRFLOW_VAR_TRACELAKE_TRACKING_URI="$TRACELAKE_TRACKING_URI"
 [ -n "${TRACELAKE_SPARK_MASTER:-}" ] && export AIRFLOW_CONN_SPARK_TRACELAKE="{\"conn_type\": \"spark\", \"host\": \"$TRACELAKE_SPARK_MASTER\"}"
 
+components=(scheduler dag-processor triggerer api-server)
+
+secret() {  # secret NAME: a random value kept in <home>/NAME (mode 0600), the same for every process
+  local f="$AIRFLOW_HOME/$1"
+  [ -s "$f" ] || (umask 077; "$venv_bin/python" -c 'import secrets; print(secrets.token_urlsafe(32))' > "$f")
+  cat "$f"
+}
+pid_of() {  # pid_of NAME: print the pid of a running component
+  local f="$AIRFLOW_HOME/$1.pid"
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
+}
+api_answers() {  # the api-server's health endpoint answers 200
+  "$venv_bin/python" - "$port" <<'PY' >/dev/null 2>&1
+import sys, urllib.request
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/v2/monitor/health", timeout=3) as r:
+    sys.exit(0 if r.status == 200 else 1)
+PY
+}
+scheduler_heartbeats() {
+  "$venv_bin/airflow" jobs check --job-type SchedulerJob --local >/dev/null 2>&1
+}
+stop_all() {
+  local name pid t
+  for name in "${components[@]}"; do
+    pid="$(pid_of "$name")" || { rm -f "$AIRFLOW_HOME/$name.pid"; continue; }
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true   # its process group (setsid)
+    for t in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "airflow $name (pid $pid) still running after 30 s: SIGKILL" >&2
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$AIRFLOW_HOME/$name.pid"
+    echo "stopped airflow $name (pid $pid)" >&2
+  done
+}
+
+if [ "$action" = start ] || [ "$action" = standalone ] || [ "$action" = status ]; then
+  mkdir -p "$AIRFLOW_HOME"
+  # one JWT secret for the api-server and the task processes it authenticates (else each process draws its own)
+  AIRFLOW__API_AUTH__JWT_SECRET="${AIRFLOW__API_AUTH__JWT_SECRET:-$(secret jwt_secret)}"
+  export AIRFLOW__API_AUTH__JWT_SECRET
+fi
+
 case "$action" in
   start)
-    mkdir -p "$AIRFLOW_HOME"
+    running=()
+    for name in "${components[@]}"; do pid_of "$name" >/dev/null && running+=("$name"); done
+    if [ ${#running[@]} -gt 0 ]; then
+      echo "already running: ${running[*]} (home $AIRFLOW_HOME); stop first" >&2; exit 1
+    fi
+    echo "AIRFLOW_HOME=$AIRFLOW_HOME  DAGs: $AIRFLOW__CORE__DAGS_FOLDER  UI: http://127.0.0.1:$port" >&2
+    echo "$port" > "$AIRFLOW_HOME/port"
+    "$venv_bin/airflow" db migrate > "$AIRFLOW_HOME/db-migrate.log" 2>&1 \
+      || { echo "airflow db migrate failed; see $AIRFLOW_HOME/db-migrate.log" >&2; tail -20 "$AIRFLOW_HOME/db-migrate.log" >&2; exit 1; }
+    for name in "${components[@]}"; do
+      # own session (setsid): `stop` signals the whole process group (the scheduler's executor workers too)
+      setsid "$venv_bin/airflow" "$name" > "$AIRFLOW_HOME/$name.log" 2>&1 < /dev/null &
+      echo $! > "$AIRFLOW_HOME/$name.pid"
+    done
+    deadline=$(( $(date +%s) + timeout ))
+    until api_answers && scheduler_heartbeats; do
+      for name in "${components[@]}"; do
+        if ! pid_of "$name" >/dev/null; then
+          echo "airflow $name exited during start; last lines of $AIRFLOW_HOME/$name.log:" >&2
+          tail -20 "$AIRFLOW_HOME/$name.log" >&2; stop_all; exit 1
+        fi
+      done
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "airflow not ready after ${timeout} s (api-server answers and scheduler heartbeats); logs in $AIRFLOW_HOME" >&2
+        stop_all; exit 1
+      fi
+      sleep 1
+    done
+    for name in "${components[@]}"; do echo "airflow $name pid $(pid_of "$name")  log $AIRFLOW_HOME/$name.log" >&2; done
+    echo "http://127.0.0.1:$port"
+    ;;
+  status)
+    rc=0
+    for name in "${components[@]}"; do
+      if pid="$(pid_of "$name")"; then echo "$name: running (pid $pid)"; else echo "$name: stopped"; rc=3; fi
+    done
+    if [ $rc -eq 0 ]; then
+      api_answers && echo "api-server: answers on http://127.0.0.1:$port" || { echo "api-server: not answering"; rc=3; }
+      scheduler_heartbeats && echo "scheduler: heartbeats" || { echo "scheduler: no recent heartbeat"; rc=3; }
+    fi
+    exit $rc
+    ;;
+  stop)
+    stop_all
+    ;;
+  standalone)
     echo "AIRFLOW_HOME=$AIRFLOW_HOME  DAGs: $AIRFLOW__CORE__DAGS_FOLDER  UI: http://127.0.0.1:$port" >&2
     exec "$venv_bin/airflow" standalone
     ;;
   env)
-    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__API__PORT AIRFLOW__API__HOST PATH SPARK_LOCAL_IP \
-             AIRFLOW_VAR_TRACELAKE_RAW AIRFLOW_VAR_TRACELAKE_WAREHOUSE AIRFLOW_VAR_TRACELAKE_TRACKING_URI AIRFLOW_CONN_SPARK_TRACELAKE; do
+    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__CORE__EXECUTOR \
+             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS AIRFLOW__API__PORT AIRFLOW__API__HOST AIRFLOW__API__BASE_URL \
+             AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT \
+             AIRFLOW__CORE__EXECUTION_API_SERVER_URL PATH SPARK_LOCAL_IP \
+             AIRFLOW_VAR_TRACELAKE_RAW AIRFLOW_VAR_TRACELAKE_WAREHOUSE AIRFLOW_VAR_TRACELAKE_TRACKING_URI \
+             AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS AIRFLOW_VAR_TRACELAKE_SPARK_CONF AIRFLOW_CONN_SPARK_TRACELAKE; do
       if [ -n "${!v:-}" ]; then printf 'export %s=%q\n' "$v" "${!v}"; fi
     done
     ;;
-  *) echo "usage: $0 [start|env] [--port P]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|env|standalone [--port P]" >&2; exit 2 ;;
 esac

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from pipeline_compare import FLEET_TABLES, free_port, mlflow_content, rows_digest
 from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
 from jobs.pipeline.stages import INGEST
@@ -39,12 +39,6 @@ JOBS = ["broken", "dlrm", "tiny", "trn"]
 #: The interval the ingest run covers: [10:00, 11:00) UTC on 2026-03-01.
 SINCE = datetime(2026, 3, 1, 10, tzinfo=timezone.utc)
 UNTIL = SINCE + timedelta(hours=1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, committed: datetime | None,
@@ -108,7 +102,7 @@ def stack(tmp_path_factory):
                PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", GX_ANALYTICS_ENABLED="false",
                TRACELAKE_TASK_RETRIES="0")  # a failed task ends dag.test() instead of waiting for its retry
     mlflow_dir = tmp / "mlflow"
-    mlflow = subprocess.Popen([str(REPO / "infra/local/mlflow.sh"), "start", "--port", str(_free_port()),
+    mlflow = subprocess.Popen([str(REPO / "infra/local/mlflow.sh"), "start", "--port", str(free_port()),
                                "--dir", str(mlflow_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**env, "PYTHON": PYTHON})
     migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
@@ -274,37 +268,6 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
     assert fruns[0].data.metrics["fleet/n_jobs"] == len(JOBS)  # jobs.publish.reports's metric names
 
 
-def _rows_digest(wh: Path, table: str) -> list[str]:
-    """The rows of a (fleet) table as sorted canonical JSON (order- and file-independent)."""
-    from jobs.warehouse import read_pandas
-
-    df = read_pandas(str(wh), [table])[table]
-    return sorted(json.dumps(r, sort_keys=True, default=repr) for r in df.to_dict(orient="records"))
-
-
-def _artifact_paths(client, run_id: str, path: str | None = None) -> list[str]:
-    out = []
-    for a in client.list_artifacts(run_id, path):
-        out += _artifact_paths(client, run_id, a.path) if a.is_dir else [a.path]
-    return out
-
-
-def _mlflow_content(tracking_uri: str) -> dict:
-    """Per (job, attempt) of experiment ``tracelake``: params, metrics, tags (less MLflow's own and the
-    warehouse path, which differ between two warehouses), status and every artifact's path."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name("tracelake")
-    out = {}
-    for r in client.search_runs([exp.experiment_id]):
-        tags = {k: v for k, v in r.data.tags.items() if not k.startswith("mlflow.") and k != "tracelake.warehouse"}
-        out[(tags["tracelake.job_id"], tags["tracelake.attempt"])] = {
-            "params": r.data.params, "metrics": r.data.metrics, "tags": tags, "status": r.info.status,
-            "artifacts": sorted(_artifact_paths(client, r.info.run_id))}
-    return out
-
-
 def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, landing, spark, tmp_path):
     """The scheduled path and ``tracelake run`` over the same interval: equal warehouse tables (content
     digests) and equal MLflow content per job (params, metrics, tags, status, artifact names)."""
@@ -319,10 +282,10 @@ def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, l
     for table in WAREHOUSE_TABLES:
         assert cli[table], f"{table}: empty, the comparison would prove nothing"
         assert cli[table] == dag[table], table
-    for table in ("fleet_stats", "fleet_kernels", "regressions"):
-        assert _rows_digest(wh, table) == _rows_digest(dag_wh, table), table
+    for table in FLEET_TABLES:
+        assert rows_digest(wh, table) == rows_digest(dag_wh, table), table
 
-    cli_runs, dag_runs_ = _mlflow_content(res.tracking_uri), _mlflow_content(dag_runs["tracking_uri"])
+    cli_runs, dag_runs_ = mlflow_content(res.tracking_uri), mlflow_content(dag_runs["tracking_uri"])
     assert sorted(cli_runs) == sorted(dag_runs_) == [(j, "0") for j in JOBS]
     for key, run in cli_runs.items():
         assert run == dag_runs_[key], key
