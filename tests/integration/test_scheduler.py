@@ -61,7 +61,8 @@ PROD_SCHEDULE = ('schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
                  '    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),\n')
 TEST_SCHEDULE = ('schedule=CronDataIntervalTimetable("* * * * *", timezone="UTC"),\n'
                  '    start_date=pendulum.parse("{start}"), end_date=pendulum.parse("{end}"),\n')
-DAG_WRAPPER = '''"""tracelake_ingest as in {src}, with one-minute data intervals (written by test_scheduler.py)."""
+#: The test's DAG file. It must name "airflow" and "dag": the dag-processor's safe mode skips files without both words.
+DAG_WRAPPER = '''"""Airflow DAG tracelake_ingest as in {src}, with one-minute data intervals (written by test_scheduler.py)."""
 from pathlib import Path
 
 _src = Path({src!r}).read_text()
