@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from jobs.landing.interval import as_utc
 from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
 from jobs.spark import get_spark
 from jobs.warehouse import read_pandas
@@ -74,7 +73,7 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         :class:`PipelineResult`.
     """
     s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or None, storage_options=storage_options or {},
-                    since=_iso(since), until=_iso(until))
+                    since=since, until=until)
     with _stage(progress, f"Starting Spark ({master})" if master else "Starting Spark"):
         spark = spark or get_spark(master=master)
     def on_stage(stage, record):
@@ -89,8 +88,3 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
                           job_ids=job_ids, captures=t["captures"], ranks=t["ranks"], steps=t["steps"],
                           neuron_summary=t["neuron_summary"], pending=record.get("pending", []), run_ids=run_ids,
                           validation=validation(record), regressions=t["regressions"], record=record)
-
-
-def _iso(t) -> str:
-    t = as_utc(t)
-    return t.isoformat() if t else ""

@@ -24,7 +24,6 @@ import json
 import os
 from pathlib import Path
 
-from jobs.landing.interval import as_utc
 from jobs.pipeline.stages import RunSettings
 
 SPARK_CONN_ID = "spark_tracelake"
@@ -92,14 +91,8 @@ def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
     return RunSettings(
         raw=Variable.get(VAR_RAW, default=str(home() / "landing")), warehouse=warehouse,
         tracking_uri=Variable.get(VAR_TRACKING_URI, default="") or None, storage_options=storage_options,
-        since=_iso(run_conf.get("since") or since), until=_iso(run_conf.get("until") or until),
+        since=run_conf.get("since") or since, until=run_conf.get("until") or until,
     ).model_dump()
-
-
-def _iso(t) -> str:
-    """``t`` (datetime, ISO text or ``None``) as UTC ISO text, ``""`` for ``None``; ValueError otherwise."""
-    t = as_utc(t)
-    return t.isoformat() if t else ""
 
 
 def ingest_interval(data_interval_start, data_interval_end, prev_success_end=None):

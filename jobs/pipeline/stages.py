@@ -32,7 +32,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from jobs.landing.interval import as_utc, summarize_interval
 from jobs.pipeline.record import build_record, read_record, write_record
@@ -45,7 +45,8 @@ from jobs.warehouse import read_pandas
 class RunSettings(BaseModel):
     """What one pipeline run works on (JSON-ready: passed between Airflow tasks and to spark-submit).
 
-    ``since``/``until`` are ISO 8601 (``""`` = open end); ``record`` defaults to
+    ``since``/``until`` take a ``datetime``, ISO 8601 text or ``None`` and are kept as UTC ISO text
+    (``""`` = open end; ValueError for anything else); ``record`` defaults to
     ``<warehouse>/_runs/ingest/<since>_<until>.json`` (:func:`record_uri`); ``job_ids`` restricts a
     stage run alone to those jobs (``None`` = the jobs of the record, else every job).
     """
@@ -62,13 +63,16 @@ class RunSettings(BaseModel):
     report_html: str = ""  # fleet_report: also write the HTML report to this file
     fleet_options: dict = Field(default_factory=dict)  # jobs.fleet.regressions.find_regressions thresholds
 
+    @field_validator("since", "until", mode="before")
+    @classmethod
+    def _utc_iso(cls, value) -> str:
+        t = as_utc(value)
+        return t.isoformat() if t else ""
+
     def model_post_init(self, _ctx) -> None:
-        """Normalize the interval bounds to UTC ISO and fill ``record`` and ``tracking_uri``."""
-        since, until = as_utc(self.since or None), as_utc(self.until or None)
-        self.since = since.isoformat() if since else ""
-        self.until = until.isoformat() if until else ""
+        """Fill ``record`` and ``tracking_uri`` from the warehouse and the interval."""
         if not self.record:
-            self.record = record_uri(self.warehouse, since, until)
+            self.record = record_uri(self.warehouse, as_utc(self.since), as_utc(self.until))
         if self.tracking_uri is None:
             self.tracking_uri = default_tracking_uri(self.warehouse)
 
@@ -234,7 +238,7 @@ def run_stage(name: str, settings: RunSettings | dict, spark=None, record: dict 
     if record is None:
         record = load_record(s) if stage.recorded and name != "normalize" else {}
     started = _dt.datetime.now(_dt.timezone.utc).isoformat()
-    if name == "normalize" or should_run(stage, record):
+    if should_run(stage, record):
         if stage.spark and spark is None:
             spark = get_spark()
         stage.run(spark if stage.spark else None, s, record)
@@ -268,7 +272,7 @@ def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_sta
     s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
     record: dict = {}
     for stage in stages:
-        if stage.name in skip or (stage is not stages[0] and not should_run(stage, record)):
+        if stage.name in skip or not should_run(stage, record):
             continue
         if stage.spark and spark is None:
             spark = get_spark()
