@@ -1,5 +1,8 @@
 """tracelake_ingest — every hour: the captures committed in the hour → warehouse → MLflow.
 
+The interval length and bounds can be changed with ``$TRACELAKE_INGEST_SCHEDULE`` (cron),
+``$TRACELAKE_INGEST_START`` and ``$TRACELAKE_INGEST_END`` (:func:`jobs.pipeline.settings.ingest_schedule`).
+
 One task per declared stage of :data:`jobs.pipeline.stages.INGEST` (the stages ``tracelake run``
 runs, in the same order): ``settings`` resolves the Airflow Variables and the interval
 (:mod:`jobs.pipeline.settings`); ``discover`` skips the rest of the run when no capture was
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
 from airflow.sdk import Asset, CronDataIntervalTimetable, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -27,9 +29,13 @@ from jobs.pipeline.operators import TracelakeSparkSubmitOperator
 from jobs.pipeline.stages import INGEST, ValidationFailed, check_validation, discover_interval, run_stage
 
 
+INGEST_CRON, INGEST_START, INGEST_END = cfg.ingest_schedule()  # hourly from 2026-01-01 unless the environment says
+
+
 @dag(
-    schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    schedule=CronDataIntervalTimetable(INGEST_CRON, timezone="UTC"),
+    start_date=INGEST_START,
+    end_date=INGEST_END,
     catchup=False,  # a run covers every interval since the last successful one (settings.ingest_interval)
     max_active_runs=1,
     default_args={"retries": cfg.RETRIES, "retry_delay": timedelta(seconds=cfg.RETRY_DELAY_S)},

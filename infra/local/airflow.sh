@@ -4,8 +4,11 @@
 #
 #   infra/local/airflow.sh start  [--port P]   # `airflow db migrate`, start the four processes, wait until the
 #                                              # api-server answers and the scheduler heartbeats; UI http://127.0.0.1:P
+#                                              # (when some of them run: start only the ones that died, e.g. a
+#                                              # scheduler killed with -9; its orphaned tasks finish or are reset)
 #   infra/local/airflow.sh status              # exit 0 when all four run and the scheduler heartbeats, 3 otherwise
-#   infra/local/airflow.sh stop                # SIGTERM each process group by its pid, wait (SIGKILL after 30 s)
+#   infra/local/airflow.sh stop                # SIGTERM each process group it started (<home>/<name>.groups: a
+#                                              # restarted scheduler's dead predecessor's too), SIGKILL after 30 s
 #   infra/local/airflow.sh standalone [--port P]  # foreground `airflow standalone`; Ctrl-C stops everything
 #   eval "$(infra/local/airflow.sh env)"       # this shell's `airflow` CLI on the same home, e.g.
 #                                              #   airflow dags unpause tracelake_ingest
@@ -27,6 +30,10 @@
 #   TRACELAKE_STORAGE_OPTIONS -> tracelake_storage_options  fsspec options of the landing zone (JSON, e.g. S3 keys)
 #   TRACELAKE_SPARK_CONF    -> tracelake_spark_conf     extra Spark properties (JSON)
 #   TRACELAKE_SPARK_MASTER  -> connection spark_tracelake (default: not defined = local[*] on this machine)
+#   TRACELAKE_INGEST_SCHEDULE, TRACELAKE_INGEST_START, TRACELAKE_INGEST_END  the ingest DAG's cron and bounds
+#   TRACELAKE_TASK_RETRIES, TRACELAKE_TASK_RETRY_DELAY_S                     task retries (default 2, 300 s)
+# PYSPARK_PYTHON defaults to the venv's python: the Spark stages' Python workers, also on a local cluster
+# (infra/local/spark.sh runs its workers with the same venv).
 # The processes read these when they start: `stop` then `start` to change them.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -44,8 +51,11 @@ while [ $# -gt 0 ]; do
 done
 
 export AIRFLOW_HOME="${TRACELAKE_AIRFLOW_HOME:-${TMPDIR:-/tmp}/tracelake-airflow}"
-# status/stop/env without --port: the port the home was started on (kept in <home>/port), else 8080
-[ -z "$port" ] && [ "$action" != start ] && [ -s "$AIRFLOW_HOME/port" ] && port="$(cat "$AIRFLOW_HOME/port")"
+# status/stop/env (and start while part of it runs) without --port: the port the home was started on
+# (kept in <home>/port), else 8080
+[ -z "$port" ] && [ -s "$AIRFLOW_HOME/port" ] && { [ "$action" != start ] || [ -n "$(for n in scheduler \
+  dag-processor triggerer api-server; do f="$AIRFLOW_HOME/$n.pid"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null \
+  && echo "$n"; done)" ]; } && port="$(cat "$AIRFLOW_HOME/port")"
 port="${port:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="${TRACELAKE_DAGS_FOLDER:-$repo/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
@@ -61,6 +71,7 @@ export AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="${AIRFLOW__LOGGING__TRIGGER_LO
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$port/execution/"
 export PATH="$venv_bin:$PATH"                      # airflow, spark-submit and the stages' python
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$venv_bin/python}"
 [ -n "${TRACELAKE_RAW:-}" ] && export AIRFLOW_VAR_TRACELAKE_RAW="$TRACELAKE_RAW"
 [ -n "${TRACELAKE_WAREHOUSE:-}" ] && export AIRFLOW_VAR_TRACELAKE_WAREHOUSE="$TRACELAKE_WAREHOUSE"
 [ -n "${TRACELAKE_STORAGE_OPTIONS:-}" ] && export AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS="$TRACELAKE_STORAGE_OPTIONS"
@@ -92,19 +103,24 @@ PY
 scheduler_heartbeats() {
   "$venv_bin/airflow" jobs check --job-type SchedulerJob --local >/dev/null 2>&1
 }
-stop_all() {
-  local name pid t
+stop_all() {  # SIGTERM every process group a component had (its pid's and earlier ones'), SIGKILL after 30 s
+  local name pid groups g t left
   for name in "${components[@]}"; do
-    pid="$(pid_of "$name")" || { rm -f "$AIRFLOW_HOME/$name.pid"; continue; }
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true   # its process group (setsid)
-    for t in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "airflow $name (pid $pid) still running after 30 s: SIGKILL" >&2
-      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    pid="$(pid_of "$name")" || pid=""
+    groups="$( { [ -n "$pid" ] && echo "$pid"; cat "$AIRFLOW_HOME/$name.groups" 2>/dev/null || true; } | sort -u)"
+    for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
+    for t in $(seq 1 150); do
+      left=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && left="$left $g"; done
+      [ -z "$left" ] && break; sleep 0.2
+    done
+    if [ -n "$left" ]; then
+      echo "airflow $name: process groups$left still running after 30 s: SIGKILL" >&2
+      for g in $left; do kill -KILL -- "-$g" 2>/dev/null || true; done
     fi
-    rm -f "$AIRFLOW_HOME/$name.pid"
-    echo "stopped airflow $name (pid $pid)" >&2
+    rm -f "$AIRFLOW_HOME/$name.pid" "$AIRFLOW_HOME/$name.groups"
+    [ -n "$pid" ] && echo "stopped airflow $name (pid $pid)" >&2
   done
+  return 0
 }
 
 if [ "$action" = start ] || [ "$action" = standalone ] || [ "$action" = status ]; then
@@ -116,19 +132,31 @@ fi
 
 case "$action" in
   start)
-    running=()
-    for name in "${components[@]}"; do pid_of "$name" >/dev/null && running+=("$name"); done
-    if [ ${#running[@]} -gt 0 ]; then
-      echo "already running: ${running[*]} (home $AIRFLOW_HOME); stop first" >&2; exit 1
-    fi
-    echo "AIRFLOW_HOME=$AIRFLOW_HOME  DAGs: $AIRFLOW__CORE__DAGS_FOLDER  UI: http://127.0.0.1:$port" >&2
-    echo "$port" > "$AIRFLOW_HOME/port"
-    "$venv_bin/airflow" db migrate > "$AIRFLOW_HOME/db-migrate.log" 2>&1 \
-      || { echo "airflow db migrate failed; see $AIRFLOW_HOME/db-migrate.log" >&2; tail -20 "$AIRFLOW_HOME/db-migrate.log" >&2; exit 1; }
+    running=(); missing=()
     for name in "${components[@]}"; do
+      if pid_of "$name" >/dev/null; then running+=("$name"); else missing+=("$name"); fi
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+      echo "already running: ${running[*]} (home $AIRFLOW_HOME)" >&2; echo "http://127.0.0.1:$port"; exit 0
+    fi
+    if [ ${#running[@]} -gt 0 ]; then
+      if [ "$port" != "$(cat "$AIRFLOW_HOME/port" 2>/dev/null)" ]; then
+        echo "${running[*]} run on port $(cat "$AIRFLOW_HOME/port" 2>/dev/null), not $port (home $AIRFLOW_HOME)" >&2; exit 1
+      fi
+      echo "running: ${running[*]}; starting again: ${missing[*]} (home $AIRFLOW_HOME)" >&2
+    else
+      echo "AIRFLOW_HOME=$AIRFLOW_HOME  DAGs: $AIRFLOW__CORE__DAGS_FOLDER  UI: http://127.0.0.1:$port" >&2
+      echo "$port" > "$AIRFLOW_HOME/port"
+      "$venv_bin/airflow" db migrate > "$AIRFLOW_HOME/db-migrate.log" 2>&1 \
+        || { echo "airflow db migrate failed; see $AIRFLOW_HOME/db-migrate.log" >&2; tail -20 "$AIRFLOW_HOME/db-migrate.log" >&2; exit 1; }
+    fi
+    for name in "${missing[@]}"; do
       # own session (setsid): `stop` signals the whole process group (the scheduler's executor workers too)
-      setsid "$venv_bin/airflow" "$name" > "$AIRFLOW_HOME/$name.log" 2>&1 < /dev/null &
+      setsid "$venv_bin/airflow" "$name" >> "$AIRFLOW_HOME/$name.log" 2>&1 < /dev/null &
       echo $! > "$AIRFLOW_HOME/$name.pid"
+      # every group this home started, for `stop`: a dead scheduler's executor workers go on with the tasks they
+      # run (and report them through the api-server), so its group outlives it
+      echo $! >> "$AIRFLOW_HOME/$name.groups"
     done
     deadline=$(( $(date +%s) + timeout ))
     until api_answers && scheduler_heartbeats; do

@@ -2,7 +2,9 @@
 # Local Spark standalone cluster for tracelake: one master and two workers on 127.0.0.1, from the pyspark package's jars.
 #
 #   infra/local/spark.sh start  [--dir D] [--workers N]  # start in the background, wait until every worker is
-#                                                      # registered, print the master URL (last stdout line)
+#                                                      # registered, print the master URL (last stdout line);
+#                                                      # while the master runs: start again the workers that
+#                                                      # died (same ports), e.g. one killed with -9
 #   infra/local/spark.sh url    [--dir D]             # print the master URL of the running cluster
 #   infra/local/spark.sh status [--dir D]             # exit 0 when master and all workers run, 3 when stopped,
 #                                                      # 1 when only part of it runs (then `stop`, `start`)
@@ -68,16 +70,53 @@ stop_group() {  # stop_group PIDFILE: SIGTERM the process group (setsid) of the 
   rm -f "$1"
 }
 
+start_worker() {  # start_worker I: worker I in its own session on its recorded ports, pid in worker-I.pid
+  setsid "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker "spark://127.0.0.1:$(port_of master)" \
+    --host 127.0.0.1 --port "$(port_of "worker-$1")" --webui-port "$(port_of "worker-$1-webui")" \
+    --cores "${TRACELAKE_SPARK_WORKER_CORES:-1}" --memory "${TRACELAKE_SPARK_WORKER_MEMORY:-2g}" \
+    --work-dir "$dir/work" >> "$dir/worker-$1.log" 2>&1 < /dev/null &
+  echo $! > "$dir/worker-$1.pid"
+}
+wait_registered() {  # wait_registered N: until the master reports N ALIVE workers; stop everything on failure
+  local deadline=$(( $(date +%s) + timeout )) f log
+  until [ "$(alive_workers "$(port_of webui)" || echo 0)" -ge "$1" ]; do
+    for f in "$dir/master.pid" $(worker_pidfiles); do
+      if ! alive "$f" >/dev/null; then
+        log="${f%.pid}.log"
+        echo "$(basename "${f%.pid}") exited during start; last lines of $log:" >&2; tail -20 "$log" >&2
+        "$0" stop --dir "$dir" >&2 || true; exit 1
+      fi
+    done
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      echo "not all $1 workers registered after ${timeout} s; see $dir/*.log" >&2
+      "$0" stop --dir "$dir" >&2 || true; exit 1
+    fi
+    sleep 0.5
+  done
+}
+spark_env() {  # the environment of the daemons (and so of the executors and their Python workers)
+  SPARK_HOME="$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
+    || { echo "pyspark not importable by $python (set PYTHON)" >&2; exit 1; }
+  export SPARK_HOME SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$python"
+  export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # executors import this checkout's tracelake first
+}
+
 case "$action" in
   start)
     if mpid="$(alive "$dir/master.pid")"; then
-      n="$(alive_workers "$(port_of webui)" || echo 0)"
       expected="$(worker_pidfiles | wc -l)"
-      if [ "$n" -ge 1 ] && [ "$n" -eq "$expected" ]; then echo "spark://127.0.0.1:$(port_of master)"; exit 0; fi
-      echo "spark master (pid $mpid) runs with $n of $expected workers alive; see $dir/*.log, then $0 stop" >&2; exit 1
+      dead=()
+      for f in $(worker_pidfiles); do alive "$f" >/dev/null || dead+=("$(basename "$f" .pid)"); done
+      if [ ${#dead[@]} -gt 0 ]; then  # the master runs: start the dead workers again on their ports
+        spark_env
+        echo "spark master (pid $mpid) runs; starting again: ${dead[*]}" >&2
+        for w in "${dead[@]}"; do start_worker "${w#worker-}"; done
+      fi
+      n="$(alive_workers "$(port_of webui)" || echo 0)"
+      [ "$n" -ge "$expected" ] || wait_registered "$expected"
+      echo "spark://127.0.0.1:$(port_of master)"; exit 0
     fi
-    spark_home="$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')" \
-      || { echo "pyspark not importable by $python (set PYTHON)" >&2; exit 1; }
+    spark_env
     mkdir -p "$dir/work"
     rm -f "$dir"/worker-*.pid
     # 2 + 2N distinct free loopback ports, bound together so that none is handed out twice
@@ -93,35 +132,13 @@ for name, s in zip(names, socks):
 for s in socks:
     s.close()
 PY
-    export SPARK_HOME="$spark_home" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$python"
-    export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # executors import this checkout's tracelake first
     master_url="spark://127.0.0.1:$(port_of master)"
     # own session (setsid) per daemon: `stop` signals the whole group (a worker's executors and their Python workers)
-    setsid "$spark_home/bin/spark-class" org.apache.spark.deploy.master.Master --host 127.0.0.1 \
+    setsid "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master --host 127.0.0.1 \
       --port "$(port_of master)" --webui-port "$(port_of webui)" > "$dir/master.log" 2>&1 < /dev/null &
     echo $! > "$dir/master.pid"
-    for i in $(seq 1 "$workers"); do
-      setsid "$spark_home/bin/spark-class" org.apache.spark.deploy.worker.Worker "$master_url" --host 127.0.0.1 \
-        --port "$(port_of "worker-$i")" --webui-port "$(port_of "worker-$i-webui")" \
-        --cores "${TRACELAKE_SPARK_WORKER_CORES:-1}" --memory "${TRACELAKE_SPARK_WORKER_MEMORY:-2g}" \
-        --work-dir "$dir/work" > "$dir/worker-$i.log" 2>&1 < /dev/null &
-      echo $! > "$dir/worker-$i.pid"
-    done
-    deadline=$(( $(date +%s) + timeout ))
-    until [ "$(alive_workers "$(port_of webui)" || echo 0)" -ge "$workers" ]; do
-      for f in "$dir/master.pid" $(worker_pidfiles); do
-        if ! alive "$f" >/dev/null; then
-          log="${f%.pid}.log"
-          echo "$(basename "${f%.pid}") exited during start; last lines of $log:" >&2; tail -20 "$log" >&2
-          "$0" stop --dir "$dir" >&2 || true; exit 1
-        fi
-      done
-      if [ "$(date +%s)" -ge "$deadline" ]; then
-        echo "not all $workers workers registered after ${timeout} s; see $dir/*.log" >&2
-        "$0" stop --dir "$dir" >&2 || true; exit 1
-      fi
-      sleep 0.5
-    done
+    for i in $(seq 1 "$workers"); do : > "$dir/worker-$i.log"; start_worker "$i"; done
+    wait_registered "$workers"
     echo "master web UI: http://127.0.0.1:$(port_of webui) ($workers workers, logs in $dir)" >&2
     echo "$master_url"
     ;;

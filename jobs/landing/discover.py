@@ -30,6 +30,7 @@ import fsspec
 
 from jobs.common.ids import DiscoveryError, safe_date, safe_id, safe_index, shown, slug
 from jobs.landing.formats import MANIFEST_KINDS, is_parquet_profile_dir, kind_from_name, pair_key
+from jobs.landing.store import LandingUnavailable, read_problem
 from schemas.manifest import validate_manifest
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -202,8 +203,12 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
     try:
         path_parts = check_path_parts(parts, _unstrip(protocol, folder))
         problem = f"invalid manifest {uri}"
-        with fs.open(manifest_path, "rb") as f:
-            manifest = json.loads(f.read())
+        try:
+            with fs.open(manifest_path, "rb") as f:
+                text = f.read()
+        except Exception as exc:  # gone or forbidden: quarantined below; an unreachable store raises
+            raise DiscoveryError(read_problem(uri, exc)) from exc
+        manifest = json.loads(text)
         if not isinstance(manifest, dict):
             raise DiscoveryError("manifest is not a JSON object")
         validate_manifest(manifest)
@@ -236,6 +241,8 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
             tags=manifest.get("tags") or {},
         )
         error = None
+    except LandingUnavailable:
+        raise
     except Exception as exc:  # invalid manifest or unsafe path: quarantine its files, keep going
         reason = f"{problem}: {exc}"
         rank = _fallback_index(parts.get("rank"))
@@ -409,17 +416,24 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
 
     Raises:
         FileNotFoundError: when ``raw_root`` does not exist.
+        LandingUnavailable: the store failed while listing, or while reading a manifest (not the
+            object's own problem: :mod:`jobs.landing.store`).
     """
     fs, root = fsspec.core.url_to_fs(raw_root, **(storage_options or {}))
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     root = root.rstrip("/")
-    if not fs.exists(root):
+    try:
+        exists = fs.exists(root)
+        if exists and fs.isfile(root):
+            listing = {root: fs.info(root)}
+            root = posixpath.dirname(root)
+        elif exists:
+            listing = fs.find(root, detail=True)
+    except Exception as exc:  # the store failed (a missing root is `exists` False): nothing to quarantine
+        raise LandingUnavailable(f"{raw_root}: the landing zone cannot be listed ({type(exc).__name__}: {exc}); "
+                                 "retry when the store answers again") from exc
+    if not exists:
         raise FileNotFoundError(f"raw root {raw_root} does not exist")
-    if fs.isfile(root):
-        listing = {root: fs.info(root)}
-        root = posixpath.dirname(root)
-    else:
-        listing = fs.find(root, detail=True)
     by_dir: dict[str, dict[str, dict]] = {}
     unsafe: list[CaptureFile] = []
     for path, info in listing.items():

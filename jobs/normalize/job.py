@@ -3,7 +3,9 @@
 extract (driver): :func:`jobs.landing.discover.discover` lists the committed captures and bare
 traces. transform (Spark workers, ``mapInArrow``): each file is read through fsspec and parsed by
 :func:`jobs.normalize.kineto.parse.parse_kineto`; a file that cannot be parsed becomes a quarantined
-``captures`` row with the reason, and never stops the other files. load (driver): both tables are
+``captures`` row with the reason, and never stops the other files; a landing zone that cannot be
+read (the store down, not the file: :mod:`jobs.landing.store`) fails the stage instead, for its
+retry. load (driver): both tables are
 written as Hive-partitioned Parquet, each partition replaced whole through the crash-safe commit
 (:func:`jobs.warehouse.write_table`), so re-running on the same input replaces the same partitions
 and changes nothing, and a killed run never leaves a partial partition behind.
@@ -24,6 +26,7 @@ from jobs.commit import recover
 from jobs.common.ids import slug
 from jobs.landing.discover import discover
 from jobs.landing.interval import restrict_to_interval
+from jobs.landing.store import read_problem
 from jobs.normalize.identity import IDENTITY, date_of, resolve_rank, with_identity
 from jobs.normalize.kineto.parse import TraceError, parse_kineto
 from jobs.normalize.neuron.summary import summary_table
@@ -156,8 +159,8 @@ def _read(uri: str, storage_options: dict) -> tuple[bytes | None, str | None]:
     try:
         with fsspec.open(uri, "rb", **storage_options) as f:
             return f.read(), None
-    except Exception as exc:
-        return None, f"cannot read file: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # the object's problem → quarantined; an unreachable store raises
+        return None, read_problem(uri, exc)
 
 
 def _read_task(task: dict, storage_options: dict):
@@ -188,8 +191,8 @@ def _digest(uri: str, storage_options: dict):
             while chunk := f.read(8 << 20):
                 h.update(chunk)
                 size += len(chunk)
-    except Exception as exc:
-        return None, f"cannot read file: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # the object's problem → quarantined; an unreachable store raises
+        return None, read_problem(uri, exc)
     return BlobDigest(size, h.hexdigest()), None
 
 

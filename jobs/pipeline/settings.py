@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 from jobs.pipeline.stages import RunSettings
@@ -46,10 +47,46 @@ SPARK_CONF = {"spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZo
 #: Extra Spark properties in local mode (one machine: no UI, the driver holds the executors).
 LOCAL_SPARK_CONF = {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
 
-#: Default task arguments of the tracelake DAGs (``$TRACELAKE_TASK_RETRIES`` overrides the retries,
-#: read when the DAG file is parsed; the tests set 0 so that a failure ends dag.test() at once).
+#: Default task arguments of the tracelake DAGs: ``$TRACELAKE_TASK_RETRIES`` (default 2) and
+#: ``$TRACELAKE_TASK_RETRY_DELAY_S`` (default 300 s), read when the DAG file is parsed (the tests set
+#: 0 retries so that a failure ends dag.test() at once).
 RETRIES = int(os.environ.get("TRACELAKE_TASK_RETRIES", "2"))
-RETRY_DELAY_S = 300
+RETRY_DELAY_S = float(os.environ.get("TRACELAKE_TASK_RETRY_DELAY_S", "300"))
+
+#: The ingest DAG's default timetable: hourly data intervals from 2026-01-01 UTC, no end.
+INGEST_CRON = "@hourly"
+INGEST_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def ingest_schedule(environ=None) -> tuple[str, datetime, datetime | None]:
+    """``(cron, start_date, end_date)`` of ``tracelake_ingest``, read when the DAG file is parsed.
+
+    ``$TRACELAKE_INGEST_SCHEDULE`` (a cron expression, UTC; default :data:`INGEST_CRON`) sets the length
+    of the data intervals; ``$TRACELAKE_INGEST_START`` / ``$TRACELAKE_INGEST_END`` (ISO 8601; naive times
+    are UTC) bound them (default :data:`INGEST_START`, no end). Set them in the environment of the
+    dag-processor and the workers (e.g. ``infra/local/airflow.sh start``).
+
+    Raises:
+        ValueError: a bound is not ISO 8601, or the end is not after the start (names the variable).
+    """
+    environ = os.environ if environ is None else environ
+    cron = environ.get("TRACELAKE_INGEST_SCHEDULE") or INGEST_CRON
+    bounds = []
+    for var, default in (("TRACELAKE_INGEST_START", INGEST_START), ("TRACELAKE_INGEST_END", None)):
+        text = environ.get(var)
+        if not text:
+            bounds.append(default)
+            continue
+        try:
+            t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValueError(f"${var} must be an ISO 8601 time, got {text!r}") from exc
+        bounds.append(t if t.tzinfo else t.replace(tzinfo=timezone.utc))
+    start, end = bounds
+    if end is not None and end <= start:
+        raise ValueError(f"$TRACELAKE_INGEST_END ({end.isoformat()}) must be after $TRACELAKE_INGEST_START "
+                         f"({start.isoformat()})")
+    return cron, start, end
 
 
 def home() -> Path:

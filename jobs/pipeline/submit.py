@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> dict:
         record = run_stages(stages, settings, spark=spark)
     else:
         spark = submit_session(f"tracelake-{args.stage}") if STAGES[args.stage].spark else None
+        print(f"tracelake {args.stage}: starting on {spark.sparkContext.master if spark else 'the driver'}", flush=True)
         record = run_stage(args.stage, settings, spark=spark)
     print(f"tracelake {args.stage or args.pipeline}: {json.dumps(record.get('stages', {}))}", flush=True)
     if "publish" in record.get("stages", {}) and (args.pipeline or args.stage == "publish"):

@@ -18,7 +18,8 @@ def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job
     ``validation/validation.json`` (the report) and ``validation/gx_results.json`` (GX's own
     validation results); tags ``tracelake.validation`` = ``passed``/``failed`` and
     ``tracelake.validation.failed_tables``; metrics ``validation/failed_checks`` and
-    ``validation/checks`` (stable names).
+    ``validation/checks`` (the checks that looked at the job's rows:
+    :meth:`~jobs.validate.report.ValidationReport.job_checks`; stable names).
 
     Args:
         job_id: the run's job (default: the run's ``tracelake.job_id`` tag); the run fails when
@@ -36,7 +37,7 @@ def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job
     ok = report.success if job_id is None else report.job_success(job_id)
     failed_tables = sorted({t.table for t in report.tables.values()
                             if not t.success and (job_id is None or job_id in t.failed_jobs())})
-    n_checks = sum(len(t.checks) for t in report.tables.values())
+    n_checks = report.job_checks(job_id)
     n_failed = sum(1 for t in report.tables.values() for c in t.failed if job_id is None or job_id in c.jobs)
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric("validation/checks", float(n_checks), now, 0),

@@ -46,7 +46,8 @@ class CheckResult:
 @dataclass
 class TableValidation:
     """One table's suite on one batch: ``status`` is ``passed``, ``failed`` or ``missing`` (not written);
-    ``engine``: the GX execution engine that ran it (``pandas`` or ``spark``); ``jobs``: the batch's jobs."""
+    ``engine``: the GX execution engine that ran it (``pandas`` or ``spark``); ``jobs``: the batch's jobs;
+    ``job_rows``: ``{job_id: rows}`` of the jobs that have rows in the table."""
 
     table: str
     stage: str
@@ -56,6 +57,7 @@ class TableValidation:
     gx_result: dict = field(default_factory=dict)
     engine: str = ""
     jobs: list[str] = field(default_factory=list)
+    job_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
@@ -79,7 +81,8 @@ class TableValidation:
             TypeError: a required key is missing, or a key is unknown.
         """
         return cls(**{**d, "checks": [CheckResult.from_dict(c) for c in d.get("checks", [])],
-                      "gx_result": dict(d.get("gx_result", {})), "jobs": list(d.get("jobs", []))})
+                      "gx_result": dict(d.get("gx_result", {})), "jobs": list(d.get("jobs", [])),
+                      "job_rows": dict(d.get("job_rows", {}))})
 
 
 @dataclass
@@ -106,6 +109,12 @@ class ValidationReport:
     def failed_jobs(self) -> set[str]:
         """Jobs that must not be published (some check failed on their rows)."""
         return set().union(*(t.failed_jobs() for t in self.tables.values())) if self.tables else set()
+
+    def job_checks(self, job_id: str | None = None) -> int:
+        """Checks that looked at ``job_id``'s rows: those of every table where the job has rows or failed
+        a check (so the count does not depend on which other jobs shared the batch); all checks for ``None``."""
+        return sum(len(t.checks) for t in self.tables.values()
+                   if job_id is None or t.job_rows.get(job_id) or job_id in t.failed_jobs())
 
     def job_success(self, job_id: str) -> bool:
         """True when ``job_id`` passed every table of the batch."""

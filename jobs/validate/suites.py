@@ -262,15 +262,20 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
             c.jobs = per_job.get(c.id) or {j: (c.unexpected_count or 0) for j in batch_jobs} or {"*": 0}
     return TableValidation(table=table, stage=stage, status="failed" if failed else "passed", n_rows=n_rows,
                            checks=results, gx_result=res.to_json_dict(), engine="spark" if spark else "pandas",
-                           jobs=batch_jobs)
+                           jobs=batch_jobs, job_rows=_rows_by_job(frame))
+
+
+def _rows_by_job(frame) -> dict[str, int]:
+    """``{job_id: rows}`` of the frame (``{}`` without a ``job_id`` column; null job ids are left out)."""
+    if "job_id" not in frame.columns:
+        return {}
+    if _is_spark(frame):
+        return {str(r[0]): int(r[1]) for r in frame.groupBy("job_id").count().collect() if r[0] is not None}
+    return {str(j): int(n) for j, n in frame["job_id"].dropna().astype(str).value_counts().items()}
 
 
 def _jobs_in(frame) -> list[str]:
-    if "job_id" not in frame.columns:
-        return []
-    if _is_spark(frame):
-        return sorted(str(r[0]) for r in frame.select("job_id").distinct().collect())
-    return sorted(str(j) for j in frame["job_id"].dropna().unique())
+    return sorted(_rows_by_job(frame))
 
 
 def _now() -> str:

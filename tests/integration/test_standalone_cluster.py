@@ -10,94 +10,21 @@ bounded by a timeout.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from spark_cluster import Cluster, cluster, get_json, group_alive  # noqa: F401 - fixture
 from warehouse_digest import WAREHOUSE_TABLES, read_arrow, warehouse_digests
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-SPARK_SH = REPO / "infra" / "local" / "spark.sh"
 DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
-
-
-@dataclass
-class Cluster:
-    """A running ``spark.sh`` cluster: master URL, state dir, the env its commands run with."""
-
-    url: str
-    dir: Path
-    env: dict
-
-    def ports(self) -> dict[str, int]:
-        """``{name: port}`` from the state dir's ``ports`` file (``master``, ``webui``, ``worker-I``, …)."""
-        return {n: int(p) for n, p in (line.split() for line in (self.dir / "ports").read_text().splitlines())}
-
-    def pids(self) -> list[int]:
-        """Pids of the master and the workers (each leads its own process group)."""
-        return [int(f.read_text()) for f in sorted(self.dir.glob("*.pid"))]
-
-    def master_state(self) -> dict:
-        """The master's ``/json/`` (workers, active and completed applications)."""
-        return _get_json(f"http://127.0.0.1:{self.ports()['webui']}/json/")
-
-    def script(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-        """Run ``spark.sh ARGS --dir STATE``."""
-        return subprocess.run([str(SPARK_SH), *args, "--dir", str(self.dir)], env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
-
-
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.load(r)
-
-
-def _group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - a recycled pid of someone else's process
-        return True
-    return True
-
-
-def _env() -> dict:
-    """This interpreter for the workers and the drivers, this checkout first on the path, loopback only."""
-    return {**os.environ, "PYTHON": sys.executable, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """Start master + 2 workers with ``spark.sh start``; ``stop`` at the end, and kill by pid whatever is left."""
-    c = Cluster(url="", dir=tmp_path_factory.mktemp("spark-cluster"), env={**_env(), "TRACELAKE_SPARK_TIMEOUT": "150"})
-    pids: list[int] = []
-    try:
-        started = c.script("start", timeout=180)
-        pids = c.pids()
-        assert started.returncode == 0, started.stderr[-3000:]
-        c.url = started.stdout.strip().splitlines()[-1]
-        assert c.url == f"spark://127.0.0.1:{c.ports()['master']}"
-        yield c
-    finally:
-        pids = pids or c.pids()
-        try:
-            c.script("stop")
-        finally:
-            for pid in pids:  # last resort when stop failed: the whole group (worker, executors, Python workers)
-                if _group_alive(pid):
-                    os.killpg(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +60,7 @@ def _tracelake_run(master: str, raw: Path, warehouse: Path, env: dict, timeout: 
     return time.monotonic() - t0
 
 
-def _finished_app(cluster: Cluster, timeout: float = 30) -> dict:
+def _finished_app(cluster: Cluster, timeout: float = 30) -> dict:  # noqa: F811
     """The one application the master has seen, once it has finished."""
     deadline = time.monotonic() + timeout
     while True:
@@ -145,7 +72,7 @@ def _finished_app(cluster: Cluster, timeout: float = 30) -> dict:
         time.sleep(0.5)
 
 
-def test_run_on_the_cluster_equals_local(cluster, landing, tmp_path):
+def test_run_on_the_cluster_equals_local(cluster, landing, tmp_path):  # noqa: F811
     assert cluster.script("status").returncode == 0
     state = cluster.master_state()
     assert state["aliveworkers"] == 2 and state["cores"] == 2
@@ -169,7 +96,7 @@ def test_run_on_the_cluster_equals_local(cluster, landing, tmp_path):
     assert app["memoryperexecutor"] == 1024  # get_spark's spark.executor.memory (1g) fits a 2g worker
     on_worker = {}
     for w in cluster.master_state()["workers"]:
-        ws = _get_json(w["webuiaddress"] + "/json/")
+        ws = get_json(w["webuiaddress"] + "/json/")
         on_worker[w["id"]] = [e["id"] for e in ws["executors"] + ws["finishedexecutors"] if e["appid"] == app["id"]]
     assert len(on_worker) == 2 and all(len(ex) == 1 for ex in on_worker.values()), on_worker
     logs = sorted((cluster.dir / "work" / app["id"]).glob("*/stderr"))
@@ -179,11 +106,11 @@ def test_run_on_the_cluster_equals_local(cluster, landing, tmp_path):
         assert "Running task" in text and "Starting Python task execution" in text, log
 
 
-def test_stop_leaves_no_process(cluster):
+def test_stop_leaves_no_process(cluster):  # noqa: F811
     pids = cluster.pids()
     assert len(pids) == 3  # master + 2 workers
     stopped = cluster.script("stop")
     assert stopped.returncode == 0, stopped.stderr
-    assert not [pid for pid in pids if _group_alive(pid)]  # master, workers, executors, their Python workers
+    assert not [pid for pid in pids if group_alive(pid)]  # master, workers, executors, their Python workers
     assert not list(cluster.dir.glob("*.pid"))
     assert cluster.script("status").returncode == 3

@@ -130,6 +130,21 @@ def test_ingest_interval_covers_hours_missed_since_the_last_successful_run():
     assert ingest_interval(H, H + one, prev_success_end=H - 3 * one) == (H - 3 * one, H + one)  # 3 hours missed
 
 
+def test_ingest_schedule_defaults_to_hourly_and_reads_the_environment():
+    from jobs.pipeline.settings import INGEST_START, ingest_schedule
+
+    assert ingest_schedule({}) == ("@hourly", INGEST_START, None)
+    cron, start, end = ingest_schedule({"TRACELAKE_INGEST_SCHEDULE": "*/15 * * * *",
+                                        "TRACELAKE_INGEST_START": "2026-03-01T10:00:00Z",
+                                        "TRACELAKE_INGEST_END": "2026-03-01T12:00:00"})  # naive: UTC
+    assert (cron, start, end) == ("*/15 * * * *", datetime(2026, 3, 1, 10, tzinfo=timezone.utc),
+                                  datetime(2026, 3, 1, 12, tzinfo=timezone.utc))
+    with pytest.raises(ValueError, match=r"\$TRACELAKE_INGEST_START must be an ISO 8601 time, got 'yesterday'"):
+        ingest_schedule({"TRACELAKE_INGEST_START": "yesterday"})
+    with pytest.raises(ValueError, match=r"\$TRACELAKE_INGEST_END .* must be after"):
+        ingest_schedule({"TRACELAKE_INGEST_START": "2026-03-01T12:00:00Z", "TRACELAKE_INGEST_END": "2026-03-01T10:00:00Z"})
+
+
 def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
     """The record built from the captures gives validate_normalize every job of the run (quarantined-only ones
     too: their captures rows are checked), analyze and validate_analyze the jobs with an ingested capture, and

@@ -103,6 +103,20 @@ def test_real_tables_pass(real_tables):
     assert norm.failed_jobs() == set() and norm.merge(ana).success
 
 
+def test_a_jobs_check_count_does_not_depend_on_its_batch(real_tables):
+    """``job_checks`` counts the checks of the tables where the job has rows: job_a validated alone or
+    with job_b gets the same count, though job_b adds a table (critical_path) where job_a has no rows."""
+    cp = real_tables["critical_path"]
+    alone = _validate({"steps": real_tables["steps"][real_tables["steps"]["job_id"] == "job_a"]}, "analyze")
+    both = _validate({"steps": real_tables["steps"], "critical_path": cp[cp["job_id"] == "job_b"]}, "analyze")
+    assert both.tables["analyze/steps"].job_rows == {"job_a": 2, "job_b": 2}
+    assert both.tables["analyze/critical_path"].job_rows == {"job_b": len(cp[cp["job_id"] == "job_b"])}
+    n_steps = len(both.tables["analyze/steps"].checks)
+    assert alone.job_checks("job_a") == both.job_checks("job_a") == n_steps
+    assert both.job_checks("job_b") == n_steps + len(both.tables["analyze/critical_path"].checks)
+    assert both.job_checks() == both.job_checks("job_b")
+
+
 # ----------------------------------------------------------------------------- corruptions are caught
 
 
