@@ -35,12 +35,16 @@ def _train(landing, job_id: str, sleep_s: float, steps: int = 10) -> None:
 
 @pytest.fixture(scope="module")
 def nightly(spark, tmp_path_factory):
-    """Four runs of the job name ``nightly-mlp``: three alike, the fourth 25 ms/step slower."""
+    """Four runs of the job name ``nightly-mlp``: three alike, the fourth 100 ms/step slower.
+
+    Steps of ~200 ms: a loaded machine shifts a whole run's steps by a few ms (sleep overshoot, a slower
+    tiny model), which must stay well under the regression threshold (5 %) for the alike runs; with 5 ms
+    steps, a run captured while other work loaded the 2 cores was flagged as a regression."""
     from jobs.pipeline.run import run_pipeline
 
     base = tmp_path_factory.mktemp("fleet")
     landing, wh = base / "landing", base / "wh"
-    for i, sleep_s in enumerate((0.005, 0.005, 0.005, 0.030)):
+    for i, sleep_s in enumerate((0.2, 0.2, 0.2, 0.3)):
         _train(landing, f"nightly-{i}", sleep_s)
     result = run_pipeline(str(landing), str(wh), tracking_uri=f"sqlite:///{base}/mlflow.db", spark=spark)
     return wh, result, f"sqlite:///{base}/mlflow.db"
@@ -58,8 +62,8 @@ def test_regression_of_the_slow_run_is_found_and_logged(nightly):
     slow = p50.loc["nightly-3"]
     assert slow["verdict"] == "regression" and slow["p_value"] < 0.01
     assert list(slow["baseline_runs"]) == ["nightly-0#0", "nightly-1#0", "nightly-2#0"]
-    # the step-time change is the injected 25 ms per step, measured against the baseline's median
-    assert slow["delta"] == pytest.approx(25 * MS, rel=0.4)
+    # the step-time change is the injected 100 ms per step, measured against the baseline's median
+    assert slow["delta"] == pytest.approx(100 * MS, rel=0.2)
 
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(result.run_ids[("nightly-3", 0)])

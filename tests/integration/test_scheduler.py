@@ -229,7 +229,7 @@ def _kill_worker_during_analyze(db: Path, run: dict, cluster) -> dict:  # noqa: 
     _wait(lambda: _running(db, run["run_id"], "analyze"), "interval 2: analyze running", 900)
 
     def app():
-        return next((a for a in cluster.master_state()["activeapps"] if "analyze" in a["name"]), None)
+        return next((a for a in cluster.master_state()["activeapps"] if a["name"] == "tracelake-analyze"), None)
 
     app_id = _wait(app, "interval 2: the analyze application on the master", 120)["id"]
     log = _wait(lambda: _running_tasks(cluster, "worker-1", app_id), "an analyze task on worker-1's executor", 180,
@@ -446,7 +446,7 @@ def test_a_worker_killed_during_analyze_is_recovered(scheduled):
     state = cluster.master_state()
     # the application that lost its executor finished (Spark reran the lost tasks), or the task's retry did
     apps = {a["id"]: a for a in state["completedapps"]}
-    analyze_apps = [a for a in state["completedapps"] if "analyze" in a["name"]]
+    analyze_apps = [a for a in state["completedapps"] if a["name"] == "tracelake-analyze"]
     assert apps[fault["app_id"]]["state"] == "FINISHED" or ti["try_number"] > 1, (apps[fault["app_id"]], ti)
     assert all(a["state"] == "FINISHED" for a in analyze_apps if a["id"] != fault["app_id"]), analyze_apps
     assert not group_alive(fault["worker_pid"]) and fault["restarted_pid"] != fault["worker_pid"]
