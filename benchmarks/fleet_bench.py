@@ -42,6 +42,10 @@ gzip level 1, ``manifest.json`` from ``build_manifest``/``file_entry``, written 
   fresh process, the same cores (MB/s over its wall time, without the Spark start). Target: end-to-end
   MB/s ≥ half of it;
 * scaling: end-to-end MB/s with 2 cores / with 1 core (target ≥ 1.8×);
+* CPU: user + system seconds of every process of the run (driver Python, the JVM, which outlives the
+  driver, and the Python workers): this script is their subreaper (``PR_SET_CHILD_SUBREAPER``) and reads
+  ``RUSAGE_CHILDREN`` once they have all exited, plus the sampled CPU of the Python workers, which
+  PySpark's daemon leaves to the kernel to reap (no rusage counts them; :func:`run_pinned`);
 * memory: the process tree of the run is sampled every ``--sample-s`` (``/proc/<pid>/status``): the JVM
   (``VmHWM``: driver and, in local mode, the executor), the Python workers (the sum of their RSS at each
   sample, max over samples; and the largest single worker's ``VmHWM``) and the driver Python (``VmHWM``).
@@ -100,6 +104,8 @@ STAGES = (
 )
 STAGE_ORDER = ("spark_start", "normalize", "validate", "analyze", "fleet", "mlflow", "read_tables", "other")
 GZIP_LEVEL = 1  # capture_hooks.finalize.GZIP_LEVEL (imported when available)
+#: default perturbations of :func:`build_fleet` (the ``--steps``, ``--seed``, ... options of this script)
+GENERATOR_DEFAULTS = dict(steps=3, seed=7, straggler_rank=2, delay_ms=1.0, scale_jitter=5e-4, clock_jitter_us=1000.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -123,6 +129,15 @@ def _dumps(obj) -> bytes:
         return orjson.dumps(obj)
     except ImportError:  # pragma: no cover
         return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def kineto_bytes(doc: dict) -> bytes:
+    """``doc`` laid out as Kineto writes a trace: one top-level key per line as ``"key": value`` (with the
+    space: HTA 0.5.0 finds a file's rank with the regex ``"rank":\\s+(\\d+)`` line by line, and defaults
+    to rank 0 without it), ``traceEvents`` last, the events themselves compact."""
+    head = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "traceEvents"]
+    return ("{\n" + "".join(h + ",\n" for h in head) + '"traceEvents": ').encode() + \
+        _dumps(doc.get("traceEvents", [])) + b"\n}\n"
 
 
 def load_trace(path: str) -> dict:
@@ -339,7 +354,7 @@ def write_capture(root: str, *, job_id: str, rank: int, world_size: int, doc: di
     rel = landing_path(date=utc_date(created_ns), job_id=job_id, attempt=0, rank=rank, capture_id=capture_id)
     folder = os.path.join(root, *rel.split("/"))
     os.makedirs(folder, exist_ok=True)
-    data = _dumps(doc)
+    data = kineto_bytes(doc)
     trace = os.path.join(folder, "trace.json.gz")
     with open(trace, "wb") as raw, gzip.GzipFile(filename="trace.json", mode="wb", fileobj=raw,
                                                   compresslevel=level, mtime=0) as gz:
@@ -590,13 +605,29 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
+def _ignores_sigchld(pid: int) -> bool:
+    """Whether process ``pid`` ignores ``SIGCHLD`` (bit 17 of ``SigIgn`` in ``/proc/<pid>/status``). The
+    kernel then reaps its children itself and their CPU time reaches no ``RUSAGE_CHILDREN``: PySpark's
+    ``pyspark/daemon.py`` does this for the Python workers it forks."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) >> 16 & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 class TreeSampler(threading.Thread):
-    """Samples the RSS of a process tree: the root (driver Python), JVMs and the Python workers under a JVM.
+    """Samples the RSS and CPU time of a process tree: the root (driver Python), JVMs and the Python workers
+    under a JVM.
 
     Peaks (bytes): ``driver_python`` and ``jvm`` are the largest ``VmHWM`` seen per process (the JVM of
     local mode is driver + executor); ``python_workers`` is the largest sum of the workers' ``VmRSS`` at one
     sample, ``python_worker_max`` the largest single worker's ``VmHWM``; ``executor`` the largest
-    JVM + workers RSS sum at one sample.
+    JVM + workers RSS sum at one sample. CPU: every process once seen stays sampled until it is gone
+    (also after the root exits); ``auto_reaped`` holds the pids whose parent ignores ``SIGCHLD``.
     """
 
     def __init__(self, pid: int, interval_s: float):
@@ -606,16 +637,14 @@ class TreeSampler(threading.Thread):
         self.peak = {"driver_python": 0, "jvm": 0, "python_workers": 0, "python_worker_max": 0, "executor": 0}
         self.n_workers_seen: set[int] = set()
         self.cpu_s: dict[int, float] = {}  # pid -> user + system CPU seconds at its last sample
+        self.auto_reaped: set[int] = set()
         self.samples = 0
+        self._procs: dict[int, Any] = {}  # pid -> psutil.Process, every process seen
 
-    def _classify(self, root):
+    def _classify(self, kids):
         import psutil
 
         kinds = {}
-        try:
-            kids = root.children(recursive=True)
-        except psutil.Error:
-            return kinds
         jvms = set()
         for p in kids:
             try:
@@ -639,13 +668,28 @@ class TreeSampler(threading.Thread):
         """CPU seconds of the tree (each process at its last sample: a process's last interval is lost)."""
         return sum(self.cpu_s.values())
 
-    def _cpu(self, pids) -> None:
+    def _track(self, kids) -> None:
+        """Remember new processes, and which of them the kernel will reap (:func:`_ignores_sigchld`)."""
         import psutil
 
-        for pid in pids:
+        for p in kids:
+            if p.pid in self._procs:
+                continue
+            self._procs[p.pid] = p
             try:
-                t = psutil.Process(pid).cpu_times()
-                self.cpu_s[pid] = t.user + t.system
+                if _ignores_sigchld(p.ppid()):
+                    self.auto_reaped.add(p.pid)
+            except psutil.Error:
+                continue
+
+    def _cpu(self) -> None:
+        import psutil
+
+        for pid, p in self._procs.items():
+            try:
+                if p.is_running():  # also False when the pid was reused
+                    t = p.cpu_times()
+                    self.cpu_s[pid] = t.user + t.system
             except psutil.Error:
                 continue
 
@@ -656,12 +700,15 @@ class TreeSampler(threading.Thread):
             root = psutil.Process(self.pid)
         except psutil.Error:
             return
+        self._procs[self.pid] = root
         while not self.stop_event.is_set():
-            kinds = self._classify(root)
             try:
-                self._cpu([self.pid] + [p.pid for p in root.children(recursive=True)])
-            except psutil.Error:
-                pass
+                kids = root.children(recursive=True)
+            except psutil.Error:  # the root has exited: its orphans are still sampled for CPU
+                kids = []
+            self._track(kids)
+            self._cpu()
+            kinds = self._classify(kids)
             rss = {"jvm": 0, "worker": 0}
             for pid, kind in kinds.items():
                 st = _status(pid)
@@ -680,38 +727,139 @@ class TreeSampler(threading.Thread):
             self.stop_event.wait(self.interval_s)
 
 
-def run_child(kind: str, args: list[str], cores: int, timeout: float, sample_s: float) -> dict[str, Any]:
-    """Run ``--_child kind args…`` in a fresh process on ``cores`` CPUs with ``local[cores]``; adds
-    ``process_s``, ``cpu_s`` (user+sys of the process tree, sampled) and ``memory`` (:class:`TreeSampler`)."""
-    cpus = sorted(os.sched_getaffinity(0))[:cores]
+def _become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``).
+
+    A descendant whose parent exits first (the Spark JVM outlives the driver Python that started it) is
+    then re-parented to this process instead of init, so that waiting for it adds its CPU time to
+    ``RUSAGE_CHILDREN`` here. False where the call is not available.
+    """
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # 36 = PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return False
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's terminated, waited-for descendants (``RUSAGE_CHILDREN``)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _reap_orphans(deadline_s: float | None) -> tuple[int, set[int]]:
+    """Wait for the descendants re-parented to this process (see :func:`_become_subreaper`); after
+    ``deadline_s`` seconds kill the ones left. ``None``: only collect those that already exited.
+    Returns how many were killed and the pids reaped."""
+    import psutil
+
+    t_end, killed, reaped = time.monotonic() + (deadline_s or 0.0), 0, set()
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return killed, reaped
+        if pid:
+            reaped.add(pid)
+            continue
+        if deadline_s is None:
+            return killed, reaped
+        if time.monotonic() > t_end:
+            for c in psutil.Process().children():
+                try:
+                    c.kill()
+                    killed += 1
+                except psutil.Error:
+                    pass
+            t_end = float("inf")
+        time.sleep(0.05)
+
+
+def child_env(cores: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a pipeline child on ``cores`` CPUs: ``TRACELAKE_SPARK_MASTER=local[cores]``,
+    ``PYTHONPATH`` = this checkout, Spark's Python = this interpreter, Spark bound to 127.0.0.1."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRACELAKE_SPARK_MASTER")}
     env.update(TRACELAKE_SPARK_MASTER=f"local[{cores}]", PYTHONPATH=REPO_ROOT, PYSPARK_PYTHON=sys.executable,
                PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    cmd = [sys.executable, os.path.abspath(__file__), "--_child", kind, *args]
+    env.update(extra or {})
+    return env
+
+
+def run_pinned(cmd: list[str], cores: int, timeout: float, sample_s: float, env: dict[str, str] | None = None,
+               cwd: str = REPO_ROOT) -> dict[str, Any]:
+    """Run ``cmd`` in a fresh process (own session) pinned to the first ``cores`` CPUs of this process
+    (``sched_setaffinity``, inherited by every descendant), with its process tree sampled.
+
+    Returns ``returncode``, ``stdout``, ``stderr``, ``process_s`` (wall s from start until the process
+    exited and its output closed), ``cpu_s``, ``cpu_s_sampled`` (:attr:`TreeSampler.total_cpu_s`),
+    ``memory`` (:class:`TreeSampler` peaks, bytes), ``samples``, ``n_python_workers``, ``cpus``,
+    ``orphans_killed``; ``{"error": ...}`` when it ran past ``timeout`` s (the whole session is killed).
+
+    ``cpu_s`` = user + system CPU s of *every* descendant: this process is their subreaper and waits for
+    all of them (the Spark JVM outlives the driver), so ``RUSAGE_CHILDREN`` counts each process whose
+    parents all waited for their children; to it are added the last samples of the processes the kernel
+    reaped because their parent ignores ``SIGCHLD`` (PySpark's Python workers), which no rusage counts
+    (``cpu_auto_reaped_s``; their last sampling interval is lost). Without the subreaper call (not Linux):
+    the sampled figure (``cpu_exact`` False). Not thread-safe: it waits for any child of this process,
+    so run one at a time.
+    """
+    cpus = sorted(os.sched_getaffinity(0))[:cores]
+    exact = _become_subreaper()
+    _reap_orphans(None)
+    cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=env,
-                         preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
+                         start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     sampler = TreeSampler(p.pid, sample_s)
     sampler.start()
     try:
-        stdout, stderr = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.communicate()
-        return {"error": f"timed out after {timeout:g} s"}
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except BaseException as exc:
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.communicate()
+            _reap_orphans(5)
+            if isinstance(exc, subprocess.TimeoutExpired):
+                return {"error": f"timed out after {timeout:g} s"}
+            raise
+        process_s = time.perf_counter() - t0
+        killed, reaped = _reap_orphans(60)
     finally:
         sampler.stop_event.set()
         sampler.join(timeout=5)
-    process_s = time.perf_counter() - t0
-    if p.returncode != 0:
-        tail = " | ".join(stderr.strip().splitlines()[-4:])
-        return {"error": f"exit {p.returncode}: {tail}"}
+    auto = sum(sampler.cpu_s.get(pid, 0.0) for pid in sampler.auto_reaped - reaped - {p.pid})
+    cpu_s = _children_cpu_s() - cpu0 + auto if exact else sampler.total_cpu_s
+    return {"returncode": p.returncode, "stdout": stdout, "stderr": stderr, "process_s": process_s,
+            "cpu_s": cpu_s, "cpu_s_sampled": sampler.total_cpu_s, "cpu_auto_reaped_s": auto, "cpu_exact": exact,
+            "cores": cores, "cpus": cpus, "memory": dict(sampler.peak), "samples": sampler.samples,
+            "n_python_workers": len(sampler.n_workers_seen), "orphans_killed": killed}
+
+
+def stderr_tail(text: str, n: int = 4) -> str:
+    """The last ``n`` lines of a child's stderr on one line."""
+    return " | ".join((text or "").strip().splitlines()[-n:])
+
+
+def run_child(kind: str, args: list[str], cores: int, timeout: float, sample_s: float) -> dict[str, Any]:
+    """Run ``--_child kind args…`` with :func:`run_pinned` and ``local[cores]``: the child's JSON result
+    plus ``process_s``, ``cpu_s``, ``memory`` and the other figures of :func:`run_pinned`."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--_child", kind, *args]
+    r = run_pinned(cmd, cores, timeout, sample_s, env=child_env(cores))
+    if "error" in r:
+        return r
+    if r["returncode"] != 0:
+        return {"error": f"exit {r['returncode']}: {stderr_tail(r['stderr'])}"}
     try:
-        out = json.loads(stdout.strip().splitlines()[-1])
+        out = json.loads(r["stdout"].strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {"error": f"no result line; stderr: {' | '.join(stderr.strip().splitlines()[-4:])}"}
-    out.update(process_s=process_s, cores=cores, cpus=cpus, memory=dict(sampler.peak), samples=sampler.samples,
-               n_python_workers=len(sampler.n_workers_seen), cpu_s=sampler.total_cpu_s)
+        return {"error": f"no result line; stderr: {stderr_tail(r['stderr'])}"}
+    out.update({k: v for k, v in r.items() if k not in ("returncode", "stdout", "stderr")})
     return out
 
 
@@ -909,14 +1057,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=1,
                     help="fleet S: this many units of one 8-rank DLRM job + one job per single-GPU trace; the "
                          "second fleet is 2S (default 1)")
-    ap.add_argument("--steps", type=int, default=3, help="ProfilerSteps per DLRM trace (default 3)")
+    ap.add_argument("--steps", type=int, default=GENERATOR_DEFAULTS["steps"],
+                    help="ProfilerSteps per DLRM trace (default 3)")
     ap.add_argument("--cores", default="1,2", help="core counts, comma separated (default 1,2)")
     ap.add_argument("--only-size", choices=["S", "2S"], help="run one fleet size only")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--straggler-rank", type=int, default=2)
-    ap.add_argument("--delay-ms", type=float, default=1.0, help="straggler's extra compute before each collective")
-    ap.add_argument("--scale-jitter", type=float, default=5e-4, help="per-rank time scale 1 +- this (default 5e-4)")
-    ap.add_argument("--clock-jitter-us", type=float, default=1000.0, help="per-rank clock offset +- this (µs)")
+    ap.add_argument("--seed", type=int, default=GENERATOR_DEFAULTS["seed"])
+    ap.add_argument("--straggler-rank", type=int, default=GENERATOR_DEFAULTS["straggler_rank"])
+    ap.add_argument("--delay-ms", type=float, default=GENERATOR_DEFAULTS["delay_ms"],
+                    help="straggler's extra compute before each collective")
+    ap.add_argument("--scale-jitter", type=float, default=GENERATOR_DEFAULTS["scale_jitter"],
+                    help="per-rank time scale 1 +- this (default 5e-4)")
+    ap.add_argument("--clock-jitter-us", type=float, default=GENERATOR_DEFAULTS["clock_jitter_us"],
+                    help="per-rank clock offset +- this (µs)")
     ap.add_argument("--skip-normalize-only", action="store_true")
     ap.add_argument("--corpus-root", default=os.path.join(REPO_ROOT, "..", "shared", "corpus"))
     ap.add_argument("--workdir", help="landing zones, warehouses, MLflow (default: a temp dir, removed)")

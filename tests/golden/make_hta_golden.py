@@ -355,6 +355,18 @@ def _kernel_type_time(ta: Any, rank: int, sym: list[str]) -> dict[str, float]:
     return {str(r.kernel_type): float(r.sum) for r in kt.itertuples()}
 
 
+def link_trace_dir(link_dir: str, files: dict[str, str]) -> None:
+    """Make ``link_dir`` a fresh HTA ``trace_dir``: one symlink ``name -> path`` per rank file.
+
+    HTA loads every ``*.json`` / ``*.gz`` file of the folder and finds each file's rank in its content,
+    so the names only have to be distinct and keep the suffix.
+    """
+    shutil.rmtree(link_dir, ignore_errors=True)
+    os.makedirs(link_dir)
+    for name, path in files.items():
+        os.symlink(os.path.abspath(path), os.path.join(link_dir, name))
+
+
 def run_worker(spec_path: str, res_path: str) -> None:
     """Run one HTA job (spec: job_id, keys, corpus_root, link_dir) and write its result JSON."""
     import logging
@@ -371,15 +383,13 @@ def run_worker(spec_path: str, res_path: str) -> None:
     import_s = time.perf_counter() - t_imp
 
     tmp = spec["link_dir"]  # the job's trace_dir: one symlink per rank file, inside the driver's workdir
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     base_to_key = {}
     for key in keys:
         base = os.path.basename(key)
         if base in base_to_key:
             raise SystemExit(f"{job_id}: two files named {base} in one job")
         base_to_key[base] = key
-        os.symlink(os.path.join(root, key), os.path.join(tmp, base))
+    link_trace_dir(tmp, {base: os.path.join(root, key) for base, key in base_to_key.items()})
 
     traces: dict[str, dict[str, Any]] = {}
     for key in keys:
