@@ -253,7 +253,8 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
     failed = [c for c in results if not c.success]
     if n_rows is None:
         n_rows = int(frame.count()) if spark else len(frame)
-    batch_jobs = sorted(str(j) for j in job_ids) if job_ids is not None else _jobs_in(frame)
+    job_rows = _rows_by_job(frame)
+    batch_jobs = sorted(str(j) for j in job_ids) if job_ids is not None else sorted(job_rows)
     if failed:
         attributable = [by_id[c.id] for c in failed if c.id in by_id and c.error is None
                         and by_id[c.id].kind != "row_count" and "job_id" in present]
@@ -262,7 +263,7 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
             c.jobs = per_job.get(c.id) or {j: (c.unexpected_count or 0) for j in batch_jobs} or {"*": 0}
     return TableValidation(table=table, stage=stage, status="failed" if failed else "passed", n_rows=n_rows,
                            checks=results, gx_result=res.to_json_dict(), engine="spark" if spark else "pandas",
-                           jobs=batch_jobs, job_rows=_rows_by_job(frame))
+                           jobs=batch_jobs, job_rows=job_rows)
 
 
 def _rows_by_job(frame) -> dict[str, int]:
@@ -272,10 +273,6 @@ def _rows_by_job(frame) -> dict[str, int]:
     if _is_spark(frame):
         return {str(r[0]): int(r[1]) for r in frame.groupBy("job_id").count().collect() if r[0] is not None}
     return {str(j): int(n) for j, n in frame["job_id"].dropna().astype(str).value_counts().items()}
-
-
-def _jobs_in(frame) -> list[str]:
-    return sorted(_rows_by_job(frame))
 
 
 def _now() -> str:
