@@ -625,8 +625,9 @@ class TreeSampler(threading.Thread):
 
     Peaks (bytes): ``driver_python`` and ``jvm`` are the largest ``VmHWM`` seen per process (the JVM of
     local mode is driver + executor); ``python_workers`` is the largest sum of the workers' ``VmRSS`` at one
-    sample, ``python_worker_max`` the largest single worker's ``VmHWM``; ``executor`` the largest
-    JVM + workers RSS sum at one sample. CPU: every process once seen stays sampled until it is gone
+    sample, ``python_worker_max`` the largest single worker's ``VmHWM``; ``local_worker_max`` the largest
+    ``VmHWM`` of a local-executor worker (a Python child of the root, no JVM in the tree); ``executor`` the
+    largest JVM + workers RSS sum at one sample, or on the local executor its largest worker. CPU: every process once seen stays sampled until it is gone
     (also after the root exits); ``auto_reaped`` holds the pids whose parent ignores ``SIGCHLD``.
     """
 
@@ -634,7 +635,8 @@ class TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.interval_s = pid, interval_s
         self.stop_event = threading.Event()
-        self.peak = {"driver_python": 0, "jvm": 0, "python_workers": 0, "python_worker_max": 0, "executor": 0}
+        self.peak = {"driver_python": 0, "jvm": 0, "python_workers": 0, "python_worker_max": 0, "local_worker_max": 0,
+                     "executor": 0}
         self.n_workers_seen: set[int] = set()
         self.cpu_s: dict[int, float] = {}  # pid -> user + system CPU seconds at its last sample
         self.auto_reaped: set[int] = set()
@@ -659,6 +661,8 @@ class TreeSampler(threading.Thread):
             try:
                 if "python" in p.name() and any(a.pid in jvms for a in p.parents()):
                     kinds[p.pid] = "worker"
+                elif "python" in p.name() and p.ppid() == self.pid and not jvms:
+                    kinds[p.pid] = "local"  # a worker process of the local executor (jobs/executor.py)
             except psutil.Error:
                 continue
         return kinds
@@ -709,7 +713,7 @@ class TreeSampler(threading.Thread):
             self._track(kids)
             self._cpu()
             kinds = self._classify(kids)
-            rss = {"jvm": 0, "worker": 0}
+            rss = {"jvm": 0, "worker": 0, "local": 0}
             for pid, kind in kinds.items():
                 st = _status(pid)
                 if not st:
@@ -717,12 +721,14 @@ class TreeSampler(threading.Thread):
                 rss[kind] += st.get("VmRSS", 0)
                 if kind == "jvm":
                     self.peak["jvm"] = max(self.peak["jvm"], st.get("VmHWM", 0))
+                elif kind == "local":
+                    self.peak["local_worker_max"] = max(self.peak["local_worker_max"], st.get("VmHWM", 0))
                 else:
                     self.n_workers_seen.add(pid)
                     self.peak["python_worker_max"] = max(self.peak["python_worker_max"], st.get("VmHWM", 0))
             self.peak["driver_python"] = max(self.peak["driver_python"], _status(self.pid).get("VmHWM", 0))
             self.peak["python_workers"] = max(self.peak["python_workers"], rss["worker"])
-            self.peak["executor"] = max(self.peak["executor"], rss["jvm"] + rss["worker"])
+            self.peak["executor"] = max(self.peak["executor"], rss["jvm"] + rss["worker"], self.peak["local_worker_max"])
             self.samples += 1
             self.stop_event.wait(self.interval_s)
 

@@ -13,8 +13,9 @@ time of an HTA script run job after job and of ``tracelake run``, printed agains
   "ProfilerStep", 0)`` + ``get_critical_path_breakdown()`` as ``benchmarks/analyze_bench.py`` drives it
   (``annotation=""``, the whole trace, for a rank without a ProfilerStep). A failing analysis is recorded
   and the job goes on. The loop's wall time runs from the first job's start to the last job's end.
-* ``tracelake run``: ``python -m jobs.cli run --raw <landing zone> --warehouse <fresh folder> --master
-  local[N]``: everything (normalize, both validation gates, analysis, fleet statistics, MLflow runs and HTML
+* ``tracelake run``: ``python -m jobs.cli run --raw <landing zone> --warehouse <fresh folder>`` on its
+  default executor, the local one (``jobs/executor.py``: N worker processes on N pinned CPUs, no JVM), or
+  with ``--executor spark`` on ``--master local[N]``: everything (normalize, both validation gates, analysis, fleet statistics, MLflow runs and HTML
   reports; MLflow on SQLite in the warehouse), and the same with ``--no-mlflow``.
 
 **Fleets** (``--fleets``):
@@ -33,9 +34,10 @@ are one trace dir per job. The *tiny* landing zone is the smallest single-rank c
 
 **Measured**: wall seconds of each process; CPU seconds of *every* process it starts (the Spark JVM
 outlives the driver Python: :func:`fleet_bench.run_pinned` makes this script their subreaper and reads
-``RUSAGE_CHILDREN``); peak memory of the process tree (:class:`fleet_bench.TreeSampler`; in local mode the
-one executor is the driver JVM and its Python workers: *executor* = the largest JVM + workers RSS at one
-sample). Each figure is the median of ``--repeat`` runs, the repeats interleaved (HTA, run, run
+``RUSAGE_CHILDREN``); peak memory of the process tree (:class:`fleet_bench.TreeSampler`; the local
+executor's executors are its worker processes: *executor* = the largest worker's peak RSS; on Spark's
+``local[N]`` the one executor is the driver JVM and its Python workers: the largest JVM + workers RSS at
+one sample). Each figure is the median of ``--repeat`` runs, the repeats interleaved (HTA, run, run
 ``--no-mlflow``, then again). Parse-only: ``jobs.normalize.kineto.parse.parse_kineto`` on the fleet's files
 in one process on one core; its CPU s are those of the parse calls (``time.process_time``), without the
 interpreter start and imports.
@@ -47,7 +49,7 @@ interpreter start and imports.
 2. fleets 1 and 2: ``tracelake run`` wall <= 0.8 x the HTA loop's wall;
 3. marginal cost, fleet 3 at its two sizes: ``tracelake run`` CPU s per MB of JSON, (CPU(full) - CPU(half))
    / (MB(full) - MB(half)), <= 3 x the same for parse-only;
-4. one ``tracelake run`` on the tiny landing zone <= 15 s wall, JVM start included;
+4. one ``tracelake run`` on the tiny landing zone <= 15 s wall (on Spark: JVM start included);
 5. fleet 3: ``tracelake run`` wall on 1 core / on 2 cores >= 1.8;
 6. fleet 3: executor peak memory at the full size / at the half size <= 1.25 ("flat" as the fleet doubles).
 
@@ -55,7 +57,7 @@ Usage (from the repo root, with the project venv)::
 
     .venv/bin/python benchmarks/fleet_vs_hta.py [--fleets 1,2,3] [--repeat 3] [--synthetic-gb 1.0]
         [--cores 1,2] [--hta-python .hta-venv/bin/python] [--timeout 3600] [--json OUT] [--quick]
-        [--steps 3] [--seed 7] [--skip-tiny] [--workdir DIR] [--keep]
+        [--steps 3] [--seed 7] [--skip-tiny] [--workdir DIR] [--keep] [--executor local|spark]
 
 ``--quick``: a smoke run with tiny fleets (fleets 1 and 2: their smallest job; fleet 3: 2 units of one
 1-step DLRM job) and ``--repeat 1``; it still prints every target line.
@@ -360,15 +362,17 @@ def hta_loop(fleet: BenchFleet, hta_python: str, cores: int, timeout: float, sam
 
 
 def tracelake_run(landing: str, work: str, cores: int, mlflow: bool, timeout: float,
-                  sample_s: float) -> dict[str, Any]:
-    """``python -m jobs.cli run`` on ``landing`` into a fresh warehouse (removed after) on ``local[cores]``.
+                  sample_s: float, executor: str = "local") -> dict[str, Any]:
+    """``python -m jobs.cli run`` on ``landing`` into a fresh warehouse (removed after), pinned to ``cores``
+    CPUs: the default local executor (one worker per CPU), or ``executor="spark"`` on ``local[cores]``.
 
     ``wall_s`` (process wall s, JVM start included), ``cpu_s`` (all descendants), ``memory`` (peaks,
     bytes), ``captures`` / ``ingested`` (from the command's summary line).
     """
     wh = tempfile.mkdtemp(prefix="wh-", dir=work)
-    cmd = [sys.executable, "-m", "jobs.cli", "run", "--raw", landing, "--warehouse", wh, "--master",
-           f"local[{cores}]"] + ([] if mlflow else ["--no-mlflow"])
+    cmd = [sys.executable, "-m", "jobs.cli", "run", "--raw", landing, "--warehouse", wh]
+    cmd += ["--master", f"local[{cores}]"] if executor == "spark" else ["--executor", "local"]
+    cmd += [] if mlflow else ["--no-mlflow"]
     r = fb.run_pinned(cmd, cores, timeout, sample_s, env=fb.child_env(cores))
     shutil.rmtree(wh, ignore_errors=True)
     if "error" in r:
@@ -525,7 +529,8 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         grow = f3["json_bytes"] / half["json_bytes"] if half["json_bytes"] else float("nan")
         figs = (f"executor peak {m_full / MB:,.0f} MB vs {m_half / MB:,.0f} MB at the half size "
                 f"(input x{grow:.2f})" if m_full and m_half else "")
-        out.append(_line(6, f"memory per executor (JVM + Python workers, local[{top}]), {f3['name']}", figs,
+        what = ("JVM + Python workers" if (runs[0].get("memory") or {}).get("jvm") else "local worker process")
+        out.append(_line(6, f"memory per executor ({what}, {top} CPUs), {f3['name']}", figs,
                          _ratio(m_full, m_half), TARGET_MEMORY_FLAT, True, ".2f",
                          _why(*runs, default="no memory sample")))
     else:
@@ -595,13 +600,14 @@ def _measure_fleet(f: BenchFleet, a: argparse.Namespace, work: str, cores: list[
     plan: list[tuple[str, Callable[[], dict]]] = []
     if hta:
         plan.append(("hta", lambda: hta_loop(f, a.hta_python, top, a.timeout, a.sample_s, work)))
-    plan.append((f"run/{top}", lambda: tracelake_run(f.landing, work, top, True, a.timeout, a.sample_s)))
+    plan.append((f"run/{top}", lambda: tracelake_run(f.landing, work, top, True, a.timeout, a.sample_s, a.executor)))
     if no_mlflow:
         plan.append((f"run_no_mlflow/{top}", lambda: tracelake_run(f.landing, work, top, False, a.timeout,
-                                                                     a.sample_s)))
+                                                                     a.sample_s, a.executor)))
     for c in cores:
         if c != top:
-            plan.append((f"run/{c}", lambda c=c: tracelake_run(f.landing, work, c, True, a.timeout, a.sample_s)))
+            plan.append((f"run/{c}", lambda c=c: tracelake_run(f.landing, work, c, True, a.timeout, a.sample_s,
+                                                               a.executor)))
     runs: dict[str, list[dict]] = {k: [] for k, _ in plan}
     for i in range(a.repeat):
         for k, fn in plan:
@@ -638,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--golden", default=os.path.join(REPO_ROOT, "tests", "golden", "hta_0_5_0.json"),
                     help="HTA's golden record: which corpus jobs HTA loads")
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny fleets, --repeat 1")
+    ap.add_argument("--executor", choices=("local", "spark"), default="local",
+                    help="tracelake run's executor (default local, as `tracelake run`; spark: --master local[N])")
     ap.add_argument("--skip-tiny", action="store_true", help="no tiny-landing-zone run (target 4)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="per child process, seconds")
     ap.add_argument("--sample-s", type=float, default=0.2, help="memory sampling period, seconds")

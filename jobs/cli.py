@@ -7,6 +7,7 @@ job on it; ``tracelake normalize`` / ``tracelake analyze`` run one stage.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import time
@@ -21,9 +22,17 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobs.demo.train_ddp import require_torch, run_demo_training
+from jobs.executor import LocalExecutor
 from jobs.spark import get_spark
 from jobs.sql import run_sql
 from jobs.warehouse import read_pandas, register_views
+
+class Executor(str, enum.Enum):
+    """Where ``tracelake run`` runs the stages (:mod:`jobs.executor`)."""
+
+    local = "local"
+    spark = "spark"
+
 
 app = typer.Typer(add_completion=False, help="tracelake: fleet-wide analytics over ML profiler traces.")
 console = Console()
@@ -93,15 +102,18 @@ def run(
     no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Skip MLflow logging."),
     since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time (UTC if no offset)."),
     until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."),
-    master: Optional[str] = typer.Option(None, help="Spark master URL, e.g. spark://127.0.0.1:7077 (infra/local/spark.sh "
-                                         "start) or local[2] [default: $TRACELAKE_SPARK_MASTER or local[*]]."),
+    master: Optional[str] = typer.Option(None, help="Run on Spark with this master URL, e.g. spark://127.0.0.1:7077 "
+                                         "(infra/local/spark.sh start) or local[2]."),
+    executor: Executor = typer.Option(Executor.local, help="local: worker processes on this machine, no JVM; "
+                                      "spark: a SparkSession (--master, else $TRACELAKE_SPARK_MASTER or local[*])."),
 ) -> None:
     """Run the main job: the declared stages normalize → validate → analyze → validate → fleet → publish."""
     from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
     with _progress() as progress:
         result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options), master=master,
-                              progress=progress, log_to_mlflow=not no_mlflow, since=since, until=until)
+                              progress=progress, log_to_mlflow=not no_mlflow, since=since, until=until,
+                              executor=executor.value)
     print_summary(result)
 
 
@@ -140,7 +152,8 @@ def _stage_alone(name: str, settings, job_ids: list[str] | None = None) -> dict:
     from jobs.pipeline.stages import jobs_record, run_stage  # keeps `tracelake --help` light (loads the pipeline)
 
     record = {} if name == "normalize" else jobs_record(settings, job_ids)
-    return run_stage(name, settings, record=record, save=False)
+    with LocalExecutor() as engine:
+        return run_stage(name, settings, engine=engine, record=record, save=False)
 
 
 @app.command()

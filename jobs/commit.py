@@ -10,7 +10,7 @@ orphaned in the hidden staging folder), plus a mix of new and old partitions.
 
 The protocol (:func:`write_partitions`), for one table write of one run:
 
-1. **stage** — Spark writes the DataFrame, Hive-partitioned, into
+1. **stage** — Spark (or the local executor, :mod:`jobs.executor`) writes the rows, Hive-partitioned, into
    ``{warehouse}/_commit/staging/{table}/{run_id}/`` (outside the table root, so readers never see it;
    Spark's own ``_temporary`` and ``_SUCCESS`` live there).
 2. **journal** — the intent file ``{warehouse}/_commit/journal/{table}@{run_id}.json`` lists every
@@ -54,8 +54,9 @@ What holds, and where:
 * **Object stores (S3, GCS, Azure) and other non-local URIs**: there is no atomic rename of a folder
   (a "rename" is a copy of every object plus a delete), so no per-partition guarantee can be made by
   renaming. For those warehouses :func:`write_partitions` falls back to Spark's dynamic partition
-  overwrite (``spark.sql.sources.partitionOverwriteMode=dynamic``, see :mod:`jobs.spark`) and the
-  window above applies. Crash-safe partition replacement on an object store needs a table format with
+  overwrite (``spark.sql.sources.partitionOverwriteMode=dynamic``, see :mod:`jobs.spark`), or for
+  the local executor's Arrow rows to pyarrow's ``existing_data_behavior="delete_matching"`` (each
+  partition written is emptied, then written), and the window above applies. Crash-safe partition replacement on an object store needs a table format with
   a transaction log (Delta Lake, Apache Iceberg, Apache Hudi), not a different rename order.
 """
 
@@ -70,10 +71,15 @@ import os
 import posixpath
 import shutil
 import signal
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
 from schemas import TABLES
 
@@ -103,8 +109,9 @@ class CommitResult:
         table: table name.
         run_id: id of this write (sortable: UTC time then a random suffix); ``""`` for the Spark fallback.
         partitions: partition folders published, relative to the table root (``date=…/job_id=…``).
-        method: ``exchange`` (atomic swap), ``rename`` (rename out, rename in) or ``spark`` (object-store
-            fallback: Spark's dynamic partition overwrite).
+        method: ``exchange`` (atomic swap), ``rename`` (rename out, rename in), ``spark`` (object-store
+            fallback: Spark's dynamic partition overwrite) or ``overwrite`` (object-store fallback of the
+            local executor: pyarrow's ``delete_matching``).
         recovered: journals of earlier crashed runs rolled forward first (their file names).
     """
 
@@ -132,8 +139,11 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
     this module. An empty ``df`` publishes nothing (the table root is created if missing).
 
     Args:
-        df: Spark DataFrame with the partition columns.
-        warehouse: warehouse root (local path or URI); non-local URIs use the Spark fallback.
+        df: the rows, with the partition columns: a Spark DataFrame (Spark's executors stage it), a
+            ``pyarrow.Table`` (staged by :func:`stage_arrow`), or a callable ``stage(folder)`` that fills
+            the empty staging folder with Hive-partitioned Parquet (the local executor's workers'
+            files, moved in by :func:`move_staged`).
+        warehouse: warehouse root (local path or URI); non-local URIs use the fallback below.
         table: table name (the folder under ``warehouse``).
         partition_by: partition columns; default ``schemas.TABLES[table].partition_by``.
 
@@ -148,16 +158,14 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
     partition_by = list(partition_by)
     root = local_root(warehouse.rstrip("/") or "/")
     if root is None:
-        (df.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(*partition_by)
-         .parquet(posixpath.join(warehouse.rstrip("/"), table)))
-        return CommitResult(table, "", method="spark")
+        return _write_remote(df, posixpath.join(warehouse.rstrip("/"), table), partition_by)
     with _locked(root):
         recovered = _recover(root)
         run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
         staging = os.path.join(root, COMMIT_DIR, "staging", table, run_id)
         try:
-            df.write.mode("errorifexists").partitionBy(*partition_by).parquet(staging)
-        except Exception:  # a failed Spark job: nothing was published, drop what it staged
+            _stage(df, staging, partition_by)
+        except BaseException:  # a failed Spark job or worker: nothing was published, drop what it staged
             shutil.rmtree(staging, ignore_errors=True)
             _rmdir_quiet(os.path.dirname(staging))
             raise
@@ -175,6 +183,146 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
         _crash_point(f"{table}:journaled")
         _publish(root, journal, path, crash_points=True)
         return CommitResult(table, run_id, sorted(partitions), _method(), recovered)
+
+
+def _stage(df, staging: str, partition_by: list[str]) -> None:
+    """Write ``df`` (see :func:`write_partitions`) Hive-partitioned into the new folder ``staging``."""
+
+    if isinstance(df, pa.Table):
+        stage_arrow(df, staging, partition_by)
+    elif callable(df):
+        os.makedirs(staging)
+        df(staging)
+    else:
+        df.write.mode("errorifexists").partitionBy(*partition_by).parquet(staging)
+
+
+def _write_remote(df, path: str, partition_by: list[str]) -> CommitResult:
+    """The object-store fallback: each partition written is replaced by one overwrite, not atomically
+    (see the module docstring). Spark: dynamic partition overwrite; Arrow and staged files: pyarrow's
+    ``delete_matching`` (the partitions written are emptied first, the others kept)."""
+
+    if not isinstance(df, pa.Table) and not callable(df):
+        (df.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(*partition_by)
+         .parquet(path))
+        return CommitResult(table=posixpath.basename(path), run_id="", method="spark")
+    with tempfile.TemporaryDirectory(prefix="tracelake-stage-") as tmp:
+        staging = os.path.join(tmp, "staging")
+        _stage(df, staging, partition_by)
+        parts = staged_partitions(staging, len(partition_by))
+        if parts:
+            staged = ds.dataset(staging, format="parquet", partitioning=_hive(partition_by), ignore_prefixes=[".", "_"])
+            stage_arrow(staged.to_table(), path, partition_by, existing="delete_matching",
+                        basename=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet")
+    return CommitResult(table=posixpath.basename(path), run_id="", partitions=sorted(parts), method="overwrite")
+
+
+def _hive(partition_by, types=None):
+    types = types or {}
+    return ds.partitioning(pa.schema([(p, types.get(p, pa.string())) for p in partition_by]), flavor="hive")
+
+
+def stage_arrow(table, folder: str, partition_by, existing: str = "error",
+                basename: str = "part-{i}.parquet") -> None:
+    """Write an Arrow table as Hive-partitioned Parquet under ``folder`` (the layout Spark writes:
+    ``date=…/job_id=…/`` folders, partition columns kept out of the files, snappy).
+
+    Args:
+        table: a ``pyarrow.Table`` holding the ``partition_by`` columns; no rows writes nothing.
+        folder: a local folder, or a URI pyarrow's file systems take.
+        existing: pyarrow's ``existing_data_behavior`` (``error``: ``folder`` must be empty).
+        basename: file name template (``{i}`` numbers the files of a partition).
+    """
+    if table.num_rows == 0:
+        return
+    fs, base = (pafs.FileSystem.from_uri(folder) if "://" in folder else (pafs.LocalFileSystem(), folder))
+    part = _hive(partition_by, {p: table.schema.field(p).type for p in partition_by})
+    ds.write_dataset(table, base, filesystem=fs, format="parquet", partitioning=part, basename_template=basename,
+                     existing_data_behavior=existing,
+                     max_rows_per_group=1 << 17, max_rows_per_file=1 << 24)
+
+
+def move_staged(source: str, staging: str, prefix: str, depth: int, relabel=None) -> int:
+    """Move the data files of the Hive-partitioned folder ``source`` into ``staging`` (same file system).
+
+    Args:
+        source: a worker's output folder (:func:`stage_arrow`); removed when emptied.
+        staging: the staging folder :func:`write_partitions` hands to its callable.
+        prefix: prepended to each file name (``<prefix>-<name>``), unique per source.
+        depth: number of partition columns.
+        relabel: ``relabel(rel) -> rel`` maps a partition folder (``date=…/job_id=…``) to another
+            (normalize's bare-job renames), default unchanged.
+
+    Returns:
+        Number of files moved.
+    """
+    n = 0
+    for rel, files in staged_partitions(source, depth).items() if os.path.isdir(source) else ():
+        dest = os.path.join(staging, relabel(rel) if relabel else rel)
+        os.makedirs(dest, exist_ok=True)
+        for name in files:
+            os.rename(os.path.join(source, rel, name), os.path.join(dest, f"{prefix}-{name}"))
+            n += 1
+    shutil.rmtree(source, ignore_errors=True)
+    return n
+
+
+@contextmanager
+def work_dir(warehouse: str):
+    """A private folder for one run's worker outputs, removed when the run ends.
+
+    Local warehouses: ``{warehouse}/_commit/work/<id>/`` (the same file system as the staging folders,
+    so :func:`move_staged` renames), held by an ``flock`` on ``<id>.lock``: recovery removes the folders
+    of dead runs (their lock is free), never a live one's. Other warehouses: a temporary folder.
+
+    Yields:
+        The folder's path.
+    """
+    import fcntl  # POSIX only (the rest of the module imports on any OS)
+
+    root = local_root(warehouse.rstrip("/") or "/")
+    if root is None:
+        with tempfile.TemporaryDirectory(prefix="tracelake-work-") as tmp:
+            yield tmp
+        return
+    base = os.path.join(root, COMMIT_DIR, "work")
+    os.makedirs(base, exist_ok=True)
+    name = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
+    fd = os.open(os.path.join(base, name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    folder = os.path.join(base, name)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.makedirs(folder)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.remove(os.path.join(base, name + ".lock"))
+        os.close(fd)
+
+
+def _remove_dead_work(root: str) -> None:
+    """Remove the work folders of runs that died (their ``flock`` is free)."""
+    import fcntl  # POSIX only (the rest of the module imports on any OS)
+
+    base = os.path.join(root, COMMIT_DIR, "work")
+    if not os.path.isdir(base):
+        return
+    for name in os.listdir(base):
+        if not name.endswith(".lock"):
+            continue
+        lock = os.path.join(base, name)
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # a live run
+        shutil.rmtree(os.path.join(base, name[:-len(".lock")]), ignore_errors=True)
+        os.remove(lock)
+        os.close(fd)
 
 
 def staged_partitions(staging: str, depth: int) -> dict[str, list[str]]:
@@ -259,6 +407,7 @@ def _recover(root: str) -> list[str]:
                     shutil.rmtree(os.path.join(root, rel), ignore_errors=True)
             _rmdir_quiet(os.path.join(staging_root, table))
     empty_trash(root)
+    _remove_dead_work(root)
     # Spark's own staging of an interrupted dynamic overwrite (writes made before this protocol)
     for table in os.listdir(root):
         tdir = os.path.join(root, table)

@@ -16,6 +16,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from jobs.commit import CommitResult, write_partitions
+from jobs.executor import is_local
 from schemas import FLEET_TABLES, TABLES
 
 #: Spark's messages for a table folder that does not exist yet or holds no Parquet file.
@@ -60,17 +61,20 @@ def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = No
 
 def to_pandas_exact(df) -> pd.DataFrame:
     """A (small) Spark DataFrame as pandas with nullable integer dtypes (exact ns, no float upcast)."""
-    return df.toArrow().to_pandas(types_mapper=_exact_ints)
+    return df.toArrow().to_pandas(types_mapper=exact_ints)
 
 
-def read_frames(spark, warehouse: str, tables, job_ids: list[str]) -> dict[str, pd.DataFrame]:
-    """Rows of ``job_ids`` from the (small) tables ``tables``, read by Spark and collected as pandas.
+def read_frames(engine, warehouse: str, tables, job_ids: list[str]) -> dict[str, pd.DataFrame]:
+    """Rows of ``job_ids`` from the (small) tables ``tables`` as pandas: read by Spark and collected, or
+    on the local executor (:mod:`jobs.executor`) by :func:`read_pandas` (the same frames).
 
     Returns:
         ``{table: DataFrame with exactly the declared columns}``; a table never written gives an
         empty frame with those columns.
     """
-    out = {}
+    if is_local(engine):
+        return read_pandas(warehouse, tables, job_ids)
+    spark, out = engine, {}
     for name in tables:
         names = declaration(name).names
         df = read_spark(spark, warehouse, name, job_ids)
@@ -88,18 +92,45 @@ def _fs(path: str):
     return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
-def _exact_ints(arrow_type):
+def exact_ints(arrow_type):
+    """``types_mapper`` for ``pyarrow.Table.to_pandas``: integers as pandas' nullable integer dtypes."""
     return {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
             pa.int64(): pd.Int64Dtype()}.get(arrow_type)
+
+
+def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, columns=None, filter=None):
+    """Rows of one table as a ``pyarrow.Table``, without Spark (``pyarrow.dataset``).
+
+    Partition columns (``date``, ``job_id``) are read as strings; ``_``- and ``.``-prefixed files (marks,
+    staging) are skipped.
+
+    Args:
+        job_ids: only these jobs (partition-pruned; ``None`` = all).
+        columns: declared columns to read (default: all that exist, in declaration order).
+        filter: a further ``pyarrow.dataset`` expression.
+
+    Returns:
+        The table, or ``None`` when it was never written.
+    """
+    decl = declaration(table)
+    fs, root = _fs(table_path(warehouse, table))
+    if fs.get_file_info(root).type == pafs.FileType.NotFound:
+        return None
+    part = ds.partitioning(pa.schema([(p, pa.string()) for p in decl.partition_by]), flavor="hive")
+    dataset = ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
+                         exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+    filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
+    if filter is not None:
+        filt = filter if filt is None else filt & filter
+    wanted = columns if columns is not None else decl.names
+    return dataset.to_table(filter=filt, columns=[c for c in wanted if c in dataset.schema.names])
 
 
 def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None, exact: bool = False,
                 skip_missing: bool = False) -> dict[str, pd.DataFrame]:
     """Rows of ``job_ids`` (all rows when ``None``) from the tables ``tables``, as pandas, without Spark.
 
-    Read with pyarrow's dataset reader (local folder or any URI pyarrow's file systems take). Partition
-    columns (``date``, ``job_id``) are read as strings; ``_``- and ``.``-prefixed files (marks,
-    staging) are skipped. For the small per-job tables that MLflow logging and reports need.
+    Read by :func:`read_arrow` (local folder or any URI pyarrow's file systems take).
 
     Args:
         exact: integer columns as pandas' nullable integer dtypes (exact ns, no float upcast when a
@@ -112,18 +143,12 @@ def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None, exact:
     """
     out = {}
     for name in tables:
-        table = declaration(name)
-        fs, root = _fs(table_path(warehouse, name))
-        if fs.get_file_info(root).type == pafs.FileType.NotFound:
+        rows = read_arrow(warehouse, name, job_ids)
+        if rows is None:
             if not skip_missing:
-                out[name] = pd.DataFrame(columns=table.names)
+                out[name] = pd.DataFrame(columns=declaration(name).names)
             continue
-        part = ds.partitioning(pa.schema([(p, pa.string()) for p in table.partition_by]), flavor="hive")
-        dataset = ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
-                             exclude_invalid_files=True, ignore_prefixes=[".", "_"])
-        filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
-        rows = dataset.to_table(filter=filt, columns=[c for c in table.names if c in dataset.schema.names])
-        out[name] = rows.to_pandas(types_mapper=_exact_ints if exact else None)
+        out[name] = rows.to_pandas(types_mapper=exact_ints if exact else None)
     return out
 
 
@@ -146,6 +171,7 @@ def write_table(df, warehouse: str, table: str) -> CommitResult:
     """Replace the partitions of ``table`` that ``df`` holds (:func:`jobs.commit.write_partitions`).
 
     Args:
-        df: a Spark DataFrame with the table's columns (partition columns included).
+        df: the rows with the table's columns (partition columns included): a Spark DataFrame, a
+            ``pyarrow.Table`` or a staging callable (:func:`jobs.commit.write_partitions`).
     """
     return write_partitions(df, warehouse, table, declaration(table).partition_by)

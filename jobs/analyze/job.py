@@ -10,8 +10,10 @@ transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
 2. per (job, attempt) — :func:`job_stage`: collectives matched across ranks (wait, skew, bus
    bandwidth, clock offsets) and the cross-rank critical path stitched from the per-rank legs.
 
-Small per-group outputs travel as ``(table, row JSON)`` pairs so one pass yields several tables;
-Spark parses them back with ``from_json`` against the declared schemas.
+Both are pure functions of Arrow tables (:func:`rank_tables`, :func:`job_tables`), typed to the declared
+schemas, run by either executor (:mod:`jobs.executor`): on Spark in ``applyInArrow``, each output table
+carried as Arrow IPC bytes so that one pass yields several tables; on the local executor in its
+worker processes, which write the large outputs straight into the run's staging.
 Then, per job on the driver (small tables), :func:`run_findings` ranks the bottleneck findings
 (:mod:`jobs.analyze.findings.ranking`) and writes ``findings`` plus ``findings_json/<job>/<attempt>/findings.json``.
 load: Hive-partitioned Parquet, partitions replaced whole through the crash-safe commit
@@ -21,10 +23,12 @@ load: Hive-partitioned Parquet, partitions replaced whole through the crash-safe
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_collectives
 from jobs.analyze.critical_path.cross_rank import job_critical_path
@@ -34,35 +38,33 @@ from jobs.analyze.findings.rules import SYNC_NAMES
 from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.kernel_stats import kernel_table
 from jobs.analyze.trace.model import IDENTITY, RankTrace, build_rank_trace
-from jobs.commit import recover, write_text_atomic
+from jobs.commit import move_staged, recover, stage_arrow, work_dir, write_text_atomic
 from jobs.common.ids import safe_id
+from jobs.executor import is_local
 from jobs.normalize.neuron.critical_path import critical_path_from_events, critical_path_rows
-from jobs.warehouse import read_frames, read_spark, write_table
-from schemas import COLLECTIVES, CRITICAL_PATH, FINDINGS, KERNELS, RANKS, STEPS
+from jobs.warehouse import read_arrow, read_frames, read_spark, write_table
+from schemas import COLLECTIVES, CRITICAL_PATH, KERNELS, RANKS, STEPS, TABLES
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
-_OUT_SCHEMA = "job_id string, attempt int, table string, row_json string"
+_OUT_SCHEMA = "job_id string, attempt int, table string, n long, ipc binary"
 OUTPUT_TABLES = {"steps": STEPS, "ranks": RANKS, "kernels": KERNELS, "collectives": COLLECTIVES,
                  "critical_path": CRITICAL_PATH}
+#: Stage 2's inputs, produced by stage 1 per rank.
+_INTERNAL = {"_calls": CALLS_SCHEMA, "_legs": BOUNDARIES_SCHEMA}
+_IPC_ROWS = 1 << 18  # rows per IPC blob: keeps each Spark cell far below Arrow's 2 GiB
 
 
-def _json_default(v):
-    if hasattr(v, "item"):
-        return v.item()
-    if isinstance(v, (bytes, bytearray)):
-        return v.decode("utf-8", "replace")
-    raise TypeError(type(v))
+def conform(name: str, tbl: pa.Table) -> pa.Table:
+    """``tbl`` with exactly the columns of the declared schema of output ``name`` (an analysis table or
+    ``_calls``/``_legs``), in order and cast to their types; a declared column it lacks is all null.
 
-
-def _pairs(job_id, attempt, tables: list[tuple[str, pa.Table]]) -> pa.Table:
-    names, rows = [], []
-    for tname, tbl in tables:
-        for r in tbl.to_pylist():
-            names.append(tname)
-            rows.append(json.dumps(r, default=_json_default))
-    n = len(names)
-    return pa.table({"job_id": pa.array([job_id] * n, pa.string()), "attempt": pa.array([attempt] * n, pa.int32()),
-                     "table": pa.array(names, pa.string()), "row_json": pa.array(rows, pa.string())})
+    Raises:
+        pyarrow.ArrowInvalid: a value does not fit its declared type (e.g. a fraction in an integer column).
+    """
+    schema = OUTPUT_TABLES[name].arrow_schema() if name in OUTPUT_TABLES else _INTERNAL[name]
+    cols = [tbl.column(f.name).cast(f.type) if f.name in tbl.column_names else pa.nulls(tbl.num_rows, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=pa.schema([f.with_nullable(True) for f in schema]))
 
 
 def _with_identity(tbl: pa.Table, trace: RankTrace) -> pa.Table:
@@ -77,24 +79,35 @@ def _with_identity(tbl: pa.Table, trace: RankTrace) -> pa.Table:
     return tbl
 
 
-def rank_stage(events: pa.Table) -> pa.Table:
-    """Stage 1 for one (job, attempt, rank, capture): every per-rank output as (table, row JSON) pairs.
+def rank_tables(events: pa.Table) -> dict[str, pa.Table]:
+    """Stage 1 for the events of one (job, attempt, rank, capture): every per-rank output.
 
     Tables: ``steps``, ``ranks``, ``kernels``, ``critical_path`` (scope ``rank``), and the inputs of
     stage 2: ``_calls`` (:data:`jobs.analyze.collectives.calls.CALLS_SCHEMA`) and ``_legs``
-    (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`). The events are typed once into a
-    :class:`~jobs.analyze.trace.model.RankTrace` that every per-rank analysis reads.
+    (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`), each :func:`conform`-ed. The events
+    are typed once into a :class:`~jobs.analyze.trace.model.RankTrace` that every per-rank analysis
+    reads; a Neuron device profile gives its device critical path only. Rows are put in trace order
+    (``event_id``) first, so the results (float sums included) do not depend on how an engine
+    ordered the group.
     """
-    job_id, attempt = events.column("job_id")[0].as_py(), events.column("attempt")[0].as_py()
+    events = _in_trace_order(events)
     neuron = pc.equal(events.column("source"), "neuron")
     if pc.any(neuron).as_py():
-        return _pairs(job_id, attempt, [("critical_path", _neuron_path(events.filter(neuron)))])
+        return {"critical_path": conform("critical_path", _neuron_path(events.filter(neuron)))}
     trace = build_rank_trace(events)
     steps, ranks = analyze_rank(trace)
-    out = [("steps", steps), ("ranks", ranks), ("kernels", _with_identity(kernel_table(trace), trace))]
     segments, legs = rank_critical_path(trace)
-    out += [("critical_path", segments), ("_legs", legs), ("_calls", comm_calls(trace))]
-    return _pairs(job_id, attempt, out)
+    out = {"steps": steps, "ranks": ranks, "kernels": _with_identity(kernel_table(trace), trace),
+           "critical_path": segments, "_legs": legs, "_calls": comm_calls(trace)}
+    return {name: conform(name, tbl) for name, tbl in out.items()}
+
+
+def _in_trace_order(events: pa.Table) -> pa.Table:
+    """``events`` sorted by ``event_id`` (the parser's trace order); unchanged when already sorted."""
+    ids = events.column("event_id").to_numpy(zero_copy_only=False)
+    if len(ids) < 2 or bool((ids[1:] >= ids[:-1]).all()):
+        return events
+    return events.take(pc.sort_indices(events.column("event_id")))
 
 
 def _neuron_path(events: pa.Table) -> pa.Table:
@@ -103,77 +116,234 @@ def _neuron_path(events: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(critical_path_rows(path, ident, ids), schema=CRITICAL_PATH.arrow_schema())
 
 
-def job_stage(pairs: pa.Table) -> pa.Table:
-    """Stage 2 for one (job, attempt): ``collectives`` and the cross-rank ``critical_path`` rows.
+def job_tables(calls: pa.Table, legs: pa.Table) -> dict[str, pa.Table]:
+    """Stage 2 for one (job, attempt): ``collectives`` (calls matched across ranks) and the cross-rank
+    ``critical_path`` rows stitched from the ranks' legs (none without legs), each :func:`conform`-ed.
 
     Args:
-        pairs: the ``_calls`` and ``_legs`` rows that :func:`rank_stage` produced for the job's ranks.
+        calls: the job's ``_calls`` rows from :func:`rank_tables`; legs: its ``_legs`` rows.
     """
-    job_id, attempt = pairs.column("job_id")[0].as_py(), pairs.column("attempt")[0].as_py()
-    by_table: dict[str, list[dict]] = {"_calls": [], "_legs": []}
-    for t, r in zip(pairs.column("table").to_pylist(), pairs.column("row_json").to_pylist()):
-        by_table[t].append(json.loads(r))
-    calls = pa.Table.from_pylist(by_table["_calls"], schema=CALLS_SCHEMA)
-    legs = pa.Table.from_pylist(by_table["_legs"], schema=BOUNDARIES_SCHEMA)
     collectives = match_collectives(calls)
-    out = [("collectives", collectives)]
+    out = {"collectives": collectives}
     if legs.num_rows:
-        rows, _skew = job_critical_path(legs, collectives)
-        out.append(("critical_path", rows))
-    return _pairs(job_id, attempt, out)
+        out["critical_path"], _skew = job_critical_path(legs, collectives)
+    return {name: conform(name, tbl) for name, tbl in out.items()}
 
 
-def run_analyze(spark, warehouse: str, job_ids: list[str] | None = None) -> dict[str, int]:
+# --------------------------------------------------------------------------- Spark: applyInArrow
+
+
+def _ipc_rows(job_id, attempt, tables: dict[str, pa.Table]) -> pa.Table:
+    """``(job_id, attempt, table, n, ipc)`` rows: each table as Arrow IPC stream bytes of ≤ 2^18 rows."""
+    rows = {"job_id": [], "attempt": [], "table": [], "n": [], "ipc": []}
+    for name, tbl in tables.items():
+        for start in range(0, tbl.num_rows, _IPC_ROWS):
+            chunk = tbl.slice(start, _IPC_ROWS)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, chunk.schema) as w:
+                w.write_table(chunk)
+            for key, v in (("job_id", job_id), ("attempt", attempt), ("table", name), ("n", chunk.num_rows),
+                           ("ipc", sink.getvalue().to_pybytes())):
+                rows[key].append(v)
+    return pa.table({"job_id": pa.array(rows["job_id"], pa.string()), "attempt": pa.array(rows["attempt"], pa.int32()),
+                     "table": pa.array(rows["table"], pa.string()), "n": pa.array(rows["n"], pa.int64()),
+                     "ipc": pa.array(rows["ipc"], pa.binary())})
+
+
+def _from_ipc(blobs, name: str) -> pa.Table:
+    """The rows of output ``name`` from its IPC blobs (an empty table of its schema when none)."""
+    parts = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs]
+    return pa.concat_tables(parts) if parts else conform(name, pa.table({}))
+
+
+def rank_stage(events: pa.Table) -> pa.Table:
+    """``applyInArrow`` wrapper of :func:`rank_tables`: its outputs as :func:`_ipc_rows`."""
+    job_id, attempt = events.column("job_id")[0].as_py(), events.column("attempt")[0].as_py()
+    return _ipc_rows(job_id, attempt, rank_tables(events))
+
+
+def job_stage(rows: pa.Table) -> pa.Table:
+    """``applyInArrow`` wrapper of :func:`job_tables` over one job's ``_calls``/``_legs`` :func:`_ipc_rows`."""
+    job_id, attempt = rows.column("job_id")[0].as_py(), rows.column("attempt")[0].as_py()
+    names, blobs = rows.column("table").to_pylist(), rows.column("ipc").to_pylist()
+    calls, legs = (_from_ipc([b for t, b in zip(names, blobs) if t == n], n) for n in ("_calls", "_legs"))
+    return _ipc_rows(job_id, attempt, job_tables(calls, legs))
+
+
+def _decoder(schema: pa.Schema):
+    def decode(batches):
+        for batch in batches:
+            for blob in batch.column("ipc").to_pylist():
+                yield from pa.ipc.open_stream(pa.py_buffer(blob)).read_all().cast(schema).to_batches()
+
+    return decode
+
+
+def _in_key_order(df, key):
+    """``df`` sorted by the table's row key (the columns of it that ``df`` has), index reset."""
+    cols = [k for k in key if k in df.columns]
+    return df.sort_values(cols, kind="stable").reset_index(drop=True) if cols and len(df) else df
+
+
+def _rows(out, name: str):
+    from pyspark.sql import functions as F  # heavy: pyspark
+
+    table = OUTPUT_TABLES[name]
+    return out.filter(F.col("table") == name).select("ipc").mapInArrow(
+        _decoder(pa.schema([f.with_nullable(True) for f in table.arrow_schema()])), table.spark_schema())
+
+
+def _analyze_spark(spark, warehouse: str, job_ids, captures: pa.Table) -> dict[str, int]:
+    from pyspark.sql import functions as F  # heavy: pyspark
+
+    events = read_spark(spark, warehouse, "events", job_ids)
+    if events is None:
+        raise FileNotFoundError(f"{warehouse}: no events table yet (run normalize first)")
+    stage1 = events.groupBy(*_GROUP).applyInArrow(rank_stage, _OUT_SCHEMA).cache()
+    stage2 = (stage1.filter(F.col("table").isin(*_INTERNAL))
+              .groupBy("job_id", "attempt").applyInArrow(job_stage, _OUT_SCHEMA).cache())
+    try:
+        out = stage1.unionByName(stage2)
+        counts = {name: 0 for name in OUTPUT_TABLES}
+        counts.update({r[0]: int(r[1]) for r in out.groupBy("table").agg(F.sum("n")).collect() if r[0] in counts})
+        for name in OUTPUT_TABLES:
+            if not counts[name]:  # an empty table writes no partition (e.g. Neuron-only batches have no steps)
+                continue
+            if name == "ranks":
+                write_table(ranks_with_captures(_rows(out, name).toArrow(), captures), warehouse, name)
+            else:  # critical_path (~0.45 rows per event) is written by every partition, the small ones as one file
+                df = _rows(out, name)
+                write_table(df if name == "critical_path" else df.coalesce(1), warehouse, name)
+    finally:
+        stage2.unpersist()
+        stage1.unpersist()
+    return counts
+
+
+# --------------------------------------------------------------------------- the local executor
+
+
+_LOCAL_WRITES = ("steps", "kernels", "critical_path", "collectives")  # written by the workers; ranks by the driver
+
+
+def _stage_outputs(tables: dict[str, pa.Table], folder: str) -> dict[str, int]:
+    for name in _LOCAL_WRITES:
+        if name in tables and tables[name].num_rows:
+            stage_arrow(tables[name], os.path.join(folder, name), OUTPUT_TABLES[name].partition_by)
+    return {name: t.num_rows for name, t in tables.items() if name in OUTPUT_TABLES}
+
+
+def _rank_task(args: tuple) -> dict:
+    """Local worker: :func:`rank_tables` of one rank's events, read from the warehouse."""
+    warehouse, (job_id, attempt, rank, capture_id), folder = args
+    events = read_arrow(warehouse, "events", [job_id], filter=(ds.field("attempt") == attempt)
+                        & (ds.field("rank") == rank) & (ds.field("capture_id") == capture_id))
+    tables = rank_tables(events)
+    return {"job": (job_id, attempt), "counts": _stage_outputs(tables, folder),
+            **{k: tables[k] for k in ("ranks", *_INTERNAL) if k in tables}}
+
+
+def _job_task(args: tuple) -> dict:
+    """Local worker: :func:`job_tables` of one job's calls and legs."""
+    calls, legs, folder = args
+    return {"counts": _stage_outputs(job_tables(calls, legs), folder)}
+
+
+def _analyze_local(ex, warehouse: str, job_ids, captures: pa.Table, work: str) -> dict[str, int]:
+    keys = read_arrow(warehouse, "events", job_ids, columns=_GROUP)
+    if keys is None:
+        raise FileNotFoundError(f"{warehouse}: no events table yet (run normalize first)")
+    groups = keys.group_by(_GROUP).aggregate([([], "count_all")]).sort_by([("count_all", "descending"),
+                                                                          *[(g, "ascending") for g in _GROUP]])
+    args = [(warehouse, tuple(g[c] for c in _GROUP), os.path.join(work, f"r{i:06d}"))
+            for i, g in enumerate(groups.select(_GROUP).to_pylist())]
+    results = list(ex.map(_rank_task, args))
+    by_job: dict[tuple, dict[str, list]] = {}
+    for r in results:
+        for k in _INTERNAL:
+            by_job.setdefault(r["job"], {n: [] for n in _INTERNAL})[k].append(r.get(k, conform(k, pa.table({}))))
+    jargs = [(pa.concat_tables(v["_calls"]), pa.concat_tables(v["_legs"]), os.path.join(work, f"j{i:06d}"))
+             for i, (_, v) in enumerate(sorted(by_job.items()))]
+    results += list(ex.map(_job_task, jargs))
+    counts = {name: sum(r["counts"].get(name, 0) for r in results) for name in OUTPUT_TABLES}
+    folders = [a[-1] for a in args + jargs]
+    for name in OUTPUT_TABLES:
+        if not counts[name]:
+            continue
+        if name == "ranks":
+            ranks = pa.concat_tables([r["ranks"] for r in results if "ranks" in r])
+            write_table(ranks_with_captures(ranks, captures), warehouse, name)
+        else:
+            write_table(_staged(folders, name), warehouse, name)
+    return counts
+
+
+def _staged(folders: list[str], name: str):
+    """Staging callable of ``name``: every worker folder's files of it moved in."""
+    def stage(staging: str) -> None:
+        for f in folders:
+            move_staged(os.path.join(f, name), staging, os.path.basename(f), len(OUTPUT_TABLES[name].partition_by))
+
+    return stage
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def ranks_with_captures(ranks: pa.Table, captures: pa.Table) -> pa.Table:
+    """``ranks`` with ``world_size`` and ``device_name`` filled from the rank's capture where it has none."""
+    cap = {tuple(r[g] for g in _GROUP): r for r in captures.select([*_GROUP, "world_size", "device_name"]).to_pylist()}
+    keys = list(zip(*(ranks.column(g).to_pylist() for g in _GROUP)))
+    out = ranks
+    for col in ("world_size", "device_name"):
+        mine = ranks.column(col).to_pylist()
+        filled = [v if v is not None else (cap.get(k) or {}).get(col) for v, k in zip(mine, keys)]
+        i = out.schema.get_field_index(col)
+        out = out.set_column(i, out.schema.field(i), pa.array(filled, out.schema.field(i).type))
+    return out.select(RANKS.names)
+
+
+def run_analyze(engine, warehouse: str, job_ids: list[str] | None = None) -> dict[str, int]:
     """Analyze ``job_ids`` (all jobs when ``None``) from ``{warehouse}/events``.
 
     Writes the tables of :data:`OUTPUT_TABLES` under ``warehouse``; ``ranks.world_size`` and
-    ``ranks.device_name`` come from ``captures``.
+    ``ranks.device_name`` come from ``captures`` where the trace has none.
+
+    Args:
+        engine: a SparkSession or a :class:`jobs.executor.LocalExecutor` (:mod:`jobs.executor`).
 
     Returns:
         Row counts written per table.
 
     Raises:
         jobs.landing.discover.DiscoveryError: a job id that is not path-safe (before anything is read).
+        FileNotFoundError: no ``events``/``captures`` table yet.
     """
-    from pyspark.sql import functions as F  # heavy: pyspark
-
     root = warehouse.rstrip("/")
     if job_ids is not None:
         job_ids = [safe_id(j, "job_id", "analyze") for j in job_ids]
     recover(warehouse)  # a normalize killed mid-publish is finished before its events are read
-    events, captures = (read_spark(spark, warehouse, t, job_ids) for t in ("events", "captures"))
-    if events is None or captures is None:
+    captures = read_arrow(warehouse, "captures", job_ids)
+    if captures is None:
         raise FileNotFoundError(f"{root}: no events/captures table yet (run normalize first)")
-    stage1 = events.groupBy(*_GROUP).applyInArrow(rank_stage, _OUT_SCHEMA).cache()
-    stage1.count()  # materialize once: otherwise stage 2's shuffle and the first write each run the rank stage
-    stage2 = (stage1.filter(F.col("table").isin("_calls", "_legs"))
-              .groupBy("job_id", "attempt").applyInArrow(job_stage, _OUT_SCHEMA).cache())
-    out = stage1.unionByName(stage2)
-    try:
-        frames = {name: _rows(out, name, table) for name, table in OUTPUT_TABLES.items()}
-        cap = captures.select(*_GROUP, F.col("world_size").alias("_ws"), F.col("device_name").alias("_dev"))
-        frames["ranks"] = (frames["ranks"].join(cap, on=_GROUP, how="left")
-                           .withColumn("world_size", F.coalesce("world_size", "_ws"))
-                           .withColumn("device_name", F.coalesce("device_name", "_dev"))
-                           .select(*RANKS.names))
-        counts = {}
-        for name, df in frames.items():
-            counts[name] = df.count()
-            if counts[name]:  # an empty frame writes no partition (e.g. Neuron-only batches have no steps)
-                write_table(df.coalesce(1), root, name)
-    finally:
-        stage2.unpersist()
-        stage1.unpersist()
-    counts["findings"] = run_findings(spark, warehouse, job_ids)
+    if is_local(engine):
+        with work_dir(warehouse) as work:
+            counts = _analyze_local(engine, root, job_ids, captures, work)
+    else:
+        counts = _analyze_spark(engine, root, job_ids, captures)
+    counts["findings"] = run_findings(engine, warehouse, job_ids)
     return counts
 
 
-def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int:
+def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> int:
     """Compute and write the ``findings`` table and one ``findings.json`` per (job, attempt).
 
     The inputs are the analysis tables of the jobs plus the sync calls of ``events`` (the only raw
     events a rule needs, :data:`jobs.analyze.findings.rules.SYNC_NAMES`); steps cut short by a truncated
     trace are left out (:func:`jobs.analyze.findings.ranking.drop_truncated_steps`).
+
+    Args:
+        engine: a SparkSession or a :class:`jobs.executor.LocalExecutor` (reads only; the rules run here).
 
     Returns:
         Number of findings written.
@@ -181,23 +351,22 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
     Raises:
         jobs.landing.discover.DiscoveryError: a job id that is not path-safe (e.g. ``--job ../x``).
     """
-    from pyspark.sql import functions as F
-
     root = warehouse.rstrip("/")
-    jobs = job_ids if job_ids is not None else [
-        r[0] for r in read_spark(spark, warehouse, "captures").select("job_id").distinct().collect()]
+    jobs = job_ids if job_ids is not None else sorted(set(read_arrow(warehouse, "captures", columns=["job_id"])
+                                                         .column("job_id").to_pylist()))
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
-    tables = read_frames(spark, warehouse, ("steps", "ranks", "kernels", "collectives", "critical_path",
-                                            "neuron_summary", "captures"), jobs)
+    tables = read_frames(engine, warehouse, ("steps", "ranks", "kernels", "collectives", "critical_path",
+                                             "neuron_summary", "captures"), jobs)
     tables["steps"] = drop_truncated_steps(tables["steps"], tables.pop("captures"))
-    events = read_spark(spark, warehouse, "events", jobs).filter(
-        F.col("category").isin("cuda_runtime", "cpu_op", "cuda_driver")
-        & F.col("name").isin(list(SYNC_NAMES)))
-    tables["events"] = events.select(*EVENTS_COLUMNS).toPandas()
+    sync = (ds.field("category").isin(["cuda_runtime", "cpu_op", "cuda_driver"])
+            & ds.field("name").isin(list(SYNC_NAMES)))
+    events = read_arrow(warehouse, "events", jobs, columns=list(EVENTS_COLUMNS), filter=sync)
+    tables["events"] = events.select(list(EVENTS_COLUMNS)).to_pandas()
+    # rows in key order, whatever order an engine read them in: the rules break ties by position
+    tables = {name: _in_key_order(df, TABLES[name].key) for name, df in tables.items()}
     findings = job_findings(tables)
     if findings.num_rows:
-        df = spark.createDataFrame(findings.to_pandas(), schema=FINDINGS.spark_schema())
-        write_table(df.coalesce(1), root, "findings")
+        write_table(findings, root, "findings")
     pdf = findings.to_pandas()
     for job_id in jobs:
         attempts = sorted(set(pdf[pdf["job_id"] == job_id]["attempt"])) or [0]
@@ -207,11 +376,3 @@ def run_findings(spark, warehouse: str, job_ids: list[str] | None = None) -> int
             write_text_atomic(posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"),
                               json.dumps(doc, indent=1, default=str))
     return findings.num_rows
-
-
-def _rows(out, name: str, table):
-    from pyspark.sql import functions as F
-
-    return (out.filter(F.col("table") == name)
-            .select(F.from_json("row_json", table.spark_schema()).alias("r")).select("r.*")
-            .select(*table.names))

@@ -1,6 +1,6 @@
 """``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``.
 
-extract + reduce (Spark): ``steps`` → one row per job step, ``kernels`` → one row per (run, date, kernel),
+extract + reduce (Spark, or pandas on the local executor: :mod:`jobs.executor`): ``steps`` → one row per job step, ``kernels`` → one row per (run, date, kernel),
 each joined with the run's job name, model, hardware and torch version from ``captures``
 (:func:`jobs.fleet.stats.job_steps`, :func:`jobs.fleet.stats.job_kernels`).
 transform (pandas, on the driver; the reduced frames are small): :func:`jobs.fleet.stats.fleet_stats`,
@@ -18,8 +18,10 @@ import pandas as pd
 import pyarrow as pa
 
 from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
-from jobs.fleet.stats import fleet_kernels, fleet_stats, job_kernels, job_steps
-from jobs.warehouse import read_spark, write_table
+from jobs.executor import is_local
+from jobs.fleet.stats import (fleet_kernels, fleet_stats, job_kernels, job_kernels_frame, job_steps,
+                              job_steps_frame)
+from jobs.warehouse import read_pandas, read_spark, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
 
@@ -51,34 +53,40 @@ def fleet_frames(job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, **re
             "regressions": regs[REGRESSIONS.names]}
 
 
-def run_fleet(spark, warehouse: str, **regression_options) -> FleetResult:
+def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
     """Rebuild the fleet tables of ``warehouse``.
 
     Args:
-        spark: a SparkSession; warehouse: warehouse root.
+        engine: a SparkSession (reduction in Spark) or a :class:`jobs.executor.LocalExecutor` (in pandas).
+        warehouse: warehouse root.
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
         :class:`FleetResult` (nothing is written when no job has steps yet).
     """
-    captures, steps, kernels = (read_spark(spark, warehouse, t) for t in ("captures", "steps", "kernels"))
     result = FleetResult()
-    if captures is None or steps is None:
-        return result
-    js = _pandas(job_steps(steps, captures))
-    jk = _pandas(job_kernels(kernels, captures)) if kernels is not None else None
+    if is_local(engine):
+        t = read_pandas(warehouse, ("captures", "steps", "kernels"), skip_missing=True)
+        if "captures" not in t or "steps" not in t:
+            return result
+        js = job_steps_frame(t["steps"], t["captures"])
+        jk = job_kernels_frame(t["kernels"], t["captures"]) if "kernels" in t else None
+    else:
+        captures, steps, kernels = (read_spark(engine, warehouse, n) for n in ("captures", "steps", "kernels"))
+        if captures is None or steps is None:
+            return result
+        js = _pandas(job_steps(steps, captures))
+        jk = _pandas(job_kernels(kernels, captures)) if kernels is not None else None
     frames = fleet_frames(js, jk, **regression_options)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
         if len(pdf):
-            write_fleet_table(spark, pdf, warehouse, name)
+            write_fleet_table(pdf, warehouse, name)
     result.regressions = frames["regressions"]
     return result
 
 
-def write_fleet_table(spark, pdf: pd.DataFrame, warehouse: str, table: str) -> None:
+def write_fleet_table(pdf: pd.DataFrame, warehouse: str, table: str) -> None:
     """Write a fleet table (pandas) with the crash-safe partition commit, replacing its partitions."""
     t = FLEET_TABLES[table]
-    arrow = pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False)
-    df = spark.createDataFrame(arrow)  # Spark types from the declared Arrow schema
-    write_table(df.coalesce(1), warehouse, table)
+    write_table(pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False), warehouse, table)

@@ -3,7 +3,8 @@ hardware, torch version and date (``fleet_stats``), and the top kernels of each 
 (``fleet_kernels``).
 
 Two halves: Spark reduces the big tables to one row per job step (:func:`job_steps`) and one row per
-(job run, date, kernel name) (:func:`job_kernels`) — the shape that scales with the fleet —, then pure
+(job run, date, kernel name) (:func:`job_kernels`) — the shape that scales with the fleet; on the local
+executor pandas does the same (:func:`job_steps_frame`, :func:`job_kernels_frame`) —, then pure
 pandas functions group those small frames (:func:`fleet_stats`, :func:`fleet_kernels`) on the driver: a
 fleet of 10,000 runs × 100 steps is 10⁶ job-step rows, and a handful of Spark jobs instead of one per
 grouping keeps the stage at seconds.
@@ -101,6 +102,55 @@ def job_kernels(kernels, captures):
         F.first("kernel_type", ignorenulls=True).alias("kernel_type"),
         F.sum("n").alias("n"), F.sum("total_ns").alias("total_ns"))
     return k.join(run_metadata(captures), on=["job_id", "attempt"], how="inner")
+
+
+# ------------------------------------------------------------------ the same reduction in pandas (local executor)
+
+
+def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
+    """:func:`run_metadata` on a pandas ``captures`` frame (the local executor's reduction; same rows)."""
+    ing = captures[captures["status"] == "ingested"]
+    g = ing.groupby(["job_id", "attempt"], sort=True)
+    m = pd.DataFrame({"job_name": g["job_name"].min(), "model": g["model"].min(), "device_name": g["device_name"].min(),
+                      "torch_version": g["torch_version"].min(), "created_at": g["created_at"].min(),
+                      "first_date": g["date"].min()}).reset_index()
+    return pd.DataFrame({
+        "job_id": m["job_id"], "attempt": m["attempt"],
+        "job_name": m["job_name"].where(m["job_name"].notna(), m["job_id"]),
+        "job": m["job_id"].astype(str) + "#" + m["attempt"].astype(str),
+        "model": m["model"].where(m["model"].notna(), NONE_VALUE),
+        "hardware": m["device_name"].where(m["device_name"].notna(), "cpu"),
+        "torch_version": m["torch_version"].where(m["torch_version"].notna(), NONE_VALUE),
+        "run_key": m["created_at"].where(m["created_at"].notna(), m["first_date"]),
+        "run_date": m["first_date"]})
+
+
+def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
+    """:func:`job_steps` on pandas frames (the local executor's reduction; same rows and columns)."""
+    s = steps[steps["step"] >= 0]
+    g = s.groupby(["job_id", "attempt", "step"], sort=True)
+    js = pd.DataFrame({"date": g["date"].min(), "step_time_ns": g["step_time_ns"].max(),
+                       "rank_step_time_ns": g["step_time_ns"].sum(min_count=1),
+                       **{c: g[c].sum(min_count=1) for c in _SUMS if c != "rank_step_time_ns"},
+                       "n_rank_steps": g.size(),
+                       "ranks": _sorted_sets(g["rank"], ["job_id", "attempt", "step"])}).reset_index()
+    return js.merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
+
+
+def _sorted_sets(grouped, names: list[str]) -> pd.Series:
+    """Spark's ``sort_array(collect_set(col))`` per group of ``grouped`` (a SeriesGroupBy on ``names``):
+    sorted distinct non-null values (int32 arrays)."""
+    out = {key: np.array(sorted(set(v.dropna().astype(int))), dtype="int32") for key, v in grouped}
+    return pd.Series(list(out.values()), index=pd.MultiIndex.from_tuples(list(out.keys()), names=names)
+                     if out else None, dtype=object)
+
+
+def job_kernels_frame(kernels: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
+    """:func:`job_kernels` on pandas frames (the local executor's reduction; same rows and columns)."""
+    g = kernels.groupby(["job_id", "attempt", "date", "name"], sort=True)
+    k = pd.DataFrame({"kernel_type": g["kernel_type"].first(), "n": g["n"].sum(min_count=1),
+                      "total_ns": g["total_ns"].sum(min_count=1)}).reset_index()
+    return k.merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
 
 
 # ----------------------------------------------------------------------------------------- pandas half

@@ -1,7 +1,8 @@
 """``jobs.normalize``: raw traces in the landing zone → ``captures`` and ``events`` tables.
 
 extract (driver): :func:`jobs.landing.discover.discover` lists the committed captures and bare
-traces. transform (Spark workers, ``mapInArrow``): each file is read through fsspec and parsed by
+traces. transform (Spark's ``mapInArrow``, or the local executor's workers: :mod:`jobs.executor`):
+each file is read through fsspec and parsed by
 :func:`jobs.normalize.kineto.parse.parse_kineto`; a file that cannot be parsed becomes a quarantined
 ``captures`` row with the reason, and never stops the other files; a landing zone that cannot be
 read (the store down, not the file: :mod:`jobs.landing.store`) fails the stage instead, for its
@@ -15,15 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 import traceback
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import fsspec
 import pyarrow as pa
 
-from jobs.commit import recover
+from jobs.commit import move_staged, recover, stage_arrow, work_dir
 from jobs.common.ids import slug
+from jobs.executor import is_local
 from jobs.landing.discover import discover
 from jobs.landing.interval import restrict_to_interval
 from jobs.landing.store import read_problem
@@ -33,7 +37,7 @@ from jobs.normalize.neuron.summary import summary_table
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
 from jobs.warehouse import write_table
-from schemas import CAPTURES, EVENTS, NEURON_SUMMARY
+from schemas import CAPTURES, EVENTS
 
 _CAPTURE_COL = "_capture_json"
 
@@ -284,7 +288,7 @@ class NormalizeResult:
         return sum(c["status"] == "quarantined" for c in self.captures)
 
 
-def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | None = None,
+def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict | None = None,
                   since=None, until=None) -> NormalizeResult:
     """Normalize every committed capture under ``raw_root`` into ``{warehouse}/captures`` and ``/events``.
 
@@ -292,13 +296,16 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
     the jobs with a capture committed in ``[since, until)``, each rebuilt from all of its captures
     (:mod:`jobs.landing.interval`).
 
+    Args:
+        engine: a SparkSession (files parsed in ``mapInArrow`` on the executors) or a
+            :class:`jobs.executor.LocalExecutor` (files parsed in its worker processes), see
+            :mod:`jobs.executor`.
+
     Raises:
         FileNotFoundError: when ``raw_root`` does not exist.
         ValueError: ``since`` is not before ``until``.
+        jobs.landing.store.LandingUnavailable: the landing zone cannot be read.
     """
-    from pyspark import StorageLevel  # heavy: pyspark
-    from pyspark.sql import functions as F  # heavy: pyspark
-
     recover(warehouse)  # finish the publish of a run that was killed, before anything reads the tables
     storage_options = storage_options or {}
     found = discover(raw_root, storage_options)
@@ -307,39 +314,104 @@ def run_normalize(spark, raw_root: str, warehouse: str, storage_options: dict | 
     if not found.files:
         return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
     tasks = {f.capture_id: f.to_dict() for f in unique_capture_ids(found.files)}
-    # Largest files first, round-robin over partitions: one file per task keeps memory bounded.
+    # Largest files first: one file per task keeps memory bounded, and the long ones start first.
     ordered = sorted(tasks.values(), key=lambda t: -(t.get("size_bytes") or 0))
+    if is_local(engine):
+        with work_dir(warehouse) as work:
+            captures, folders = _parse_local(engine, ordered, storage_options, work)
+            renames = _rename_bare_jobs(captures, tasks)
+            write_table(_staged_events(captures, folders, renames), warehouse, "events")
+    else:
+        captures = _normalize_spark(engine, ordered, storage_options, warehouse, tasks)
+    captures.sort(key=lambda c: (c["job_id"], c["attempt"], c["rank"], c["capture_id"]))
+    neuron_rows = neuron_summary_rows(captures)
+    write_table(captures_table(captures), warehouse, "captures")
+    if neuron_rows:
+        write_table(summary_table(neuron_rows), warehouse, "neuron_summary")
+    return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}),
+                           neuron_summary=neuron_rows, n_discovered=len(tasks))
+
+
+def _rename_bare_jobs(captures: list[dict], tasks: dict) -> dict[str, str]:
+    """Apply :func:`disambiguate_bare_jobs` to the capture rows (in place); returns the renames."""
+    renames = disambiguate_bare_jobs(captures, tasks)
+    for c in captures:
+        new_id = renames.get(c["capture_id"])
+        if new_id:
+            if c.get("job_name") == c["job_id"]:
+                c["job_name"] = new_id
+            c["job_id"] = new_id
+    return renames
+
+
+def _normalize_spark(spark, ordered: list[dict], storage_options: dict, warehouse: str, tasks: dict) -> list[dict]:
+    """Parse the files in ``mapInArrow`` and write ``events``; returns the capture rows (bare jobs renamed)."""
+    from pyspark import StorageLevel  # heavy: pyspark
+    from pyspark.sql import functions as F  # heavy: pyspark
+
     n_parts = max(1, min(len(ordered), spark.sparkContext.defaultParallelism * 4))
     task_df = spark.createDataFrame([(json.dumps(t),) for t in ordered], "task_json string").repartition(n_parts)
     work = task_df.mapInArrow(make_partition_parser(storage_options), _spark_schema(work_schema()))
     work = work.persist(StorageLevel.DISK_ONLY)
     try:
         captures = [json.loads(r[0]) for r in work.filter(F.col("event_id") == -1).select(_CAPTURE_COL).collect()]
-        renames = disambiguate_bare_jobs(captures, tasks)
-        for c in captures:
-            new_id = renames.get(c["capture_id"])
-            if new_id:
-                if c.get("job_name") == c["job_id"]:
-                    c["job_name"] = new_id
-                c["job_id"] = new_id
-        captures.sort(key=lambda c: (c["job_id"], c["attempt"], c["rank"], c["capture_id"]))
-        neuron_rows = neuron_summary_rows(captures)
+        renames = _rename_bare_jobs(captures, tasks)
         events = work.filter(F.col("event_id") >= 0).drop(_CAPTURE_COL)
         if renames:
             mapping = spark.createDataFrame(list(renames.items()), "capture_id string, _new_job string")
             events = (events.join(F.broadcast(mapping), on="capture_id", how="left")
                       .withColumn("job_id", F.coalesce(F.col("_new_job"), F.col("job_id"))).drop("_new_job"))
-        events = events.select(*EVENTS.names)
-        write_table(events, warehouse, "events")
-        cap_df = spark.createDataFrame(captures_table(captures).to_pandas(), schema=CAPTURES.spark_schema())
-        write_table(cap_df.coalesce(1), warehouse, "captures")
-        if neuron_rows:
-            ns_df = spark.createDataFrame(summary_table(neuron_rows).to_pandas(), schema=NEURON_SUMMARY.spark_schema())
-            write_table(ns_df.coalesce(1), warehouse, "neuron_summary")
+        write_table(events.select(*EVENTS.names), warehouse, "events")
     finally:
         work.unpersist()
-    return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}),
-                           neuron_summary=neuron_rows, n_discovered=len(tasks))
+    return captures
+
+
+def _parse_task(args: tuple) -> dict:
+    """Local executor worker: read and normalize one file, write its events under ``folder``
+    (Hive-partitioned Parquet); returns the capture row as the Spark path's JSON marker carries it."""
+    task, storage_options, folder = args
+    data, err = _read_task(task, storage_options)
+    capture, events = normalize_file(task, data, err)
+    del data
+    if events is not None and events.num_rows:
+        stage_arrow(events.select(EVENTS.names).cast(_nullable_events()), folder, EVENTS.partition_by)
+    return json.loads(json.dumps(capture))
+
+
+def _nullable_events() -> pa.Schema:
+    return pa.schema([f.with_nullable(True) for f in EVENTS.arrow_schema()])
+
+
+def _parse_local(ex, ordered: list[dict], storage_options: dict, work: str) -> tuple[list[dict], dict[str, str]]:
+    """Parse the files in the local executor's workers; returns the capture rows and
+    ``{capture_id: folder of its events}``."""
+    args = [(t, storage_options, os.path.join(work, f"{i:06d}")) for i, t in enumerate(ordered)]
+    captures = list(ex.map(_parse_task, args))
+    return captures, {c["capture_id"]: a[2] for c, a in zip(captures, args)}
+
+
+def _relabel_job(job_id: str):
+    """A partition-folder map (``date=…/job_id=old`` → ``date=…/job_id=<job_id>``) for a renamed bare job."""
+    def relabel(rel: str) -> str:
+        return "/".join(f"job_id={quote(job_id, safe='')}" if seg.startswith("job_id=") else seg
+                        for seg in rel.split("/"))
+
+    return relabel
+
+
+def _staged_events(captures: list[dict], folders: dict[str, str], renames: dict[str, str]):
+    """The staging callable of ``events`` (:func:`jobs.commit.write_partitions`): every worker folder
+    moved in, the partitions of renamed bare jobs relabelled."""
+
+    def stage(staging: str) -> None:
+        for c in captures:
+            folder = folders[c["capture_id"]]
+            new = renames.get(c["capture_id"])
+            move_staged(folder, staging, os.path.basename(folder), len(EVENTS.partition_by),
+                        _relabel_job(new) if new else None)
+
+    return stage
 
 
 def neuron_summary_rows(captures: list[dict]) -> list[dict]:

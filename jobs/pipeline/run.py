@@ -1,17 +1,19 @@
 """``tracelake run``: every stage of :data:`jobs.pipeline.stages.INGEST` in one process, on one landing zone.
 
 The same declared stages the DAGs and the spark-submit application run (:mod:`jobs.pipeline.stages`),
-in order, sharing one SparkSession and the run record; afterwards the per-job tables are read back
-for the CLI's summary.
+in order, sharing one engine and the run record; afterwards the per-job tables are read back for the
+CLI's summary. The engine (:mod:`jobs.executor`) is the embedded local executor unless a SparkSession,
+a Spark master or ``executor="spark"`` is given: one machine needs no JVM.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from jobs.executor import LocalExecutor
 from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
 from jobs.spark import get_spark
 from jobs.warehouse import read_pandas
@@ -49,7 +51,7 @@ def _stage(progress, text: str):
 
 def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, storage_options: dict | None = None,
                  spark=None, progress=None, log_to_mlflow: bool = True, since=None, until=None,
-                 master: str | None = None) -> PipelineResult:
+                 master: str | None = None, executor: str | None = None) -> PipelineResult:
     """Run the declared ingest stages (:data:`jobs.pipeline.stages.INGEST`) on ``raw``.
 
     Normalize every committed capture under ``raw``, validate, analyze, validate, rebuild the fleet
@@ -61,26 +63,37 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         warehouse: warehouse root (local folder; Parquet tables under it).
         tracking_uri: MLflow tracking URI; default ``sqlite:///<warehouse>/mlflow.db``.
         storage_options: fsspec options for ``raw`` (e.g. S3 endpoint and keys).
-        spark: an existing SparkSession (default: :func:`jobs.spark.get_spark` on ``master``).
+        spark: an existing SparkSession to run on (Spark executor).
         progress: a ``rich.progress.Progress`` to report stages on, or ``None``.
         log_to_mlflow: ``False`` leaves out the ``publish`` stage.
         since, until: only the jobs with a capture committed in ``[since, until)`` (UTC ``datetime``
             or ISO string; ``None`` = open end), see :mod:`jobs.landing.interval`.
-        master: Spark master URL when ``spark`` is not given (``spark://…`` for a standalone cluster;
-            default ``$TRACELAKE_SPARK_MASTER`` or ``local[*]``).
+        master: run on Spark with this master URL (``spark://…`` for a standalone cluster, ``local[2]``).
+        executor: ``local`` (default without ``spark``/``master``: :class:`jobs.executor.LocalExecutor`,
+            no JVM) or ``spark`` (:func:`jobs.spark.get_spark`; master ``$TRACELAKE_SPARK_MASTER`` or
+            ``local[*]``).
+
+    Raises:
+        ValueError: an unknown ``executor``.
 
     Returns:
         :class:`PipelineResult`.
     """
     s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or None, storage_options=storage_options or {},
                     since=since, until=until)
-    with _stage(progress, f"Starting Spark ({master})" if master else "Starting Spark"):
-        spark = spark or get_spark(master=master)
+    kind = "spark" if spark is not None or master else (executor or "local")
+    if kind not in ("local", "spark"):
+        raise ValueError(f"unknown executor {kind!r}: expected 'local' or 'spark'")
+    if kind == "spark" and spark is None:
+        with _stage(progress, f"Starting Spark ({master})" if master else "Starting Spark"):
+            spark = get_spark(master=master)
+
     def on_stage(stage, record):
         n_jobs = len(record.get(stage.needs or "job_ids", []))
         return _stage(progress, stage.title.format(**s.model_dump(), n_jobs=n_jobs))
 
-    record = run_stages(INGEST, s, spark=spark, skip=() if log_to_mlflow else ("publish",), on_stage=on_stage)
+    with LocalExecutor() if kind == "local" else nullcontext(spark) as engine:
+        record = run_stages(INGEST, s, engine=engine, skip=() if log_to_mlflow else ("publish",), on_stage=on_stage)
     job_ids = record.get("job_ids", [])
     t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions"), job_ids)
     run_ids = {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in record.get("run_ids", {}).items()}

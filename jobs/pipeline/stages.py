@@ -3,23 +3,25 @@
 Every driver runs these declarations: ``tracelake run`` (:func:`jobs.pipeline.run.run_pipeline`, all
 stages in one process), the per-stage commands (``python -m jobs.normalize`` …), the spark-submit
 application :mod:`jobs.pipeline.submit` (one stage per application) and the Airflow DAGs (one task
-per stage). Stages hand their results on through the **run record** (:mod:`jobs.pipeline.record`),
+per stage). A stage marked *engine* runs its transforms on the engine it is handed
+(:mod:`jobs.executor`): a SparkSession under spark-submit and the DAGs, the embedded local executor
+under ``tracelake run`` by default. Stages hand their results on through the **run record** (:mod:`jobs.pipeline.record`),
 a small JSON file in the warehouse, never through driver memory, so a stage gives the same result
 whether the one before it ran in the same process, another spark-submit or another machine.
 
-=====================  =====  ==============================================================
-stage                  Spark  does
-=====================  =====  ==============================================================
-``normalize``          yes    landing zone → ``captures``, ``events``, ``neuron_summary``
-``validate_normalize`` yes    Great Expectations over those tables of the run's jobs
-``analyze``            yes    → ``steps``, ``ranks``, ``kernels``, ``collectives``,
-                              ``critical_path``, ``findings``
-``validate_analyze``   yes    Great Expectations over the analysis tables
-``fleet``              yes    → ``fleet_stats``, ``fleet_kernels``, ``regressions`` (all jobs)
-``publish``            no     one MLflow run per (job, attempt): params, metrics, tags, CSVs,
-                              findings, validation report, HTML job report
-``fleet_report``       no     the fleet HTML report and the day's MLflow fleet run
-=====================  =====  ==============================================================
+=====================  ======  ==============================================================
+stage                  engine  does
+=====================  ======  ==============================================================
+``normalize``          yes     landing zone → ``captures``, ``events``, ``neuron_summary``
+``validate_normalize`` yes     Great Expectations over those tables of the run's jobs
+``analyze``            yes     → ``steps``, ``ranks``, ``kernels``, ``collectives``,
+                               ``critical_path``, ``findings``
+``validate_analyze``   yes     Great Expectations over the analysis tables
+``fleet``              yes     → ``fleet_stats``, ``fleet_kernels``, ``regressions`` (all jobs)
+``publish``            no      one MLflow run per (job, attempt): params, metrics, tags, CSVs,
+                               findings, validation report, HTML job report
+``fleet_report``       no      the fleet HTML report and the day's MLflow fleet run
+=====================  ======  ==============================================================
 
 A job that fails validation is marked (``<table>/_validation.json``) and its MLflow run ends
 ``FAILED`` with the validation report attached; it is never silently published.
@@ -93,8 +95,9 @@ class Stage:
 
     Attributes:
         name: task id in the DAGs and ``--stage`` of :mod:`jobs.pipeline.submit`.
-        spark: needs a SparkSession (under Airflow: a spark-submit application; else a Python task).
-        run: ``run(spark or None, settings, record) -> None``; updates ``record`` in place.
+        spark: runs on an engine (:mod:`jobs.executor`): under Airflow a spark-submit application, else a
+            Python task on the driver.
+        run: ``run(engine or None, settings, record) -> None``; updates ``record`` in place.
         title: progress text, formatted with the settings' fields and ``n_jobs``.
         needs: record key whose list must be non-empty for the stage to run (``None`` = always).
         recorded: reads and writes the ingest run record (the fleet report keeps none).
@@ -115,37 +118,37 @@ class ValidationFailed(RuntimeError):
 # --------------------------------------------------------------------------- the stages
 
 
-def _normalize(spark, s: RunSettings, record: dict) -> None:
+def _normalize(engine, s: RunSettings, record: dict) -> None:
     from jobs.normalize.job import run_normalize  # the stage's code, loaded when it runs (DAG parsing stays light)
 
-    res = run_normalize(spark, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None)
+    res = run_normalize(engine, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None)
     record.clear()
     record.update(build_record(res.captures, res.pending, s.raw, s.since, s.until, n_discovered=res.n_discovered))
 
 
 def _validate(stage: str) -> Callable:
-    def run(spark, s: RunSettings, record: dict) -> None:
+    def run(engine, s: RunSettings, record: dict) -> None:
         from jobs.validate.suites import validate_tables  # the stage's code, loaded when it runs (DAG parsing stays light)
 
         jobs = record["job_ids"] if stage == "normalize" else record["ingested_job_ids"]
         n_discovered = record.get("n_discovered") if stage == "normalize" else None
-        report = validate_tables(spark, s.warehouse, stage, jobs, n_discovered=n_discovered)
+        report = validate_tables(engine, s.warehouse, stage, jobs, n_discovered=n_discovered)
         record.setdefault("validation", {})[stage] = report.to_dict(with_gx=True)  # GX results travel too
         print(report.summary(), flush=True)
 
     return run
 
 
-def _analyze(spark, s: RunSettings, record: dict) -> None:
+def _analyze(engine, s: RunSettings, record: dict) -> None:
     from jobs.analyze.job import run_analyze  # the stage's code, loaded when it runs (DAG parsing stays light)
 
-    record["analyze_counts"] = run_analyze(spark, s.warehouse, record["ingested_job_ids"])
+    record["analyze_counts"] = run_analyze(engine, s.warehouse, record["ingested_job_ids"])
 
 
-def _fleet(spark, s: RunSettings, record: dict) -> None:
+def _fleet(engine, s: RunSettings, record: dict) -> None:
     from jobs.fleet.job import run_fleet  # the stage's code, loaded when it runs (DAG parsing stays light)
 
-    res = run_fleet(spark, s.warehouse, **s.fleet_options)
+    res = run_fleet(engine, s.warehouse, **s.fleet_options)
     record["fleet_counts"] = res.counts
     record["n_regressions"] = int((res.regressions["verdict"] == "regression").sum()) if len(res.regressions) else 0
 
@@ -216,14 +219,15 @@ def should_run(stage: Stage, record: dict) -> bool:
     return stage.needs is None or bool(record.get(stage.needs))
 
 
-def run_stage(name: str, settings: RunSettings | dict, spark=None, record: dict | None = None,
+def run_stage(name: str, settings: RunSettings | dict, engine=None, record: dict | None = None,
               save: bool = True) -> dict:
     """Run the declared stage ``name`` (no-op when it has no work) and save the run record.
 
     Args:
         name: a key of :data:`STAGES`.
         settings: :class:`RunSettings` or its dict (an Airflow XCom).
-        spark: a SparkSession for a Spark stage (default: :func:`jobs.spark.get_spark`).
+        engine: for an engine stage, a SparkSession or a :class:`jobs.executor.LocalExecutor` (default:
+            :func:`jobs.spark.get_spark`).
         record: the run record (default: read from ``settings.record``, see :func:`load_record`).
         save: write the record back to ``settings.record``.
 
@@ -239,9 +243,9 @@ def run_stage(name: str, settings: RunSettings | dict, spark=None, record: dict 
         record = load_record(s) if stage.recorded and name != "normalize" else {}
     started = _dt.datetime.now(_dt.timezone.utc).isoformat()
     if should_run(stage, record):
-        if stage.spark and spark is None:
-            spark = get_spark()
-        stage.run(spark if stage.spark else None, s, record)
+        if stage.spark and engine is None:
+            engine = get_spark()
+        stage.run(engine if stage.spark else None, s, record)
         status = "done"
     else:
         print(f"tracelake {name}: nothing to do (no {stage.needs})", flush=True)
@@ -253,8 +257,8 @@ def run_stage(name: str, settings: RunSettings | dict, spark=None, record: dict 
     return record
 
 
-def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_stage=None) -> dict:
-    """Run ``stages`` in order in this process, sharing one SparkSession and the run record.
+def run_stages(stages, settings: RunSettings | dict, engine=None, skip=(), on_stage=None) -> dict:
+    """Run ``stages`` in order in this process, sharing one engine and the run record.
 
     Stages without work (:func:`should_run`) are left out. What ``tracelake run`` and
     ``submit.py --pipeline`` do.
@@ -262,7 +266,8 @@ def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_sta
     Args:
         stages: a declared pipeline, e.g. :data:`INGEST`.
         settings: :class:`RunSettings` or its dict.
-        spark: a SparkSession (default: started at the first Spark stage).
+        engine: a SparkSession or a :class:`jobs.executor.LocalExecutor` (default: a SparkSession started
+            at the first engine stage).
         skip: names of stages to leave out (``tracelake run --no-mlflow`` skips ``publish``).
         on_stage: ``on_stage(stage, record)`` returns a context manager wrapped around each stage (progress).
 
@@ -274,10 +279,10 @@ def run_stages(stages, settings: RunSettings | dict, spark=None, skip=(), on_sta
     for stage in stages:
         if stage.name in skip or not should_run(stage, record):
             continue
-        if stage.spark and spark is None:
-            spark = get_spark()
+        if stage.spark and engine is None:
+            engine = get_spark()
         with on_stage(stage, record) if on_stage else nullcontext():
-            record = run_stage(stage.name, s, spark=spark, record=record)
+            record = run_stage(stage.name, s, engine=engine, record=record)
     return record
 
 

@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.pipeline:
         stages = PIPELINES[args.pipeline]
         spark = submit_session(f"tracelake-{args.pipeline}") if any(st.spark for st in stages) else None
-        record = run_stages(stages, settings, spark=spark)
+        record = run_stages(stages, settings, engine=spark)
     else:
         spark = submit_session(f"tracelake-{args.stage}") if STAGES[args.stage].spark else None
         print(f"tracelake {args.stage}: starting on {spark.sparkContext.master if spark else 'the driver'}", flush=True)
-        record = run_stage(args.stage, settings, spark=spark)
+        record = run_stage(args.stage, settings, engine=spark)
     print(f"tracelake {args.stage or args.pipeline}: {json.dumps(record.get('stages', {}))}", flush=True)
     if "publish" in record.get("stages", {}) and (args.pipeline or args.stage == "publish"):
         check_validation(record)  # raises ValidationFailed: the application exits non-zero

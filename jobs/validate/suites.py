@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from jobs.validate.marks import write_marks
 from jobs.validate.report import CheckResult, TableValidation, ValidationReport
-from jobs.warehouse import read_spark, to_pandas_exact
+from jobs.executor import is_local
+from jobs.warehouse import exact_ints, read_arrow, read_spark, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
 from schemas.tables import TABLES
 
@@ -328,7 +329,8 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
     engine on the persisted DataFrame.
 
     Args:
-        spark: a SparkSession.
+        spark: a SparkSession, or a :class:`jobs.executor.LocalExecutor` (tables read by pyarrow, every
+            batch validated by GX's pandas engine).
         warehouse: warehouse root (tables under ``{warehouse}/{table}``).
         stage: ``normalize`` (captures, events, neuron_summary) or ``analyze`` (steps, ranks,
             kernels, collectives, critical_path, findings): :data:`schemas.expectations.STAGE_TABLES`.
@@ -341,6 +343,19 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
     Returns:
         :class:`ValidationReport`.
     """
+    if is_local(spark):  # the local executor: pyarrow reads, GX's pandas engine
+        frames, columns = {}, {}
+        for t in STAGE_TABLES[stage]:
+            rows = read_arrow(warehouse, t, job_ids)
+            if rows is not None:
+                columns[t] = rows.column_names
+                rows = rows.select([c for c in needed_columns(t, n_discovered) if c in rows.column_names])
+                rows = rows.to_pandas(types_mapper=exact_ints)
+            frames[t] = rows
+        report = validate_frames(frames, stage, n_discovered=n_discovered, job_ids=job_ids, all_columns=columns)
+        if mark:
+            write_marks(warehouse, report)
+        return report
     from pyspark import StorageLevel  # heavy: pyspark
 
     frames, columns, cached = {}, {}, []

@@ -4,8 +4,9 @@ partition, and running again gives the tables of an uninterrupted run.
 Landing zone v1 (4 DLRM ranks + alexnet) is normalized and analyzed into a warehouse; then v2 (8 DLRM
 ranks, alexnet again, a 2-rank job and a bad file) is run on a copy of it — uninterrupted for the
 reference, and in a subprocess (own JVM, own process group) killed with SIGKILL: deterministically
-at a point of the commit protocol (``TRACELAKE_TEST_CRASH_AT``, :mod:`jobs.commit`), and once as soon as
-Spark starts writing the events (the kill lands inside Spark's own task and job commit).
+at a point of the commit protocol (``TRACELAKE_TEST_CRASH_AT``, :mod:`jobs.commit`), on Spark and on the
+local executor (:mod:`jobs.executor`), and once as soon as Spark starts writing the events (the kill
+lands inside Spark's own task and job commit), once as soon as the local executor's workers do.
 Right after each kill, every partition a reader sees — pyarrow and ``spark.read.parquet`` — must be
 the v1 version or the v2 version of that partition, whole; then the stage is run again and every table
 must equal the reference.
@@ -33,16 +34,21 @@ PAIR = "HolisticTraceAnalysis/trace_filter/sampled_rank-{r}.json.gz"
 
 _STAGE = """
 import sys
-from jobs.spark import get_spark
-spark = get_spark(master="local[2]", driver_memory="2g")
+if sys.argv[4] == "spark":
+    from jobs.spark import get_spark
+    engine = get_spark(master="local[2]", driver_memory="2g")
+else:
+    from jobs.executor import LocalExecutor
+    engine = LocalExecutor(2)
 if sys.argv[1] == "normalize":
     from jobs.normalize.job import run_normalize
-    run_normalize(spark, sys.argv[2], sys.argv[3])
+    run_normalize(engine, sys.argv[2], sys.argv[3])
 else:
     from jobs.analyze.job import run_analyze
-    run_analyze(spark, sys.argv[3])
+    run_analyze(engine, sys.argv[3])
 print("stage finished", flush=True)
 """
+ENGINES = ("spark", "local")  # jobs/executor.py: both stage into the same commit protocol
 
 
 def _zone(root: Path, corpus: Path, dlrm_ranks: int, extra: bool) -> Path:
@@ -81,8 +87,8 @@ def setup(spark, torch_corpus, tmp_path_factory):
     return v2, wh1, old, new, base
 
 
-def _stage_cmd(stage: str, raw: Path, wh: Path) -> list[str]:
-    return [sys.executable, "-c", _STAGE, stage, str(raw), str(wh)]
+def _stage_cmd(stage: str, raw: Path, wh: Path, engine: str = "spark") -> list[str]:
+    return [sys.executable, "-c", _STAGE, stage, str(raw), str(wh), engine]
 
 
 def _env(**extra) -> dict:
@@ -91,9 +97,9 @@ def _env(**extra) -> dict:
     return env
 
 
-def _run_killed_at(point: str, stage: str, raw: Path, wh: Path) -> None:
+def _run_killed_at(point: str, stage: str, raw: Path, wh: Path, engine: str = "spark") -> None:
     """Run ``stage`` in its own process group; the commit module SIGKILLs the group at ``point``."""
-    p = subprocess.run(_stage_cmd(stage, raw, wh), cwd=REPO, env=_env(TRACELAKE_TEST_CRASH_AT=point),
+    p = subprocess.run(_stage_cmd(stage, raw, wh, engine), cwd=REPO, env=_env(TRACELAKE_TEST_CRASH_AT=point),
                        capture_output=True, text=True, start_new_session=True, timeout=300)
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:], p.stderr[-4000:])
     assert "stage finished" not in p.stdout
@@ -131,12 +137,13 @@ def _copy(src: Path, base: Path, name: str) -> Path:
     return dst
 
 
-def test_normalize_killed_mid_publish_then_rerun(spark, setup):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_normalize_killed_mid_publish_then_rerun(spark, setup, engine):
     from jobs.normalize.job import run_normalize
 
     v2, wh1, old, new, base = setup
-    wh = _copy(wh1, base, "wh_norm_kill")
-    _run_killed_at("events:published-1", "normalize", v2, wh)
+    wh = _copy(wh1, base, f"wh_norm_kill_{engine}")
+    _run_killed_at("events:published-1", "normalize", v2, wh, engine)
     n_new, n_old = _assert_whole_partitions(spark, wh, old, new)
     # killed after the first of three events partitions: at least one changed one is still old
     assert n_old["events"] >= 1 and n_new["captures"] == 0 and n_old["captures"] >= 1
@@ -147,14 +154,15 @@ def test_normalize_killed_mid_publish_then_rerun(spark, setup):
     assert not list((wh / "_commit" / "journal").glob("*"))
 
 
-def test_analyze_killed_mid_publish_then_rerun(spark, setup):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_analyze_killed_mid_publish_then_rerun(spark, setup, engine):
     from jobs.analyze.job import run_analyze
     from jobs.normalize.job import run_normalize
 
     v2, wh1, old, new, base = setup
-    wh = _copy(wh1, base, "wh_analyze_kill")
+    wh = _copy(wh1, base, f"wh_analyze_kill_{engine}")
     run_normalize(spark, str(v2), str(wh))
-    _run_killed_at("kernels:published-1", "analyze", v2, wh)
+    _run_killed_at("kernels:published-1", "analyze", v2, wh, engine)
     n_new, n_old = _assert_whole_partitions(spark, wh, old, new)
     assert n_old["steps"] == n_old["ranks"] == 0 and n_new["steps"] >= 1  # written before the kill
     assert n_old["kernels"] >= 1 and n_new["collectives"] == 0 and n_old["collectives"] >= 1
@@ -193,3 +201,39 @@ def test_kill_while_spark_writes_the_events(spark, setup):
     got = warehouse_digests(wh, NORMALIZE_TABLES)
     assert got == {t: new[t] for t in NORMALIZE_TABLES}
     assert not list(staging.glob("*"))
+
+
+def test_kill_while_local_workers_write_the_events(spark, setup):
+    """No hook: SIGKILL the local executor's process group (driver and workers) as soon as a worker has
+    written events into the run's work folder; nothing is published, and the next run removes the dead
+    run's work folder (its lock is free)."""
+    from jobs.executor import LocalExecutor
+    from jobs.normalize.job import run_normalize
+
+    v2, wh1, old, new, base = setup
+    wh = _copy(wh1, base, "wh_norm_local_kill")
+    work = wh / "_commit" / "work"
+    p = subprocess.Popen(_stage_cmd("normalize", v2, wh, "local"), cwd=REPO, env=_env(), start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = False
+    try:
+        deadline = time.monotonic() + 300
+        while p.poll() is None and time.monotonic() < deadline:
+            if _has_files(work):
+                os.killpg(p.pid, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.002)
+    finally:
+        if p.poll() is None and not killed:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert killed, "the stage ended before a worker wrote into the work folder"
+    n_new, _ = _assert_whole_partitions(spark, wh, old, new)
+    assert sum(n_new.values()) == 0  # nothing was published
+    assert list(work.glob("*.lock"))  # the dead run's folder is left behind
+    with LocalExecutor(2) as ex:
+        run_normalize(ex, str(v2), str(wh))
+    got = warehouse_digests(wh, NORMALIZE_TABLES)
+    assert got == {t: new[t] for t in NORMALIZE_TABLES}
+    assert not list(work.iterdir())  # recovery removed it; this run removed its own

@@ -1,6 +1,6 @@
 """Unit tests of jobs.analyze.findings.ranking / finding_rules: every rule on a small input built to trigger
 it and on one that must not, ranking, stable ids, findings.json against its JSON Schema, and the
-8-rank DLRM job of the corpus end to end (parse → rank_stage → job_stage → findings).
+8-rank DLRM job of the corpus end to end (parse → rank_tables → job_tables → findings).
 
 Synthetic frames use the declared columns (schemas.tables); numbers are chosen so that the expected
 estimates can be computed by hand from the rule definitions.
@@ -460,24 +460,22 @@ def dlrm():
     """(findings rows by id, per-rank events) of the DLRM job through the analyze stages."""
     if len(DLRM) != 8:
         pytest.skip("needs the 8 DLRM ranks in ../shared/corpus")
-    from jobs.analyze.job import job_stage, rank_stage
+    from jobs.analyze.job import job_tables, rank_tables
     from jobs.normalize.identity import with_identity
     from jobs.normalize.kineto.parse import parse_kineto
 
-    events, pairs = {}, []
+    events, per_rank = {}, []
     for f in DLRM:
         p = parse_kineto(Path(f).read_bytes(), f)
         r = p.meta["rank"]
         ev = with_identity(p.events, dict(date="2023-09-08", job_id="dlrm", attempt=0, rank=r, capture_id=f"cap{r}"))
         events[r] = ev
-        pairs.append(rank_stage(ev))
-    s1 = pa.concat_tables(pairs)
-    s2 = job_stage(s1.filter(pc.is_in(s1["table"], pa.array(["_calls", "_legs"]))))
-    out = pa.concat_tables([s1, s2])
+        per_rank.append(rank_tables(ev))
+    job = job_tables(*(pa.concat_tables([t[n] for t in per_rank]) for n in ("_calls", "_legs")))
     tables = {}
     for name in ("steps", "ranks", "kernels", "collectives", "critical_path"):
-        pairs_of = zip(out["table"].to_pylist(), out["row_json"].to_pylist())
-        tables[name] = pd.DataFrame([json.loads(j) for t, j in pairs_of if t == name])
+        parts = [t[name] for t in [*per_rank, job] if name in t]
+        tables[name] = pa.concat_tables(parts).to_pandas()
     sync = []
     for ev in events.values():
         m = pc.and_(pc.is_in(ev["category"], pa.array(["cuda_runtime", "cpu_op", "cuda_driver"])),

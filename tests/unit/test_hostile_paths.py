@@ -495,5 +495,5 @@ def test_validate_stage_passes_each_job_as_one_argument(monkeypatch):
         return _Report()
 
     monkeypatch.setattr(suites, "validate_tables", fake_validate)
-    run_stage("validate_normalize", settings, spark=object(), record={"job_ids": jobs}, save=False)
+    run_stage("validate_normalize", settings, engine=object(), record={"job_ids": jobs}, save=False)
     assert seen == [("normalize", jobs)]

@@ -30,7 +30,7 @@ PACKAGES = ("jobs", "schemas", "capture_hooks", "dags")
 
 #: Layers of ``jobs``, lowest first: a module may import its own layer and those below it, never above.
 LAYERS = (
-    ("jobs.common", "jobs.spark"),
+    ("jobs.common", "jobs.spark", "jobs.executor"),
     ("jobs.commit", "jobs.warehouse"),
     ("jobs.landing",),
     ("jobs.normalize",),

@@ -176,7 +176,7 @@ def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
     monkeypatch.setattr(analyze_job, "run_analyze", fake_analyze)
     settings = {"raw": "/lz", "warehouse": "/wh"}
     for name in ("validate_normalize", "analyze", "validate_analyze"):
-        rec = run_stage(name, settings, spark=object(), record=rec, save=False)
+        rec = run_stage(name, settings, engine=object(), record=rec, save=False)
     assert calls == [("validate", "normalize", ["a", "b"], "/wh"), ("analyze", None, ["a"], "/wh"),
                      ("validate", "analyze", ["a"], "/wh")]
     assert set(rec["validation"]) == {"normalize", "analyze"}
@@ -184,5 +184,5 @@ def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
     calls.clear()
     none = {**rec, "ingested_job_ids": [], "stages": {}}
     for name in ("analyze", "validate_analyze"):
-        none = run_stage(name, settings, spark=object(), record=none, save=False)
+        none = run_stage(name, settings, engine=object(), record=none, save=False)
     assert calls == [] and {s["status"] for s in none["stages"].values()} == {"skipped"}
