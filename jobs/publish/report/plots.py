@@ -1,8 +1,14 @@
 """Plots for the HTML reports: pandas in, a :class:`Plot` (base64 PNG data URI) out.
 
-matplotlib's object API (``Figure``, no pyplot global state, no GUI backend). Names from traces are
-drawn with math-text parsing and LaTeX off (a ``$`` in a kernel name stays a ``$``) and shortened to
-:data:`LABEL_CHARS` characters. Every function returns ``None`` when its input has nothing to draw.
+matplotlib's object API (``Figure`` on an Agg canvas, no pyplot global state, no GUI backend). Names from
+traces are drawn with math-text parsing and LaTeX off (a ``$`` in a kernel name stays a ``$``) and shortened
+to :data:`LABEL_CHARS` characters. Every function returns ``None`` when its input has nothing to draw.
+
+Cost: a report renders a handful of plots per job, so each is kept cheap (issue 13): bars are one
+``PolyCollection`` per series (:func:`_hbars`, not one ``Rectangle`` artist per bar), and the margins are
+fitted once before saving (:func:`_fit`: ``tight_layout`` below a figure legend) instead of by the
+constrained-layout solver, which re-measured every artist on each draw. What remains is mostly
+matplotlib's text rendering (the glyphs of the tick labels).
 """
 
 from __future__ import annotations
@@ -42,15 +48,69 @@ def short(name, n: int = LABEL_CHARS) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+#: Pixels per inch of every plot (figure sizes are in inches).
+DPI = 100
+
+
 def _figure(width: float, height: float):
+    """A ``width`` × ``height`` inch figure on its own Agg canvas (no layout engine: :func:`_png` fits it)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # heavy: matplotlib
     from matplotlib.figure import Figure  # heavy: matplotlib
 
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _hbars(ax, y, width, left=0.0, color=None, label: str | None = None, height: float = 0.8):
+    """Horizontal bars centred on ``y`` (data units), as ``ax.barh`` draws them, but as one ``PolyCollection``.
+
+    Args:
+        y: bar centres; width: bar lengths (negative: to the left of ``left``); left: bar starts
+            (scalar or per bar); color: one color or one per bar; height: bar thickness in y units.
+
+    Returns:
+        The collection (a legend entry when ``label`` is given).
+    """
+    from matplotlib.collections import PolyCollection  # heavy: matplotlib
+
+    y = np.asarray(y, dtype=float)
+    w = np.asarray(width, dtype=float)
+    x0 = np.broadcast_to(np.asarray(left, dtype=float), w.shape)
+    x1, y0, y1 = x0 + w, y - height / 2, y + height / 2
+    verts = np.stack([np.column_stack(c) for c in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))], axis=1)
+    bars = PolyCollection(verts, facecolors=color, edgecolors="none", linewidths=0, label=label)
+    bars.sticky_edges.x.append(float(np.min(x0, initial=0.0)))  # as barh: the value axis starts at the bars' base
+    ax.add_collection(bars, autolim=True)
+    ax.autoscale_view()
+    return bars
+
+
+def _legend_below(fig, **kwargs):
+    """A figure legend centred under the axes, without a frame (:func:`_fit` keeps room for it)."""
+    return fig.legend(loc="lower center", frameon=False, **kwargs)
+
+
+def _fit(fig) -> None:
+    """Fit the axes to the figure once, in the part of it above its legends (each legend's height measured
+    with the figure's renderer): tick labels, axis labels, titles and colorbars inside, 4 px (0.4 of the
+    font size) from the edges.
+
+    ``TightLayoutEngine.execute`` is called directly rather than ``Figure.tight_layout``: the latter leaves a
+    placeholder layout engine on the figure, and ``savefig`` then draws the whole figure once more before
+    printing it.
+    """
+    from matplotlib.layout_engine import TightLayoutEngine  # heavy: matplotlib
+
+    renderer = fig.canvas.get_renderer()
+    bottom = max((leg.get_window_extent(renderer).y1 / fig.bbox.height for leg in fig.legends), default=0.0)
+    TightLayoutEngine(pad=0.4, rect=(0.0, bottom, 1.0, 1.0)).execute(fig)
 
 
 def _png(fig, key: str, title: str, alt: str) -> Plot:
+    _fit(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", metadata={"Software": None})
     return Plot(key, title, "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"), alt)
 
 
@@ -103,19 +163,19 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     for col, key, label in parts:
         v = np.where(gpu, np.nan_to_num(g[col].to_numpy() / 1e6), 0.0)
         if v.any():
-            ax.barh(y, v, left=left, color=COLORS[key], label=label)
+            _hbars(ax, y, v, left=left, color=COLORS[key], label=label)
         left += v
     busy = np.where(~gpu, np.nan_to_num(g["cpu_op_time_ns"].to_numpy() / 1e6), 0.0)
     rest = np.where(~gpu, np.clip(np.nan_to_num(g["step_time_ns"].to_numpy() / 1e6) - busy, 0, None), 0.0)
     if busy.any():
-        ax.barh(y, busy, left=left, color=COLORS["host_busy"], label="host busy (no GPU)")
+        _hbars(ax, y, busy, left=left, color=COLORS["host_busy"], label="host busy (no GPU)")
     if rest.any():
-        ax.barh(y, rest, left=left + busy, color=COLORS["host_other"], label="rest of step (no GPU)")
+        _hbars(ax, y, rest, left=left + busy, color=COLORS["host_other"], label="rest of step (no GPU)")
     ax.scatter(g["p50"].to_numpy() / 1e6, y, marker="|", s=300, color="black", label="median step time", zorder=3)
     ax.set_yticks(y, [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("ms per step (mean over steps)")
-    fig.legend(loc="outside lower center", ncols=5, fontsize=8, frameon=False)
+    _legend_below(fig, ncols=5, fontsize=8)
     ax.set_title("Step time per rank: GPU temporal breakdown (HTA)")
     return _png(fig, "step_breakdown", "Step-time breakdown per rank",
                 f"Stacked bars of mean compute, non-compute and idle time per step for {len(ranks)} ranks")
@@ -140,12 +200,12 @@ def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None
     left = np.zeros(len(g))
     for col, key, label in zip(cols, ("host_wait", "kernel_wait", "other"), ("host wait", "kernel wait", "other")):
         v = np.nan_to_num(g[col].to_numpy(dtype=float) / 1e6)
-        ax.barh(y, v, left=left, color=COLORS[key], label=label)
+        _hbars(ax, y, v, left=left, color=COLORS[key], label=label)
         left += v
     ax.set_yticks(y, [f"rank {r}" for r in g.index])
     ax.invert_yaxis()
     ax.set_xlabel("ms (Σ over streams of the gaps between device events)")
-    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    _legend_below(fig, ncols=3, fontsize=8)
     ax.set_title("Idle time breakdown per rank (HTA)")
     return _png(fig, "idle_breakdown", "Idle-time breakdown per rank",
                 f"Stacked bars of host-wait, kernel-wait and other idle time for {len(g)} ranks")
@@ -160,15 +220,14 @@ def top_kernels(top: pd.DataFrame | None) -> Plot | None:
     ax = fig.add_subplot()
     y = np.arange(len(top))
     types = top["kernel_type"].fillna("OTHER") if "kernel_type" in top.columns else pd.Series(["OTHER"] * len(top))
-    ax.barh(y, top["total_ns"].astype(float).to_numpy() / 1e6, color=[COLORS.get(t, COLORS["OTHER"]) for t in types])
+    _hbars(ax, y, top["total_ns"].astype(float).to_numpy() / 1e6, color=[COLORS.get(t, COLORS["OTHER"]) for t in types])
     ax.set_yticks(y, [short(n) for n in top["name"]], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("total ms (Σ over ranks and steps)")
     from matplotlib.patches import Patch  # heavy: matplotlib
 
     seen = [t for t in ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER") if t in set(types)]
-    fig.legend(handles=[Patch(color=COLORS[t], label=t.lower()) for t in seen], fontsize=8, loc="outside lower center",
-               ncols=4, frameon=False)
+    _legend_below(fig, handles=[Patch(color=COLORS[t], label=t.lower()) for t in seen], fontsize=8, ncols=4)
     ax.set_title(f"Top {len(top)} kernels by total time")
     return _png(fig, "top_kernels", "Top kernels", f"Bar chart of the {len(top)} kernels with the most total time")
 
@@ -208,7 +267,7 @@ def critical_path_attribution(share: pd.DataFrame | None) -> Plot | None:
     fig = _figure(9, 1.2 + 0.35 * len(share))
     ax = fig.add_subplot()
     y = np.arange(len(share))
-    ax.barh(y, share["pct"].astype(float), color="#0072B2")
+    _hbars(ax, y, share["pct"].astype(float).to_numpy(), color="#0072B2")
     ax.set_yticks(y, [short(b) for b in share["bound_by"]])
     ax.invert_yaxis()
     ax.set_xlabel("% of critical-path time")
@@ -255,7 +314,7 @@ def op_deltas(ops: pd.DataFrame | None, k: int = 20) -> Plot | None:
     ax = fig.add_subplot()
     v = o["delta_ns_per_step"].astype(float).to_numpy() / 1e6
     y = np.arange(len(o))
-    ax.barh(y, v, color=np.where(v > 0, "#D55E00", "#009E73"))
+    _hbars(ax, y, v, color=np.where(v > 0, "#D55E00", "#009E73"))
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, [short(f"[{c}] {n}") for c, n in zip(o.get("group", [""] * len(o)), o["name"])], fontsize=7)
     ax.invert_yaxis()
