@@ -6,8 +6,8 @@ to :data:`LABEL_CHARS` characters. Every function returns ``None`` when its inpu
 
 Cost: a report renders a handful of plots per job, so each is kept cheap (issue 13): bars are one
 ``PolyCollection`` per series (:func:`_hbars`, not one ``Rectangle`` artist per bar), and the margins are
-fitted once before saving (:func:`_fit`: ``tight_layout`` below a figure legend) instead of by the
-constrained-layout solver, which re-measured every artist on each draw. What remains is mostly
+fitted in one measuring pass before saving (:func:`_fit`) instead of by the constrained-layout solver,
+which measured every artist twice and made ``savefig`` draw the figure twice. What remains is mostly
 matplotlib's text rendering (the glyphs of the tick labels).
 """
 
@@ -91,20 +91,33 @@ def _legend_below(fig, **kwargs):
     return fig.legend(loc="lower center", frameon=False, **kwargs)
 
 
-def _fit(fig) -> None:
-    """Fit the axes to the figure once, in the part of it above its legends (each legend's height measured
-    with the figure's renderer): tick labels, axis labels, titles and colorbars inside, 4 px (0.4 of the
-    font size) from the edges.
+def _fit(fig, pad: float = 4.0) -> None:
+    """Fit the subplots to the figure in one measuring pass: every subplot's tight box (tick labels, axis
+    labels, title, inset colorbar) inside the figure, ``pad`` pixels from its edges and from each other,
+    above the figure's legends.
 
-    ``TightLayoutEngine.execute`` is called directly rather than ``Figure.tight_layout``: the latter leaves a
-    placeholder layout engine on the figure, and ``savefig`` then draws the whole figure once more before
-    printing it.
+    The figures here are one column of subplots (``add_subplot()`` or ``subplots(n, 1)``), so the margins
+    are the largest overhangs of the tight boxes over the axes, measured once at the figure's default
+    subplot positions with its renderer (the text extents are cached for the draw that follows):
+    ``tight_layout`` measures twice, constrained layout twice on every draw. The right margin keeps at least
+    half of the widest x tick label, in case the wider axes get a tick at their right end.
     """
-    from matplotlib.layout_engine import TightLayoutEngine  # heavy: matplotlib
-
     renderer = fig.canvas.get_renderer()
-    bottom = max((leg.get_window_extent(renderer).y1 / fig.bbox.height for leg in fig.legends), default=0.0)
-    TightLayoutEngine(pad=0.4, rect=(0.0, bottom, 1.0, 1.0)).execute(fig)
+    width, height = fig.bbox.width, fig.bbox.height
+    floor = max((leg.get_window_extent(renderer).y1 for leg in fig.legends), default=0.0)
+    axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]  # insets ride in their parent's tight box
+    boxes = [(ax.bbox, ax.get_tightbbox(renderer)) for ax in axes]
+    xtick = max((t.get_window_extent(renderer).width for ax in axes for t in ax.get_xticklabels() if t.get_text()),
+                default=0.0)
+    left = max(a.x0 - t.x0 for a, t in boxes) + pad
+    right = max(max(t.x1 - a.x1 for a, t in boxes), xtick / 2) + pad
+    top = boxes[0][1].y1 - boxes[0][0].y1 + pad
+    bottom = boxes[-1][0].y0 - boxes[-1][1].y0 + pad + floor
+    gap = max((a.y0 - t.y0 + t2.y1 - a2.y1 for (a, t), (a2, t2) in zip(boxes, boxes[1:])), default=0.0) + pad
+    n = len(axes)
+    axes_height = (height - top - bottom - (n - 1) * gap) / n
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        hspace=gap / axes_height if n > 1 and axes_height > 0 else None)
 
 
 def _png(fig, key: str, title: str, alt: str) -> Plot:
@@ -253,7 +266,7 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     im = ax.imshow(m.to_numpy(dtype=float), aspect="auto", interpolation="nearest", cmap="magma_r")
     ax.set_yticks(np.arange(len(m)), [f"rank {r}" for r in m.index])
     ax.set_xlabel(f"collective call (job order, {m.shape[1]} calls)")
-    fig.colorbar(im, ax=ax, label="wait for slowest rank, ms")
+    fig.colorbar(im, cax=ax.inset_axes([1.015, 0.0, 0.018, 1.0]), label="wait for slowest rank, ms")
     ax.set_title("Collective wait by rank and call")
     return _png(fig, "collective_wait", "Collective wait heatmap",
                 f"Heatmap of collective wait time, {len(m)} ranks by {m.shape[1]} calls")
