@@ -306,6 +306,11 @@ def fleet_trends(daily: pd.DataFrame | None) -> Plot | None:
     a2.plot(x, st, marker="o", color=COLORS["compute"])
     if st.notna().sum() > 1 and st.min() > 0 and st.max() / st.min() > 50:
         a2.set_yscale("log")
+        # plain numbers: the default log labels are math text ($10^{4}$), drawn literally with math text off
+        from matplotlib.ticker import FuncFormatter, NullFormatter  # heavy: matplotlib
+
+        a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        a2.yaxis.set_minor_formatter(NullFormatter())
     a2.set_ylabel("step time ms\n(median job)")
     a3.bar(x, d["n_jobs"].astype(float), color=COLORS["host_busy"])
     a3.set_ylabel("jobs")
