@@ -26,17 +26,23 @@ def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validati
         validation: the run's :class:`~jobs.validate.report.ValidationReport` (``None``: not validated);
             runs of jobs that failed it end ``FAILED``.
 
+    One MLflow client (and so one tracking store) serves the whole run: the runs, the validation reports
+    and the job reports.
+
     Returns:
         ``{(job_id, attempt): run_id}`` (empty when ``job_ids`` is).
     """
     if not job_ids:
         return {}
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    client = MlflowClient(tracking_uri=tracking_uri)
     t = read_pandas(warehouse, RUN_TABLES, list(job_ids))
     failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
     run_ids = log_jobs(tracking_uri, warehouse, t["captures"], t["ranks"], t["steps"],
                        neuron_summary=t["neuron_summary"], failed_jobs=failed, collectives=t["collectives"],
-                       regressions=t["regressions"])
+                       regressions=t["regressions"], client=client)
     if validation is not None:
-        log_validations(tracking_uri, run_ids, validation)
-    log_job_reports(tracking_uri, warehouse, run_ids, validation)
+        log_validations(tracking_uri, run_ids, validation, client=client)
+    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client)
     return run_ids

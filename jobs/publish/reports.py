@@ -71,19 +71,20 @@ def log_text(client, run_id: str, text: str, artifact_path: str) -> None:
         client.log_artifact(run_id, p, artifact_path=folder or None)
 
 
-def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None) -> str:
+def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None, client=None) -> str:
     """Render :func:`jobs.publish.report.html.render_job_report` and log it to the job's run.
 
     Args:
         tables: the job's tables (pandas), e.g. from :func:`load_job_tables`.
         validation: optional :class:`jobs.validate.report.ValidationReport` shown in "Data quality".
+        client: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one).
 
     Returns:
         The artifact path (``report/job_report.html``).
     """
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client or MlflowClient(tracking_uri=tracking_uri)
     log_text(client, run_id, render_job_report(tables, validation=validation), JOB_REPORT_ARTIFACT)
     return JOB_REPORT_ARTIFACT
 
@@ -171,19 +172,24 @@ def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[
     return out
 
 
-def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None) -> dict:
+def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
 
     The report tables of all the jobs are read once (:func:`load_jobs_tables`) and split per run:
-    reading them per job cost one Spark job per table and job.
+    reading them per job cost one Spark job per table and job. One MLflow client logs every report
+    (``client``, default: a new one).
 
     Returns:
         ``{(job, attempt): artifact path}``.
     """
     if not run_ids:
         return {}
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    client = client or MlflowClient(tracking_uri=tracking_uri)
     tables = load_jobs_tables(warehouse, sorted({job for job, _ in run_ids}))
-    return {(job, attempt): log_job_report(tracking_uri, run_id, _of_run(tables, job, attempt), validation=validation)
+    return {(job, attempt): log_job_report(tracking_uri, run_id, _of_run(tables, job, attempt), validation=validation,
+                                           client=client)
             for (job, attempt), run_id in run_ids.items()}
 
 

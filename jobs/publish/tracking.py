@@ -157,7 +157,7 @@ def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dic
 def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: pd.DataFrame,
              steps: pd.DataFrame, neuron_summary: pd.DataFrame | None = None,
              failed_jobs: frozenset = frozenset(), collectives: pd.DataFrame | None = None,
-             regressions: pd.DataFrame | None = None) -> dict[tuple[str, int], str]:
+             regressions: pd.DataFrame | None = None, client=None) -> dict[tuple[str, int], str]:
     """Create or update one MLflow run per (job_id, attempt) found in ``captures``.
 
     Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
@@ -172,6 +172,8 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
     With ``collectives`` (the ``collectives`` rows), the collective and straggler metrics of
     :func:`collective_metrics`; with ``regressions`` (``regressions`` rows), :func:`regression_metrics`
     and the tags ``tracelake.job_name`` / ``tracelake.model`` from ``captures``.
+    ``client``: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one), so that one publish
+    run sets up one client (:func:`jobs.publish.job_runs.publish_jobs`).
 
     Returns:
         ``{(job_id, attempt): run_id}``.
@@ -182,7 +184,7 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
     from mlflow.entities import Metric, Param, RunTag  # heavy: mlflow
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client or MlflowClient(tracking_uri=tracking_uri)
     exp_id = _experiment_id(client, tracking_uri, warehouse)
     out = {}
     for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):

@@ -11,7 +11,8 @@ from jobs.publish.reports import log_text
 from jobs.validate.report import ValidationReport
 
 
-def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None) -> bool:
+def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None,
+                   client=None) -> bool:
     """Attach ``report`` to an MLflow run; mark the run ``FAILED`` when its job failed validation.
 
     Logs artifacts ``validation/validation.html`` (self-contained, our Data Docs page),
@@ -24,6 +25,7 @@ def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job
     Args:
         job_id: the run's job (default: the run's ``tracelake.job_id`` tag); the run fails when
             this job is in :meth:`ValidationReport.failed_jobs`.
+        client: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one).
 
     Returns:
         True when the job passed.
@@ -31,9 +33,8 @@ def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job
     from mlflow.entities import Metric, RunTag  # heavy: mlflow
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    run = client.get_run(run_id)
-    job_id = job_id or run.data.tags.get("tracelake.job_id")
+    client = client or MlflowClient(tracking_uri=tracking_uri)
+    job_id = job_id or client.get_run(run_id).data.tags.get("tracelake.job_id")
     ok = report.success if job_id is None else report.job_success(job_id)
     failed_tables = sorted({t.table for t in report.tables.values()
                             if not t.success and (job_id is None or job_id in t.failed_jobs())})
@@ -54,10 +55,17 @@ def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job
     return ok
 
 
-def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport) -> dict:
-    """:func:`log_validation` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
+def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport, client=None) -> dict:
+    """:func:`log_validation` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``),
+    with one MLflow client for all of them (``client``, default: a new one).
 
     Returns:
         ``{(job, attempt): passed?}``.
     """
-    return {key: log_validation(tracking_uri, run_id, report, job_id=key[0]) for key, run_id in run_ids.items()}
+    if not run_ids:
+        return {}
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    client = client or MlflowClient(tracking_uri=tracking_uri)
+    return {key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client)
+            for key, run_id in run_ids.items()}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import functools
 import hashlib
 from pathlib import Path
 
@@ -43,7 +44,10 @@ SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(CHECK_SCRIPT.encode())
 # ----------------------------------------------------------------------------- rendering
 
 
+@functools.lru_cache(maxsize=1)
 def _env():
+    """The Jinja2 environment of :data:`TEMPLATES`, made once per process: it keeps the compiled templates, so
+    the pages of a publish run parse and compile ``report.html.j2`` once, not once per page."""
     import jinja2  # heavy: jinja2, only when a page is rendered
 
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,

@@ -1,8 +1,14 @@
 """Plots for the HTML reports: pandas in, a :class:`Plot` (base64 PNG data URI) out.
 
-matplotlib's object API (``Figure``, no pyplot global state, no GUI backend). Names from traces are
-drawn with math-text parsing and LaTeX off (a ``$`` in a kernel name stays a ``$``) and shortened to
-:data:`LABEL_CHARS` characters. Every function returns ``None`` when its input has nothing to draw.
+matplotlib's object API (``Figure`` on an Agg canvas, no pyplot global state, no GUI backend). Names from
+traces are drawn with math-text parsing and LaTeX off (a ``$`` in a kernel name stays a ``$``) and shortened
+to :data:`LABEL_CHARS` characters. Every function returns ``None`` when its input has nothing to draw.
+
+Cost: a report renders a handful of plots per job, so each is kept cheap (issue 13): bars are one
+``PolyCollection`` per series (:func:`_hbars`, not one ``Rectangle`` artist per bar), and the margins are
+fitted in one measuring pass before saving (:func:`_fit`) instead of by the constrained-layout solver,
+which measured every artist twice and made ``savefig`` draw the figure twice. What remains is mostly
+matplotlib's text rendering (the glyphs of the tick labels).
 """
 
 from __future__ import annotations
@@ -42,15 +48,82 @@ def short(name, n: int = LABEL_CHARS) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+#: Pixels per inch of every plot (figure sizes are in inches).
+DPI = 100
+
+
 def _figure(width: float, height: float):
+    """A ``width`` × ``height`` inch figure on its own Agg canvas (no layout engine: :func:`_png` fits it)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # heavy: matplotlib
     from matplotlib.figure import Figure  # heavy: matplotlib
 
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _hbars(ax, y, width, left=0.0, color=None, label: str | None = None, height: float = 0.8):
+    """Horizontal bars centred on ``y`` (data units), as ``ax.barh`` draws them, but as one ``PolyCollection``.
+
+    Args:
+        y: bar centres; width: bar lengths (negative: to the left of ``left``); left: bar starts
+            (scalar or per bar); color: one color or one per bar; height: bar thickness in y units.
+
+    Returns:
+        The collection (a legend entry when ``label`` is given).
+    """
+    from matplotlib.collections import PolyCollection  # heavy: matplotlib
+
+    y = np.asarray(y, dtype=float)
+    w = np.asarray(width, dtype=float)
+    x0 = np.broadcast_to(np.asarray(left, dtype=float), w.shape)
+    x1, y0, y1 = x0 + w, y - height / 2, y + height / 2
+    verts = np.stack([np.column_stack(c) for c in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))], axis=1)
+    bars = PolyCollection(verts, facecolors=color, edgecolors="none", linewidths=0, label=label)
+    bars.sticky_edges.x.append(float(np.min(x0, initial=0.0)))  # as barh: the value axis starts at the bars' base
+    ax.add_collection(bars, autolim=True)
+    ax.autoscale_view()
+    return bars
+
+
+def _legend_below(fig, **kwargs):
+    """A figure legend centred under the axes, without a frame (:func:`_fit` keeps room for it)."""
+    return fig.legend(loc="lower center", frameon=False, **kwargs)
+
+
+def _fit(fig, pad: float = 4.0) -> None:
+    """Fit the subplots to the figure in one measuring pass: every subplot's tight box (tick labels, axis
+    labels, title, inset colorbar) inside the figure, ``pad`` pixels from its edges and from each other,
+    above the figure's legends.
+
+    The figures here are one column of subplots (``add_subplot()`` or ``subplots(n, 1)``), so the margins
+    are the largest overhangs of the tight boxes over the axes, measured once at the figure's default
+    subplot positions with its renderer (the text extents are cached for the draw that follows):
+    ``tight_layout`` measures twice, constrained layout twice on every draw. The right margin keeps at least
+    half of the widest x tick label, in case the wider axes get a tick at their right end.
+    """
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height
+    floor = max((leg.get_window_extent(renderer).y1 for leg in fig.legends), default=0.0)
+    axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]  # insets ride in their parent's tight box
+    boxes = [(ax.bbox, ax.get_tightbbox(renderer)) for ax in axes]
+    xtick = max((t.get_window_extent(renderer).width for ax in axes for t in ax.get_xticklabels() if t.get_text()),
+                default=0.0)
+    left = max(a.x0 - t.x0 for a, t in boxes) + pad
+    right = max(max(t.x1 - a.x1 for a, t in boxes), xtick / 2) + pad
+    top = boxes[0][1].y1 - boxes[0][0].y1 + pad
+    bottom = boxes[-1][0].y0 - boxes[-1][1].y0 + pad + floor
+    gap = max((a.y0 - t.y0 + t2.y1 - a2.y1 for (a, t), (a2, t2) in zip(boxes, boxes[1:])), default=0.0) + pad
+    n = len(axes)
+    axes_height = (height - top - bottom - (n - 1) * gap) / n
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        hspace=gap / axes_height if n > 1 and axes_height > 0 else None)
 
 
 def _png(fig, key: str, title: str, alt: str) -> Plot:
+    _fit(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", metadata={"Software": None})
     return Plot(key, title, "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"), alt)
 
 
@@ -103,19 +176,19 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     for col, key, label in parts:
         v = np.where(gpu, np.nan_to_num(g[col].to_numpy() / 1e6), 0.0)
         if v.any():
-            ax.barh(y, v, left=left, color=COLORS[key], label=label)
+            _hbars(ax, y, v, left=left, color=COLORS[key], label=label)
         left += v
     busy = np.where(~gpu, np.nan_to_num(g["cpu_op_time_ns"].to_numpy() / 1e6), 0.0)
     rest = np.where(~gpu, np.clip(np.nan_to_num(g["step_time_ns"].to_numpy() / 1e6) - busy, 0, None), 0.0)
     if busy.any():
-        ax.barh(y, busy, left=left, color=COLORS["host_busy"], label="host busy (no GPU)")
+        _hbars(ax, y, busy, left=left, color=COLORS["host_busy"], label="host busy (no GPU)")
     if rest.any():
-        ax.barh(y, rest, left=left + busy, color=COLORS["host_other"], label="rest of step (no GPU)")
+        _hbars(ax, y, rest, left=left + busy, color=COLORS["host_other"], label="rest of step (no GPU)")
     ax.scatter(g["p50"].to_numpy() / 1e6, y, marker="|", s=300, color="black", label="median step time", zorder=3)
     ax.set_yticks(y, [f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("ms per step (mean over steps)")
-    fig.legend(loc="outside lower center", ncols=5, fontsize=8, frameon=False)
+    _legend_below(fig, ncols=5, fontsize=8)
     ax.set_title("Step time per rank: GPU temporal breakdown (HTA)")
     return _png(fig, "step_breakdown", "Step-time breakdown per rank",
                 f"Stacked bars of mean compute, non-compute and idle time per step for {len(ranks)} ranks")
@@ -140,12 +213,12 @@ def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None
     left = np.zeros(len(g))
     for col, key, label in zip(cols, ("host_wait", "kernel_wait", "other"), ("host wait", "kernel wait", "other")):
         v = np.nan_to_num(g[col].to_numpy(dtype=float) / 1e6)
-        ax.barh(y, v, left=left, color=COLORS[key], label=label)
+        _hbars(ax, y, v, left=left, color=COLORS[key], label=label)
         left += v
     ax.set_yticks(y, [f"rank {r}" for r in g.index])
     ax.invert_yaxis()
     ax.set_xlabel("ms (Σ over streams of the gaps between device events)")
-    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    _legend_below(fig, ncols=3, fontsize=8)
     ax.set_title("Idle time breakdown per rank (HTA)")
     return _png(fig, "idle_breakdown", "Idle-time breakdown per rank",
                 f"Stacked bars of host-wait, kernel-wait and other idle time for {len(g)} ranks")
@@ -160,15 +233,14 @@ def top_kernels(top: pd.DataFrame | None) -> Plot | None:
     ax = fig.add_subplot()
     y = np.arange(len(top))
     types = top["kernel_type"].fillna("OTHER") if "kernel_type" in top.columns else pd.Series(["OTHER"] * len(top))
-    ax.barh(y, top["total_ns"].astype(float).to_numpy() / 1e6, color=[COLORS.get(t, COLORS["OTHER"]) for t in types])
+    _hbars(ax, y, top["total_ns"].astype(float).to_numpy() / 1e6, color=[COLORS.get(t, COLORS["OTHER"]) for t in types])
     ax.set_yticks(y, [short(n) for n in top["name"]], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("total ms (Σ over ranks and steps)")
     from matplotlib.patches import Patch  # heavy: matplotlib
 
     seen = [t for t in ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER") if t in set(types)]
-    fig.legend(handles=[Patch(color=COLORS[t], label=t.lower()) for t in seen], fontsize=8, loc="outside lower center",
-               ncols=4, frameon=False)
+    _legend_below(fig, handles=[Patch(color=COLORS[t], label=t.lower()) for t in seen], fontsize=8, ncols=4)
     ax.set_title(f"Top {len(top)} kernels by total time")
     return _png(fig, "top_kernels", "Top kernels", f"Bar chart of the {len(top)} kernels with the most total time")
 
@@ -194,7 +266,7 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     im = ax.imshow(m.to_numpy(dtype=float), aspect="auto", interpolation="nearest", cmap="magma_r")
     ax.set_yticks(np.arange(len(m)), [f"rank {r}" for r in m.index])
     ax.set_xlabel(f"collective call (job order, {m.shape[1]} calls)")
-    fig.colorbar(im, ax=ax, label="wait for slowest rank, ms")
+    fig.colorbar(im, cax=ax.inset_axes([1.015, 0.0, 0.018, 1.0]), label="wait for slowest rank, ms")
     ax.set_title("Collective wait by rank and call")
     return _png(fig, "collective_wait", "Collective wait heatmap",
                 f"Heatmap of collective wait time, {len(m)} ranks by {m.shape[1]} calls")
@@ -208,7 +280,7 @@ def critical_path_attribution(share: pd.DataFrame | None) -> Plot | None:
     fig = _figure(9, 1.2 + 0.35 * len(share))
     ax = fig.add_subplot()
     y = np.arange(len(share))
-    ax.barh(y, share["pct"].astype(float), color="#0072B2")
+    _hbars(ax, y, share["pct"].astype(float).to_numpy(), color="#0072B2")
     ax.set_yticks(y, [short(b) for b in share["bound_by"]])
     ax.invert_yaxis()
     ax.set_xlabel("% of critical-path time")
@@ -234,6 +306,11 @@ def fleet_trends(daily: pd.DataFrame | None) -> Plot | None:
     a2.plot(x, st, marker="o", color=COLORS["compute"])
     if st.notna().sum() > 1 and st.min() > 0 and st.max() / st.min() > 50:
         a2.set_yscale("log")
+        # plain numbers: the default log labels are math text ($10^{4}$), drawn literally with math text off
+        from matplotlib.ticker import FuncFormatter, NullFormatter  # heavy: matplotlib
+
+        a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        a2.yaxis.set_minor_formatter(NullFormatter())
     a2.set_ylabel("step time ms\n(median job)")
     a3.bar(x, d["n_jobs"].astype(float), color=COLORS["host_busy"])
     a3.set_ylabel("jobs")
@@ -255,7 +332,7 @@ def op_deltas(ops: pd.DataFrame | None, k: int = 20) -> Plot | None:
     ax = fig.add_subplot()
     v = o["delta_ns_per_step"].astype(float).to_numpy() / 1e6
     y = np.arange(len(o))
-    ax.barh(y, v, color=np.where(v > 0, "#D55E00", "#009E73"))
+    _hbars(ax, y, v, color=np.where(v > 0, "#D55E00", "#009E73"))
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, [short(f"[{c}] {n}") for c, n in zip(o.get("group", [""] * len(o)), o["name"])], fontsize=7)
     ax.invert_yaxis()
