@@ -12,18 +12,18 @@ rows broke the check; a table-level failure (row count) marks every job of the b
 :class:`~jobs.validate.report.ValidationReport`; :func:`validate_tables` also marks it in the
 warehouse (:mod:`jobs.validate.marks`).
 
-Great Expectations runs in an ephemeral context (nothing written to disk), on pandas DataFrames
+Great Expectations runs in one shared ephemeral context (nothing written to disk), on pandas DataFrames
 (unit tests, small tables) or Spark DataFrames (the warehouse), the same suite for both.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import os
 
 import pandas as pd
 import pyarrow as pa
 
+from jobs.validate import gx_engine
 from jobs.validate.marks import write_marks
 from jobs.validate.report import CheckResult, TableValidation, ValidationReport
 from jobs.executor import is_local
@@ -31,21 +31,7 @@ from jobs.warehouse import exact_ints, read_arrow, read_spark, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
 from schemas.tables import TABLES
 
-#: No usage statistics leave the machine (GX 1.x reads this when the context starts).
-os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-
 _PARTIAL = 10
-
-
-def _context():
-    """A new ephemeral GX context: in-memory stores, no analytics, no progress bars."""
-    import great_expectations as gx  # heavy: great_expectations
-    from great_expectations.data_context.types.base import (  # heavy: great_expectations
-        DataContextConfig, InMemoryStoreBackendDefaults, ProgressBarsConfig)
-
-    return gx.get_context(mode="ephemeral", project_config=DataContextConfig(
-        store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False,
-        progress_bars=ProgressBarsConfig(globally=False)))
 
 
 def _expectation(check: Check):
@@ -185,7 +171,8 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
         table: table name in :data:`schemas.tables.TABLES`.
         stage: ``normalize`` or ``analyze`` (recorded in the result).
         n_discovered: for ``captures``: raw files discovered for the batch (adds the row-count check).
-        context: a GX context to reuse (default: a new ephemeral one).
+        context: a GX context to run in (default: the process's shared ephemeral one,
+            :func:`jobs.validate.gx_engine.context`).
         job_ids: jobs of the batch (a failure that cannot be attributed to rows marks all of them;
             default: the ``job_id`` values in ``frame``).
         all_columns: the table's columns when ``frame`` is a projection (:func:`needed_columns`),
@@ -195,9 +182,6 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
         :class:`TableValidation`; a check GX cannot evaluate (e.g. its column is missing) is a
         failed check with ``error`` set.
     """
-    import great_expectations as gx  # heavy: great_expectations
-
-    ctx = context or _context()
     declared = TABLES[table].names
     checks = checks_for(table, n_discovered=n_discovered)
     present = set(all_columns if all_columns is not None else frame.columns)
@@ -207,14 +191,9 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
     frame = _add_derived(frame, table, runnable)
     spark = _is_spark(frame)
 
-    expectations = [_expectation(c) for c in runnable]
-    # built whole, then added once: GX re-serializes an attached suite on every add_expectation
-    suite = ctx.suites.add(gx.ExpectationSuite(name=f"tracelake.{stage}.{table}", expectations=expectations))
-    src_name = f"{stage}.{table}.{'spark' if spark else 'pandas'}"
-    src = ctx.data_sources.add_spark(src_name) if spark else ctx.data_sources.add_pandas(src_name)
-    bd = src.add_dataframe_asset(table).add_batch_definition_whole_dataframe("batch")
-    res = bd.get_batch(batch_parameters={"dataframe": frame}).validate(
-        suite, result_format={"result_format": "SUMMARY", "partial_unexpected_count": _PARTIAL})
+    res = gx_engine.run_suite(frame, f"tracelake.{stage}.{table}", f"{stage}.{table}.{'spark' if spark else 'pandas'}",
+                              table, [_expectation(c) for c in runnable], spark,
+                              {"result_format": "SUMMARY", "partial_unexpected_count": _PARTIAL}, context)
 
     by_id = {c.id: c for c in checks}
     results: list[CheckResult] = [CheckResult(
@@ -273,7 +252,11 @@ def _rows_by_job(frame) -> dict[str, int]:
         return {}
     if _is_spark(frame):
         return {str(r[0]): int(r[1]) for r in frame.groupBy("job_id").count().collect() if r[0] is not None}
-    return {str(j): int(n) for j, n in frame["job_id"].dropna().astype(str).value_counts().items()}
+    out: dict[str, int] = {}
+    for j, n in frame["job_id"].value_counts(dropna=True).items():  # count first, then name (cheap on 5M rows)
+        if n:
+            out[str(j)] = out.get(str(j), 0) + int(n)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _now() -> str:
@@ -305,14 +288,13 @@ def validate_frames(frames: dict, stage: str, n_discovered: int | None = None,
     frames = dict(frames)
     if n_discovered is not None and "captures" in names and frames.get("captures") is None:
         frames["captures"] = pd.DataFrame({c: pd.Series([], dtype=object) for c in TABLES["captures"].names})
-    ctx = _context()
     report = ValidationReport([stage], sorted(job_ids) if job_ids is not None else None, validated_at=_now())
     for t in names:
         key = f"{stage}/{t}"
         if frames.get(t) is None:
             report.tables[key] = TableValidation(table=t, stage=stage, status="missing")
             continue
-        report.tables[key] = validate_frame(frames[t], t, stage, n_discovered if t == "captures" else None, ctx,
+        report.tables[key] = validate_frame(frames[t], t, stage, n_discovered if t == "captures" else None, None,
                                             job_ids, (all_columns or {}).get(t))
     return report
 

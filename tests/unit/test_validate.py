@@ -320,3 +320,84 @@ def test_validation_page_escapes_and_lists_failures(real_tables):
     html = render_validation_report(report)
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "pct_range:idle_pct" in html and "FAILED" in html
+
+
+# ----------------------------------------------------------------------------- the fast path reports what GX reports
+
+
+@pytest.mark.parametrize("dtype", ["Int64", "Int32", "Float64"])
+@pytest.mark.parametrize("lo, hi, strict_min, strict_max", [
+    (0, None, False, False), (1, None, False, False), (None, 100, False, False), (0, 100, False, False),
+    (0, 100, True, True), (0, 0, False, False), (1, None, True, False),
+])
+def test_nullable_between_agrees_with_gx_on_every_value(dtype, lo, hi, strict_min, strict_max):
+    """jobs.validate.gx_engine.nullable_between (numpy) and GX 1.x's own per-value condition give the same mask."""
+    import inspect
+
+    from great_expectations.expectations.metrics.column_map_metrics.column_values_between import ColumnValuesBetween
+
+    from jobs.validate.gx_engine import nullable_between
+
+    values = [0, -7, 1, 100, 101, 2**40, -(2**40), 50, 99, 1] if dtype != "Int32" else [0, -7, 1, 100, 101, 50, 99, 1]
+    s = pd.Series(pd.array(values, dtype=dtype)) if dtype != "Float64" else pd.Series(
+        pd.array([v + 0.5 if i % 3 == 0 else v for i, v in enumerate(values)] + [float("nan")], dtype=dtype))
+    s = s[s.notna()]  # GX drops nulls before the condition
+    gx_fn = inspect.unwrap(ColumnValuesBetween._pandas)
+    want = gx_fn(ColumnValuesBetween, s, min_value=lo, max_value=hi, strict_min=strict_min, strict_max=strict_max)
+    got = nullable_between(s, lo, hi, strict_min, strict_max)
+    assert got is not None and got.tolist() == [bool(x) for x in want] and got.index.equals(s.index)
+    assert nullable_between(s.astype(object), lo, hi) is None  # not a nullable numeric column: GX decides
+
+
+def _broken_events(events: pd.DataFrame) -> pd.DataFrame:
+    ev = events.copy()
+    b = ev.index[ev["job_id"] == "job_b"]
+    a = ev.index[ev["job_id"] == "job_a"]
+    ev.loc[b[:3], "dur_ns"] = -7
+    ev.loc[a[5:7], "capture_id"] = None
+    ev.loc[b[10:14], "ph"] = "Z"
+    ev.loc[a[20], "depth"] = -1
+    return pd.concat([ev, ev.loc[b[30:32]]], ignore_index=True)  # two duplicated keys
+
+
+def _comparable(report) -> dict:
+    """The report as JSON, and GX's result of every expectation (without batch ids, which are unique names)."""
+    d = report.to_dict()
+    d.pop("validated_at")
+    gx = {}
+    for key, t in report.tables.items():
+        for r in (t.gx_result or {}).get("results", []):
+            cfg = r["expectation_config"]
+            gx[(key, cfg["meta"]["check_id"])] = (cfg["type"], {k: v for k, v in cfg["kwargs"].items() if k != "batch_id"},
+                                                  r["success"], r["result"])
+    return {"report": d, "gx": gx}
+
+
+def test_narrow_batches_report_what_one_gx_batch_reports(real_tables, monkeypatch):
+    """Large frames are validated one column group at a time on categorical string columns; the report
+    (every check field, per-job attribution, summary) and GX's per-expectation results equal those of
+    one GX batch over the frame as given, on passing and on broken tables."""
+    from jobs.validate import gx_engine
+
+    cases = [
+        ({"captures": real_tables["captures"], "events": _broken_events(real_tables["events"])}, "normalize", 3),
+        ({"captures": real_tables["captures"], "events": real_tables["events"]}, "normalize", 2),
+        ({"steps": _corrupt_steps(real_tables["steps"], "breakdown does not add up"),
+          "critical_path": real_tables["critical_path"]}, "analyze", None),
+    ]
+    for frames, stage, n in cases:
+        monkeypatch.setattr(gx_engine, "NARROW_MIN_CELLS", 0)  # every frame in narrow, compact batches
+        fast = _validate(frames, stage, n_discovered=n)
+        monkeypatch.setattr(gx_engine, "NARROW_MIN_CELLS", 10**12)
+        monkeypatch.setattr(gx_engine, "compact", lambda f: f)  # one batch, dtypes as given
+        ref = _validate(frames, stage, n_discovered=n)
+        monkeypatch.undo()
+        f, r = _comparable(fast), _comparable(ref)
+        for key in f["report"]["tables"]:  # check by check first: a readable diff
+            for a, b in zip(f["report"]["tables"][key]["checks"], r["report"]["tables"][key]["checks"]):
+                assert a == b, (key, a, b)
+        assert f == r
+        assert fast.summary() == ref.summary()
+    failed = _failed(_validate(cases[0][0], "normalize", n_discovered=3), "events")
+    assert failed["non_negative:dur_ns"].jobs == {"job_b": 3} and failed["unique:key"].jobs == {"job_b": 4}
+    assert failed["in_set:ph"].partial_unexpected == ["Z"] * 4 and failed["not_null:capture_id"].jobs == {"job_a": 2}
