@@ -98,6 +98,23 @@ def exact_ints(arrow_type):
             pa.int64(): pd.Int64Dtype()}.get(arrow_type)
 
 
+def _dataset(warehouse: str, table: str):
+    decl = declaration(table)
+    fs, root = _fs(table_path(warehouse, table))
+    if fs.get_file_info(root).type == pafs.FileType.NotFound:
+        return None
+    part = ds.partitioning(pa.schema([(p, pa.string()) for p in decl.partition_by]), flavor="hive")
+    return ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
+                      exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+
+
+def table_columns(warehouse: str, table: str) -> list[str] | None:
+    """The columns ``table`` has in the warehouse (its Parquet schema plus the partition columns), without
+    reading rows; ``None`` when it was never written."""
+    dataset = _dataset(warehouse, table)
+    return None if dataset is None else list(dataset.schema.names)
+
+
 def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, columns=None, filter=None):
     """Rows of one table as a ``pyarrow.Table``, without Spark (``pyarrow.dataset``).
 
@@ -112,17 +129,13 @@ def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, col
     Returns:
         The table, or ``None`` when it was never written.
     """
-    decl = declaration(table)
-    fs, root = _fs(table_path(warehouse, table))
-    if fs.get_file_info(root).type == pafs.FileType.NotFound:
+    dataset = _dataset(warehouse, table)
+    if dataset is None:
         return None
-    part = ds.partitioning(pa.schema([(p, pa.string()) for p in decl.partition_by]), flavor="hive")
-    dataset = ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
-                         exclude_invalid_files=True, ignore_prefixes=[".", "_"])
     filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
     if filter is not None:
         filt = filter if filt is None else filt & filter
-    wanted = columns if columns is not None else decl.names
+    wanted = columns if columns is not None else declaration(table).names
     return dataset.to_table(filter=filt, columns=[c for c in wanted if c in dataset.schema.names])
 
 

@@ -36,6 +36,7 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel, Field, field_validator
 
+from jobs.executor import is_local
 from jobs.landing.interval import as_utc, summarize_interval
 from jobs.pipeline.record import build_record, read_record, write_record
 from jobs.publish.tracking import default_tracking_uri
@@ -153,10 +154,11 @@ def _fleet(engine, s: RunSettings, record: dict) -> None:
     record["n_regressions"] = int((res.regressions["verdict"] == "regression").sum()) if len(res.regressions) else 0
 
 
-def _publish(_spark, s: RunSettings, record: dict) -> None:
+def _publish(engine, s: RunSettings, record: dict) -> None:
     from jobs.publish.job_runs import publish_jobs  # the stage's code, loaded when it runs (DAG parsing stays light)
 
-    runs = publish_jobs(s.tracking_uri, s.warehouse, record["job_ids"], validation(record))
+    runs = publish_jobs(s.tracking_uri, s.warehouse, record["job_ids"], validation(record),
+                        map_fn=engine.map if is_local(engine) else map)
     record["run_ids"] = {f"{job}#{attempt}": run_id for (job, attempt), run_id in sorted(runs.items())}
     record["tracking_uri"] = s.tracking_uri
 
@@ -227,7 +229,8 @@ def run_stage(name: str, settings: RunSettings | dict, engine=None, record: dict
         name: a key of :data:`STAGES`.
         settings: :class:`RunSettings` or its dict (an Airflow XCom).
         engine: for an engine stage, a SparkSession or a :class:`jobs.executor.LocalExecutor` (default:
-            :func:`jobs.spark.get_spark`).
+            :func:`jobs.spark.get_spark`); a local executor also serves the other stages (``publish``
+            renders its reports in the pool).
         record: the run record (default: read from ``settings.record``, see :func:`load_record`).
         save: write the record back to ``settings.record``.
 
@@ -245,7 +248,7 @@ def run_stage(name: str, settings: RunSettings | dict, engine=None, record: dict
     if should_run(stage, record):
         if stage.spark and engine is None:
             engine = get_spark()
-        stage.run(engine if stage.spark else None, s, record)
+        stage.run(engine if stage.spark or is_local(engine) else None, s, record)  # a pool serves any stage
         status = "done"
     else:
         print(f"tracelake {name}: nothing to do (no {stage.needs})", flush=True)

@@ -15,7 +15,8 @@ from jobs.warehouse import read_pandas
 RUN_TABLES = ("captures", "ranks", "steps", "neuron_summary", "collectives", "regressions")
 
 
-def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validation=None) -> dict[tuple[str, int], str]:
+def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validation=None,
+                 map_fn=map) -> dict[tuple[str, int], str]:
     """Create or update the MLflow run of every (job, attempt) of ``job_ids``, with the validation report and
     the job's HTML report attached.
 
@@ -25,6 +26,8 @@ def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validati
         job_ids: the jobs of the run (every job normalized, quarantined-only ones included).
         validation: the run's :class:`~jobs.validate.report.ValidationReport` (``None``: not validated);
             runs of jobs that failed it end ``FAILED``.
+        map_fn: renders the HTML job reports (:func:`jobs.publish.reports.log_job_reports`): the builtin
+            ``map``, or a process pool's (:meth:`jobs.executor.LocalExecutor.map`).
 
     One MLflow client (and so one tracking store) serves the whole run: the runs, the validation reports
     and the job reports.
@@ -44,5 +47,5 @@ def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validati
                        regressions=t["regressions"], client=client)
     if validation is not None:
         log_validations(tracking_uri, run_ids, validation, client=client)
-    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client)
+    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, map_fn=map_fn)
     return run_ids

@@ -172,12 +172,13 @@ def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[
     return out
 
 
-def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None) -> dict:
+def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None,
+                    map_fn=map) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
 
-    The report tables of all the jobs are read once (:func:`load_jobs_tables`) and split per run:
-    reading them per job cost one Spark job per table and job. One MLflow client logs every report
-    (``client``, default: a new one).
+    Each job's report is rendered by :func:`render_run_report` through ``map_fn`` (default: the builtin
+    ``map``, one after the other; ``tracelake run`` hands in its local executor's, which renders the
+    reports in parallel worker processes); one MLflow client logs them all (``client``, default: a new one).
 
     Returns:
         ``{(job, attempt): artifact path}``.
@@ -187,10 +188,20 @@ def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
-    tables = load_jobs_tables(warehouse, sorted({job for job, _ in run_ids}))
-    return {(job, attempt): log_job_report(tracking_uri, run_id, _of_run(tables, job, attempt), validation=validation,
-                                           client=client)
-            for (job, attempt), run_id in run_ids.items()}
+    runs = list(run_ids.items())
+    pages = map_fn(render_run_report, [(warehouse, job, attempt, validation) for (job, attempt), _ in runs])
+    out = {}
+    for ((job, attempt), run_id), html in zip(runs, pages):
+        log_text(client, run_id, html, JOB_REPORT_ARTIFACT)
+        out[(job, attempt)] = JOB_REPORT_ARTIFACT
+    return out
+
+
+def render_run_report(args: tuple) -> str:
+    """The HTML job report of one ``(warehouse, job_id, attempt, validation)`` (:func:`render_job_report`
+    over the run's tables, read from the warehouse): a module-level function, so a process pool can run it."""
+    warehouse, job_id, attempt, validation = args
+    return render_job_report(_of_run(load_jobs_tables(warehouse, [job_id]), job_id, attempt), validation=validation)
 
 
 def load_fleet_tables(warehouse: str) -> dict[str, pd.DataFrame]:

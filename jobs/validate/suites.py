@@ -27,7 +27,7 @@ from jobs.validate import gx_engine
 from jobs.validate.marks import write_marks
 from jobs.validate.report import CheckResult, TableValidation, ValidationReport
 from jobs.executor import is_local
-from jobs.warehouse import exact_ints, read_arrow, read_spark, to_pandas_exact
+from jobs.warehouse import exact_ints, read_arrow, read_spark, table_columns, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
 from schemas.tables import TABLES
 
@@ -299,6 +299,20 @@ def validate_frames(frames: dict, stage: str, n_discovered: int | None = None,
     return report
 
 
+def validate_stored_table(args: tuple) -> TableValidation:
+    """One table of ``(warehouse, table, stage, job_ids, n_discovered)`` read (only the columns its checks
+    read, :func:`needed_columns`) and validated as :func:`validate_frames` does (GX's pandas engine): the
+    local executor's task (module level, so a process pool can run it)."""
+    warehouse, table, stage, job_ids, n_discovered = args
+    names = table_columns(warehouse, table)
+    n = n_discovered if table == "captures" else None
+    frames, columns = {}, None
+    if names is not None:
+        rows = read_arrow(warehouse, table, job_ids, columns=needed_columns(table, n))
+        frames[table], columns = rows.to_pandas(types_mapper=exact_ints), {table: names}
+    return validate_frames(frames, stage, n_discovered=n, job_ids=job_ids, all_columns=columns).tables[f"{stage}/{table}"]
+
+
 def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None = None,
                     n_discovered: int | None = None, mark: bool = True,
                     pandas_max_rows: int = 1_000_000) -> ValidationReport:
@@ -325,16 +339,13 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
     Returns:
         :class:`ValidationReport`.
     """
-    if is_local(spark):  # the local executor: pyarrow reads, GX's pandas engine
-        frames, columns = {}, {}
+    if is_local(spark):  # the local executor: each table read by pyarrow and validated in a worker, in parallel
+        order = sorted(STAGE_TABLES[stage], key=lambda t: t not in ("events", "critical_path"))  # largest first
+        done = dict(zip(order, spark.map(validate_stored_table, [(warehouse, t, stage, job_ids, n_discovered)
+                                                                  for t in order])))
+        report = ValidationReport([stage], sorted(job_ids) if job_ids is not None else None, validated_at=_now())
         for t in STAGE_TABLES[stage]:
-            rows = read_arrow(warehouse, t, job_ids)
-            if rows is not None:
-                columns[t] = rows.column_names
-                rows = rows.select([c for c in needed_columns(t, n_discovered) if c in rows.column_names])
-                rows = rows.to_pandas(types_mapper=exact_ints)
-            frames[t] = rows
-        report = validate_frames(frames, stage, n_discovered=n_discovered, job_ids=job_ids, all_columns=columns)
+            report.tables[f"{stage}/{t}"] = done[t]
         if mark:
             write_marks(warehouse, report)
         return report
