@@ -56,8 +56,9 @@ What holds, and where:
   renaming. For those warehouses :func:`write_partitions` falls back to Spark's dynamic partition
   overwrite (``spark.sql.sources.partitionOverwriteMode=dynamic``, see :mod:`jobs.spark`), or for
   the local executor's Arrow rows to pyarrow's ``existing_data_behavior="delete_matching"`` (each
-  partition written is emptied, then written), and the window above applies. Crash-safe partition replacement on an object store needs a table format with
-  a transaction log (Delta Lake, Apache Iceberg, Apache Hudi), not a different rename order.
+  partition written is emptied, then written), and the window above applies. Crash-safe partition
+  replacement on an object store needs a table format with a transaction log (Delta Lake, Apache
+  Iceberg, Apache Hudi), not a different rename order.
 """
 
 from __future__ import annotations
@@ -186,13 +187,21 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
 
 
 def _stage(df, staging: str, partition_by: list[str]) -> None:
-    """Write ``df`` (see :func:`write_partitions`) Hive-partitioned into the new folder ``staging``."""
+    """Write ``df`` (see :func:`write_partitions`) Hive-partitioned into the new folder ``staging``.
 
-    if isinstance(df, pa.Table):
-        stage_arrow(df, staging, partition_by)
-    elif callable(df):
-        os.makedirs(staging)
-        df(staging)
+    Arrow rows and staged files get names unique to this write (``<staging folder name>-<name>``), as
+    Spark's carry its job id: publishing tells a published partition by its file names.
+    """
+    if isinstance(df, pa.Table) or callable(df):
+        if isinstance(df, pa.Table):
+            stage_arrow(df, staging, partition_by)
+        else:
+            os.makedirs(staging)
+            df(staging)
+        tag = os.path.basename(staging.rstrip("/"))
+        for rel, files in staged_partitions(staging, len(partition_by)).items() if os.path.isdir(staging) else ():
+            for name in files:
+                os.rename(os.path.join(staging, rel, name), os.path.join(staging, rel, f"{tag}-{name}"))
     else:
         df.write.mode("errorifexists").partitionBy(*partition_by).parquet(staging)
 
@@ -212,7 +221,7 @@ def _write_remote(df, path: str, partition_by: list[str]) -> CommitResult:
         parts = staged_partitions(staging, len(partition_by))
         if parts:
             staged = ds.dataset(staging, format="parquet", partitioning=_hive(partition_by), ignore_prefixes=[".", "_"])
-            stage_arrow(staged.to_table(), path, partition_by, existing="delete_matching",
+            stage_arrow(staged, path, partition_by, existing="delete_matching",
                         basename=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet")
     return CommitResult(table=posixpath.basename(path), run_id="", partitions=sorted(parts), method="overwrite")
 
@@ -228,12 +237,13 @@ def stage_arrow(table, folder: str, partition_by, existing: str = "error",
     ``date=…/job_id=…/`` folders, partition columns kept out of the files, snappy).
 
     Args:
-        table: a ``pyarrow.Table`` holding the ``partition_by`` columns; no rows writes nothing.
+        table: a ``pyarrow.Table`` (no rows writes nothing) or a ``pyarrow.dataset.Dataset`` (streamed)
+            holding the ``partition_by`` columns.
         folder: a local folder, or a URI pyarrow's file systems take.
         existing: pyarrow's ``existing_data_behavior`` (``error``: ``folder`` must be empty).
         basename: file name template (``{i}`` numbers the files of a partition).
     """
-    if table.num_rows == 0:
+    if isinstance(table, pa.Table) and table.num_rows == 0:
         return
     fs, base = (pafs.FileSystem.from_uri(folder) if "://" in folder else (pafs.LocalFileSystem(), folder))
     part = _hive(partition_by, {p: table.schema.field(p).type for p in partition_by})

@@ -52,6 +52,14 @@ class LocalExecutor:
         self.workers = int(workers or os.environ.get(WORKERS_ENV) or available_cpus())
         self._pool: ProcessPoolExecutor | None = None
 
+    def start(self) -> "LocalExecutor":
+        """Start the pool and fork its workers now (each runs a no-op): afterwards the driver may start
+        threads without a later fork copying their locks. Returns ``self``."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+        list(self._pool.map(_noop, range(self.workers)))
+        return self
+
     def map(self, fn: Callable, items: Iterable) -> Iterator:
         """``fn(item)`` for every item, in the pool; results in the order of ``items``.
 
@@ -83,6 +91,10 @@ class LocalExecutor:
 
     def __repr__(self) -> str:
         return f"LocalExecutor(workers={self.workers})"
+
+
+def _noop(_item) -> None:
+    return None
 
 
 def is_local(engine) -> bool:

@@ -1,6 +1,7 @@
 """``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``.
 
-extract + reduce (Spark, or pandas on the local executor: :mod:`jobs.executor`): ``steps`` → one row per job step, ``kernels`` → one row per (run, date, kernel),
+extract + reduce (Spark, or pandas on the local executor: :mod:`jobs.executor`): ``steps`` → one row
+per job step, ``kernels`` → one row per (run, date, kernel),
 each joined with the run's job name, model, hardware and torch version from ``captures``
 (:func:`jobs.fleet.stats.job_steps`, :func:`jobs.fleet.stats.job_kernels`).
 transform (pandas, on the driver; the reduced frames are small): :func:`jobs.fleet.stats.fleet_stats`,

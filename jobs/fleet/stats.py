@@ -107,13 +107,18 @@ def job_kernels(kernels, captures):
 # ------------------------------------------------------------------ the same reduction in pandas (local executor)
 
 
+def _min(grouped) -> pd.Series:
+    """Spark's ``min`` per group of a text column: the smallest non-null value, ``None`` when all are null."""
+    return grouped.agg(lambda v: min((x for x in v if x is not None and x == x), default=None))
+
+
 def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
     """:func:`run_metadata` on a pandas ``captures`` frame (the local executor's reduction; same rows)."""
     ing = captures[captures["status"] == "ingested"]
     g = ing.groupby(["job_id", "attempt"], sort=True)
-    m = pd.DataFrame({"job_name": g["job_name"].min(), "model": g["model"].min(), "device_name": g["device_name"].min(),
-                      "torch_version": g["torch_version"].min(), "created_at": g["created_at"].min(),
-                      "first_date": g["date"].min()}).reset_index()
+    m = pd.DataFrame({"job_name": _min(g["job_name"]), "model": _min(g["model"]), "device_name": _min(g["device_name"]),
+                      "torch_version": _min(g["torch_version"]), "created_at": _min(g["created_at"]),
+                      "first_date": _min(g["date"])}).reset_index()
     return pd.DataFrame({
         "job_id": m["job_id"], "attempt": m["attempt"],
         "job_name": m["job_name"].where(m["job_name"].notna(), m["job_id"]),

@@ -15,6 +15,7 @@ import pandas as pd
 
 from jobs.executor import LocalExecutor
 from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
+from jobs.publish.tracking import open_store_in_background
 from jobs.spark import get_spark
 from jobs.warehouse import read_pandas
 
@@ -93,7 +94,22 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         return _stage(progress, stage.title.format(**s.model_dump(), n_jobs=n_jobs))
 
     with LocalExecutor() if kind == "local" else nullcontext(spark) as engine:
-        record = run_stages(INGEST, s, engine=engine, skip=() if log_to_mlflow else ("publish",), on_stage=on_stage)
+        store = None
+        if kind == "local" and log_to_mlflow:  # the MLflow store opens while the first stages run in the workers
+            engine.start()  # forked before the thread starts
+            store = open_store_in_background(s.tracking_uri)
+
+        def on_stage_ready(stage, record):
+            if stage.name == "publish" and store is not None:
+                store.join()
+            return on_stage(stage, record)
+
+        try:
+            record = run_stages(INGEST, s, engine=engine, skip=() if log_to_mlflow else ("publish",),
+                                on_stage=on_stage_ready)
+        finally:  # never leave with the store half created (a new SQLite file is migrated in that thread)
+            if store is not None:
+                store.join()
     job_ids = record.get("job_ids", [])
     t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions"), job_ids)
     run_ids = {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in record.get("run_ids", {}).items()}

@@ -2,12 +2,12 @@
 
 Every driver runs these declarations: ``tracelake run`` (:func:`jobs.pipeline.run.run_pipeline`, all
 stages in one process), the per-stage commands (``python -m jobs.normalize`` …), the spark-submit
-application :mod:`jobs.pipeline.submit` (one stage per application) and the Airflow DAGs (one task
-per stage). A stage marked *engine* runs its transforms on the engine it is handed
-(:mod:`jobs.executor`): a SparkSession under spark-submit and the DAGs, the embedded local executor
-under ``tracelake run`` by default. Stages hand their results on through the **run record** (:mod:`jobs.pipeline.record`),
-a small JSON file in the warehouse, never through driver memory, so a stage gives the same result
-whether the one before it ran in the same process, another spark-submit or another machine.
+application :mod:`jobs.pipeline.submit` (one stage per application) and the Airflow DAGs (one task per
+stage). A stage marked *engine* runs its transforms on the engine it is handed (:mod:`jobs.executor`): a
+SparkSession under spark-submit and the DAGs, the embedded local executor under ``tracelake run`` by
+default. Stages hand their results on through the **run record** (:mod:`jobs.pipeline.record`), a small
+JSON file in the warehouse, never through driver memory, so a stage gives the same result whether the
+one before it ran in the same process, another spark-submit or another machine.
 
 =====================  ======  ==============================================================
 stage                  engine  does

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +38,29 @@ EXPERIMENT = "tracelake"
 def default_tracking_uri(warehouse: str) -> str:
     """``sqlite:///<warehouse>/mlflow.db`` for a local warehouse (the embedded default)."""
     return "sqlite:///" + str(Path(warehouse).resolve() / "mlflow.db")
+
+
+def open_store_in_background(tracking_uri: str) -> threading.Thread:
+    """Open the MLflow tracking store of ``tracking_uri`` in a daemon thread: import mlflow and create the
+    store (for a new SQLite file: its tables and migrations, ~2.5 s), so that ``publish`` finds it ready.
+
+    ``tracelake run`` starts it while the first stages run in its worker processes (after they are
+    forked). Join the returned thread before any other use of MLflow in the process. A failure is left for
+    ``publish`` to raise when it opens the store itself.
+    """
+    def open_store() -> None:
+        try:
+            if tracking_uri.startswith("sqlite:///"):
+                Path(tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+            MlflowClient(tracking_uri=tracking_uri)  # builds the store; mlflow caches it per URI
+        except Exception:  # noqa: BLE001 — publish opens the store again and reports what is wrong
+            pass
+
+    thread = threading.Thread(target=open_store, name="tracelake-mlflow-store", daemon=True)
+    thread.start()
+    return thread
 
 
 def _experiment_id(client, tracking_uri: str, warehouse: str) -> str:
