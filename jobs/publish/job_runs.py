@@ -6,7 +6,7 @@ tables of a few jobs are small), so a scheduler runs it as a plain Python task.
 
 from __future__ import annotations
 
-from jobs.publish.reports import log_job_reports, render_run_report
+from jobs.publish.reports import log_job_reports
 from jobs.publish.tracking import log_jobs
 from jobs.publish.validation import log_validations
 from jobs.warehouse import read_pandas
@@ -41,15 +41,11 @@ def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validati
 
     client = MlflowClient(tracking_uri=tracking_uri)
     t = read_pandas(warehouse, RUN_TABLES, list(job_ids))
-    # one run per (job, attempt) of captures (log_jobs): a pool's map starts rendering their reports now,
-    # while the runs are logged here
-    runs = sorted({(str(j), int(a)) for j, a in zip(t["captures"]["job_id"], t["captures"]["attempt"])})
-    pages = zip(runs, map_fn(render_run_report, [(warehouse, job, attempt, validation) for job, attempt in runs]))
     failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
     run_ids = log_jobs(tracking_uri, warehouse, t["captures"], t["ranks"], t["steps"],
                        neuron_summary=t["neuron_summary"], failed_jobs=failed, collectives=t["collectives"],
                        regressions=t["regressions"], client=client)
     if validation is not None:
         log_validations(tracking_uri, run_ids, validation, client=client)
-    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, pages=pages)
+    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, map_fn=map_fn)
     return run_ids

@@ -173,13 +173,12 @@ def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[
 
 
 def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None,
-                    map_fn=map, pages=None) -> dict:
+                    map_fn=map) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
 
     Each job's report is rendered by :func:`render_run_report` through ``map_fn`` (default: the builtin
     ``map``, one after the other; ``tracelake run`` hands in its local executor's, which renders the
-    reports in parallel worker processes), unless ``pages`` already gives ``((job, attempt), html)``
-    pairs (rendering started earlier); one MLflow client logs them all (``client``, default: a new one).
+    reports in parallel worker processes); one MLflow client logs them all (``client``, default: a new one).
 
     Returns:
         ``{(job, attempt): artifact path}``.
@@ -189,17 +188,12 @@ def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
-    if pages is None:
-        keys = list(run_ids)
-        pages = zip(keys, map_fn(render_run_report, [(warehouse, job, attempt, validation) for job, attempt in keys]))
+    runs = list(run_ids.items())
+    pages = map_fn(render_run_report, [(warehouse, job, attempt, validation) for (job, attempt), _ in runs])
     out = {}
-    for key, html in pages:
-        if key in run_ids:
-            log_text(client, run_ids[key], html, JOB_REPORT_ARTIFACT)
-            out[key] = JOB_REPORT_ARTIFACT
-    for key in run_ids.keys() - out.keys():  # a run the pages did not cover
-        log_text(client, run_ids[key], render_run_report((warehouse, *key, validation)), JOB_REPORT_ARTIFACT)
-        out[key] = JOB_REPORT_ARTIFACT
+    for ((job, attempt), run_id), html in zip(runs, pages):
+        log_text(client, run_id, html, JOB_REPORT_ARTIFACT)
+        out[(job, attempt)] = JOB_REPORT_ARTIFACT
     return out
 
 

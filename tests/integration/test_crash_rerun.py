@@ -131,6 +131,27 @@ def _has_files(folder: Path) -> bool:
         return False
 
 
+def _kill_when_files_appear(cmd: list[str], folder: Path, timeout_s: float = 300) -> bool:
+    """Run ``cmd`` in its own process group and SIGKILL the group as soon as a file appears under
+    ``folder``; whether it was killed (``False``: it ended first)."""
+    p = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while p.poll() is None and time.monotonic() < deadline:
+            if _has_files(folder):
+                os.killpg(p.pid, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.002)
+    finally:
+        if p.poll() is None and not killed:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    return killed
+
+
 def _copy(src: Path, base: Path, name: str) -> Path:
     dst = base / name
     shutil.copytree(src, dst, symlinks=True)
@@ -178,21 +199,7 @@ def test_kill_while_spark_writes_the_events(spark, setup):
     v2, wh1, old, new, base = setup
     wh = _copy(wh1, base, "wh_norm_spark_kill")
     staging = wh / "_commit" / "staging" / "events"
-    p = subprocess.Popen(_stage_cmd("normalize", v2, wh), cwd=REPO, env=_env(), start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    killed = False
-    try:
-        deadline = time.monotonic() + 300
-        while p.poll() is None and time.monotonic() < deadline:
-            if _has_files(staging):
-                os.killpg(p.pid, signal.SIGKILL)
-                killed = True
-                break
-            time.sleep(0.002)
-    finally:
-        if p.poll() is None and not killed:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    killed = _kill_when_files_appear(_stage_cmd("normalize", v2, wh), staging)
     assert killed, "the stage ended before Spark wrote into the staging folder"
     n_new, _ = _assert_whole_partitions(spark, wh, old, new)
     assert sum(n_new.values()) == 0  # nothing was published
@@ -213,21 +220,7 @@ def test_kill_while_local_workers_write_the_events(spark, setup):
     v2, wh1, old, new, base = setup
     wh = _copy(wh1, base, "wh_norm_local_kill")
     work = wh / "_commit" / "work"
-    p = subprocess.Popen(_stage_cmd("normalize", v2, wh, "local"), cwd=REPO, env=_env(), start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    killed = False
-    try:
-        deadline = time.monotonic() + 300
-        while p.poll() is None and time.monotonic() < deadline:
-            if _has_files(work):
-                os.killpg(p.pid, signal.SIGKILL)
-                killed = True
-                break
-            time.sleep(0.002)
-    finally:
-        if p.poll() is None and not killed:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    killed = _kill_when_files_appear(_stage_cmd("normalize", v2, wh, "local"), work)
     assert killed, "the stage ended before a worker wrote into the work folder"
     n_new, _ = _assert_whole_partitions(spark, wh, old, new)
     assert sum(n_new.values()) == 0  # nothing was published
