@@ -551,7 +551,7 @@ def child_pipeline(raw: str, warehouse: str, tracking_uri: str) -> dict[str, Any
     clock = _StageClock()
     jobs.pipeline.run.read_pandas = clock.wrap(jobs.pipeline.run.read_pandas)  # the name run_pipeline calls
     t0 = time.perf_counter()
-    result = run_pipeline(raw, warehouse, tracking_uri=tracking_uri, progress=clock)
+    result = run_pipeline(raw, warehouse, tracking_uri=tracking_uri, progress=clock, executor="spark")  # cluster sizing
     wall = time.perf_counter() - t0
     from jobs.spark import get_spark
 
