@@ -1,4 +1,5 @@
-"""``python -m jobs.analyze --warehouse W [--job J]`` (spark-submit-able)."""
+"""``python -m jobs.analyze --warehouse W [--job J]`` on the local executor (on Spark:
+``submit.py --stage analyze``)."""
 
 from jobs.cli import app
 

@@ -1,4 +1,5 @@
-"""``python -m jobs.fleet --warehouse W`` (spark-submit-able): rebuild the fleet tables."""
+"""``python -m jobs.fleet --warehouse W``: rebuild the fleet tables on the local executor (on Spark:
+``submit.py --stage fleet``)."""
 
 from jobs.cli import app
 

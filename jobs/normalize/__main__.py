@@ -1,4 +1,5 @@
-"""``python -m jobs.normalize --raw R --warehouse W`` (spark-submit-able)."""
+"""``python -m jobs.normalize --raw R --warehouse W`` on the local executor (on Spark:
+``submit.py --stage normalize``)."""
 
 from jobs.cli import app
 
