@@ -115,9 +115,12 @@ def test_running_twice_gives_identical_tables(two_runs):
     for table in WAREHOUSE_TABLES:
         assert first[table], f"{table}: empty, the comparison would prove nothing"
         assert second[table] == first[table], table
-    # nothing doubled on disk either: each partition folder holds one write's files only
+    # nothing doubled on disk either: each partition folder holds one write's files only. A write is named
+    # by Spark's job id (part-<task>-<uuid>…) or, for rows written from Arrow, by its staging run id
+    write_id = re.compile(r"part-\d+-([0-9a-f-]{36})|(\d{8}T\d{12}Z-[0-9a-f]{8})-")
     for table in WAREHOUSE_TABLES:
         for part in (wh / table).glob("date=*/job_id=*"):
-            runs = {m.group(1) for p in part.iterdir() if (m := re.match(r"part-\d+-([0-9a-f-]{36})", p.name))}
-            assert len(runs) == 1, part
+            names = [p.name for p in part.iterdir() if not p.name.startswith((".", "_"))]
+            runs = {next(g for g in m.groups() if g) for n in names if (m := write_id.match(n))}
+            assert names and len(runs) == 1, (part, names)
     assert not list((wh / "_commit" / "staging").glob("*/*")) and not list((wh / "_commit" / "journal").glob("*"))
