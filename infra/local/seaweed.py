@@ -166,7 +166,11 @@ class SeaweedS3:
         if self.running:
             return self
         os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
-        if not self.ports or not all(_free(p) and _free(p + _GRPC_OFFSET) for p in self.ports.values()):
+        if self.ports:  # a restart keeps its ports (every client has the endpoint): wait out a transient user,
+            deadline = time.monotonic() + 30.0  # e.g. an outgoing connection that took one as its source port
+            while not self._ports_free() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        else:
             self.ports = dict(zip(_COMPONENTS, pick_ports()))
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
         log = open(os.path.join(self.dir, "weed.log"), "ab")
@@ -184,6 +188,9 @@ class SeaweedS3:
             self.stop()
             raise
         return self
+
+    def _ports_free(self) -> bool:
+        return all(_free(p) and _free(p + _GRPC_OFFSET) for p in self.ports.values())
 
     def _wait_ready(self, timeout: float) -> None:
         import s3fs
