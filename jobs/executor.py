@@ -55,9 +55,7 @@ class LocalExecutor:
     def start(self) -> "LocalExecutor":
         """Start the pool and fork its workers now (each runs a no-op): afterwards the driver may start
         threads without a later fork copying their locks. Returns ``self``."""
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
-        list(self._pool.map(_noop, range(self.workers)))
+        list(self._ensure_pool().map(_noop, range(self.workers)))
         return self
 
     def map(self, fn: Callable, items: Iterable) -> Iterator:
@@ -73,9 +71,12 @@ class LocalExecutor:
         items = list(items)
         if not items:
             return iter(())
+        return self._ensure_pool().map(fn, items, chunksize=1)
+
+    def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
-        return self._pool.map(fn, items, chunksize=1)
+        return self._pool
 
     def close(self) -> None:
         """Stop the pool's workers (the executor can be used again: a new pool starts)."""
