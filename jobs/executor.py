@@ -52,9 +52,16 @@ class LocalExecutor:
         self.workers = int(workers or os.environ.get(WORKERS_ENV) or available_cpus())
         self._pool: ProcessPoolExecutor | None = None
 
-    def start(self) -> "LocalExecutor":
+    def start(self, warm: Callable[[], object] | None = None) -> "LocalExecutor":
         """Start the pool and fork its workers now (each runs a no-op): afterwards the driver may start
-        threads without a later fork copying their locks. Returns ``self``."""
+        threads without a later fork copying their locks. Returns ``self``.
+
+        ``warm``: called in the driver first, before the fork: imports and set-up every worker would
+        otherwise repeat (e.g. the Great Expectations context, ~5 CPU s per process) are then paid once
+        and inherited by the workers.
+        """
+        if warm is not None and self._pool is None:
+            warm()
         list(self._ensure_pool().map(_noop, range(self.workers)))
         return self
 

@@ -15,8 +15,9 @@ import pandas as pd
 
 from jobs.executor import LocalExecutor
 from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
-from jobs.publish.tracking import open_store_in_background
+from jobs.publish.tracking import create_store_in_child, open_store_in_background
 from jobs.spark import get_spark
+from jobs.validate.gx_engine import context as gx_context
 from jobs.warehouse import read_pandas
 
 
@@ -94,22 +95,28 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         return _stage(progress, stage.title.format(**s.model_dump(), n_jobs=n_jobs))
 
     with LocalExecutor() if kind == "local" else nullcontext(spark) as engine:
-        store = None
-        if kind == "local" and log_to_mlflow:  # the MLflow store opens while the first stages run in the workers
-            engine.start()  # forked before the thread starts
-            store = open_store_in_background(s.tracking_uri)
-
-        def on_stage_ready(stage, record):
-            if stage.name == "publish" and store is not None:
-                store.join()
-            return on_stage(stage, record)
-
+        store = child = None
         try:
+            if kind == "local":
+                # While the driver imports Great Expectations and builds its context once, for every worker
+                # to inherit at the fork, a child process creates the MLflow store on the other core; the
+                # driver imports mlflow in a thread while the first stages run in the workers.
+                child = create_store_in_child(s.tracking_uri) if log_to_mlflow else None
+                with _stage(progress, f"Starting {engine.workers} worker processes"):
+                    engine.start(warm=gx_context)  # forked before the thread starts
+                store = open_store_in_background(s.tracking_uri, after=child) if log_to_mlflow else None
+
+            def on_stage_ready(stage, record):
+                if stage.name == "publish" and store is not None:
+                    store.join()
+                return on_stage(stage, record)
+
             record = run_stages(INGEST, s, engine=engine, skip=() if log_to_mlflow else ("publish",),
                                 on_stage=on_stage_ready)
-        finally:  # never leave with the store half created (a new SQLite file is migrated in that thread)
-            if store is not None:
-                store.join()
+        finally:  # never leave with the store half created (a new SQLite file is migrated by them)
+            for waiter in (store, child):
+                if waiter is not None:
+                    waiter.join()
     job_ids = record.get("job_ids", [])
     t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions"), job_ids)
     run_ids = {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in record.get("run_ids", {}).items()}
