@@ -233,6 +233,30 @@ def shell(warehouse: str = typer.Option(..., help="Warehouse folder.")) -> None:
                 console.print(f"[red]{type(exc).__name__}:[/red] {escape((str(exc).splitlines() or [''])[0])}")
 
 
+@app.command()
+def mcp(
+    warehouse: str = typer.Option(..., help="Warehouse folder (or URI) the tools read."),
+    http: Optional[str] = typer.Option(None, help="Serve streamable HTTP on HOST:PORT (e.g. 127.0.0.1:8765) at "
+                                                  "/mcp instead of stdio. A non-loopback HOST needs "
+                                                  "$TRACELAKE_MCP_TOKEN (clients send it as a bearer token)."),
+    no_sql: bool = typer.Option(False, "--no-sql", help="Leave out the sql tool (no Spark session is started)."),
+    sql_timeout: float = typer.Option(30.0, help="Time limit of one sql query, s."),
+) -> None:
+    """Serve the warehouse to agents over the Model Context Protocol (stdio, or streamable HTTP)."""
+    from jobs.agent.server import TOKEN_ENV, build_server, parse_bind, serve_http  # the MCP SDK: mcp only
+
+    try:
+        server = build_server(warehouse, sql=not no_sql, sql_timeout_s=sql_timeout)
+        if http is None:
+            server.run("stdio")
+            return
+        host, port = parse_bind(http)
+        serve_http(server, host, port, os.environ.get(TOKEN_ENV) or None)
+    except (ValueError, FileNotFoundError) as e:
+        Console(stderr=True).print(f"[red]tracelake mcp:[/red] {escape(str(e))}")
+        raise typer.Exit(2) from e
+
+
 def _print_frame(df, fmt: str) -> None:
     if fmt == "csv":
         typer.echo(df.to_csv(index=False), nl=False)

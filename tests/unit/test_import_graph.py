@@ -39,6 +39,7 @@ LAYERS = (
     ("jobs.fleet",),
     ("jobs.publish",),
     ("jobs.pipeline",),
+    ("jobs.agent",),
     ("jobs.cli", "jobs.sql", "jobs.demo"),
 )
 #: The only modules of ``jobs`` a DAG file may import.

@@ -1,0 +1,1 @@
+"""The agent interface: `tracelake mcp`, an MCP server over the warehouse (bounded, read-only tools)."""

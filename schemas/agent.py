@@ -1,0 +1,341 @@
+"""Answers of the agent interface (``tracelake mcp``, :mod:`jobs.agent.server`): one model per tool.
+
+The MCP server publishes each model's JSON schema as the tool's ``outputSchema`` and validates every
+answer against it; ``schemas/mcp_tools.v1.json`` is the same schemas written out for readers outside
+Python (``python -m schemas.agent`` rewrites it; a test checks it is current).
+
+Units are in the field names, as in the warehouse (:mod:`schemas.tables`): ``_ns`` integer
+nanoseconds, ``_pct`` percent 0–100, ``_bytes``, ``_gbps`` GB/s. Unknown numbers are ``null``.
+Every list answer is bounded (:class:`Page`): at most ``limit`` rows and about
+:data:`MAX_ANSWER_CHARS` characters of JSON; ``truncated`` says rows were left out and
+``next_cursor`` fetches the next page.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1"
+#: Upper bound on one answer's JSON text (characters); rows beyond it go to the next page.
+MAX_ANSWER_CHARS = 20_000
+#: Written next to this module by :func:`write_schemas`.
+SCHEMAS_FILE = Path(__file__).with_name("mcp_tools.v1.json")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(_Model):
+    """How much of the answer this is: rows ``offset`` … ``offset + returned - 1`` of ``total``."""
+
+    total: int = Field(description="Rows the question has in all.")
+    offset: int = Field(description="Index of the first row returned (0-based).")
+    returned: int = Field(description="Rows in this answer.")
+    truncated: bool = Field(description="True when rows were left out (row limit or character cap).")
+    next_cursor: str | None = Field(description="Pass as `cursor` to get the next rows; null on the last page.")
+
+
+class JobRow(_Model):
+    job_id: str
+    attempt: int
+    job_name: str | None = Field(description="Manifest job_name (the series regressions compare).")
+    model: str | None
+    hardware: str = Field(description="Device name of the captures (e.g. NVIDIA H100), or cpu when none names an "
+                                      "accelerator (as fleet_stats' hardware dimension).")
+    torch_version: str | None
+    date: str = Field(description="Capture date YYYY-MM-DD (UTC).")
+    captured_at: str | None = Field(description="Latest capture commit time of the job, ISO 8601 UTC.")
+    n_ranks: int
+    world_size: int | None
+    status: Literal["ingested", "partial", "quarantined", "cataloged"] = Field(
+        description="ingested: every capture parsed; partial: some not; quarantined: none parsed and some bad; "
+                    "cataloged: raw files kept but of a format not analyzed.")
+    validation: Literal["passed", "failed", "unvalidated"] = Field(
+        description="Great Expectations result over the job's tables (failed if any table failed).")
+    step_time_p50_ns: int | None = Field(description="Median over ranks of each rank's median step time.")
+    idle_pct: float | None = Field(description="Mean over ranks of GPU idle % of step time (HTA temporal breakdown).")
+    n_findings: int
+    top_finding: str | None = Field(description="Title of the finding with the most estimated time lost per step.")
+
+
+class JobList(_Model):
+    """``list_jobs``: jobs newest first."""
+
+    jobs: list[JobRow]
+    page: Page
+
+
+class RankSummary(_Model):
+    rank: int
+    n_steps: int
+    step_time_p50_ns: int | None
+    step_time_p90_ns: int | None
+    step_time_max_ns: int | None
+    idle_pct: float | None = Field(description="HTA temporal breakdown: idle time % of step time.")
+    compute_pct: float | None = Field(description="HTA temporal breakdown: compute kernel time %.")
+    non_compute_pct: float | None = Field(description="HTA temporal breakdown: communication + memory kernel time %.")
+    exposed_comm_ns: int | None = Field(description="Communication not overlapped by compute, summed over steps.")
+
+
+class FindingBrief(_Model):
+    finding_id: str
+    rule: str
+    rank_order: int
+    title: str | None
+    est_time_lost_per_step_ns: int | None
+    confidence: float | None
+    ranks: list[int]
+    recommendation: str | None
+
+
+class Straggler(_Model):
+    rank: int | None = Field(description="The rank the job waits for, or null when none stands out.")
+    source: Literal["straggler_rank finding", "last arrivals", "slowest step", "none"] = Field(
+        description="straggler_rank finding: the rule fired; last arrivals: the rank most often last into "
+                    "collectives; slowest step: the rank with the largest median step; none: one rank or no data.")
+    step_time_p50_ns: int | None
+    excess_vs_median_pct: float | None = Field(description="Its median step time over the median rank's, % above.")
+    last_arrival_share_pct: float | None = Field(description="% of matched collectives it arrived last to.")
+
+
+class DataQuality(_Model):
+    captures: int
+    quarantined: int
+    quarantine_reasons: list[str]
+    tables: dict[str, str] = Field(description="Validation mark per table: passed, failed or unvalidated.")
+    flags: list[str] = Field(description="Parser flags of the job's captures (e.g. truncated_trace).")
+
+
+class JobSummary(_Model):
+    """``job_summary``: one (job, attempt) at a glance."""
+
+    job: JobRow
+    ranks: list[RankSummary]
+    breakdown: dict[str, float | None] = Field(
+        description="Job-level HTA temporal breakdown (idle_pct, compute_pct, non_compute_pct: means over ranks).")
+    top_findings: list[FindingBrief]
+    straggler: Straggler
+    data_quality: DataQuality
+    page: Page = Field(description="Paging of `ranks`.")
+
+
+class Finding(FindingBrief):
+    job_id: str
+    attempt: int
+    metric: str | None
+    value: float | None
+    steps: list[int]
+    evidence: dict[str, Any] = Field(description="Numbers behind the finding (findings.v1.json `evidence`).")
+
+
+class FindingList(_Model):
+    """``findings``: one job's findings in rank order, or the fleet's ranked by estimated time lost."""
+
+    scope: Literal["job", "fleet"]
+    findings: list[Finding]
+    page: Page
+
+
+class PathShare(_Model):
+    bound_by: str = Field(description="What the path's time is bound by (critical_path.bound_by): cpu_bound, "
+                                      "launch_overhead, kernel_kernel_gap, compute, communication, data_loading, "
+                                      "sync, collective_wait, late_start.")
+    dur_ns: int
+    share_pct: float
+    n_segments: int
+
+
+class PathRank(_Model):
+    rank: int
+    dur_ns: int
+    share_pct: float
+
+
+class PathSegment(_Model):
+    segment: int
+    rank: int | None
+    name: str | None
+    bound_by: str | None
+    start_ns: int | None
+    dur_ns: int | None
+
+
+class CriticalPath(_Model):
+    """``critical_path``: one job's step: where the longest dependency chain spends its time (HTA critical path)."""
+
+    job_id: str
+    attempt: int
+    step: int | None
+    steps_available: list[int]
+    scope: str | None = Field(description="critical_path.scope of the rows (job: across ranks, rank: one rank).")
+    path_length_ns: int | None
+    by_bound: list[PathShare]
+    ranks: list[PathRank] = Field(description="Ranks the path crosses, by time on the path.")
+    longest_segments: list[PathSegment]
+    page: Page = Field(description="Paging of `longest_segments`.")
+
+
+class CollectiveRow(_Model):
+    collective: str | None
+    pg_name: str | None
+    n_calls: int
+    msg_bytes_p50: int | None
+    dur_ns_total: int
+    wait_ns_total: int | None = Field(description="Σ time ranks waited for the last arrival.")
+    skew_ns_p50: int | None
+    skew_ns_max: int | None
+    exposed_ns_total: int | None
+    busbw_gbps_p50: float | None
+    last_arrival_rank: int | None = Field(description="Rank most often last to arrive.")
+
+
+class Collectives(_Model):
+    """``collectives``: one job's collectives per (collective, process group), most wait first."""
+
+    job_id: str
+    attempt: int
+    last_arrivals_by_rank: dict[str, int] = Field(description="Rank → collectives it arrived last to.")
+    collectives: list[CollectiveRow]
+    page: Page
+
+
+class KernelRow(_Model):
+    name: str
+    kernel_type: str | None
+    n: int
+    total_ns: int
+    mean_ns: float | None
+    share_pct: float = Field(description="% of the job's kernel time (all ranks, all steps).")
+    n_ranks: int
+
+
+class Kernels(_Model):
+    """``kernels``: one job's top kernels by total time."""
+
+    job_id: str
+    attempt: int
+    total_kernel_ns: int
+    kernels: list[KernelRow]
+    page: Page
+
+
+class MetricDelta(_Model):
+    metric: str
+    a: float | None
+    b: float | None
+    delta: float | None
+    delta_pct: float | None
+
+
+class OpDelta(_Model):
+    group: str = Field(description="kernel (device events) or op (host cpu_op events).")
+    name: str
+    status: Literal["added", "removed", "slower", "faster"]
+    a_ns_per_step: float | None
+    b_ns_per_step: float | None
+    delta_ns_per_step: float | None
+    delta_pct: float | None
+
+
+class FindingChange(_Model):
+    finding_id: str
+    rule: str | None
+    title: str | None
+    status: Literal["appeared", "cleared", "persisting"]
+    a_est_ns: float | None
+    b_est_ns: float | None
+
+
+class Comparison(_Model):
+    """``compare``: job B against job A, as ``tracelake compare``."""
+
+    a: str
+    b: str
+    metrics: list[MetricDelta]
+    ops: list[OpDelta] = Field(description="Kernels and ops added, removed, slower or faster, largest |Δ| first.")
+    findings: list[FindingChange]
+    notes: list[str]
+    page: Page = Field(description="Paging of `ops`.")
+
+
+class RegressionRow(_Model):
+    job_name: str | None
+    job_id: str
+    attempt: int
+    date: str | None
+    metric: str
+    value: float | None
+    baseline: float | None
+    change_pct: float | None
+    p_value: float | None
+    verdict: str | None
+    baseline_runs: list[str] = Field(description="job_id#attempt of the baseline runs.")
+
+
+class Regressions(_Model):
+    """``regressions``: each run's metrics against the earlier runs of its job_name, newest first."""
+
+    regressions: list[RegressionRow]
+    page: Page
+
+
+class FleetRow(_Model):
+    dimension: str
+    value: str | None
+    date: str | None
+    n_runs: int | None
+    n_ranks: int | None
+    n_steps: int | None
+    step_time_p50_ns: float | None
+    step_time_p90_ns: float | None
+    idle_pct: float | None
+    compute_pct: float | None
+    exposed_comm_pct: float | None
+    cpu_bound_pct: float | None
+    dataloader_pct: float | None
+
+
+class FleetStats(_Model):
+    """``fleet_stats``: the fleet grouped by one dimension (the ``fleet_stats`` table)."""
+
+    dimension: str
+    rows: list[FleetRow]
+    page: Page
+
+
+class SqlAnswer(_Model):
+    """``sql``: the rows of one read-only Spark SQL query over the warehouse views."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+    elapsed_ms: float
+    page: Page = Field(description="`total` is the rows returned plus one when more existed (row cap).")
+
+
+#: Tool name → answer model (the order the server lists them in).
+TOOL_ANSWERS: dict[str, type[_Model]] = {
+    "list_jobs": JobList, "job_summary": JobSummary, "findings": FindingList, "critical_path": CriticalPath,
+    "collectives": Collectives, "kernels": Kernels, "compare": Comparison, "regressions": Regressions,
+    "fleet_stats": FleetStats, "sql": SqlAnswer,
+}
+
+
+def tool_schemas() -> dict:
+    """``{"schema_version", "max_answer_chars", "tools": {tool: JSON schema of its answer}}``."""
+    return {"schema_version": SCHEMA_VERSION, "max_answer_chars": MAX_ANSWER_CHARS,
+            "tools": {name: model.model_json_schema() for name, model in TOOL_ANSWERS.items()}}
+
+
+def write_schemas(path: Path = SCHEMAS_FILE) -> Path:
+    """Write :func:`tool_schemas` as JSON to ``path`` (default ``schemas/mcp_tools.v1.json``)."""
+    path.write_text(json.dumps(tool_schemas(), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_schemas())

@@ -1,0 +1,105 @@
+"""Unit tests of the agent interface's pieces: paging and cursors, the published answer schemas, HTTP binding."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from jobs.agent.paging import BadCursor, answer_chars, bounded, decode_cursor, encode_cursor, fingerprint
+from jobs.agent.server import BearerAuth, is_loopback, parse_bind
+from schemas import agent as A
+
+
+def _rows_answer(rows, page):
+    return A.Regressions(regressions=rows, page=page)
+
+
+def _row(i: int, note: str = "") -> A.RegressionRow:
+    return A.RegressionRow(job_name="j" + note, job_id=f"job{i}", attempt=0, date="2026-01-01", metric="idle_pct",
+                           value=float(i), baseline=None, change_pct=None, p_value=None, verdict="no_baseline",
+                           baseline_runs=[])
+
+
+def test_published_schemas_are_current():
+    assert json.loads(A.SCHEMAS_FILE.read_text()) == json.loads(json.dumps(A.tool_schemas(), sort_keys=True)), \
+        "schemas/mcp_tools.v1.json is stale: run python -m schemas.agent"
+
+
+def test_cursor_round_trip_and_refusals():
+    q = fingerprint("kernels", {"job_id": "a", "cursor": "x", "limit": 3})
+    assert q == fingerprint("kernels", {"job_id": "a"})  # cursor and limit are not part of the question
+    assert decode_cursor(encode_cursor(17, q), q) == 17 and decode_cursor(None, q) == 0
+    with pytest.raises(BadCursor, match="another question"):
+        decode_cursor(encode_cursor(3, q), fingerprint("kernels", {"job_id": "b"}))
+    with pytest.raises(BadCursor, match="not a cursor"):
+        decode_cursor("%%%", q)
+
+
+def test_pages_cover_every_row_once():
+    rows = [_row(i) for i in range(23)]
+    q, got, cursor = "q", [], None
+    while True:
+        a = bounded(rows, _rows_answer, q, cursor, 5)
+        assert a.page.offset == len(got) and a.page.total == 23 and a.page.returned == len(a.regressions) <= 5
+        got += a.regressions
+        cursor = a.page.next_cursor
+        assert a.page.truncated == (cursor is not None)
+        if cursor is None:
+            break
+    assert got == rows
+
+
+def test_character_cap_shortens_the_page():
+    rows = [_row(i, "x" * 1000) for i in range(100)]
+    a = bounded(rows, _rows_answer, "q", None, 100, max_chars=5000)
+    assert answer_chars(a) <= 5000 and 1 <= a.page.returned < 100 and a.page.truncated
+    one_more = bounded(rows, _rows_answer, "q", None, a.page.returned + 1, max_chars=10**9)
+    assert answer_chars(one_more) > 5000  # the largest page that fits
+    one = bounded(rows, _rows_answer, "q", None, 100, max_chars=10)  # never an empty page while rows remain
+    assert one.page.returned == 1
+
+
+@pytest.mark.parametrize("text,expect", [("127.0.0.1:8765", ("127.0.0.1", 8765)), ("[::1]:80", ("::1", 80)),
+                                         ("0.0.0.0:1", ("0.0.0.0", 1))])
+def test_parse_bind(text, expect):
+    assert parse_bind(text) == expect
+
+
+@pytest.mark.parametrize("text", ["8765", "host:", ":80", "h:0", "h:70000", "h:x"])
+def test_parse_bind_refuses(text):
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_bind(text)
+
+
+def test_is_loopback():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.1.2.3")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5") and not is_loopback("example.com")
+
+
+def _call(app, headers):
+    sent = []
+
+    async def send(msg):
+        sent.append(msg)
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    asyncio.run(app({"type": "http", "headers": headers}, receive, send))
+    return sent
+
+
+def test_bearer_auth():
+    reached = []
+
+    async def inner(scope, receive, send):
+        reached.append(scope)
+
+    app = BearerAuth(inner, "tok")
+    assert _call(app, [(b"authorization", b"Bearer tok")]) == [] and len(reached) == 1
+    for bad in ([], [(b"authorization", b"Bearer nope")], [(b"authorization", b"Basic tok")],
+                [(b"authorization", b"Bearer tok2")]):
+        sent = _call(app, bad)
+        assert sent[0]["status"] == 401 and len(reached) == 1
