@@ -383,11 +383,13 @@ def _step_numbers(events: list[dict]) -> tuple[int, int] | None:
 
 def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: int, seed: int,
                 straggler_rank: int, delay_ms: float, scale_jitter: float, clock_jitter_us: float,
-                straggler_job_index: int | None = None, log=print) -> Fleet:
+                straggler_job_index: int | None = None, log=print, hosts=None, job_scale=None) -> Fleet:
     """Write ``n_dlrm`` 8-rank DLRM jobs and ``n_single`` single-GPU jobs under ``root`` (module docstring).
 
-    The straggler goes into DLRM job ``straggler_job_index`` (default: drawn from ``seed``); the
-    perturbations are drawn from one ``random.Random(seed)``, job after job.
+    The straggler goes into DLRM job ``straggler_job_index`` (default: drawn from ``seed``; ``-1``: none);
+    the perturbations are drawn from one ``random.Random(seed)``, job after job. ``hosts(j, rank)``: the host
+    name of DLRM job ``j``'s rank (default ``fleet-<j>-node0`` for every rank); ``job_scale(j)``: a factor on
+    every rank's time scale of DLRM job ``j`` (a job slow everywhere; default 1).
 
     Raises:
         FileNotFoundError: a corpus trace is missing.
@@ -426,8 +428,9 @@ def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: 
         injected = j == straggler_job_index
         if injected:
             fleet.straggler_job, fleet.straggler_rank = job, straggler_rank
-        jitter = {r: (1.0 + rng.uniform(-scale_jitter, scale_jitter), rng.uniform(-clock_jitter_us, clock_jitter_us))
-                  for r in range(8)}
+        slow = job_scale(j) if job_scale is not None else 1.0
+        jitter = {r: ((1.0 + rng.uniform(-scale_jitter, scale_jitter)) * slow,
+                      rng.uniform(-clock_jitter_us, clock_jitter_us)) for r in range(8)}
         for r in range(8):
             doc = base[r]
             events = repeat_steps(doc, steps, period, stride)
@@ -438,7 +441,8 @@ def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: 
             out = {**{k: v for k, v in doc.items() if k != "traceEvents"}, "traceEvents": events}
             created = int((_time_bounds(events)[1] + 5e6) * 1000)
             fleet.captures.append(write_capture(
-                root, job_id=job, rank=r, world_size=8, doc=out, host=f"fleet-{j:03d}-node0", pid=40000 + r,
+                root, job_id=job, rank=r, world_size=8, doc=out,
+                host=hosts(j, r) if hosts is not None else f"fleet-{j:03d}-node0", pid=40000 + r,
                 device_name=doc["deviceProperties"][0]["name"], step_range=_step_numbers(events),
                 created_ns=created))
         fleet.dlrm_jobs.append(job)

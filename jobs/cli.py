@@ -185,7 +185,8 @@ def fleet(warehouse: str = typer.Option(...),
           threshold_pct: float = typer.Option(5.0, help="Relative step-time change that counts (%)."),
           threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
           alpha: float = typer.Option(0.01, help="Significance level of the Mann-Whitney U test.")) -> None:
-    """Only the fleet stage: rebuild fleet_stats, fleet_kernels, regressions (whole warehouse)."""
+    """Only the fleet stage: rebuild fleet_stats, fleet_kernels, regressions, fleet_findings, host_health (whole
+    warehouse)."""
     from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
     s = RunSettings(warehouse=warehouse, fleet_options={"baseline_runs": baseline_runs, "threshold_pct": threshold_pct,
@@ -197,6 +198,19 @@ def fleet(warehouse: str = typer.Option(...),
         console.print(f"{len(bad)} regression(s) in {reg[['job_id', 'attempt']].drop_duplicates().shape[0]} run(s)")
         if len(bad):
             _print_frame(bad[["job_name", "job_id", "attempt", "metric", "value", "baseline", "change_pct", "p_value"]], "table")
+    impact = read_pandas(warehouse, ["fleet_findings"])["fleet_findings"]
+    impact = impact[impact["dimension"] == "fleet"].sort_values("impact_rank") if len(impact) else impact
+    if len(impact):
+        r = impact.iloc[0]
+        console.print(f"fleet impact, {r['window_start']} … {r['window_end']} (accelerator-hours per day fixing each "
+                      "rule would recover; estimates overlap):")
+        _print_frame(impact[["impact_rank", "rule", "n_jobs", "n_runs", "accelerator_hours_per_day"]].head(10), "table")
+    hosts = read_pandas(warehouse, ["host_health"])["host_health"]
+    if len(hosts):
+        sus = hosts[hosts["suspect_hardware"].astype(bool)]
+        console.print(f"host health: {len(sus)} hardware suspect(s) among {len(hosts)} host(s) of multi-host runs")
+        if len(sus):
+            _print_frame(sus[["host_name", "n_jobs", "n_slow_jobs", "last_arrival_ratio", "step_excess_p50_pct"]], "table")
 
 
 @app.command()

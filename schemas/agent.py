@@ -275,6 +275,10 @@ class RegressionRow(_Model):
     p_value: float | None
     verdict: str | None
     baseline_runs: list[str] = Field(description="job_id#attempt of the baseline runs.")
+    changes: dict[str, Any] | None = Field(
+        default=None, description="For regression/improvement rows, what differs from the baseline runs: context "
+                                  "(torch_version, hardware, world_size, tags), the kernels whose time per step moved "
+                                  "most, findings appeared/cleared.")
 
 
 class Regressions(_Model):
@@ -308,6 +312,57 @@ class FleetStats(_Model):
     page: Page
 
 
+class FleetFindingRow(_Model):
+    dimension: str
+    value: str
+    rule: str
+    impact_rank: int = Field(description="1 = most accelerator-hours per day in the group.")
+    window_start: str
+    window_end: str
+    n_jobs: int
+    n_runs: int
+    n_steps: int
+    time_lost_ns: int | None = Field(description="Σ over runs of time lost per step × captured steps (job wall time).")
+    accelerator_hours: float | None = Field(description="Σ over runs of time lost × world size, hours.")
+    accelerator_hours_per_day: float | None = Field(description="What fixing the rule would recover per day.")
+    top_jobs: list[str] = Field(description="job_id#attempt losing the most accelerator time, most first.")
+    example_title: str | None
+
+
+class FleetFindings(_Model):
+    """``fleet_findings``: rules ranked by the accelerator-hours per day fixing them would recover (the
+    ``fleet_findings`` table: time lost per step × captured steps × world size, over the window)."""
+
+    dimension: str
+    rows: list[FleetFindingRow]
+    page: Page
+
+
+class HostRow(_Model):
+    host_name: str
+    device_names: list[str]
+    suspect_hardware: bool = Field(description="Slow in ≥ 2 different jobs and in at least half of its jobs.")
+    n_jobs: int
+    n_runs: int
+    n_slow_jobs: int
+    slow_jobs: list[str]
+    matched_calls: int | None
+    last_arrivals: int | None
+    last_arrival_ratio: float | None = Field(description="Last arrivals at collectives ÷ its fair share (1 = fair).")
+    step_excess_p50_pct: float | None = Field(description="Its ranks' median step time over the other hosts', %.")
+    window_start: str
+    window_end: str
+    evidence: list[dict[str, Any]] = Field(description="Per run: job, ranks, matched calls, last arrivals, ratio, "
+                                                       "step excess (% and ms), slow.")
+
+
+class HostHealth(_Model):
+    """``host_health``: hosts across jobs (the ``host_health`` table), hardware suspects first."""
+
+    hosts: list[HostRow]
+    page: Page
+
+
 class SqlAnswer(_Model):
     """``sql``: the rows of one read-only Spark SQL query over the warehouse views."""
 
@@ -321,7 +376,8 @@ class SqlAnswer(_Model):
 TOOL_ANSWERS: dict[str, type[_Model]] = {
     "list_jobs": JobList, "job_summary": JobSummary, "findings": FindingList, "critical_path": CriticalPath,
     "collectives": Collectives, "kernels": Kernels, "compare": Comparison, "regressions": Regressions,
-    "fleet_stats": FleetStats, "sql": SqlAnswer,
+    "fleet_stats": FleetStats, "fleet_findings": FleetFindings, "host_health": HostHealth,
+    "sql": SqlAnswer,
 }
 
 

@@ -451,6 +451,70 @@ FLEET_KERNELS = Table(
     key=("dimension", "value", "date", "kernel_rank"),
 )
 
+FLEET_FINDINGS = Table(
+    name="fleet_findings",
+    doc="Findings ranked by fleet impact (jobs/fleet/impact.py): per rule and fleet group, over a window of "
+    "capture dates, the runs it fired in and the accelerator-hours per day fixing it would recover. Per run: "
+    "the rule's largest `est_time_lost_per_step_ns` × the run's job steps in `steps` (the captured steps: a lower "
+    "bound) × its world size (at least the ranks traced). Estimates of different rules overlap: they rank, "
+    "they do not add up.",
+    columns=(
+        Column("dimension", _STR, "Partition: the group kind: `fleet` (everything), `job_name`, `model` (manifest "
+               "tag), `hardware` (device name, `cpu` without an accelerator).", False),
+        Column("value", _STR, "The group's value (`all` for `fleet`; `(none)` when the capture does not say).", False),
+        Column("rule", _STR, "The finding rule (`findings.rule`).", False),
+        Column("impact_rank", _I32, "1 = most accelerator-hours per day in the group.", False),
+        Column("window_start", _STR, "First capture date YYYY-MM-DD of the window.", False),
+        Column("window_end", _STR, "Last capture date of the window: the newest capture date in the warehouse.", False),
+        Column("window_days", _I32, "Days in the window.", False),
+        Column("n_jobs", _I64, "Distinct job_id the rule fired in, in the window.", False),
+        Column("n_runs", _I64, "Runs (job_id, attempt) it fired in.", False),
+        Column("n_steps", _I64, "Job steps of those runs (`steps`, ProfilerSteps captured).", False),
+        Column("time_lost_ns", _I64, "Σ over runs of time lost per step × steps, ns (wall time of the job)."),
+        Column("accelerator_hours", _F64, "Σ over runs of time lost × world size, hours."),
+        Column("accelerator_hours_per_day", _F64, "accelerator_hours / window_days: what fixing the rule in the "
+               "group would recover per day at the window's rate."),
+        Column("top_jobs", pa.list_(_STR), "`job_id#attempt` of the runs losing the most accelerator time, most first."),
+        Column("example_title", _STR, "`findings.title` of the first of `top_jobs`."),
+    ),
+    partition_by=("dimension",),
+    key=("dimension", "value", "rule"),
+)
+
+HOST_HEALTH = Table(
+    name="host_health",
+    doc="Host health across jobs (jobs/fleet/hosts.py): per host, over a window of capture dates, how often its "
+    "ranks arrive last at collectives against their fair share and how much slower their steps are than the other "
+    "hosts' of the same runs; a host slow in several different jobs is `suspect_hardware`. Only runs on two or "
+    "more hosts count: both measures compare a host with the other hosts of the same run, so a job slow on every "
+    "host blames none of them.",
+    columns=(
+        Column("kind", _STR, "Partition: what the row is about: `host` (`captures.host_name`).", False),
+        Column("host_name", _STR, "The host.", False),
+        Column("device_names", pa.list_(_STR), "Accelerator names of its captures."),
+        Column("window_start", _STR, "First capture date YYYY-MM-DD of the window.", False),
+        Column("window_end", _STR, "Last capture date of the window: the newest capture date in the warehouse.", False),
+        Column("n_jobs", _I64, "Distinct job_id of the multi-host runs it ran in.", False),
+        Column("n_runs", _I64, "Multi-host runs (job_id, attempt) it ran in.", False),
+        Column("n_ranks", _I64, "Rank captures on it, over those runs.", False),
+        Column("n_slow_jobs", _I64, "Distinct jobs in which it was slow (last-arrival ratio ≥ 1.5 over ≥ 5 matched "
+               "calls; with fewer matched calls, step-time excess ≥ 5 %).", False),
+        Column("slow_jobs", pa.list_(_STR), "Those job ids."),
+        Column("matched_calls", _I64, "Collectives matched on ≥ 2 ranks in its runs."),
+        Column("last_arrivals", _I64, "Of those, the ones whose last-arriving rank ran on it."),
+        Column("last_arrival_ratio", _F64, "last_arrivals ÷ its fair share (Σ over runs of its ranks ÷ the run's "
+               "ranks × the run's matched calls): 1 = fair, 8 = one of 8 equal hosts always last."),
+        Column("step_excess_p50_pct", _F64, "Median over its runs of (median step time of its ranks − median of the "
+               "other hosts' ranks) ÷ the latter × 100 (`ranks.step_time_p50_ns`)."),
+        Column("step_excess_p50_ns", _I64, "The same difference in ns (median over runs)."),
+        Column("suspect_hardware", _BOOL, "Slow in ≥ 2 different jobs and in at least half of its jobs.", False),
+        Column("evidence_json", _STR, "Per run: job, ranks, matched calls, last arrivals, ratio, step excess (% and "
+               "ms), slow: a JSON array."),
+    ),
+    partition_by=("kind",),
+    key=("kind", "host_name"),
+)
+
 REGRESSIONS = Table(
     name="regressions",
     doc="Each job run against the previous runs with the same `job_name` (jobs/fleet/regressions.py): per metric "
@@ -474,6 +538,11 @@ REGRESSIONS = Table(
         Column("baseline_runs", pa.list_(_STR), "`job_id#attempt` of the baseline runs (the previous ones, at most 5)."),
         Column("n_steps", _I64, "Job steps of the run."),
         Column("n_baseline_steps", _I64, "Job steps pooled from the baseline runs."),
+        Column("changes_json", _STR, "For `regression` and `improvement` rows, what differs from the baseline runs "
+               "(jobs/fleet/changes.py), a JSON object: `context` (torch_version, hardware, world_size and manifest "
+               "tags such as `git_sha` whose run value differs: field, run, baseline values), `kernels` (the 5 "
+               "kernels with the largest change of time per step), `findings_appeared`, `findings_cleared`; null "
+               "for the other verdicts."),
     ),
     partition_by=("date",),
     key=("job_id", "attempt", "metric"),
@@ -585,4 +654,5 @@ TABLES: dict[str, Table] = {
 
 #: Fleet tables (jobs/fleet): derived from the whole warehouse, rebuilt by each fleet run; not part of a
 #: per-job pipeline stage (so not in :data:`TABLES`, which the per-job validation suites iterate).
-FLEET_TABLES: dict[str, Table] = {t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS)}
+FLEET_TABLES: dict[str, Table] = {t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS,
+                                                      HOST_HEALTH)}

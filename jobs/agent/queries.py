@@ -24,6 +24,7 @@ from jobs.agent.paging import bounded, fingerprint
 from jobs.analyze.findings.ranking import findings_document
 from jobs.common.floats import finite_float as _num
 from jobs.common.ids import safe_date, safe_id, safe_index
+from jobs.fleet.impact import IMPACT_DIMENSIONS
 from jobs.fleet.stats import DIMENSIONS as FLEET_DIMENSIONS
 from jobs.publish.compare import compare_jobs, op_summary
 from jobs.validate.marks import MARK_FILE
@@ -446,7 +447,8 @@ def regressions(warehouse: str, job_name: str | None = None, verdict: str | None
     rows = [A.RegressionRow(job_name=_str(x.job_name), job_id=str(x.job_id), attempt=int(x.attempt), date=_str(x.date),
                             metric=str(x.metric), value=_num(x.value), baseline=_num(x.baseline),
                             change_pct=_num(x.change_pct), p_value=_num(x.p_value), verdict=_str(x.verdict),
-                            baseline_runs=[str(v) for v in (x.baseline_runs if x.baseline_runs is not None else [])])
+                            baseline_runs=[str(v) for v in (x.baseline_runs if x.baseline_runs is not None else [])],
+                            changes=json.loads(x.changes_json) if _str(getattr(x, "changes_json", None)) else None)
             for x in r.itertuples()]
     q = fingerprint("regressions", dict(job_name=job_name, verdict=verdict))
     return bounded(rows, lambda rs, page: A.Regressions(regressions=rs, page=page), q, cursor, limit)
@@ -479,3 +481,56 @@ def fleet_stats(warehouse: str, dimension: str = "job_name", value: str | None =
     q = fingerprint("fleet_stats", dict(dimension=dimension, value=value, by_date=by_date))
     return bounded(rows, lambda rs, page: A.FleetStats(dimension=dimension, rows=rs, page=page), q, cursor, limit)
 
+
+def fleet_findings(warehouse: str, dimension: str = "fleet", value: str | None = None, rule: str | None = None,
+                   limit: int | None = None, cursor: str | None = None) -> A.FleetFindings:
+    """Finding rules ranked by fleet impact (the ``fleet_findings`` table, :mod:`jobs.fleet.impact`): per
+    group of ``dimension`` (``fleet``, ``job_name``, ``model``, ``hardware``), the accelerator-hours per day
+    that fixing each rule would recover, with the runs it fired in; ``value`` keeps one group, ``rule``
+    one rule. Most recoverable first.
+
+    Raises:
+        ValueError: an unknown dimension.
+    """
+    if dimension not in IMPACT_DIMENSIONS:
+        raise ValueError(f"dimension must be one of {', '.join(IMPACT_DIMENSIONS)}; not {dimension!r}")
+    f = _read(warehouse, "fleet_findings", filter=ds.field("dimension") == dimension)
+    if len(f) and value is not None:
+        f = f[f["value"] == value]
+    if len(f) and rule is not None:
+        f = f[f["rule"] == rule]
+    if len(f):
+        f = f.sort_values(["accelerator_hours_per_day", "value", "rule"], ascending=[False, True, True])
+    rows = [A.FleetFindingRow(
+        dimension=dimension, value=str(x.value), rule=str(x.rule), impact_rank=int(x.impact_rank),
+        window_start=str(x.window_start), window_end=str(x.window_end), n_jobs=int(x.n_jobs), n_runs=int(x.n_runs),
+        n_steps=int(x.n_steps), time_lost_ns=_int(x.time_lost_ns), accelerator_hours=_num(x.accelerator_hours),
+        accelerator_hours_per_day=_num(x.accelerator_hours_per_day),
+        top_jobs=[str(j) for j in (x.top_jobs if x.top_jobs is not None else [])], example_title=_str(x.example_title))
+        for x in f.itertuples()]
+    q = fingerprint("fleet_findings", dict(dimension=dimension, value=value, rule=rule))
+    return bounded(rows, lambda rs, page: A.FleetFindings(dimension=dimension, rows=rs, page=page), q, cursor, limit)
+
+
+def host_health(warehouse: str, suspect_only: bool = False, host: str | None = None, limit: int | None = None,
+                cursor: str | None = None) -> A.HostHealth:
+    """Hosts across jobs (the ``host_health`` table, :mod:`jobs.fleet.hosts`): how often each host's ranks
+    arrive last at collectives against their fair share, in how many different jobs it was slow, whether
+    it is a hardware suspect, with the per-run evidence. Suspects first."""
+    h = _read(warehouse, "host_health")
+    if len(h) and suspect_only:
+        h = h[h["suspect_hardware"].astype(bool)]
+    if len(h) and host is not None:
+        h = h[h["host_name"] == host]
+    if len(h):
+        h = h.sort_values(["suspect_hardware", "n_slow_jobs", "host_name"], ascending=[False, False, True])
+    rows = [A.HostRow(
+        host_name=str(x.host_name), device_names=[str(d) for d in (x.device_names if x.device_names is not None else [])],
+        suspect_hardware=bool(x.suspect_hardware), n_jobs=int(x.n_jobs), n_runs=int(x.n_runs),
+        n_slow_jobs=int(x.n_slow_jobs), slow_jobs=[str(j) for j in (x.slow_jobs if x.slow_jobs is not None else [])],
+        matched_calls=_int(x.matched_calls), last_arrivals=_int(x.last_arrivals),
+        last_arrival_ratio=_num(x.last_arrival_ratio), step_excess_p50_pct=_num(x.step_excess_p50_pct),
+        window_start=str(x.window_start), window_end=str(x.window_end),
+        evidence=json.loads(x.evidence_json) if _str(x.evidence_json) else []) for x in h.itertuples()]
+    q = fingerprint("host_health", dict(suspect_only=suspect_only, host=host))
+    return bounded(rows, lambda rs, page: A.HostHealth(hosts=rs, page=page), q, cursor, limit)

@@ -2,7 +2,7 @@
 
 Tools (answers: :mod:`schemas.agent`, every one bounded and paged): ``list_jobs``, ``job_summary``,
 ``findings``, ``critical_path``, ``collectives``, ``kernels``, ``compare``, ``regressions``,
-``fleet_stats`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
+``fleet_stats``, ``fleet_findings``, ``host_health`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
 ``sql``: one read-only Spark SQL query over the warehouse views (:mod:`jobs.agent.readonly_sql`) on a
 Spark session started in the background when the server starts. Resources: the table schemas and
 the findings schema. Prompt: ``diagnose_job``.
@@ -39,7 +39,8 @@ FINDINGS_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "findings.v1
 INSTRUCTIONS = """tracelake holds every profiled training job of the fleet: per rank and ProfilerStep the HTA
 temporal breakdown (idle / compute / non-compute), kernels, collectives, the critical path, ranked
 bottleneck findings with evidence and recommendations, fleet statistics and regressions between runs.
-Start with list_jobs or findings (no job_id: the fleet's largest estimated losses), then job_summary,
+Start with list_jobs, fleet_findings (what would recover the most accelerator-hours) or findings (no
+job_id: the fleet's largest estimated losses per step), then job_summary,
 critical_path, collectives, kernels for one job; compare two runs; sql for anything else (read-only
 Spark SQL over the tables named in the tracelake://schemas/tables resources). Times are ns, shares %.
 Answers are paged: when page.truncated is true, call again with cursor=page.next_cursor."""
@@ -216,6 +217,25 @@ def build_server(warehouse: str, sql: bool = True, spark_master: str | None = No
         exposed-communication, CPU-bound and dataloader %."""
         return answer(queries.fleet_stats, dimension=dimension, value=value, by_date=by_date, limit=limit,
                       cursor=cursor)
+
+    @tool
+    def fleet_findings(dimension: Annotated[Literal["fleet", "job_name", "model", "hardware"],
+                                            Field(description="What to group the fleet by.")] = "fleet",
+                       value: Annotated[str | None, Field(description="Only this group.")] = None,
+                       rule: Annotated[str | None, Field(description="Only this rule.")] = None,
+                       limit: Limit = None, cursor: Cursor = None) -> A.FleetFindings:
+        """What would recover the most accelerator-hours: finding rules ranked by fleet impact over the last
+        7 days of captures (time lost per step × steps × world size), with the runs they fired in."""
+        return answer(queries.fleet_findings, dimension=dimension, value=value, rule=rule, limit=limit,
+                      cursor=cursor)
+
+    @tool
+    def host_health(suspect_only: Annotated[bool, Field(description="Only hardware suspects.")] = False,
+                    host: Annotated[str | None, Field(description="Only this host.")] = None,
+                    limit: Limit = None, cursor: Cursor = None) -> A.HostHealth:
+        """Hosts across jobs: how often each host's ranks arrive last at collectives (against their fair
+        share), in how many different jobs it was slow, and whether it is a hardware suspect, with evidence."""
+        return answer(queries.host_health, suspect_only=suspect_only, host=host, limit=limit, cursor=cursor)
 
     if holder is not None:
         @tool

@@ -1,13 +1,16 @@
-"""``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``.
+"""``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``, ``fleet_findings``,
+``host_health``.
 
 extract + reduce (Spark, or pandas on the local executor: :mod:`jobs.executor`): ``steps`` → one row
 per job step, ``kernels`` → one row per (run, date, kernel),
 each joined with the run's job name, model, hardware and torch version from ``captures``
 (:func:`jobs.fleet.stats.job_steps`, :func:`jobs.fleet.stats.job_kernels`).
-transform (pandas, on the driver; the reduced frames are small): :func:`jobs.fleet.stats.fleet_stats`,
-:func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`.
-load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions}`` through the crash-safe
-partition commit (:func:`jobs.warehouse.write_table`). The tables are rebuilt whole by each run, so a
+transform (pandas, on the driver; the reduced frames and the few columns read of ``findings``, ``captures``,
+``ranks`` and ``collectives`` are small): :func:`jobs.fleet.stats.fleet_stats`,
+:func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`,
+:func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health`.
+load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
+through the crash-safe partition commit (:func:`jobs.warehouse.write_table`). The tables are rebuilt whole by each run, so a
 run is idempotent and sees late-arriving jobs.
 """
 
@@ -18,11 +21,14 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pyarrow as pa
 
-from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
 from jobs.executor import is_local
+from jobs.fleet.changes import what_changed
+from jobs.fleet.hosts import host_health
+from jobs.fleet.impact import fleet_findings
+from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
 from jobs.fleet.stats import (fleet_kernels, fleet_stats, job_kernels, job_kernels_frame, job_steps,
                               job_steps_frame)
-from jobs.warehouse import read_pandas, read_spark, write_table
+from jobs.warehouse import read_arrow, read_pandas, read_spark, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
 
@@ -38,20 +44,25 @@ def _pandas(df) -> pd.DataFrame:
     return df.toArrow().to_pandas()
 
 
-def fleet_frames(job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, **regression_options) -> dict:
-    """The three fleet tables (pandas) from the reduced frames (pure).
+def fleet_frames(job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, tables: dict | None = None,
+                 **regression_options) -> dict:
+    """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
 
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps` rows; job_kernels: :func:`jobs.fleet.stats.job_kernels` rows.
+        tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet).
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
-        ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …}``.
+        ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``.
     """
+    t = tables or {}
     regs = find_regressions(job_steps[INPUT_COLUMNS], **regression_options) if len(job_steps) else \
         pd.DataFrame(columns=REGRESSIONS.names)
+    regs["changes_json"] = what_changed(regs, job_steps, job_kernels, t.get("captures"), t.get("findings"))
     return {"fleet_stats": fleet_stats(job_steps), "fleet_kernels": fleet_kernels(job_kernels),
-            "regressions": regs[REGRESSIONS.names]}
+            "regressions": regs[REGRESSIONS.names], "fleet_findings": fleet_findings(t.get("findings"), job_steps),
+            "host_health": host_health(t.get("captures"), t.get("ranks"), t.get("collectives"))}
 
 
 def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
@@ -78,13 +89,38 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
             return result
         js = _pandas(job_steps(steps, captures))
         jk = _pandas(job_kernels(kernels, captures)) if kernels is not None else None
-    frames = fleet_frames(js, jk, **regression_options)
+    frames = fleet_frames(js, jk, _read_columns(engine, warehouse), **regression_options)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
         if len(pdf):
             write_fleet_table(pdf, warehouse, name)
     result.regressions = frames["regressions"]
     return result
+
+
+#: What :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health` and
+#: :func:`jobs.fleet.changes.what_changed` read of the per-job tables.
+READ_COLUMNS = {
+    "findings": ("job_id", "attempt", "rule", "est_time_lost_per_step_ns", "title"),
+    "captures": ("job_id", "attempt", "rank", "status", "host_name", "device_name", "date", "tags_json"),
+    "ranks": ("job_id", "attempt", "rank", "step_time_p50_ns"),
+    "collectives": ("job_id", "attempt", "rank", "match_key", "n_ranks_matched", "is_last_arrival"),
+}
+
+
+def _read_columns(engine, warehouse: str) -> dict[str, pd.DataFrame]:
+    """:data:`READ_COLUMNS` of the tables that exist, as pandas (pyarrow on the local executor, else Spark)."""
+    out = {}
+    for name, cols in READ_COLUMNS.items():
+        if is_local(engine):
+            t = read_arrow(warehouse, name, columns=list(cols))
+            if t is not None:
+                out[name] = t.to_pandas()
+        else:
+            df = read_spark(engine, warehouse, name)
+            if df is not None:
+                out[name] = _pandas(df.select(*cols))
+    return out
 
 
 def write_fleet_table(pdf: pd.DataFrame, warehouse: str, table: str) -> None:

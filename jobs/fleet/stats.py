@@ -51,7 +51,8 @@ def run_metadata(captures):
         captures: the ``captures`` table (only ``ingested`` rows are used).
 
     Returns:
-        Columns ``job_id, attempt, job_name, job, model, hardware, torch_version, run_key, run_date``;
+        Columns ``job_id, attempt, job_name, job, model, hardware, torch_version, run_key, run_date,
+        world_size`` (the largest of its captures');
         ``hardware`` is the device name (``cpu`` when no capture names an accelerator); ``run_key``
         orders the runs of a job name (manifest ``created_at``, else the capture date).
     """
@@ -61,7 +62,8 @@ def run_metadata(captures):
     return (ing.groupBy("job_id", "attempt").agg(
         F.min("job_name").alias("job_name"), F.min("model").alias("model"),
         F.min("device_name").alias("device_name"), F.min("torch_version").alias("torch_version"),
-        F.min("created_at").alias("created_at"), F.min("date").alias("first_date"))
+        F.min("created_at").alias("created_at"), F.min("date").alias("first_date"),
+        F.max("world_size").alias("world_size"))
         .select(
             "job_id", "attempt",
             F.coalesce("job_name", "job_id").alias("job_name"),
@@ -70,7 +72,7 @@ def run_metadata(captures):
             F.coalesce("device_name", F.lit("cpu")).alias("hardware"),
             F.coalesce("torch_version", F.lit(NONE_VALUE)).alias("torch_version"),
             F.coalesce("created_at", "first_date").alias("run_key"),
-            F.col("first_date").alias("run_date")))
+            F.col("first_date").alias("run_date"), "world_size"))
 
 
 def job_steps(steps, captures):
@@ -118,7 +120,8 @@ def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
     g = ing.groupby(["job_id", "attempt"], sort=True)
     m = pd.DataFrame({"job_name": _min(g["job_name"]), "model": _min(g["model"]), "device_name": _min(g["device_name"]),
                       "torch_version": _min(g["torch_version"]), "created_at": _min(g["created_at"]),
-                      "first_date": _min(g["date"])}).reset_index()
+                      "first_date": _min(g["date"]),
+                      "world_size": g["world_size"].max() if "world_size" in ing.columns else None}).reset_index()
     return pd.DataFrame({
         "job_id": m["job_id"], "attempt": m["attempt"],
         "job_name": m["job_name"].where(m["job_name"].notna(), m["job_id"]),
@@ -127,7 +130,7 @@ def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
         "hardware": m["device_name"].where(m["device_name"].notna(), "cpu"),
         "torch_version": m["torch_version"].where(m["torch_version"].notna(), NONE_VALUE),
         "run_key": m["created_at"].where(m["created_at"].notna(), m["first_date"]),
-        "run_date": m["first_date"]})
+        "run_date": m["first_date"], "world_size": m["world_size"]})
 
 
 def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,8 @@ stage                  engine  does
 ``analyze``            yes     → ``steps``, ``ranks``, ``kernels``, ``collectives``,
                                ``critical_path``, ``findings``
 ``validate_analyze``   yes     Great Expectations over the analysis tables
-``fleet``              yes     → ``fleet_stats``, ``fleet_kernels``, ``regressions`` (all jobs)
+``fleet``              yes     → ``fleet_stats``, ``fleet_kernels``, ``regressions``,
+                               ``fleet_findings``, ``host_health`` (all jobs)
 ``publish``            no      one MLflow run per (job, attempt): params, metrics, tags, CSVs,
                                findings, validation report, HTML job report
 ``fleet_report``       no      the fleet HTML report and the day's MLflow fleet run

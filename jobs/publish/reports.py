@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from jobs.common.ids import safe_date
-from jobs.publish.report.fleet_tables import fleet_stats_metrics
+from jobs.publish.report.fleet_tables import fleet_stats_metrics, host_metrics, impact_metrics
 from jobs.publish.report.html import render_fleet_report, render_job_report
 from jobs.publish.report.sections import fleet_daily, fleet_metrics
 from jobs.warehouse import read_pandas
@@ -109,9 +109,9 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     Args:
         ranks, captures, steps, findings: the tables over all jobs (pandas).
         day: ``YYYY-MM-DD`` (default: today, UTC).
-        fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions": pandas}`` (:mod:`jobs.fleet`): adds the
-            ``fleet/<dimension>/<value>/…`` metrics (:func:`jobs.publish.report.fleet_tables.fleet_stats_metrics`)
-            and the breakdown and regression sections of the report.
+        fleet: the fleet tables (:data:`schemas.FLEET_TABLES`, :mod:`jobs.fleet`) as pandas: adds the
+            ``fleet/<dimension>/<value>/…``, ``fleet/impact/…`` and ``fleet/hosts/…`` metrics
+            (:mod:`jobs.publish.report.fleet_tables`) and the impact, host, breakdown and regression sections.
 
     Returns:
         The fleet run id.
@@ -134,7 +134,8 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     now = int(time.time() * 1000)
 
     fleet = fleet or {}
-    values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats"))}
+    values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats")),
+              **impact_metrics(fleet.get("fleet_findings")), **host_metrics(fleet.get("host_health"))}
     metrics = [Metric(k, v, now, 0) for k, v in sorted(values.items())]
     logged = {int(m.step) for m in client.get_metric_history(run_id, "fleet/daily/n_jobs")}
     for r in fleet_daily(ranks, captures).to_dict(orient="records"):

@@ -13,7 +13,7 @@ from pathlib import Path
 from jobs.warehouse import read_pandas
 
 #: The fleet tables (rebuilt over every job of the warehouse by the ``fleet`` stage).
-FLEET_TABLES = ("fleet_stats", "fleet_kernels", "regressions")
+FLEET_TABLES = ("fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health")
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 NEURON = SHARED / "corpus" / "neuron" / "AnchovyPark__npu_profiling_code"
 DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
-FLEET_TABLES = ("fleet_stats", "fleet_kernels", "regressions")
+FLEET_TABLES = ("fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health")
 
 
 def _fleet_rows(warehouse: Path, table: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 MS = 1_000_000
 
 
-def _train(landing, job_id: str, sleep_s: float, steps: int = 10) -> None:
+def _train(landing, job_id: str, sleep_s: float, steps: int = 10, git_sha: str = "aaa111") -> None:
     """A real torch.profiler capture of a tiny CPU model whose steps take ~``sleep_s`` longer."""
     import torch
     from torch import nn
@@ -21,7 +22,7 @@ def _train(landing, job_id: str, sleep_s: float, steps: int = 10) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with TraceCapture(str(landing), job_id=job_id, tags={"job_name": "nightly-mlp", "model": "mlp-3"},
+    with TraceCapture(str(landing), job_id=job_id, tags={"job_name": "nightly-mlp", "model": "mlp-3", "git_sha": git_sha},
                       wait=0, warmup=1, active=steps, repeat=1, background=False, env={}) as cap:
         for _ in range(steps + 2):
             x = torch.randn(16, 32)
@@ -35,7 +36,8 @@ def _train(landing, job_id: str, sleep_s: float, steps: int = 10) -> None:
 
 @pytest.fixture(scope="module")
 def nightly(spark, tmp_path_factory):
-    """Four runs of the job name ``nightly-mlp``: three alike, the fourth 100 ms/step slower.
+    """Four runs of the job name ``nightly-mlp``: three alike, the fourth 100 ms/step slower, from another commit
+    (tag ``git_sha``) on another torch version (its manifest's ``torch_version`` rewritten, as a version bump).
 
     Steps of ~200 ms: a loaded machine shifts a whole run's steps by a few ms (sleep overshoot, a slower
     tiny model), which must stay well under the regression threshold (5 %) for the alike runs; with 5 ms
@@ -45,7 +47,10 @@ def nightly(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("fleet")
     landing, wh = base / "landing", base / "wh"
     for i, sleep_s in enumerate((0.2, 0.2, 0.2, 0.3)):
-        _train(landing, f"nightly-{i}", sleep_s)
+        _train(landing, f"nightly-{i}", sleep_s, git_sha="bbb222" if i == 3 else "aaa111")
+    (manifest,) = landing.glob("**/job=nightly-3/**/manifest.json")
+    doc = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**doc, "torch_version": "2.99.0"}))
     result = run_pipeline(str(landing), str(wh), tracking_uri=f"sqlite:///{base}/mlflow.db", spark=spark)
     return wh, result, f"sqlite:///{base}/mlflow.db"
 
@@ -64,6 +69,13 @@ def test_regression_of_the_slow_run_is_found_and_logged(nightly):
     assert list(slow["baseline_runs"]) == ["nightly-0#0", "nightly-1#0", "nightly-2#0"]
     # the step-time change is the injected 100 ms per step, measured against the baseline's median
     assert slow["delta"] == pytest.approx(100 * MS, rel=0.2)
+    # what changed: the version bump and the commit, next to the kernels that moved (jobs/fleet/changes.py)
+    changes = json.loads(slow["changes_json"])
+    ctx = {c["field"]: (c["run"], c["baseline"]) for c in changes["context"]}
+    assert ctx["torch_version"][0] == "2.99.0" and ctx["torch_version"][1] != ["2.99.0"]
+    assert ctx["tags.git_sha"] == ("bbb222", ["aaa111"]) and "tags.model" not in ctx
+    assert changes["baseline_runs"] == ["nightly-0#0", "nightly-1#0", "nightly-2#0"] and len(changes["kernels"]) <= 5
+    assert p50.loc[["nightly-1", "nightly-2"], "changes_json"].isna().all()  # unchanged runs: nothing to explain
 
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(result.run_ids[("nightly-3", 0)])
@@ -123,4 +135,18 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     # one hardware group per accelerator model in the corpus, each with its runs counted once
     hw = stats[(stats["dimension"] == "hardware") & (stats["date"] == "all")]
     assert hw["n_runs"].sum() == stats[(stats["dimension"] == "fleet") & (stats["date"] == "all")]["n_runs"].iloc[0]
+    # fleet_findings from Spark's reduction equals the pandas one over the same tables (jobs/fleet/impact.py)
+    from jobs.fleet.impact import fleet_findings
+    from jobs.fleet.stats import job_steps_frame
+
+    found = spark.read.parquet(str(wh / "findings")).toPandas()
+    expect_ff = fleet_findings(found, job_steps_frame(steps, caps))
+    got_ff = spark.read.parquet(str(wh / "fleet_findings")).toPandas()[expect_ff.columns]
+    assert res.counts["fleet_findings"] == len(expect_ff) > 0
+    key = ["dimension", "value", "rule"]
+    got_ff = got_ff.sort_values(key).reset_index(drop=True)
+    expect_ff = expect_ff.sort_values(key).reset_index(drop=True)
+    assert got_ff[key + ["impact_rank", "n_runs", "n_steps", "time_lost_ns"]].astype(str).equals(
+        expect_ff[key + ["impact_rank", "n_runs", "n_steps", "time_lost_ns"]].astype(str))
+    assert np.allclose(got_ff["accelerator_hours"], expect_ff["accelerator_hours"], rtol=1e-12)
     assert isinstance(res.regressions, pd.DataFrame) and len(res.regressions)

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"list_jobs", "job_summary", "findings", "critical_path", "collectives", "kernels", "compare", "regressions",
-         "fleet_stats", "sql"}
+         "fleet_stats", "fleet_findings", "host_health", "sql"}
 PUBLISHED = json.loads(SCHEMAS_FILE.read_text())["tools"]
 
 
@@ -148,6 +148,14 @@ async def _exercise(client, dlrm: str) -> None:
     await s.call("regressions")
     hw = await s.call("fleet_stats", dimension="hardware")
     assert hw["rows"] and all(r["dimension"] == "hardware" and r["date"] == "all" for r in hw["rows"])
+
+    impact = await s.call("fleet_findings")
+    hours = [r["accelerator_hours_per_day"] for r in impact["rows"]]
+    assert impact["rows"] and hours == sorted(hours, reverse=True)
+    assert [r["impact_rank"] for r in impact["rows"]] == list(range(1, len(hours) + 1))
+
+    hosts = await s.call("host_health")  # the corpus: every multi-rank job on one host, so none to compare
+    assert hosts["page"]["total"] == len(hosts["hosts"])
 
     assert "no job" in await s.error("job_summary", job_id="no-such-job")
     assert "unsafe job id" in await s.error("job_summary", job_id="../../etc/passwd")

@@ -1,13 +1,16 @@
 """Fleet report sections from the fleet tables (``fleet_stats``, ``fleet_kernels``, ``regressions``,
-written by :mod:`jobs.fleet`), and the MLflow metrics of the fleet run taken from them."""
+``fleet_findings``, ``host_health``, written by :mod:`jobs.fleet`), and the MLflow metrics of the fleet run
+taken from them."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
 
 from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, table_view
+from jobs.publish.report.plots import host_job_heatmap, recoverable_hours
 
 #: Dimensions shown as "by …" tables, in order, with their headings.
 BREAKDOWNS = (("job_name", "job name"), ("model", "model"), ("hardware", "hardware"), ("torch_version", "torch version"))
@@ -69,15 +72,125 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20) -> Sect
         n = r[["job_id", "attempt"]].drop_duplicates().shape[0]
         sec.note = f"No regression or improvement among {n} run(s)."
         return sec
-    moved = moved.assign(order=(moved["verdict"] != "regression").astype(int)).sort_values(
-        ["order", "change_pct"], ascending=[True, False])
+    moved = moved.assign(order=(moved["verdict"] != "regression").astype(int),
+                         changed=[changes_summary(v) for v in moved.get("changes_json", [None] * len(moved))]
+                         ).sort_values(["order", "change_pct"], ascending=[True, False])
     sec.tables.append(table_view("regressions", moved, [
         ("verdict", "verdict", fmt_text, ""), ("job_name", "job name", fmt_text, "name"),
         ("job_id", "run", fmt_text, "name"), ("attempt", "attempt", fmt_int, "num"), ("metric", "metric", fmt_text, ""),
         ("value", "value", lambda v: fmt_num(v, 2), "num"), ("baseline", "baseline", lambda v: fmt_num(v, 2), "num"),
         ("change_pct", "change %", _pct, "num"), ("p_value", "p", lambda v: "—" if v != v or v is None else f"{v:.1e}", "num"),
-        ("baseline_runs", "baseline runs", fmt_text, "name")], limit=top, total=len(moved)))
+        ("baseline_runs", "baseline runs", fmt_text, "name"), ("changed", "what changed", fmt_text, "name")],
+        limit=top, total=len(moved)))
     return sec
+
+
+def changes_summary(changes_json) -> str:
+    """One line of a ``regressions.changes_json``: the context that differs, the kernel that moved most, the
+    findings that appeared and cleared (``""`` when there is nothing)."""
+    if not isinstance(changes_json, str) or not changes_json:
+        return ""
+    c = json.loads(changes_json)
+    parts = [f"{x['field']}: {', '.join(str(v) for v in x['baseline'])} → {x['run']}" for x in c.get("context", [])]
+    if c.get("kernels"):
+        k = c["kernels"][0]
+        parts.append(f"kernel {k['name'][:60]} {k['delta_ns_per_step'] / 1e6:+.3f} ms/step")
+    if c.get("findings_appeared"):
+        parts.append("new findings: " + ", ".join(c["findings_appeared"]))
+    if c.get("findings_cleared"):
+        parts.append("cleared: " + ", ".join(c["findings_cleared"]))
+    return "; ".join(parts)
+
+
+def impact_section(impact: pd.DataFrame | None, top: int = 20) -> Section:
+    """"Findings ranked by fleet impact": the fleet rows of ``fleet_findings`` (a bar chart of the
+    recoverable accelerator-hours per day by rule, and the table), with the estimate's assumptions."""
+    sec = Section("fleet-impact", "Findings ranked by fleet impact",
+                  intro="Per finding rule, over the window's capture dates: the accelerator-hours per day fixing it "
+                        "would recover = Σ over the runs it fired in of its largest estimated time lost per step × "
+                        "the run's captured job steps × its world size, ÷ the window's days. The captured steps are "
+                        "the profiled window, so the hours are a lower bound for runs that trained longer; estimates "
+                        "of different rules overlap (one cause shows in several rules): they rank, they do not add up.")
+    f = impact[impact["dimension"] == "fleet"] if isinstance(impact, pd.DataFrame) and len(impact) else pd.DataFrame()
+    if not len(f):
+        sec.note, sec.status = "Not available: no finding with an estimate in the window.", "unavailable"
+        return sec
+    f = f.sort_values("impact_rank")
+    f = f.assign(top_jobs=[", ".join(str(j) for j in (v if v is not None else [])) for v in f["top_jobs"]])
+    sec.intro += f" Window: {f['window_start'].iloc[0]} … {f['window_end'].iloc[0]}."
+    plot = recoverable_hours(f.head(top))
+    if plot is not None:
+        sec.plots.append(plot)
+    sec.tables.append(table_view("fleet-impact", f, [
+        ("impact_rank", "#", fmt_int, "num"), ("rule", "rule", fmt_text, "name"), ("n_jobs", "jobs", fmt_int, "num"),
+        ("n_runs", "runs", fmt_int, "num"), ("n_steps", "steps", fmt_int, "num"),
+        ("accelerator_hours_per_day", "accelerator-h / day", lambda v: fmt_num(v, 3), "num"),
+        ("top_jobs", "top runs", fmt_text, "name"), ("example_title", "example", fmt_text, "name")],
+        limit=top, total=len(f)))
+    return sec
+
+
+def host_section(health: pd.DataFrame | None, top: int = 30) -> Section:
+    """"Host health across jobs": ``host_health`` as a host × job heatmap of last-arrival ratios and a
+    table, suspects first."""
+    sec = Section("host-health", "Host health across jobs",
+                  intro="Per host, in the runs whose ranks ran on two or more hosts: how often its ranks arrived last "
+                        "at the collectives matched across ranks, against its fair share (ratio 1), and the step-time "
+                        "excess of its ranks over the other hosts' of the same run. Slow in a run: ratio ≥ 1.5 over ≥ 5 "
+                        "matched calls (without collectives: excess ≥ 5 %). A host slow in ≥ 2 different jobs and in at "
+                        "least half of its jobs is a hardware suspect; a job slow on every host blames none of them.")
+    h = health if isinstance(health, pd.DataFrame) and len(health) else pd.DataFrame()
+    if not len(h):
+        sec.note, sec.status = "Not available: no run on two or more hosts in the window.", "unavailable"
+        return sec
+    sec.intro += f" Window: {h['window_start'].iloc[0]} … {h['window_end'].iloc[0]}."
+    n_suspect = int(h["suspect_hardware"].sum())
+    sec.intro += f" Hardware suspects: {n_suspect} of {len(h)} host(s)."
+    cells = [{"host_name": r["host_name"], "job": e["job"], "last_arrival_ratio": e["last_arrival_ratio"]}
+             for r in h.head(top).to_dict(orient="records") for e in json.loads(r["evidence_json"] or "[]")]
+    plot = host_job_heatmap(pd.DataFrame(cells))
+    if plot is not None:
+        sec.plots.append(plot)
+    shown = h.assign(suspect=h["suspect_hardware"].map({True: "suspect", False: ""}),
+                     slow_jobs=[", ".join(str(j) for j in (v if v is not None else [])) for v in h["slow_jobs"]])
+    sec.tables.append(table_view("host-health", shown, [
+        ("host_name", "host", fmt_text, "name"), ("suspect", "hardware", fmt_text, ""),
+        ("n_jobs", "jobs", fmt_int, "num"), ("n_slow_jobs", "slow in", fmt_int, "num"),
+        ("last_arrival_ratio", "last-arrival ratio", lambda v: fmt_num(v, 2), "num"),
+        ("step_excess_p50_pct", "step excess %", _pct, "num"), ("slow_jobs", "slow jobs", fmt_text, "name")],
+        limit=top, total=len(h)))
+    return sec
+
+
+def host_metrics(health: pd.DataFrame | None) -> dict[str, float]:
+    """Fleet-run metrics from ``host_health``: ``fleet/hosts/n_hosts``, ``fleet/hosts/n_suspect`` and, per
+    suspect host, ``fleet/hosts/<host>/last_arrival_ratio`` and ``…/n_slow_jobs``."""
+    if health is None or not len(health):
+        return {}
+    out = {"fleet/hosts/n_hosts": float(len(health)), "fleet/hosts/n_suspect": float(health["suspect_hardware"].sum())}
+    for r in health[health["suspect_hardware"].astype(bool)].to_dict(orient="records"):
+        key = f"fleet/hosts/{_metric_key(r['host_name'])}"
+        if r.get("last_arrival_ratio") is not None and r["last_arrival_ratio"] == r["last_arrival_ratio"]:
+            out[f"{key}/last_arrival_ratio"] = float(r["last_arrival_ratio"])
+        out[f"{key}/n_slow_jobs"] = float(r["n_slow_jobs"])
+    return out
+
+
+def impact_metrics(impact: pd.DataFrame | None) -> dict[str, float]:
+    """Fleet-run metrics from ``fleet_findings`` (the fleet rows): ``fleet/impact/<rule>/accelerator_hours_per_day``
+    and ``fleet/impact/<rule>/n_runs``, and ``fleet/impact/top_accelerator_hours_per_day``."""
+    out: dict[str, float] = {}
+    if impact is None or not len(impact):
+        return out
+    f = impact[impact["dimension"] == "fleet"]
+    for r in f.to_dict(orient="records"):
+        v = r.get("accelerator_hours_per_day")
+        if v is not None and v == v:
+            out[f"fleet/impact/{_metric_key(r['rule'])}/accelerator_hours_per_day"] = float(v)
+            out[f"fleet/impact/{_metric_key(r['rule'])}/n_runs"] = float(r["n_runs"])
+    if len(f):
+        out["fleet/impact/top_accelerator_hours_per_day"] = float(f["accelerator_hours_per_day"].max())
+    return out
 
 
 def _metric_key(text: str) -> str:

@@ -86,17 +86,19 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
 def render_fleet_report(ranks: pd.DataFrame | None, captures: pd.DataFrame | None,
                         steps: pd.DataFrame | None = None, findings: pd.DataFrame | None = None,
                         top: int = 10, title: str = "tracelake fleet report", fleet: dict | None = None) -> str:
-    """The fleet report: trends over capture date, the worst offenders and, with ``fleet``, the
-    breakdown by job name / model / hardware / torch version and the regressions.
+    """The fleet report: trends over capture date, the worst offenders and, with ``fleet``, the findings
+    ranked by fleet impact, host health, the breakdown by job name / model / hardware / torch version and the regressions.
 
     Args:
         ranks, captures, steps, findings: those tables over all jobs (pandas); any may be missing.
         top: rows per worst-offender table.
-        fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions": pandas}`` (:mod:`jobs.fleet`).
+        fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions"|"fleet_findings"|"host_health": pandas}``
+            (:mod:`jobs.fleet`).
     """
     secs = S.fleet_sections(ranks, captures, steps, findings, top)
     if fleet is not None:
-        secs[1:1] = [FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
+        secs[1:1] = [FT.impact_section(fleet.get("fleet_findings")), FT.host_section(fleet.get("host_health")),
+                     FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
                      FT.regressions_section(fleet.get("regressions"))]
     return render_page(title, secs, subtitle=S.fleet_subtitle(ranks, captures), cards=S.fleet_cards(ranks, captures))
 

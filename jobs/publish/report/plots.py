@@ -246,6 +246,25 @@ def top_kernels(top: pd.DataFrame | None) -> Plot | None:
 
 
 @_plotting
+def recoverable_hours(impact: pd.DataFrame | None) -> Plot | None:
+    """Horizontal bars of the accelerator-hours per day fixing each finding rule would recover
+    (``impact``: the fleet rows of ``fleet_findings``: rule, accelerator_hours_per_day), most first."""
+    if not _has(impact, "rule", "accelerator_hours_per_day"):
+        return None
+    d = impact.sort_values("accelerator_hours_per_day", ascending=False)
+    fig = _figure(9, 1.6 + 0.35 * len(d))
+    ax = fig.add_subplot()
+    y = np.arange(len(d))
+    _hbars(ax, y, d["accelerator_hours_per_day"].astype(float).to_numpy(), color=COLORS["host_wait"])
+    ax.set_yticks(y, [short(r) for r in d["rule"]], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("accelerator-hours per day (time lost per step × steps × world size, over the window)")
+    ax.set_title("Recoverable accelerator-hours by finding rule")
+    return _png(fig, "recoverable_hours", "Recoverable accelerator-hours",
+                f"Bar chart of the accelerator-hours per day {len(d)} finding rules cost the fleet")
+
+
+@_plotting
 def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     """Heatmap of ``wait_ns`` (time a rank waited for the slowest rank) by rank × collective call.
 
@@ -270,6 +289,26 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     ax.set_title("Collective wait by rank and call")
     return _png(fig, "collective_wait", "Collective wait heatmap",
                 f"Heatmap of collective wait time, {len(m)} ranks by {m.shape[1]} calls")
+
+
+@_plotting
+def host_job_heatmap(cells: pd.DataFrame | None) -> Plot | None:
+    """Heatmap of hosts × jobs: each cell the host's last-arrival ratio in that job (1 = its fair share of
+    the collectives' last arrivals; ``cells``: host_name, job, last_arrival_ratio), suspects' rows first."""
+    if not _has(cells, "host_name", "job", "last_arrival_ratio"):
+        return None
+    m = cells.pivot_table(index="host_name", columns="job", values="last_arrival_ratio", aggfunc="max", sort=False)
+    if m.empty or m.isna().all().all():
+        return None
+    fig = _figure(10, 1.8 + 0.3 * len(m))
+    ax = fig.add_subplot()
+    im = ax.imshow(m.to_numpy(dtype=float), aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0.0)
+    ax.set_yticks(np.arange(len(m)), [short(h, 30) for h in m.index], fontsize=8)
+    ax.set_xticks(np.arange(m.shape[1]), [short(j, 18) for j in m.columns], rotation=45, ha="right", fontsize=7)
+    fig.colorbar(im, cax=ax.inset_axes([1.015, 0.0, 0.018, 1.0]), label="last-arrival ratio (1 = fair share)")
+    ax.set_title("Hosts by job: how often their ranks arrive last at collectives")
+    return _png(fig, "host_job_heatmap", "Host × job heatmap",
+                f"Heatmap of the last-arrival ratio of {len(m)} hosts in {m.shape[1]} jobs")
 
 
 @_plotting

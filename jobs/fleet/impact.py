@@ -1,0 +1,108 @@
+"""Findings ranked by fleet impact: the ``fleet_findings`` table (issue 15).
+
+Per rule and fleet group (the whole fleet, a ``job_name``, a ``model``, a ``hardware``), over a window of
+capture dates (default the last 7 days with captures): how many jobs and runs the rule fired in, the
+time it cost, and the accelerator-hours per day that fixing it would recover.
+
+The estimate, per run (job_id, attempt) in which the rule fired:
+
+* time lost per step = the rule's ``findings.est_time_lost_per_step_ns`` (the largest when the rule fired
+  on several ranks of the run: ranks run in lockstep, so the slowest rank's loss sets the step);
+* × the run's job steps in the warehouse (``steps``, ProfilerSteps captured: the profiled window, so the
+  hours are those of the captured steps, a lower bound for a run that trained longer);
+* × the accelerators that wait: the run's world size (the manifest's or the trace's ``world_size``, at
+  least the ranks traced), since a step is as long on every rank.
+
+Accelerator-hours per day = that sum over the window's runs ÷ the window's days. Estimates of different
+rules overlap (one cause can show in several rules): they rank the rules, they do not add up. Runs whose
+capture date is unknown are left out of every window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from jobs.fleet.stats import NONE_VALUE
+from jobs.fleet.window import WINDOW_DAYS, capture_days, window
+from schemas import FLEET_FINDINGS
+
+#: Fleet groups of ``fleet_findings`` (a subset of :data:`jobs.fleet.stats.DIMENSIONS`).
+IMPACT_DIMENSIONS = ("fleet", "job_name", "model", "hardware")
+TOP_JOBS = 3
+_NS_PER_HOUR = 3.6e12
+
+
+def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of :func:`jobs.fleet.stats.job_steps` rows: ``job_id, attempt, job_name, model,
+    hardware, run_date, n_steps`` (job steps) and ``accelerators`` (world size, at least the ranks traced)."""
+    js = job_steps
+    n_ranks = js["ranks"].map(len) if "ranks" in js else pd.Series(1, index=js.index)
+    world = pd.to_numeric(js["world_size"], errors="coerce") if "world_size" in js else pd.Series(np.nan, index=js.index)
+    js = js.assign(_ranks=n_ranks, _world=world)
+    g = js.groupby(["job_id", "attempt"], sort=True)
+    runs = pd.DataFrame({"job_name": g["job_name"].first(), "model": g["model"].first(),
+                         "hardware": g["hardware"].first(), "run_date": g["run_date"].first(),
+                         "n_steps": g["step"].nunique(),
+                         "accelerators": np.fmax(g["_ranks"].max().astype(float), g["_world"].max().astype(float))})
+    return runs.reset_index()
+
+
+def fleet_findings(findings: pd.DataFrame | None, job_steps: pd.DataFrame | None, window_days: int = WINDOW_DAYS,
+                   top: int = TOP_JOBS) -> pd.DataFrame:
+    """The ``fleet_findings`` table (columns of :data:`schemas.FLEET_FINDINGS`): the module's estimate per
+    (dimension, value, rule), over the ``window_days`` capture dates ending at the newest one.
+
+    Args:
+        findings: the ``findings`` table (pandas); job_steps: :func:`jobs.fleet.stats.job_steps` rows.
+        window_days: days in the window (≥ 1); top: example runs kept per row (``top_jobs``).
+
+    Returns:
+        Rows sorted by dimension, value and ``impact_rank`` (1 = most accelerator-hours per day in the
+        group); empty when no finding of a dated run has an estimate.
+
+    Raises:
+        ValueError: ``window_days`` < 1.
+    """
+    empty = pd.DataFrame(columns=FLEET_FINDINGS.names)
+    if findings is None or job_steps is None or not len(findings) or not len(job_steps):
+        window(pd.Series([], dtype="datetime64[ns]"), window_days)  # the same ValueError on any input
+        return empty
+    runs = run_sizes(job_steps)
+    runs["day"] = capture_days(runs["run_date"])
+    span = window(runs["day"], window_days)
+    if span is None:
+        return empty
+    start, end = span
+    runs = runs[runs["day"] >= start]
+    f = findings[["job_id", "attempt", "rule", "est_time_lost_per_step_ns", "title"]]
+    f = f[pd.to_numeric(f["est_time_lost_per_step_ns"], errors="coerce").notna()]
+    f = f.assign(attempt=f["attempt"].astype(int), est=pd.to_numeric(f["est_time_lost_per_step_ns"]).astype(float))
+    # one loss per (run, rule): the largest of the rule's findings in the run (ranks run in lockstep)
+    f = f.sort_values(["job_id", "attempt", "rule", "est", "title"], ascending=[True, True, True, False, True])
+    f = f.drop_duplicates(["job_id", "attempt", "rule"])
+    f = f.merge(runs.assign(attempt=runs["attempt"].astype(int)), on=["job_id", "attempt"], how="inner")
+    if not len(f):
+        return empty
+    f["lost_ns"] = f["est"] * f["n_steps"]
+    f["accel_ns"] = f["lost_ns"] * f["accelerators"]
+    f["run"] = f["job_id"].astype(str) + "#" + f["attempt"].astype(str)
+    parts = []
+    for d in IMPACT_DIMENSIONS:
+        value = "all" if d == "fleet" else f[d].astype(object).where(f[d].notna(), NONE_VALUE).astype(str)
+        parts.append(f.assign(dimension=d, value=value))
+    st = pd.concat(parts, ignore_index=True)
+    rows = []
+    for (dim, value, rule), g in st.groupby(["dimension", "value", "rule"], sort=True):
+        g = g.sort_values(["accel_ns", "run"], ascending=[False, True])
+        hours = float(g["accel_ns"].sum()) / _NS_PER_HOUR
+        rows.append({"dimension": dim, "value": value, "rule": rule,
+                     "window_start": start.strftime("%Y-%m-%d"), "window_end": end.strftime("%Y-%m-%d"),
+                     "window_days": int(window_days), "n_jobs": int(g["job_id"].nunique()), "n_runs": len(g),
+                     "n_steps": int(g["n_steps"].sum()), "time_lost_ns": int(round(g["lost_ns"].sum())),
+                     "accelerator_hours": hours, "accelerator_hours_per_day": hours / window_days,
+                     "top_jobs": list(g["run"].head(top)), "example_title": g["title"].iloc[0]})
+    out = pd.DataFrame(rows)
+    out["impact_rank"] = (out.sort_values(["accelerator_hours_per_day", "rule"], ascending=[False, True])
+                          .groupby(["dimension", "value"]).cumcount() + 1).sort_index()
+    return out.sort_values(["dimension", "value", "impact_rank"]).reset_index(drop=True)[FLEET_FINDINGS.names]

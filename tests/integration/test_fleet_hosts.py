@@ -1,0 +1,117 @@
+"""Host health on real traces: four 8-rank DLRM jobs built from the corpus (``benchmarks/fleet_bench.py``'s
+generator), ranks 0-3 and 4-7 on two hosts. The corpus set's rank 7 arrives last at every collective, so
+the host holding ranks 4-7 is the slow one of each job. ``node-bad`` holds them in three different jobs;
+the fourth job runs 1.5x slower on every rank, on two other hosts. The pipeline runs on the local
+executor; ``host_health`` must flag ``node-bad`` alone, and blame no host for the job slow everywhere."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.warehouse import read_pandas
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def _hosts(j: int, rank: int) -> str:
+    if j < 3:
+        return "node-bad" if rank >= 4 else f"node-{'abc'[j]}"
+    return "node-e" if rank >= 4 else "node-d"
+
+
+@pytest.fixture(scope="module")
+def fleet_wh(tmp_path_factory):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        fb = importlib.import_module("fleet_bench")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from jobs.pipeline.run import run_pipeline
+
+    base = tmp_path_factory.mktemp("hosts")
+    fb.build_fleet(str(base / "landing"), str(CORPUS), n_dlrm=4, n_single=0, steps=1, seed=3,
+                   straggler_rank=2, delay_ms=0.0, scale_jitter=0.0, clock_jitter_us=0.0, straggler_job_index=-1,
+                   log=lambda *_: None, hosts=_hosts, job_scale=lambda j: 1.5 if j == 3 else 1.0)
+    res = run_pipeline(str(base / "landing"), str(base / "wh"), log_to_mlflow=False, executor="local")
+    assert sorted(res.job_ids) == [f"fleet-dlrm-{j:03d}" for j in range(4)]
+    return base / "wh"
+
+
+def test_the_bad_host_is_flagged_and_the_slow_job_blames_none(fleet_wh):
+    t = read_pandas(str(fleet_wh), ("host_health", "fleet_stats", "fleet_findings"))
+    h = t["host_health"].set_index("host_name")
+    assert set(h.index) == {"node-a", "node-b", "node-c", "node-bad", "node-d", "node-e"}
+    assert list(h.index[h["suspect_hardware"]]) == ["node-bad"]
+    bad = h.loc["node-bad"]
+    assert bad["n_jobs"] == 3 and bad["n_slow_jobs"] == 3 and list(bad["slow_jobs"]) == [
+        f"fleet-dlrm-{j:03d}" for j in range(3)]
+    assert bad["last_arrival_ratio"] == pytest.approx(2.0)  # last at every call, with half of each job's ranks
+    ev = json.loads(bad["evidence_json"])
+    assert [e["ranks"] for e in ev] == [[4, 5, 6, 7]] * 3 and all(e["slow"] for e in ev)
+    # the waiting host's steps are longer (+9 %): where collectives say who is last, that is not slowness
+    assert bad["step_excess_p50_pct"] < 0 and h.loc["node-a", "step_excess_p50_pct"] > 0
+    # the job slow everywhere: 1.5x the others' step time, and neither of its hosts is a suspect
+    jobs = t["fleet_stats"]
+    jobs = jobs[(jobs["dimension"] == "job") & (jobs["date"] == "all")].set_index("value")["step_time_p50_ns"]
+    assert jobs["fleet-dlrm-003#0"] == pytest.approx(1.5 * jobs["fleet-dlrm-000#0"], rel=0.02)
+    assert not h.loc["node-d", "suspect_hardware"] and h.loc["node-d", "n_slow_jobs"] == 0
+    assert not h.loc["node-e", "suspect_hardware"] and h.loc["node-e", "n_slow_jobs"] == 1
+    for host in ("node-a", "node-b", "node-c"):
+        assert h.loc[host, "n_slow_jobs"] == 0 and h.loc[host, "last_arrivals"] == 0
+    # the straggler's rule is the fleet's costliest finding, over the four runs
+    ff = t["fleet_findings"]
+    top = ff[ff["dimension"] == "fleet"].sort_values("impact_rank").iloc[0]
+    assert top["rule"] == "straggler_rank" and top["n_runs"] == 4
+
+
+def test_everywhere_a_user_looks(fleet_wh):
+    """The fleet report's host and impact sections, the MCP answers and `tracelake fleet`'s summary."""
+    import subprocess
+
+    from jobs.agent import queries
+    from jobs.publish.report.html import render_fleet_report
+    from jobs.publish.reports import load_fleet_tables
+    from schemas import FLEET_TABLES
+
+    t = load_fleet_tables(str(fleet_wh))
+    html = render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
+                               fleet={k: t[k] for k in FLEET_TABLES if k in t})
+    host = html[html.index('id="host-health"'):]
+    assert "Hardware suspects: 1 of 6" in host and "node-bad" in host
+    assert 'data-plot="host_job_heatmap"' in host and "last-arrival ratio of 6 hosts in 4 jobs" in host
+    assert 'data-plot="recoverable_hours"' in html
+    hh = queries.host_health(str(fleet_wh), suspect_only=True)
+    assert [h.host_name for h in hh.hosts] == ["node-bad"] and len(hh.hosts[0].evidence) == 3
+    ff = queries.fleet_findings(str(fleet_wh))
+    assert ff.rows[0].rule == "straggler_rank" and ff.rows[0].impact_rank == 1
+    out = subprocess.run([sys.executable, "-m", "jobs.cli", "fleet", "--warehouse", str(fleet_wh)], cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 hardware suspect(s) among 6 host(s)" in out.stdout and "node-bad" in out.stdout
+    assert "straggler_rank" in out.stdout
+
+
+def test_spark_reduction_gives_the_same_fleet_tables(fleet_wh, spark, tmp_path):
+    """The fleet stage on Spark over the same warehouse writes the same host_health and fleet_findings rows."""
+    import shutil
+
+    from jobs.fleet.job import run_fleet
+
+    copy = tmp_path / "wh"
+    shutil.copytree(fleet_wh, copy)
+    res = run_fleet(spark, str(copy))
+    assert res.counts["host_health"] == 6
+    for table in ("host_health", "fleet_findings", "fleet_stats"):
+        a, b = (read_pandas(str(w), (table,))[table] for w in (fleet_wh, copy))
+        key = list(a.columns)
+        as_text = [sorted(json.dumps(r, sort_keys=True, default=repr) for r in d.to_dict(orient="records"))
+                   for d in (a, b[key])]
+        assert as_text[0] == as_text[1], table
