@@ -29,7 +29,7 @@ import json
 
 import pandas as pd
 
-from jobs.fleet.window import WINDOW_DAYS, capture_days, window
+from jobs.fleet.window import WINDOW_DAYS, capture_days, check_window_days, window
 from schemas import HOST_HEALTH
 
 MIN_MATCHED_CALLS = 5
@@ -65,9 +65,10 @@ def _per_run(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) -> l
             mine = set(g["rank"])
             others = r[[k for k in r.index if k not in mine]].dropna()
             own = r[[k for k in r.index if k in mine]].dropna()
-            excess = None
+            excess = excess_ns = None
             if len(own) and len(others) and float(others.median()) > 0:
-                excess = 100.0 * (float(own.median()) - float(others.median())) / float(others.median())
+                excess_ns = float(own.median()) - float(others.median())
+                excess = 100.0 * excess_ns / float(others.median())
             n_last = int(last.isin(mine).sum())
             ratio = (n_last / n_calls) / (len(mine) / n_ranks) if n_calls else None
             if n_calls >= MIN_MATCHED_CALLS:  # collectives say who the others wait for
@@ -76,9 +77,8 @@ def _per_run(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) -> l
                 slow = excess is not None and excess >= SLOW_EXCESS_PCT
             out.append({"host_name": host, "job_id": job, "attempt": int(attempt), "ranks": sorted(int(x) for x in mine),
                         "device_name": next((d for d in g["device_name"] if isinstance(d, str)), None),
-                        "n_calls": n_calls, "n_last": n_last, "ratio": ratio, "excess_pct": excess,
-                        "excess_ns": None if excess is None else float(own.median()) - float(others.median()),
-                        "slow": slow})
+                        "n_calls": n_calls, "n_last": n_last, "fair_calls": len(mine) / n_ranks * n_calls,
+                        "ratio": ratio, "excess_pct": excess, "excess_ns": excess_ns, "slow": slow})
     return out
 
 
@@ -99,9 +99,9 @@ def host_health(captures: pd.DataFrame | None, ranks: pd.DataFrame | None, colle
     Raises:
         ValueError: ``window_days`` < 1.
     """
+    check_window_days(window_days)
     empty = pd.DataFrame(columns=HOST_HEALTH.names)
     if captures is None or ranks is None or not len(captures) or not len(ranks):
-        window(pd.Series([], dtype="datetime64[ns]"), window_days)  # the same ValueError on any input
         return empty
     hosts = _run_hosts(captures)
     hosts = hosts[hosts["day"].notna()]
@@ -127,8 +127,7 @@ def host_health(captures: pd.DataFrame | None, ranks: pd.DataFrame | None, colle
         slow = g[g["slow"]]
         n_jobs, n_slow = int(g["job_id"].nunique()), int(slow["job_id"].nunique())
         calls, last = int(g["n_calls"].sum()), int(g["n_last"].sum())
-        fair = float(sum(len(x) / len(hosts[(hosts["job_id"] == j) & (hosts["attempt"] == a)]) * n
-                         for x, j, a, n in zip(g["ranks"], g["job_id"], g["attempt"], g["n_calls"])))
+        fair = float(g["fair_calls"].sum())
         excess = pd.to_numeric(g["excess_pct"], errors="coerce").dropna()
         excess_ns = pd.to_numeric(g["excess_ns"], errors="coerce").dropna()
         evidence = [{"job": f"{r.job_id}#{r.attempt}", "ranks": list(r.ranks), "matched_calls": int(r.n_calls),

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.fleet.stats import NONE_VALUE
-from jobs.fleet.window import WINDOW_DAYS, capture_days, window
+from jobs.fleet.window import WINDOW_DAYS, capture_days, check_window_days, window
 from schemas import FLEET_FINDINGS
 
 #: Fleet groups of ``fleet_findings`` (a subset of :data:`jobs.fleet.stats.DIMENSIONS`).
@@ -64,9 +64,9 @@ def fleet_findings(findings: pd.DataFrame | None, job_steps: pd.DataFrame | None
     Raises:
         ValueError: ``window_days`` < 1.
     """
+    check_window_days(window_days)
     empty = pd.DataFrame(columns=FLEET_FINDINGS.names)
     if findings is None or job_steps is None or not len(findings) or not len(job_steps):
-        window(pd.Series([], dtype="datetime64[ns]"), window_days)  # the same ValueError on any input
         return empty
     runs = run_sizes(job_steps)
     runs["day"] = capture_days(runs["run_date"])

@@ -14,6 +14,12 @@ def capture_days(dates: pd.Series) -> pd.Series:
     return pd.to_datetime(dates, format="%Y-%m-%d", errors="coerce")
 
 
+def check_window_days(window_days: int) -> None:
+    """Raises ValueError unless ``window_days`` ≥ 1 (the callers check it before looking at their input)."""
+    if window_days < 1:
+        raise ValueError(f"window_days must be at least 1, not {window_days}")
+
+
 def window(days: pd.Series, window_days: int = WINDOW_DAYS) -> tuple[pd.Timestamp, pd.Timestamp] | None:
     """``(start, end)`` of the window over ``days`` (:func:`capture_days`): ``end`` the newest known day,
     ``start`` ``window_days - 1`` days before; ``None`` when no day is known.
@@ -21,8 +27,7 @@ def window(days: pd.Series, window_days: int = WINDOW_DAYS) -> tuple[pd.Timestam
     Raises:
         ValueError: ``window_days`` < 1.
     """
-    if window_days < 1:
-        raise ValueError(f"window_days must be at least 1, not {window_days}")
+    check_window_days(window_days)
     known = days.dropna()
     if not len(known):
         return None
