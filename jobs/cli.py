@@ -208,9 +208,19 @@ def fleet(warehouse: str = typer.Option(...),
     hosts = read_pandas(warehouse, ["host_health"])["host_health"]
     if len(hosts):
         sus = hosts[hosts["suspect_hardware"].astype(bool)]
-        console.print(f"host health: {len(sus)} hardware suspect(s) among {len(hosts)} host(s) of multi-host runs")
-        if len(sus):
-            _print_frame(sus[["host_name", "n_jobs", "n_slow_jobs", "last_arrival_ratio", "step_excess_p50_pct"]], "table")
+        from schemas import HEALTH_KINDS  # keeps `tracelake --help` light (pyarrow)
+
+        seen = ", ".join(f"{(hosts['kind'] == k).sum()} {k}(s)" for k in HEALTH_KINDS if (hosts["kind"] == k).any())
+        console.print(f"host health: {len(sus)} hardware suspect(s) among {seen}")
+        for r in sus.sort_values("kind", key=lambda k: k.map(HEALTH_KINDS.index), kind="stable").itertuples():
+            if r.kind == "link":
+                measure = f"bus bandwidth {r.busbw_ratio:.2f}x the run's other links'"
+            elif pd.notna(r.last_arrival_ratio):
+                measure = f"last-arrival ratio {r.last_arrival_ratio:.2f}"
+            else:
+                measure = f"step-time excess {r.step_excess_p50_pct:+.1f} %"
+            console.print(f"  {r.kind} {r.target}: slow in {r.n_slow_jobs} of {r.n_jobs} job(s), {measure}",
+                          highlight=False)
 
 
 @app.command()

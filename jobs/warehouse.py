@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 
 from jobs.commit import CommitResult, write_partitions
 from jobs.executor import is_local
-from schemas import FLEET_TABLES, TABLES
+from schemas import FLEET_TABLES, TABLES, declared
 
 #: Spark's messages for a table folder that does not exist yet or holds no Parquet file.
 _NOT_WRITTEN = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA")
@@ -26,15 +26,6 @@ _NOT_WRITTEN = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA")
 def table_path(warehouse: str, table: str) -> str:
     """``{warehouse}/{table}`` (any fsspec URI or local folder)."""
     return posixpath.join(warehouse.rstrip("/"), table)
-
-
-def declaration(table: str):
-    """The :class:`schemas.tables.Table` of ``table`` (job or fleet table).
-
-    Raises:
-        KeyError: ``table`` is not a warehouse table.
-    """
-    return TABLES.get(table) or FLEET_TABLES[table]
 
 
 def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = None):
@@ -76,7 +67,7 @@ def read_frames(engine, warehouse: str, tables, job_ids: list[str]) -> dict[str,
         return read_pandas(warehouse, tables, job_ids)
     spark, out = engine, {}
     for name in tables:
-        names = declaration(name).names
+        names = declared(name).names
         df = read_spark(spark, warehouse, name, job_ids)
         out[name] = df.select(*names).toPandas() if df is not None else pd.DataFrame(columns=names)
     return out
@@ -99,7 +90,7 @@ def exact_ints(arrow_type):
 
 
 def _dataset(warehouse: str, table: str):
-    decl = declaration(table)
+    decl = declared(table)
     fs, root = _fs(table_path(warehouse, table))
     if fs.get_file_info(root).type == pafs.FileType.NotFound:
         return None
@@ -135,7 +126,7 @@ def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, col
     filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
     if filter is not None:
         filt = filter if filt is None else filt & filter
-    wanted = columns if columns is not None else declaration(table).names
+    wanted = columns if columns is not None else declared(table).names
     return dataset.to_table(filter=filt, columns=[c for c in wanted if c in dataset.schema.names])
 
 
@@ -159,7 +150,7 @@ def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None, exact:
         rows = read_arrow(warehouse, name, job_ids)
         if rows is None:
             if not skip_missing:
-                out[name] = pd.DataFrame(columns=declaration(name).names)
+                out[name] = pd.DataFrame(columns=declared(name).names)
             continue
         out[name] = rows.to_pandas(types_mapper=exact_ints if exact else None)
     return out
@@ -187,4 +178,4 @@ def write_table(df, warehouse: str, table: str) -> CommitResult:
         df: the rows with the table's columns (partition columns included): a Spark DataFrame, a
             ``pyarrow.Table`` or a staging callable (:func:`jobs.commit.write_partitions`).
     """
-    return write_partitions(df, warehouse, table, declaration(table).partition_by)
+    return write_partitions(df, warehouse, table, declared(table).partition_by)

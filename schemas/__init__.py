@@ -16,6 +16,7 @@ from schemas.tables import (  # noqa: F401
     FLEET_KERNELS,
     FLEET_STATS,
     FLEET_TABLES,
+    HEALTH_KINDS,
     HOST_HEALTH,
     KERNELS,
     NEURON_SUMMARY,
@@ -25,4 +26,5 @@ from schemas.tables import (  # noqa: F401
     TABLES,
     Column,
     Table,
+    declared,
 )

@@ -339,7 +339,11 @@ class FleetFindings(_Model):
 
 
 class HostRow(_Model):
-    host_name: str
+    kind: str = Field(description="`host`, `device` (an accelerator of a host) or `link` (hosts a process group spans).")
+    target: str = Field(description="`node-3`, `node-3/5` (host/device index) or `node-1+node-3` (a link).")
+    host_name: str | None
+    device_index: int | None
+    hosts: list[str]
     device_names: list[str]
     suspect_hardware: bool = Field(description="Slow in ≥ 2 different jobs and in at least half of its jobs.")
     n_jobs: int
@@ -349,15 +353,16 @@ class HostRow(_Model):
     matched_calls: int | None
     last_arrivals: int | None
     last_arrival_ratio: float | None = Field(description="Last arrivals at collectives ÷ its fair share (1 = fair).")
-    step_excess_p50_pct: float | None = Field(description="Its ranks' median step time over the other hosts', %.")
+    step_excess_p50_pct: float | None = Field(description="Its ranks' median step time over the run's other ranks', %.")
+    busbw_ratio: float | None = Field(description="Links: bus bandwidth ÷ the run's other links' (1 = as fast).")
     window_start: str
     window_end: str
-    evidence: list[dict[str, Any]] = Field(description="Per run: job, ranks, matched calls, last arrivals, ratio, "
-                                                       "step excess (% and ms), slow.")
+    evidence: list[dict[str, Any]] = Field(description="Per run: job, ranks, matched calls, slow; last arrivals, "
+                                                       "ratio, step excess (% and ms), or a link's bus bandwidths.")
 
 
 class HostHealth(_Model):
-    """``host_health``: hosts across jobs (the ``host_health`` table), hardware suspects first."""
+    """``host_health``: hosts, devices and links across jobs (the ``host_health`` table), hardware suspects first."""
 
     hosts: list[HostRow]
     page: Page

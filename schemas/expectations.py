@@ -5,17 +5,20 @@ Great Expectations 1.x expectation and runs it on a pandas or Spark batch. Rules
 
 * **not null**: every column declared ``nullable=False``.
 * **unique key**: the table's :attr:`~schemas.tables.Table.key` (compound).
-* **non-negative**: durations (``*_ns`` columns that are not points in time or clock offsets — see
-  :func:`is_duration`), sizes (``*_bytes``), counts (``n``, ``n_*``), bandwidths (``*_gbps``),
-  queue lengths, ids/positions (``attempt``, ``rank``, ``event_id``, ``depth``, ``segment``,
-  ``call_index``); ``world_size``/``group_size``/``rank_order`` ≥ 1.
-* **range**: ``*_pct`` in [0, 100]; ``confidence`` in [0, 1].
+* **non-negative**: durations (``*_ns`` columns that are not points in time, clock offsets or excesses — see
+  :func:`is_duration`), sizes (``*_bytes``), counts (``n``, ``n_*``), bandwidths (``*_gbps``), ratios
+  (``*_ratio``), hours (``*_hours``, ``*_per_day``), queue lengths, ids/positions (``attempt``, ``rank``,
+  ``event_id``, ``depth``, ``segment``, ``call_index``, ``run_index``, ``device_index``);
+  ``world_size``/``group_size``/``rank_order``/``impact_rank``/``kernel_rank``/``window_days`` ≥ 1.
+* **range**: ``*_pct`` in [0, 100] except changes and excesses (``change_pct``, ``step_excess_p50_pct``);
+  ``confidence`` and ``p_value`` in [0, 1].
 * **value sets**: enumerated columns (``captures.status``, ``events.ph``, ``critical_path.bound_by``, …)
   take only the back-quoted values their doc lists (:func:`value_set`).
 * **consistency** (``DERIVED``): linear combinations of columns that the definitions fix, e.g. HTA's
   temporal breakdown ``kernel_time = idle + compute + non_compute`` (steps, ranks), host busy time and
   data-loader time inside the ProfilerStep window (``≤ step_time``), collective ``end − start = dur``,
-  critical-path segments adding up to their path's length.
+  critical-path segments adding up to their path's length; in the fleet tables (:func:`_fleet_checks`) ordered
+  percentiles and counts within counts (a host slow in at most the jobs it ran in).
 * **every raw file accounted for** (``captures``): the row count equals the number of raw files
   discovery found (ingested + quarantined + cataloged; a run-time value: :func:`checks_for`
   ``n_discovered``) and ``uri`` is unique.
@@ -31,22 +34,27 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from schemas.tables import TABLES, Table
+from schemas.tables import FLEET_TABLES, TABLES, Table, declared
 
 #: Points in time and offsets: ``_ns`` columns that are *not* durations.
 _TIME_POINT_SUFFIXES = ("ts_ns", "start_ns", "end_ns")
-_SIGNED_NS = frozenset({"base_time_ns", "clock_offset_ns"})
+_SIGNED_NS = frozenset({"base_time_ns", "clock_offset_ns", "step_excess_p50_ns"})
+#: Percentages that are changes or excesses (may be negative or above 100), not shares.
+_SIGNED_PCT = frozenset({"change_pct", "step_excess_p50_pct"})
 #: Integer columns that are ids, positions or counts (≥ 0) without a unit suffix.
 _NON_NEGATIVE = frozenset({"attempt", "rank", "event_id", "depth", "segment", "call_index", "n",
-                           "queue_length_max", "queue_length_mean", "n_ranks_matched"})
-_AT_LEAST_ONE = frozenset({"world_size", "group_size", "rank_order"})
-_UNIT_RANGES = {"confidence": (0.0, 1.0)}
+                           "queue_length_max", "queue_length_mean", "n_ranks_matched", "run_index", "device_index",
+                           "matched_calls", "last_arrivals"})
+_AT_LEAST_ONE = frozenset({"world_size", "group_size", "rank_order", "impact_rank", "kernel_rank", "window_days"})
+_UNIT_RANGES = {"confidence": (0.0, 1.0), "p_value": (0.0, 1.0)}
 
 #: Enumerated columns: their allowed values are the back-quoted words of the column's doc in
 #: schemas/tables.py (so a value added to the doc is allowed at once).
 ENUM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("captures", "status"), ("captures", "source"), ("captures", "container"), ("events", "source"),
     ("events", "ph"), ("kernels", "kernel_type"), ("critical_path", "scope"), ("critical_path", "bound_by"),
+    ("fleet_stats", "dimension"), ("fleet_kernels", "dimension"), ("fleet_kernels", "kernel_type"),
+    ("fleet_findings", "dimension"), ("host_health", "kind"), ("regressions", "metric"), ("regressions", "verdict"),
 )
 
 
@@ -58,7 +66,7 @@ def value_set(table: str, column: str) -> tuple[str, ...]:
     Raises:
         StopIteration: unknown column; KeyError: unknown table.
     """
-    t = TABLES[table]
+    t = declared(table)
     doc = next(c.doc for c in t.columns if c.name == column)
     others = set(t.names) - {column}
     words = [w for before, w in re.findall(r"(\w*)\s*`([^`\s]+)`", doc) if before not in others]
@@ -206,6 +214,33 @@ def _derived_checks(table: str) -> list[Check]:
                   "The segments of a path add up to its length: Σ dur per (job, attempt, step, scope, path_rank) "
                   "= path_length."),
         ]
+    return _fleet_checks(table)
+
+
+def _fleet_checks(table: str) -> list[Check]:
+    """Consistency of the fleet tables (jobs/fleet): orders of percentiles, counts within counts."""
+    if table == "fleet_stats":
+        return [
+            _ge0("p50_le_p90", _d("p90_minus_p50_ns", (1, "step_time_p90_ns"), (-1, "step_time_p50_ns")),
+                 "Percentiles of one sample are ordered: p50 ≤ p90."),
+            _ge0("p90_le_p99", _d("p99_minus_p90_ns", (1, "step_time_p99_ns"), (-1, "step_time_p90_ns")),
+                 "p90 ≤ p99."),
+            _ge0("runs_within_ranks", _d("ranks_minus_runs", (1, "n_ranks"), (-1, "n_runs")),
+                 "Each run has at least one rank capture: n_runs ≤ n_ranks."),
+            _ge0("steps_within_rank_steps", _d("rank_steps_minus_steps", (1, "n_rank_steps"), (-1, "n_steps")),
+                 "Each job step has at least one rank-step: n_steps ≤ n_rank_steps."),
+        ]
+    if table == "fleet_findings":
+        return [_ge0("jobs_within_runs", _d("runs_minus_jobs", (1, "n_runs"), (-1, "n_jobs")),
+                     "Each job the rule fired in has at least one run: n_jobs ≤ n_runs.")]
+    if table == "host_health":
+        return [
+            _ge0("jobs_within_runs", _d("runs_minus_jobs", (1, "n_runs"), (-1, "n_jobs")), "n_jobs ≤ n_runs."),
+            _ge0("slow_within_jobs", _d("jobs_minus_slow_jobs", (1, "n_jobs"), (-1, "n_slow_jobs")),
+                 "Slow in at most the jobs it ran in: n_slow_jobs ≤ n_jobs."),
+            _ge0("last_within_matched", _d("matched_minus_last", (1, "matched_calls"), (-1, "last_arrivals")),
+                 "A call has one last arrival: last_arrivals ≤ matched_calls."),
+        ]
     return []
 
 
@@ -223,7 +258,7 @@ def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Chec
     Raises:
         KeyError: unknown table name.
     """
-    t = TABLES[table] if isinstance(table, str) else table
+    t = declared(table) if isinstance(table, str) else table
     out: list[Check] = []
     for c in t.columns:
         if not c.nullable:
@@ -237,6 +272,8 @@ def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Chec
     for c in t.columns:
         if not _numeric(c.type):
             continue
+        if c.name in _SIGNED_PCT:
+            continue
         if c.name.endswith("_pct"):
             out.append(Check(f"pct_range:{c.name}", "between", (c.name,), 0, 100,
                              doc="A percentage of a duration it is part of (HTA *_pctg): 0–100."))
@@ -245,7 +282,8 @@ def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Chec
             out.append(Check(f"range:{c.name}", "between", (c.name,), lo, hi, doc=f"{c.name}: {lo}–{hi}."))
         elif c.name in _AT_LEAST_ONE:
             out.append(Check(f"at_least_one:{c.name}", "between", (c.name,), 1, None, doc=f"{c.name} counts ranks/positions from 1."))
-        elif (is_duration(c.name) or c.name.endswith(("_bytes", "_gbps")) or c.name.startswith("n_")
+        elif (is_duration(c.name) or c.name.endswith(("_bytes", "_gbps", "_ratio", "_hours", "_per_day"))
+              or c.name.startswith("n_")
               or c.name in _NON_NEGATIVE):
             what = "duration" if c.name.endswith("_ns") else "size/count/bandwidth/position"
             out.append(Check(f"non_negative:{c.name}", "between", (c.name,), 0, None, doc=f"A {what}: ≥ 0."))
@@ -263,8 +301,9 @@ def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Chec
 
 _NORMALIZE_TABLES = ("captures", "events", "neuron_summary")
 #: Tables each pipeline stage writes (validated after that stage): normalize writes captures, events
-#: and neuron_summary; analyze writes every other declared table.
+#: and neuron_summary; analyze every other job table; fleet the fleet tables (whole, all jobs).
 STAGE_TABLES: dict[str, tuple[str, ...]] = {
     "normalize": tuple(t for t in TABLES if t in _NORMALIZE_TABLES),
     "analyze": tuple(t for t in TABLES if t not in _NORMALIZE_TABLES),
+    "fleet": tuple(FLEET_TABLES),
 }

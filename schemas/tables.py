@@ -120,7 +120,10 @@ CAPTURES = Table(
         Column("created_at", _STR, "Manifest `created_at` (UTC ISO-8601) when the capture was committed; null for bare traces."),
         Column("flags", pa.list_(_STR), "Data-quality flags (the trace is still ingested unless quarantined): `rank_assumed_0`; "
                "`duplicate_rank` (two bare files claim the rank); `duplicate_capture_id` (a manifest capture id repeated in another folder: this file got a suffixed id); `nonfinite_number` / `control_characters` (NaN/inf "
-               "tokens read as null, raw control characters in strings kept); `invalid_timestamp` (events without a "
+               "tokens read as null, raw control characters in strings kept); `invalid_utf8` / `invalid_escape` / "
+               "`lone_surrogate` (damage inside strings repaired: U+FFFD, a literal backslash; offsets in "
+               "repair_offsets_json); `begin_end_pairs` / `unmatched_begin` / `unmatched_end` (ph B/E duration "
+               "events paired into complete events); `invalid_timestamp` (events without a "
                "valid ts dropped); `negative_duration` / `missing_duration`; `improper_nesting` (partially "
                "overlapping slices on a track, kept); `merged_ranks` (a file merged from several ranks, launches linked "
                "by pid + correlation); `negative_launch_delay` (device work starting before its launch call ends; "
@@ -130,6 +133,9 @@ CAPTURES = Table(
         Column("flag_counts_json", _STR, "How many events (or repairs) are behind each countable flag, as a JSON object, "
                "e.g. `{\"negative_duration\": 2, \"improper_nesting\": 14}`; null when the parser reports none "
                "(Neuron files, quarantined files)."),
+        Column("repair_offsets_json", _STR, "Where the trace's text was repaired inside strings: flag (`invalid_utf8`, "
+               "`invalid_escape`, `lone_surrogate`) → decoded-document byte offsets of the first 10 repairs, a JSON "
+               "object; null when none."),
     ),
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id"),
@@ -152,7 +158,11 @@ EVENTS = Table(
         Column("name", _STR, "Event name."),
         Column("ts_ns", _I64, "Start on the capture clock, exact integer ns (`baseTimeNanoseconds` + relative µs·1000, or absolute µs·1000).", False),
         Column("dur_ns", _I64, "Duration, exact integer ns; null for `i`/`C` events and where the trace's `dur` is "
-               "missing, non-finite or negative (flags `missing_duration`, `negative_duration`)."),
+               "missing, non-finite or negative (flags `missing_duration`, `negative_duration`). A device event "
+               "whose `dur` runs past the start of the next one on its stream is clipped to that start (a stream "
+               "runs one at a time; flag `stream_overlap_clipped`)."),
+        Column("dur_raw_ns", _I64, "The trace's own `dur` of an event clipped on its stream (`dur_ns` is the clipped "
+               "value); null for every other event."),
         Column("pid", _I64, "Process id (CPU events) or device index (GPU events); null when the trace pid is not numeric."),
         Column("tid", _I64, "Thread id (CPU) or stream id (GPU); `\"stream 7\"`-style strings parsed; null when not numeric."),
         Column("process_name", _STR, "From `M process_name`, or the non-numeric pid itself (e.g. `Spans`)."),
@@ -271,6 +281,8 @@ RANKS = Table(
         Column("capture_id", _STR, "Capture of this rank.", False),
         Column("world_size", _I32, "World size."),
         Column("device_name", _STR, "Accelerator name."),
+        Column("device_index", _I32, "Accelerator index the rank's device activity ran on (the most frequent device "
+               "pid of its kernels, copies and sets); null without device activity."),
         Column("n_steps", _I32, "Profiler steps found."),
         Column("step_time_p50_ns", _I64, "Median step time, ns."),
         Column("step_time_max_ns", _I64, "Longest step time, ns."),
@@ -402,8 +414,8 @@ FINDINGS = Table(
 
 _FLEET_GROUP = (
     Column("dimension", _STR, "Partition: what the rows are grouped by: `fleet` (everything), `job_name` (runs of a "
-           "recurring job), `job` (one run: `job_id#attempt`), `model` (manifest tag), `hardware` (device name, "
-           "`cpu` without an accelerator), `torch_version`.", False),
+           "recurring job), `job` (one run; value `job_id#attempt`), `model` (manifest tag), `hardware` (device "
+           "name; value `cpu` without an accelerator), `torch_version`.", False),
     Column("value", _STR, "The group's value of `dimension` (`all` for `fleet`; `(none)` when the capture does not "
            "say, e.g. an untagged model).", False),
     Column("date", _STR, "Capture date YYYY-MM-DD of the steps aggregated, or `all` for every date.", False),
@@ -441,7 +453,7 @@ FLEET_KERNELS = Table(
     columns=_FLEET_GROUP + (
         Column("kernel_rank", _I32, "1 = most total time in the group.", False),
         Column("name", _STR, "Kernel / memcpy / memset name.", False),
-        Column("kernel_type", _STR, "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (as in `kernels`)."),
+        Column("kernel_type", _STR, "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (as in the kernels table)."),
         Column("n", _I64, "Launches in the group."),
         Column("total_ns", _I64, "Σ duration in the group, ns."),
         Column("share_pct", _F64, "total_ns / Σ total_ns of every kernel in the group × 100."),
@@ -460,7 +472,7 @@ FLEET_FINDINGS = Table(
     "they do not add up.",
     columns=(
         Column("dimension", _STR, "Partition: the group kind: `fleet` (everything), `job_name`, `model` (manifest "
-               "tag), `hardware` (device name, `cpu` without an accelerator).", False),
+               "tag), `hardware` (device name; value `cpu` without an accelerator).", False),
         Column("value", _STR, "The group's value (`all` for `fleet`; `(none)` when the capture does not say).", False),
         Column("rule", _STR, "The finding rule (`findings.rule`).", False),
         Column("impact_rank", _I32, "1 = most accelerator-hours per day in the group.", False),
@@ -481,38 +493,52 @@ FLEET_FINDINGS = Table(
     key=("dimension", "value", "rule"),
 )
 
+#: ``host_health.kind`` values, in the order the table lists them.
+HEALTH_KINDS = ("host", "device", "link")
+
 HOST_HEALTH = Table(
     name="host_health",
-    doc="Host health across jobs (jobs/fleet/hosts.py): per host, over a window of capture dates, how often its "
-    "ranks arrive last at collectives against their fair share and how much slower their steps are than the other "
-    "hosts' of the same runs; a host slow in several different jobs is `suspect_hardware`. Only runs on two or "
-    "more hosts count: both measures compare a host with the other hosts of the same run, so a job slow on every "
-    "host blames none of them.",
+    doc="Host, device and link health across jobs (jobs/fleet/hosts.py): per host, accelerator and link, over a "
+    "window of capture dates, how often its ranks arrive last at collectives against their fair share and how "
+    "much slower their steps are than the other ranks' of the same runs (hosts, devices), or how its bus "
+    "bandwidth compares with the run's other links (links); one slow in several different jobs is "
+    "`suspect_hardware`. Every measure compares a target with the others of the same run, so a job slow "
+    "everywhere blames none of them.",
     columns=(
-        Column("kind", _STR, "Partition: what the row is about: `host` (`captures.host_name`).", False),
-        Column("host_name", _STR, "The host.", False),
+        Column("kind", _STR, "Partition: what the row is about: `host` (captures.host_name, runs on ≥ 2 hosts), "
+               "`device` (one accelerator of a host, ranks.device_index, runs on ≥ 2 devices) or `link` (the "
+               "hosts a process group spans, runs with ≥ 2 such groups).", False),
+        Column("target", _STR, "The host (`node-3`), device (`node-3/5`: host/device index) or link (`node-1+node-3`: "
+               "its hosts joined by `+`).", False),
+        Column("host_name", _STR, "The host (host and device rows); null for links."),
+        Column("device_index", _I32, "Accelerator index (device rows)."),
+        Column("hosts", pa.list_(_STR), "Hosts of the target: the host, or the hosts a link spans."),
         Column("device_names", pa.list_(_STR), "Accelerator names of its captures."),
         Column("window_start", _STR, "First capture date YYYY-MM-DD of the window.", False),
         Column("window_end", _STR, "Last capture date of the window: the newest capture date in the warehouse.", False),
-        Column("n_jobs", _I64, "Distinct job_id of the multi-host runs it ran in.", False),
-        Column("n_runs", _I64, "Multi-host runs (job_id, attempt) it ran in.", False),
-        Column("n_ranks", _I64, "Rank captures on it, over those runs.", False),
-        Column("n_slow_jobs", _I64, "Distinct jobs in which it was slow (last-arrival ratio ≥ 1.5 over ≥ 5 matched "
-               "calls; with fewer matched calls, step-time excess ≥ 5 %).", False),
+        Column("n_jobs", _I64, "Distinct job_id of the runs it was measured in.", False),
+        Column("n_runs", _I64, "Runs (job_id, attempt) it was measured in.", False),
+        Column("n_ranks", _I64, "Rank captures on it (links: ranks of its process groups), over those runs.", False),
+        Column("n_slow_jobs", _I64, "Distinct jobs in which it was slow (hosts, devices: last-arrival ratio ≥ 1.5 over "
+               "≥ 5 matched calls with a one-sided binomial p < 0.05, with fewer matched calls step-time excess ≥ 5 %; links: busbw ratio ≤ 1/1.5 over "
+               "≥ 5 calls).", False),
         Column("slow_jobs", pa.list_(_STR), "Those job ids."),
-        Column("matched_calls", _I64, "Collectives matched on ≥ 2 ranks in its runs."),
-        Column("last_arrivals", _I64, "Of those, the ones whose last-arriving rank ran on it."),
+        Column("matched_calls", _I64, "Collectives matched on ≥ 2 ranks in its runs (links: on its process groups)."),
+        Column("last_arrivals", _I64, "Of those, the ones whose last-arriving rank ran on it (hosts, devices)."),
         Column("last_arrival_ratio", _F64, "last_arrivals ÷ its fair share (Σ over runs of its ranks ÷ the run's "
                "ranks × the run's matched calls): 1 = fair, 8 = one of 8 equal hosts always last."),
         Column("step_excess_p50_pct", _F64, "Median over its runs of (median step time of its ranks − median of the "
-               "other hosts' ranks) ÷ the latter × 100 (`ranks.step_time_p50_ns`)."),
+               "run's other ranks) ÷ the latter × 100 (`ranks.step_time_p50_ns`)."),
         Column("step_excess_p50_ns", _I64, "The same difference in ns (median over runs)."),
+        Column("busbw_ratio", _F64, "Links: median over runs of its groups' median bus bandwidth ÷ the median of the "
+               "run's other multi-host groups, per collective (`collectives.busbw_gbps`): 1 = as fast as the others."),
         Column("suspect_hardware", _BOOL, "Slow in ≥ 2 different jobs and in at least half of its jobs.", False),
-        Column("evidence_json", _STR, "Per run: job, ranks, matched calls, last arrivals, ratio, step excess (% and "
-               "ms), slow: a JSON array."),
+        Column("evidence_json", _STR, "Per run: job, ranks, matched calls, slow, and last arrivals, ratio, its binomial "
+               "p-value, step excess "
+               "(% and ms) for hosts and devices, or process groups and bus bandwidths (GB/s) for links: a JSON array."),
     ),
     partition_by=("kind",),
-    key=("kind", "host_name"),
+    key=("kind", "target"),
 )
 
 REGRESSIONS = Table(
@@ -656,3 +682,12 @@ TABLES: dict[str, Table] = {
 #: per-job pipeline stage (so not in :data:`TABLES`, which the per-job validation suites iterate).
 FLEET_TABLES: dict[str, Table] = {t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS,
                                                       HOST_HEALTH)}
+
+
+def declared(name: str) -> Table:
+    """The :class:`Table` of a job table (:data:`TABLES`) or a fleet table (:data:`FLEET_TABLES`).
+
+    Raises:
+        KeyError: ``name`` is not a warehouse table.
+    """
+    return TABLES.get(name) or FLEET_TABLES[name]

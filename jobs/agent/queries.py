@@ -512,25 +512,30 @@ def fleet_findings(warehouse: str, dimension: str = "fleet", value: str | None =
     return bounded(rows, lambda rs, page: A.FleetFindings(dimension=dimension, rows=rs, page=page), q, cursor, limit)
 
 
-def host_health(warehouse: str, suspect_only: bool = False, host: str | None = None, limit: int | None = None,
-                cursor: str | None = None) -> A.HostHealth:
-    """Hosts across jobs (the ``host_health`` table, :mod:`jobs.fleet.hosts`): how often each host's ranks
-    arrive last at collectives against their fair share, in how many different jobs it was slow, whether
-    it is a hardware suspect, with the per-run evidence. Suspects first."""
+def host_health(warehouse: str, suspect_only: bool = False, host: str | None = None, kind: str | None = None,
+                limit: int | None = None, cursor: str | None = None) -> A.HostHealth:
+    """Hosts, devices and links across jobs (the ``host_health`` table, :mod:`jobs.fleet.hosts`): how often each
+    one's ranks arrive last at collectives against their fair share (links: bus bandwidth against the run's other
+    links), in how many different jobs it was slow, whether it is a hardware suspect, with the per-run evidence.
+    ``host`` keeps the rows on that host (its devices and links too); suspects first."""
     h = _read(warehouse, "host_health")
     if len(h) and suspect_only:
         h = h[h["suspect_hardware"].astype(bool)]
+    if len(h) and kind is not None:
+        h = h[h["kind"] == kind]
     if len(h) and host is not None:
-        h = h[h["host_name"] == host]
+        h = h[[host in (v if v is not None else []) for v in h["hosts"]]]
     if len(h):
-        h = h.sort_values(["suspect_hardware", "n_slow_jobs", "host_name"], ascending=[False, False, True])
+        h = h.sort_values(["suspect_hardware", "n_slow_jobs", "kind", "target"], ascending=[False, False, True, True])
     rows = [A.HostRow(
-        host_name=str(x.host_name), device_names=[str(d) for d in (x.device_names if x.device_names is not None else [])],
+        kind=str(x.kind), target=str(x.target), host_name=_str(x.host_name), device_index=_int(x.device_index),
+        hosts=[str(v) for v in (x.hosts if x.hosts is not None else [])],
+        device_names=[str(d) for d in (x.device_names if x.device_names is not None else [])],
         suspect_hardware=bool(x.suspect_hardware), n_jobs=int(x.n_jobs), n_runs=int(x.n_runs),
         n_slow_jobs=int(x.n_slow_jobs), slow_jobs=[str(j) for j in (x.slow_jobs if x.slow_jobs is not None else [])],
         matched_calls=_int(x.matched_calls), last_arrivals=_int(x.last_arrivals),
         last_arrival_ratio=_num(x.last_arrival_ratio), step_excess_p50_pct=_num(x.step_excess_p50_pct),
-        window_start=str(x.window_start), window_end=str(x.window_end),
+        busbw_ratio=_num(x.busbw_ratio), window_start=str(x.window_start), window_end=str(x.window_end),
         evidence=json.loads(x.evidence_json) if _str(x.evidence_json) else []) for x in h.itertuples()]
-    q = fingerprint("host_health", dict(suspect_only=suspect_only, host=host))
+    q = fingerprint("host_health", dict(suspect_only=suspect_only, host=host, kind=kind))
     return bounded(rows, lambda rs, page: A.HostHealth(hosts=rs, page=page), q, cursor, limit)

@@ -231,11 +231,15 @@ def build_server(warehouse: str, sql: bool = True, spark_master: str | None = No
 
     @tool
     def host_health(suspect_only: Annotated[bool, Field(description="Only hardware suspects.")] = False,
-                    host: Annotated[str | None, Field(description="Only this host.")] = None,
+                    host: Annotated[str | None, Field(description="Only rows on this host (its devices and links too).")] = None,
+                    kind: Annotated[Literal["host", "device", "link"] | None,
+                                    Field(description="Only hosts, devices or links.")] = None,
                     limit: Limit = None, cursor: Cursor = None) -> A.HostHealth:
-        """Hosts across jobs: how often each host's ranks arrive last at collectives (against their fair
-        share), in how many different jobs it was slow, and whether it is a hardware suspect, with evidence."""
-        return answer(queries.host_health, suspect_only=suspect_only, host=host, limit=limit, cursor=cursor)
+        """Hosts, accelerators and links across jobs: how often each one's ranks arrive last at collectives
+        (against their fair share) or how its bus bandwidth compares (links), in how many different jobs it was
+        slow, and whether it is a hardware suspect, with evidence."""
+        return answer(queries.host_health, suspect_only=suspect_only, host=host, kind=kind, limit=limit,
+                      cursor=cursor)
 
     if holder is not None:
         @tool

@@ -103,8 +103,9 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
 READ_COLUMNS = {
     "findings": ("job_id", "attempt", "rule", "est_time_lost_per_step_ns", "title"),
     "captures": ("job_id", "attempt", "rank", "status", "host_name", "device_name", "date", "tags_json"),
-    "ranks": ("job_id", "attempt", "rank", "step_time_p50_ns"),
-    "collectives": ("job_id", "attempt", "rank", "match_key", "n_ranks_matched", "is_last_arrival"),
+    "ranks": ("job_id", "attempt", "rank", "step_time_p50_ns", "device_index"),
+    "collectives": ("job_id", "attempt", "rank", "match_key", "n_ranks_matched", "is_last_arrival", "pg_name",
+                    "collective", "busbw_gbps"),
 }
 
 
@@ -119,7 +120,7 @@ def _read_columns(engine, warehouse: str) -> dict[str, pd.DataFrame]:
         else:
             df = read_spark(engine, warehouse, name)
             if df is not None:
-                out[name] = _pandas(df.select(*cols))
+                out[name] = _pandas(df.select(*[c for c in cols if c in df.columns]))  # older warehouses lack some
     return out
 
 

@@ -132,6 +132,8 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
                flags=sorted(set(meta.get("flags") or []) | set(rank_flags) | set(extra_flags)
                             | ({"duplicate_capture_id"} & set(task.get("flags") or []))),
                flag_counts_json=json.dumps(meta.get("flag_counts") or {}, sort_keys=True),
+               repair_offsets_json=json.dumps(meta["repair_offsets"], sort_keys=True) if meta.get("repair_offsets")
+               else None,
                date=task.get("date") or date_of(meta.get("trace_start_ns")) or "unknown")
     events = with_identity(parsed.events, row)
     if row["source"] != "kineto" and events.num_rows:

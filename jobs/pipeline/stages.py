@@ -18,7 +18,8 @@ stage                  engine  does
                                ``critical_path``, ``findings``
 ``validate_analyze``   yes     Great Expectations over the analysis tables
 ``fleet``              yes     → ``fleet_stats``, ``fleet_kernels``, ``regressions``,
-                               ``fleet_findings``, ``host_health`` (all jobs)
+                               ``fleet_findings``, ``host_health`` (all jobs), then Great
+                               Expectations over them (whole tables)
 ``publish``            no      one MLflow run per (job, attempt): params, metrics, tags, CSVs,
                                findings, validation report, HTML job report
 ``fleet_report``       no      the fleet HTML report and the day's MLflow fleet run
@@ -149,10 +150,14 @@ def _analyze(engine, s: RunSettings, record: dict) -> None:
 
 def _fleet(engine, s: RunSettings, record: dict) -> None:
     from jobs.fleet.job import run_fleet  # the stage's code, loaded when it runs (DAG parsing stays light)
+    from jobs.validate.suites import validate_tables  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     res = run_fleet(engine, s.warehouse, **s.fleet_options)
     record["fleet_counts"] = res.counts
     record["n_regressions"] = int((res.regressions["verdict"] == "regression").sum()) if len(res.regressions) else 0
+    report = validate_tables(engine, s.warehouse, "fleet")  # rebuilt whole: validated whole
+    record.setdefault("validation", {})["fleet"] = report.to_dict(with_gx=True)
+    print(report.summary(), flush=True)
 
 
 def _publish(engine, s: RunSettings, record: dict) -> None:
@@ -302,11 +307,17 @@ def validation(record: dict):
 
 
 def check_validation(record: dict) -> None:
-    """Raise :class:`ValidationFailed` naming the jobs that failed validation in this run (after publishing)."""
+    """Raise :class:`ValidationFailed` naming the jobs that failed validation in this run, or the fleet tables that
+    did (after publishing)."""
     report = validation(record)
     if report is not None and not report.success:
         raise ValidationFailed(f"validation failed for job(s) {', '.join(sorted(report.failed_jobs()))}; their MLflow "
                                f"runs are FAILED with the validation report attached\n{report.summary()}")
+    fleet = record.get("validation", {}).get("fleet")
+    if fleet is not None and not (r := ValidationReport.from_dict(fleet)).success:
+        bad = sorted(t.table for t in r.tables.values() if not t.success)
+        raise ValidationFailed(f"fleet table(s) {', '.join(bad)} failed validation (rebuilt by the fleet stage; "
+                               f"the job runs are unaffected)\n{r.summary()}")
 
 
 def discover_interval(settings: RunSettings | dict) -> dict:

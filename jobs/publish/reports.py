@@ -27,6 +27,7 @@ from jobs.common.ids import safe_date
 from jobs.publish.report.fleet_tables import fleet_stats_metrics, host_metrics, impact_metrics
 from jobs.publish.report.html import render_fleet_report, render_job_report
 from jobs.publish.report.sections import fleet_daily, fleet_metrics
+from jobs.validate.marks import read_table_marks
 from jobs.warehouse import read_pandas
 from schemas import FLEET_TABLES
 
@@ -98,7 +99,8 @@ def _day(date: str) -> int | None:
 
 def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFrame | None,
                      captures: pd.DataFrame | None, steps: pd.DataFrame | None = None,
-                     findings: pd.DataFrame | None = None, day: str | None = None, fleet: dict | None = None) -> str:
+                     findings: pd.DataFrame | None = None, day: str | None = None, fleet: dict | None = None,
+                     fleet_validation: dict | None = None) -> str:
     """Create or update the fleet run of ``day``: fleet metrics, daily trend metrics, the fleet report.
 
     The run is ``fleet-<day>`` in experiment ``tracelake-fleet`` (tags ``tracelake.kind=fleet``,
@@ -112,6 +114,8 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
         fleet: the fleet tables (:data:`schemas.FLEET_TABLES`, :mod:`jobs.fleet`) as pandas: adds the
             ``fleet/<dimension>/<value>/…``, ``fleet/impact/…`` and ``fleet/hosts/…`` metrics
             (:mod:`jobs.publish.report.fleet_tables`) and the impact, host, breakdown and regression sections.
+        fleet_validation: the fleet tables' marks (:func:`jobs.validate.marks.read_table_marks`): the tag
+            ``tracelake.validation`` (``passed`` when every one passed, else ``failed``) and the report's section.
 
     Returns:
         The fleet run id.
@@ -149,9 +153,13 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     tags = [RunTag("tracelake.kind", "fleet"), RunTag("tracelake.fleet_date", day)]
     if warehouse:
         tags.append(RunTag("tracelake.warehouse", str(warehouse)))
+    if fleet_validation:
+        ok = all(m.get("status") == "passed" for m in fleet_validation.values())
+        tags.append(RunTag("tracelake.validation", "passed" if ok else "failed"))
     for i in range(0, max(len(metrics), 1), 900):  # MLflow accepts at most 1000 metrics per batch
         client.log_batch(run_id, metrics=metrics[i:i + 900], tags=tags if i == 0 else [])
-    log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet), "report/fleet_report.html")
+    log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet,
+                                                 fleet_validation=fleet_validation), "report/fleet_report.html")
     client.set_terminated(run_id, status="FINISHED")
     return run_id
 
@@ -226,11 +234,12 @@ def publish_fleet_report(tracking_uri: str | None, warehouse: str, day: str | No
 
     t = load_fleet_tables(warehouse)
     fleet = {k: t[k] for k in FLEET_TABLES if k in t}
+    marks = read_table_marks(warehouse, FLEET_TABLES)
     if html:
         with open(html, "w", encoding="utf-8") as f:
             f.write(render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
-                                        fleet=fleet))
+                                        fleet=fleet, fleet_validation=marks))
     if not tracking_uri:
         return None
     return log_fleet_report(tracking_uri, warehouse, t.get("ranks"), t.get("captures"), t.get("steps"),
-                            t.get("findings"), day=day, fleet=fleet)
+                            t.get("findings"), day=day, fleet=fleet, fleet_validation=marks)

@@ -1,4 +1,5 @@
-"""Validation marks in the warehouse: ``{warehouse}/{table}/_validation.json``, per job ``passed`` or ``failed``.
+"""Validation marks in the warehouse: ``{warehouse}/{table}/_validation.json``, per job ``passed`` or ``failed``,
+and for a table validated whole (the fleet tables) the table's own status.
 
 Spark and pyarrow skip ``_``-prefixed files, so the tables read as before; rewriting a table in
 static-overwrite mode drops its marks, which then read as ``unvalidated``.
@@ -22,8 +23,9 @@ def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
     """Merge the report into ``{warehouse}/{table}/_validation.json`` (one entry per job).
 
     Each entry: ``{"status": "passed"|"failed", "stage", "validated_at", "failed": [{"id",
-    "unexpected_count"}]}``. Entries of jobs outside the batch are kept. Tables not written are
-    skipped.
+    "unexpected_count"}]}``. Entries of jobs outside the batch are kept. A report over every row
+    (``report.job_ids`` is ``None``: the fleet stage) also sets the ``"table"`` entry (same fields, the checks
+    failed anywhere in the table). Tables not written are skipped.
 
     Returns:
         The mark files written.
@@ -48,6 +50,9 @@ def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
             fails = [{"id": c.id, "unexpected_count": c.jobs.get(j)} for c in t.failed if j in c.jobs]
             doc.setdefault("jobs", {})[j] = {"status": "failed" if fails else "passed", "stage": t.stage,
                                              "validated_at": report.validated_at, "failed": fails}
+        if report.job_ids is None:
+            doc["table"] = {"status": t.status, "stage": t.stage, "validated_at": report.validated_at,
+                            "failed": [{"id": c.id, "unexpected_count": c.unexpected_count} for c in t.failed]}
         text = json.dumps(doc, indent=1, sort_keys=True)
         if "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
             write_text_atomic(path, text)  # a killed run never leaves a truncated mark
@@ -58,17 +63,25 @@ def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
     return written
 
 
-def read_marks(warehouse: str, job_id: str) -> dict[str, str]:
-    """``{table: passed|failed|unvalidated}`` for one job, from the marks of every written table."""
+def _mark_docs(warehouse: str, tables):
+    """``(table, its marks document or None)`` of each written table of ``tables``."""
     fs, root = fsspec.core.url_to_fs(warehouse)
-    out = {}
-    for t in TABLES:
+    for t in tables:
         folder = posixpath.join(root.rstrip("/"), t)
         if not fs.exists(folder):
             continue
         path = posixpath.join(folder, MARK_FILE)
-        status = "unvalidated"
-        if fs.exists(path):
-            status = json.loads(fs.cat_file(path)).get("jobs", {}).get(job_id, {}).get("status", "unvalidated")
-        out[t] = status
-    return out
+        yield t, (json.loads(fs.cat_file(path)) if fs.exists(path) else None)
+
+
+def read_marks(warehouse: str, job_id: str) -> dict[str, str]:
+    """``{table: passed|failed|unvalidated}`` for one job, from the marks of every written table."""
+    return {t: (doc or {}).get("jobs", {}).get(job_id, {}).get("status", "unvalidated")
+            for t, doc in _mark_docs(warehouse, TABLES)}
+
+
+def read_table_marks(warehouse: str, tables) -> dict[str, dict]:
+    """``{table: {"status": passed|failed|unvalidated, "validated_at", "failed": [...]}}``: the ``"table"`` entry of
+    each written table of ``tables`` (the status of its last validation as a whole, :func:`write_marks`)."""
+    return {t: (doc or {}).get("table") or {"status": "unvalidated", "validated_at": None, "failed": []}
+            for t, doc in _mark_docs(warehouse, tables)}

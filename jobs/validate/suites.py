@@ -29,7 +29,7 @@ from jobs.validate.report import CheckResult, TableValidation, ValidationReport
 from jobs.executor import is_local
 from jobs.warehouse import exact_ints, read_arrow, read_spark, table_columns, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
-from schemas.tables import TABLES
+from schemas.tables import FLEET_TABLES, TABLES, declared
 
 _PARTIAL = 10
 
@@ -62,7 +62,7 @@ def _is_spark(frame) -> bool:
 
 def _add_derived(frame, table: str, checks: list[Check]):
     """Add each check's derived column (Σ coef × column, exact integer arithmetic; nulls propagate)."""
-    types = {c.name: c.type for c in TABLES[table].columns}
+    types = {c.name: c.type for c in declared(table).columns}
     for ch in checks:
         d = ch.derived
         if d is None:
@@ -159,7 +159,7 @@ def needed_columns(table: str, n_discovered: int | None = None) -> list[str]:
     """The columns ``table``'s checks read (plus ``job_id``), in declared order: validating a
     projection keeps large tables cheap (``events.args_json`` is never read)."""
     need = {"job_id"} | {c for ch in checks_for(table, n_discovered) for c in ch.reads}
-    return [c for c in TABLES[table].names if c in need]
+    return [c for c in declared(table).names if c in need]
 
 
 def validate_frame(frame, table: str, stage: str, n_discovered: int | None = None, context=None,
@@ -182,10 +182,10 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
         :class:`TableValidation`; a check GX cannot evaluate (e.g. its column is missing) is a
         failed check with ``error`` set.
     """
-    declared = TABLES[table].names
+    columns = declared(table).names
     checks = checks_for(table, n_discovered=n_discovered)
     present = set(all_columns if all_columns is not None else frame.columns)
-    missing_cols = [c for c in declared if c not in present]
+    missing_cols = [c for c in columns if c not in present]
     runnable = [c for c in checks if all(col in present for col in c.reads)]
     skipped = [c for c in checks if c not in runnable]
     frame = _add_derived(frame, table, runnable)
@@ -283,7 +283,7 @@ def validate_frames(frames: dict, stage: str, n_discovered: int | None = None,
         raise ValueError(f"unknown stage {stage!r}; expected one of {sorted(STAGE_TABLES)}")
     names = list(STAGE_TABLES[stage]) + [t for t in frames if t not in STAGE_TABLES[stage]]
     for t in names:
-        if t not in TABLES:
+        if t not in TABLES and t not in FLEET_TABLES:
             raise ValueError(f"unknown table {t!r}")
     frames = dict(frames)
     if n_discovered is not None and "captures" in names and frames.get("captures") is None:

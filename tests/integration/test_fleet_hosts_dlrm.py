@@ -2,7 +2,8 @@
 generator), ranks 0-3 and 4-7 on two hosts. The corpus set's rank 7 arrives last at every collective, so
 the host holding ranks 4-7 is the slow one of each job. ``node-bad`` holds them in three different jobs;
 the fourth job runs 1.5x slower on every rank, on two other hosts. The pipeline runs on the local
-executor; ``host_health`` must flag ``node-bad`` alone, and blame no host for the job slow everywhere."""
+executor; ``host_health`` must flag ``node-bad`` alone, and blame no host for the job slow everywhere. Each
+rank ran on its own GPU (device pid = rank): of ``node-bad``'s devices, the straggler's (7) is the suspect."""
 
 from __future__ import annotations
 
@@ -42,12 +43,17 @@ def fleet_wh(tmp_path_factory):
                    log=lambda *_: None, hosts=_hosts, job_scale=lambda j: 1.5 if j == 3 else 1.0)
     res = run_pipeline(str(base / "landing"), str(base / "wh"), log_to_mlflow=False, executor="local")
     assert sorted(res.job_ids) == [f"fleet-dlrm-{j:03d}" for j in range(4)]
+    fleet = res.record["validation"]["fleet"]  # the fleet stage validated its tables whole
+    assert sorted(t["table"] for t in fleet["tables"].values()) == sorted(
+        ["fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health"])
+    assert all(t["status"] == "passed" for t in fleet["tables"].values()), fleet
     return base / "wh"
 
 
 def test_the_bad_host_is_flagged_and_the_slow_job_blames_none(fleet_wh):
     t = read_pandas(str(fleet_wh), ("host_health", "fleet_stats", "fleet_findings"))
-    h = t["host_health"].set_index("host_name")
+    hh = t["host_health"]
+    h = hh[hh["kind"] == "host"].set_index("target")
     assert set(h.index) == {"node-a", "node-b", "node-c", "node-bad", "node-d", "node-e"}
     assert list(h.index[h["suspect_hardware"]]) == ["node-bad"]
     bad = h.loc["node-bad"]
@@ -66,6 +72,14 @@ def test_the_bad_host_is_flagged_and_the_slow_job_blames_none(fleet_wh):
     assert not h.loc["node-e", "suspect_hardware"] and h.loc["node-e", "n_slow_jobs"] == 1
     for host in ("node-a", "node-b", "node-c"):
         assert h.loc[host, "n_slow_jobs"] == 0 and h.loc[host, "last_arrivals"] == 0
+    # per device: rank 7's GPU on node-bad, last in 5 of each job's 8 calls against a fair 1; rank 5's GPU, last
+    # in 2 of 8 (ratio 2, binomial p 0.26), is chance
+    d = hh[hh["kind"] == "device"].set_index("target")
+    assert len(d) == 24 and list(d.index[d["suspect_hardware"]]) == ["node-bad/7"]
+    assert d.loc["node-bad/7", "last_arrival_ratio"] == pytest.approx(5.0) and d.loc["node-bad/7", "n_slow_jobs"] == 3
+    assert d.loc["node-bad/5", "last_arrival_ratio"] == pytest.approx(2.0) and d.loc["node-bad/5", "n_slow_jobs"] == 0
+    assert d.loc["node-e/7", "n_slow_jobs"] == 1 and not d.loc["node-e/7", "suspect_hardware"]
+    assert not (hh["kind"] == "link").any()  # one process group over both hosts: no other link to compare with
     # the straggler's rule is the fleet's costliest finding, over the four runs
     ff = t["fleet_findings"]
     top = ff[ff["dimension"] == "fleet"].sort_values("impact_rank").iloc[0]
@@ -81,21 +95,30 @@ def test_everywhere_a_user_looks(fleet_wh):
     from jobs.publish.reports import load_fleet_tables
     from schemas import FLEET_TABLES
 
+    from jobs.validate.marks import read_table_marks
+
     t = load_fleet_tables(str(fleet_wh))
+    marks = read_table_marks(str(fleet_wh), FLEET_TABLES)
+    assert {k: m["status"] for k, m in marks.items()} == dict.fromkeys(FLEET_TABLES, "passed")
     html = render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
-                               fleet={k: t[k] for k in FLEET_TABLES if k in t})
+                               fleet={k: t[k] for k in FLEET_TABLES if k in t}, fleet_validation=marks)
+    assert 'id="fleet-validation"' in html and "Fleet data quality" in html
+    assert "All 5 passed." in html
     host = html[html.index('id="host-health"'):]
-    assert "Hardware suspects: 1 of 6" in host and "node-bad" in host
+    assert "Hardware suspects: 1 of 6 host(s), 1 of 24 device(s)" in host and "node-bad/7" in host
     assert 'data-plot="host_job_heatmap"' in host and "last-arrival ratio of 6 hosts in 4 jobs" in host
     assert 'data-plot="recoverable_hours"' in html
     hh = queries.host_health(str(fleet_wh), suspect_only=True)
-    assert [h.host_name for h in hh.hosts] == ["node-bad"] and len(hh.hosts[0].evidence) == 3
+    assert [(h.kind, h.target) for h in hh.hosts] == [("device", "node-bad/7"), ("host", "node-bad")]
+    assert len(hh.hosts[1].evidence) == 3 and hh.hosts[0].device_index == 7
+    assert [h.target for h in queries.host_health(str(fleet_wh), host="node-e", kind="host").hosts] == ["node-e"]
     ff = queries.fleet_findings(str(fleet_wh))
     assert ff.rows[0].rule == "straggler_rank" and ff.rows[0].impact_rank == 1
     out = subprocess.run([sys.executable, "-m", "jobs.cli", "fleet", "--warehouse", str(fleet_wh)], cwd=str(ROOT),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "1 hardware suspect(s) among 6 host(s)" in out.stdout and "node-bad" in out.stdout
+    assert "2 hardware suspect(s) among 6 host(s), 24 device(s)" in out.stdout
+    assert "device node-bad/7: slow in 3 of 3 job(s), last-arrival ratio 5.00" in out.stdout
     assert "straggler_rank" in out.stdout
 
 
@@ -107,8 +130,12 @@ def test_spark_reduction_gives_the_same_fleet_tables(fleet_wh, spark, tmp_path):
 
     copy = tmp_path / "wh"
     shutil.copytree(fleet_wh, copy)
+    from jobs.validate.suites import validate_tables
+
     res = run_fleet(spark, str(copy))
-    assert res.counts["host_health"] == 6
+    assert res.counts["host_health"] == 30
+    report = validate_tables(spark, str(copy), "fleet")  # the suites on the Spark engine's side too
+    assert report.success and len(report.tables) == 5, report.summary()
     for table in ("host_health", "fleet_findings", "fleet_stats"):
         a, b = (read_pandas(str(w), (table,))[table] for w in (fleet_wh, copy))
         key = list(a.columns)

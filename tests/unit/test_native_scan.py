@@ -92,6 +92,7 @@ def test_escapes_unicode_and_string_ids():
         {"ph": "M", "name": "thread_name", "pid": 0, "tid": "stream 7", "args": {"name": "s7", "name2": 1}},
         {"ph": "M", "name": "thread_name", "pid": 0, "tid": "stream 7", "args": {"name": "later wins"}},
         {"ph": "B", "name": "begin", "pid": 1, "tid": 1, "ts": 4},
+        {"ph": "b", "cat": "async", "name": "nestable", "id": 1, "pid": 1, "tid": 1, "ts": 4},
     ]
     raw = json.dumps({"traceEvents": events}, ensure_ascii=True).encode()  # \uXXXX escapes everywhere
     for data in (raw, json.dumps({"traceEvents": events}, ensure_ascii=False).encode()):
@@ -101,7 +102,8 @@ def test_escapes_unicode_and_string_ids():
     assert c["name"][0] == 'a "quoted" \\ name\n\u00e9\U0001f600'
     assert c["external_id"][:2] == [12, 9] and c["stream"][1] == 7 and c["tid"][:2] == [7, 7]
     assert c["process_name"][0] == "spans \u00e9" and c["thread_name"][1] == "later wins"
-    assert "unsupported_phase" in nat.meta["flags"]
+    assert "unsupported_phase" in nat.meta["flags"]  # the async "b" event
+    assert "unmatched_begin" in nat.meta["flags"] and c["name"][-1] == "begin"  # a B never closed: kept
 
 
 def test_key_escapes_duplicate_keys_and_odd_args():

@@ -234,7 +234,7 @@ def path_trace(trace: RankTrace | pa.Table, *, hta_compat: bool = False, hta_us_
                 zero_copy_only=False).astype(np.int64)
             arr[isnull] = -(2**41) - nc[isnull]
     pid, tid = pid[src], tid[src]
-    thread = track_codes(pid, tid)
+    thread = track_codes(track_codes(pid, tid), trace.is_gpu[src].astype(np.int64))  # host and device never share
 
     wait_stream = np.full(n, -1, np.int64)
     wait_corr = np.full(n, -1, np.int64)

@@ -209,7 +209,8 @@ def analyze_rank(trace: RankTrace | pa.Table, *, hta_us_rounding: bool = False, 
 
     steps = _cpu_profiler_steps(trace)
     step_times = np.array([s[2] for s in steps], dtype=np.int64)
-    rank_row = {**ident, "world_size": None, "device_name": None, "n_steps": len(steps),
+    rank_row = {**ident, "world_size": None, "device_name": None, "device_index": _device_index(trace),
+                "n_steps": len(steps),
                 "step_time_p50_ns": int(np.round(np.median(step_times))) if len(steps) else None,
                 "step_time_max_ns": int(step_times.max()) if len(steps) else None,
                 **rank_bd.as_dict(), **rank_stats(trace, keep, **stat_kw)}
@@ -232,6 +233,16 @@ def analyze_rank(trace: RankTrace | pa.Table, *, hta_us_rounding: bool = False, 
                      **bd.as_dict(), "cpu_op_time_ns": total_length(ms, me), **st})
     steps_tbl = pa.Table.from_pylist(rows, schema=STEPS.arrow_schema()) if rows else STEPS.empty()
     return steps_tbl, ranks_tbl
+
+
+def _device_index(trace) -> int | None:
+    """The most frequent device pid of the rank's device activity (lowest on a tie), or ``None``."""
+    dev = trace.device[trace.device_activity]
+    dev = dev[dev >= 0]
+    if not dev.size:
+        return None
+    values, counts = np.unique(dev, return_counts=True)
+    return int(values[np.argmax(counts)])
 
 
 def _group_rows(step: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:

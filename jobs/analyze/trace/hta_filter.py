@@ -14,6 +14,10 @@ apply the same rules to our ``events`` rows (``schemas.tables.EVENTS``). Sources
    ``int()`` fails (e.g. the string ``"0x0"`` that ROCm writes on ``hipMemcpyWithStream``).
    Every row with a stream other than −1 is a *GPU event* for HTA's temporal breakdown and
    overlap — including a ``cpu_op`` that carries ``args.stream`` (``triton_example``).
+   One departure: in a trace where **no** device row (``is_gpu``, from its category) carries a
+   stream — Intel XPU traces with empty ``deviceProperties`` (torch-xpu-ops #5284, #2247) — HTA sees
+   no GPU work at all; there the device rows take our ``stream`` column, else their tid (the device
+   thread), else 0. Traces with any device stream are read exactly as HTA reads them.
 3. **Last-step filter** (:func:`last_step_keep_mask`), only when more than one distinct name
    containing ``ProfilerStep`` is present: HTA splits rows into a GPU side
    (``stream >= 0 and correlation >= 0``, or named ``Event Sync``/``Context Sync``) and a CPU
@@ -91,7 +95,7 @@ def _arg_values(args_json: pa.ChunkedArray | pa.Array, rows: np.ndarray, key: st
 
 
 def hta_stream(events: pa.Table) -> np.ndarray:
-    """HTA's ``stream`` of every row: ``int(args["stream"])`` or −1.
+    """HTA's ``stream`` of every row: ``int(args["stream"])`` or −1 (and the XPU departure of the module doc).
 
     Rows whose ``args_json`` has no ``"stream"`` key get −1, even when our ``stream`` column is
     set from a ``"stream N"`` tid (legacy traces; HTA reads args only). Device rows (``is_gpu``)
@@ -110,10 +114,15 @@ def hta_stream(events: pa.Table) -> np.ndarray:
     is_gpu = _np(events.column("is_gpu"), bool, False)
     args = events.column("args_json")
     mentions = _np(pc.match_substring(pc.fill_null(args, ""), '"stream"'), bool)
+    ours = stream
     stream = np.where(mentions, stream, -1)
     recheck = np.flatnonzero(mentions & ~(is_gpu & has_stream_col))
     if recheck.size:
         stream[recheck] = [_int_like_python(v) for v in _arg_values(args, recheck, "stream")]
+    if is_gpu.any() and not (mentions & is_gpu).any():  # device rows without any stream (XPU)
+        tid = _np(events.column("tid"), np.int64, -1) if "tid" in events.column_names else np.full(len(ours), -1)
+        fallback = np.where(has_stream_col, ours, np.where(tid >= 0, tid, 0))
+        stream = np.where(is_gpu, fallback, stream)
     return stream
 
 

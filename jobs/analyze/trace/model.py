@@ -57,7 +57,7 @@ REQUIRED_COLUMNS = (*IDENTITY, "ph", "category", "raw_category", "name", "ts_ns"
                     "stream", "is_gpu", "correlation", "step")
 #: EVENTS columns kept when present (launch links, kernel types, memcpy sizes, the critical path's
 #: threads, collective metadata); see the :class:`RankTrace` properties for the defaults when absent.
-OPTIONAL_COLUMNS = ("args_json", "event_id", "external_id", "pid", "collective", "tid", "process_name",
+OPTIONAL_COLUMNS = ("args_json", "event_id", "external_id", "pid", "collective", "tid", "process_name", "dur_raw_ns",
                     "thread_name", "parent", "pg_name", "group_size", "msg_bytes", "seq")
 #: ``step`` value of rows outside any ProfilerStep.
 NO_STEP = np.iinfo(np.int64).min
@@ -373,8 +373,9 @@ def build_rank_trace(events: pa.Table, *, hta_us_rounding: bool = False, time_ba
         events: EVENTS rows (``schemas.tables.EVENTS``) of ONE (job_id, attempt, rank, capture_id), any
             row order, with at least :data:`REQUIRED_COLUMNS` (:data:`OPTIONAL_COLUMNS` kept when present);
             may be empty.
-        hta_us_rounding: round sub-µs times inward as HTA does (for comparisons with HTA only; the
-            warehouse keeps exact ns), :func:`jobs.analyze.trace.hta_filter.hta_round_us`.
+        hta_us_rounding: read the trace as HTA does, for comparisons with HTA only: sub-µs times rounded
+            inward (:func:`jobs.analyze.trace.hta_filter.hta_round_us`; the warehouse keeps exact ns) and a device
+            event's own ``dur`` where the parser clipped it on its stream (``dur_raw_ns``).
         time_base_ns: with ``hta_us_rounding``, the trace's ``baseTimeNanoseconds``
             (``captures.base_time_ns``; 0 for absolute-µs traces).
 
@@ -389,6 +390,9 @@ def build_rank_trace(events: pa.Table, *, hta_us_rounding: bool = False, time_ba
     ts = _np(events.column("ts_ns"), np.int64, 0)
     dur = _np(events.column("dur_ns"), np.int64, 0)
     if hta_us_rounding:
+        if "dur_raw_ns" in events.column_names:  # HTA does not clip overlapping device events
+            raw = events.column("dur_raw_ns")
+            dur = np.where(_np(pc.is_valid(raw), bool, False), _np(raw, np.int64, 0), dur)
         ts, dur = hta_filter.hta_round_us(ts, dur, time_base_ns)
     return RankTrace(events, ident, ts, dur, hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns)
 

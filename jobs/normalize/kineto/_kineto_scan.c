@@ -20,7 +20,8 @@
  *
  * Semantics (mirrors jobs/normalize/kineto/numbers.py and columns.py):
  *   - ts/dur: exact round-half-even(value_us * 1000) of the decimal text (integers, any number of
- *     fraction digits, exponents), as int64 ns; ts of every event, dur of X/i/C rows;
+ *     fraction digits, exponents), as int64 ns; ts of every event, dur of X/i/C rows (B/E events are rows
+ *     too, phase codes 6/7, paired into X rows in Python);
  *   - pid/tid: JSON integers in (-2^61, 2^61), strings (interned; Python resolves each distinct
  *     string once: numeric, "stream N", or a label), null/missing;
  *   - cat/name: unescaped UTF-8 (int32 offsets + data + validity), null when missing;
@@ -1049,9 +1050,14 @@ static int phase_code(Ctx *c, const Val *v) {
     case 'M': return 3;
     case 's': return 4;
     case 'f': return 5;
+    case 'B': return 6;
+    case 'E': return 7;
     }
     return -1;
 }
+
+/* X, i, C and the duration events B, E (paired into X rows by the shared passes) are rows */
+static int is_row(int code) { return (code >= 0 && code <= 2) || code == 6 || code == 7; }
 
 /* string value -> unescaped bytes (pointer into the input or into scratch) */
 static const unsigned char *str_bytes(Ctx *c, const Val *v, size_t *n, Buf *scratch) {
@@ -1179,13 +1185,13 @@ static void commit_event(Ctx *c, Event *ev) {
     check_id_type(c, &ev->f_pid);
     check_id_type(c, &ev->f_tid);
     if (code < 0) s->n_unsupported++;
-    if (code >= 0 && code <= 2 && !ts_ok) { /* dropped and counted (missing, null or non-finite ts) */
+    if (is_row(code) && !ts_ok) { /* dropped and counted (missing, null or non-finite ts) */
         s->n_invalid_ts++;
         s->b[R_ARGS].len = ev->args_start;
         s->n_events++;
         return;
     }
-    if (code >= 0 && code <= 2) {
+    if (is_row(code)) {
         int8_t pk, tk;
         int64_t pv, tv;
         id_value(c, &ev->f_pid, &pk, &pv);
@@ -1604,6 +1610,6 @@ PyMODINIT_FUNC PyInit__kineto_scan(void) {
     PyModule_AddIntConstant(m, "DONE", 1);
     PyModule_AddIntConstant(m, "BAIL", 2);
     PyModule_AddIntConstant(m, "LIMIT", 3);
-    PyModule_AddIntConstant(m, "ABI", 3);
+    PyModule_AddIntConstant(m, "ABI", 4);
     return m;
 }

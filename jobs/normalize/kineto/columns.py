@@ -21,8 +21,10 @@ import pyarrow.compute as pc
 from jobs.normalize.kineto import shapes
 from jobs.normalize.kineto.numbers import micros_to_ns, to_int64
 
-PH_NAMES = ("X", "i", "C", "M", "s", "f")
-X, I, C, M, S, F = range(6)
+PH_NAMES = ("X", "i", "C", "M", "s", "f", "B", "E")
+X, I, C, M, S, F, B, E = range(8)
+#: Phases that become rows (``B``/``E`` are paired into ``X`` rows by the passes).
+ROW_PHASES = (X, I, C, B, E)
 _PH_ARR = pa.array(PH_NAMES)
 _LAUNCH_FLOW_ARR = pa.array(["ac2g", "async_cpu_to_gpu"])
 _FWDBWD_FLOW_ARR = pa.array(["forward_backward", "fwd_bwd", "fwdbwd"])
@@ -160,7 +162,7 @@ def resolve_id_string(v: str, parse_stream: bool = False) -> tuple[int | None, b
 
 
 def phase_codes(ph_list: list) -> np.ndarray:
-    """Phase strings -> int8 codes (X, i, C, M, s, f = 0..5), -1 for any other phase."""
+    """Phase strings -> int8 codes (X, i, C, M, s, f, B, E = 0..7), -1 for any other phase."""
     return pc.index_in(str_array(ph_list), value_set=_PH_ARR).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int8)
 
 
@@ -289,8 +291,8 @@ class EventColumns:
         code = phase_codes(pluck(E, "ph"))
         if (code < 0).any():
             self.flags.add("unsupported_phase")
-        rows = np.flatnonzero((code >= 0) & (code <= C))
-        flows = np.flatnonzero(code >= S)
+        rows = np.flatnonzero(np.isin(code, ROW_PHASES))
+        flows = np.flatnonzero((code == S) | (code == F))
         metas = np.flatnonzero(code == M)
         nr = len(rows)
 
@@ -401,6 +403,33 @@ class EventColumns:
         F_["bp_e"].append(bool_np(pc.equal(str_array(pluck(fev, "bp")), "e")))
 
     # ----------------------------------------------------------------------------- results
+
+    def row_column(self, name: str):
+        """A row column as one array, kept (its per-chunk parts joined in place): numpy columns are writable."""
+        parts = self.rows[name]
+        if len(parts) != 1:
+            parts[:] = [np.concatenate(parts) if isinstance(parts[0], np.ndarray) else pa.concat_arrays(parts)]
+        elif isinstance(parts[0], np.ndarray) and not parts[0].flags.writeable:  # a view of the scanner's buffer
+            parts[0] = parts[0].copy()
+        return parts[0]
+
+    def select_rows(self, keep: np.ndarray) -> None:
+        """Keep only the rows where ``keep`` (bool per row) is True, in every row column and row-keyed label."""
+        idx = np.flatnonzero(keep)
+        taker = pa.array(idx)
+        for name, parts in self.rows.items():
+            if name == "coll":
+                continue
+            col = self.row_column(name)
+            parts[0] = col[idx] if isinstance(col, np.ndarray) else col.take(taker)
+        coll = self.collective()  # joined, nulls where absent
+        self.rows["coll"] = [(len(idx), {k: v.take(taker) for k, v in coll.items()})]
+        new = np.cumsum(keep) - 1
+        for labels in (self.pid_labels, self.tid_labels, self.tid_streams):
+            kept = {int(new[i]): v for i, v in labels.items() if keep[i]}
+            labels.clear()
+            labels.update(kept)
+        self.n_rows = len(idx)
 
     def row_array(self, name: str) -> np.ndarray:
         """Concatenated row column (consumed: the per-chunk parts are released)."""

@@ -37,6 +37,40 @@ def track_codes(pid_key: np.ndarray, tid_key: np.ndarray) -> np.ndarray:
     return _codes(p * (int(t.max()) + 1) + t)
 
 
+def pair_begin_end(is_begin: np.ndarray, is_end: np.ndarray, track: np.ndarray, ts: np.ndarray):
+    """Pair Chrome-trace duration events (``ph`` ``B`` / ``E``) per track as a stack, in time order.
+
+    On each track (equal ``track`` codes: one (pid, tid)), in order of ``ts`` and then of position (file
+    order), a ``B`` is pushed and an ``E`` closes the innermost open ``B``, whatever its name (an ``E`` often
+    has none; Perfetto's rule, Perfetto #659/#970). Timestamps are exact int ns.
+
+    Args:
+        is_begin, is_end: bool per row; track: int64 track code per row; ts: int64 ns per row.
+
+    Returns:
+        ``(begins, ends, unmatched_begins, unmatched_ends)``: int64 row positions; ``ends[i]`` closes
+        ``begins[i]``. An ``E`` with no open ``B`` and a ``B`` never closed are unmatched.
+    """
+    pos = np.flatnonzero(is_begin | is_end)
+    order = pos[np.lexsort((pos, ts[pos], track[pos]))]
+    begins, ends, lone_ends, lone_begins = [], [], [], []
+    stack: list[int] = []
+    current = None
+    for i, t, b in zip(order.tolist(), track[order].tolist(), is_begin[order].tolist()):
+        if t != current:
+            lone_begins += stack
+            stack, current = [], t
+        if b:
+            stack.append(i)
+        elif stack:
+            begins.append(stack.pop())
+            ends.append(i)
+        else:
+            lone_ends.append(i)
+    lone_begins += stack
+    return tuple(np.array(v, np.int64) for v in (begins, ends, lone_begins, lone_ends))
+
+
 def _codes(keys: np.ndarray) -> np.ndarray:
     """Dense int64 code of each key, in order of first appearance."""
     return pc.dictionary_encode(pa.array(keys)).indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -338,6 +372,46 @@ def external_id_links(key: np.ndarray, ext: np.ndarray, ext_ok: np.ndarray, is_g
         sel = rows[np.isin(ext[rows], both)]
         key[sel] = base + np.searchsorted(both, ext[sel])
     return key
+
+
+def time_links(key: np.ndarray, orphans: np.ndarray, launches: np.ndarray, is_gpu: np.ndarray,
+               ts_ns: np.ndarray) -> tuple[np.ndarray, int]:
+    """Link keys extended by time for device rows that have neither a correlation nor a unique External id.
+
+    ROCm writes correlation id 0 on some device activities (roctracer #100): 0 means absent. Such a row is
+    joined to the launch call (``launches``: host launch rows) that has no device row yet and started last at
+    or before the row's start — the launching thread's window that contains the start. Rows are taken in
+    time order and each launch links one row; a row with no such launch stays unlinked.
+
+    Args:
+        key: int64 link key per row (-1 = none); orphans: the device rows to link; launches: host launch rows;
+        is_gpu: device-side rows; ts_ns: int64 start per row.
+
+    Returns:
+        ``(keys, n_linked)``: the keys (a new array when any row was linked) and the rows linked.
+    """
+    dev = np.flatnonzero(orphans & (key < 0))
+    if not len(dev):
+        return key, 0
+    host = np.flatnonzero(launches)
+    if len(host):  # launches already linked to a device row are not free
+        host = host[(key[host] < 0) | ~np.isin(key[host], key[(key >= 0) & is_gpu])]
+    host = host[np.argsort(ts_ns[host], kind="stable")]
+    free = ts_ns[host].tolist()
+    used = np.zeros(len(host), bool)
+    key = key.copy()
+    base = int(key.max()) + 1 if len(key) else 0
+    n = 0
+    for d in dev[np.argsort(ts_ns[dev], kind="stable")].tolist():
+        j = int(np.searchsorted(free, ts_ns[d], side="right")) - 1
+        while j >= 0 and used[j]:
+            j -= 1
+        if j < 0:
+            continue
+        used[j] = True
+        key[d] = key[host[j]] = base + n
+        n += 1
+    return key, n
 
 
 def profiler_steps(name_arr, is_x: np.ndarray, is_gpu: np.ndarray, ts_ns: np.ndarray, end_ns: np.ndarray,

@@ -50,7 +50,7 @@ from jobs.normalize.kineto.stream import Repairs, decode_header
 try:  # the extension is optional: without a C compiler the package still works (pure Python)
     from jobs.normalize.kineto import _kineto_scan
 
-    if getattr(_kineto_scan, "ABI", None) != 3:  # a stale build of an older interface
+    if getattr(_kineto_scan, "ABI", None) != 4:  # a stale build of an older interface
         _kineto_scan = None
 except ImportError:  # pragma: no cover - depends on the build
     _kineto_scan = None

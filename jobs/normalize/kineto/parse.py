@@ -65,7 +65,7 @@ from jobs.normalize.limits import (
 )
 from jobs.normalize.kineto.native import NativeBail
 from jobs.normalize.kineto.passes import EVENT_COLUMNS, normalize_columns
-from jobs.normalize.kineto.repair import repair_text
+from jobs.normalize.kineto.repair import REPAIR_FLAGS, repair_text
 from jobs.normalize.kineto.stream import NotSplittable, Repairs, TraceSplitter
 
 # EVENT_COLUMNS (the columns of ParsedTrace.events) is defined with the passes that build the table and
@@ -85,14 +85,16 @@ class ParsedTrace:
 
     Attributes:
         events: ``pyarrow.Table`` with the :data:`EVENT_COLUMNS` of the EVENTS schema (same order
-            and types), one row per ``X``/``i``/``C`` event, ``event_id`` = index in traceEvents.
+            and types), one row per ``X``/``i``/``C`` event and per ``B``/``E`` pair (an ``X`` row), ``event_id`` =
+            index in traceEvents.
         meta: capture-level fields: ``container``, ``uncompressed_bytes``, ``format``,
             ``time_base``, ``base_time_ns``, ``trace_start_ns``, ``trace_end_ns``, ``n_events``,
             ``n_profiler_steps``, ``host_name``, ``device_name``, ``distributed_backend``,
             ``world_size``, ``rank`` (int from ``distributedInfo`` or None), ``flags`` (list[str],
             see :data:`FLAGS`), ``flag_counts`` (dict: flag → number of events or repairs behind it,
-            for the countable flags) and ``repair_offset`` (document byte offset of the first lenient
-            repair, or None).
+            for the countable flags), ``repair_offset`` (document byte offset of the first lenient
+            repair, or None) and ``repair_offsets`` (flag → document byte offsets of the first 10 repairs
+            inside strings: ``invalid_utf8``, ``invalid_escape``, ``lone_surrogate``).
     """
 
     events: pa.Table
@@ -115,7 +117,22 @@ FLAGS = {
                     "launch links are keyed by (pid, correlation)",
     "partial_trace": "the trace looks truncated: events stop well before the last ProfilerStep ends, or the "
                      "file reports dropped events",
-    "unsupported_phase": "events of a phase other than X/i/C/M/s/f were skipped",
+    "invalid_utf8": "invalid UTF-8 bytes inside strings: each invalid sequence read as U+FFFD (count: sequences; "
+                    "offsets in meta repair_offsets)",
+    "invalid_escape": "invalid escapes inside strings (\\q, a \\u without 4 hex digits): the backslash read as a "
+                      "literal backslash (count: escapes)",
+    "lone_surrogate": "lone UTF-16 surrogate escapes inside strings read as U+FFFD (count: escapes)",
+    "correlation_zero": "correlation id 0 (ROCm) read as absent (count: rows)",
+    "linked_by_time": "device rows with correlation 0 and no unique External id linked to the last free launch call "
+                      "before them; they take its correlation (count: rows)",
+    "unlinked_device_rows": "device rows with correlation 0 that no launch call could be linked to (count: rows)",
+    "stream_overlap_clipped": "device events running past the start of the next one on their stream: dur clipped to "
+                              "that start, the raw value in dur_raw_ns (count: events; the time removed, ns, in "
+                              "flag_counts stream_overlap_clipped_ns)",
+    "begin_end_pairs": "duration events (ph B/E) paired per (pid, tid) into complete events (count: pairs)",
+    "unmatched_begin": "B events never closed by an E on their (pid, tid): kept without a duration (count: events)",
+    "unmatched_end": "E events with no open B on their (pid, tid): dropped (count: events)",
+    "unsupported_phase": "events of a phase other than X/i/C/B/E/M/s/f were skipped",
     "no_profiler_step": "no ProfilerStep#N annotation",
 }
 
@@ -206,11 +223,12 @@ def parse_kineto(
 
 def _log_repairs(meta: dict, uri: str) -> None:
     """Warn about lenient repairs: which, how many, and the byte offset of the first (B02)."""
-    counts = {k: v for k, v in meta.get("flag_counts", {}).items() if k in ("nonfinite_number", "control_characters")}
+    counts = {k: v for k, v in meta.get("flag_counts", {}).items() if k in REPAIR_FLAGS}
     if counts:
         what = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        _LOG.warning("%s: repaired %s (first at byte %s of the document)", uri or "<bytes>", what,
-                     meta.get("repair_offset"))
+        where = "; ".join(f"{k} at bytes {', '.join(map(str, v))}" for k, v in sorted(meta.get("repair_offsets", {}).items()))
+        _LOG.warning("%s: repaired %s (first at byte %s of the document%s)", uri or "<bytes>", what,
+                     meta.get("repair_offset"), f"; {where}" if where else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,7 +364,8 @@ def _decode_document(doc: bytes, repairs: Repairs, max_depth: int = DEFAULT_MAX_
         strict = exc
     except RecursionError:  # only with a max_depth above what the decoder can recurse
         raise LimitExceeded(depth_reason(max_depth)) from None
-    repaired, counts, first = repair_text(doc)
+    offsets: dict = {}
+    repaired, counts, first = repair_text(doc, 0, offsets)
     if counts:
         try:
             top = shapes.DOCUMENT.decode(repaired)
@@ -354,7 +373,7 @@ def _decode_document(doc: bytes, repairs: Repairs, max_depth: int = DEFAULT_MAX_
             raise TraceError(f"not a Chrome trace: {exc}") from None
         except msgspec.DecodeError as exc:
             raise TraceError(_json_reason(exc)) from None
-        repairs.add(counts, first)
+        repairs.add(counts, first, offsets)
         return top, repaired
     raise TraceError(_json_reason(strict))
 

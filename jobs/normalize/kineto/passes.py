@@ -4,10 +4,12 @@
 :class:`~jobs.normalize.kineto.columns.EventColumns` (filled by the C scanner of
 :mod:`jobs.normalize.kineto.native` or by the msgspec decode of :mod:`jobs.normalize.kineto.parse`; both
 paths share these passes, so they give equal tables): the flags raised while decoding and the time base
-(``_open_rows``), exact int64 ns times (``_times``), categories normalized across format generations
-(``_categories``), tracks and their names (``_tracks``), slice nesting (``_nesting``), flow binding and
-correlation ids (``_flows``), ProfilerStep attribution and the launch-link flags (``_step_attribution``),
-device and stream (``_device_and_stream``), collective fields (``_collectives``), then the output columns
+(``_open_rows``), ``B``/``E`` duration events paired (``_begin_end``), exact int64 ns times (``_times``),
+categories normalized across format generations (``_categories``), tracks and their names (``_tracks``), device
+and stream (``_device_and_stream``), device events clipped where they overrun the next on their stream
+(``_clip_stream_overlaps``), slice nesting (``_nesting``), flow binding and correlation ids (``_flows``),
+ProfilerStep attribution and the launch-link flags (``_step_attribution``), collective fields (``_collectives``),
+then the output columns
 (``_event_columns``), the capture metadata (``_capture_meta``) and the cast to the EVENTS schema
 (``_to_schema``). The linking algorithms are in :mod:`jobs.normalize.kineto.linkage`.
 
@@ -27,10 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.normalize.errors import TraceError
-from jobs.normalize.kineto.columns import X, EventColumns, bool_np, int_and_mask, take_arrow
+from jobs.normalize.kineto.columns import B, E, X, EventColumns, bool_np, int_and_mask, take_arrow
 from jobs.normalize.kineto.linkage import (
     SliceIndex,
     bind_flows,
+    pair_begin_end,
+    time_links,
     correlation_link_keys,
     count_early_launches,
     external_id_links,
@@ -76,6 +80,8 @@ _NCCL_NAME = re.compile(_NCCL_RE)
 _LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _DEVICE_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 _PH_BYTES = np.frombuffer(b"XiC", np.uint8)
+#: Names of the host calls that put work on a device (cudaLaunchKernel, hipExtLaunchKernel, hipMemcpyAsync, …).
+_LAUNCH_CALL = "launch|memcpy|memset"
 
 
 def _no_tick(label: str) -> None:
@@ -112,9 +118,12 @@ def normalize_columns(cols: EventColumns, header, is_list: bool, container: str,
     """
     tick("finish-start")
     r = _open_rows(cols, header, is_list, repairs)
+    _begin_end(r)
     _times(r)
     _categories(r)
     _tracks(r)
+    _device_and_stream(r)
+    _clip_stream_overlaps(r)
     tick("finish-ids")
     slices = _nesting(r)
     tick("finish-nesting")
@@ -122,7 +131,6 @@ def normalize_columns(cols: EventColumns, header, is_list: bool, container: str,
     del slices
     tick("finish-flows")
     _step_attribution(r)
-    _device_and_stream(r)
     _collectives(r)
     tick("finish-misc")
     out = _event_columns(r)
@@ -189,6 +197,7 @@ class _Rows:
     fb_ok: np.ndarray = field(init=False)
     corr_int: np.ndarray = field(init=False)
     corr_ok: np.ndarray = field(init=False)
+    corr_zero: np.ndarray = field(init=False)
     # _step_attribution
     name_arr: pa.ChunkedArray = field(init=False)
     ext_arr: pa.Array = field(init=False)
@@ -200,6 +209,8 @@ class _Rows:
     device_ok: np.ndarray = field(init=False)
     str_np: np.ndarray = field(init=False)
     str_ok: np.ndarray = field(init=False)
+    # _clip_stream_overlaps
+    dur_raw: tuple | None = field(init=False)
     # _collectives
     coll: dict = field(init=False)
 
@@ -239,6 +250,39 @@ def _open_rows(cols: EventColumns, header, is_list: bool, repairs: Repairs | Non
         if b is not None:
             base_ns, has_base = int(b), True
     return _Rows(cols, header, flags, counts, fmt, base_ns, has_base)
+
+
+def _begin_end(r: _Rows) -> None:
+    """Pass 0b: duration events (``ph`` ``B``/``E``) paired into complete ``X`` rows (Perfetto #659, #970).
+
+    Pairs them per (pid, tid) as a stack (:func:`~jobs.normalize.kineto.linkage.pair_begin_end`): the ``B`` row
+    becomes an ``X`` row with ``dur`` = its ``E``'s ``ts`` − its ``ts`` (its name, category and args: the ``B``
+    event's), the ``E`` rows are removed. A ``B`` never closed stays as an ``X`` row without a duration; an ``E``
+    with nothing open is dropped. Flags ``begin_end_pairs`` (count: pairs), ``unmatched_begin`` and
+    ``unmatched_end`` (counts: events).
+    """
+    cols = r.cols
+    if not cols.n_rows:
+        return
+    ph = cols.row_column("ph")
+    is_b, is_e = ph == B, ph == E
+    if not (is_b.any() or is_e.any()):
+        return
+    track = track_codes(cols.row_column("pid_key"), cols.row_column("tid_key"))
+    ts = cols.row_column("ts")
+    begins, ends, lone_b, lone_e = pair_begin_end(is_b, is_e, track, ts)
+    dur, dur_ok = cols.row_column("dur"), cols.row_column("dur_ok")
+    dur[begins] = ts[ends] - ts[begins]
+    dur_ok[begins] = True
+    dur[lone_b], dur_ok[lone_b] = 0, False
+    ph[is_b] = X
+    cols.select_rows(~is_e)
+    if len(begins):
+        r.flag("begin_end_pairs", len(begins))
+    if len(lone_b):
+        r.flag("unmatched_begin", len(lone_b))
+    if len(lone_e):
+        r.flag("unmatched_end", len(lone_e))
 
 
 def _times(r: _Rows) -> None:
@@ -300,20 +344,33 @@ def _categories(r: _Rows) -> None:
 
 
 def _tracks(r: _Rows) -> None:
-    """Pass 3: pid / tid, the (pid, tid) track of every row and flow point, and their names.
+    """Pass 3: pid / tid, the (pid, tid, side) track of every row and flow point, and their names.
 
     Reads the ``pid``/``tid`` values and keys of rows and flow points (Kineto §2.5: numeric strings
     and legacy ``"stream N"`` tids read as numbers, labels such as ``"Spans"`` get keys of their own)
     and the ``M`` metadata names. Adds ``pid_num``/``pid_ok``, ``pid_key``, ``tid_num``/``tid_ok``,
     ``track`` (dense int64 code per row), ``f_track`` (per flow point), ``process_name``
     (``process_name`` metadata of the pid, else its label) and ``thread_name`` (``thread_name``
-    metadata of the (pid, tid), else the tid's label).
+    metadata of the (pid, tid), else the tid's label). A track is (pid, tid, host or device side): a host thread
+    and a device stream that share a (pid, tid) are two tracks.
     """
     cols, n = r.cols, r.n
     r.pid_num, r.pid_ok, r.pid_key = cols.row_array("pid"), cols.row_array("pid_ok"), cols.row_array("pid_key")
     r.tid_num, r.tid_ok, tid_key = cols.row_array("tid"), cols.row_array("tid_ok"), cols.row_array("tid_key")
     f_pid, f_tid = cols.flow_array("pid_key"), cols.flow_array("tid_key")
-    codes = track_codes(np.concatenate((r.pid_key, f_pid)), np.concatenate((tid_key, f_tid)))
+    # the side is part of the track: host and device rows may share a (pid, tid) (pid 0 / tid 0 on both sides;
+    # Kineto PR #1061, HTA #219). A flow point takes the side of the rows of its (pid, tid); where both sides
+    # share it, a launch flow's "f" point binds to the device row (ROCm writes some "f" points on host calls)
+    base = track_codes(np.concatenate((r.pid_key, f_pid)), np.concatenate((tid_key, f_tid)))
+    side = np.concatenate((r.is_gpu, np.zeros(len(f_pid), bool)))
+    if len(f_pid):
+        n_codes = int(base.max()) + 1
+        has_dev = np.bincount(base[:n][r.is_gpu], minlength=n_codes) > 0
+        has_host = np.bincount(base[:n][~r.is_gpu], minlength=n_codes) > 0
+        f_kind, f_is_f = (np.concatenate(cols.flow[k]) for k in ("kind", "is_f"))
+        fb = base[n:]
+        side[n:] = np.where(has_dev[fb] & has_host[fb], (f_kind == 1) & f_is_f, has_dev[fb])
+    codes = track_codes(base, side.astype(np.int64))
     r.track, r.f_track = codes[:n], codes[n:]
     r.process_name = _lookup_names(r.pid_key, lambda k, pos: cols.proc_names.get(k, cols.pid_labels.get(pos)))
     r.thread_name = _lookup_track_names(r.track, r.pid_key, tid_key, cols.thread_names, cols.tid_labels)
@@ -373,6 +430,11 @@ def _flows(r: _Rows, slices: SliceIndex) -> None:
         bind_flows(fi, r.xpos, slices, flow_id, flow_ok, fb_id, fb_ok)
         del fi
     corr_int, corr_ok = int_and_mask(r.cols.row_arrow("correlation", pa.int64()))
+    zero = corr_ok & (corr_int == 0)  # ROCm (roctracer #100): 0 means absent, not an id
+    if zero.any():
+        corr_ok = corr_ok & ~zero
+        r.flag("correlation_zero", int(zero.sum()))
+    r.corr_zero = zero
     fill = r.is_gpu & ~corr_ok & flow_ok  # legacy GPU events with only a launch flow
     if fill.any():
         corr_int = np.where(fill, flow_id, corr_int)
@@ -404,6 +466,9 @@ def _step_attribution(r: _Rows) -> None:
     ext_id, ext_ok = int_and_mask(ext_arr)
     launch_cat = bool_np(pc.is_in(category, pa.array(_LAUNCH_CATEGORIES))) if n else np.zeros(0, bool)
     link_key = external_id_links(link_key, ext_id, ext_ok, is_gpu, launch_cat)
+    if r.corr_zero.any():
+        launches = launch_cat & ~is_gpu & bool_np(pc.match_substring_regex(name_arr, _LAUNCH_CALL, ignore_case=True))
+        link_key = _link_zero_correlations(r, link_key, launches, category)
     step, step_ok, n_steps = profiler_steps(name_arr, r.is_x, is_gpu, r.ts_ns, r.end_ns, link_key, link_key >= 0)
     early = count_early_launches(link_key, is_gpu & bool_np(pc.is_in(category, pa.array(_DEVICE_ACTIVITY))) if n
                                  else is_gpu, launch_cat, r.ts_ns, r.end_ns)
@@ -419,8 +484,30 @@ def _step_attribution(r: _Rows) -> None:
     r.step, r.step_ok, r.n_steps = step, step_ok, n_steps
 
 
+def _link_zero_correlations(r: _Rows, link_key: np.ndarray, launches: np.ndarray, category) -> np.ndarray:
+    """Device rows whose correlation was 0 (``correlation_zero``): linked by External id already where it is
+    unique, else by time (:func:`~jobs.normalize.kineto.linkage.time_links`, flag ``linked_by_time``); each linked
+    row takes its launch's correlation (so the analysis links it too), the rest are counted
+    (``unlinked_device_rows``)."""
+    orphans = r.corr_zero & r.is_gpu & bool_np(pc.is_in(category, pa.array(_DEVICE_ACTIVITY)))
+    link_key, n_time = time_links(link_key, orphans, launches, r.is_gpu, r.ts_ns)
+    if n_time:
+        r.flag("linked_by_time", n_time)
+    dev = np.flatnonzero(orphans & (link_key >= 0))
+    host = np.flatnonzero(launches & (link_key >= 0) & r.corr_ok)
+    launch_of = dict(zip(link_key[host].tolist(), host.tolist()))
+    for d in dev.tolist():
+        h = launch_of.get(int(link_key[d]))
+        if h is not None:
+            r.corr_int[d], r.corr_ok[d] = r.corr_int[h], True
+    left = int((orphans & (link_key < 0)).sum())
+    if left:
+        r.flag("unlinked_device_rows", left)
+    return link_key
+
+
 def _device_and_stream(r: _Rows) -> None:
-    """Pass 7: device index and stream of every row.
+    """Pass 3b: device index and stream of every row.
 
     Reads the ``device``/``stream`` args, ``is_gpu``, ``pid_num``/``pid_ok`` and the stream numbers of
     ``"stream N"`` tids. Adds ``device_val``/``device_ok`` (device-side rows only: the ``device`` arg,
@@ -439,6 +526,43 @@ def _device_and_stream(r: _Rows) -> None:
         str_np[pos[use]] = vals[use]
         str_ok[pos[use]] = True
     r.str_np, r.str_ok = str_np, str_ok
+
+
+def _clip_stream_overlaps(r: _Rows) -> None:
+    """Pass 3c: a device event that runs past the start of the next one on its stream is clipped to that start.
+
+    A stream runs its work one item at a time, so such a ``dur`` is a recording error (TraceLens #669: a kernel
+    far longer than its step, the job failing its own validation). Per (device, stream), device activity rows
+    (kernels, copies, sets) in start order; ``end > next start`` → ``dur_ns`` = next start − start, the trace's value
+    kept in ``dur_raw`` (column ``dur_raw_ns``). Flag ``stream_overlap_clipped`` (count: events; the time removed,
+    ns, in ``flag_counts["stream_overlap_clipped_ns"]``). Reads ``is_gpu``, ``category``, ``device_val``/``device_ok``,
+    ``str_np``/``str_ok``, ``ts_ns``, ``dur_ns``/``dur_ok``; updates ``dur_ns`` and ``end_ns``, adds ``dur_raw``.
+    """
+    r.dur_raw = None
+    act = r.is_gpu & r.str_ok & r.dur_ok & bool_np(pc.is_in(r.category, pa.array(_DEVICE_ACTIVITY))) if r.n else None
+    if act is None or act.sum() < 2:
+        return
+    rows = np.flatnonzero(act)
+    dev = np.where(r.device_ok[rows], r.device_val[rows], -1)
+    o = rows[np.lexsort((r.rows[rows], r.ts_ns[rows], r.str_np[rows], dev))]
+    dev_o = np.where(r.device_ok[o], r.device_val[o], -1)
+    same = (dev_o[1:] == dev_o[:-1]) & (r.str_np[o][1:] == r.str_np[o][:-1])
+    end = r.ts_ns[o] + r.dur_ns[o]
+    over = np.flatnonzero(same & (end[:-1] > r.ts_ns[o][1:]))
+    if not len(over):
+        return
+    cur, nxt = o[over], o[over + 1]
+    raw = np.zeros(r.n, np.int64)
+    raw_ok = np.zeros(r.n, bool)
+    raw[cur], raw_ok[cur] = r.dur_ns[cur], True
+    new = r.ts_ns[nxt] - r.ts_ns[cur]
+    removed = int((r.dur_ns[cur] - new).sum())
+    r.dur_ns = r.dur_ns.copy()
+    r.dur_ns[cur] = new
+    r.end_ns = r.ts_ns + np.maximum(r.dur_ns, 0)
+    r.dur_raw = (raw, raw_ok)
+    r.flag("stream_overlap_clipped", len(cur))
+    r.counts["stream_overlap_clipped_ns"] = removed
 
 
 def _collectives(r: _Rows) -> None:
@@ -466,6 +590,7 @@ def _event_columns(r: _Rows) -> dict:
         "name": r.name_arr,
         "ts_ns": pa.array(r.ts_ns),
         "dur_ns": _masked(r.dur_ns, r.dur_ok),
+        "dur_raw_ns": _masked(*r.dur_raw) if r.dur_raw is not None else pa.nulls(n, pa.int64()),
         "pid": _masked(r.pid_num, r.pid_ok),
         "tid": _masked(r.tid_num, r.tid_ok),
         "process_name": r.process_name,
@@ -502,6 +627,7 @@ def _capture_meta(r: _Rows, container: str, size: int, repairs: Repairs | None) 
                  r.cols.ts_is_float, r.ts_rel, r.n, r.n_steps, sorted(r.flags))
     meta["flag_counts"] = dict(sorted(r.counts.items()))
     meta["repair_offset"] = repairs.first_offset if repairs is not None else None
+    meta["repair_offsets"] = dict(sorted(repairs.offsets.items())) if repairs is not None else {}
     return meta
 
 

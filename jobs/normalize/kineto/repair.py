@@ -11,9 +11,23 @@ Two defects are seen in real profiler output (``../shared/reference/bug_cases.md
   ``python_function`` name or a stack string. Each becomes its ``\\u00XX`` escape (flag
   ``control_characters``), so the decoded string keeps the character and the event is kept.
 
-Both are repaired outside/inside string literals only; everything else is left byte for byte.
-The native scanner (``_kineto_scan.c``) applies the same two repairs while it scans, with the same
-counts and offsets.
+Exporters also damage the text *inside* string literals (a kernel name cut mid-character, a Windows path
+written without escaping its backslashes; HTA PR #324). What can be repaired lexically, without guessing
+structure, is:
+
+* invalid UTF-8 bytes inside a string: each maximal invalid sequence becomes U+FFFD, the replacement
+  character, as Python's ``errors="replace"`` decodes it (flag ``invalid_utf8``);
+* an invalid escape (``\\q``, ``\\x41``, a ``\\u`` without 4 hex digits): the backslash is read as a
+  literal backslash (flag ``invalid_escape``);
+* a lone UTF-16 surrogate escape (``\\ud800`` not followed by a low surrogate, or a lone ``\\udc00``):
+  U+FFFD (flag ``lone_surrogate``).
+
+Damage outside strings, or a string that never ends, is structure: not repaired, the file is quarantined
+with the byte offset of the error. Every repair keeps every event.
+
+The first two repairs are applied outside/inside string literals only; everything else is left byte for
+byte. The native scanner (``_kineto_scan.c``) applies the same two repairs while it scans, with the same
+counts and offsets; it hands a file with string damage to the pure-Python path, which repairs it.
 """
 
 from __future__ import annotations
@@ -22,12 +36,20 @@ import re
 
 import numpy as np
 
-__all__ = ["repair_json", "repair_text", "worth_repairing", "NONFINITE_TOKENS", "REPAIR_FLAGS"]
+__all__ = ["repair_json", "repair_text", "worth_repairing", "NONFINITE_TOKENS", "REPAIR_FLAGS", "STRING_REPAIRS"]
 
 #: Spellings of non-finite numbers repaired to ``null`` (each may carry a leading ``-``).
 NONFINITE_TOKENS = ("NaN", "nan", "NAN", "Infinity", "infinity", "INFINITY", "inf", "Inf", "INF")
 #: Flag names of the repairs, in the order of :func:`repair_text`'s counts.
-REPAIR_FLAGS = ("nonfinite_number", "control_characters")
+REPAIR_FLAGS = ("nonfinite_number", "control_characters", "invalid_utf8", "invalid_escape", "lone_surrogate")
+#: The repairs inside strings whose document offsets are kept (:func:`repair_text`, at most :data:`MAX_OFFSETS`).
+STRING_REPAIRS = ("invalid_utf8", "invalid_escape", "lone_surrogate")
+MAX_OFFSETS = 10
+_REPLACEMENT = "\ufffd".encode()
+_NON_ASCII = re.compile(rb"[\x80-\xff]+")
+# an escape: the valid ones (group 1 a one-letter escape, group 2 the hex of \uXXXX) or an invalid one (neither)
+_ESCAPE = re.compile(rb'\\(?:(["\\/bfnrt])|u([0-9a-fA-F]{4})|)')
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 # A bare non-finite token (whether it is outside strings is decided from the quotes).
 _NONFINITE = re.compile(rb"(?<![A-Za-z0-9_.])-?(?:" + "|".join(NONFINITE_TOKENS).encode() + rb")(?![A-Za-z0-9_])")
@@ -55,8 +77,52 @@ def _quotes(b: np.ndarray) -> np.ndarray:
     return q[~escaped]
 
 
-def repair_text(doc, base: int = 0) -> tuple[bytes, dict[str, int], int | None]:
-    """Repair non-finite tokens and raw control characters (see the module docstring).
+def _string_sites(text: bytes, q: np.ndarray) -> dict[str, list[tuple[int, int, bytes]]]:
+    """Repair sites of the damage inside strings (module docstring): ``{flag: [(start, end, replacement)]}``."""
+    sites: dict[str, list] = {k: [] for k in STRING_REPAIRS}
+
+    def inside(i: int) -> bool:
+        return bool(int(np.searchsorted(q, i, side="right")) & 1)
+
+    for m in _NON_ASCII.finditer(text):
+        run = m.group()
+        try:
+            run.decode("utf-8")
+            continue
+        except UnicodeDecodeError:
+            pass
+        if not inside(m.start()):
+            continue  # outside strings: structure, not repaired
+        pos = 0
+        while pos < len(run):
+            try:
+                run[pos:].decode("utf-8")
+                break
+            except UnicodeDecodeError as exc:
+                a, e = pos + exc.start, pos + exc.end
+                sites["invalid_utf8"].append((m.start() + a, m.start() + e, _REPLACEMENT))
+                pos = e
+    if b"\\" in text:
+        for m in _ESCAPE.finditer(text):
+            if not inside(m.start()):
+                continue
+            if m.group(1) is None and m.group(2) is None:
+                sites["invalid_escape"].append((m.start(), m.start() + 1, b"\\\\"))
+            elif m.group(2) is not None:
+                v = int(m.group(2), 16)
+                if 0xD800 <= v <= 0xDBFF:
+                    nxt = _SURROGATE_ESCAPE.match(text, m.end())
+                    if nxt is None or int(nxt.group()[2:], 16) < 0xDC00:
+                        sites["lone_surrogate"].append((m.start(), m.end(), b"\\ufffd"))
+                elif 0xDC00 <= v <= 0xDFFF:
+                    prev = _SURROGATE_ESCAPE.match(text, m.start() - 6) if m.start() >= 6 else None
+                    if prev is None or int(prev.group()[2:], 16) >= 0xDC00:
+                        sites["lone_surrogate"].append((m.start(), m.end(), b"\\ufffd"))
+    return {k: v for k, v in sites.items() if v}
+
+
+def repair_text(doc, base: int = 0, offsets: dict | None = None) -> tuple[bytes, dict[str, int], int | None]:
+    """Repair non-finite tokens, raw control characters and the damage inside strings (module docstring).
 
     Vectorized: string literals are located from the unescaped quotes (numpy), control bytes inside
     them and non-finite tokens outside them are the repair sites; only the sites are visited in
@@ -66,6 +132,8 @@ def repair_text(doc, base: int = 0) -> tuple[bytes, dict[str, int], int | None]:
         doc: the (invalid) JSON text, bytes-like, starting outside a string (a document, a ``[``
             chunk of events, or a header).
         base: document offset of ``doc[0]``, added to the reported offset.
+        offsets: when given, ``{flag: [document offsets]}`` of the repairs inside strings
+            (:data:`STRING_REPAIRS`) is extended in place, at most :data:`MAX_OFFSETS` per flag.
 
     Returns:
         ``(repaired, counts, first_offset)``: ``counts`` maps each flag of :data:`REPAIR_FLAGS`
@@ -86,6 +154,12 @@ def repair_text(doc, base: int = 0) -> tuple[bytes, dict[str, int], int | None]:
         if not (int(np.searchsorted(q, m.start())) & 1):  # outside strings only
             sites.append((m.start(), m.end(), b"null"))
     counts = {k: v for k, v in (("nonfinite_number", len(sites) - n_ctrl), ("control_characters", n_ctrl)) if v}
+    for flag, found in _string_sites(text, q).items():
+        counts[flag] = len(found)
+        sites += found
+        if offsets is not None:
+            kept = offsets.setdefault(flag, [])
+            kept += [base + a for a, _, _ in found[:MAX_OFFSETS - len(kept)]]
     if not sites:
         return text, counts, None
     sites.sort()
@@ -108,14 +182,23 @@ def repair_json(doc: bytes) -> tuple[bytes, list[str]]:
 
 
 _SUSPECT = re.compile(rb"[\x00-\x1f]|(?<![A-Za-z0-9_.])-?(?:" + "|".join(NONFINITE_TOKENS).encode() + rb")(?![A-Za-z0-9_])")
+#: msgspec's messages for the damage inside strings (they carry no byte offset, or one past the escape).
+_STRING_DAMAGE = ("Invalid UTF-8", "invalid escape character", "invalid character in unicode escape",
+                  "invalid utf-16 surrogate pair")
 
 
 def worth_repairing(text, exc: Exception) -> bool:
     """Whether a msgspec ``DecodeError`` on ``text`` may be one :func:`repair_text` fixes: an "invalid
     character" error with a control character or a non-finite token at or shortly before the byte it
-    names (msgspec names the byte where it gave up, up to a few bytes after the token). Cheap; avoids
+    names (msgspec names the byte where it gave up, up to a few bytes after the token), or one of msgspec's
+    errors for damage inside strings (invalid UTF-8, an invalid escape, a lone surrogate). Cheap; avoids
     repairing text that failed for another reason, e.g. a chunk cut inside a string (truncated)."""
-    m = _MALFORMED_AT.search(str(exc))
+    msg = str(exc)
+    if any(k in msg for k in _STRING_DAMAGE):
+        return True
+    if "truncated" in msg and _SURROGATE_ESCAPE.search(bytes(text)) is not None:
+        return True  # a high surrogate escape at the end of a string reads as truncated input
+    m = _MALFORMED_AT.search(msg)
     if not m:
         return False
     i = int(m.group(1))

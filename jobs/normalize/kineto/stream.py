@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator
 
 import msgspec
 
-from jobs.normalize.kineto.repair import repair_text, worth_repairing
+from jobs.normalize.kineto.repair import MAX_OFFSETS, repair_text, worth_repairing
 
 _START_OBJ = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SPLIT = re.compile(rb"\}\s*,\s*\{")
@@ -56,18 +56,22 @@ class NotSplittable(Exception):
 
 
 class Repairs:
-    """Counts of lenient repairs (flag name -> occurrences) and the document offset of the first."""
+    """Counts of lenient repairs (flag name -> occurrences), the document offset of the first, and the offsets of
+    the repairs inside strings (flag -> first :data:`~jobs.normalize.kineto.repair.MAX_OFFSETS` offsets)."""
 
     def __init__(self):
         self.counts: dict[str, int] = {}
         self.first_offset: int | None = None
+        self.offsets: dict[str, list[int]] = {}
 
-    def add(self, counts: dict, first: int | None) -> None:
+    def add(self, counts: dict, first: int | None, offsets: dict | None = None) -> None:
         """Merge the result of one :func:`~jobs.normalize.kineto.repair.repair_text` call."""
         for k, v in counts.items():
             self.counts[k] = self.counts.get(k, 0) + v
         if first is not None and (self.first_offset is None or first < self.first_offset):
             self.first_offset = first
+        for k, v in (offsets or {}).items():
+            self.offsets[k] = sorted(self.offsets.get(k, []) + list(v))[:MAX_OFFSETS]
 
 
 def decode_repairing(decode: Callable, text, base: int, repairs: Repairs):
@@ -86,11 +90,12 @@ def decode_repairing(decode: Callable, text, base: int, repairs: Repairs):
     except msgspec.DecodeError as exc:
         if not worth_repairing(text, exc):
             raise
-    fixed, counts, first = repair_text(text, base)
+    offsets: dict = {}
+    fixed, counts, first = repair_text(text, base, offsets)
     if not counts:
         return decode(text), text  # raises the original error
     value = decode(fixed)
-    repairs.add(counts, first)
+    repairs.add(counts, first, offsets)
     return value, fixed
 
 
@@ -272,7 +277,9 @@ def decode_header(decode: Callable, prefix: bytes, trailer: bytes, repairs: Repa
     local = Repairs()
     value, _ = decode_repairing(decode, prefix + b"[]" + trailer, 0, local)
     first = local.first_offset
-    if first is not None and first >= len(prefix) + 2:
-        first = trailer_offset + first - len(prefix) - 2
-    repairs.add(local.counts, first)
+    def doc_offset(o: int) -> int:  # offsets past the "[]" are in the trailer
+        return trailer_offset + o - len(prefix) - 2 if o >= len(prefix) + 2 else o
+
+    repairs.add(local.counts, None if first is None else doc_offset(first),
+                {k: [doc_offset(o) for o in v] for k, v in local.offsets.items()})
     return value

@@ -11,6 +11,7 @@ import pandas as pd
 
 from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, table_view
 from jobs.publish.report.plots import host_job_heatmap, recoverable_hours
+from schemas import HEALTH_KINDS
 
 #: Dimensions shown as "by …" tables, in order, with their headings.
 BREAKDOWNS = (("job_name", "job name"), ("model", "model"), ("hardware", "hardware"), ("torch_version", "torch version"))
@@ -131,47 +132,83 @@ def impact_section(impact: pd.DataFrame | None, top: int = 20) -> Section:
 
 
 def host_section(health: pd.DataFrame | None, top: int = 30) -> Section:
-    """"Host health across jobs": ``host_health`` as a host × job heatmap of last-arrival ratios and a
-    table, suspects first."""
+    """"Host health across jobs": ``host_health`` as a host × job heatmap of last-arrival ratios and a table of
+    hosts, devices and links, suspects first in each."""
     sec = Section("host-health", "Host health across jobs",
-                  intro="Per host, in the runs whose ranks ran on two or more hosts: how often its ranks arrived last "
-                        "at the collectives matched across ranks, against its fair share (ratio 1), and the step-time "
-                        "excess of its ranks over the other hosts' of the same run. Slow in a run: ratio ≥ 1.5 over ≥ 5 "
-                        "matched calls (without collectives: excess ≥ 5 %). A host slow in ≥ 2 different jobs and in at "
-                        "least half of its jobs is a hardware suspect; a job slow on every host blames none of them.")
+                  intro="Per host and per accelerator, in the runs with two or more of them: how often its ranks arrived "
+                        "last at the collectives matched across ranks, against its fair share (ratio 1), and the "
+                        "step-time excess of its ranks over the other ranks of the same run. Slow in a run: ratio ≥ 1.5 "
+                        "over ≥ 5 matched calls (without collectives: excess ≥ 5 %). Per link (the hosts a process "
+                        "group spans), its bus bandwidth against the run's other links: slow at ≤ 1/1.5 of theirs. "
+                        "Slow in ≥ 2 different jobs and in at least half of its jobs: a hardware suspect; a job slow "
+                        "everywhere blames none of them.")
     h = health if isinstance(health, pd.DataFrame) and len(health) else pd.DataFrame()
     if not len(h):
-        sec.note, sec.status = "Not available: no run on two or more hosts in the window.", "unavailable"
+        sec.note, sec.status = "Not available: no run on two or more hosts or devices in the window.", "unavailable"
         return sec
     sec.intro += f" Window: {h['window_start'].iloc[0]} … {h['window_end'].iloc[0]}."
-    n_suspect = int(h["suspect_hardware"].sum())
-    sec.intro += f" Hardware suspects: {n_suspect} of {len(h)} host(s)."
-    cells = [{"host_name": r["host_name"], "job": e["job"], "last_arrival_ratio": e["last_arrival_ratio"]}
-             for r in h.head(top).to_dict(orient="records") for e in json.loads(r["evidence_json"] or "[]")]
+    h = h.assign(_k=h["kind"].map(HEALTH_KINDS.index)).sort_values(["_k", "suspect_hardware", "n_slow_jobs", "target"],
+                                                            ascending=[True, False, False, True], kind="stable")
+    counts = {k: (int(g["suspect_hardware"].sum()), len(g)) for k, g in h.groupby("_k", sort=True)}
+    sec.intro += " Hardware suspects: " + ", ".join(f"{n} of {t} {HEALTH_KINDS[k]}(s)" for k, (n, t) in counts.items()) + "."
+    hosts = h[h["kind"] == "host"]
+    cells = [{"host_name": r["target"], "job": e["job"], "last_arrival_ratio": e["last_arrival_ratio"]}
+             for r in hosts.head(top).to_dict(orient="records") for e in json.loads(r["evidence_json"] or "[]")]
     plot = host_job_heatmap(pd.DataFrame(cells))
     if plot is not None:
         sec.plots.append(plot)
     shown = h.assign(suspect=h["suspect_hardware"].map({True: "suspect", False: ""}),
                      slow_jobs=[", ".join(str(j) for j in (v if v is not None else [])) for v in h["slow_jobs"]])
     sec.tables.append(table_view("host-health", shown, [
-        ("host_name", "host", fmt_text, "name"), ("suspect", "hardware", fmt_text, ""),
+        ("kind", "kind", fmt_text, ""), ("target", "host / device / link", fmt_text, "name"),
+        ("suspect", "hardware", fmt_text, ""),
         ("n_jobs", "jobs", fmt_int, "num"), ("n_slow_jobs", "slow in", fmt_int, "num"),
         ("last_arrival_ratio", "last-arrival ratio", lambda v: fmt_num(v, 2), "num"),
-        ("step_excess_p50_pct", "step excess %", _pct, "num"), ("slow_jobs", "slow jobs", fmt_text, "name")],
+        ("step_excess_p50_pct", "step excess %", _pct, "num"),
+        ("busbw_ratio", "bus bandwidth ratio", lambda v: fmt_num(v, 2), "num"),
+        ("slow_jobs", "slow jobs", fmt_text, "name")],
         limit=top, total=len(h)))
     return sec
 
 
+def validation_section(marks: dict | None) -> Section:
+    """"Fleet data quality": the Great Expectations result of each fleet table's last validation as a
+    whole (:func:`jobs.validate.marks.read_table_marks`), failed checks named."""
+    sec = Section("fleet-validation", "Fleet data quality",
+                  intro="The fleet stage rebuilds these tables from every job, then validates them whole with Great "
+                        "Expectations (schemas/expectations.py: keys unique, counts and ratios ≥ 0, percentiles "
+                        "ordered, a target slow in at most the jobs it ran in).")
+    if not marks:
+        sec.note, sec.status = "Not available: no fleet table written yet.", "unavailable"
+        return sec
+    rows = pd.DataFrame([{"table": t, "status": m.get("status", "unvalidated"), "validated_at": m.get("validated_at"),
+                          "failed": ", ".join(f"{f['id']} ({f.get('unexpected_count')})" for f in m.get("failed", []))}
+                         for t, m in marks.items()])
+    bad = rows[rows["status"] != "passed"]
+    sec.status = "failed" if len(bad) else "ok"
+    sec.intro += (f" {len(bad)} of {len(rows)} table(s) not passed: {', '.join(bad['table'])}." if len(bad)
+                  else f" All {len(rows)} passed.")
+    sec.tables.append(table_view("fleet-validation", rows, [
+        ("table", "table", fmt_text, "name"), ("status", "status", fmt_text, ""),
+        ("validated_at", "validated at", fmt_text, ""), ("failed", "failed checks (rows)", fmt_text, "name")]))
+    return sec
+
+
 def host_metrics(health: pd.DataFrame | None) -> dict[str, float]:
-    """Fleet-run metrics from ``host_health``: ``fleet/hosts/n_hosts``, ``fleet/hosts/n_suspect`` and, per
-    suspect host, ``fleet/hosts/<host>/last_arrival_ratio`` and ``…/n_slow_jobs``."""
+    """Fleet-run metrics from ``host_health``: ``fleet/hosts/n_<kind>`` and ``fleet/hosts/n_suspect_<kind>`` per
+    kind (host, device, link), and per suspect ``fleet/hosts/<target>/last_arrival_ratio`` (or ``busbw_ratio``)
+    and ``…/n_slow_jobs``."""
     if health is None or not len(health):
         return {}
-    out = {"fleet/hosts/n_hosts": float(len(health)), "fleet/hosts/n_suspect": float(health["suspect_hardware"].sum())}
+    out = {}
+    for kind, g in health.groupby("kind", sort=True):
+        out[f"fleet/hosts/n_{kind}"] = float(len(g))
+        out[f"fleet/hosts/n_suspect_{kind}"] = float(g["suspect_hardware"].sum())
     for r in health[health["suspect_hardware"].astype(bool)].to_dict(orient="records"):
-        key = f"fleet/hosts/{_metric_key(r['host_name'])}"
-        if r.get("last_arrival_ratio") is not None and r["last_arrival_ratio"] == r["last_arrival_ratio"]:
-            out[f"{key}/last_arrival_ratio"] = float(r["last_arrival_ratio"])
+        key = f"fleet/hosts/{_metric_key(r['target'])}"
+        for col in ("last_arrival_ratio", "busbw_ratio"):
+            if r.get(col) is not None and r[col] == r[col]:
+                out[f"{key}/{col}"] = float(r[col])
         out[f"{key}/n_slow_jobs"] = float(r["n_slow_jobs"])
     return out
 

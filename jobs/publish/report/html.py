@@ -85,7 +85,8 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
 
 def render_fleet_report(ranks: pd.DataFrame | None, captures: pd.DataFrame | None,
                         steps: pd.DataFrame | None = None, findings: pd.DataFrame | None = None,
-                        top: int = 10, title: str = "tracelake fleet report", fleet: dict | None = None) -> str:
+                        top: int = 10, title: str = "tracelake fleet report", fleet: dict | None = None,
+                        fleet_validation: dict | None = None) -> str:
     """The fleet report: trends over capture date, the worst offenders and, with ``fleet``, the findings
     ranked by fleet impact, host health, the breakdown by job name / model / hardware / torch version and the regressions.
 
@@ -94,12 +95,16 @@ def render_fleet_report(ranks: pd.DataFrame | None, captures: pd.DataFrame | Non
         top: rows per worst-offender table.
         fleet: ``{"fleet_stats"|"fleet_kernels"|"regressions"|"fleet_findings"|"host_health": pandas}``
             (:mod:`jobs.fleet`).
+        fleet_validation: ``{table: mark}`` of the fleet tables (:func:`jobs.validate.marks.read_table_marks`):
+            adds their data-quality section.
     """
     secs = S.fleet_sections(ranks, captures, steps, findings, top)
     if fleet is not None:
         secs[1:1] = [FT.impact_section(fleet.get("fleet_findings")), FT.host_section(fleet.get("host_health")),
                      FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
                      FT.regressions_section(fleet.get("regressions"))]
+    if fleet_validation is not None:
+        secs.append(FT.validation_section(fleet_validation))
     return render_page(title, secs, subtitle=S.fleet_subtitle(ranks, captures), cards=S.fleet_cards(ranks, captures))
 
 
