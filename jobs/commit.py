@@ -77,6 +77,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -114,6 +115,7 @@ class CommitResult:
             fallback: Spark's dynamic partition overwrite) or ``overwrite`` (object-store fallback of the
             local executor: pyarrow's ``delete_matching``).
         recovered: journals of earlier crashed runs rolled forward first (their file names).
+        dropped: partitions of the replaced jobs removed (``replace_jobs`` of :func:`write_partitions`).
     """
 
     table: str
@@ -121,6 +123,7 @@ class CommitResult:
     partitions: list[str] = field(default_factory=list)
     method: str = "exchange"
     recovered: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
 
 
 def local_root(warehouse: str) -> str | None:
@@ -132,12 +135,14 @@ def local_root(warehouse: str) -> str | None:
     return warehouse
 
 
-def write_partitions(df, warehouse: str, table: str, partition_by=None) -> CommitResult:
+def write_partitions(df, warehouse: str, table: str, partition_by=None, replace_jobs=None) -> CommitResult:
     """Replace the partitions of ``{warehouse}/{table}`` that ``df`` has rows for with those rows.
 
     Same result as ``df.write.mode("overwrite").partitionBy(...).parquet(path)`` under dynamic
     partition overwrite (partitions absent from ``df`` are kept), made crash-safe by the protocol of
-    this module. An empty ``df`` publishes nothing (the table root is created if missing).
+    this module. An empty ``df`` publishes nothing (the table root is created if missing). With
+    ``replace_jobs``, every other partition of those jobs (``job_id=`` folders) is removed in the same commit:
+    a job rebuilt with no rows left in the table, or under another ``date``, leaves no stale rows.
 
     Args:
         df: the rows, with the partition columns: a Spark DataFrame (Spark's executors stage it), a
@@ -147,6 +152,7 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
         warehouse: warehouse root (local path or URI); non-local URIs use the fallback below.
         table: table name (the folder under ``warehouse``).
         partition_by: partition columns; default ``schemas.TABLES[table].partition_by``.
+        replace_jobs: the job ids ``df`` holds every row of (for a table partitioned by ``job_id``).
 
     Returns:
         :class:`CommitResult`.
@@ -159,7 +165,7 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
     partition_by = list(partition_by)
     root = local_root(warehouse.rstrip("/") or "/")
     if root is None:
-        return _write_remote(df, posixpath.join(warehouse.rstrip("/"), table), partition_by)
+        return _write_remote(df, posixpath.join(warehouse.rstrip("/"), table), partition_by, replace_jobs)
     with _locked(root):
         recovered = _recover(root)
         run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
@@ -171,19 +177,55 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None) -> Commi
             _rmdir_quiet(os.path.dirname(staging))
             raise
         _crash_point(f"{table}:staged")
-        partitions = staged_partitions(staging, len(partition_by))
+        partitions = staged_partitions(staging, len(partition_by)) if os.path.isdir(staging) else {}  # empty df
         os.makedirs(os.path.join(root, table), exist_ok=True)
-        if not partitions:
+        drop = [rel for rel in stale_partitions(os.path.join(root, table), partition_by, replace_jobs)
+                if rel not in partitions]
+        if not partitions and not drop:
             shutil.rmtree(staging, ignore_errors=True)
             _rmdir_quiet(os.path.dirname(staging))
             return CommitResult(table, run_id, method=_method(), recovered=recovered)
+        os.makedirs(staging, exist_ok=True)
         journal = {"format": JOURNAL_FORMAT, "table": table, "run_id": run_id,
-                   "staging": os.path.relpath(staging, root), "partitions": partitions,
+                   "staging": os.path.relpath(staging, root), "partitions": partitions, "drop": drop,
                    "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         path = _write_journal(root, journal)
         _crash_point(f"{table}:journaled")
         _publish(root, journal, path, crash_points=True)
-        return CommitResult(table, run_id, sorted(partitions), _method(), recovered)
+        return CommitResult(table, run_id, sorted(partitions), _method(), recovered, dropped=drop)
+
+
+def stale_partitions(folder: str, partition_by, job_ids) -> list[str]:
+    """The partitions (``date=…/job_id=…``) of the table folder (a local path or fsspec URI) that belong to
+    ``job_ids``: the ones a rebuild of those jobs replaces. ``[]`` without ``job_ids`` or a ``job_id`` partition
+    column."""
+    partition_by = list(partition_by)
+    if not job_ids or "job_id" not in partition_by:
+        return []
+    import fsspec  # heavy-ish: only when jobs are replaced
+
+    fs, base = fsspec.core.url_to_fs(folder)
+    want = {str(j) for j in job_ids}
+    level = [""]
+    for col in partition_by:
+        nxt = []
+        for rel in level:
+            here = posixpath.join(base, rel) if rel else base
+            try:
+                names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(here, detail=False)]
+            except FileNotFoundError:
+                names = []
+            for name in sorted(names):
+                key, _, value = name.partition("=")
+                if key != col or _hidden(name):
+                    continue
+                if col == "job_id" and unquote(value) not in want:
+                    continue
+                sub = posixpath.join(rel, name) if rel else name
+                if fs.isdir(posixpath.join(base, sub)):
+                    nxt.append(sub)
+        level = nxt
+    return level
 
 
 def _stage(df, staging: str, partition_by: list[str]) -> None:
@@ -206,10 +248,18 @@ def _stage(df, staging: str, partition_by: list[str]) -> None:
         df.write.mode("errorifexists").partitionBy(*partition_by).parquet(staging)
 
 
-def _write_remote(df, path: str, partition_by: list[str]) -> CommitResult:
+def _write_remote(df, path: str, partition_by: list[str], replace_jobs=None) -> CommitResult:
     """The object-store fallback: each partition written is replaced by one overwrite, not atomically
     (see the module docstring). Spark: dynamic partition overwrite; Arrow and staged files: pyarrow's
-    ``delete_matching`` (the partitions written are emptied first, the others kept)."""
+    ``delete_matching`` (the partitions written are emptied first, the others kept). The other partitions of
+    ``replace_jobs`` are deleted first."""
+    stale = stale_partitions(path, partition_by, replace_jobs)
+    if stale:
+        import fsspec  # heavy-ish: only when jobs are replaced
+
+        fs, base = fsspec.core.url_to_fs(path)
+        for rel in stale:
+            fs.rm(posixpath.join(base, rel), recursive=True)
 
     if not isinstance(df, pa.Table) and not callable(df):
         (df.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(*partition_by)
@@ -218,7 +268,7 @@ def _write_remote(df, path: str, partition_by: list[str]) -> CommitResult:
     with tempfile.TemporaryDirectory(prefix="tracelake-stage-") as tmp:
         staging = os.path.join(tmp, "staging")
         _stage(df, staging, partition_by)
-        parts = staged_partitions(staging, len(partition_by))
+        parts = staged_partitions(staging, len(partition_by)) if os.path.isdir(staging) else {}
         if parts:
             staged = ds.dataset(staging, format="parquet", partitioning=_hive(partition_by), ignore_prefixes=[".", "_"])
             stage_arrow(staged, path, partition_by, existing="delete_matching",
@@ -432,6 +482,13 @@ def _recover(root: str) -> list[str]:
 def _publish(root: str, journal: dict, journal_path: str, crash_points: bool = False) -> None:
     table = journal["table"]
     staging = os.path.join(root, journal["staging"])
+    for rel in journal.get("drop", []):  # the job's other partitions: moved aside like replaced ones (idempotent)
+        final = os.path.join(root, table, rel)
+        if os.path.isdir(final):
+            dest = os.path.join(staging, ".replaced", rel)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(final, dest)
+            _rmdir_quiet(os.path.dirname(final))
     for i, (rel, files) in enumerate(sorted(journal["partitions"].items()), start=1):
         final = os.path.join(root, table, rel)
         staged = os.path.join(staging, rel)

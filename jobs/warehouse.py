@@ -171,11 +171,13 @@ def register_views(spark, warehouse: str) -> list[str]:
     return registered
 
 
-def write_table(df, warehouse: str, table: str) -> CommitResult:
+def write_table(df, warehouse: str, table: str, replace_jobs=None) -> CommitResult:
     """Replace the partitions of ``table`` that ``df`` holds (:func:`jobs.commit.write_partitions`).
 
     Args:
         df: the rows with the table's columns (partition columns included): a Spark DataFrame, a
             ``pyarrow.Table`` or a staging callable (:func:`jobs.commit.write_partitions`).
+        replace_jobs: the jobs ``df`` holds every row of: their other partitions are removed in the same
+            commit (no stale rows of a job rebuilt with no rows here, or under another date).
     """
-    return write_partitions(df, warehouse, table, declared(table).partition_by)
+    return write_partitions(df, warehouse, table, declared(table).partition_by, replace_jobs)

@@ -206,14 +206,15 @@ def _analyze_spark(spark, warehouse: str, job_ids, captures: pa.Table) -> dict[s
         out = stage1.unionByName(stage2)
         counts = {name: 0 for name in OUTPUT_TABLES}
         counts.update({r[0]: int(r[1]) for r in out.groupBy("table").agg(F.sum("n")).collect() if r[0] in counts})
+        jobs = _jobs_of(captures)
         for name in OUTPUT_TABLES:
-            if not counts[name]:  # an empty table writes no partition (e.g. Neuron-only batches have no steps)
-                continue
-            if name == "ranks":
-                write_table(ranks_with_captures(_rows(out, name).toArrow(), captures), warehouse, name)
+            if not counts[name]:  # no rows (e.g. Neuron-only batches have no steps): the jobs' old rows go
+                write_table(OUTPUT_TABLES[name].empty(), warehouse, name, jobs)
+            elif name == "ranks":
+                write_table(ranks_with_captures(_rows(out, name).toArrow(), captures), warehouse, name, jobs)
             else:  # critical_path (~0.45 rows per event) is written by every partition, the small ones as one file
                 df = _rows(out, name)
-                write_table(df if name == "critical_path" else df.coalesce(1), warehouse, name)
+                write_table(df if name == "critical_path" else df.coalesce(1), warehouse, name, jobs)
     finally:
         stage2.unpersist()
         stage1.unpersist()
@@ -267,15 +268,21 @@ def _analyze_local(ex, warehouse: str, job_ids, captures: pa.Table, work: str) -
     results += list(ex.map(_job_task, jargs))
     counts = {name: sum(r["counts"].get(name, 0) for r in results) for name in OUTPUT_TABLES}
     folders = [a[-1] for a in args + jargs]
+    jobs = _jobs_of(captures)
     for name in OUTPUT_TABLES:
-        if not counts[name]:
-            continue
-        if name == "ranks":
+        if not counts[name]:  # no rows: the jobs' old rows go
+            write_table(OUTPUT_TABLES[name].empty(), warehouse, name, jobs)
+        elif name == "ranks":
             ranks = pa.concat_tables([r["ranks"] for r in results if "ranks" in r])
-            write_table(ranks_with_captures(ranks, captures), warehouse, name)
+            write_table(ranks_with_captures(ranks, captures), warehouse, name, jobs)
         else:
-            write_table(_staged(folders, name), warehouse, name)
+            write_table(_staged(folders, name), warehouse, name, jobs)
     return counts
+
+
+def _jobs_of(captures: pa.Table) -> list[str]:
+    """The jobs of the batch (every one of its rows is rebuilt)."""
+    return sorted(set(captures.column("job_id").to_pylist()))
 
 
 def _staged(folders: list[str], name: str):
@@ -365,8 +372,7 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
     # rows in key order, whatever order an engine read them in: the rules break ties by position
     tables = {name: _in_key_order(df, TABLES[name].key) for name, df in tables.items()}
     findings = job_findings(tables)
-    if findings.num_rows:
-        write_table(findings, root, "findings")
+    write_table(findings, root, "findings", jobs)  # a job left without findings keeps none of its old ones
     pdf = findings.to_pandas()
     for job_id in jobs:
         attempts = sorted(set(pdf[pdf["job_id"] == job_id]["attempt"])) or [0]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import zlib
 
 from jobs.normalize.errors import TraceError
-from jobs.normalize.limits import LimitExceeded
+from jobs.normalize.limits import DEFAULT_MAX_UNCOMPRESSED_BYTES, LimitExceeded  # noqa: F401 - the size cap lives with the other limits
 
 GZIP_MAGIC = b"\x1f\x8b"
-DEFAULT_MAX_UNCOMPRESSED_BYTES = 8 << 30  # 8 GiB
 
 
 def decode_container(data: bytes, max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES) -> tuple[bytes, str]:

@@ -33,11 +33,12 @@ from jobs.landing.interval import restrict_to_interval
 from jobs.landing.store import read_problem
 from jobs.normalize.identity import IDENTITY, date_of, resolve_rank, with_identity
 from jobs.normalize.kineto.parse import TraceError, parse_kineto
+from jobs.normalize.limits import ParseLimits
 from jobs.normalize.neuron.summary import summary_table
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
 from jobs.warehouse import write_table
-from schemas import CAPTURES, EVENTS
+from schemas import CAPTURES, EVENTS, NEURON_SUMMARY
 
 _CAPTURE_COL = "_capture_json"
 
@@ -51,7 +52,8 @@ def work_schema() -> pa.Schema:
     return pa.schema(fields + [pa.field(_CAPTURE_COL, pa.string())])
 
 
-def normalize_file(task: dict, data: bytes | None, read_error: str | None = None) -> tuple[dict, pa.Table | None]:
+def normalize_file(task: dict, data: bytes | None, read_error: str | None = None,
+                   limits: ParseLimits | None = None) -> tuple[dict, pa.Table | None]:
     """Normalize one raw trace file (pure: bytes in, rows out).
 
     Args:
@@ -60,6 +62,8 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
             (``kind`` ``neuron_parquet``) ``{member file name: bytes}``; for a raw blob that is only
             cataloged a :class:`jobs.normalize.route.BlobDigest`; ``None`` when it could not be read.
         read_error: why the file could not be read, if so.
+        limits: the parse limits (:class:`~jobs.normalize.limits.ParseLimits`); default the task's ``limits``
+            (set by :func:`run_normalize`), else the defaults. A file over them is quarantined.
 
     Returns:
         ``(capture_row, events)``: a ``captures`` row as a dict, and the ``events`` rows as an
@@ -107,8 +111,10 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     if reason is None and kind not in ("kineto", "xla_trace"):
         return normalize_other(task, data, row, kind)
     if reason is None:
+        lim = limits or ParseLimits(**(task.get("limits") or {}))
         try:
-            parsed = parse_kineto(data, task["uri"])
+            parsed = parse_kineto(data, task["uri"], max_depth=lim.max_depth, max_string_bytes=lim.max_string_bytes,
+                                  max_uncompressed_bytes=lim.max_uncompressed_bytes)
         except TraceError as exc:
             reason = str(exc)
         except Exception as exc:  # a parser bug must not stop the batch either
@@ -291,7 +297,7 @@ class NormalizeResult:
 
 
 def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict | None = None,
-                  since=None, until=None) -> NormalizeResult:
+                  since=None, until=None, limits: ParseLimits | dict | None = None) -> NormalizeResult:
     """Normalize every committed capture under ``raw_root`` into ``{warehouse}/captures`` and ``/events``.
 
     ``since``/``until`` (UTC ``datetime`` or ISO string; either may be ``None``) restrict the run to
@@ -302,9 +308,12 @@ def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict |
         engine: a SparkSession (files parsed in ``mapInArrow`` on the executors) or a
             :class:`jobs.executor.LocalExecutor` (files parsed in its worker processes), see
             :mod:`jobs.executor`.
+        limits: parse limits for every file (:class:`~jobs.normalize.limits.ParseLimits` or its dict), carried
+            to the workers in each task.
 
     Raises:
         FileNotFoundError: when ``raw_root`` does not exist.
+        pydantic.ValidationError: a limit out of range.
         ValueError: ``since`` is not before ``until``.
         jobs.landing.store.LandingUnavailable: the landing zone cannot be read.
     """
@@ -315,23 +324,29 @@ def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict |
         found, _ = restrict_to_interval(found, raw_root, since, until, storage_options)
     if not found.files:
         return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
-    tasks = {f.capture_id: f.to_dict() for f in unique_capture_ids(found.files)}
+    lim = limits if isinstance(limits, ParseLimits) else ParseLimits(**(limits or {}))
+    tasks = {f.capture_id: {**f.to_dict(), "limits": lim.model_dump()} for f in unique_capture_ids(found.files)}
     # Largest files first: one file per task keeps memory bounded, and the long ones start first.
     ordered = sorted(tasks.values(), key=lambda t: -(t.get("size_bytes") or 0))
     if is_local(engine):
         with work_dir(warehouse) as work:
             captures, folders = _parse_local(engine, ordered, storage_options, work)
             renames = _rename_bare_jobs(captures, tasks)
-            write_table(_staged_events(captures, folders, renames), warehouse, "events")
+            write_table(_staged_events(captures, folders, renames), warehouse, "events", _jobs(captures))
     else:
         captures = _normalize_spark(engine, ordered, storage_options, warehouse, tasks)
     captures.sort(key=lambda c: (c["job_id"], c["attempt"], c["rank"], c["capture_id"]))
     neuron_rows = neuron_summary_rows(captures)
-    write_table(captures_table(captures), warehouse, "captures")
-    if neuron_rows:
-        write_table(summary_table(neuron_rows), warehouse, "neuron_summary")
+    jobs = _jobs(captures)  # each job is rebuilt from all of its captures: its old partitions go
+    write_table(captures_table(captures), warehouse, "captures", jobs)
+    write_table(summary_table(neuron_rows) if neuron_rows else NEURON_SUMMARY.empty(), warehouse, "neuron_summary",
+                jobs)
     return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}),
                            neuron_summary=neuron_rows, n_discovered=len(tasks))
+
+
+def _jobs(captures: list[dict]) -> list[str]:
+    return sorted({c["job_id"] for c in captures})
 
 
 def _rename_bare_jobs(captures: list[dict], tasks: dict) -> dict[str, str]:
@@ -363,7 +378,7 @@ def _normalize_spark(spark, ordered: list[dict], storage_options: dict, warehous
             mapping = spark.createDataFrame(list(renames.items()), "capture_id string, _new_job string")
             events = (events.join(F.broadcast(mapping), on="capture_id", how="left")
                       .withColumn("job_id", F.coalesce(F.col("_new_job"), F.col("job_id"))).drop("_new_job"))
-        write_table(events.select(*EVENTS.names), warehouse, "events")
+        write_table(events.select(*EVENTS.names), warehouse, "events", _jobs(captures))
     finally:
         work.unpersist()
     return captures

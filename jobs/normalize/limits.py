@@ -15,7 +15,7 @@ the limit; the caller prefixes the file's URI) instead of being decoded:
   names and Python stacks (tens of KB). Default :data:`DEFAULT_MAX_STRING_BYTES` = 64 MiB: 1000× the
   longest real value, small enough that one string cannot exhaust a worker. This is a limit on one
   *value*, not on the document: documents of any size stream (the decompressed-size cap,
-  :data:`jobs.normalize.container.DEFAULT_MAX_UNCOMPRESSED_BYTES`, bounds those).
+  :data:`DEFAULT_MAX_UNCOMPRESSED_BYTES`, enforced by :mod:`jobs.normalize.container`, bounds those).
 
 :class:`JsonLimitScanner` checks both on a document streamed in pieces, vectorized with numpy (a few
 passes over each piece, no per-byte Python loop). It relies only on the JSON string grammar: outside
@@ -27,16 +27,19 @@ but bounded.
 from __future__ import annotations
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.normalize.errors import TraceError
 
-__all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_STRING_BYTES", "JsonLimitScanner", "LimitExceeded", "check_limits",
-           "depth_reason", "string_reason", "validate_limits"]
+__all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_STRING_BYTES", "JsonLimitScanner", "LimitExceeded", "ParseLimits",
+           "check_limits", "depth_reason", "string_reason", "validate_limits"]
 
 #: Default cap on the nesting depth of a trace document (see the module docstring).
 DEFAULT_MAX_DEPTH = 256
 #: Default cap on the length of one JSON string literal, bytes (see the module docstring).
 DEFAULT_MAX_STRING_BYTES = 64 << 20
+#: Default cap on the decoded size of one document, bytes (enforced by :mod:`jobs.normalize.container`).
+DEFAULT_MAX_UNCOMPRESSED_BYTES = 8 << 30  # 8 GiB
 
 _QUOTE, _BSLASH = 0x22, 0x5C
 _SLICE = 1 << 20  # bytes examined at once by JsonLimitScanner.feed
@@ -57,6 +60,25 @@ def depth_reason(max_depth: int) -> str:
 def string_reason(max_string_bytes: int) -> str:
     """Quarantine reason for a string literal longer than ``max_string_bytes`` (same text on every engine)."""
     return f"JSON string longer than the limit of {max_string_bytes} bytes (hostile or corrupt input)"
+
+
+class ParseLimits(BaseModel):
+    """The limits on one trace file, as the normalize stage hands them to every worker (a task's ``limits``).
+
+    Attributes:
+        max_depth: JSON nesting depth (>= 4; default :data:`DEFAULT_MAX_DEPTH`).
+        max_string_bytes: one string literal, bytes (>= 1; default :data:`DEFAULT_MAX_STRING_BYTES`).
+        max_uncompressed_bytes: the decoded document, bytes (>= 1; default 8 GiB,
+            :data:`DEFAULT_MAX_UNCOMPRESSED_BYTES`).
+
+    Raises:
+        pydantic.ValidationError: a limit out of range.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=4)
+    max_string_bytes: int = Field(DEFAULT_MAX_STRING_BYTES, ge=1)
+    max_uncompressed_bytes: int = Field(DEFAULT_MAX_UNCOMPRESSED_BYTES, ge=1)
 
 
 def validate_limits(max_depth: int, max_string_bytes: int) -> None:

@@ -67,6 +67,7 @@ class RunSettings(BaseModel):
     day: str = ""  # fleet run date YYYY-MM-DD (fleet_report; default today UTC)
     report_html: str = ""  # fleet_report: also write the HTML report to this file
     fleet_options: dict = Field(default_factory=dict)  # jobs.fleet.regressions.find_regressions thresholds
+    parse_limits: dict = Field(default_factory=dict)  # jobs.normalize.limits.ParseLimits of every trace file
 
     @field_validator("since", "until", mode="before")
     @classmethod
@@ -124,7 +125,8 @@ class ValidationFailed(RuntimeError):
 def _normalize(engine, s: RunSettings, record: dict) -> None:
     from jobs.normalize.job import run_normalize  # the stage's code, loaded when it runs (DAG parsing stays light)
 
-    res = run_normalize(engine, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None)
+    res = run_normalize(engine, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None,
+                        limits=s.parse_limits)
     record.clear()
     record.update(build_record(res.captures, res.pending, s.raw, s.since, s.until, n_discovered=res.n_discovered))
 

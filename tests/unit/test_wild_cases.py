@@ -288,3 +288,70 @@ def test_W5_launch_flows_bind_across_the_shared_pid_tid():
     r = by_name(parse_both(json.dumps(d).encode()))
     assert r["cudaLaunchKernel"]["flow_id"] == 1 and r["gemm"]["flow_id"] == 1
     assert r["aten::mm"]["flow_id"] is None
+
+
+# --------------------------------------------------------------------------- W7 leftovers
+
+
+def test_W7_parse_limits_pass_through_normalize_file_and_the_stage(tmp_path):
+    from jobs.executor import LocalExecutor
+    from jobs.normalize.job import run_normalize
+    from jobs.normalize.limits import ParseLimits
+
+    task = CaptureFile(uri="landing/job/deep.json", capture_id="cap", job_id="job").to_dict()
+    task["tags"] = {}
+    row, _ = normalize_file(task, wc.w7_deep(40), limits=ParseLimits(max_depth=16))
+    assert row["status"] == "quarantined" and "landing/job/deep.json" in row["reason"] and "16" in row["reason"]
+    row, _ = normalize_file({**task, "limits": {"max_depth": 16}}, wc.w7_deep(40))  # as a worker gets it
+    assert row["status"] == "quarantined"
+    assert normalize_file(task, wc.w7_deep(40))[0]["status"] == "ingested"  # the default limit is 256
+    with pytest.raises(ValueError):
+        ParseLimits(max_depth=2)
+    # the stage hands its limits to every worker
+    (tmp_path / "raw" / "job").mkdir(parents=True)
+    (tmp_path / "raw" / "job" / "deep.json").write_bytes(wc.w7_deep(40))
+    (tmp_path / "raw" / "job" / "ok.json").write_bytes(wc.w7_deep(3))
+    with LocalExecutor(workers=1) as ex:
+        res = run_normalize(ex, str(tmp_path / "raw"), str(tmp_path / "wh"), limits={"max_depth": 16})
+    status = {c["uri"].rsplit("/", 1)[1]: c["status"] for c in res.captures}
+    assert status == {"deep.json": "quarantined", "ok.json": "ingested"}
+
+
+def test_W7_merged_rank_files_keep_each_ranks_collective_metadata(engine):
+    from jobs.analyze.collectives.calls import comm_calls
+
+    task = CaptureFile(uri="landing/job/merged.json", capture_id="cap", job_id="job").to_dict()
+    task["tags"] = {}
+    row, ev = normalize_file(task, wc.w7_merged_collectives())
+    assert "merged_ranks" in row["flags"]
+    calls = sorted(comm_calls(ev).to_pylist(), key=lambda c: c["start_ns"])
+    assert [(c["pg_name"], c["msg_bytes"]) for c in calls] == [("pg_r0", 4096), ("pg_r1", 8192)]
+
+
+def test_W7_a_rebuilt_job_leaves_no_stale_rows(tmp_path):
+    """Run 1: job ``j`` with the XPU trace (kernels, captured 2023-11-14). Run 2: the same file now holds a CPU-only
+    trace captured 10 days later. Every table keeps only run 2's rows of ``j``: no kernels, no old date."""
+    import json
+
+    from jobs.analyze.job import run_analyze
+    from jobs.executor import LocalExecutor
+    from jobs.normalize.job import run_normalize
+    from jobs.warehouse import read_pandas
+
+    trace = tmp_path / "raw" / "j" / "rank0.json"
+    trace.parent.mkdir(parents=True)
+    wh = str(tmp_path / "wh")
+    later = wc.EPOCH_US + 10 * 86_400 * 1_000_000
+    cpu_only = wc.doc([wc.step(1, later, 1000), wc.ev("aten::add", later + 10, 100)])
+    tables = ("captures", "events", "steps", "ranks", "kernels", "critical_path")
+    seen = []
+    with LocalExecutor(workers=1) as ex:
+        for data in (wc.w3_xpu_no_stream(), cpu_only):
+            trace.write_bytes(data)
+            res = run_normalize(ex, str(tmp_path / "raw"), wh)
+            run_analyze(ex, wh, res.job_ids)
+            t = read_pandas(wh, tables)
+            seen.append({k: sorted(set(t[k]["date"])) for k in tables if len(t[k])} | {"n_kernels": len(t["kernels"])})
+    assert seen[0]["events"] == ["2023-11-14"] and seen[0]["n_kernels"] == 3
+    assert seen[1] == {k: ["2023-11-24"] for k in tables if k != "kernels"} | {"n_kernels": 0}
+    assert json.loads(read_pandas(wh, ["captures"])["captures"]["flag_counts_json"].iloc[0]) == {}

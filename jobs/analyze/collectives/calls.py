@@ -142,27 +142,21 @@ def bus_bandwidth_factor(collective: str | None, n: int | None) -> float | None:
 def _launch_meta(trace: RankTrace, kernels: np.ndarray) -> list[dict]:
     """Collective metadata from each kernel's launch and its enclosing ``nccl:*`` / record_param_comms.
 
-    The launch is the CPU row with the kernel's correlation id; its ancestors (``parent``) are
-    climbed for up to 12 levels, all kernels at once; ``args`` are decoded only for the rows found.
+    The launch is the kernel's launch call (:attr:`~jobs.analyze.trace.model.RankTrace.launcher`: its correlation
+    id, keyed by pid on merged multi-rank files); its ancestors (``parent``) are climbed for up to 12 levels, all
+    kernels at once; ``args`` are decoded only for the rows found.
     """
     events = trace.events
     n = trace.n
-    eid, corr, is_gpu = trace.event_id, trace.correlation, trace.is_gpu
+    eid = trace.event_id
     parent = (pc.fill_null(events.column("parent"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
               if "parent" in events.column_names else np.full(n, -1))
     dnames, code = trace.symbols, trace.name_code
     annot_of = [(_ANNOT.match(nm).group(1) if _ANNOT.match(nm) else None) for nm in dnames]
     useful = np.array([a is not None or nm == "record_param_comms" for a, nm in zip(annot_of, dnames)], bool)
-    # launch rows
-    cpu = np.flatnonzero(~is_gpu & (corr >= 0))
-    o = np.argsort(corr[cpu], kind="stable")
-    ccorr, crow = corr[cpu][o], cpu[o]
-    j = np.searchsorted(ccorr, corr[kernels])
-    j = np.minimum(j, max(len(ccorr) - 1, 0))
-    found = (corr[kernels] >= 0) & (len(ccorr) > 0)
-    if len(ccorr):
-        found &= ccorr[j] == corr[kernels]
-    cur = np.where(found, crow[j] if len(ccorr) else -1, -1)
+    # launch rows: the model's launch links, keyed by (pid, correlation) on merged multi-rank files as the parser
+    # keys them (B19), by a unique External id where the correlation is missing (B18)
+    cur = trace.launcher[kernels].copy()
     # parent event_id -> row position
     eo = np.argsort(eid, kind="stable")
     es = eid[eo]
