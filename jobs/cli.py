@@ -16,6 +16,7 @@ from typing import Optional
 
 import pandas as pd
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -56,26 +57,81 @@ def _fmt(v, scale=1.0, digits=1) -> str:
     return f"{float(v) / scale:.{digits}f}"
 
 
-def _print_job(job_id, ranks, steps, caps) -> None:
-    """One table per job: a row per rank (step times in ms, busy/idle/compute/overlap in %)."""
-    t = Table(title=f"job {job_id}: per-rank summary", title_justify="left")
-    for col in ("rank", "steps", "step p50 ms", "step max ms", "host busy %", "GPU idle %", "GPU compute %",
-                "overlap %", "events"):
-        t.add_column(col, justify="right")
+def _print_job(job_id: str, ranks: pd.DataFrame, steps: pd.DataFrame, caps: pd.DataFrame) -> None:
+    """One table per job: a row per rank (its own step times in ms; host busy % of the step; GPU idle, compute
+    and comm/compute overlap in % of kernel time). GPU columns are left out of a job without GPU activity."""
+    gpu = not ranks["idle_pct"].isna().all()
+    console.print(f"job {escape(str(job_id))}: per rank (step times are each rank's own)", soft_wrap=True)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    cols = ["rank", "steps", "p50 ms", "max ms", "host %"] + (["idle %", "compute %", "overlap %"] if gpu else []) + \
+        ["events"]
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for _, r in ranks.sort_values("rank").iterrows():
         s = steps[steps["rank"] == r["rank"]]
         busy = (s["cpu_op_time_ns"].sum() / s["step_time_ns"].sum() * 100) if len(s) and s["step_time_ns"].sum() else None
         n_ev = caps[caps["rank"] == r["rank"]]["n_events"].sum()
+        gpu_cells = [_fmt(r["idle_pct"]), _fmt(r["compute_pct"]), _fmt(r["overlap_pct"])] if gpu else []
         t.add_row(str(r["rank"]), str(len(s)), _fmt(r["step_time_p50_ns"], 1e6, 2), _fmt(r["step_time_max_ns"], 1e6, 2),
-                  _fmt(busy), _fmt(r["idle_pct"]), _fmt(r["compute_pct"]), _fmt(r["overlap_pct"]), str(int(n_ev)))
+                  _fmt(busy), *gpu_cells, str(int(n_ev)))
     console.print(t)
-    if ranks["idle_pct"].isna().all():
-        console.print("  (no GPU activity in these traces: GPU columns are empty; host busy % = CPU ops / step time)")
+    if not gpu:
+        console.print("  (no GPU activity in these traces: GPU columns left out; host % = CPU ops / step time)",
+                      soft_wrap=True)
+
+
+def job_step_p50_ns(steps: pd.DataFrame) -> float | None:
+    """The job's step time: per ProfilerStep the slowest rank's duration, median over steps, ns (as
+    ``fleet_stats`` and ``regressions`` define it)."""
+    if steps is None or not len(steps):
+        return None
+    per_step = steps.groupby(["attempt", "step"])["step_time_ns"].max()
+    return float(per_step.median()) if len(per_step) else None
+
+
+def _print_findings(job_id: str, findings: pd.DataFrame, top: int = 3) -> None:
+    """The job's top findings, most time lost first: what, ms per step, what to do."""
+    f = findings[findings["job_id"] == job_id].sort_values(["attempt", "rank_order"]) if len(findings) else findings
+    if not len(f):
+        console.print("  no findings: nothing in these traces costs measurable time")
+        return
+    for i, r in enumerate(f.head(top).itertuples(), start=1):
+        lost = r.est_time_lost_per_step_ns
+        cost = f"{lost / 1e6:.1f} ms/step" if lost is not None and lost == lost else "cost unknown"
+        console.print(f"  {i}. [bold]{escape(str(r.title))}[/bold] ({cost}, rule {r.rule})", soft_wrap=True)
+        if isinstance(r.recommendation, str) and r.recommendation:
+            console.print(f"     what to do: {escape(r.recommendation)}", soft_wrap=True, highlight=False)
+    if len(f) > top:
+        console.print(f"  … {len(f) - top} more in the job report")
+
+
+def _print_regression(job_id: str, regressions: pd.DataFrame) -> None:
+    """The job's step-time verdict against the previous runs of its job name, when it has a baseline."""
+    r = regressions[(regressions["job_id"] == job_id) & (regressions["metric"] == "step_time_p50_ns")] \
+        if len(regressions) else regressions
+    if not len(r) or r.iloc[0]["verdict"] == "no_baseline":
+        return
+    x = r.iloc[0]
+    runs = ", ".join(str(b) for b in (x["baseline_runs"] if x["baseline_runs"] is not None else []))
+    p = f", p = {x['p_value']:.2g}" if x["p_value"] == x["p_value"] and x["p_value"] is not None else ""
+    console.print(f"  vs {runs}: job step p50 {x['baseline'] / 1e6:.1f} → {x['value'] / 1e6:.1f} ms "
+                  f"({x['change_pct']:+.0f} %{p}): [bold]{x['verdict']}[/bold]", highlight=False, soft_wrap=True)
 
 
 def print_summary(result) -> None:
-    """Print the per-rank summary table and where the results are."""
+    """The answer first: per job its top findings (what costs time, how much, what to do) and its regression
+    verdict, then the per-rank table, the captures, validation detail only when something failed, and where the
+    results are."""
     caps = result.captures
+    findings = getattr(result, "findings", pd.DataFrame())
+    regressions = getattr(result, "regressions", pd.DataFrame())
+    for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
+        steps = result.steps[result.steps["job_id"] == job_id]
+        p50 = job_step_p50_ns(steps)
+        console.print(f"[bold]job {escape(str(job_id))}[/bold]: {len(job_ranks)} rank(s)"
+                      + (f", job step time p50 {p50 / 1e6:.2f} ms (slowest rank per step)" if p50 else ""))
+        _print_findings(job_id, findings)
+        _print_regression(job_id, regressions)
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
         _print_job(job_id, job_ranks, result.steps[result.steps["job_id"] == job_id], caps[caps["job_id"] == job_id])
     q = caps[caps["status"] == "quarantined"] if len(caps) else pd.DataFrame()
@@ -84,13 +140,37 @@ def print_summary(result) -> None:
                   + (f", {len(result.pending)} pending (no manifest yet)" if result.pending else ""))
     for _, c in q.iterrows():
         console.print(f"  [yellow]quarantined[/yellow] {escape(str(c['reason']))}")  # names from traces: text
-    if getattr(result, "validation", None) is not None:
-        console.print(result.validation.summary(), markup=False)  # "[expect_…]" and check values are text
+    v = getattr(result, "validation", None)
+    if v is not None and not v.success:
+        console.print(v.summary(), markup=False)  # "[expect_…]" and check values are text
+    elif v is not None:
+        n = sum(len(t.checks) for t in v.tables.values())
+        console.print(f"validation: passed ({n} Great Expectations checks over {len(v.tables)} tables)")
     console.print(f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}")
     if result.tracking_uri:
         for (job, attempt), run_id in sorted(result.run_ids.items()):
-            console.print(f"MLflow run for job {job} (attempt {attempt}): {run_id}")
-        console.print(f"view them: mlflow ui --backend-store-uri {result.tracking_uri}")
+            console.print(f"MLflow run for job {job} (attempt {attempt}): {run_id}", soft_wrap=True)
+            path = job_report_path(result.tracking_uri, run_id)
+            if path:
+                console.print(f"  job report: {path}", highlight=False, soft_wrap=True)
+        console.print(f"view them: mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+
+
+def job_report_path(tracking_uri: str, run_id: str) -> str | None:
+    """``file://`` URI of a run's HTML job report when its artifacts are on this machine, else ``None``."""
+    from mlflow.tracking import MlflowClient  # heavy: mlflow, only when runs were logged
+
+    from jobs.publish.reports import JOB_REPORT_ARTIFACT  # keeps `tracelake --help` light
+
+    try:
+        root = MlflowClient(tracking_uri=tracking_uri).get_run(run_id).info.artifact_uri
+    except Exception:  # noqa: BLE001 - a report path is a convenience, never a reason to fail the summary
+        return None
+    local = root[len("file://"):] if root.startswith("file://") else (root if "://" not in root else None)
+    if local is None:
+        return None
+    path = Path(local) / JOB_REPORT_ARTIFACT
+    return path.resolve().as_uri() if path.exists() else None
 
 
 @app.command()
@@ -120,13 +200,16 @@ def run(
 @app.command()
 def demo(
     workdir: Path = typer.Option(Path("demo"), help="Folder for the landing zone, warehouse and MLflow store."),
-    steps: int = typer.Option(8, help="Training steps per rank."),
+    steps: int = typer.Option(10, help="Training steps per rank (ProfilerStep#2..#9 are recorded)."),
     world_size: int = typer.Option(2, help="Number of ranks (processes, gloo backend)."),
+    slow_ms: float = typer.Option(20.0, help="Extra host work per step on the last rank of the second run, ms."),
 ) -> None:
-    """Capture a real 2-rank CPU DDP training job with the torch.profiler hook, then run the main job on it.
+    """Train the same small DDP job twice under the capture hook, the second time with a real slowdown on its last
+    rank (a slower input pipeline), then run the main job: it finds the straggler and the regression.
 
     Needs torch (the 'capture' extra of tracelake); without it, exits with code 1 and says what to install.
     """
+    from jobs.demo.train_ddp import DEMO_SCHEDULE  # keeps `tracelake --help` light
     from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
     try:
@@ -136,14 +219,31 @@ def demo(
         raise typer.Exit(1) from None
     workdir = workdir.resolve()
     landing, warehouse = workdir / "landing", workdir / "warehouse"
-    job_id = f"demo-ddp-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    job_name, slow_rank = "demo-ddp", world_size - 1
+    runs = [(f"demo-ddp-{stamp}-baseline", None, "baseline"),
+            (f"demo-ddp-{stamp}-slow", slow_rank, f"rank {slow_rank} doing {slow_ms:g} ms more host work per step")]
     with _progress() as progress:
-        task = progress.add_task(f"Training {world_size} ranks × {steps} steps under torch.profiler (job {job_id})", total=None)
-        folders = run_demo_training(str(landing), job_id, world_size=world_size, steps=steps)
-        progress.update(task, completed=1, total=1,
-                        description=f"[green]✓[/green] Captured {len(folders)} rank trace(s) into {landing}")
+        for job_id, slow, what in runs:
+            task = progress.add_task(f"Training {world_size} ranks × {steps} steps under torch.profiler: {what} "
+                                     f"(job {job_id})", total=None)
+            run_demo_training(str(landing), job_id, world_size=world_size, steps=steps, job_name=job_name,
+                              slow_rank=slow, slow_ms=slow_ms, schedule=DEMO_SCHEDULE)
+            progress.update(task, completed=1, total=1, description=f"[green]✓[/green] Captured {job_id} ({what})")
         result = run_pipeline(str(landing), str(warehouse), progress=progress)
     print_summary(result)
+    console.rule("what the demo found")
+    slow_job = runs[1][0]
+    console.print(f"[bold]{slow_job}[/bold] (the run with the planted slowdown on rank {slow_rank}):")
+    _print_findings(slow_job, result.findings)
+    _print_regression(slow_job, result.regressions)
+    run_id = result.run_ids.get((slow_job, 0))
+    if run_id:
+        path = job_report_path(result.tracking_uri, run_id)
+        if path:
+            console.print(f"its job report: {path}", highlight=False, soft_wrap=True)
+        console.print(f"compare the two runs in MLflow: mlflow ui --backend-store-uri {result.tracking_uri}",
+                      soft_wrap=True)
 
 
 def _stage_alone(name: str, settings, job_ids: list[str] | None = None) -> dict:

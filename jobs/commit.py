@@ -178,9 +178,9 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None, replace_
             raise
         _crash_point(f"{table}:staged")
         partitions = staged_partitions(staging, len(partition_by)) if os.path.isdir(staging) else {}  # empty df
-        os.makedirs(os.path.join(root, table), exist_ok=True)
         drop = [rel for rel in stale_partitions(os.path.join(root, table), partition_by, replace_jobs)
                 if rel not in partitions]
+        os.makedirs(os.path.join(root, table), exist_ok=True)
         if not partitions and not drop:
             shutil.rmtree(staging, ignore_errors=True)
             _rmdir_quiet(os.path.dirname(staging))

@@ -103,7 +103,9 @@ def table_columns(warehouse: str, table: str) -> list[str] | None:
     """The columns ``table`` has in the warehouse (its Parquet schema plus the partition columns), without
     reading rows; ``None`` when it was never written."""
     dataset = _dataset(warehouse, table)
-    return None if dataset is None else list(dataset.schema.names)
+    if dataset is None:
+        return None
+    return list(dataset.schema.names) if dataset.files else declared(table).names  # no rows left: the declared ones
 
 
 def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, columns=None, filter=None):
@@ -127,6 +129,9 @@ def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, col
     if filter is not None:
         filt = filter if filt is None else filt & filter
     wanted = columns if columns is not None else declared(table).names
+    if not dataset.files:  # written, but no rows left (an empty batch, or every job's rows replaced)
+        schema = declared(table).arrow_schema()
+        return schema.empty_table().select([c for c in wanted if c in schema.names])
     return dataset.to_table(filter=filt, columns=[c for c in wanted if c in dataset.schema.names])
 
 

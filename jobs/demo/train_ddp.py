@@ -24,9 +24,11 @@ import socket
 import sys
 import time
 
-__all__ = ["CAPTURE_EXTRA", "require_torch", "run_demo_training", "main"]
+__all__ = ["CAPTURE_EXTRA", "DEMO_SCHEDULE", "SCHEDULE", "require_torch", "run_demo_training", "main"]
 
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+#: The demo's schedule: ProfilerStep#2..#9 recorded (8 all-reduces per rank: enough to tell a straggler from chance).
+DEMO_SCHEDULE = {"wait": 1, "warmup": 1, "active": 8, "repeat": 1}
 
 #: How to install what the demo (and ``capture_hooks``) needs on top of ``pip install tracelake``.
 CAPTURE_EXTRA = "pip install 'tracelake[capture]'"
@@ -52,7 +54,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, landing: str, job_id: str, steps: int, results) -> None:
+def _extra_host_work(x, ms: float):
+    """A slower input pipeline: per-sample normalization redone in a Python loop until ``ms`` of host time has
+    passed (real work, really measured; nothing is written into the trace)."""
+    import torch  # heavy: torch, only for the demo
+
+    deadline = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < deadline:
+        x = torch.stack([(row - row.mean()) / (row.std() + 1e-6) for row in x])
+    return x
+
+
+def _worker(rank: int, world_size: int, port: int, landing: str, job_id: str, steps: int, results,
+            tags: dict, schedule: dict, slow_rank: int | None, slow_ms: float) -> None:
     """One rank: init gloo, train the MLP for ``steps`` steps under TraceCapture, report folders."""
     import torch  # heavy: torch, only for the demo
     import torch.distributed as dist  # heavy: torch, only for the demo
@@ -75,10 +89,13 @@ def _worker(rank: int, world_size: int, port: int, landing: str, job_id: str, st
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
         loss_fn = nn.CrossEntropyLoss()
         data = torch.Generator().manual_seed(1000 + rank)  # each rank its own shard
-        with TraceCapture(landing, job_id=job_id, tags={"demo": "train_ddp"}, **SCHEDULE) as capture:
+        with TraceCapture(landing, job_id=job_id, tags=tags, **schedule) as capture:
             for _ in range(steps):
                 x = torch.randn(32, 64, generator=data)
                 y = torch.randint(0, 10, (32,), generator=data)
+                if rank == slow_rank:
+                    with torch.profiler.record_function("augment_batch"):
+                        x = _extra_host_work(x, slow_ms)
                 optimizer.zero_grad(set_to_none=True)
                 loss_fn(model(x), y).backward()
                 optimizer.step()
@@ -88,14 +105,20 @@ def _worker(rank: int, world_size: int, port: int, landing: str, job_id: str, st
         dist.destroy_process_group()
 
 
-def run_demo_training(landing: str, job_id: str, world_size: int = 2, steps: int = 8) -> list[str]:
+def run_demo_training(landing: str, job_id: str, world_size: int = 2, steps: int = 8, *, job_name: str | None = None,
+                      slow_rank: int | None = None, slow_ms: float = 0.0, schedule: dict | None = None) -> list[str]:
     """Train a small MLP with CPU DDP on ``world_size`` local processes and capture traces.
 
     Args:
         landing: landing-zone root (local folder or fsspec URI) given to ``TraceCapture``.
         job_id: job id of the captures (must be path-safe).
         world_size: number of processes (ranks), >= 1.
-        steps: training steps per rank; at least 5 for the active window (steps 2..4) to complete.
+        steps: training steps per rank; enough for the schedule's active window to complete (5 for the
+            default :data:`SCHEDULE`, 10 for :data:`DEMO_SCHEDULE`).
+        job_name: the ``job_name`` tag: runs sharing it are compared (``regressions``).
+        slow_rank, slow_ms: this rank does ``slow_ms`` ms of extra host work per step before its forward pass
+            (a slower input pipeline, in a ``augment_batch`` span): a real straggler.
+        schedule: the torch.profiler schedule (default :data:`SCHEDULE`).
 
     Returns:
         The committed capture folders of all ranks (rank order, then capture order).
@@ -113,9 +136,11 @@ def run_demo_training(landing: str, job_id: str, world_size: int = 2, steps: int
 
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
+    tags = {"demo": "train_ddp", **({"job_name": job_name} if job_name else {})}
     mp.spawn(
         _worker,
-        args=(world_size, _free_port(), landing, job_id, steps, results),
+        args=(world_size, _free_port(), landing, job_id, steps, results, tags, schedule or SCHEDULE, slow_rank,
+              float(slow_ms)),
         nprocs=world_size,
         join=True,
     )

@@ -36,6 +36,7 @@ class PipelineResult:
     run_ids: dict = field(default_factory=dict)
     validation: object = None  # jobs.validate.report.ValidationReport of the normalize and analyze stages
     regressions: pd.DataFrame = field(default_factory=pd.DataFrame)  # regressions rows of the run's jobs
+    findings: pd.DataFrame = field(default_factory=pd.DataFrame)  # findings rows of the run's jobs
     record: dict = field(default_factory=dict)  # the run record (jobs.pipeline.record)
 
 
@@ -118,9 +119,10 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
                 if waiter is not None:
                     waiter.join()
     job_ids = record.get("job_ids", [])
-    t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions"), job_ids)
+    t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions", "findings"), job_ids)
     run_ids = {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in record.get("run_ids", {}).items()}
     return PipelineResult(warehouse=warehouse, tracking_uri=s.tracking_uri if "run_ids" in record else None,
                           job_ids=job_ids, captures=t["captures"], ranks=t["ranks"], steps=t["steps"],
                           neuron_summary=t["neuron_summary"], pending=record.get("pending", []), run_ids=run_ids,
-                          validation=validation(record), regressions=t["regressions"], record=record)
+                          validation=validation(record), regressions=t["regressions"], findings=t["findings"],
+                          record=record)

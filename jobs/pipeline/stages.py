@@ -139,9 +139,15 @@ def _validate(stage: str) -> Callable:
         n_discovered = record.get("n_discovered") if stage == "normalize" else None
         report = validate_tables(engine, s.warehouse, stage, jobs, n_discovered=n_discovered)
         record.setdefault("validation", {})[stage] = report.to_dict(with_gx=True)  # GX results travel too
-        print(report.summary(), flush=True)
+        print(_summary(report), flush=True)
 
     return run
+
+
+def _summary(report: ValidationReport) -> str:
+    """The report's whole summary when something failed, else its first line (the detail is in the run record)."""
+    text = report.summary()
+    return text if not report.success else text.partition("\n")[0]
 
 
 def _analyze(engine, s: RunSettings, record: dict) -> None:
@@ -159,7 +165,7 @@ def _fleet(engine, s: RunSettings, record: dict) -> None:
     record["n_regressions"] = int((res.regressions["verdict"] == "regression").sum()) if len(res.regressions) else 0
     report = validate_tables(engine, s.warehouse, "fleet")  # rebuilt whole: validated whole
     record.setdefault("validation", {})["fleet"] = report.to_dict(with_gx=True)
-    print(report.summary(), flush=True)
+    print(_summary(report), flush=True)
 
 
 def _publish(engine, s: RunSettings, record: dict) -> None:

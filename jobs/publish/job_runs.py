@@ -12,7 +12,7 @@ from jobs.publish.validation import log_validations
 from jobs.warehouse import read_pandas
 
 #: Tables the MLflow runs are made from (:func:`jobs.publish.tracking.log_jobs`).
-RUN_TABLES = ("captures", "ranks", "steps", "neuron_summary", "collectives", "regressions")
+RUN_TABLES = ("captures", "ranks", "steps", "neuron_summary", "collectives", "regressions", "findings")
 
 
 def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validation=None,
@@ -44,7 +44,7 @@ def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validati
     failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
     run_ids = log_jobs(tracking_uri, warehouse, t["captures"], t["ranks"], t["steps"],
                        neuron_summary=t["neuron_summary"], failed_jobs=failed, collectives=t["collectives"],
-                       regressions=t["regressions"], client=client)
+                       regressions=t["regressions"], findings=t["findings"], client=client)
     if validation is not None:
         log_validations(tracking_uri, run_ids, validation, client=client)
     log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, map_fn=map_fn)

@@ -207,10 +207,24 @@ def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dic
     return m, {"tracelake.regression": overall}
 
 
+def finding_metrics(findings: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """MLflow metrics and tags of one run's ``findings`` rows: ``finding/<rule>/lost_ms_per_step`` (the rule's
+    largest ``est_time_lost_per_step_ns``, ms, 3 decimals) and the tag ``tracelake.top_finding`` (the rule of
+    ``rank_order`` 1, ``none`` when nothing fired)."""
+    if findings is None or not len(findings):
+        return {}, {"tracelake.top_finding": "none"}
+    lost = pd.to_numeric(findings["est_time_lost_per_step_ns"], errors="coerce")
+    metrics = {f"finding/{rule}/lost_ms_per_step": round(float(v) / 1e6, 3)
+               for rule, v in lost.groupby(findings["rule"]).max().items() if v == v}
+    top = findings.sort_values("rank_order").iloc[0]["rule"]
+    return metrics, {"tracelake.top_finding": str(top)}
+
+
 def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: pd.DataFrame,
              steps: pd.DataFrame, neuron_summary: pd.DataFrame | None = None,
              failed_jobs: frozenset = frozenset(), collectives: pd.DataFrame | None = None,
-             regressions: pd.DataFrame | None = None, client=None) -> dict[tuple[str, int], str]:
+             regressions: pd.DataFrame | None = None, findings: pd.DataFrame | None = None,
+             client=None) -> dict[tuple[str, int], str]:
     """Create or update one MLflow run per (job_id, attempt) found in ``captures``.
 
     Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
@@ -224,7 +238,9 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
     Runs of ``failed_jobs`` (failed validation) end ``FAILED`` instead of ``FINISHED``.
     With ``collectives`` (the ``collectives`` rows), the collective and straggler metrics of
     :func:`collective_metrics`; with ``regressions`` (``regressions`` rows), :func:`regression_metrics`
-    and the tags ``tracelake.job_name`` / ``tracelake.model`` from ``captures``.
+    and the tags ``tracelake.job_name`` / ``tracelake.model`` from ``captures``. With ``findings``
+    (:func:`finding_metrics`): the tag ``tracelake.top_finding`` (the rule that loses the most time, ``none``
+    without a finding, so runs can be filtered by their bottleneck) and ``finding/<rule>/lost_ms_per_step``.
     ``client``: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one), so that one publish
     run sets up one client (:func:`jobs.publish.job_runs.publish_jobs`).
 
@@ -279,6 +295,10 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
                                                     & (regressions["attempt"] == attempt)])
             metrics.update(rm)
             extra_tags.update(rt)
+        if findings is not None:
+            fm, ft = finding_metrics(findings[(findings["job_id"] == job_id) & (findings["attempt"] == attempt)])
+            metrics.update(fm)
+            extra_tags.update(ft)
         for col in ("job_name", "model"):
             if col in ingested and ingested[col].notna().any():
                 extra_tags[f"tracelake.{col}"] = str(ingested[col].dropna().iloc[0])[:5000]

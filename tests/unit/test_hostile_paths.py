@@ -487,6 +487,8 @@ def test_validate_stage_passes_each_job_as_one_argument(monkeypatch):
         def to_dict(self, **_):  # any options the stage passes (with_gx)
             return {}
 
+        success = True
+
         def summary(self):
             return ""
 

@@ -161,6 +161,8 @@ def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
         def to_dict(self, **_):  # any options the stage passes (with_gx)
             return {"stage": calls[-1][1]}
 
+        success = True
+
         def summary(self):
             return ""
 

@@ -774,7 +774,8 @@ def blocking_sync(t: JobTables) -> list[dict]:
     ``aten::_local_scalar_dense`` → ``cudaStreamSynchronize`` count once) and ``n_calls`` = the
     top-level ones (not inside another sync event on the same thread). Metric
     ``sync_blocked_pct_of_step`` = 100 × Σ blocked / Σ step time. Fires at ≥ :data:`SYNC_PCT` or
-    with ≥ :data:`SYNC_CALLS_PER_STEP` calls per step.
+    with ≥ :data:`SYNC_CALLS_PER_STEP` calls per step, in rank-steps with device activity only (on a CPU-only
+    rank ``aten::item`` waits for no device).
 
     Source: HTA critical path (blocking CUDA calls and ``cuda_sync`` dependency edges); NVIDIA CUDA
     Best Practices (minimize host-device synchronization); PyTorch tuning guide ("avoid unnecessary
@@ -794,6 +795,9 @@ def blocking_sync(t: JobTables) -> list[dict]:
         return []
     s = t.steps[t.steps["step_time_ns"] > 0]
     rows = s.merge(per, on=["rank", "step"], how="left")
+    rows = rows[rows["has_gpu"].fillna(False).astype(bool)]  # without a device, aten::item synchronizes nothing
+    if rows.empty:
+        return []
     rows["blocked_ns"] = rows["blocked_ns"].fillna(0.0).astype(float)
     rows["n_calls"] = rows["n_calls"].fillna(0).astype(int)
     idle = rows["gpu_idle_ns"].where(rows["has_gpu"], rows["step_time_ns"]).astype(float)

@@ -1,0 +1,73 @@
+"""The demo a newcomer runs first (``tracelake demo``): two real 2-rank gloo DDP trainings of one job name, the
+second with real extra host work on rank 1. The pipeline must find the straggler (rank 1), what it costs the other
+rank, the regression against the first run, and the job report must name the finding."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from jobs.warehouse import read_pandas
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    work = tmp_path_factory.mktemp("demo")
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "jobs.cli", "demo", "--workdir", str(work)], cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "160"})
+    print(f"tracelake demo: {time.perf_counter() - start:.1f} s")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return work, out.stdout
+
+
+def test_the_demo_finds_the_straggler_and_the_regression(demo):
+    work, stdout = demo
+    found = stdout[stdout.index("what the demo found"):]
+    assert re.search(r"Rank 1 arrives last at \d+ of \d+ collectives; the other ranks wait [\d.]+ ms per step", found)
+    assert "what to do: Find why rank 1 is late" in found
+    assert re.search(r"job step p50 [\d.]+ → [\d.]+ ms \(\+\d+ %, p = [\d.e-]+\): regression", found)
+    t = read_pandas(str(work / "warehouse"), ("findings", "regressions"))
+    f, r = t["findings"], t["regressions"]
+    slow = f[f["job_id"].str.endswith("-slow")].sort_values("rank_order")
+    top = slow.iloc[0]
+    assert top["rule"] == "straggler_rank" and list(top["ranks"]) == [1] and top["est_time_lost_per_step_ns"] > 5e6
+    # the baseline may have a small natural straggler (2 ranks on 2 cores), never rank 1 paying what was planted
+    base = f[f["job_id"].str.endswith("-baseline") & (f["rule"] == "straggler_rank")]
+    assert all(list(x) != [1] or lost < top["est_time_lost_per_step_ns"] / 3
+               for x, lost in zip(base["ranks"], base["est_time_lost_per_step_ns"]))
+    p50 = r[(r["metric"] == "step_time_p50_ns") & r["job_id"].str.endswith("-slow")].iloc[0]
+    assert p50["verdict"] == "regression" and p50["p_value"] < 0.01
+    assert not (f["rule"] == "blocking_sync").any()  # a CPU-only job has no host-device synchronization
+
+
+def test_the_job_report_it_points_to_names_the_finding(demo):
+    _, stdout = demo
+    uri = re.search(r"its job report: (file://\S+)", stdout).group(1)
+    html = Path(urlparse(uri).path).read_text()
+    assert "straggler_rank" in html and "Rank 1 arrives last" in html
+    assert "mlflow ui --backend-store-uri sqlite:///" in stdout
+
+
+def test_mlflow_runs_say_their_top_bottleneck(demo):
+    from mlflow.tracking import MlflowClient
+
+    work, _ = demo
+    client = MlflowClient(tracking_uri=f"sqlite:///{work}/warehouse/mlflow.db")
+    exp = client.get_experiment_by_name("tracelake")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`tracelake.top_finding` = 'straggler_rank'")
+    slow = [r for r in runs if r.data.tags["tracelake.job_id"].endswith("-slow")]
+    assert len(slow) == 1
+    assert slow[0].data.metrics["finding/straggler_rank/lost_ms_per_step"] > 5.0
+    assert slow[0].data.tags["tracelake.regression"] == "regression"
