@@ -291,20 +291,27 @@ def fleet(warehouse: str = typer.Option(...),
 
     s = RunSettings(warehouse=warehouse, fleet_options={"baseline_runs": baseline_runs, "threshold_pct": threshold_pct,
                                                         "threshold_pp": threshold_pp, "alpha": alpha})
-    console.print(_stage_alone("fleet", s).get("fleet_counts", {}))
+    counts = _stage_alone("fleet", s).get("fleet_counts", {})
+    console.print("fleet tables rebuilt: " + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()), soft_wrap=True)
     reg = read_pandas(warehouse, ["regressions"])["regressions"]
     if len(reg):
         bad = reg[reg["verdict"] == "regression"]
         console.print(f"{len(bad)} regression(s) in {reg[['job_id', 'attempt']].drop_duplicates().shape[0]} run(s)")
-        if len(bad):
-            _print_frame(bad[["job_name", "job_id", "attempt", "metric", "value", "baseline", "change_pct", "p_value"]], "table")
+        for r in bad.sort_values("change_pct", ascending=False).head(10).itertuples():
+            unit = 1e6 if r.metric.endswith("_ns") else 1.0
+            what = "ms" if unit == 1e6 else "%"
+            console.print(f"  {r.job_id}#{r.attempt} ({r.job_name}): {r.metric} {r.baseline / unit:.2f} → "
+                          f"{r.value / unit:.2f} {what} ({r.change_pct:+.0f} %, p = {r.p_value:.2g})",
+                          highlight=False, soft_wrap=True)
     impact = read_pandas(warehouse, ["fleet_findings"])["fleet_findings"]
     impact = impact[impact["dimension"] == "fleet"].sort_values("impact_rank") if len(impact) else impact
     if len(impact):
         r = impact.iloc[0]
         console.print(f"fleet impact, {r['window_start']} … {r['window_end']} (accelerator-hours per day fixing each "
-                      "rule would recover; estimates overlap):")
-        _print_frame(impact[["impact_rank", "rule", "n_jobs", "n_runs", "accelerator_hours_per_day"]].head(10), "table")
+                      "rule would recover; estimates overlap):", soft_wrap=True)
+        for r in impact.head(10).itertuples():
+            console.print(f"  {r.impact_rank}. {r.rule}: {r.accelerator_hours_per_day:.3g} accelerator-h/day, "
+                          f"in {r.n_runs} run(s) of {r.n_jobs} job(s)", highlight=False, soft_wrap=True)
     hosts = read_pandas(warehouse, ["host_health"])["host_health"]
     if len(hosts):
         sus = hosts[hosts["suspect_hardware"].astype(bool)]

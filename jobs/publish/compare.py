@@ -34,7 +34,8 @@ from rich.markup import escape  # names, labels and titles come from traces: tex
 from rich.table import Table
 
 from jobs.publish.report.html import render_comparison_report
-from jobs.publish.reports import COMPARE_EXPERIMENT, experiment_id, load_job_tables
+from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
+from jobs.publish.tracking import experiment_id
 from jobs.publish.tracking import default_tracking_uri, job_metrics
 from jobs.spark import get_spark
 from jobs.warehouse import read_spark

@@ -19,7 +19,6 @@ import datetime as _dt
 import os
 import tempfile
 import time
-from pathlib import Path
 
 import pandas as pd
 
@@ -27,6 +26,7 @@ from jobs.common.ids import safe_date
 from jobs.publish.report.fleet_tables import fleet_stats_metrics, host_metrics, impact_metrics
 from jobs.publish.report.html import render_fleet_report, render_job_report
 from jobs.publish.report.sections import fleet_daily, fleet_metrics
+from jobs.publish.tracking import experiment_id
 from jobs.validate.marks import read_table_marks
 from jobs.warehouse import read_pandas
 from schemas import FLEET_TABLES
@@ -49,17 +49,6 @@ def load_job_tables(warehouse: str, job_id: str, attempt: int | None = None,
         return tables
     return {name: df[(df["attempt"] == int(attempt)).fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
             if "attempt" in df.columns else df for name, df in tables.items()}
-
-
-def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -> str:
-    """Id of experiment ``name``, created with artifacts under ``{warehouse}/mlartifacts`` for local stores."""
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    loc = None
-    if warehouse and (tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:")) and "://" not in warehouse:
-        loc = (Path(warehouse).resolve() / "mlartifacts").as_uri()
-    return client.create_experiment(name, artifact_location=loc)
 
 
 def log_text(client, run_id: str, text: str, artifact_path: str) -> None:

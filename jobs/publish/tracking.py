@@ -2,7 +2,7 @@
 
 Metric names are stable so that MLflow's run comparison lines up across jobs:
 
-- aggregate: ``step_time_p50_ms``, ``step_time_max_ms`` (over all steps of all ranks),
+- aggregate: ``step_time_p50_ms``, ``step_time_max_ms`` (the job step time: per ProfilerStep the slowest rank's),
   ``idle_pct``, ``compute_pct``, ``non_compute_pct``, ``overlap_pct`` (mean over ranks with GPU
   activity; HTA temporal breakdown / comm-comp overlap), ``idle_pct_max`` (worst rank),
   ``n_ranks``, ``n_steps``, ``n_events``, ``n_quarantined``;
@@ -92,14 +92,34 @@ def open_store_in_background(tracking_uri: str, after: multiprocessing.Process |
     return thread
 
 
-def _experiment_id(client, tracking_uri: str, warehouse: str) -> str:
-    exp = client.get_experiment_by_name(EXPERIMENT)
-    if exp is not None:
-        return exp.experiment_id
-    artifact_location = None
-    if tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:"):
-        artifact_location = (Path(warehouse).resolve() / "mlartifacts").as_uri()
-    return client.create_experiment(EXPERIMENT, artifact_location=artifact_location)
+#: MLflow 3's experiment kind tag: ``custom_model_development`` makes the UI a classic ML experiment (runs, metrics,
+#: charts to compare), not a GenAI one (Traces / Evaluations).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
+def rounded(name: str, value: float) -> float:
+    """A metric rounded to its unit's precision: ``*_ms`` 3 decimals (µs), ``*_pct`` 2, ``*_gbps`` 2, others 4
+    significant decimals; counts stay whole."""
+    v = float(value)
+    if not math.isfinite(v) or v.is_integer():
+        return v
+    digits = 3 if name.endswith("_ms") or "_ms_" in name else 2 if name.endswith(("_pct", "_gbps")) else 4
+    return round(v, digits)
+
+
+def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -> str:
+    """Id of experiment ``name``, created with artifacts under ``{warehouse}/mlartifacts`` for local stores, and
+    marked a classic ML experiment (:data:`EXPERIMENT_KIND`) if it is not yet."""
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        loc = None
+        if warehouse and (tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:")) and "://" not in warehouse:
+            loc = (Path(warehouse).resolve() / "mlartifacts").as_uri()
+        exp_id = client.create_experiment(name, artifact_location=loc, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        return exp_id
+    if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return exp.experiment_id
 
 
 def _finite(v) -> bool:
@@ -123,9 +143,11 @@ def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
         ``{metric name: value}``; metrics without data (e.g. GPU % on a CPU-only trace) are omitted.
     """
     m: dict[str, float] = {"n_ranks": float(ranks["rank"].nunique()), "n_steps": float(len(steps))}
-    if len(steps):
-        m["step_time_p50_ms"] = float(steps["step_time_ns"].median()) / 1e6
-        m["step_time_max_ms"] = float(steps["step_time_ns"].max()) / 1e6
+    if len(steps):  # the job's step time: per ProfilerStep the slowest rank's (as fleet_stats and regressions)
+        job_step = steps.groupby(["attempt", "step"])["step_time_ns"].max() if "attempt" in steps else \
+            steps.groupby("step")["step_time_ns"].max()
+        m["step_time_p50_ms"] = float(job_step.median()) / 1e6
+        m["step_time_max_ms"] = float(job_step.max()) / 1e6
     for col in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):
         vals = ranks[col].dropna()
         if len(vals):
@@ -254,7 +276,7 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
-    exp_id = _experiment_id(client, tracking_uri, warehouse)
+    exp_id = experiment_id(client, EXPERIMENT, tracking_uri, warehouse)
     out = {}
     for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
         safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
@@ -310,7 +332,7 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
                 "tracelake.capture_uris": ",".join(uris[:20])[:4000],
                 "tracelake.warehouse": str(warehouse), **extra_tags}
         now = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in sorted(metrics.items())],
+        client.log_batch(run_id, metrics=[Metric(k, rounded(k, v), now, 0) for k, v in sorted(metrics.items())],
                          params=new_params, tags=[RunTag(k, v) for k, v in tags.items()])
         with tempfile.TemporaryDirectory() as tmp:
             js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)

@@ -66,6 +66,7 @@ def test_mlflow_runs_say_their_top_bottleneck(demo):
     work, _ = demo
     client = MlflowClient(tracking_uri=f"sqlite:///{work}/warehouse/mlflow.db")
     exp = client.get_experiment_by_name("tracelake")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # a classic ML experiment, not GenAI
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`tracelake.top_finding` = 'straggler_rank'")
     slow = [r for r in runs if r.data.tags["tracelake.job_id"].endswith("-slow")]
     assert len(slow) == 1

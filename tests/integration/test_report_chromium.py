@@ -118,6 +118,10 @@ def test_report_renders_in_chromium(pages, name, tmp_path):
     assert html.unescape(title) == html.unescape(source_title) and title.startswith("tracelake")  # no injected script renamed the page
     if name == "job_without_tables":
         assert dom.stdout.count("Not available:") >= 7
+    if name == "job":  # the answer first: the verdict block comes before the first plot, in words
+        verdict = dom.stdout.index('id="verdict"')
+        assert verdict < dom.stdout.index("data-plot=") and verdict < dom.stdout.index('id="step-time"')
+        assert "Top bottleneck:" in dom.stdout and "2.00 ms per step" in dom.stdout
     shots = ARTIFACTS / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     shot = shots / f"{name}.png"

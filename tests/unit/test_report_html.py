@@ -122,3 +122,23 @@ def test_fleet_report_trends_and_worst_offenders(job_tables):
     assert m["fleet/idle_pct_median"] == pytest.approx(job_tables["ranks"]["idle_pct"].mean())
     empty = render_fleet_report(None, None)
     assert 'data-unavailable="trends"' in empty
+
+
+def test_job_report_opens_with_the_verdict(job_tables):
+    from jobs.publish.report.html import render_job_report
+
+    findings = pd.DataFrame([{"job_id": "j", "attempt": 0, "rule": "straggler_rank", "rank_order": 1,
+                              "title": "Rank 1 arrives last", "est_time_lost_per_step_ns": 2_500_000,
+                              "recommendation": "Find why rank 1 is late", "ranks": [1]},
+                             {"job_id": "j", "attempt": 0, "rule": "blocking_sync", "rank_order": 2,
+                              "title": "blocking syncs", "est_time_lost_per_step_ns": 500_000,
+                              "recommendation": "remove them", "ranks": [0, 1]}])
+    html = render_job_report({**job_tables, "findings": findings})
+    body = html[html.index("<body"):]
+    assert body.index('id="verdict"') < body.index('id="findings"') < body.index('id="step-time"')
+    assert "Top bottleneck: Rank 1 arrives last. It costs about 2.50 ms per step" in html
+    assert "What to do: Find why rank 1 is late" in html and "blocking syncs" in html
+    assert "job step time p50, ms (slowest rank per step)" in html and "step_time_p50_ms" not in body
+    assert ">all<" in html  # the finding on both ranks reads "all"
+    empty = render_job_report({k: v for k, v in job_tables.items() if k != "findings"})
+    assert "No bottleneck found" in empty

@@ -72,12 +72,12 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
         validation: a :class:`jobs.validate.report.ValidationReport` to summarize, if any.
         title: page title (default ``tracelake job <job_id> (attempt N)``).
 
-    Sections: step-time breakdown per rank, idle-time breakdown, top kernels, collective wait heatmap,
-    critical-path summary, findings, data quality, captures.
+    Sections: the verdict (top bottleneck, its cost, what to do), findings, step-time breakdown per rank,
+    idle-time breakdown, top kernels, collective wait heatmap, critical-path summary, data quality, captures.
     """
     job_id, attempt = S.job_identity(tables)
-    secs = [S.step_section(tables), S.idle_section(tables), S.kernels_section(tables),
-            S.collectives_section(tables), S.critical_path_section(tables), S.findings_section(tables),
+    secs = [S.verdict_section(tables), S.findings_section(tables), S.step_section(tables), S.idle_section(tables),
+            S.kernels_section(tables), S.collectives_section(tables), S.critical_path_section(tables),
             S.quality_section(tables, validation), S.captures_section(tables)]
     return render_page(title or f"tracelake job {job_id} (attempt {attempt})", secs,
                        subtitle=S.job_subtitle(tables), cards=S.job_cards(tables))

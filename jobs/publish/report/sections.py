@@ -74,8 +74,18 @@ def job_subtitle(tables: dict) -> str:
     return " · ".join(bits)
 
 
+#: Headline tiles of the job report: MLflow metric (:func:`jobs.publish.tracking.job_metrics`) → label with its unit.
+CARD_LABELS = {
+    "step_time_p50_ms": "job step time p50, ms (slowest rank per step)", "step_time_max_ms": "longest job step, ms",
+    "idle_pct": "GPU idle, % of kernel time", "compute_pct": "GPU compute, % of kernel time",
+    "non_compute_pct": "GPU non-compute, % of kernel time", "overlap_pct": "comm/compute overlap, %",
+    "idle_pct_max": "worst rank's GPU idle, %", "n_ranks": "ranks", "n_steps": "rank-steps",
+}
+
+
 def job_cards(tables: dict) -> list[dict]:
-    """Headline metrics, named exactly as the MLflow metrics of :func:`jobs.publish.tracking.job_metrics`."""
+    """Headline tiles: the MLflow metrics of :func:`jobs.publish.tracking.job_metrics`, labelled in words with
+    their unit (:data:`CARD_LABELS`); the GPU tiles are left out of a job without GPU activity."""
     ranks, steps = _get(tables, "ranks"), _get(tables, "steps")
     if ranks is None:
         return []
@@ -84,15 +94,43 @@ def job_cards(tables: dict) -> list[dict]:
         m = job_metrics(ranks, steps)
     except KeyError:
         return []
-    out = []
-    for k in ("step_time_p50_ms", "step_time_max_ms", "idle_pct", "compute_pct", "non_compute_pct", "overlap_pct",
-              "idle_pct_max", "n_ranks", "n_steps"):
-        if k in m:
-            out.append({"key": k, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)})
+    out = [{"key": label, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)}
+           for k, label in CARD_LABELS.items() if k in m]
     caps = _get(tables, "captures")
     if caps is not None and "status" in caps.columns:
-        out.append({"key": "n_quarantined", "value": str(int((caps["status"] == "quarantined").sum()))})
+        out.append({"key": "files quarantined", "value": str(int((caps["status"] == "quarantined").sum()))})
     return out
+
+
+def verdict_section(tables: dict) -> Section:
+    """The answer first: the top bottleneck in words, what it costs per step (and as a share of the job step time)
+    and what to do, then the next two findings."""
+    key, title = "verdict", "Verdict"
+    f, steps = _get(tables, "findings"), _get(tables, "steps")
+    if f is None:
+        return Section(key, title, intro="No bottleneck found: no finding rule fired on this job's traces.",
+                       status="ok")
+    f = f.sort_values("rank_order") if "rank_order" in f.columns else f
+    top = f.iloc[0]
+    lost = top.get("est_time_lost_per_step_ns")
+    step_p50 = None
+    if steps is not None and len(steps) and {"step", "step_time_ns"} <= set(steps.columns):
+        step_p50 = float(steps.groupby("step")["step_time_ns"].max().median())
+    cost = ""
+    if lost is not None and lost == lost:
+        cost = f" It costs about {float(lost) / 1e6:,.2f} ms per step"
+        cost += (f", {100 * float(lost) / step_p50:.0f} % of the job step time ({step_p50 / 1e6:,.2f} ms)."
+                 if step_p50 else ".")
+    todo = top.get("recommendation")
+    sec = Section(key, title,
+                  intro=f"Top bottleneck: {fmt_text(top.get('title'))}.{cost}"
+                        + (f" What to do: {fmt_text(todo)}" if isinstance(todo, str) and todo else ""))
+    rest = f.iloc[1:3]
+    if len(rest):
+        sec.tables.append(table_view("verdict-next", rest, [
+            ("title", "next finding", fmt_text, ""),
+            ("est_time_lost_per_step_ns", "ms/step", fmt_ms, "num")], caption="Then"))
+    return sec
 
 
 def step_section(tables: dict) -> Section:
@@ -278,12 +316,18 @@ def findings_section(tables: dict) -> Section:
     if f is None:
         return unavailable(key, title, "no findings for this job (none fired, or findings not computed yet).", intro)
     f = f.sort_values("rank_order") if "rank_order" in f.columns else f
+    if "ranks" in f.columns:  # "all" rather than every rank listed
+        n_ranks = _get(tables, "ranks")
+        n = n_ranks["rank"].nunique() if n_ranks is not None and "rank" in n_ranks.columns else None
+        f = f.assign(ranks=[("all" if n and v is not None and len(v) == n and n > 1 else
+                             ", ".join(str(x) for x in v) if v is not None else "") for v in f["ranks"]])
     spec = [(c, h, fn, k) for c, h, fn, k in [
-        ("rank_order", "#", fmt_int, "num"), ("title", "finding", fmt_text, ""), ("rule", "rule", fmt_text, "name"),
-        ("metric", "metric", fmt_text, "name"), ("value", "value", lambda v: fmt_num(v, 2), "num"),
+        ("rank_order", "#", fmt_int, "num"), ("title", "finding", fmt_text, ""),
         ("est_time_lost_per_step_ns", "est. lost ms/step", fmt_ms, "num"),
-        ("confidence", "confidence", lambda v: fmt_num(v, 2), "num"), ("ranks", "ranks", fmt_text, ""),
-        ("recommendation", "recommendation", fmt_text, "")] if c in f.columns]
+        ("recommendation", "what to do", fmt_text, ""), ("ranks", "ranks", fmt_text, ""),
+        ("confidence", "confidence", lambda v: fmt_num(v, 2), "num"),
+        ("rule", "rule", fmt_text, ""), ("metric", "metric", fmt_text, ""),
+        ("value", "value", lambda v: fmt_num(v, 2), "num")] if c in f.columns]
     sec = Section(key, title, intro=intro, tables=[table_view("findings", f, spec)])
     if "evidence_json" in f.columns:
         for r in f.head(10).to_dict(orient="records"):
