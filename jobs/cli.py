@@ -24,6 +24,7 @@ from rich.table import Table
 
 from jobs.demo.train_ddp import require_torch, run_demo_training
 from jobs.executor import LocalExecutor
+from jobs.fleet.stats import job_step_times
 from jobs.spark import get_spark
 from jobs.sql import run_sql
 from jobs.warehouse import read_pandas, register_views
@@ -80,15 +81,6 @@ def _print_job(job_id: str, ranks: pd.DataFrame, steps: pd.DataFrame, caps: pd.D
                       soft_wrap=True)
 
 
-def job_step_p50_ns(steps: pd.DataFrame) -> float | None:
-    """The job's step time: per ProfilerStep the slowest rank's duration, median over steps, ns (as
-    ``fleet_stats`` and ``regressions`` define it)."""
-    if steps is None or not len(steps):
-        return None
-    per_step = steps.groupby(["attempt", "step"])["step_time_ns"].max()
-    return float(per_step.median()) if len(per_step) else None
-
-
 def _print_findings(job_id: str, findings: pd.DataFrame, top: int = 3) -> None:
     """The job's top findings, most time lost first: what, ms per step, what to do."""
     f = findings[findings["job_id"] == job_id].sort_values(["attempt", "rank_order"]) if len(findings) else findings
@@ -127,7 +119,8 @@ def print_summary(result) -> None:
     regressions = getattr(result, "regressions", pd.DataFrame())
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
         steps = result.steps[result.steps["job_id"] == job_id]
-        p50 = job_step_p50_ns(steps)
+        times = job_step_times(steps) if len(steps) else []
+        p50 = float(times.median()) if len(times) else None
         console.print(f"[bold]job {escape(str(job_id))}[/bold]: {len(job_ranks)} rank(s)"
                       + (f", job step time p50 {p50 / 1e6:.2f} ms (slowest rank per step)" if p50 else ""))
         _print_findings(job_id, findings)

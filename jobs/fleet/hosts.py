@@ -140,9 +140,9 @@ def _link_runs(hosts: pd.DataFrame, colls: pd.DataFrame) -> list[dict]:
                 rest = run[(run["link"] != link) & (run["collective"].fillna("?") == coll)]["busbw"].dropna()
                 mine = gc["busbw"].dropna()
                 if len(mine) and len(rest) and float(rest.median()) > 0:
-                    ratios.append(float(mine.median()) / float(rest.median()))
                     own_bw.append(float(mine.median()))
                     other_bw.append(float(rest.median()))
+                    ratios.append(own_bw[-1] / other_bw[-1])
             n_calls = int(g["match_key"].nunique())
             ratio = float(np.median(ratios)) if ratios else None
             slow = ratio is not None and n_calls >= MIN_MATCHED_CALLS and ratio <= 1.0 / SLOW_LINK_FACTOR

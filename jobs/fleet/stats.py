@@ -133,6 +133,14 @@ def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
         "run_date": m["first_date"], "world_size": m["world_size"]})
 
 
+def job_step_times(steps: pd.DataFrame) -> pd.Series:
+    """The job step time of each (attempt, ProfilerStep N ≥ 0) of one job's ``steps`` rows: the slowest rank's
+    ``step_time_ns``, ns (the definition of :func:`job_steps`, ``fleet_stats`` and ``regressions``)."""
+    s = steps[steps["step"] >= 0]
+    keys = ["attempt", "step"] if "attempt" in s.columns else ["step"]
+    return s.groupby(keys, sort=True)["step_time_ns"].max()
+
+
 def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
     """:func:`job_steps` on pandas frames (the local executor's reduction; same rows and columns)."""
     s = steps[steps["step"] >= 0]

@@ -31,6 +31,7 @@ import pandas as pd
 
 from jobs.analyze.findings.neuron import neuron_findings
 from jobs.common.ids import safe_id
+from jobs.fleet.stats import job_step_times
 from jobs.normalize.neuron.metrics import neuron_metrics_for_mlflow
 
 EXPERIMENT = "tracelake"
@@ -143,9 +144,8 @@ def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
         ``{metric name: value}``; metrics without data (e.g. GPU % on a CPU-only trace) are omitted.
     """
     m: dict[str, float] = {"n_ranks": float(ranks["rank"].nunique()), "n_steps": float(len(steps))}
-    if len(steps):  # the job's step time: per ProfilerStep the slowest rank's (as fleet_stats and regressions)
-        job_step = steps.groupby(["attempt", "step"])["step_time_ns"].max() if "attempt" in steps else \
-            steps.groupby("step")["step_time_ns"].max()
+    job_step = job_step_times(steps) if len(steps) else pd.Series(dtype=float)
+    if len(job_step):  # the job's step time: per ProfilerStep the slowest rank's (as fleet_stats and regressions)
         m["step_time_p50_ms"] = float(job_step.median()) / 1e6
         m["step_time_max_ms"] = float(job_step.max()) / 1e6
     for col in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):

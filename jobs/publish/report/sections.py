@@ -15,6 +15,7 @@ import pandas as pd
 
 from jobs.publish.report import plots as P
 from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, fmt_us, table_view, unavailable
+from jobs.fleet.stats import job_step_times
 from jobs.publish.tracking import job_metrics
 
 
@@ -115,7 +116,8 @@ def verdict_section(tables: dict) -> Section:
     lost = top.get("est_time_lost_per_step_ns")
     step_p50 = None
     if steps is not None and len(steps) and {"step", "step_time_ns"} <= set(steps.columns):
-        step_p50 = float(steps.groupby("step")["step_time_ns"].max().median())
+        times = job_step_times(steps)
+        step_p50 = float(times.median()) if len(times) else None
     cost = ""
     if lost is not None and lost == lost:
         cost = f" It costs about {float(lost) / 1e6:,.2f} ms per step"
