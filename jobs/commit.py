@@ -140,7 +140,8 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None, replace_
 
     Same result as ``df.write.mode("overwrite").partitionBy(...).parquet(path)`` under dynamic
     partition overwrite (partitions absent from ``df`` are kept), made crash-safe by the protocol of
-    this module. An empty ``df`` publishes nothing (the table root is created if missing). With
+    this module. An empty ``df`` publishes nothing (the table root is created if missing, unless the write only
+    replaces the rows of ``replace_jobs``: a batch without rows in a table never written leaves it unwritten). With
     ``replace_jobs``, every other partition of those jobs (``job_id=`` folders) is removed in the same commit:
     a job rebuilt with no rows left in the table, or under another ``date``, leaves no stale rows.
 
@@ -180,7 +181,8 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None, replace_
         partitions = staged_partitions(staging, len(partition_by)) if os.path.isdir(staging) else {}  # empty df
         drop = [rel for rel in stale_partitions(os.path.join(root, table), partition_by, replace_jobs)
                 if rel not in partitions]
-        os.makedirs(os.path.join(root, table), exist_ok=True)
+        if partitions or drop or replace_jobs is None:  # a write that only replaces jobs' rows creates no table
+            os.makedirs(os.path.join(root, table), exist_ok=True)
         if not partitions and not drop:
             shutil.rmtree(staging, ignore_errors=True)
             _rmdir_quiet(os.path.dirname(staging))

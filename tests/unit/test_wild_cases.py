@@ -355,3 +355,12 @@ def test_W7_a_rebuilt_job_leaves_no_stale_rows(tmp_path):
     assert seen[0]["events"] == ["2023-11-14"] and seen[0]["n_kernels"] == 3
     assert seen[1] == {k: ["2023-11-24"] for k in tables if k != "kernels"} | {"n_kernels": 0}
     assert json.loads(read_pandas(wh, ["captures"])["captures"]["flag_counts_json"].iloc[0]) == {}
+
+
+def test_W7_a_job_without_rows_in_a_table_never_written_leaves_it_unwritten(tmp_path):
+    """Replacing a job's rows with none creates no table (its marks would read ``unvalidated``)."""
+    from jobs.warehouse import exists, write_table
+    from schemas import NEURON_SUMMARY
+
+    write_table(NEURON_SUMMARY.empty(), str(tmp_path), "neuron_summary", ["j"])
+    assert not exists(str(tmp_path), "neuron_summary")
