@@ -4,7 +4,7 @@ One task per declared stage of :data:`jobs.pipeline.stages.FLEET_REPORT`: ``sett
 the Airflow Variables (:mod:`jobs.pipeline.settings`); ``fleet_report`` renders the fleet report
 over every job in the warehouse from the fleet tables the ingest's ``fleet`` stage keeps
 (step-time percentiles and idle time by job, device and date, regressions) and logs the MLflow
-fleet run of the day (``fleet-<date>`` in experiment ``tracelake-fleet``, reused when re-run the
+fleet run of the day (``fleet-<date>`` in experiment ``tracelake-fleet``, replaced when re-run the
 same day). It reads the warehouse with pyarrow: no Spark application.
 """
 

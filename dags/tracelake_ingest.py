@@ -13,7 +13,7 @@ warehouse Asset as updated, which triggers ``tracelake_fleet_report``. A job tha
 Expectations check is published as a FAILED run, and then the run fails.
 
 Idempotent per interval: every job touched in the interval is rebuilt from all of its committed
-captures and its ``(date, job_id)`` partitions are replaced; MLflow runs are reused. Stages hand
+captures and its ``(date, job_id)`` partitions are replaced; MLflow runs are replaced. Stages hand
 their results on through the run record in the warehouse; XCom holds only the settings.
 """
 

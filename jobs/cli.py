@@ -166,6 +166,32 @@ def job_report_path(tracking_uri: str, run_id: str) -> str | None:
     return path.resolve().as_uri() if path.exists() else None
 
 
+def _bare_tags(items: list[str], job_name: str | None) -> dict[str, str]:
+    """``--tag KEY=VALUE`` items and ``--job-name`` as manifest tags (:func:`schemas.manifest.validate_tags`).
+
+    Raises:
+        typer.BadParameter: an item without ``=``, a repeated or invalid key, an empty job name.
+    """
+    from schemas.manifest import validate_tags  # the manifest's tags contract; jsonschema only when run
+
+    tags: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() in tags:
+            raise typer.BadParameter(f"{item!r} is not KEY=VALUE" if not sep else f"key {key.strip()!r} given twice",
+                                     param_hint="--tag")
+        tags[key.strip()] = value.strip()
+    if job_name is not None:
+        if not job_name.strip():
+            raise typer.BadParameter("must not be empty", param_hint="--job-name")
+        tags["job_name"] = job_name.strip()
+    try:
+        validate_tags(tags)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--tag") from None
+    return tags
+
+
 @app.command()
 def run(
     raw: str = typer.Option(..., help="Landing zone: a folder or an fsspec URI (s3://bucket/prefix)."),
@@ -179,14 +205,19 @@ def run(
                                          "(infra/local/spark.sh start) or local[2]."),
     executor: Executor = typer.Option(Executor.local, help="local: worker processes on this machine, no JVM; "
                                       "spark: a SparkSession (--master, else $TRACELAKE_SPARK_MASTER or local[*])."),
+    job_name: Optional[str] = typer.Option(None, help="job_name of the traces without a manifest (bare files): runs "
+                                           "that share it are compared for regressions [default: the folder's job id]."),
+    tag: Optional[list[str]] = typer.Option(None, help="A tag KEY=VALUE of the bare traces, repeatable "
+                                            "(model=… feeds the fleet statistics). Captures with a manifest keep theirs."),
 ) -> None:
     """Run the main job: the declared stages normalize → validate → analyze → validate → fleet → publish."""
     from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
+    bare_tags = _bare_tags(tag or [], job_name)
     with _progress() as progress:
         result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options), master=master,
                               progress=progress, log_to_mlflow=not no_mlflow, since=since, until=until,
-                              executor=executor.value)
+                              executor=executor.value, bare_tags=bare_tags)
     print_summary(result)
 
 

@@ -233,13 +233,16 @@ class MetricDelta(_Model):
 
 
 class OpDelta(_Model):
-    group: str = Field(description="kernel (device events) or op (host cpu_op events).")
+    group: str = Field(description="kernel (device activity, not gpu_user_annotation spans) or op (host cpu_op "
+                                   "events, not ProfilerStep#N).")
     name: str
     status: Literal["added", "removed", "slower", "faster"]
-    a_ns_per_step: float | None
-    b_ns_per_step: float | None
-    delta_ns_per_step: float | None
+    a_ns_per_step: float | None = Field(description="Job A: ns per rank and ProfilerStep, mean over ranks.")
+    b_ns_per_step: float | None = Field(description="Job B: ns per rank and ProfilerStep, mean over ranks.")
+    delta_ns_per_step: float | None = Field(description="b_ns_per_step − a_ns_per_step.")
     delta_pct: float | None
+    a_max_rank_ns_per_step: float | None = Field(None, description="Job A: the max over ranks of ns per step.")
+    b_max_rank_ns_per_step: float | None = Field(None, description="Job B: the max over ranks of ns per step.")
 
 
 class FindingChange(_Model):

@@ -41,3 +41,16 @@ def validate_manifest(manifest: dict) -> None:
         e = errors[0]
         where = "/".join(str(p) for p in e.path) or "(top level)"
         raise ValueError(f"manifest field {where}: {e.message}")
+
+
+def validate_tags(tags: dict, version: str = "1") -> None:
+    """Validate user tags (``{key: value}``) against the manifest's ``tags`` field: keys of 1-128
+    characters from ``[A-Za-z0-9_.:/-]``, string values.
+
+    Raises:
+        ValueError: naming the first bad key or value.
+    """
+    schema = manifest_schema(version)["properties"]["tags"]
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(tags), key=lambda e: list(e.path))
+    if errors:
+        raise ValueError(f"tag {errors[0].message}")

@@ -116,7 +116,7 @@ CAPTURES = Table(
         Column("job_name", _STR, "Name shared by the runs of one recurring job (manifest tag `job_name`, e.g. from "
                "`TRACELAKE_JOB_NAME` or `SLURM_JOB_NAME`; else `job_id`): fleet regressions compare runs with the same name.", False),
         Column("model", _STR, "Manifest tag `model` (e.g. `llama-7b`); null when not tagged."),
-        Column("tags_json", _STR, "All manifest tags as a JSON object (`{}` for bare traces)."),
+        Column("tags_json", _STR, "All manifest tags as a JSON object (for bare traces: those of `tracelake run --job-name/--tag`, else `{}`)."),
         Column("created_at", _STR, "Manifest `created_at` (UTC ISO-8601) when the capture was committed; null for bare traces."),
         Column("flags", pa.list_(_STR), "Data-quality flags (the trace is still ingested unless quarantined): `rank_assumed_0`; "
                "`duplicate_rank` (two bare files claim the rank); `duplicate_capture_id` (a manifest capture id repeated in another folder: this file got a suffixed id); `nonfinite_number` / `control_characters` (NaN/inf "

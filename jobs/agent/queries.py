@@ -423,7 +423,8 @@ def compare(warehouse: str, a: str, b: str, limit: int | None = None, cursor: st
     changed = changed.reindex(changed["delta_ns_per_step"].abs().sort_values(ascending=False, kind="stable").index)
     ops = [A.OpDelta(group=str(r.group), name=str(r.name), status=r.status, a_ns_per_step=_num(r.a_ns_per_step),
                      b_ns_per_step=_num(r.b_ns_per_step), delta_ns_per_step=_num(r.delta_ns_per_step),
-                     delta_pct=_num(r.delta_pct)) for r in changed.itertuples()]
+                     delta_pct=_num(r.delta_pct), a_max_rank_ns_per_step=_num(r.a_max_rank_ns_per_step),
+                     b_max_rank_ns_per_step=_num(r.b_max_rank_ns_per_step)) for r in changed.itertuples()]
     fchanges = [] if c.findings is None else [
         A.FindingChange(finding_id=str(r.finding_id), rule=_str(r.rule), title=_str(r.title), status=r.status,
                         a_est_ns=_num(r.a_est_ns), b_est_ns=_num(r.b_est_ns)) for r in c.findings.itertuples()]

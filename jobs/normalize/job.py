@@ -297,7 +297,8 @@ class NormalizeResult:
 
 
 def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict | None = None,
-                  since=None, until=None, limits: ParseLimits | dict | None = None) -> NormalizeResult:
+                  since=None, until=None, limits: ParseLimits | dict | None = None,
+                  bare_tags: dict | None = None) -> NormalizeResult:
     """Normalize every committed capture under ``raw_root`` into ``{warehouse}/captures`` and ``/events``.
 
     ``since``/``until`` (UTC ``datetime`` or ISO string; either may be ``None``) restrict the run to
@@ -310,6 +311,8 @@ def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict |
             :mod:`jobs.executor`.
         limits: parse limits for every file (:class:`~jobs.normalize.limits.ParseLimits` or its dict), carried
             to the workers in each task.
+        bare_tags: manifest tags (``job_name``, ``model``, any other) for the trace files without a manifest
+            (bare files); a capture with a manifest keeps its own.
 
     Raises:
         FileNotFoundError: when ``raw_root`` does not exist.
@@ -324,6 +327,9 @@ def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict |
         found, _ = restrict_to_interval(found, raw_root, since, until, storage_options)
     if not found.files:
         return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
+    for f in found.files:
+        if f.bare and bare_tags:
+            f.tags = {**f.tags, **bare_tags}
     lim = limits if isinstance(limits, ParseLimits) else ParseLimits(**(limits or {}))
     tasks = {f.capture_id: {**f.to_dict(), "limits": lim.model_dump()} for f in unique_capture_ids(found.files)}
     # Largest files first: one file per task keeps memory bounded, and the long ones start first.

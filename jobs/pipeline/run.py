@@ -54,7 +54,8 @@ def _stage(progress, text: str):
 
 def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, storage_options: dict | None = None,
                  spark=None, progress=None, log_to_mlflow: bool = True, since=None, until=None,
-                 master: str | None = None, executor: str | None = None) -> PipelineResult:
+                 master: str | None = None, executor: str | None = None,
+                 bare_tags: dict | None = None) -> PipelineResult:
     """Run the declared ingest stages (:data:`jobs.pipeline.stages.INGEST`) on ``raw``.
 
     Normalize every committed capture under ``raw``, validate, analyze, validate, rebuild the fleet
@@ -75,6 +76,7 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         executor: ``local`` (default without ``spark``/``master``: :class:`jobs.executor.LocalExecutor`,
             no JVM) or ``spark`` (:func:`jobs.spark.get_spark`; master ``$TRACELAKE_SPARK_MASTER`` or
             ``local[*]``).
+        bare_tags: manifest tags (``job_name``, ``model``, …) for the trace files without a manifest.
 
     Raises:
         ValueError: an unknown ``executor``.
@@ -83,7 +85,7 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
         :class:`PipelineResult`.
     """
     s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or None, storage_options=storage_options or {},
-                    since=since, until=until)
+                    since=since, until=until, bare_tags=bare_tags or {})
     kind = "spark" if spark is not None or master else (executor or "local")
     if kind not in ("local", "spark"):
         raise ValueError(f"unknown executor {kind!r}: expected 'local' or 'spark'")

@@ -68,6 +68,7 @@ class RunSettings(BaseModel):
     report_html: str = ""  # fleet_report: also write the HTML report to this file
     fleet_options: dict = Field(default_factory=dict)  # jobs.fleet.regressions.find_regressions thresholds
     parse_limits: dict = Field(default_factory=dict)  # jobs.normalize.limits.ParseLimits of every trace file
+    bare_tags: dict[str, str] = Field(default_factory=dict)  # manifest tags (job_name, model, …) of bare trace files
 
     @field_validator("since", "until", mode="before")
     @classmethod
@@ -126,7 +127,7 @@ def _normalize(engine, s: RunSettings, record: dict) -> None:
     from jobs.normalize.job import run_normalize  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     res = run_normalize(engine, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None,
-                        limits=s.parse_limits)
+                        limits=s.parse_limits, bare_tags=s.bare_tags)
     record.clear()
     record.update(build_record(res.captures, res.pending, s.raw, s.since, s.until, n_discovered=res.n_discovered))
 

@@ -5,11 +5,13 @@ test trace, ops added and deleted), but for whole multi-rank jobs:
 
 * **metric deltas**: every metric of :func:`jobs.publish.tracking.job_metrics` (the MLflow names) on both
   jobs, plus ``n_events`` and ``n_quarantined``; Δ = B − A.
-* **kernels and ops**: from ``events`` (``ph`` X with a duration; kernels = device events
-  ``is_gpu``, ops = ``cpu_op``), per name: count and Σ duration **summed over ranks**, divided by
-  the steps per rank, i.e. per job step. Only events inside a ProfilerStep count when the job has
-  steps (warm-up and tail excluded); a job without steps is compared per trace. Status:
-  ``added`` (only in B), ``removed`` (only in A), ``slower``/``faster`` (|Δ per step| ≥ both
+* **kernels and ops**: from ``events`` (``ph`` X with a duration), per name: kernels = device activity
+  (``is_gpu``, not the ``gpu_user_annotation`` spans nor ``cuda_sync`` records), ops = host ``cpu_op``
+  events (not ``ProfilerStep#N``). Time per step is **per rank**: Σ duration ÷ the rank's steps, then the
+  mean over ranks (``*_ns_per_step``: Σ over ranks ÷ Σ steps over ranks; a rank without the name counts 0)
+  and the max over ranks (``*_max_rank_ns_per_step``). Only events inside a ProfilerStep count when the
+  job has steps (warm-up and tail excluded); a job without steps is compared per trace. Status:
+  ``added`` (only in B), ``removed`` (only in A), ``slower``/``faster`` (|Δ mean per step| ≥ both
   ``min_rel`` × A and ``min_abs_ns``), else ``unchanged``.
 * **findings**: by ``finding_id`` (rule + scope): ``appeared`` in B, ``cleared`` in B, ``persisting``.
 
@@ -33,15 +35,20 @@ from rich.console import Console
 from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
 from rich.table import Table
 
+from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
-from jobs.publish.tracking import experiment_id
-from jobs.publish.tracking import default_tracking_uri, job_metrics
+from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metrics, log_batched
 from jobs.spark import get_spark
 from jobs.warehouse import read_spark
 
 OPS_COLUMNS = ["group", "name", "status", "a_n", "b_n", "a_total_ns", "b_total_ns", "a_n_per_step", "b_n_per_step",
-               "a_ns_per_step", "b_ns_per_step", "delta_ns_per_step", "delta_pct"]
+               "a_ns_per_step", "b_ns_per_step", "a_max_rank_ns_per_step", "b_max_rank_ns_per_step",
+               "delta_ns_per_step", "delta_pct"]
+#: Device rows that are not activity of their own: annotation spans over other activity, sync records.
+NOT_KERNEL_CATEGORIES = ("gpu_user_annotation", "cuda_sync")
+#: Host rows named like this are the step annotations themselves, not ops.
+STEP_PREFIX = "ProfilerStep#"
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -52,7 +59,8 @@ class Comparison:
     Attributes:
         metrics: metric, a, b, delta (b − a), delta_pct (Δ / |a| × 100).
         ops: one row per (group, name) in either job, columns :data:`OPS_COLUMNS`
-            (``group``: ``kernel`` or ``op``; ``*_ns_per_step``: Σ dur over ranks ÷ steps per rank, ns).
+            (``group``: ``kernel`` or ``op``; ``*_n_per_step``, ``*_ns_per_step``: per rank and step, mean
+            over ranks; ``*_max_rank_ns_per_step``: the max over ranks; ns).
         findings: finding_id, rule, title, status (appeared/cleared/persisting), a_est_ns, b_est_ns;
             ``None`` when neither job has findings.
         a_steps, b_steps: steps per rank used to normalize (1 when a job has no ProfilerStep).
@@ -114,24 +122,31 @@ def _frame(tables: dict, name: str) -> pd.DataFrame | None:
 
 
 def op_summary(events: pd.DataFrame) -> pd.DataFrame:
-    """Per (group, name): ``n``, ``total_ns`` (Σ dur over ranks) and ``n_steps`` (distinct (rank, step)).
+    """Per (group, name): ``n``, ``total_ns`` (Σ dur over ranks), ``max_rank_ns_per_step`` (max over
+    ranks of the rank's Σ dur ÷ its steps), with ``n_ranks``, ``n_steps`` (distinct (rank, step); the
+    ranks when the job has no steps) and ``has_steps`` on every row.
 
     ``events``: rows of one job with at least ``rank``, ``name``, ``dur_ns``, ``is_gpu``,
     ``category``, ``ph``, ``step``. Events inside a ProfilerStep only, when the job has any.
-    The result also carries ``n_ranks`` and ``has_steps`` (same value on every row).
     """
     e = events[(events["ph"] == "X") & events["dur_ns"].notna()]
     has_steps = bool(e["step"].notna().any()) if "step" in e.columns else False
     if has_steps:
         e = e[e["step"].notna()]
     n_ranks = int(events["rank"].nunique())
-    n_steps = int(e[["rank", "step"]].drop_duplicates().shape[0]) if has_steps else n_ranks
-    gpu = e["is_gpu"].fillna(False).astype(bool)
-    e = e.assign(group=np.where(gpu, "kernel", np.where(e["category"] == "cpu_op", "op", None)))
+    rank_steps = (e[["rank", "step"]].drop_duplicates().groupby("rank").size() if has_steps
+                  else pd.Series(1, index=pd.Index(events["rank"].unique(), name="rank")))
+    kernel = e["is_gpu"].fillna(False).astype(bool) & ~e["category"].isin(NOT_KERNEL_CATEGORIES)
+    op = (e["category"] == "cpu_op") & ~e["name"].astype(str).str.startswith(STEP_PREFIX)
+    e = e.assign(group=np.where(kernel, "kernel", np.where(op, "op", None)))
     e = e[e["group"].notna()]
-    g = (e.assign(dur_ns=pd.to_numeric(e["dur_ns"]).astype("int64"))
-         .groupby(["group", "name"], dropna=False).agg(n=("dur_ns", "size"), total_ns=("dur_ns", "sum")).reset_index())
-    return g.assign(n_ranks=n_ranks, n_steps=n_steps, has_steps=has_steps)
+    per_rank = (e.assign(dur_ns=pd.to_numeric(e["dur_ns"]).astype("int64"))
+                .groupby(["group", "name", "rank"], dropna=False).agg(n=("dur_ns", "size"), total_ns=("dur_ns", "sum"))
+                .reset_index())
+    per_rank["ns_per_step"] = per_rank["total_ns"] / per_rank["rank"].map(rank_steps).astype(float)
+    g = (per_rank.groupby(["group", "name"], dropna=False)
+         .agg(n=("n", "sum"), total_ns=("total_ns", "sum"), max_rank_ns_per_step=("ns_per_step", "max")).reset_index())
+    return g.assign(n_ranks=n_ranks, n_steps=int(rank_steps.sum()), has_steps=has_steps)
 
 
 def op_summary_spark(events_sdf) -> pd.DataFrame:
@@ -142,13 +157,21 @@ def op_summary_spark(events_sdf) -> pd.DataFrame:
     has_steps = e.filter(F.col("step").isNotNull()).limit(1).count() > 0
     if has_steps:
         e = e.filter(F.col("step").isNotNull())
+        rank_steps = e.select("rank", "step").distinct().groupBy("rank").agg(F.count(F.lit(1)).alias("rank_steps"))
+    else:
+        rank_steps = events_sdf.select("rank").distinct().withColumn("rank_steps", F.lit(1))
     n_ranks = events_sdf.select("rank").distinct().count()
-    n_steps = e.select("rank", "step").distinct().count() if has_steps else n_ranks
-    grp = F.when(F.col("is_gpu"), F.lit("kernel")).when(F.col("category") == "cpu_op", F.lit("op"))
+    n_steps = rank_steps.agg(F.sum("rank_steps")).collect()[0][0] or 0
+    kernel = F.coalesce(F.col("is_gpu"), F.lit(False)) & ~F.col("category").isin(*NOT_KERNEL_CATEGORIES)
+    op = (F.col("category") == "cpu_op") & ~F.col("name").startswith(STEP_PREFIX)
+    grp = F.when(kernel, F.lit("kernel")).when(op, F.lit("op"))
     g = (e.withColumn("group", grp).filter(F.col("group").isNotNull())
-         .groupBy("group", "name").agg(F.count(F.lit(1)).alias("n"), F.sum("dur_ns").alias("total_ns"))
+         .groupBy("group", "name", "rank").agg(F.count(F.lit(1)).alias("n"), F.sum("dur_ns").alias("total_ns"))
+         .join(F.broadcast(rank_steps), "rank")
+         .groupBy("group", "name").agg(F.sum("n").alias("n"), F.sum("total_ns").alias("total_ns"),
+                                       F.max(F.col("total_ns") / F.col("rank_steps")).alias("max_rank_ns_per_step"))
          .toPandas())
-    return g.assign(n_ranks=n_ranks, n_steps=n_steps, has_steps=has_steps)
+    return g.assign(n_ranks=n_ranks, n_steps=int(n_steps), has_steps=has_steps)
 
 
 def _summary(tables: dict) -> pd.DataFrame | None:
@@ -184,26 +207,30 @@ def _metric_deltas(a: dict, b: dict) -> pd.DataFrame:
 
 
 def _ops(sa: pd.DataFrame | None, sb: pd.DataFrame | None, min_rel: float, min_abs_ns: float):
-    def per_rank_steps(s):
+    def side(s):
+        """(steps per rank, ranks, has steps, rank-steps: the divisor of the mean per rank and step)."""
         if s is None or not len(s):
-            return 1.0, 0, False
-        n_ranks = max(int(s["n_ranks"].iloc[0]), 1)
-        return max(float(s["n_steps"].iloc[0]) / n_ranks, 1e-9) if s["has_steps"].iloc[0] else 1.0, n_ranks, bool(
-            s["has_steps"].iloc[0])
+            return 1.0, 0, False, 1.0
+        n_ranks, n_steps, has = max(int(s["n_ranks"].iloc[0]), 1), float(s["n_steps"].iloc[0]), bool(s["has_steps"].iloc[0])
+        return n_steps / n_ranks, n_ranks, has, max(n_steps, 1.0)
 
-    a_steps, a_ranks, a_has = per_rank_steps(sa)
-    b_steps, b_ranks, b_has = per_rank_steps(sb)
-    empty = pd.DataFrame(columns=["group", "name", "n", "total_ns"])
-    a = (sa if sa is not None else empty)[["group", "name", "n", "total_ns"]]
-    b = (sb if sb is not None else empty)[["group", "name", "n", "total_ns"]]
+    (a_steps, a_ranks, a_has, a_div), (b_steps, b_ranks, b_has, b_div) = side(sa), side(sb)
+    cols = ["group", "name", "n", "total_ns", "max_rank_ns_per_step"]
+    empty = pd.DataFrame(columns=cols)
+    a = (sa if sa is not None else empty).reindex(columns=cols)
+    b = (sb if sb is not None else empty).reindex(columns=cols)
     m = a.merge(b, on=["group", "name"], how="outer", suffixes=("_a", "_b"))
-    m = m.rename(columns={"n_a": "a_n", "n_b": "b_n", "total_ns_a": "a_total_ns", "total_ns_b": "b_total_ns"})
+    m = m.rename(columns={"n_a": "a_n", "n_b": "b_n", "total_ns_a": "a_total_ns", "total_ns_b": "b_total_ns",
+                          "max_rank_ns_per_step_a": "a_max_rank_ns_per_step",
+                          "max_rank_ns_per_step_b": "b_max_rank_ns_per_step"})
     for c in ("a_n", "b_n", "a_total_ns", "b_total_ns"):
         m[c] = pd.to_numeric(m[c]).fillna(0).astype("int64")
-    m["a_n_per_step"] = m["a_n"] / a_steps
-    m["b_n_per_step"] = m["b_n"] / b_steps
-    m["a_ns_per_step"] = m["a_total_ns"] / a_steps
-    m["b_ns_per_step"] = m["b_total_ns"] / b_steps
+    for c in ("a_max_rank_ns_per_step", "b_max_rank_ns_per_step"):
+        m[c] = pd.to_numeric(m[c]).astype(float).fillna(0.0)
+    m["a_n_per_step"] = m["a_n"] / a_div
+    m["b_n_per_step"] = m["b_n"] / b_div
+    m["a_ns_per_step"] = m["a_total_ns"] / a_div
+    m["b_ns_per_step"] = m["b_total_ns"] / b_div
     m["delta_ns_per_step"] = m["b_ns_per_step"] - m["a_ns_per_step"]
     m["delta_pct"] = np.where(m["a_ns_per_step"] > 0, m["delta_ns_per_step"] / m["a_ns_per_step"].where(
         m["a_ns_per_step"] > 0) * 100, np.nan)
@@ -247,17 +274,16 @@ def compare_jobs(a_tables: dict, b_tables: dict, a_label: str = "A", b_label: st
     """
     ops, (a_steps, a_ranks, a_has), (b_steps, b_ranks, b_has) = _ops(_summary(a_tables), _summary(b_tables),
                                                                     min_rel, min_abs_ns)
-    notes = [f"kernels = device events (events.is_gpu), ops = host cpu_op events; X events with a duration.",
-             f"per step = Σ over ranks ÷ steps per rank (A: {a_steps:g} over {a_ranks} rank(s); "
-             f"B: {b_steps:g} over {b_ranks} rank(s)).",
-             f"slower/faster: |Δ per step| ≥ max({min_rel:g} × A per step, {min_abs_ns:g} ns)."]
+    notes = ["kernels = device activity (events.is_gpu, not gpu_user_annotation spans), ops = host cpu_op "
+             "events (not ProfilerStep#N); X events with a duration.",
+             f"ms/step = per rank and ProfilerStep, mean over ranks (max rank: the slowest rank's); "
+             f"A: {a_steps:g} step(s)/rank over {a_ranks} rank(s), B: {b_steps:g} step(s)/rank over {b_ranks} rank(s).",
+             f"slower/faster: |Δ mean ms/step| ≥ max({min_rel:g} × A, {min_abs_ns / 1e3:g} µs)."]
     for label, has, n in ((a_label, a_has, a_ranks), (b_label, b_has, b_ranks)):
         if n and not has:
             notes.append(f"{label} has no ProfilerStep: its numbers are per trace, not per step.")
         if not n:
             notes.append(f"{label} has no events: its side is empty.")
-    if a_ranks and b_ranks and a_ranks != b_ranks:
-        notes.append(f"rank counts differ ({a_ranks} vs {b_ranks}): per-step sums over ranks scale with them.")
     return Comparison(a_label, b_label, _metric_deltas(_metrics(a_tables), _metrics(b_tables)), ops,
                       _findings(_frame(a_tables, "findings"), _frame(b_tables, "findings")),
                       a_steps, b_steps, a_ranks, b_ranks, min_rel, min_abs_ns, notes)
@@ -333,9 +359,7 @@ def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | N
         if rid:
             tags[f"tracelake.compare.{side}"] = rid
     metrics = [Metric(k, v, now, 0) for k, v in sorted(comparison.summary_metrics().items())]
-    for i in range(0, max(len(metrics), 1), 900):
-        client.log_batch(run_id, metrics=metrics[i:i + 900],
-                         tags=[RunTag(k, v) for k, v in tags.items()] if i == 0 else [])
+    log_batched(client, run_id, metrics, tags=[RunTag(k, v) for k, v in tags.items()])
     with tempfile.TemporaryDirectory() as tmp:
         p = os.path.join(tmp, "comparison.html")
         with open(p, "w", encoding="utf-8") as f:
@@ -354,23 +378,30 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
     """Print metric deltas and the top kernels/ops added, removed, slower, faster, and findings."""
     console = console or Console()
 
-    def num(v, d=3):
-        return "—" if v is None or v != v else f"{v:,.{d}f}"
+    def ms(ns):
+        return fmt_ms(ns, 3)
 
     t = Table(title=f"compare {escape(c.a_label)} → {escape(c.b_label)}: metrics", title_justify="left")
     for col in ("metric", "A", "B", "Δ", "Δ %"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     for r in c.metrics.itertuples():
         if not r.metric.startswith("rank/"):
-            t.add_row(escape(r.metric), num(r.a), num(r.b), num(r.delta), num(r.delta_pct, 1))
+            t.add_row(escape(r.metric), fmt_smart(r.a), fmt_smart(r.b), fmt_smart(r.delta), fmt_num(r.delta_pct, 1))
     console.print(t)
     for status, rows in (("added", c.added()), ("removed", c.removed()), ("slower", c.slower()), ("faster", c.faster())):
-        t = Table(title=f"{status} in B: {len(rows)} kernel(s)/op(s)", title_justify="left")
-        for col in ("kind", "name", "A ms/step", "B ms/step", "Δ ms/step", "Δ %"):
-            t.add_column(col, justify="left" if col in ("kind", "name") else "right", overflow="fold")
+        if not len(rows):
+            console.print(f"{status} in B: no kernel or op", highlight=False)
+            continue
+        t = Table(title=f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step (A, B: mean over ranks; "
+                        "max: the slowest rank)", title_justify="left")
+        t.add_column("kind")
+        t.add_column("name", overflow="fold", min_width=16)
+        for col in ("A", "B", "Δ", "Δ %", "A max", "B max"):
+            t.add_column(col, justify="right", no_wrap=True)
         for r in rows.head(limit).itertuples():
-            t.add_row(r.group, escape(str(r.name)[:100]), num(r.a_ns_per_step / 1e6), num(r.b_ns_per_step / 1e6),
-                      num(r.delta_ns_per_step / 1e6), num(r.delta_pct, 1))
+            t.add_row(r.group, escape(str(r.name)[:100]), ms(r.a_ns_per_step), ms(r.b_ns_per_step),
+                      ms(r.delta_ns_per_step), fmt_num(r.delta_pct, 1), ms(r.a_max_rank_ns_per_step),
+                      ms(r.b_max_rank_ns_per_step))
         console.print(t)
     if c.findings is not None:
         for status in ("appeared", "cleared"):

@@ -3,7 +3,7 @@
 I/O edge of :mod:`jobs.publish.report`: reads warehouse tables (Spark → pandas) and logs HTML artifacts and
 metrics. Experiments: job runs live in ``tracelake`` (:mod:`jobs.publish.tracking`; the job report is the
 artifact ``report/job_report.html``), fleet runs in ``tracelake-fleet`` (``fleet-<YYYY-MM-DD>``, one
-per day, reused when re-run that day), comparisons in ``tracelake-comparisons`` (:mod:`jobs.publish.compare`).
+per day, replaced when re-run that day), comparisons in ``tracelake-comparisons`` (:mod:`jobs.publish.compare`).
 
 Fleet metric names (stable): ``fleet/n_jobs``, ``fleet/n_ranks``, ``fleet/n_captures``,
 ``fleet/n_quarantined``, ``fleet/idle_pct_median``, ``fleet/idle_pct_p90``,
@@ -26,7 +26,7 @@ from jobs.common.ids import safe_date
 from jobs.publish.report.fleet_tables import fleet_stats_metrics, host_metrics, impact_metrics
 from jobs.publish.report.html import render_fleet_report, render_job_report
 from jobs.publish.report.sections import fleet_daily, fleet_metrics
-from jobs.publish.tracking import experiment_id
+from jobs.publish.tracking import experiment_id, log_batched, replace_run
 from jobs.validate.marks import read_table_marks
 from jobs.warehouse import read_pandas
 from schemas import FLEET_TABLES
@@ -90,10 +90,11 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
                      captures: pd.DataFrame | None, steps: pd.DataFrame | None = None,
                      findings: pd.DataFrame | None = None, day: str | None = None, fleet: dict | None = None,
                      fleet_validation: dict | None = None) -> str:
-    """Create or update the fleet run of ``day``: fleet metrics, daily trend metrics, the fleet report.
+    """Log the fleet run of ``day``: fleet metrics, daily trend metrics, the fleet report.
 
     The run is ``fleet-<day>`` in experiment ``tracelake-fleet`` (tags ``tracelake.kind=fleet``,
-    ``tracelake.fleet_date``), reused when re-run the same day, so MLflow's run comparison over the
+    ``tracelake.fleet_date``), replaced when re-run the same day (:func:`jobs.publish.tracking.replace_run`:
+    one run a day, one point per metric), so MLflow's run comparison over the
     fleet runs shows the fleet metrics day by day; each run also carries the per-capture-date history
     (``fleet/daily/*``). Artifact: ``report/fleet_report.html``.
 
@@ -119,21 +120,17 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     day = safe_date(day or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "fleet report", "day")
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = experiment_id(client, FLEET_EXPERIMENT, tracking_uri, warehouse)
-    found = client.search_runs([exp], filter_string=f"tags.`tracelake.kind` = 'fleet' and "
-                                                    f"tags.`tracelake.fleet_date` = '{day}'", max_results=1)
-    run_id = found[0].info.run_id if found else client.create_run(exp, run_name=f"fleet-{day}").info.run_id
-    if found:
-        client.update_run(run_id, status="RUNNING")
+    run_id = replace_run(client, exp, f"tags.`tracelake.kind` = 'fleet' and tags.`tracelake.fleet_date` = '{day}'",
+                         f"fleet-{day}")
     now = int(time.time() * 1000)
 
     fleet = fleet or {}
     values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats")),
               **impact_metrics(fleet.get("fleet_findings")), **host_metrics(fleet.get("host_health"))}
     metrics = [Metric(k, v, now, 0) for k, v in sorted(values.items())]
-    logged = {int(m.step) for m in client.get_metric_history(run_id, "fleet/daily/n_jobs")}
     for r in fleet_daily(ranks, captures).to_dict(orient="records"):
         d = _day(r["date"])
-        if d is None or d in logged:
+        if d is None:
             continue
         for col in ("n_jobs", "idle_pct_median", "step_time_p50_ms_median"):
             v = r.get(col)
@@ -145,8 +142,7 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     if fleet_validation:
         ok = all(m.get("status") == "passed" for m in fleet_validation.values())
         tags.append(RunTag("tracelake.validation", "passed" if ok else "failed"))
-    for i in range(0, max(len(metrics), 1), 900):  # MLflow accepts at most 1000 metrics per batch
-        client.log_batch(run_id, metrics=metrics[i:i + 900], tags=tags if i == 0 else [])
+    log_batched(client, run_id, metrics, tags=tags)
     log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet,
                                                  fleet_validation=fleet_validation), "report/fleet_report.html")
     client.set_terminated(run_id, status="FINISHED")

@@ -12,8 +12,10 @@ Metric names are stable so that MLflow's run comparison lines up across jobs:
 - per rank: ``rank/<r>/step_time_p50_ms``, ``rank/<r>/step_time_max_ms``, ``rank/<r>/idle_pct``,
   ``rank/<r>/compute_pct``, ``rank/<r>/overlap_pct``.
 
-Re-running on the same job reuses its run (found by the ``tracelake.job_id`` and
-``tracelake.attempt`` tags), so a job never gets two runs.
+Re-running on the same job replaces its run (:func:`replace_run`: found by the ``tracelake.job_id`` and
+``tracelake.attempt`` tags; a new run, the old one deleted, restorable, its id in ``tracelake.replaces``), so a
+job never has two runs and each metric one point: what was logged before (a finding since cleared, a
+changed param) never lingers.
 """
 
 from __future__ import annotations
@@ -121,6 +123,32 @@ def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -
     if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
         client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return exp.experiment_id
+
+
+def replace_run(client, exp_id: str, filter_string: str, run_name: str) -> str:
+    """A new run in ``exp_id`` that replaces the active runs matching ``filter_string``: they are deleted
+    (MLflow's soft delete: ``mlflow runs restore`` brings one back) once the new run exists, and their ids
+    are kept in its tag ``tracelake.replaces``. Returns the new run id (status ``RUNNING``).
+
+    Metric histories are append-only in MLflow: a fresh run is how a re-run overwrites its metrics."""
+    from mlflow.entities import RunTag  # heavy: mlflow
+
+    old = [r.info.run_id for r in client.search_runs([exp_id], filter_string=filter_string)]
+    run_id = client.create_run(exp_id, run_name=run_name).info.run_id
+    if old:
+        client.log_batch(run_id, tags=[RunTag("tracelake.replaces", ",".join(old)[:5000])])
+        for rid in old:
+            client.delete_run(rid)
+    return run_id
+
+
+def log_batched(client, run_id: str, metrics: list, params: list = (), tags: list = ()) -> None:
+    """``client.log_batch`` in batches MLflow accepts (at most 1000 metrics, 100 params, 100 tags each)."""
+    metrics, params, tags = list(metrics), list(params), list(tags)
+    n = max(-(-len(metrics) // 900), -(-len(params) // 90), -(-len(tags) // 90), 1)
+    for i in range(n):
+        client.log_batch(run_id, metrics=metrics[i * 900:(i + 1) * 900], params=params[i * 90:(i + 1) * 90],
+                         tags=tags[i * 90:(i + 1) * 90])
 
 
 def _finite(v) -> bool:
@@ -247,7 +275,7 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
              failed_jobs: frozenset = frozenset(), collectives: pd.DataFrame | None = None,
              regressions: pd.DataFrame | None = None, findings: pd.DataFrame | None = None,
              client=None) -> dict[tuple[str, int], str]:
-    """Create or update one MLflow run per (job_id, attempt) found in ``captures``.
+    """Log one MLflow run per (job_id, attempt) found in ``captures``, replacing an earlier one (:func:`replace_run`).
 
     Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
     Jobs with Neuron device profiles also get the ``neuron/…`` hardware metrics
@@ -282,21 +310,13 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
         jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
         js = steps[(steps["job_id"] == job_id) & (steps["attempt"] == attempt)]
-        found = client.search_runs(
-            [exp_id], filter_string=f"tags.`tracelake.job_id` = '{job_id}' and tags.`tracelake.attempt` = '{attempt}'",
-            max_results=1)
-        if found:
-            run_id = found[0].info.run_id
-            client.update_run(run_id, status="RUNNING")
-        else:
-            run_id = client.create_run(exp_id, run_name=f"{job_id}#{attempt}").info.run_id
+        run_id = replace_run(client, exp_id, f"tags.`tracelake.job_id` = '{job_id}' and "
+                                             f"tags.`tracelake.attempt` = '{attempt}'", f"{job_id}#{attempt}")
         ingested = cap[cap["status"] == "ingested"]
         first = lambda col: next((_param(v) for v in ingested[col] if v is not None and v == v), "unknown")  # noqa: E731
         params = {"world_size": first("world_size"), "device_name": first("device_name"),
                   "torch_version": first("torch_version"), "trace_format": first("format"),
                   "n_captures": str(len(cap))}
-        existing = client.get_run(run_id).data.params
-        new_params = [Param(k, v) for k, v in params.items() if existing.get(k) != v and k not in existing]
         metrics = job_metrics(jr, js)
         neuron_rows = None
         if neuron_summary is not None and len(neuron_summary):
@@ -332,8 +352,8 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
                 "tracelake.capture_uris": ",".join(uris[:20])[:4000],
                 "tracelake.warehouse": str(warehouse), **extra_tags}
         now = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(k, rounded(k, v), now, 0) for k, v in sorted(metrics.items())],
-                         params=new_params, tags=[RunTag(k, v) for k, v in tags.items()])
+        log_batched(client, run_id, [Metric(k, rounded(k, v), now, 0) for k, v in sorted(metrics.items())],
+                    [Param(k, v) for k, v in params.items()], [RunTag(k, v) for k, v in tags.items()])
         with tempfile.TemporaryDirectory() as tmp:
             js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)
             jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)

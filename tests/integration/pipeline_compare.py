@@ -38,15 +38,17 @@ def artifact_paths(client, run_id: str, path: str | None = None) -> list[str]:
 
 
 def mlflow_content(tracking_uri: str) -> dict:
-    """Per (job, attempt) of experiment ``tracelake``: params, metrics, tags (less MLflow's own and the
-    warehouse path, which differ between two warehouses), status and every artifact's path."""
+    """Per (job, attempt) of experiment ``tracelake``: params, metrics, tags (less MLflow's own, the
+    warehouse path and the ids of the runs a run replaced, which differ between two warehouses), status and
+    every artifact's path; active runs only (a replaced run is deleted)."""
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = client.get_experiment_by_name("tracelake")
     out = {}
     for r in client.search_runs([exp.experiment_id]):
-        tags = {k: v for k, v in r.data.tags.items() if not k.startswith("mlflow.") and k != "tracelake.warehouse"}
+        tags = {k: v for k, v in r.data.tags.items() if not k.startswith("mlflow.")
+                and k not in ("tracelake.warehouse", "tracelake.replaces")}
         out[(tags["tracelake.job_id"], tags["tracelake.attempt"])] = {
             "params": r.data.params, "metrics": r.data.metrics, "tags": tags, "status": r.info.status,
             "artifacts": sorted(artifact_paths(client, r.info.run_id))}

@@ -29,15 +29,15 @@ def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
     c = compare_command(runs[(A, 0)], runs[(B, 0)], warehouse=str(wh), tracking_uri=uri, html=str(html))
     assert (c.a_label, c.b_label) == (f"{A}#0", f"{B}#0") and (c.a_ranks, c.b_ranks) == (1, 2)
 
-    # kernel sums per job step, straight from the events with Spark SQL
+    # kernel time per rank and step (mean over ranks), straight from the events with Spark SQL
     spark.read.parquet(str(wh / "events")).createOrReplaceTempView("cmp_events")
     direct = {}
     for job in (A, B):
         rows = spark.sql(f"""
             WITH e AS (SELECT * FROM cmp_events WHERE job_id = '{job}' AND ph = 'X' AND dur_ns IS NOT NULL
                        AND step IS NOT NULL)
-            SELECT name, sum(dur_ns) / (SELECT count(DISTINCT rank, step) / count(DISTINCT rank) FROM e) AS per_step
-            FROM e WHERE is_gpu GROUP BY name""").collect()
+            SELECT name, sum(dur_ns) / (SELECT count(DISTINCT rank, step) FROM e) AS per_step
+            FROM e WHERE is_gpu AND category NOT IN ('gpu_user_annotation', 'cuda_sync') GROUP BY name""").collect()
         direct[job] = {r["name"]: r["per_step"] for r in rows}
     kern = c.ops[c.ops["group"] == "kernel"].set_index("name")
     assert set(kern.index) == set(direct[A]) | set(direct[B])

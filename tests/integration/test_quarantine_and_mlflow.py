@@ -68,6 +68,11 @@ def test_results_are_logged_to_mlflow(spark, mixed_landing, tmp_path):
         assert key in m, key
     arts = {a.path for a in client.list_artifacts(run_id)}
     assert {"steps.csv", "ranks.csv", "captures.json", "findings.json"} <= arts
-    # a second run of the same job reuses its MLflow run
+    # a second run of the same job replaces its MLflow run: one live run per job, one point per metric
     res2 = run_pipeline(str(mixed_landing), str(wh), tracking_uri=uri, spark=spark)
-    assert res2.run_ids == res.run_ids
+    (new_id,) = res2.run_ids.values()
+    assert new_id != run_id and client.get_run(run_id).info.lifecycle_stage == "deleted"
+    live = client.search_runs([run.info.experiment_id], filter_string="tags.`tracelake.job_id` = 'mixed'")
+    assert [r.info.run_id for r in live] == [new_id] and live[0].data.tags["tracelake.replaces"] == run_id
+    assert len(client.get_metric_history(new_id, "step_time_p50_ms")) == 1
+    assert live[0].data.metrics["n_quarantined"] == 4 and live[0].data.params["world_size"] == "8"

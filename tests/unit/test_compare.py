@@ -15,13 +15,17 @@ from jobs.publish.compare import compare_jobs, op_summary
 US = 1000
 
 
+_CATEGORY = {"kernel": "kernel", "op": "cpu_op", "runtime": "cuda_runtime", "gpu_annotation": "gpu_user_annotation",
+             "annotation": "user_annotation"}
+
+
 def _events(rows):
-    """rows: (rank, step, name, kind, dur_us) with kind kernel / op / runtime."""
+    """rows: (rank, step, name, kind, dur_us) with kind kernel / op / runtime / gpu_annotation / annotation."""
     out = []
     for i, (rank, step, name, kind, dur) in enumerate(rows):
         out.append({"job_id": "j", "attempt": 0, "rank": rank, "event_id": i, "ph": "X", "name": name,
-                    "category": {"kernel": "kernel", "op": "cpu_op", "runtime": "cuda_runtime"}[kind],
-                    "is_gpu": kind == "kernel", "dur_ns": dur * US, "step": step})
+                    "category": _CATEGORY[kind], "is_gpu": kind in ("kernel", "gpu_annotation"), "dur_ns": dur * US,
+                    "step": step})
     return pd.DataFrame(out)
 
 
@@ -44,29 +48,35 @@ B_ROWS = [(r, s, n, k, d) for r in (0, 1) for s in (1, 2) for n, k, d in
 
 
 def test_statuses_and_per_step_values_by_hand():
-    a = {"events": _events(A_ROWS + [(0, None, "warmup_only", "kernel", 999)]), "steps": _steps((0, 1), (1, 2), 10),
+    steps = [(r, s, f"ProfilerStep#{s}", kind, 300) for r in (0, 1) for s in (1, 2)
+             for kind in ("annotation", "gpu_annotation")]
+    old_steps = [(r, s, f"ProfilerStep#{s}", "op", 300) for r in (0, 1) for s in (1, 2)]  # 2020 traces: cpu_op
+    a = {"events": _events(A_ROWS + steps + [(0, None, "warmup_only", "kernel", 999)]),
+         "steps": _steps((0, 1), (1, 2), 10),
          "ranks": _ranks((0, 1), 20.0),
          "findings": pd.DataFrame([{"finding_id": "host_bound/rank=0", "rule": "host_bound", "title": "host",
                                     "est_time_lost_per_step_ns": 1e6},
                                    {"finding_id": "straggler/rank=1", "rule": "straggler", "title": "slow rank",
                                     "est_time_lost_per_step_ns": 2e6}])}
-    b = {"events": _events(B_ROWS), "steps": _steps((0, 1), (1, 2), 12), "ranks": _ranks((0, 1), 30.0),
+    b = {"events": _events(B_ROWS + old_steps), "steps": _steps((0, 1), (1, 2), 12), "ranks": _ranks((0, 1), 30.0),
          "findings": pd.DataFrame([{"finding_id": "straggler/rank=1", "rule": "straggler", "title": "slow rank",
                                     "est_time_lost_per_step_ns": 3e6},
                                    {"finding_id": "exposed_comm/rank=0", "rule": "exposed_comm", "title": "comm",
                                     "est_time_lost_per_step_ns": 5e5}])}
     c = compare_jobs(a, b, "A", "B")
     ops = c.ops.set_index("name")
-    # 2 ranks × 2 steps; per job step = Σ over ranks / steps per rank = 2 ranks × dur
+    # 2 ranks × 2 steps, each rank runs each name once per step: per rank and step = dur
     assert c.a_steps == 2 and c.b_steps == 2 and c.a_ranks == 2
-    assert ops.loc["gemm", "a_ns_per_step"] == 200 * US and ops.loc["gemm", "b_ns_per_step"] == 320 * US
+    assert ops.loc["gemm", "a_ns_per_step"] == 100 * US and ops.loc["gemm", "b_ns_per_step"] == 160 * US
+    assert ops.loc["gemm", "a_max_rank_ns_per_step"] == 100 * US and ops.loc["gemm", "a_n_per_step"] == 1
     assert ops.loc["gemm", "status"] == "slower" and ops.loc["gemm", "delta_pct"] == pytest.approx(60.0)
     assert ops.loc["nccl_allreduce", "status"] == "faster"
-    assert ops.loc["nccl_allreduce", "delta_ns_per_step"] == -60 * US
+    assert ops.loc["nccl_allreduce", "delta_ns_per_step"] == -30 * US
     assert ops.loc["aten::new_op", "status"] == "added" and ops.loc["aten::old_op", "status"] == "removed"
     assert ops.loc["aten::mm", "status"] == "unchanged"
     assert ops.loc["tiny", "status"] == "unchanged"  # +20% but only +0.8 µs per step: below min_abs_ns
     assert "warmup_only" not in ops.index  # outside any ProfilerStep
+    assert "ProfilerStep#1" not in ops.index and "ProfilerStep#2" not in ops.index  # step spans, host or device
     assert "cudaLaunchKernel" not in ops.index  # runtime calls are neither kernels nor ops
     assert ops.loc["gemm", "group"] == "kernel" and ops.loc["aten::mm", "group"] == "op"
     assert list(c.added()["name"]) == ["aten::new_op"] and list(c.removed()["name"]) == ["aten::old_op"]
@@ -78,6 +88,18 @@ def test_statuses_and_per_step_values_by_hand():
     sm = c.summary_metrics()
     assert sm["compare/n_added"] == 1 and sm["compare/n_slower"] == 1 and sm["compare/findings_cleared"] == 1
     assert sm["delta/step_time_p50_ms"] == pytest.approx(2.0)
+
+
+def test_kernel_time_is_per_rank_mean_and_max_over_ranks():
+    # rank 0 runs the allreduce 30 µs per step, rank 1 waits in it 90 µs; rank 1 alone runs "only_r1"
+    rows = [(r, s, "nccl_allreduce", "kernel", 30 if r == 0 else 90) for r in (0, 1) for s in (1, 2)]
+    rows += [(1, s, "only_r1", "kernel", 8) for s in (1, 2)]
+    c = compare_jobs({"events": _events(rows)}, {"events": _events(rows)})
+    ops = c.ops.set_index("name")
+    assert ops.loc["nccl_allreduce", "a_ns_per_step"] == 60 * US  # (30 + 90) / 2 ranks: never above a step
+    assert ops.loc["nccl_allreduce", "a_max_rank_ns_per_step"] == 90 * US
+    assert ops.loc["only_r1", "a_ns_per_step"] == 4 * US and ops.loc["only_r1", "a_max_rank_ns_per_step"] == 8 * US
+    assert ops.loc["only_r1", "a_n_per_step"] == 0.5
 
 
 def test_job_without_steps_is_compared_per_trace():
@@ -116,13 +138,15 @@ def test_real_traces_against_direct_sums(two_real_jobs):
     c = compare_jobs(a, b, "rank0", "rank1")
 
     def kernel_sums(ev):
-        k = ev[ev["is_gpu"].astype(bool) & ev["dur_ns"].notna() & ev["step"].notna() & (ev["ph"] == "X")]
+        k = ev[ev["is_gpu"].astype(bool) & ev["dur_ns"].notna() & ev["step"].notna() & (ev["ph"] == "X")
+               & ~ev["category"].isin(["gpu_user_annotation", "cuda_sync"])]
         n_steps = ev.loc[ev["step"].notna() & ev["dur_ns"].notna() & (ev["ph"] == "X"), "step"].nunique()
         return k.groupby("name")["dur_ns"].sum().astype(float) / n_steps
 
     ka, kb = kernel_sums(a["events"]), kernel_sums(b["events"])
     kern = c.ops[c.ops["group"] == "kernel"].set_index("name")
     assert set(kern.index) == set(ka.index) | set(kb.index)
+    assert not any(str(n).startswith("ProfilerStep#") for n in c.ops["name"])
     assert set(c.added().query("group == 'kernel'")["name"]) == set(kb.index) - set(ka.index)
     assert set(c.removed().query("group == 'kernel'")["name"]) == set(ka.index) - set(kb.index)
     top = ka.idxmax()

@@ -142,3 +142,26 @@ def test_job_report_opens_with_the_verdict(job_tables):
     assert ">all<" in html  # the finding on both ranks reads "all"
     empty = render_job_report({k: v for k, v in job_tables.items() if k != "findings"})
     assert "No bottleneck found" in empty
+
+
+def _ranks_table(html: str) -> str:
+    start = html.index('data-table="ranks"')
+    return html[html.rindex("<", 0, start):html.index("</table>", start)]
+
+
+def test_cpu_only_job_report_leaves_out_the_gpu_columns_and_says_why(CORPUS, job_tables):
+    """A CPU-only rank (HTA's ``cpu_only`` example) has no GPU temporal breakdown: no column of dashes."""
+    from jobs.analyze.hta.breakdown import analyze_rank
+    from jobs.landing.discover import CaptureFile
+    from jobs.normalize.job import normalize_file
+    from jobs.publish.report.html import render_job_report
+
+    p = next((CORPUS / "torch" / "HolisticTraceAnalysis" / "cpu_only").glob("*.json.gz"))
+    task = CaptureFile(uri=str(p), capture_id="cpu", job_id="cpu_only", size_bytes=p.stat().st_size).to_dict()
+    _, ev = normalize_file(task, p.read_bytes())
+    steps, ranks = analyze_rank(ev)
+    cpu = _ranks_table(render_job_report({"steps": steps.to_pandas(), "ranks": ranks.to_pandas()}))
+    assert "GPU idle %" not in cpu and "comm/comp overlap %" not in cpu and "host busy %" in cpu
+    assert "no GPU activity in these traces" in cpu
+    gpu = _ranks_table(render_job_report(job_tables))
+    assert "GPU idle %" in gpu and "no GPU activity" not in gpu

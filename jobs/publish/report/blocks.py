@@ -81,6 +81,14 @@ def fmt_num(v, digits: int = 1) -> str:
     return f"{int(f):,}" if f.is_integer() and digits == 0 else f"{f:,.{digits}f}"
 
 
+def fmt_smart(v, digits: int = 3) -> str:
+    """Integral values without decimals (counts print as counts), others with ``digits``; ``—`` for missing."""
+    if _isnull(v):
+        return "—"
+    f = float(v)
+    return f"{int(f):,}" if f.is_integer() else f"{f:,.{digits}f}"
+
+
 def fmt_int(v) -> str:
     """An integer with thousands separators."""
     return "—" if _isnull(v) else f"{int(v):,}"

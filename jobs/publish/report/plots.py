@@ -189,9 +189,11 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     ax.invert_yaxis()
     ax.set_xlabel("ms per step (mean over steps)")
     _legend_below(fig, ncols=5, fontsize=8)
-    ax.set_title("Step time per rank: GPU temporal breakdown (HTA)")
+    ax.set_title("Step time per rank: GPU temporal breakdown (HTA)" if gpu.any() else
+                 "Step time per rank: host busy time (no GPU activity)")
     return _png(fig, "step_breakdown", "Step-time breakdown per rank",
-                f"Stacked bars of mean compute, non-compute and idle time per step for {len(ranks)} ranks")
+                f"Stacked bars of mean compute, non-compute and idle time per step for {len(ranks)} ranks" if gpu.any()
+                else f"Stacked bars of mean host busy time and the rest of the step for {len(ranks)} ranks")
 
 
 @_plotting

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.publish.report import plots as P
-from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, fmt_us, table_view, unavailable
+from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_smart, fmt_text, fmt_us, table_view, unavailable
 from jobs.fleet.stats import job_step_times
 from jobs.publish.tracking import job_metrics
 
@@ -139,7 +139,8 @@ def step_section(tables: dict) -> Section:
     """Step-time breakdown per rank (plot) and the per-rank summary table."""
     key, title = "step-time", "Step time per rank"
     intro = ("Mean per ProfilerStep of HTA's temporal breakdown of the GPU events attributed to the step "
-             "(compute, non-compute = communication/memory/other, idle); median step time marked.")
+             "(compute, non-compute = communication/memory/other, idle), or host busy time on ranks without GPU "
+             "activity; median step time marked.")
     steps, ranks = _get(tables, "steps"), _get(tables, "ranks")
     if steps is None and ranks is None:
         return unavailable(key, title, "no `steps` or `ranks` rows for this job (no ProfilerStep, or not analyzed).", intro)
@@ -168,8 +169,13 @@ def step_section(tables: dict) -> Section:
             ("idle_pct", "GPU idle %", _pct, "num"), ("compute_pct", "GPU compute %", _pct, "num"),
             ("non_compute_pct", "GPU non-compute %", _pct, "num"), ("overlap_pct", "comm/comp overlap %", _pct, "num"),
             ("exposed", "exposed comm ms/step", fmt_ms, "num"), ("busy", "host busy %", _pct, "num")]
-    sec.tables.append(table_view("ranks", pd.DataFrame(rows), spec,
-                                 caption="Per rank (GPU % over the whole trace: HTA get_temporal_breakdown)"))
+    df = pd.DataFrame(rows)
+    gpu_cols = ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct")
+    caption = "Per rank (GPU % over the whole trace: HTA get_temporal_breakdown)"
+    if df[list(gpu_cols)].isna().all().all():  # a CPU-only job: say so once instead of four empty columns
+        spec = [c for c in spec if c[0] not in gpu_cols]
+        caption = "Per rank (no GPU activity in these traces: the GPU columns are left out; host busy % = CPU ops / step time)"
+    sec.tables.append(table_view("ranks", df, spec, caption=caption))
     return sec
 
 
@@ -541,7 +547,8 @@ def fleet_sections(ranks, captures, steps=None, findings=None, top: int = 10) ->
 def comparison_subtitle(c) -> str:
     """Ranks and steps used for per-step normalization on each side."""
     return (f"A = {c.a_label}: {c.a_ranks} rank(s), {fmt_num(c.a_steps, 1)} step(s)/rank · "
-            f"B = {c.b_label}: {c.b_ranks} rank(s), {fmt_num(c.b_steps, 1)} step(s)/rank · per-step values are Σ over ranks")
+            f"B = {c.b_label}: {c.b_ranks} rank(s), {fmt_num(c.b_steps, 1)} step(s)/rank · "
+            "ms/step is per rank and step: the mean over ranks, and the slowest rank's")
 
 
 def comparison_cards(c) -> list[dict]:
@@ -554,35 +561,22 @@ def comparison_cards(c) -> list[dict]:
     return out
 
 
-def _smart(v) -> str:
-    """Integral values without decimals, others with 3."""
-    if _isnull_num(v):
-        return "—"
-    f = float(v)
-    return f"{int(f):,}" if f.is_integer() else f"{f:,.3f}"
-
-
-def _isnull_num(v) -> bool:
-    try:
-        return v is None or v != v or v is pd.NA
-    except TypeError:
-        return True
-
-
 def comparison_sections(c, limit: int = 25) -> list[Section]:
     """Metric deltas, largest per-step time changes, kernels/ops by status, findings appeared/cleared."""
     secs = []
     m = Section("metrics", "Metric deltas", intro="Job metrics with the MLflow names of jobs/publish/tracking.py; Δ = B − A.")
     if len(c.metrics):
         m.tables.append(table_view("metric-deltas", c.metrics, [
-            ("metric", "metric", fmt_text, "name"), ("a", "A", _smart, "num"),
-            ("b", "B", _smart, "num"), ("delta", "Δ", _smart, "num"),
+            ("metric", "metric", fmt_text, "name"), ("a", "A", fmt_smart, "num"),
+            ("b", "B", fmt_smart, "num"), ("delta", "Δ", fmt_smart, "num"),
             ("delta_pct", "Δ %", _pct, "num")]))
     else:
         m.note, m.status = "Not available: neither job has `ranks` rows.", "unavailable"
     secs.append(m)
     ops = Section("ops", "Kernels and ops", intro=(
-        "Per name, from `events`: count and Σ duration over all ranks, divided by the steps per rank. "
+        "Per name, from `events`: calls and duration per rank and ProfilerStep, the mean over ranks "
+        "(a rank without the name counts 0) and the max over ranks. Kernels are device activity "
+        "(not gpu_user_annotation spans); ops are host cpu_op events (not ProfilerStep#N). "
         f"slower/faster: |Δ| ≥ {c.min_rel * 100:.0f}% and ≥ {c.min_abs_ns / 1e3:.0f} µs per step."))
     plot = P.op_deltas(c.ops)
     if plot:
@@ -590,9 +584,11 @@ def comparison_sections(c, limit: int = 25) -> list[Section]:
     spec = [("group", "kind", fmt_text, ""), ("name", "name", lambda v: P.short(v, 240), "name"),
             ("a_n_per_step", "A calls/step", lambda v: fmt_num(v, 1), "num"),
             ("b_n_per_step", "B calls/step", lambda v: fmt_num(v, 1), "num"),
-            ("a_ns_per_step", "A ms/step", lambda v: fmt_ms(v, 3), "num"),
-            ("b_ns_per_step", "B ms/step", lambda v: fmt_ms(v, 3), "num"),
-            ("delta_ns_per_step", "Δ ms/step", lambda v: fmt_ms(v, 3), "num"), ("delta_pct", "Δ %", _pct, "num")]
+            ("a_ns_per_step", "A ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"),
+            ("b_ns_per_step", "B ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"),
+            ("delta_ns_per_step", "Δ ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"), ("delta_pct", "Δ %", _pct, "num"),
+            ("a_max_rank_ns_per_step", "A ms/step (max rank)", lambda v: fmt_ms(v, 3), "num"),
+            ("b_max_rank_ns_per_step", "B ms/step (max rank)", lambda v: fmt_ms(v, 3), "num")]
     for status, caption in (("added", "Added in B"), ("removed", "Removed in B"), ("slower", "Slower in B"),
                             ("faster", "Faster in B")):
         d = c.ops[c.ops["status"] == status] if len(c.ops) else c.ops
