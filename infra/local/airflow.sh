@@ -17,7 +17,8 @@
 #
 # Ports: P (api-server, default 8080; kept in <home>/port for status/stop/env), P+1 and P+2 (the scheduler's and
 # triggerer's log servers).
-# Home: $TRACELAKE_AIRFLOW_HOME (default ${TMPDIR:-/tmp}/tracelake-airflow; SQLite metadata DB, LocalExecutor).
+# Home: $TRACELAKE_AIRFLOW_HOME (default ${TMPDIR:-/tmp}/tracelake-airflow; SQLite metadata DB <home>/airflow.db in WAL
+# mode, writers wait 60 s for its lock; LocalExecutor). AIRFLOW__DATABASE__SQL_ALCHEMY_CONN chooses another DB.
 # Each process keeps <home>/<name>.pid and <home>/<name>.log (scheduler, dag-processor, triggerer, api-server).
 # Login: the simple auth manager with every user admin (loopback only; set AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS
 # =False for a password login). Start timeout: $TRACELAKE_AIRFLOW_TIMEOUT s (default 300).
@@ -60,6 +61,10 @@ port="${port:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="${TRACELAKE_DAGS_FOLDER:-$repo/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
+# the SQLite metadata DB: a writer waits up to 60 s for the lock (sqlite3's default 5 s fails "database is locked"
+# while the scheduler, dag-processor, api-server and tasks write at once on a loaded machine); WAL after migrate
+sqlite_db="$AIRFLOW_HOME/airflow.db"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$sqlite_db?timeout=60}"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS:-True}"
 export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"   # loopback only (set 0.0.0.0 to share the UI)
@@ -149,6 +154,10 @@ case "$action" in
       echo "$port" > "$AIRFLOW_HOME/port"
       "$venv_bin/airflow" db migrate > "$AIRFLOW_HOME/db-migrate.log" 2>&1 \
         || { echo "airflow db migrate failed; see $AIRFLOW_HOME/db-migrate.log" >&2; tail -20 "$AIRFLOW_HOME/db-migrate.log" >&2; exit 1; }
+      # write-ahead log: readers (the api-server, the scheduler's queries) no longer block a writer's commit
+      if [ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" = "sqlite:///$sqlite_db?timeout=60" ]; then
+        "$venv_bin/python" -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA journal_mode=WAL")' "$sqlite_db"
+      fi
     fi
     for name in "${missing[@]}"; do
       # own session (setsid): `stop` signals the whole process group (the scheduler's executor workers too)
@@ -194,7 +203,7 @@ case "$action" in
     exec "$venv_bin/airflow" standalone
     ;;
   env)
-    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__CORE__EXECUTOR \
+    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__CORE__EXECUTOR AIRFLOW__DATABASE__SQL_ALCHEMY_CONN \
              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS AIRFLOW__API__PORT AIRFLOW__API__HOST AIRFLOW__API__BASE_URL \
              AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT \
              AIRFLOW__CORE__EXECUTION_API_SERVER_URL PATH SPARK_LOCAL_IP \

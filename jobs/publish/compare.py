@@ -38,7 +38,7 @@ from rich.table import Table
 from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
-from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metrics, log_batched
+from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metrics
 from jobs.spark import get_spark
 from jobs.warehouse import read_spark
 
@@ -359,7 +359,7 @@ def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | N
         if rid:
             tags[f"tracelake.compare.{side}"] = rid
     metrics = [Metric(k, v, now, 0) for k, v in sorted(comparison.summary_metrics().items())]
-    log_batched(client, run_id, metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+    client.log_batch(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
     with tempfile.TemporaryDirectory() as tmp:
         p = os.path.join(tmp, "comparison.html")
         with open(p, "w", encoding="utf-8") as f:

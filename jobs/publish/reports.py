@@ -26,7 +26,7 @@ from jobs.common.ids import safe_date
 from jobs.publish.report.fleet_tables import fleet_stats_metrics, host_metrics, impact_metrics
 from jobs.publish.report.html import render_fleet_report, render_job_report
 from jobs.publish.report.sections import fleet_daily, fleet_metrics
-from jobs.publish.tracking import experiment_id, log_batched, replace_run
+from jobs.publish.tracking import experiment_id, replace_run
 from jobs.validate.marks import read_table_marks
 from jobs.warehouse import read_pandas
 from schemas import FLEET_TABLES
@@ -142,7 +142,7 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     if fleet_validation:
         ok = all(m.get("status") == "passed" for m in fleet_validation.values())
         tags.append(RunTag("tracelake.validation", "passed" if ok else "failed"))
-    log_batched(client, run_id, metrics, tags=tags)
+    client.log_batch(run_id, metrics=metrics, tags=tags)  # MLflow splits it into batches it accepts
     log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet,
                                                  fleet_validation=fleet_validation), "report/fleet_report.html")
     client.set_terminated(run_id, status="FINISHED")

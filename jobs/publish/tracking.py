@@ -142,15 +142,6 @@ def replace_run(client, exp_id: str, filter_string: str, run_name: str) -> str:
     return run_id
 
 
-def log_batched(client, run_id: str, metrics: list, params: list = (), tags: list = ()) -> None:
-    """``client.log_batch`` in batches MLflow accepts (at most 1000 metrics, 100 params, 100 tags each)."""
-    metrics, params, tags = list(metrics), list(params), list(tags)
-    n = max(-(-len(metrics) // 900), -(-len(params) // 90), -(-len(tags) // 90), 1)
-    for i in range(n):
-        client.log_batch(run_id, metrics=metrics[i * 900:(i + 1) * 900], params=params[i * 90:(i + 1) * 90],
-                         tags=tags[i * 90:(i + 1) * 90])
-
-
 def _finite(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
@@ -352,8 +343,9 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
                 "tracelake.capture_uris": ",".join(uris[:20])[:4000],
                 "tracelake.warehouse": str(warehouse), **extra_tags}
         now = int(time.time() * 1000)
-        log_batched(client, run_id, [Metric(k, rounded(k, v), now, 0) for k, v in sorted(metrics.items())],
-                    [Param(k, v) for k, v in params.items()], [RunTag(k, v) for k, v in tags.items()])
+        client.log_batch(run_id, metrics=[Metric(k, rounded(k, v), now, 0) for k, v in sorted(metrics.items())],
+                         params=[Param(k, v) for k, v in params.items()],
+                         tags=[RunTag(k, v) for k, v in tags.items()])  # MLflow splits it into batches it accepts
         with tempfile.TemporaryDirectory() as tmp:
             js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)
             jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)

@@ -32,6 +32,10 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     history = client.get_metric_history(run.info.run_id, "fleet/daily/n_jobs")
     assert len(history) == n_dates  # one point per capture date, not duplicated by the re-run
     assert sum(p.value for p in history) == m["fleet/n_jobs"]
+    # the re-run replaced the day's run: one point per metric, the first run deleted
+    assert len(client.get_metric_history(run.info.run_id, "fleet/n_jobs")) == 1
+    replaced = run.data.tags["tracelake.replaces"]
+    assert client.get_run(replaced).info.lifecycle_stage == "deleted"
     assert "report/fleet_report.html" in {a.path for a in client.list_artifacts(run.info.run_id, "report")}
     text = html.read_text()
     assert 'data-plot="fleet_trends"' in text and 'data-table="worst-idle"' in text

@@ -160,7 +160,9 @@ def test_cpu_only_job_report_leaves_out_the_gpu_columns_and_says_why(CORPUS, job
     task = CaptureFile(uri=str(p), capture_id="cpu", job_id="cpu_only", size_bytes=p.stat().st_size).to_dict()
     _, ev = normalize_file(task, p.read_bytes())
     steps, ranks = analyze_rank(ev)
-    cpu = _ranks_table(render_job_report({"steps": steps.to_pandas(), "ranks": ranks.to_pandas()}))
+    page = render_job_report({"steps": steps.to_pandas(), "ranks": ranks.to_pandas()})
+    assert "host busy time and the rest of the step" in page  # the plot says what it shows
+    cpu = _ranks_table(page)
     assert "GPU idle %" not in cpu and "comm/comp overlap %" not in cpu and "host busy %" in cpu
     assert "no GPU activity in these traces" in cpu
     gpu = _ranks_table(render_job_report(job_tables))

@@ -922,7 +922,6 @@ def low_gpu_utilization(t: JobTables) -> list[dict]:
 
     for sc in _scopes(rows, ok):
         unexpl_pct = 100 * sc.rows["_unexpl"].sum() / max(sc.rows["step_time_ns"].sum(), 1)
-        ranks = _ranks_of(sc)
         out.append(_finding(
             "low_gpu_utilization", sc,
             title=f"GPU busy only {sc.value:.0f}% of the step; {unexpl_pct:.0f}% of the step "

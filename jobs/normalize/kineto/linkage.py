@@ -229,7 +229,6 @@ def _previous_greater_equal(track: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def _chain_length(parent: np.ndarray) -> np.ndarray:
     """Number of ancestors of each node of a parent-pointer forest (-1 = root), by doubling."""
-    n = len(parent)
     depth = (parent >= 0).astype(np.int32)
     jump = parent.copy()
     active = np.flatnonzero(jump >= 0)
