@@ -64,7 +64,8 @@ export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
 # the SQLite metadata DB: a writer waits up to 60 s for the lock (sqlite3's default 5 s fails "database is locked"
 # while the scheduler, dag-processor, api-server and tasks write at once on a loaded machine); WAL after migrate
 sqlite_db="$AIRFLOW_HOME/airflow.db"
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$sqlite_db?timeout=60}"
+sqlite_conn="sqlite:///$sqlite_db?timeout=60"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-$sqlite_conn}"
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS:-True}"
 export AIRFLOW__API__PORT="$port"
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"   # loopback only (set 0.0.0.0 to share the UI)
@@ -155,7 +156,7 @@ case "$action" in
       "$venv_bin/airflow" db migrate > "$AIRFLOW_HOME/db-migrate.log" 2>&1 \
         || { echo "airflow db migrate failed; see $AIRFLOW_HOME/db-migrate.log" >&2; tail -20 "$AIRFLOW_HOME/db-migrate.log" >&2; exit 1; }
       # write-ahead log: readers (the api-server, the scheduler's queries) no longer block a writer's commit
-      if [ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" = "sqlite:///$sqlite_db?timeout=60" ]; then
+      if [ "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" = "$sqlite_conn" ]; then
         "$venv_bin/python" -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA journal_mode=WAL")' "$sqlite_db"
       fi
     fi

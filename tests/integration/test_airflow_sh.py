@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -104,6 +105,11 @@ def test_a_task_runs_on_a_non_default_port_and_stop_leaves_nothing(tmp_path):
         assert status.returncode == 0, status.stdout + status.stderr
         assert f"api-server: answers on http://127.0.0.1:{port}" in status.stdout
         assert "scheduler: heartbeats" in status.stdout and "dag-processor: running" in status.stdout
+        # the metadata DB: WAL, and writers (the CLI in the user's shell too) wait 60 s for its lock
+        with sqlite3.connect(f"file:{home / 'airflow.db'}?mode=ro", uri=True) as con:
+            assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn = _airflow(env, "config", "get-value", "database", "sql_alchemy_conn").stdout.strip()
+        assert conn == f"sqlite:///{home / 'airflow.db'}?timeout=60", conn
 
         _wait(lambda: "one_task" in _airflow(env, "dags", "list", "-o", "json").stdout, "the DAG parsed", 180)
         _airflow(env, "dags", "unpause", "one_task")
