@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tracelake-installed
 
-.PHONY: setup demo test test-fast bench hta-venv clean
+.PHONY: setup demo lint test test-fast bench hta-venv clean
 
 setup: $(STAMP)
 
@@ -19,8 +19,13 @@ $(STAMP): requirements.lock pyproject.toml jobs/normalize/kineto/_kineto_scan.c
 demo: setup
 	$(VENV)/bin/tracelake demo --workdir demo
 
-## test: the whole test suite (what CI runs)
-test: setup
+## lint: ruff (lint and format check)
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+## test: lint, then the whole test suite (what CI runs)
+test: lint
 	$(PY) -m pytest -q
 
 ## test-fast: unit tests only

@@ -83,15 +83,19 @@ def build_trace(base_path: str, n_events: int, out_path: str) -> dict[str, Any]:
     ids = [e["args"].get(k) for e in body if isinstance(e.get("args"), dict) for k in ("correlation", "External id")]
     ids += [e.get("id") for e in body]
     stride = max([i for i in ids if isinstance(i, int)] + [0]) + 1
-    step = next(e for e in evs if str(e.get("name", "")).startswith("ProfilerStep") and e.get("cat") != "gpu_user_annotation")
+    step = next(
+        e for e in evs if str(e.get("name", "")).startswith("ProfilerStep") and e.get("cat") != "gpu_user_annotation"
+    )
     dumps = _dumps()
     n_x = 0
     with open(out_path, "wb") as f:
         head = {k: v for k, v in base.items() if k != "traceEvents"}
         f.write(dumps(head)[:-1] + b',"traceEvents":[')
         first = True
-        for e in meta + [{**step, "name": "ProfilerStep#1", "ts": t0 - 5, "dur": copies * span + 10},
-                         {**step, "name": "ProfilerStep#2", "ts": t0 + copies * span + 20, "dur": 5}]:
+        for e in meta + [
+            {**step, "name": "ProfilerStep#1", "ts": t0 - 5, "dur": copies * span + 10},
+            {**step, "name": "ProfilerStep#2", "ts": t0 + copies * span + 20, "dur": 5},
+        ]:
             f.write((b"" if first else b",") + dumps(e))
             first = False
         for k in range(copies):
@@ -113,8 +117,7 @@ def build_trace(base_path: str, n_events: int, out_path: str) -> dict[str, Any]:
             f.write(b"," + b",".join(chunk))
             n_x += len(xs)
         f.write(b"]}")
-    return {"copies": copies, "x_events": n_x + 2, "json_bytes": os.path.getsize(out_path),
-            "base_x_events": len(xs)}
+    return {"copies": copies, "x_events": n_x + 2, "json_bytes": os.path.getsize(out_path), "base_x_events": len(xs)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -149,9 +152,9 @@ def child_ours(path: str) -> dict[str, Any]:
 
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
-    from jobs.analyze.hta.breakdown import analyze_rank
     from jobs.analyze.collectives.calls import comm_calls
     from jobs.analyze.critical_path.rank import hta_critical_path, rank_critical_path
+    from jobs.analyze.hta.breakdown import analyze_rank
     from jobs.normalize.kineto.parse import parse_kineto
 
     with open(path, "rb") as f:
@@ -159,19 +162,31 @@ def child_ours(path: str) -> dict[str, Any]:
     parsed, t_load, c_load = _timed_cpu(lambda: parse_kineto(raw, path))
     ev = parsed.events
     n = ev.num_rows
-    for c, v, typ in (("date", "bench", pa.string()), ("job_id", "bench", pa.string()), ("attempt", 0, pa.int32()),
-                      ("rank", 0, pa.int32()), ("capture_id", "bench", pa.string())):
+    for c, v, typ in (
+        ("date", "bench", pa.string()),
+        ("job_id", "bench", pa.string()),
+        ("attempt", 0, pa.int32()),
+        ("rank", 0, pa.int32()),
+        ("capture_id", "bench", pa.string()),
+    ):
         ev = ev.append_column(c, pa.array([v] * n, typ))
-    del raw
+    raw = b""  # the bytes are freed before the analyses are timed
     cp, t_cp, c_cp = _timed_cpu(lambda: hta_critical_path(ev, "ProfilerStep", 0))
     breakdown = {k: v / 1000 for k, v in cp.breakdown_ns(hta_names=True).items()}
-    res = {"rows": n, "load_s": t_load, "load_cpu_s": c_load, "cp_s": t_cp, "cp_cpu_s": c_cp,
-           "path_us": cp.length_ns / 1000, "breakdown_us": breakdown,
-           "graph_nodes": cp.graph.n_nodes, "graph_edges": cp.graph.n_edges}
+    res = {
+        "rows": n,
+        "load_s": t_load,
+        "load_cpu_s": c_load,
+        "cp_s": t_cp,
+        "cp_cpu_s": c_cp,
+        "path_us": cp.length_ns / 1000,
+        "breakdown_us": breakdown,
+        "graph_nodes": cp.graph.n_nodes,
+        "graph_edges": cp.graph.n_edges,
+    }
     del cp
     (segs, legs), t_rank, c_rank = _timed_cpu(lambda: rank_critical_path(ev))
-    res.update({"cp_product_s": t_rank, "cp_product_cpu_s": c_rank, "segments": segs.num_rows,
-                "legs": legs.num_rows})
+    res.update({"cp_product_s": t_rank, "cp_product_cpu_s": c_rank, "segments": segs.num_rows, "legs": legs.num_rows})
     _, t_stats, c_stats = _timed_cpu(lambda: (analyze_rank(ev), comm_calls(ev)))
     res.update({"stats_s": t_stats, "stats_cpu_s": c_stats})
     return res
@@ -195,13 +210,23 @@ def child_hta(path: str) -> dict[str, Any]:
             return g, ok, g.get_critical_path_breakdown()
 
         (g, ok, df), t_cp, c_cp = _timed_cpu(cp)
-        _, t_stats, c_stats = _timed_cpu(lambda: (ta.get_temporal_breakdown(visualize=False),
-                                                  ta.get_comm_comp_overlap(visualize=False)))
-        return {"rows": int(sum(len(x) for x in ta.t.get_all_traces().values())), "load_s": t_load,
-                "load_cpu_s": c_load, "cp_s": t_cp, "cp_cpu_s": c_cp, "stats_cpu_s": c_stats,
-                "ok": bool(ok), "path_us": float(df.duration.sum()),
-                "breakdown_us": {str(k): float(v) for k, v in df.groupby("bound_by").duration.sum().items()},
-                "graph_nodes": g.number_of_nodes(), "graph_edges": g.number_of_edges(), "stats_s": t_stats}
+        _, t_stats, c_stats = _timed_cpu(
+            lambda: (ta.get_temporal_breakdown(visualize=False), ta.get_comm_comp_overlap(visualize=False))
+        )
+        return {
+            "rows": int(sum(len(x) for x in ta.t.get_all_traces().values())),
+            "load_s": t_load,
+            "load_cpu_s": c_load,
+            "cp_s": t_cp,
+            "cp_cpu_s": c_cp,
+            "stats_cpu_s": c_stats,
+            "ok": bool(ok),
+            "path_us": float(df.duration.sum()),
+            "breakdown_us": {str(k): float(v) for k, v in df.groupby("bound_by").duration.sum().items()},
+            "graph_nodes": g.number_of_nodes(),
+            "graph_edges": g.number_of_edges(),
+            "stats_s": t_stats,
+        }
 
 
 def run_child(impl: str, python: str, path: str, timeout: float) -> dict[str, Any]:
@@ -257,8 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     path = os.path.join(work, "rank-0.pt.trace.json")
     try:
         info, t_build = _timed(lambda: build_trace(base, a.events, path))
-        print(f"input: {info['x_events']:,} complete events = {a.base} ({info['base_x_events']:,} events) "
-              f"x {info['copies']}, {info['json_bytes'] / 1e6:.0f} MB JSON (built in {t_build:.0f} s)", flush=True)
+        print(
+            f"input: {info['x_events']:,} complete events = {a.base} ({info['base_x_events']:,} events) "
+            f"x {info['copies']}, {info['json_bytes'] / 1e6:.0f} MB JSON (built in {t_build:.0f} s)",
+            flush=True,
+        )
         results: dict[str, Any] = {"input": {**info, "base": a.base}, "cpu_count": os.cpu_count()}
         results["ours"] = run_child("ours", sys.executable, path, a.timeout)
         print(f"  ours: {results['ours'].get('error') or 'done'}", flush=True)
@@ -274,8 +302,10 @@ def main(argv: list[str] | None = None) -> int:
 
     o, h = results.get("ours", {}), results.get("hta") or {}
     print()
-    print("one core per process; wall s (CPU s of the process); load = parse/normalize (not part of the "
-          "analysis); HTA/ours on CPU s")
+    print(
+        "one core per process; wall s (CPU s of the process); load = parse/normalize (not part of the "
+        "analysis); HTA/ours on CPU s"
+    )
     hdr = f"{'':36s} {'ours s':>16s} {'HTA s':>18s} {'HTA/ours':>9s}"
     print(hdr)
     print("-" * len(hdr))
@@ -294,18 +324,24 @@ def main(argv: list[str] | None = None) -> int:
     if "error" in o:
         print(f"ours failed: {o['error']}")
     else:
-        print(f"graph: {o['graph_nodes']:,} nodes, {o['graph_edges']:,} edges (HTA: "
-              f"{_f(h.get('graph_nodes'), ',')} nodes with edges, {_f(h.get('graph_edges'), ',')} edges)")
+        print(
+            f"graph: {o['graph_nodes']:,} nodes, {o['graph_edges']:,} edges (HTA: "
+            f"{_f(h.get('graph_nodes'), ',')} nodes with edges, {_f(h.get('graph_edges'), ',')} edges)"
+        )
         print(f"path length: ours {o['path_us']:,.0f} us, HTA {_f(h.get('path_us'), ',.0f')} us")
         worst = max(o["cp_s"], o["cp_product_s"])
-        print(f"target critical path < {TARGET_CP_S:g} s on one core: {'ok' if worst < TARGET_CP_S else 'MISSED'} "
-              f"(wall {o['cp_s']:.2f} s HTA graph, {o['cp_product_s']:.2f} s product; CPU {o['cp_cpu_s']:.2f} s, "
-              f"{o['cp_product_cpu_s']:.2f} s)")
+        print(
+            f"target critical path < {TARGET_CP_S:g} s on one core: {'ok' if worst < TARGET_CP_S else 'MISSED'} "
+            f"(wall {o['cp_s']:.2f} s HTA graph, {o['cp_product_s']:.2f} s product; CPU {o['cp_cpu_s']:.2f} s, "
+            f"{o['cp_product_cpu_s']:.2f} s)"
+        )
         if h and "error" not in h:
             sp, sp_wall = h["cp_cpu_s"] / o["cp_cpu_s"], h["cp_s"] / o["cp_s"]
             results["speedup_cp"] = {"cpu": sp, "wall": sp_wall}
-            print(f"target >= {TARGET_SPEEDUP:g}x HTA: {'ok' if min(sp, sp_wall) >= TARGET_SPEEDUP else 'MISSED'} "
-                  f"({sp:.1f}x CPU time, {sp_wall:.1f}x wall)")
+            print(
+                f"target >= {TARGET_SPEEDUP:g}x HTA: {'ok' if min(sp, sp_wall) >= TARGET_SPEEDUP else 'MISSED'} "
+                f"({sp:.1f}x CPU time, {sp_wall:.1f}x wall)"
+            )
         elif h:
             print(f"HTA failed: {h['error']}")
     if a.json:

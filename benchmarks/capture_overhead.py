@@ -70,11 +70,13 @@ def make_model(kind: str, batch: int = 8) -> tuple[torch.nn.Module, callable]:
     torch.manual_seed(0)
     if kind == "transformer":
         layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, batch_first=True)
-        model = torch.nn.Sequential(torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False),
-                                    torch.nn.Linear(128, 16))
+        model = torch.nn.Sequential(
+            torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False), torch.nn.Linear(128, 16)
+        )
         return model, lambda: (torch.randn(batch, 32, 128), torch.randint(0, 16, (batch, 32)))
-    model = torch.nn.Sequential(*[m for _ in range(6) for m in (torch.nn.Linear(512, 512), torch.nn.ReLU())],
-                                torch.nn.Linear(512, 16))
+    model = torch.nn.Sequential(
+        *[m for _ in range(6) for m in (torch.nn.Linear(512, 512), torch.nn.ReLU())], torch.nn.Linear(512, 16)
+    )
     return model, lambda: (torch.randn(8 * batch, 512), torch.randint(0, 16, (8 * batch,)))
 
 
@@ -92,8 +94,12 @@ class _LocalProfiler:
         from torch.profiler import schedule as make_schedule
 
         self.out_dir, self.n = out_dir, 0
-        self.prof = profile(activities=[ProfilerActivity.CPU], schedule=make_schedule(**schedule),
-                            on_trace_ready=self._ready, record_shapes=True)
+        self.prof = profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=make_schedule(**schedule),
+            on_trace_ready=self._ready,
+            record_shapes=True,
+        )
 
     def _ready(self, prof) -> None:
         path = os.path.join(self.out_dir, f"trace_{self.n}.json")
@@ -144,8 +150,15 @@ def run_mode(mode: str, args, schedule: dict, sink: str, storage_options: dict, 
     elif mode == "profiler":
         ctx = _LocalProfiler(schedule, tmp)
     else:
-        ctx = TraceCapture(sink, job_id=f"bench-{mode}-{rep}", storage_options=storage_options, env={},
-                           spool_dir=os.path.join(tmp, "spool"), background=(mode == "hook"), **schedule)
+        ctx = TraceCapture(
+            sink,
+            job_id=f"bench-{mode}-{rep}",
+            storage_options=storage_options,
+            env={},
+            spool_dir=os.path.join(tmp, "spool"),
+            background=(mode == "hook"),
+            **schedule,
+        )
     times, thread_cpu = [], []
     cpu0 = _cpu_s()
     with ctx:
@@ -158,8 +171,14 @@ def run_mode(mode: str, args, schedule: dict, sink: str, storage_options: dict, 
         t_exit = time.perf_counter()
     drain_ms = (time.perf_counter() - t_exit) * 1e3
     cpu_ms_per_step = (_cpu_s() - cpu0) * 1e3 / args.steps  # all threads of this process, drain included
-    out = {"mode": mode, "repeat": rep, "step_ms": times, "drain_ms": drain_ms, "cpu_ms_per_step": cpu_ms_per_step,
-           "thread_cpu_ms": thread_cpu}
+    out = {
+        "mode": mode,
+        "repeat": rep,
+        "step_ms": times,
+        "drain_ms": drain_ms,
+        "cpu_ms_per_step": cpu_ms_per_step,
+        "thread_cpu_ms": thread_cpu,
+    }
     if isinstance(ctx, TraceCapture):
         out.update(captures=len(ctx.committed), failures=ctx.failures, pending=ctx.pending)
     return out
@@ -187,11 +206,12 @@ def summarize(runs: list[dict]) -> dict:
         }
     if "profiler" in out:
         base = out["profiler"]
-        for mode, s in out.items():
+        for s in out.values():
             s["overhead_vs_profiler_mean_pct"] = 100 * (s["mean_ms"] / base["mean_ms"] - 1)
             s["cpu_vs_profiler_pct"] = 100 * (s["cpu_ms_per_step"] / base["cpu_ms_per_step"] - 1)
             s["overhead_vs_profiler_median_of_repeats_pct"] = 100 * statistics.median(
-                m / b - 1 for m, b in zip(s["repeat_means_ms"], base["repeat_means_ms"]))
+                m / b - 1 for m, b in zip(s["repeat_means_ms"], base["repeat_means_ms"])
+            )
     return out
 
 
@@ -203,13 +223,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100, help="measured steps per run")
     parser.add_argument("--warmup-steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--schedule", default="wait=4,warmup=1,active=5,repeat=0",
-                        help="torch.profiler schedule (a capture every wait+warmup+active steps)")
+    parser.add_argument(
+        "--schedule",
+        default="wait=4,warmup=1,active=5,repeat=0",
+        help="torch.profiler schedule (a capture every wait+warmup+active steps)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--sink", default=None, help="landing zone (default: a SeaweedFS S3 server started here)")
-    parser.add_argument("--server-nice", type=int, default=19,
-                        help="nice value of the local S3 server (default 19: stands in for a remote store; 0 = off)")
+    parser.add_argument(
+        "--server-nice",
+        type=int,
+        default=19,
+        help="nice value of the local S3 server (default 19: stands in for a remote store; 0 = off)",
+    )
     parser.add_argument("--json", default=None, help="write raw per-step times and the summary here")
     args = parser.parse_args(argv)
 
@@ -232,30 +259,41 @@ def main(argv: list[str] | None = None) -> int:
             for mode in order:
                 r = run_mode(mode, args, schedule, sink, storage_options, tmp, rep)
                 runs.append(r)
-                print(f"repeat {rep} {mode:10s} mean {statistics.fmean(r['step_ms']):7.2f} ms"
-                      f"  drain {r['drain_ms']:7.1f} ms  captures {r.get('captures', '-')}", file=sys.stderr)
+                print(
+                    f"repeat {rep} {mode:10s} mean {statistics.fmean(r['step_ms']):7.2f} ms"
+                    f"  drain {r['drain_ms']:7.1f} ms  captures {r.get('captures', '-')}",
+                    file=sys.stderr,
+                )
     finally:
         if server is not None:
             server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     summary = summarize(runs)
     cycle = sum(schedule.get(k, 0) for k in ("wait", "warmup", "active"))
-    print(f"\ncapture overhead: model={args.model} batch={args.batch} steps={args.steps}x{args.repeats} threads={args.threads} "
-          f"schedule={args.schedule} (a capture every {cycle} steps) sink={sink} cpus={os.cpu_count()} "
-          f"torch={torch.__version__} python={platform.python_version()}")
-    print(f"{'mode':10s} {'mean ms':>9s} {'median ms':>10s} {'p95 ms':>9s} {'max ms':>9s} {'vs profiler':>12s} "
-          f"{'CPU ms/step':>12s} {'CPU vs prof':>12s} {'train-thr CPU':>14s} {'drain ms':>9s} {'captures':>9s}")
+    print(
+        f"\ncapture overhead: model={args.model} batch={args.batch} steps={args.steps}x{args.repeats} threads={args.threads} "
+        f"schedule={args.schedule} (a capture every {cycle} steps) sink={sink} cpus={os.cpu_count()} "
+        f"torch={torch.__version__} python={platform.python_version()}"
+    )
+    print(
+        f"{'mode':10s} {'mean ms':>9s} {'median ms':>10s} {'p95 ms':>9s} {'max ms':>9s} {'vs profiler':>12s} "
+        f"{'CPU ms/step':>12s} {'CPU vs prof':>12s} {'train-thr CPU':>14s} {'drain ms':>9s} {'captures':>9s}"
+    )
     for mode, s in summary.items():
         vs, cpu_vs = s.get("overhead_vs_profiler_mean_pct"), s.get("cpu_vs_profiler_pct")
-        print(f"{mode:10s} {s['mean_ms']:9.2f} {s['median_ms']:10.2f} {s['p95_ms']:9.2f} {s['max_ms']:9.2f} "
-              f"{'' if vs is None else f'{vs:+.1f}%':>12s} {s['cpu_ms_per_step']:12.2f} "
-              f"{'' if cpu_vs is None else f'{cpu_vs:+.1f}%':>12s} {s['train_thread_cpu_ms']:14.2f} "
-              f"{s['drain_ms']:9.1f} {s['captures']:9d}")
+        print(
+            f"{mode:10s} {s['mean_ms']:9.2f} {s['median_ms']:10.2f} {s['p95_ms']:9.2f} {s['max_ms']:9.2f} "
+            f"{'' if vs is None else f'{vs:+.1f}%':>12s} {s['cpu_ms_per_step']:12.2f} "
+            f"{'' if cpu_vs is None else f'{cpu_vs:+.1f}%':>12s} {s['train_thread_cpu_ms']:14.2f} "
+            f"{s['drain_ms']:9.1f} {s['captures']:9d}"
+        )
     if "hook" in summary and "profiler" in summary:
         pct = summary["hook"]["overhead_vs_profiler_mean_pct"]
-        print(f"\nhook (background upload) vs profiler without upload: {pct:+.1f}% mean step time "
-              f"(median of per-repeat ratios {summary['hook']['overhead_vs_profiler_median_of_repeats_pct']:+.1f}%); "
-              f"target within 5%: {'met' if pct <= 5 else 'NOT met'}")
+        print(
+            f"\nhook (background upload) vs profiler without upload: {pct:+.1f}% mean step time "
+            f"(median of per-repeat ratios {summary['hook']['overhead_vs_profiler_median_of_repeats_pct']:+.1f}%); "
+            f"target within 5%: {'met' if pct <= 5 else 'NOT met'}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary, "runs": runs}, indent=1))
     return 0

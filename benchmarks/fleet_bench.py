@@ -136,8 +136,11 @@ def kineto_bytes(doc: dict) -> bytes:
     space: HTA 0.5.0 finds a file's rank with the regex ``"rank":\\s+(\\d+)`` line by line, and defaults
     to rank 0 without it), ``traceEvents`` last, the events themselves compact."""
     head = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "traceEvents"]
-    return ("{\n" + "".join(h + ",\n" for h in head) + '"traceEvents": ').encode() + \
-        _dumps(doc.get("traceEvents", [])) + b"\n}\n"
+    return (
+        ("{\n" + "".join(h + ",\n" for h in head) + '"traceEvents": ').encode()
+        + _dumps(doc.get("traceEvents", []))
+        + b"\n}\n"
+    )
 
 
 def load_trace(path: str) -> dict:
@@ -153,8 +156,11 @@ def load_trace(path: str) -> dict:
 
 
 def _is_comm_kernel(e: dict) -> bool:
-    return e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel") and str(e.get("name", "")).startswith(
-        ("ncclKernel", "ncclDevKernel", "rcclKernel"))
+    return (
+        e.get("ph") == "X"
+        and e.get("cat") in ("kernel", "Kernel")
+        and str(e.get("name", "")).startswith(("ncclKernel", "ncclDevKernel", "rcclKernel"))
+    )
 
 
 def _is_compute_kernel(e: dict) -> bool:
@@ -317,13 +323,16 @@ class Fleet:
     def jobs(self) -> list[str]:
         return self.dlrm_jobs + self.single_jobs
 
-    def subset(self, root: str, jobs: list[str]) -> "Fleet":
+    def subset(self, root: str, jobs: list[str]) -> Fleet:
         """The same captures of ``jobs`` under another root (hard links; copies when linking fails)."""
         keep = set(jobs)
-        out = Fleet(root=root, dlrm_jobs=[j for j in self.dlrm_jobs if j in keep],
-                    single_jobs=[j for j in self.single_jobs if j in keep],
-                    straggler_job=self.straggler_job if self.straggler_job in keep else None,
-                    straggler_rank=self.straggler_rank if self.straggler_job in keep else None)
+        out = Fleet(
+            root=root,
+            dlrm_jobs=[j for j in self.dlrm_jobs if j in keep],
+            single_jobs=[j for j in self.single_jobs if j in keep],
+            straggler_job=self.straggler_job if self.straggler_job in keep else None,
+            straggler_rank=self.straggler_rank if self.straggler_job in keep else None,
+        )
         for c in self.captures:
             if c.job_id not in keep:
                 continue
@@ -338,8 +347,19 @@ class Fleet:
         return out
 
 
-def write_capture(root: str, *, job_id: str, rank: int, world_size: int, doc: dict, host: str, pid: int,
-                  device_name: str | None, step_range: tuple[int, int] | None, created_ns: int) -> CaptureInfo:
+def write_capture(
+    root: str,
+    *,
+    job_id: str,
+    rank: int,
+    world_size: int,
+    doc: dict,
+    host: str,
+    pid: int,
+    device_name: str | None,
+    step_range: tuple[int, int] | None,
+    created_ns: int,
+) -> CaptureInfo:
     """Write one committed capture the way ``capture_hooks`` does: ``trace.json.gz``, then ``manifest.json``."""
     sys.path.insert(0, REPO_ROOT)
     from capture_hooks.identity import Identity
@@ -356,19 +376,42 @@ def write_capture(root: str, *, job_id: str, rank: int, world_size: int, doc: di
     os.makedirs(folder, exist_ok=True)
     data = kineto_bytes(doc)
     trace = os.path.join(folder, "trace.json.gz")
-    with open(trace, "wb") as raw, gzip.GzipFile(filename="trace.json", mode="wb", fileobj=raw,
-                                                  compresslevel=level, mtime=0) as gz:
+    with (
+        open(trace, "wb") as raw,
+        gzip.GzipFile(filename="trace.json", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as gz,
+    ):
         gz.write(data)
-    identity = Identity(rank=rank, local_rank=rank % 8, world_size=world_size, node=rank // 8, attempt=0,
-                        launcher="torchrun" if world_size > 1 else "default", host=host, pid=pid,
-                        accelerator="cuda", device_name=device_name, torch_version="2.1.0", cuda_version="12.1",
-                        driver_version=None)
+    identity = Identity(
+        rank=rank,
+        local_rank=rank % 8,
+        world_size=world_size,
+        node=rank // 8,
+        attempt=0,
+        launcher="torchrun" if world_size > 1 else "default",
+        host=host,
+        pid=pid,
+        accelerator="cuda",
+        device_name=device_name,
+        torch_version="2.1.0",
+        cuda_version="12.1",
+        driver_version=None,
+    )
     manifest = build_manifest(
-        identity=identity, job_id=job_id, attempt=0, capture_id=capture_id, created_at_ns=created_ns,
-        step_first=step_range[0] if step_range else None, step_last=step_range[1] if step_range else None,
-        profiler={"name": "torch.profiler", "schedule": {"skip_first": 0, "wait": 1, "warmup": 1, "active": 1,
-                                                          "repeat": 1}, "activities": ["CPU", "CUDA"]},
-        tags={"bench": "fleet"}, files=[file_entry(trace, "trace.json.gz", "kineto_trace")])
+        identity=identity,
+        job_id=job_id,
+        attempt=0,
+        capture_id=capture_id,
+        created_at_ns=created_ns,
+        step_first=step_range[0] if step_range else None,
+        step_last=step_range[1] if step_range else None,
+        profiler={
+            "name": "torch.profiler",
+            "schedule": {"skip_first": 0, "wait": 1, "warmup": 1, "active": 1, "repeat": 1},
+            "activities": ["CPU", "CUDA"],
+        },
+        tags={"bench": "fleet"},
+        files=[file_entry(trace, "trace.json.gz", "kineto_trace")],
+    )
     with open(os.path.join(folder, "manifest.json"), "wb") as f:
         f.write(encode_manifest(manifest))
     n_events = sum(1 for e in doc["traceEvents"] if e.get("ph") in ("X", "i", "C"))
@@ -376,14 +419,30 @@ def write_capture(root: str, *, job_id: str, rank: int, world_size: int, doc: di
 
 
 def _step_numbers(events: list[dict]) -> tuple[int, int] | None:
-    ns = [int(e["name"].split("#", 1)[1]) for e in events
-          if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("name", "").split("#", 1)[1].isdigit()]
+    ns = [
+        int(e["name"].split("#", 1)[1])
+        for e in events
+        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("name", "").split("#", 1)[1].isdigit()
+    ]
     return (min(ns), max(ns)) if ns else None
 
 
-def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: int, seed: int,
-                straggler_rank: int, delay_ms: float, scale_jitter: float, clock_jitter_us: float,
-                straggler_job_index: int | None = None, log=print, hosts=None, job_scale=None) -> Fleet:
+def build_fleet(
+    root: str,
+    corpus_root: str,
+    n_dlrm: int,
+    n_single: int,
+    steps: int,
+    seed: int,
+    straggler_rank: int,
+    delay_ms: float,
+    scale_jitter: float,
+    clock_jitter_us: float,
+    straggler_job_index: int | None = None,
+    log=print,
+    hosts=None,
+    job_scale=None,
+) -> Fleet:
     """Write ``n_dlrm`` 8-rank DLRM jobs and ``n_single`` single-GPU jobs under ``root`` (module docstring).
 
     The straggler goes into DLRM job ``straggler_job_index`` (default: drawn from ``seed``; ``-1``: none);
@@ -396,8 +455,11 @@ def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: 
         ValueError: the DLRM set is not 8 ranks, or ``straggler_rank`` is not one of them.
     """
     rng = random.Random(seed)
-    dlrm_paths = sorted(os.path.join(corpus_root, DLRM_DIR, n) for n in os.listdir(os.path.join(corpus_root, DLRM_DIR))
-                        if n.endswith(".json") or n.endswith(".json.gz"))
+    dlrm_paths = sorted(
+        os.path.join(corpus_root, DLRM_DIR, n)
+        for n in os.listdir(os.path.join(corpus_root, DLRM_DIR))
+        if n.endswith(".json") or n.endswith(".json.gz")
+    )
     base = {}
     for p in dlrm_paths:
         doc = load_trace(p)
@@ -429,8 +491,10 @@ def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: 
         if injected:
             fleet.straggler_job, fleet.straggler_rank = job, straggler_rank
         slow = job_scale(j) if job_scale is not None else 1.0
-        jitter = {r: ((1.0 + rng.uniform(-scale_jitter, scale_jitter)) * slow,
-                      rng.uniform(-clock_jitter_us, clock_jitter_us)) for r in range(8)}
+        jitter = {
+            r: ((1.0 + rng.uniform(-scale_jitter, scale_jitter)) * slow, rng.uniform(-clock_jitter_us, clock_jitter_us))
+            for r in range(8)
+        }
         for r in range(8):
             doc = base[r]
             events = repeat_steps(doc, steps, period, stride)
@@ -440,11 +504,20 @@ def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: 
             perturb(events, t_lo, scale, clock + j * job_gap_us)
             out = {**{k: v for k, v in doc.items() if k != "traceEvents"}, "traceEvents": events}
             created = int((_time_bounds(events)[1] + 5e6) * 1000)
-            fleet.captures.append(write_capture(
-                root, job_id=job, rank=r, world_size=8, doc=out,
-                host=hosts(j, r) if hosts is not None else f"fleet-{j:03d}-node0", pid=40000 + r,
-                device_name=doc["deviceProperties"][0]["name"], step_range=_step_numbers(events),
-                created_ns=created))
+            fleet.captures.append(
+                write_capture(
+                    root,
+                    job_id=job,
+                    rank=r,
+                    world_size=8,
+                    doc=out,
+                    host=hosts(j, r) if hosts is not None else f"fleet-{j:03d}-node0",
+                    pid=40000 + r,
+                    device_name=doc["deviceProperties"][0]["name"],
+                    step_range=_step_numbers(events),
+                    created_ns=created,
+                )
+            )
         fleet.dlrm_jobs.append(job)
         log(f"  built {job} (8 ranks x {steps} steps){' <- straggler rank %d' % straggler_rank if injected else ''}")
     singles = {}
@@ -465,9 +538,20 @@ def build_fleet(root: str, corpus_root: str, n_dlrm: int, n_single: int, steps: 
         created = int(doc.get("baseTimeNanoseconds") or 0) + int(t_end * 1000)
         created = max(created, 1_600_000_000 * 10**9) + 5 * 10**9
         dev = (doc.get("deviceProperties") or [{}])[0].get("name") or None
-        fleet.captures.append(write_capture(root, job_id=job, rank=0, world_size=1, doc=out,
-                                            host=f"fleet-1gpu-{i:03d}", pid=50000 + i, device_name=dev,
-                                            step_range=_step_numbers(events), created_ns=created))
+        fleet.captures.append(
+            write_capture(
+                root,
+                job_id=job,
+                rank=0,
+                world_size=1,
+                doc=out,
+                host=f"fleet-1gpu-{i:03d}",
+                pid=50000 + i,
+                device_name=dev,
+                step_range=_step_numbers(events),
+                created_ns=created,
+            )
+        )
         fleet.single_jobs.append(job)
     return fleet
 
@@ -507,12 +591,14 @@ class _StageClock:
 
     def wrap(self, fn):
         """``fn`` recording the span of each call in :attr:`reads`."""
+
         def timed(*args, **kwargs):
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.reads.append((t0, time.perf_counter()))
+
         return timed
 
 
@@ -529,20 +615,28 @@ def _straggler_check(spark, warehouse: str) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     try:
-        f = (spark.read.parquet(os.path.join(warehouse, "findings")).filter(F.col("rule") == "straggler_rank")
-             .select("job_id", "ranks").toPandas())
+        f = (
+            spark.read.parquet(os.path.join(warehouse, "findings"))
+            .filter(F.col("rule") == "straggler_rank")
+            .select("job_id", "ranks")
+            .toPandas()
+        )
         for job, g in f.groupby("job_id"):
             out.setdefault(job, {})["finding_ranks"] = sorted({int(r) for rs in g["ranks"] for r in rs})
     except Exception as exc:  # no findings table
         if "PATH_NOT_FOUND" not in str(exc):
             raise
-    c = (spark.read.parquet(os.path.join(warehouse, "collectives"))
-         .groupBy("job_id", "rank").agg(F.sum(F.col("is_last_arrival").cast("int")).alias("last"),
-                                        F.count("*").alias("calls")).toPandas())
+    c = (
+        spark.read.parquet(os.path.join(warehouse, "collectives"))
+        .groupBy("job_id", "rank")
+        .agg(F.sum(F.col("is_last_arrival").cast("int")).alias("last"), F.count("*").alias("calls"))
+        .toPandas()
+    )
     for job, g in c.groupby("job_id"):
         top = g.sort_values(["last", "rank"], ascending=[False, True]).iloc[0]
-        out.setdefault(job, {}).update({"most_last_rank": int(top["rank"]), "last_arrivals": int(top["last"]),
-                                        "calls": int(top["calls"])})
+        out.setdefault(job, {}).update(
+            {"most_last_rank": int(top["rank"]), "last_arrivals": int(top["last"]), "calls": int(top["calls"])}
+        )
     return out
 
 
@@ -563,13 +657,21 @@ def child_pipeline(raw: str, warehouse: str, tracking_uri: str) -> dict[str, Any
     caps = result.captures
     failed = sorted(result.validation.failed_jobs()) if result.validation is not None else []
     spans = [(text, round(a - t0, 2), round((b or a) - t0, 2)) for text, a, b in clock.spans]
-    out = {"wall_s": wall, "stages_s": clock.by_stage(wall), "master": spark.sparkContext.master, "spans": spans,
-           "read_spans": [(round(a - t0, 2), round(b - t0, 2)) for a, b in clock.reads],
-           "n_captures": int(len(caps)), "n_ingested": int((caps["status"] == "ingested").sum()),
-           "n_events": int(caps["n_events"].fillna(0).sum()),
-           "uncompressed_bytes": int(caps["uncompressed_bytes"].fillna(0).sum()),
-           "n_jobs": len(result.job_ids), "n_runs": len(result.run_ids), "validation_failed_jobs": failed,
-           "stragglers": _straggler_check(spark, warehouse)}
+    out = {
+        "wall_s": wall,
+        "stages_s": clock.by_stage(wall),
+        "master": spark.sparkContext.master,
+        "spans": spans,
+        "read_spans": [(round(a - t0, 2), round(b - t0, 2)) for a, b in clock.reads],
+        "n_captures": int(len(caps)),
+        "n_ingested": int((caps["status"] == "ingested").sum()),
+        "n_events": int(caps["n_events"].fillna(0).sum()),
+        "uncompressed_bytes": int(caps["uncompressed_bytes"].fillna(0).sum()),
+        "n_jobs": len(result.job_ids),
+        "n_runs": len(result.run_ids),
+        "validation_failed_jobs": failed,
+        "stragglers": _straggler_check(spark, warehouse),
+    }
     spark.stop()
     return out
 
@@ -585,9 +687,14 @@ def child_normalize(raw: str, warehouse: str) -> dict[str, Any]:
     t1 = time.perf_counter()
     res = run_normalize(spark, raw, warehouse)
     t2 = time.perf_counter()
-    out = {"spark_start_s": t1 - t0, "normalize_s": t2 - t1, "master": spark.sparkContext.master,
-           "n_captures": len(res.captures), "n_events": int(sum(c.get("n_events") or 0 for c in res.captures)),
-           "uncompressed_bytes": int(sum(c.get("uncompressed_bytes") or 0 for c in res.captures))}
+    out = {
+        "spark_start_s": t1 - t0,
+        "normalize_s": t2 - t1,
+        "master": spark.sparkContext.master,
+        "n_captures": len(res.captures),
+        "n_events": int(sum(c.get("n_events") or 0 for c in res.captures)),
+        "uncompressed_bytes": int(sum(c.get("uncompressed_bytes") or 0 for c in res.captures)),
+    }
     spark.stop()
     return out
 
@@ -639,8 +746,14 @@ class TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.interval_s = pid, interval_s
         self.stop_event = threading.Event()
-        self.peak = {"driver_python": 0, "jvm": 0, "python_workers": 0, "python_worker_max": 0, "local_worker_max": 0,
-                     "executor": 0}
+        self.peak = {
+            "driver_python": 0,
+            "jvm": 0,
+            "python_workers": 0,
+            "python_worker_max": 0,
+            "local_worker_max": 0,
+            "executor": 0,
+        }
         self.n_workers_seen: set[int] = set()
         self.cpu_s: dict[int, float] = {}  # pid -> user + system CPU seconds at its last sample
         self.auto_reaped: set[int] = set()
@@ -732,7 +845,9 @@ class TreeSampler(threading.Thread):
                     self.peak["python_worker_max"] = max(self.peak["python_worker_max"], st.get("VmHWM", 0))
             self.peak["driver_python"] = max(self.peak["driver_python"], _status(self.pid).get("VmHWM", 0))
             self.peak["python_workers"] = max(self.peak["python_workers"], rss["worker"])
-            self.peak["executor"] = max(self.peak["executor"], rss["jvm"] + rss["worker"], self.peak["local_worker_max"])
+            self.peak["executor"] = max(
+                self.peak["executor"], rss["jvm"] + rss["worker"], self.peak["local_worker_max"]
+            )
             self.samples += 1
             self.stop_event.wait(self.interval_s)
 
@@ -792,14 +907,20 @@ def child_env(cores: int, extra: dict[str, str] | None = None) -> dict[str, str]
     """The environment of a pipeline child on ``cores`` CPUs: ``TRACELAKE_SPARK_MASTER=local[cores]``,
     ``PYTHONPATH`` = this checkout, Spark's Python = this interpreter, Spark bound to 127.0.0.1."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRACELAKE_SPARK_MASTER")}
-    env.update(TRACELAKE_SPARK_MASTER=f"local[{cores}]", PYTHONPATH=REPO_ROOT, PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env.update(
+        TRACELAKE_SPARK_MASTER=f"local[{cores}]",
+        PYTHONPATH=REPO_ROOT,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
     env.update(extra or {})
     return env
 
 
-def run_pinned(cmd: list[str], cores: int, timeout: float, sample_s: float, env: dict[str, str] | None = None,
-               cwd: str = REPO_ROOT) -> dict[str, Any]:
+def run_pinned(
+    cmd: list[str], cores: int, timeout: float, sample_s: float, env: dict[str, str] | None = None, cwd: str = REPO_ROOT
+) -> dict[str, Any]:
     """Run ``cmd`` in a fresh process (own session) pinned to the first ``cores`` CPUs of this process
     (``sched_setaffinity``, inherited by every descendant), with its process tree sampled.
 
@@ -821,8 +942,16 @@ def run_pinned(cmd: list[str], cores: int, timeout: float, sample_s: float, env:
     _reap_orphans(None)
     cpu0 = _children_cpu_s()
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
-                         start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+    )
     sampler = TreeSampler(p.pid, sample_s)
     sampler.start()
     try:
@@ -845,10 +974,22 @@ def run_pinned(cmd: list[str], cores: int, timeout: float, sample_s: float, env:
         sampler.join(timeout=5)
     auto = sum(sampler.cpu_s.get(pid, 0.0) for pid in sampler.auto_reaped - reaped - {p.pid})
     cpu_s = _children_cpu_s() - cpu0 + auto if exact else sampler.total_cpu_s
-    return {"returncode": p.returncode, "stdout": stdout, "stderr": stderr, "process_s": process_s,
-            "cpu_s": cpu_s, "cpu_s_sampled": sampler.total_cpu_s, "cpu_auto_reaped_s": auto, "cpu_exact": exact,
-            "cores": cores, "cpus": cpus, "memory": dict(sampler.peak), "samples": sampler.samples,
-            "n_python_workers": len(sampler.n_workers_seen), "orphans_killed": killed}
+    return {
+        "returncode": p.returncode,
+        "stdout": stdout,
+        "stderr": stderr,
+        "process_s": process_s,
+        "cpu_s": cpu_s,
+        "cpu_s_sampled": sampler.total_cpu_s,
+        "cpu_auto_reaped_s": auto,
+        "cpu_exact": exact,
+        "cores": cores,
+        "cpus": cpus,
+        "memory": dict(sampler.peak),
+        "samples": sampler.samples,
+        "n_python_workers": len(sampler.n_workers_seen),
+        "orphans_killed": killed,
+    }
 
 
 def stderr_tail(text: str, n: int = 4) -> str:
@@ -892,39 +1033,62 @@ def _f(x, spec=".1f") -> str:
 
 def summarize(size_label: str, fleet: Fleet, runs: dict[int, dict], norm: dict[int, dict]) -> dict[str, Any]:
     """Figures of one fleet size: per core count e2e and normalize-only rates, stages, memory, straggler."""
-    res: dict[str, Any] = {"size": size_label, "jobs": len(fleet.jobs), "dlrm_jobs": len(fleet.dlrm_jobs),
-                           "single_gpu_jobs": len(fleet.single_jobs), "captures": len(fleet.captures),
-                           "json_bytes": fleet.json_bytes, "gz_bytes": fleet.gz_bytes,
-                           "generated_events": sum(c.n_events for c in fleet.captures), "by_cores": {}}
+    res: dict[str, Any] = {
+        "size": size_label,
+        "jobs": len(fleet.jobs),
+        "dlrm_jobs": len(fleet.dlrm_jobs),
+        "single_gpu_jobs": len(fleet.single_jobs),
+        "captures": len(fleet.captures),
+        "json_bytes": fleet.json_bytes,
+        "gz_bytes": fleet.gz_bytes,
+        "generated_events": sum(c.n_events for c in fleet.captures),
+        "by_cores": {},
+    }
     for cores, r in sorted(runs.items()):
         row: dict[str, Any] = {"error": r.get("error")}
         if "error" not in r:
             work_s = r["wall_s"] - r["stages_s"]["spark_start"]
-            row.update(e2e_s=work_s, wall_s=r["wall_s"], process_s=r["process_s"], cpu_s=r["cpu_s"],
-                       e2e_mbps=_rate(r["uncompressed_bytes"] / MB, work_s),
-                       e2e_events_per_s=_rate(r["n_events"], work_s),
-                       mb_per_cpu_s=_rate(r["uncompressed_bytes"] / MB, r["cpu_s"]),
-                       n_events=r["n_events"], uncompressed_bytes=r["uncompressed_bytes"],
-                       n_captures=r["n_captures"], n_ingested=r["n_ingested"], n_runs=r["n_runs"],
-                       validation_failed_jobs=r["validation_failed_jobs"], stages_s=r["stages_s"],
-                       memory=r["memory"], n_python_workers=r["n_python_workers"], spans=r.get("spans"),
-                       read_spans=r.get("read_spans"))
+            row.update(
+                e2e_s=work_s,
+                wall_s=r["wall_s"],
+                process_s=r["process_s"],
+                cpu_s=r["cpu_s"],
+                e2e_mbps=_rate(r["uncompressed_bytes"] / MB, work_s),
+                e2e_events_per_s=_rate(r["n_events"], work_s),
+                mb_per_cpu_s=_rate(r["uncompressed_bytes"] / MB, r["cpu_s"]),
+                n_events=r["n_events"],
+                uncompressed_bytes=r["uncompressed_bytes"],
+                n_captures=r["n_captures"],
+                n_ingested=r["n_ingested"],
+                n_runs=r["n_runs"],
+                validation_failed_jobs=r["validation_failed_jobs"],
+                stages_s=r["stages_s"],
+                memory=r["memory"],
+                n_python_workers=r["n_python_workers"],
+                spans=r.get("spans"),
+                read_spans=r.get("read_spans"),
+            )
             st = r["stragglers"]
             inj = st.get(fleet.straggler_job, {}) if fleet.straggler_job else {}
             others = {j: st.get(j, {}) for j in fleet.dlrm_jobs if j != fleet.straggler_job}
             row["straggler"] = {
-                "job": fleet.straggler_job, "injected_rank": fleet.straggler_rank,
-                "finding_ranks": inj.get("finding_ranks", []), "most_last_rank": inj.get("most_last_rank"),
-                "last_arrivals": inj.get("last_arrivals"), "calls": inj.get("calls"),
+                "job": fleet.straggler_job,
+                "injected_rank": fleet.straggler_rank,
+                "finding_ranks": inj.get("finding_ranks", []),
+                "most_last_rank": inj.get("most_last_rank"),
+                "last_arrivals": inj.get("last_arrivals"),
+                "calls": inj.get("calls"),
                 "found": fleet.straggler_job is not None and inj.get("finding_ranks") == [fleet.straggler_rank],
                 "other_dlrm_finding_ranks": sorted({x for v in others.values() for x in v.get("finding_ranks", [])}),
-                "injected_rank_flagged_elsewhere": sorted(j for j, v in others.items()
-                                                          if fleet.straggler_rank in v.get("finding_ranks", [])),
+                "injected_rank_flagged_elsewhere": sorted(
+                    j for j, v in others.items() if fleet.straggler_rank in v.get("finding_ranks", [])
+                ),
             }
         n = norm.get(cores)
         if n is not None:
-            row["normalize_only"] = n if "error" in n else {**n, "mbps": _rate(n["uncompressed_bytes"] / MB,
-                                                                                n["normalize_s"])}
+            row["normalize_only"] = (
+                n if "error" in n else {**n, "mbps": _rate(n["uncompressed_bytes"] / MB, n["normalize_s"])}
+            )
         res["by_cores"][cores] = row
     c = res["by_cores"]
     if 1 in c and 2 in c and c[1].get("e2e_mbps") and c[2].get("e2e_mbps"):
@@ -980,8 +1144,10 @@ def sizing(results: list[dict], executor_cores: int = 4, headroom: float = 1.5) 
 def print_report(results: list[dict]) -> None:
     """The compact table (one row per fleet size × cores), stages, memory, targets."""
     print()
-    hdr = (f"{'fleet':5s} {'cores':>5s} {'jobs':>4s} {'files':>5s} {'JSON MB':>8s} {'gz MB':>6s} {'events':>11s} "
-           f"{'e2e s':>7s} {'MB/s':>6s} {'ev/s':>9s} {'MB/cpu-s':>8s} {'norm MB/s':>9s} {'e2e/norm':>8s}")
+    hdr = (
+        f"{'fleet':5s} {'cores':>5s} {'jobs':>4s} {'files':>5s} {'JSON MB':>8s} {'gz MB':>6s} {'events':>11s} "
+        f"{'e2e s':>7s} {'MB/s':>6s} {'ev/s':>9s} {'MB/cpu-s':>8s} {'norm MB/s':>9s} {'e2e/norm':>8s}"
+    )
     print("end to end (run_pipeline without the Spark start; MB = 10^6 bytes of uncompressed JSON)")
     print(hdr)
     print("-" * len(hdr))
@@ -992,71 +1158,98 @@ def print_report(results: list[dict]) -> None:
                 continue
             n = c.get("normalize_only") or {}
             ratio = c["e2e_mbps"] / n["mbps"] if n.get("mbps") else None
-            print(f"{r['size']:5s} {cores:>5d} {r['jobs']:>4d} {r['captures']:>5d} {_mb(r['json_bytes']):>8s} "
-                  f"{r['gz_bytes'] / MB:>6.1f} {c['n_events']:>11,d} {c['e2e_s']:>7.1f} {_f(c['e2e_mbps'], '.3g'):>6s} "
-                  f"{_f(c['e2e_events_per_s'], ',.0f'):>9s} {_f(c['mb_per_cpu_s'], '.2f'):>8s} "
-                  f"{_f(n.get('mbps'), '.3g'):>9s} {_f(ratio, '.2f'):>8s}")
+            print(
+                f"{r['size']:5s} {cores:>5d} {r['jobs']:>4d} {r['captures']:>5d} {_mb(r['json_bytes']):>8s} "
+                f"{r['gz_bytes'] / MB:>6.1f} {c['n_events']:>11,d} {c['e2e_s']:>7.1f} {_f(c['e2e_mbps'], '.3g'):>6s} "
+                f"{_f(c['e2e_events_per_s'], ',.0f'):>9s} {_f(c['mb_per_cpu_s'], '.2f'):>8s} "
+                f"{_f(n.get('mbps'), '.3g'):>9s} {_f(ratio, '.2f'):>8s}"
+            )
     print()
-    print("seconds per stage (spark_start is not in e2e s; validate = both Great Expectations gates; "
-          "fleet = fleet statistics and regressions; mlflow = runs + HTML reports)")
+    print(
+        "seconds per stage (spark_start is not in e2e s; validate = both Great Expectations gates; "
+        "fleet = fleet statistics and regressions; mlflow = runs + HTML reports)"
+    )
     hdr = f"{'fleet':5s} {'cores':>5s} " + " ".join(f"{s:>11s}" for s in STAGE_ORDER)
     print(hdr)
     print("-" * len(hdr))
     for r in results:
         for cores, c in r["by_cores"].items():
             if not c.get("error"):
-                print(f"{r['size']:5s} {cores:>5d} " + " ".join(f"{c['stages_s'].get(s, 0.0):>11.1f}" for s in STAGE_ORDER))
+                print(
+                    f"{r['size']:5s} {cores:>5d} "
+                    + " ".join(f"{c['stages_s'].get(s, 0.0):>11.1f}" for s in STAGE_ORDER)
+                )
     print()
     print("peak memory, MB (local mode: the executor is the driver JVM + its Python workers)")
-    hdr = (f"{'fleet':5s} {'cores':>5s} {'JVM':>7s} {'py workers':>10s} {'1 worker':>8s} {'executor':>8s} "
-           f"{'driver py':>9s} {'workers':>7s}")
+    hdr = (
+        f"{'fleet':5s} {'cores':>5s} {'JVM':>7s} {'py workers':>10s} {'1 worker':>8s} {'executor':>8s} "
+        f"{'driver py':>9s} {'workers':>7s}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for r in results:
         for cores, c in r["by_cores"].items():
             if not c.get("error"):
                 m = c["memory"]
-                print(f"{r['size']:5s} {cores:>5d} {_mb(m['jvm']):>7s} {_mb(m['python_workers']):>10s} "
-                      f"{_mb(m['python_worker_max']):>8s} {_mb(m['executor']):>8s} {_mb(m['driver_python']):>9s} "
-                      f"{c['n_python_workers']:>7d}")
+                print(
+                    f"{r['size']:5s} {cores:>5d} {_mb(m['jvm']):>7s} {_mb(m['python_workers']):>10s} "
+                    f"{_mb(m['python_worker_max']):>8s} {_mb(m['executor']):>8s} {_mb(m['driver_python']):>9s} "
+                    f"{c['n_python_workers']:>7d}"
+                )
     print()
     for r in results:
         if "scaling_2_vs_1" in r:
             s = r["scaling_2_vs_1"]
-            print(f"fleet {r['size']}: 2 cores / 1 core = {s:.2f}x  (target >= {TARGET_SCALING:g}x: "
-                  f"{'ok' if s >= TARGET_SCALING else 'MISSED'})")
+            print(
+                f"fleet {r['size']}: 2 cores / 1 core = {s:.2f}x  (target >= {TARGET_SCALING:g}x: "
+                f"{'ok' if s >= TARGET_SCALING else 'MISSED'})"
+            )
         for cores, c in r["by_cores"].items():
             n = c.get("normalize_only") or {}
             if not c.get("error") and n.get("mbps"):
                 ratio = c["e2e_mbps"] / n["mbps"]
-                print(f"fleet {r['size']}, {cores} core(s): end-to-end {c['e2e_mbps']:.1f} MB/s = {ratio:.2f} x "
-                      f"normalize-only {n['mbps']:.1f} MB/s (target >= {TARGET_E2E_VS_NORMALIZE:g}: "
-                      f"{'ok' if ratio >= TARGET_E2E_VS_NORMALIZE else 'MISSED'})")
+                print(
+                    f"fleet {r['size']}, {cores} core(s): end-to-end {c['e2e_mbps']:.1f} MB/s = {ratio:.2f} x "
+                    f"normalize-only {n['mbps']:.1f} MB/s (target >= {TARGET_E2E_VS_NORMALIZE:g}: "
+                    f"{'ok' if ratio >= TARGET_E2E_VS_NORMALIZE else 'MISSED'})"
+                )
             if not c.get("error"):
                 s = c["straggler"]
-                bad = [] if c["n_ingested"] == c["n_captures"] else [f"{c['n_captures'] - c['n_ingested']} not ingested"]
+                bad = (
+                    [] if c["n_ingested"] == c["n_captures"] else [f"{c['n_captures'] - c['n_ingested']} not ingested"]
+                )
                 if c["validation_failed_jobs"]:
                     bad.append(f"validation failed: {', '.join(c['validation_failed_jobs'])}")
-                print(f"fleet {r['size']}, {cores} core(s): injected straggler {s['job']} rank {s['injected_rank']}: "
-                      f"{'FOUND' if s['found'] else 'NOT FOUND'} (straggler_rank finding ranks {s['finding_ranks']}; "
-                      f"most last arrivals: rank {s['most_last_rank']}, {s['last_arrivals']}/{s['calls']} calls); "
-                      f"other DLRM jobs' straggler ranks {s['other_dlrm_finding_ranks']} (corpus: 7)"
-                      + (f"; injected rank also flagged in {s['injected_rank_flagged_elsewhere']}"
-                         if s["injected_rank_flagged_elsewhere"] else "") + (f"; {'; '.join(bad)}" if bad else ""))
+                print(
+                    f"fleet {r['size']}, {cores} core(s): injected straggler {s['job']} rank {s['injected_rank']}: "
+                    f"{'FOUND' if s['found'] else 'NOT FOUND'} (straggler_rank finding ranks {s['finding_ranks']}; "
+                    f"most last arrivals: rank {s['most_last_rank']}, {s['last_arrivals']}/{s['calls']} calls); "
+                    f"other DLRM jobs' straggler ranks {s['other_dlrm_finding_ranks']} (corpus: 7)"
+                    + (
+                        f"; injected rank also flagged in {s['injected_rank_flagged_elsewhere']}"
+                        if s["injected_rank_flagged_elsewhere"]
+                        else ""
+                    )
+                    + (f"; {'; '.join(bad)}" if bad else "")
+                )
     if len(results) >= 2:
         a, b = results[0], results[-1]
         for cores in a["by_cores"]:
             ca, cb = a["by_cores"].get(cores, {}), b["by_cores"].get(cores, {})
             if ca.get("memory") and cb.get("memory"):
                 ga = cb["memory"]["executor"] / ca["memory"]["executor"] if ca["memory"]["executor"] else float("nan")
-                print(f"{cores} core(s): input x{b['json_bytes'] / a['json_bytes']:.2f} ({a['size']} -> {b['size']}), "
-                      f"executor peak x{ga:.2f}, JVM peak x{cb['memory']['jvm'] / max(ca['memory']['jvm'], 1):.2f}, "
-                      f"Python workers peak x{cb['memory']['python_workers'] / max(ca['memory']['python_workers'], 1):.2f}")
+                print(
+                    f"{cores} core(s): input x{b['json_bytes'] / a['json_bytes']:.2f} ({a['size']} -> {b['size']}), "
+                    f"executor peak x{ga:.2f}, JVM peak x{cb['memory']['jvm'] / max(ca['memory']['jvm'], 1):.2f}, "
+                    f"Python workers peak x{cb['memory']['python_workers'] / max(ca['memory']['python_workers'], 1):.2f}"
+                )
     size = sizing(results)
     if size:
         print()
-        print("sizing guide placeholders (infra/cluster/README.md): "
-              + ", ".join(f"{{{{{k}}}}} = {v:.0f}" if v >= 100 else f"{{{{{k}}}}} = {v:.3g}" for k, v in size.items()))
+        print(
+            "sizing guide placeholders (infra/cluster/README.md): "
+            + ", ".join(f"{{{{{k}}}}} = {v:.0f}" if v >= 100 else f"{{{{{k}}}}} = {v:.3g}" for k, v in size.items())
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1064,21 +1257,38 @@ def print_report(results: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=int, default=1,
-                    help="fleet S: this many units of one 8-rank DLRM job + one job per single-GPU trace; the "
-                         "second fleet is 2S (default 1)")
-    ap.add_argument("--steps", type=int, default=GENERATOR_DEFAULTS["steps"],
-                    help="ProfilerSteps per DLRM trace (default 3)")
+    ap.add_argument(
+        "--size",
+        type=int,
+        default=1,
+        help="fleet S: this many units of one 8-rank DLRM job + one job per single-GPU trace; the "
+        "second fleet is 2S (default 1)",
+    )
+    ap.add_argument(
+        "--steps", type=int, default=GENERATOR_DEFAULTS["steps"], help="ProfilerSteps per DLRM trace (default 3)"
+    )
     ap.add_argument("--cores", default="1,2", help="core counts, comma separated (default 1,2)")
     ap.add_argument("--only-size", choices=["S", "2S"], help="run one fleet size only")
     ap.add_argument("--seed", type=int, default=GENERATOR_DEFAULTS["seed"])
     ap.add_argument("--straggler-rank", type=int, default=GENERATOR_DEFAULTS["straggler_rank"])
-    ap.add_argument("--delay-ms", type=float, default=GENERATOR_DEFAULTS["delay_ms"],
-                    help="straggler's extra compute before each collective")
-    ap.add_argument("--scale-jitter", type=float, default=GENERATOR_DEFAULTS["scale_jitter"],
-                    help="per-rank time scale 1 +- this (default 5e-4)")
-    ap.add_argument("--clock-jitter-us", type=float, default=GENERATOR_DEFAULTS["clock_jitter_us"],
-                    help="per-rank clock offset +- this (µs)")
+    ap.add_argument(
+        "--delay-ms",
+        type=float,
+        default=GENERATOR_DEFAULTS["delay_ms"],
+        help="straggler's extra compute before each collective",
+    )
+    ap.add_argument(
+        "--scale-jitter",
+        type=float,
+        default=GENERATOR_DEFAULTS["scale_jitter"],
+        help="per-rank time scale 1 +- this (default 5e-4)",
+    )
+    ap.add_argument(
+        "--clock-jitter-us",
+        type=float,
+        default=GENERATOR_DEFAULTS["clock_jitter_us"],
+        help="per-rank clock offset +- this (µs)",
+    )
     ap.add_argument("--skip-normalize-only", action="store_true")
     ap.add_argument("--corpus-root", default=os.path.join(REPO_ROOT, "..", "shared", "corpus"))
     ap.add_argument("--workdir", help="landing zones, warehouses, MLflow (default: a temp dir, removed)")
@@ -1115,23 +1325,42 @@ def main(argv: list[str] | None = None) -> int:
         n_max = max(n for _, n in sizes)
         t = time.perf_counter()
         print(f"building the fleet in {work} (seed {a.seed}) ...", flush=True)
-        big = build_fleet(os.path.join(work, f"landing-{n_max}"), a.corpus_root, n_dlrm=n_max,
-                          n_single=len(SINGLE_GPU) * n_max,
-                          steps=a.steps, seed=a.seed, straggler_rank=a.straggler_rank, delay_ms=a.delay_ms,
-                          scale_jitter=a.scale_jitter, clock_jitter_us=a.clock_jitter_us,
-                          straggler_job_index=random.Random(a.seed).randrange(min(n for _, n in sizes)),
-                          log=lambda s: print(s, flush=True))
-        print(f"built in {time.perf_counter() - t:.0f} s: {len(big.captures)} captures, "
-              f"{big.json_bytes / MB:,.0f} MB JSON ({big.gz_bytes / MB:,.1f} MB gzip)", flush=True)
+        big = build_fleet(
+            os.path.join(work, f"landing-{n_max}"),
+            a.corpus_root,
+            n_dlrm=n_max,
+            n_single=len(SINGLE_GPU) * n_max,
+            steps=a.steps,
+            seed=a.seed,
+            straggler_rank=a.straggler_rank,
+            delay_ms=a.delay_ms,
+            scale_jitter=a.scale_jitter,
+            clock_jitter_us=a.clock_jitter_us,
+            straggler_job_index=random.Random(a.seed).randrange(min(n for _, n in sizes)),
+            log=lambda s: print(s, flush=True),
+        )
+        print(
+            f"built in {time.perf_counter() - t:.0f} s: {len(big.captures)} captures, "
+            f"{big.json_bytes / MB:,.0f} MB JSON ({big.gz_bytes / MB:,.1f} MB gzip)",
+            flush=True,
+        )
         for label, n in sizes:
-            fleet = big if n == n_max else big.subset(os.path.join(work, f"landing-{n}"),
-                                                      big.dlrm_jobs[:n] + big.single_jobs[:len(SINGLE_GPU) * n])
+            fleet = (
+                big
+                if n == n_max
+                else big.subset(
+                    os.path.join(work, f"landing-{n}"), big.dlrm_jobs[:n] + big.single_jobs[: len(SINGLE_GPU) * n]
+                )
+            )
             runs, norm = {}, {}
             for c in cores:
                 wh = os.path.join(work, f"wh-{n}-{c}")
                 uri = "sqlite:///" + os.path.join(work, f"mlflow-{n}-{c}.db")
-                print(f"fleet {label} ({len(fleet.jobs)} jobs, {fleet.json_bytes / MB:,.0f} MB): pipeline on "
-                      f"local[{c}] ...", flush=True)
+                print(
+                    f"fleet {label} ({len(fleet.jobs)} jobs, {fleet.json_bytes / MB:,.0f} MB): pipeline on "
+                    f"local[{c}] ...",
+                    flush=True,
+                )
                 runs[c] = run_child("pipeline", [fleet.root, wh, uri], c, a.timeout, a.sample_s)
                 print(f"  {runs[c].get('error') or 'done in %.0f s' % runs[c]['process_s']}", flush=True)
                 failed |= "error" in runs[c]
@@ -1150,8 +1379,18 @@ def main(argv: list[str] | None = None) -> int:
     print_report(results)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"args": {k: v for k, v in vars(a).items() if k != "_child"}, "cpu_count": os.cpu_count(),
-                       "results": results, "sizing": sizing(results)}, f, indent=1, sort_keys=True, default=str)
+            json.dump(
+                {
+                    "args": {k: v for k, v in vars(a).items() if k != "_child"},
+                    "cpu_count": os.cpu_count(),
+                    "results": results,
+                    "sizing": sizing(results),
+                },
+                f,
+                indent=1,
+                sort_keys=True,
+                default=str,
+            )
     return 1 if failed else 0
 
 

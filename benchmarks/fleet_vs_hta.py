@@ -78,8 +78,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(BENCH_DIR)
@@ -131,8 +132,13 @@ class BenchFleet:
         return sum(len(j.files) for j in self.jobs)
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "jobs": [j.job_id for j in self.jobs], "n_jobs": len(self.jobs),
-                "n_files": self.n_files, "json_bytes": self.json_bytes}
+        return {
+            "name": self.name,
+            "jobs": [j.job_id for j in self.jobs],
+            "n_jobs": len(self.jobs),
+            "n_files": self.n_files,
+            "json_bytes": self.json_bytes,
+        }
 
 
 def hta_loadable(golden_path: str) -> set[str] | None:
@@ -145,8 +151,13 @@ def hta_loadable(golden_path: str) -> set[str] | None:
     return {j for j, v in jobs.items() if v.get("status") == "done" and "load" not in v.get("errors", {})}
 
 
-def select_corpus_fleets(jobs: dict[str, list[str]], json_bytes: dict[str, int], loadable: set[str],
-                         n_largest: int = N_LARGEST, dlrm: str = fb.DLRM_DIR) -> tuple[list[str], list[str], str]:
+def select_corpus_fleets(
+    jobs: dict[str, list[str]],
+    json_bytes: dict[str, int],
+    loadable: set[str],
+    n_largest: int = N_LARGEST,
+    dlrm: str = fb.DLRM_DIR,
+) -> tuple[list[str], list[str], str]:
     """Fleets 1 and 2 and the tiny job from the corpus listing (module docstring).
 
     ``jobs``: job id -> corpus keys (``make_hta_golden.discover_jobs``); ``json_bytes``: corpus key ->
@@ -172,12 +183,13 @@ def job_folder(job_id: str) -> str:
     """The landing-zone folder (= tracelake job id) of a corpus job: its key, path-safe, without suffix."""
     from jobs.common.ids import slug  # the project venv only (this file also runs in the HTA venv)
 
-    base = job_id[:-len(".json.gz")] if job_id.endswith(".json.gz") else job_id.removesuffix(".json")
+    base = job_id[: -len(".json.gz")] if job_id.endswith(".json.gz") else job_id.removesuffix(".json")
     return slug(base)
 
 
-def corpus_fleet(name: str, job_ids: list[str], jobs: dict[str, list[str]], json_bytes: dict[str, int],
-                 corpus_root: str, work: str) -> BenchFleet:
+def corpus_fleet(
+    name: str, job_ids: list[str], jobs: dict[str, list[str]], json_bytes: dict[str, int], corpus_root: str, work: str
+) -> BenchFleet:
     """A landing zone ``<work>/<name>/landing/<job folder>/<file>`` of symlinks to the corpus files."""
     landing = os.path.join(work, name.replace(" ", "-"), "landing")
     out = []
@@ -214,8 +226,9 @@ def synthetic_units(target_bytes: float, unit_bytes: int) -> int:
     return max(2, 2 * math.ceil(target_bytes / (2 * unit_bytes)))
 
 
-def build_synthetic(work: str, corpus_root: str, target_gb: float, steps: int, seed: int, quick: bool,
-                    log: Callable[[str], None]) -> tuple[BenchFleet, BenchFleet]:
+def build_synthetic(
+    work: str, corpus_root: str, target_gb: float, steps: int, seed: int, quick: bool, log: Callable[[str], None]
+) -> tuple[BenchFleet, BenchFleet]:
     """Fleet 3 at its full and half size. A unit is one DLRM job + one job per :data:`fleet_bench.SINGLE_GPU`
     trace (``--quick``: one 1-step DLRM job, 2 units); the unit's size comes from building one first."""
     gen = {**fb.GENERATOR_DEFAULTS, "steps": 1 if quick else steps, "seed": seed}
@@ -223,16 +236,26 @@ def build_synthetic(work: str, corpus_root: str, target_gb: float, steps: int, s
     if quick:
         units = 2
     else:
-        probe = fb.build_fleet(os.path.join(work, "probe"), corpus_root, n_dlrm=per_unit[0], n_single=per_unit[1],
-                               log=_quiet, **gen)
+        probe = fb.build_fleet(
+            os.path.join(work, "probe"), corpus_root, n_dlrm=per_unit[0], n_single=per_unit[1], log=_quiet, **gen
+        )
         units = synthetic_units(target_gb * GB, probe.json_bytes)
         shutil.rmtree(probe.root, ignore_errors=True)
         log(f"fleet 3: one unit is {probe.json_bytes / MB:,.1f} MB JSON -> {units} units")
-    big = fb.build_fleet(os.path.join(work, "fleet3", "landing"), corpus_root, n_dlrm=units * per_unit[0],
-                         n_single=units * per_unit[1], straggler_job_index=0, log=_quiet, **gen)
+    big = fb.build_fleet(
+        os.path.join(work, "fleet3", "landing"),
+        corpus_root,
+        n_dlrm=units * per_unit[0],
+        n_single=units * per_unit[1],
+        straggler_job_index=0,
+        log=_quiet,
+        **gen,
+    )
     h = units // 2
-    half = big.subset(os.path.join(work, "fleet3-half", "landing"),
-                      big.dlrm_jobs[:h * per_unit[0]] + big.single_jobs[:h * per_unit[1]])
+    half = big.subset(
+        os.path.join(work, "fleet3-half", "landing"),
+        big.dlrm_jobs[: h * per_unit[0]] + big.single_jobs[: h * per_unit[1]],
+    )
     return from_synthetic("fleet 3", big), from_synthetic("fleet 3 (half)", half)
 
 
@@ -251,8 +274,9 @@ def hta_critical_path(ta: Any, rank: int) -> None:
     sym = ta.t.symbol_table.get_sym_id_map()
     step_ids = [v for k, v in sym.items() if "ProfilerStep" in k]
     has_step = bool(step_ids) and bool(ta.t.get_trace(rank)["name"].isin(step_ids).any())
-    res = ta.critical_path_analysis(rank=rank, annotation="ProfilerStep" if has_step else "",
-                                    instance_id=0 if has_step else None)
+    res = ta.critical_path_analysis(
+        rank=rank, annotation="ProfilerStep" if has_step else "", instance_id=0 if has_step else None
+    )
     if res is None:
         raise RuntimeError("critical_path_analysis returned None")
     graph, ok = res
@@ -288,11 +312,17 @@ def child_hta_job(spec_path: str) -> dict[str, Any]:
         ranks = sorted(int(r) for r in ta.t.trace_files)
         out["ranks"] = ranks
         timed("temporal_breakdown", lambda: ta.get_temporal_breakdown(visualize=False))
-        timed("idle_time_breakdown", lambda: ta.get_idle_time_breakdown(
-            ranks=ranks, visualize=False, consecutive_kernel_delay=golden.IDLE_CONSECUTIVE_KERNEL_DELAY))
+        timed(
+            "idle_time_breakdown",
+            lambda: ta.get_idle_time_breakdown(
+                ranks=ranks, visualize=False, consecutive_kernel_delay=golden.IDLE_CONSECUTIVE_KERNEL_DELAY
+            ),
+        )
         timed("gpu_kernel_breakdown", lambda: ta.get_gpu_kernel_breakdown(visualize=False, **golden.KERNEL_BREAKDOWN))
-        timed("cuda_kernel_launch_stats", lambda: ta.get_cuda_kernel_launch_stats(
-            ranks=ranks, visualize=False, **golden.LAUNCH_STATS))
+        timed(
+            "cuda_kernel_launch_stats",
+            lambda: ta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False, **golden.LAUNCH_STATS),
+        )
         timed("comm_comp_overlap", lambda: ta.get_comm_comp_overlap(visualize=False))
         for r in ranks:
             timed(f"critical_path rank {r}", lambda r=r: hta_critical_path(ta, r))
@@ -337,8 +367,9 @@ def _result_line(r: dict[str, Any]) -> dict[str, Any]:
         return {**figures, "error": f"no result line; stderr: {fb.stderr_tail(r['stderr'])}"}
 
 
-def hta_loop(fleet: BenchFleet, hta_python: str, cores: int, timeout: float, sample_s: float,
-             work: str) -> dict[str, Any]:
+def hta_loop(
+    fleet: BenchFleet, hta_python: str, cores: int, timeout: float, sample_s: float, work: str
+) -> dict[str, Any]:
     """One sequential pass of the HTA script over the fleet, a fresh pinned process per job.
 
     ``wall_s``: first start to last end (s); ``cpu_s``: CPU s of all the jobs' processes; ``jobs``: per job
@@ -350,19 +381,29 @@ def hta_loop(fleet: BenchFleet, hta_python: str, cores: int, timeout: float, sam
         spec = os.path.join(work, f"hta-job{i}.json")
         with open(spec, "w") as f:
             json.dump({"link_dir": os.path.join(work, f"hta-job{i}.links"), "files": job.files}, f)
-        r = _result_line(fb.run_pinned([hta_python, os.path.abspath(__file__), "--_hta-job", spec], cores,
-                                       timeout, sample_s, env=env))
-        per_job[job.job_id] = {k: r.get(k) for k in ("process_s", "cpu_s", "seconds", "errors", "ranks", "error")
-                               if k in r} | {"peak_rss": (r.get("memory") or {}).get("driver_python")}
+        r = _result_line(
+            fb.run_pinned(
+                [hta_python, os.path.abspath(__file__), "--_hta-job", spec], cores, timeout, sample_s, env=env
+            )
+        )
+        per_job[job.job_id] = {
+            k: r.get(k) for k in ("process_s", "cpu_s", "seconds", "errors", "ranks", "error") if k in r
+        } | {"peak_rss": (r.get("memory") or {}).get("driver_python")}
     wall = time.perf_counter() - t0
     failed = sorted(j for j, v in per_job.items() if "error" in v)
-    return {"wall_s": wall, "cpu_s": sum(v.get("cpu_s") or 0.0 for v in per_job.values()), "jobs": per_job,
-            "failed_jobs": failed, "peak_rss": max((v["peak_rss"] or 0 for v in per_job.values()), default=0),
-            **({"error": f"{len(failed)} job(s) failed: {per_job[failed[0]]['error']}"} if failed else {})}
+    return {
+        "wall_s": wall,
+        "cpu_s": sum(v.get("cpu_s") or 0.0 for v in per_job.values()),
+        "jobs": per_job,
+        "failed_jobs": failed,
+        "peak_rss": max((v["peak_rss"] or 0 for v in per_job.values()), default=0),
+        **({"error": f"{len(failed)} job(s) failed: {per_job[failed[0]]['error']}"} if failed else {}),
+    }
 
 
-def tracelake_run(landing: str, work: str, cores: int, mlflow: bool, timeout: float,
-                  sample_s: float, executor: str = "local") -> dict[str, Any]:
+def tracelake_run(
+    landing: str, work: str, cores: int, mlflow: bool, timeout: float, sample_s: float, executor: str = "local"
+) -> dict[str, Any]:
     """``python -m jobs.cli run`` on ``landing`` into a fresh warehouse (removed after), pinned to ``cores``
     CPUs: the default local executor (one worker per CPU), or ``executor="spark"`` on ``local[cores]``.
 
@@ -378,9 +419,12 @@ def tracelake_run(landing: str, work: str, cores: int, mlflow: bool, timeout: fl
     if "error" in r:
         return r
     m = re.search(r"captures: (\d+) \((\d+) ingested", r["stdout"])
-    out = {"wall_s": r["process_s"], "captures": int(m.group(1)) if m else None,
-           "ingested": int(m.group(2)) if m else None,
-           **{k: v for k, v in r.items() if k not in ("returncode", "stdout", "stderr")}}
+    out = {
+        "wall_s": r["process_s"],
+        "captures": int(m.group(1)) if m else None,
+        "ingested": int(m.group(2)) if m else None,
+        **{k: v for k, v in r.items() if k not in ("returncode", "stdout", "stderr")},
+    }
     if r["returncode"] != 0:
         out["error"] = f"exit {r['returncode']}: {fb.stderr_tail(r['stderr'])}"
     return out
@@ -392,8 +436,11 @@ def parse_only(fleet: BenchFleet, work: str, timeout: float, sample_s: float) ->
     lst = os.path.join(work, f"parse-{len(fleet.jobs)}.json")
     with open(lst, "w") as f:
         json.dump([p for j in fleet.jobs for p in j.files.values()], f)
-    r = _result_line(fb.run_pinned([sys.executable, os.path.abspath(__file__), "--_parse-only", lst], 1, timeout,
-                                   sample_s, env=fb.child_env(1)))
+    r = _result_line(
+        fb.run_pinned(
+            [sys.executable, os.path.abspath(__file__), "--_parse-only", lst], 1, timeout, sample_s, env=fb.child_env(1)
+        )
+    )
     if "error" in r:
         return r
     return {**r, "wall_s": r["process_s"], "process_cpu_s": r["cpu_s"], "cpu_s": r["parse_cpu_s"]}
@@ -402,8 +449,12 @@ def parse_only(fleet: BenchFleet, work: str, timeout: float, sample_s: float) ->
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the runs without an error: ``wall_s``, ``cpu_s`` and each ``memory`` peak; ``runs`` kept."""
     ok = [r for r in runs if "error" not in r]
-    out: dict[str, Any] = {"n_runs": len(runs), "n_ok": len(ok), "errors": [r["error"] for r in runs if "error" in r],
-                           "runs": runs}
+    out: dict[str, Any] = {
+        "n_runs": len(runs),
+        "n_ok": len(ok),
+        "errors": [r["error"] for r in runs if "error" in r],
+        "runs": runs,
+    }
     for k in ("wall_s", "cpu_s", "peak_rss"):
         vals = [r[k] for r in ok if r.get(k) is not None]
         out[k] = statistics.median(vals) if vals else None
@@ -424,21 +475,45 @@ def _ratio(a, b) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _line(n: int, what: str, figures: str, value: float | None, bound: float, at_most: bool,
-          spec: str, missing: str | None = None, note: str = "", unit: str = "x") -> dict[str, Any]:
+def _line(
+    n: int,
+    what: str,
+    figures: str,
+    value: float | None,
+    bound: float,
+    at_most: bool,
+    spec: str,
+    missing: str | None = None,
+    note: str = "",
+    unit: str = "x",
+) -> dict[str, Any]:
     """One target line: ``target N: what: figures = value (target <= bound): ok|MISSED [note]``, or
     ``n/a (missing)`` when ``value`` is None."""
     if value is None:
-        return {"target": n, "what": what, "status": "n/a", "value": None, "bound": bound,
-                "text": f"target {n}: {what}: n/a ({missing or 'not measured'})"}
+        return {
+            "target": n,
+            "what": what,
+            "status": "n/a",
+            "value": None,
+            "bound": bound,
+            "text": f"target {n}: {what}: n/a ({missing or 'not measured'})",
+        }
     ok = value <= bound if at_most else value >= bound
     rel = "<=" if at_most else ">="
     status = "ok" if ok else "MISSED"
     sep = " " if unit == "s" else ""
-    text = (f"target {n}: {what}: {figures} = {format(value, spec)}{sep}{unit} "
-            f"(target {rel} {format(bound, spec)}{sep}{unit}): {status}")
-    return {"target": n, "what": what, "status": status, "value": value, "bound": bound,
-            "text": text + (f" [{note}]" if note else "")}
+    text = (
+        f"target {n}: {what}: {figures} = {format(value, spec)}{sep}{unit} "
+        f"(target {rel} {format(bound, spec)}{sep}{unit}): {status}"
+    )
+    return {
+        "target": n,
+        "what": what,
+        "status": status,
+        "value": value,
+        "bound": bound,
+        "text": text + (f" [{note}]" if note else ""),
+    }
 
 
 def _s(x) -> str:
@@ -451,8 +526,10 @@ def _mb(n_bytes: int) -> str:
 
 def _fleet_label(f: dict[str, Any]) -> str:
     jobs, files = f["n_jobs"], f["n_files"]
-    return (f"{f['name']} ({jobs} job{'s' if jobs != 1 else ''}, {files} file{'s' if files != 1 else ''}, "
-            f"{_mb(f['json_bytes'])} MB JSON)")
+    return (
+        f"{f['name']} ({jobs} job{'s' if jobs != 1 else ''}, {files} file{'s' if files != 1 else ''}, "
+        f"{_mb(f['json_bytes'])} MB JSON)"
+    )
 
 
 def _why(*medians: dict[str, Any], default: str = "not measured") -> str:
@@ -478,12 +555,23 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
         if not f:
             return _line(n, f"fleet {k}", "", None, bound, True, ".2f", f"fleet {k} not run")
         hta, run, no_ml = f.get("hta") or {}, run_of(f), run_of(f, "run_no_mlflow")
-        note = ("" if k != "3" or f["json_bytes"] >= GB else
-                f"smoke size: {f['json_bytes'] / GB:.3f} GB, the target is for >= 1 GB")
-        return _line(n, _fleet_label(f), f"tracelake run {_s(run.get('wall_s'))} (--no-mlflow "
-                     f"{_s(no_ml.get('wall_s'))}) vs HTA loop {_s(hta.get('wall_s'))}",
-                     _ratio(run.get("wall_s"), hta.get("wall_s")), bound, True, ".2f",
-                     res.get("hta_skipped") or _why(hta, run), note)
+        note = (
+            ""
+            if k != "3" or f["json_bytes"] >= GB
+            else f"smoke size: {f['json_bytes'] / GB:.3f} GB, the target is for >= 1 GB"
+        )
+        return _line(
+            n,
+            _fleet_label(f),
+            f"tracelake run {_s(run.get('wall_s'))} (--no-mlflow "
+            f"{_s(no_ml.get('wall_s'))}) vs HTA loop {_s(hta.get('wall_s'))}",
+            _ratio(run.get("wall_s"), hta.get("wall_s")),
+            bound,
+            True,
+            ".2f",
+            res.get("hta_skipped") or _why(hta, run),
+            note,
+        )
 
     out.append(vs_hta(1, "3", TARGET_VS_HTA_BIG))
     out += [vs_hta(2, k, TARGET_VS_HTA_CORPUS) for k in ("1", "2")]
@@ -499,43 +587,97 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             return (a - b) / d_mb if a is not None and b is not None and d_mb > 0 else None
 
         e2e, parse = marginal(*runs), marginal(*parses)
-        figs = (f"tracelake run {e2e:.4f} CPU s/MB vs parse-only {parse:.4f} CPU s/MB"
-                if e2e is not None and parse is not None else "")
+        figs = (
+            f"tracelake run {e2e:.4f} CPU s/MB vs parse-only {parse:.4f} CPU s/MB"
+            if e2e is not None and parse is not None
+            else ""
+        )
         ratio = e2e / parse if e2e is not None and parse is not None and parse > 0 else None
-        out.append(_line(3, f"marginal CPU per MB, fleet 3 at {_mb(half['json_bytes'])} -> "
-                         f"{_mb(f3['json_bytes'])} MB JSON", figs, ratio, TARGET_MARGINAL_VS_PARSE, True, ".2f",
-                         _why(*runs, *parses, default="parse-only CPU did not grow with the fleet")))
+        out.append(
+            _line(
+                3,
+                f"marginal CPU per MB, fleet 3 at {_mb(half['json_bytes'])} -> {_mb(f3['json_bytes'])} MB JSON",
+                figs,
+                ratio,
+                TARGET_MARGINAL_VS_PARSE,
+                True,
+                ".2f",
+                _why(*runs, *parses, default="parse-only CPU did not grow with the fleet"),
+            )
+        )
     else:
         out.append(_line(3, "marginal CPU per MB", "", None, TARGET_MARGINAL_VS_PARSE, True, ".2f", "fleet 3 not run"))
     tiny = res.get("tiny")
     if tiny:
         r = run_of(tiny)
-        out.append(_line(4, f"fixed cost, tiny landing zone ({tiny['jobs'][0]}, {_mb(tiny['json_bytes'])} MB JSON)",
-                         "tracelake run wall, JVM start included", r.get("wall_s"), TARGET_TINY_S, True, ".1f",
-                         _why(r), unit="s"))
+        out.append(
+            _line(
+                4,
+                f"fixed cost, tiny landing zone ({tiny['jobs'][0]}, {_mb(tiny['json_bytes'])} MB JSON)",
+                "tracelake run wall, JVM start included",
+                r.get("wall_s"),
+                TARGET_TINY_S,
+                True,
+                ".1f",
+                _why(r),
+                unit="s",
+            )
+        )
     else:
         out.append(_line(4, "fixed cost, tiny landing zone", "", None, TARGET_TINY_S, True, ".1f", "--skip-tiny"))
     if f3 and 1 in cores and 2 in cores:
         r1, r2 = run_of(f3, c=1), run_of(f3, c=2)
-        out.append(_line(5, f"scaling 1 -> 2 cores, {_fleet_label(f3)}",
-                         f"tracelake run {_s(r1.get('wall_s'))} on 1 core vs {_s(r2.get('wall_s'))} on 2 cores",
-                         _ratio(r1.get("wall_s"), r2.get("wall_s")), TARGET_SCALING, False, ".2f", _why(r1, r2)))
+        out.append(
+            _line(
+                5,
+                f"scaling 1 -> 2 cores, {_fleet_label(f3)}",
+                f"tracelake run {_s(r1.get('wall_s'))} on 1 core vs {_s(r2.get('wall_s'))} on 2 cores",
+                _ratio(r1.get("wall_s"), r2.get("wall_s")),
+                TARGET_SCALING,
+                False,
+                ".2f",
+                _why(r1, r2),
+            )
+        )
     else:
-        out.append(_line(5, "scaling 1 -> 2 cores, fleet 3", "", None, TARGET_SCALING, False, ".2f",
-                         "fleet 3 not run" if not f3 else "--cores must include 1 and 2"))
+        out.append(
+            _line(
+                5,
+                "scaling 1 -> 2 cores, fleet 3",
+                "",
+                None,
+                TARGET_SCALING,
+                False,
+                ".2f",
+                "fleet 3 not run" if not f3 else "--cores must include 1 and 2",
+            )
+        )
     if f3 and half:
         runs = (run_of(f3), run_of(half))
         m_full, m_half = ((r.get("memory") or {}).get("executor") for r in runs)
         grow = f3["json_bytes"] / half["json_bytes"] if half["json_bytes"] else float("nan")
-        figs = (f"executor peak {m_full / MB:,.0f} MB vs {m_half / MB:,.0f} MB at the half size "
-                f"(input x{grow:.2f})" if m_full and m_half else "")
-        what = ("JVM + Python workers" if (runs[0].get("memory") or {}).get("jvm") else "local worker process")
-        out.append(_line(6, f"memory per executor ({what}, {top} CPUs), {f3['name']}", figs,
-                         _ratio(m_full, m_half), TARGET_MEMORY_FLAT, True, ".2f",
-                         _why(*runs, default="no memory sample")))
+        figs = (
+            f"executor peak {m_full / MB:,.0f} MB vs {m_half / MB:,.0f} MB at the half size (input x{grow:.2f})"
+            if m_full and m_half
+            else ""
+        )
+        what = "JVM + Python workers" if (runs[0].get("memory") or {}).get("jvm") else "local worker process"
+        out.append(
+            _line(
+                6,
+                f"memory per executor ({what}, {top} CPUs), {f3['name']}",
+                figs,
+                _ratio(m_full, m_half),
+                TARGET_MEMORY_FLAT,
+                True,
+                ".2f",
+                _why(*runs, default="no memory sample"),
+            )
+        )
     else:
-        out.append(_line(6, "memory per executor, fleet 3", "", None, TARGET_MEMORY_FLAT, True, ".2f",
-                         "fleet 3 not run"))
+        out.append(
+            _line(6, "memory per executor, fleet 3", "", None, TARGET_MEMORY_FLAT, True, ".2f", "fleet 3 not run")
+        )
     return out
 
 
@@ -545,14 +687,19 @@ def print_report(res: dict[str, Any]) -> None:
     print()
     others = ", ".join(str(c) for c in res["cores"] if str(c) != top)
     also = f" (fleet 3's tracelake run also on {others})" if others and "3" in res["fleets"] else ""
-    print(f"medians of {res['repeat']} run(s) on {top} pinned CPU(s){also}; wall s / CPU s of all processes; "
-          "MB = 10^6 bytes of JSON")
-    hdr = (f"{'fleet':15s} {'jobs':>5s} {'files':>5s} {'JSON MB':>9s} {'HTA wall':>9s} {'HTA cpu':>9s} "
-           f"{'run wall':>9s} {'run cpu':>9s} {'nomlf wall':>10s} {'nomlf cpu':>9s} {'run/HTA':>7s}")
+    print(
+        f"medians of {res['repeat']} run(s) on {top} pinned CPU(s){also}; wall s / CPU s of all processes; "
+        "MB = 10^6 bytes of JSON"
+    )
+    hdr = (
+        f"{'fleet':15s} {'jobs':>5s} {'files':>5s} {'JSON MB':>9s} {'HTA wall':>9s} {'HTA cpu':>9s} "
+        f"{'run wall':>9s} {'run cpu':>9s} {'nomlf wall':>10s} {'nomlf cpu':>9s} {'run/HTA':>7s}"
+    )
     print(hdr)
     print("-" * len(hdr))
-    rows = [(k, f) for k, f in res["fleets"].items()] + [("half", res["fleets"]["3"]["half"])
-                                                         if "3" in res["fleets"] else (None, None)]
+    rows = [(k, f) for k, f in res["fleets"].items()] + [
+        ("half", res["fleets"]["3"]["half"]) if "3" in res["fleets"] else (None, None)
+    ]
     rows += [("tiny", res["tiny"])] if res.get("tiny") else []
     for _k, f in rows:
         if not f:
@@ -561,27 +708,46 @@ def print_report(res: dict[str, Any]) -> None:
         t = f.get("tracelake") or {}
         r, n = (t.get("run") or {}).get(top, {}), (t.get("run_no_mlflow") or {}).get(top, {})
         ratio = _ratio(r.get("wall_s"), h.get("wall_s"))
-        print(f"{f['name'][:15]:15s} {f['n_jobs']:>5d} {f['n_files']:>5d} {_mb(f['json_bytes']):>9s} "
-              f"{fb._f(h.get('wall_s')):>9s} {fb._f(h.get('cpu_s')):>9s} {fb._f(r.get('wall_s')):>9s} "
-              f"{fb._f(r.get('cpu_s')):>9s} {fb._f(n.get('wall_s')):>10s} {fb._f(n.get('cpu_s')):>9s} "
-              f"{fb._f(ratio, '.2f'):>7s}")
+        print(
+            f"{f['name'][:15]:15s} {f['n_jobs']:>5d} {f['n_files']:>5d} {_mb(f['json_bytes']):>9s} "
+            f"{fb._f(h.get('wall_s')):>9s} {fb._f(h.get('cpu_s')):>9s} {fb._f(r.get('wall_s')):>9s} "
+            f"{fb._f(r.get('cpu_s')):>9s} {fb._f(n.get('wall_s')):>10s} {fb._f(n.get('cpu_s')):>9s} "
+            f"{fb._f(ratio, '.2f'):>7s}"
+        )
         for c, rc in sorted((t.get("run") or {}).items()):
             if c != top:
-                print(f"{'':15s} tracelake run on {c} core(s): wall {fb._f(rc.get('wall_s'))} s, "
-                      f"CPU {fb._f(rc.get('cpu_s'))} s")
+                print(
+                    f"{'':15s} tracelake run on {c} core(s): wall {fb._f(rc.get('wall_s'))} s, "
+                    f"CPU {fb._f(rc.get('cpu_s'))} s"
+                )
         for kind, p in sorted((f.get("parse_only") or {}).items()):
             print(f"{'':15s} parse-only ({kind} size, 1 core): CPU {fb._f(p.get('cpu_s'), '.2f')} s")
-        errs = [e for x in [h] + list((t.get("run") or {}).values()) + list((t.get("run_no_mlflow") or {}).values())
-                for e in x.get("errors", [])]
+        errs = [
+            e
+            for x in [h] + list((t.get("run") or {}).values()) + list((t.get("run_no_mlflow") or {}).values())
+            for e in x.get("errors", [])
+        ]
         if errs:
             print(f"{'':15s} errors: {errs[0]}" + (f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""))
-        short = [run for kind in t.values() for med in kind.values() for run in med.get("runs", [])
-                 if run.get("captures") is not None and run.get("ingested") != run["captures"]]
+        short = [
+            run
+            for kind in t.values()
+            for med in kind.values()
+            for run in med.get("runs", [])
+            if run.get("captures") is not None and run.get("ingested") != run["captures"]
+        ]
         if short:
-            print(f"{'':15s} {len(short)} tracelake run(s) did not ingest every capture "
-                  f"({short[0]['ingested']} of {short[0]['captures']})")
-        hta_errs = sorted({a.split(" rank")[0] for v in (h.get("runs") or [{}])[0].get("jobs", {}).values()
-                           for a in (v.get("errors") or {})})
+            print(
+                f"{'':15s} {len(short)} tracelake run(s) did not ingest every capture "
+                f"({short[0]['ingested']} of {short[0]['captures']})"
+            )
+        hta_errs = sorted(
+            {
+                a.split(" rank")[0]
+                for v in (h.get("runs") or [{}])[0].get("jobs", {}).values()
+                for a in (v.get("errors") or {})
+            }
+        )
         if hta_errs:
             print(f"{'':15s} HTA analyses that raised on some job: {', '.join(hta_errs)}")
     print()
@@ -592,8 +758,9 @@ def print_report(res: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _measure_fleet(f: BenchFleet, a: argparse.Namespace, work: str, cores: list[int], hta: bool,
-                   no_mlflow: bool) -> dict[str, Any]:
+def _measure_fleet(
+    f: BenchFleet, a: argparse.Namespace, work: str, cores: list[int], hta: bool, no_mlflow: bool
+) -> dict[str, Any]:
     """The interleaved repeats of one fleet: the HTA loop (``hta``), ``tracelake run`` on each of ``cores``
     and ``--no-mlflow`` (``no_mlflow``) on the largest; HTA and the comparisons on ``max(cores)``."""
     top = max(cores)
@@ -602,12 +769,17 @@ def _measure_fleet(f: BenchFleet, a: argparse.Namespace, work: str, cores: list[
         plan.append(("hta", lambda: hta_loop(f, a.hta_python, top, a.timeout, a.sample_s, work)))
     plan.append((f"run/{top}", lambda: tracelake_run(f.landing, work, top, True, a.timeout, a.sample_s, a.executor)))
     if no_mlflow:
-        plan.append((f"run_no_mlflow/{top}", lambda: tracelake_run(f.landing, work, top, False, a.timeout,
-                                                                     a.sample_s, a.executor)))
+        plan.append(
+            (
+                f"run_no_mlflow/{top}",
+                lambda: tracelake_run(f.landing, work, top, False, a.timeout, a.sample_s, a.executor),
+            )
+        )
     for c in cores:
         if c != top:
-            plan.append((f"run/{c}", lambda c=c: tracelake_run(f.landing, work, c, True, a.timeout, a.sample_s,
-                                                               a.executor)))
+            plan.append(
+                (f"run/{c}", lambda c=c: tracelake_run(f.landing, work, c, True, a.timeout, a.sample_s, a.executor))
+            )
     runs: dict[str, list[dict]] = {k: [] for k, _ in plan}
     for i in range(a.repeat):
         for k, fn in plan:
@@ -629,23 +801,42 @@ def _measure_fleet(f: BenchFleet, a: argparse.Namespace, work: str, cores: list[
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fleets", default="1,2,3", help="which fleets, comma separated (default 1,2,3)")
-    ap.add_argument("--repeat", type=int, help="fresh-process runs per measurement, median reported (default 3; "
-                                               "--quick: 1)")
+    ap.add_argument(
+        "--repeat", type=int, help="fresh-process runs per measurement, median reported (default 3; --quick: 1)"
+    )
     ap.add_argument("--synthetic-gb", type=float, default=1.0, help="fleet 3 JSON size, GB = 10^9 bytes (default 1.0)")
-    ap.add_argument("--steps", type=int, default=fb.GENERATOR_DEFAULTS["steps"],
-                    help="ProfilerSteps per synthetic DLRM trace (default 3)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=fb.GENERATOR_DEFAULTS["steps"],
+        help="ProfilerSteps per synthetic DLRM trace (default 3)",
+    )
     ap.add_argument("--seed", type=int, default=fb.GENERATOR_DEFAULTS["seed"])
-    ap.add_argument("--cores", default="1,2", help="core counts (default 1,2): comparisons on the largest; fleet 3's "
-                                                   "tracelake run also on the others (target 5)")
-    ap.add_argument("--hta-python", default=os.path.join(REPO_ROOT, ".hta-venv", "bin", "python"),
-                    help="the HTA venv's python (default <repo>/.hta-venv/bin/python; HTA is skipped with a "
-                         "message when it is missing)")
+    ap.add_argument(
+        "--cores",
+        default="1,2",
+        help="core counts (default 1,2): comparisons on the largest; fleet 3's "
+        "tracelake run also on the others (target 5)",
+    )
+    ap.add_argument(
+        "--hta-python",
+        default=os.path.join(REPO_ROOT, ".hta-venv", "bin", "python"),
+        help="the HTA venv's python (default <repo>/.hta-venv/bin/python; HTA is skipped with a "
+        "message when it is missing)",
+    )
     ap.add_argument("--corpus-root", default=os.path.join(REPO_ROOT, "..", "shared", "corpus"))
-    ap.add_argument("--golden", default=os.path.join(REPO_ROOT, "tests", "golden", "hta_0_5_0.json"),
-                    help="HTA's golden record: which corpus jobs HTA loads")
+    ap.add_argument(
+        "--golden",
+        default=os.path.join(REPO_ROOT, "tests", "golden", "hta_0_5_0.json"),
+        help="HTA's golden record: which corpus jobs HTA loads",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny fleets, --repeat 1")
-    ap.add_argument("--executor", choices=("local", "spark"), default="local",
-                    help="tracelake run's executor (default local, as `tracelake run`; spark: --master local[N])")
+    ap.add_argument(
+        "--executor",
+        choices=("local", "spark"),
+        default="local",
+        help="tracelake run's executor (default local, as `tracelake run`; spark: --master local[N])",
+    )
     ap.add_argument("--skip-tiny", action="store_true", help="no tiny-landing-zone run (target 4)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="per child process, seconds")
     ap.add_argument("--sample-s", type=float, default=0.2, help="memory sampling period, seconds")
@@ -693,9 +884,14 @@ def main(argv: list[str] | None = None) -> int:
 
     work = a.workdir or tempfile.mkdtemp(prefix="bench-fleet_vs_hta-")
     os.makedirs(work, exist_ok=True)
-    res: dict[str, Any] = {"args": {k: v for k, v in vars(a).items() if k not in ("hta_job", "parse_list")},
-                           "cores": cores, "repeat": a.repeat, "cpu_count": os.cpu_count(), "fleets": {},
-                           "hta_skipped": hta_skipped}
+    res: dict[str, Any] = {
+        "args": {k: v for k, v in vars(a).items() if k not in ("hta_job", "parse_list")},
+        "cores": cores,
+        "repeat": a.repeat,
+        "cpu_count": os.cpu_count(),
+        "fleets": {},
+        "hta_skipped": hta_skipped,
+    }
     failed = False
     try:
         selected = {1: fleet1, 2: fleet2}
@@ -705,15 +901,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"building fleet 3 ({size}) in {work} ...", flush=True)
                 t = time.perf_counter()
                 big, half = build_synthetic(work, corpus_root, a.synthetic_gb, a.steps, a.seed, a.quick, print)
-                print(f"built in {time.perf_counter() - t:.0f} s: {big.n_files} files, {big.json_bytes / MB:,.1f} MB "
-                      f"JSON; half: {half.n_files} files, {half.json_bytes / MB:,.1f} MB", flush=True)
+                print(
+                    f"built in {time.perf_counter() - t:.0f} s: {big.n_files} files, {big.json_bytes / MB:,.1f} MB "
+                    f"JSON; half: {half.n_files} files, {half.json_bytes / MB:,.1f} MB",
+                    flush=True,
+                )
                 out = _measure_fleet(big, a, work, cores, hta, no_mlflow=True)
                 out["half"] = _measure_fleet(half, a, work, [max(cores)], False, no_mlflow=False)
                 out["parse_only"] = {}
                 for kind, f in (("full", big), ("half", half)):
                     print(f"{f.name}: parse-only ...", flush=True)
-                    out["parse_only"][kind] = median_of([parse_only(f, work, a.timeout, a.sample_s)
-                                                         for _ in range(a.repeat)])
+                    out["parse_only"][kind] = median_of(
+                        [parse_only(f, work, a.timeout, a.sample_s) for _ in range(a.repeat)]
+                    )
             else:
                 f = corpus_fleet(f"fleet {n}", selected[n], jobs, json_bytes, corpus_root, work)
                 out = _measure_fleet(f, a, work, [max(cores)], hta, no_mlflow=True)

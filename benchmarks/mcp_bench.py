@@ -39,11 +39,23 @@ TARGET_P50_MS, TARGET_SQL_P50_MS = 300.0, 2000.0
 def calls(dlrm: str, other: str) -> list[tuple[str, dict]]:
     """The (tool, arguments) measured: one question per tool, on the DLRM job where it takes one."""
     return [
-        ("list_jobs", {}), ("job_summary", {"job_id": dlrm}), ("findings", {"job_id": dlrm}), ("findings", {}),
-        ("critical_path", {"job_id": dlrm}), ("collectives", {"job_id": dlrm}), ("kernels", {"job_id": dlrm, "top": 20}),
-        ("compare", {"a": dlrm, "b": other}), ("regressions", {}), ("fleet_stats", {"dimension": "hardware"}),
-        ("sql", {"query": "SELECT job_id, count(*) AS n_steps, percentile(step_time_ns, 0.5) AS p50_ns "
-                          "FROM steps GROUP BY job_id ORDER BY n_steps DESC"}),
+        ("list_jobs", {}),
+        ("job_summary", {"job_id": dlrm}),
+        ("findings", {"job_id": dlrm}),
+        ("findings", {}),
+        ("critical_path", {"job_id": dlrm}),
+        ("collectives", {"job_id": dlrm}),
+        ("kernels", {"job_id": dlrm, "top": 20}),
+        ("compare", {"a": dlrm, "b": other}),
+        ("regressions", {}),
+        ("fleet_stats", {"dimension": "hardware"}),
+        (
+            "sql",
+            {
+                "query": "SELECT job_id, count(*) AS n_steps, percentile(step_time_ns, 0.5) AS p50_ns "
+                "FROM steps GROUP BY job_id ORDER BY n_steps DESC"
+            },
+        ),
     ]
 
 
@@ -52,8 +64,9 @@ async def measure(warehouse: str, repeat: int) -> dict:
     from mcp.client.stdio import StdioServerParameters
 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "jobs.cli", "mcp", "--warehouse", warehouse],
-                                   env=env, cwd=REPO_ROOT)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "jobs.cli", "mcp", "--warehouse", warehouse], env=env, cwd=REPO_ROOT
+    )
     t0 = time.perf_counter()
     async with Client(params, read_timeout_seconds=300) as client:
         connect_s = time.perf_counter() - t0
@@ -78,8 +91,12 @@ async def measure(warehouse: str, repeat: int) -> dict:
                 times.append((time.perf_counter() - t) * 1e3)
                 assert not r.is_error, r.content[0].text
             q = statistics.quantiles(times, n=20, method="inclusive") if len(times) > 1 else times * 19
-            out[label] = {"p50_ms": statistics.median(times), "p95_ms": q[18], "first_ms": warm_ms,
-                          "chars": len(r.content[0].text)}
+            out[label] = {
+                "p50_ms": statistics.median(times),
+                "p95_ms": q[18],
+                "first_ms": warm_ms,
+                "chars": len(r.content[0].text),
+            }
     return {"connect_s": connect_s, "spark_wait_s": spark_s, "tools": out, "dlrm": dlrm}
 
 
@@ -95,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.mkdtemp(prefix="mcp-bench-")
         wh = os.path.join(tmp, "wh")
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "jobs.cli", "run", "--raw", CORPUS, "--warehouse", wh, "--no-mlflow"],
-                       cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "run", "--raw", CORPUS, "--warehouse", wh, "--no-mlflow"],
+            cwd=REPO_ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         print(f"corpus warehouse built in {time.perf_counter() - t:.1f} s: {wh}")
     try:
         res = asyncio.run(measure(wh, a.repeat))
@@ -106,14 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     if "error" in res:
         print("FAILED:", res["error"])
         return 1
-    print(f"server started and initialized in {res['connect_s']:.2f} s; its Spark session (sql) ready "
-          f"{res['spark_wait_s']:.1f} s later; then {a.repeat} calls per tool after one warm-up call each")
+    print(
+        f"server started and initialized in {res['connect_s']:.2f} s; its Spark session (sql) ready "
+        f"{res['spark_wait_s']:.1f} s later; then {a.repeat} calls per tool after one warm-up call each"
+    )
     print(f"{'tool':<16} {'p50 ms':>8} {'p95 ms':>8} {'first ms':>9} {'chars':>7}  target")
     for name, r in res["tools"].items():
         limit = TARGET_SQL_P50_MS if name == "sql" else TARGET_P50_MS
         verdict = "ok" if r["p50_ms"] < limit else "MISSED"
-        print(f"{name:<16} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f} {r['first_ms']:9.1f} {r['chars']:7d}  "
-              f"p50 < {limit:g} ms: {verdict}")
+        print(
+            f"{name:<16} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f} {r['first_ms']:9.1f} {r['chars']:7d}  "
+            f"p50 < {limit:g} ms: {verdict}"
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -104,9 +104,14 @@ def child_ours(path: str, uri: str) -> dict[str, Any]:
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     peak = _peak_kb()
     events = getattr(parsed, "events", None)
-    return {"wall_s": wall, "cpu_s": cpu, "base_kb": base, "peak_kb": peak,
-            "rows": getattr(events, "num_rows", None),
-            "result_bytes": getattr(events, "nbytes", None)}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "base_kb": base,
+        "peak_kb": peak,
+        "rows": getattr(events, "num_rows", None),
+        "result_bytes": getattr(events, "nbytes", None),
+    }
 
 
 def child_hta(path: str) -> dict[str, Any]:
@@ -164,9 +169,17 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"error": runs[-1]["error"] if runs else "not run"}
     best = min(ok, key=lambda r: r["wall_s"])
     growth = max((r["peak_kb"] - r["base_kb"]) * 1024 for r in ok)
-    return {"wall_s": best["wall_s"], "cpu_s": best.get("cpu_s"), "walls_s": [round(r["wall_s"], 3) for r in ok],
-            "base_mb": best["base_kb"] * 1024 / MB, "peak_mb": max(r["peak_kb"] for r in ok) * 1024 / MB,
-            "growth_bytes": growth, "rows": best.get("rows"), "n_ok": len(ok), "n_runs": len(runs)}
+    return {
+        "wall_s": best["wall_s"],
+        "cpu_s": best.get("cpu_s"),
+        "walls_s": [round(r["wall_s"], 3) for r in ok],
+        "base_mb": best["base_kb"] * 1024 / MB,
+        "peak_mb": max(r["peak_kb"] for r in ok) * 1024 / MB,
+        "growth_bytes": growth,
+        "rows": best.get("rows"),
+        "n_ok": len(ok),
+        "n_runs": len(runs),
+    }
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -216,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         print("nothing to measure")
         return 2
 
-    results: dict[str, Any] = {"machine": {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]},
-                               "repeat": a.repeat, "traces": {}}
+    results: dict[str, Any] = {
+        "machine": {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]},
+        "repeat": a.repeat,
+        "traces": {},
+    }
     for key in a.trace or DEFAULT_TRACES:
         path = os.path.join(a.corpus_root, key)
         if not os.path.exists(path):
@@ -242,10 +258,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # table
     print()
-    print(f"best of {a.repeat} fresh processes; MB = 1e6 bytes; MB/s = JSON bytes / wall s; "
-          f"cpu s > wall s would mean more than one core; RSS+ = peak - RSS before the call (max over runs)")
-    hdr = (f"{'trace':34s} {'impl':4s} {'gz MB':>6s} {'JSON MB':>7s} {'wall s':>7s} {'MB/s':>7s} "
-           f"{'cpu s':>6s} {'rows':>8s} {'base MB':>7s} {'peak MB':>7s} {'RSS+ MB':>7s} {'RSS/raw':>7s}")
+    print(
+        f"best of {a.repeat} fresh processes; MB = 1e6 bytes; MB/s = JSON bytes / wall s; "
+        f"cpu s > wall s would mean more than one core; RSS+ = peak - RSS before the call (max over runs)"
+    )
+    hdr = (
+        f"{'trace':34s} {'impl':4s} {'gz MB':>6s} {'JSON MB':>7s} {'wall s':>7s} {'MB/s':>7s} "
+        f"{'cpu s':>6s} {'rows':>8s} {'base MB':>7s} {'peak MB':>7s} {'RSS+ MB':>7s} {'RSS/raw':>7s}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for key, tr in results["traces"].items():
@@ -255,27 +275,34 @@ def main(argv: list[str] | None = None) -> int:
             if "error" in b:
                 print(f"{name:34s} {impl:4s} ERROR {b['error']}")
                 continue
-            print(f"{name:34s} {impl:4s} {tr['raw_bytes'] / MB:6.1f} {tr['json_bytes'] / MB:7.1f} "
-                  f"{b['wall_s']:7.2f} {b['mb_per_s']:7.1f} {_fmt(b['cpu_s'], '.2f'):>6s} {_fmt(b['rows'], 'd'):>8s} "
-                  f"{b['base_mb']:7.0f} "
-                  f"{b['peak_mb']:7.0f} {b['growth_bytes'] / MB:7.0f} {b['rss_over_json']:7.2f}")
+            print(
+                f"{name:34s} {impl:4s} {tr['raw_bytes'] / MB:6.1f} {tr['json_bytes'] / MB:7.1f} "
+                f"{b['wall_s']:7.2f} {b['mb_per_s']:7.1f} {_fmt(b['cpu_s'], '.2f'):>6s} {_fmt(b['rows'], 'd'):>8s} "
+                f"{b['base_mb']:7.0f} "
+                f"{b['peak_mb']:7.0f} {b['growth_bytes'] / MB:7.0f} {b['rss_over_json']:7.2f}"
+            )
     if any(i == "ours" for i, _ in impls):
         print()
-        print(f"ours vs targets: throughput >= {TARGET_SPEEDUP:g}x HTA, RSS growth <= "
-              f"{TARGET_RSS_RATIO:g}x uncompressed JSON")
+        print(
+            f"ours vs targets: throughput >= {TARGET_SPEEDUP:g}x HTA, RSS growth <= "
+            f"{TARGET_RSS_RATIO:g}x uncompressed JSON"
+        )
         for key, tr in results["traces"].items():
             o, h = tr.get("ours", {}), tr.get("hta", {})
             if "error" in o or not o:
                 continue
             line = f"  {os.path.basename(key)[:34]:34s} RSS/raw {o['rss_over_json']:.2f} " + (
-                "ok" if o["rss_over_json"] <= TARGET_RSS_RATIO else "MISSED")
+                "ok" if o["rss_over_json"] <= TARGET_RSS_RATIO else "MISSED"
+            )
             if h and "error" not in h:
                 speed = o["mb_per_s"] / h["mb_per_s"]
                 rss = o["growth_bytes"] / h["growth_bytes"] if h["growth_bytes"] > 0 else float("nan")
                 tr["ours_over_hta"] = {"throughput": speed, "rss_growth": rss}
-                line += (f"; throughput ours/HTA {speed:.1f}x "
-                         + ("ok" if speed >= TARGET_SPEEDUP else "MISSED")
-                         + f"; RSS growth ours/HTA {rss:.2f}")
+                line += (
+                    f"; throughput ours/HTA {speed:.1f}x "
+                    + ("ok" if speed >= TARGET_SPEEDUP else "MISSED")
+                    + f"; RSS growth ours/HTA {rss:.2f}"
+                )
             print(line)
     if a.json:
         with open(a.json, "w") as f:

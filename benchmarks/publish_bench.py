@@ -60,17 +60,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile breakdown (adds overhead)")
     ap.add_argument("--top", type=int, default=15, help="functions by own time with --profile")
     ap.add_argument("--json", help="also write the numbers here")
-    ap.add_argument("--tracking-uri", help="MLflow store to publish to (default: a new sqlite store in a temp "
-                    "folder, removed after); e.g. to compare what two versions log")
+    ap.add_argument(
+        "--tracking-uri",
+        help="MLflow store to publish to (default: a new sqlite store in a temp "
+        "folder, removed after); e.g. to compare what two versions log",
+    )
     a = ap.parse_args(argv)
     sys.path.insert(0, REPO_ROOT)
 
     t0 = time.perf_counter()
-    from jobs.publish.job_runs import publish_jobs
     import matplotlib.figure  # noqa: F401  (timed here: the cost of a fresh process)
     import mlflow.tracking  # noqa: F401
+
     from jobs.pipeline.record import read_record
     from jobs.pipeline.stages import RunSettings, jobs_record, validation
+    from jobs.publish.job_runs import publish_jobs
+
     imports_s = time.perf_counter() - t0
 
     try:
@@ -91,18 +96,27 @@ def main(argv: list[str] | None = None) -> int:
             prof.disable()
         wall, cpu = time.perf_counter() - w0, _cpu_s() - c0
 
-    out = {"n_jobs": len(job_ids), "n_runs": len(runs), "imports_s": round(imports_s, 2),
-           "publish_wall_s": round(wall, 2), "publish_cpu_s": round(cpu, 2),
-           "cores": len(os.sched_getaffinity(0))}
-    print(f"publish_jobs: {len(job_ids)} jobs, {len(runs)} runs: wall {wall:.2f} s, CPU {cpu:.2f} s "
-          f"(this process + children); imports before the call {imports_s:.2f} s; {out['cores']} cores")
+    out = {
+        "n_jobs": len(job_ids),
+        "n_runs": len(runs),
+        "imports_s": round(imports_s, 2),
+        "publish_wall_s": round(wall, 2),
+        "publish_cpu_s": round(cpu, 2),
+        "cores": len(os.sched_getaffinity(0)),
+    }
+    print(
+        f"publish_jobs: {len(job_ids)} jobs, {len(runs)} runs: wall {wall:.2f} s, CPU {cpu:.2f} s "
+        f"(this process + children); imports before the call {imports_s:.2f} s; {out['cores']} cores"
+    )
     if prof:
         st = pstats.Stats(prof)
-        parts = {"mlflow_client_setup_s": _cum(st, "mlflow/tracking/client.py", "__init__"),
-                 "report_render_s": _cum(st, "jobs/publish/report/html.py", "render_job_report"),
-                 "savefig_s": _cum(st, "matplotlib/figure.py", "savefig"),
-                 "layout_s": _cum(st, "matplotlib/layout_engine.py", "execute"),
-                 "total_profiled_s": st.total_tt}
+        parts = {
+            "mlflow_client_setup_s": _cum(st, "mlflow/tracking/client.py", "__init__"),
+            "report_render_s": _cum(st, "jobs/publish/report/html.py", "render_job_report"),
+            "savefig_s": _cum(st, "matplotlib/figure.py", "savefig"),
+            "layout_s": _cum(st, "matplotlib/layout_engine.py", "execute"),
+            "total_profiled_s": st.total_tt,
+        }
         parts["rest_s"] = parts["total_profiled_s"] - parts["mlflow_client_setup_s"] - parts["report_render_s"]
         out.update({k: round(v, 2) for k, v in parts.items()})
         print("profiled (cProfile, cumulative s): " + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in parts.items()))

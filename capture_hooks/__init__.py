@@ -23,7 +23,9 @@ Environment (see ``capture_hooks.config``): ``TRACELAKE_SINK``, ``TRACELAKE_JOB_
 """
 
 from capture_hooks.identity import Identity, LaunchInfo, detect_identity, launch_info_from_env
+from capture_hooks.integrations import hf_callback, lightning_callback
 from capture_hooks.manifest import SCHEMA_VERSION, build_manifest, encode_manifest, file_entry
+from capture_hooks.neuron import prepare_runtime_env as prepare_neuron_env
 from capture_hooks.sink import (
     CaptureUpload,
     LandingZoneSink,
@@ -31,8 +33,6 @@ from capture_hooks.sink import (
     make_path_safe,
     validate_path_component,
 )
-from capture_hooks.integrations import hf_callback, lightning_callback
-from capture_hooks.neuron import prepare_runtime_env as prepare_neuron_env
 from capture_hooks.spool import Spool
 from capture_hooks.torch_profiler import TRACE_NAME, TraceCapture, parse_tags
 from capture_hooks.upload import BackgroundUploader, drain_spool

@@ -24,7 +24,8 @@ S3 credentials and endpoint come from the usual ``AWS_*`` variables (s3fs / boto
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["SCHEDULE_KEYS", "env_bool", "env_bytes", "parse_schedule", "parse_storage_options"]
 

@@ -32,9 +32,13 @@ _CHUNK = 1 << 20
 
 def _gzip_file(src: str, dest: str) -> None:
     tmp = f"{dest}.part"
-    with open(src, "rb") as fin, open(tmp, "wb") as raw, gzip.GzipFile(
-        filename=os.path.basename(src), mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0
-    ) as fout:
+    with (
+        open(src, "rb") as fin,
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(
+            filename=os.path.basename(src), mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0
+        ) as fout,
+    ):
         shutil.copyfileobj(fin, fout, _CHUNK)
     os.replace(tmp, dest)
     os.remove(src)
@@ -60,8 +64,9 @@ def finalize_entry(entry: str, *, convert_neuron: bool = True, conversion_timeou
         listed = json.loads(manifest_bytes)["files"]
         for e in listed:
             check_capture_file_name(e["path"])
-        return CaptureUpload(relative_dir, tuple((os.path.join(entry, *e["path"].split("/")), e["path"]) for e in listed),
-                             manifest_bytes)
+        return CaptureUpload(
+            relative_dir, tuple((os.path.join(entry, *e["path"].split("/")), e["path"]) for e in listed), manifest_bytes
+        )
 
     named: list[tuple[str, str]] = []
     for spec in meta.get("files", []):
@@ -81,7 +86,9 @@ def finalize_entry(entry: str, *, convert_neuron: bool = True, conversion_timeou
     neuron = meta.get("neuron")
     if neuron is not None:
         files, info, needs_conversion = materialize(
-            neuron.get("sources", []), entry, convert=convert_neuron and neuron.get("convert", True),
+            neuron.get("sources", []),
+            entry,
+            convert=convert_neuron and neuron.get("convert", True),
             timeout_s=conversion_timeout_s,
         )
         named.extend(files)

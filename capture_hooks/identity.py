@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = ["Identity", "LaunchInfo", "launch_info_from_env", "detect_identity"]
 
@@ -112,9 +112,7 @@ def launch_info_from_env(env: Mapping[str, str]) -> LaunchInfo:
         world_size = _int(env, size_var)
         assert world_size is not None
         if world_size < 1 or rank >= world_size:
-            raise ValueError(
-                f"inconsistent {launcher} environment: {rank_var}={rank} with {size_var}={world_size}"
-            )
+            raise ValueError(f"inconsistent {launcher} environment: {rank_var}={rank} with {size_var}={world_size}")
         attempt = _int(env, attempt_var) if attempt_var else None
         if attempt is None and launcher == "torchrun":
             attempt = _int(env, "SLURM_RESTART_COUNT")

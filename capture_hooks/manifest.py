@@ -11,7 +11,8 @@ import datetime as _dt
 import hashlib
 import json
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from capture_hooks.identity import Identity
 
@@ -24,13 +25,13 @@ _CHUNK = 1 << 20
 
 def utc_timestamp(time_ns: int) -> str:
     """RFC 3339 UTC timestamp with microseconds, e.g. ``2025-05-01T12:00:00.123456Z``."""
-    moment = _dt.datetime.fromtimestamp(time_ns / 1e9, tz=_dt.timezone.utc)
+    moment = _dt.datetime.fromtimestamp(time_ns / 1e9, tz=_dt.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def utc_date(time_ns: int) -> str:
     """UTC date ``YYYY-MM-DD`` of a ``time.time_ns()`` value (the landing zone ``date=`` partition)."""
-    return _dt.datetime.fromtimestamp(time_ns / 1e9, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
+    return _dt.datetime.fromtimestamp(time_ns / 1e9, tz=_dt.UTC).strftime("%Y-%m-%d")
 
 
 def file_entry(local_path: str, name: str, kind: str) -> dict[str, Any]:

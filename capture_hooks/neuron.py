@@ -32,7 +32,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Any, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 from capture_hooks.sink import make_path_safe
 
@@ -97,8 +98,10 @@ def prepare_runtime_env(
         os.makedirs(env["NEURON_RT_INSPECT_OUTPUT_DIR"], exist_ok=True)
     except OSError:
         logger.debug("tracelake capture: cannot create %s", env["NEURON_RT_INSPECT_OUTPUT_DIR"], exc_info=True)
-    return {k: env[k] for k in ("NEURON_RT_INSPECT_ENABLE", "NEURON_RT_INSPECT_OUTPUT_DIR",
-                                "NEURON_RT_INSPECT_DEVICE_PROFILE")}
+    return {
+        k: env[k]
+        for k in ("NEURON_RT_INSPECT_ENABLE", "NEURON_RT_INSPECT_OUTPUT_DIR", "NEURON_RT_INSPECT_DEVICE_PROFILE")
+    }
 
 
 def _file_state(path: str) -> tuple[int, int] | None:
@@ -189,7 +192,11 @@ def _run(cmd: list[str], cwd: str, timeout_s: float) -> tuple[bool, str, str]:
         return False, "", f"{cmd[0]} could not be run: {exc}"
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout or "")[-_STDERR_TAIL:]
-        return False, proc.stdout or "", f"{os.path.basename(cmd[0])} {' '.join(cmd[1:2])} exited with {proc.returncode}: {tail.strip()}"
+        return (
+            False,
+            proc.stdout or "",
+            f"{os.path.basename(cmd[0])} {' '.join(cmd[1:2])} exited with {proc.returncode}: {tail.strip()}",
+        )
     return True, proc.stdout or "", ""
 
 
@@ -204,7 +211,9 @@ def _json_from_stdout(text: str) -> Any | None:
         return None
 
 
-def _convert(converter: tuple[str, str], raw_dir: str, out_dir: str, timeout_s: float) -> tuple[list[tuple[str, str]], bool, list[str]]:
+def _convert(
+    converter: tuple[str, str], raw_dir: str, out_dir: str, timeout_s: float
+) -> tuple[list[tuple[str, str]], bool, list[str]]:
     """Convert one raw folder; returns (files relative to out_dir with kinds, primary ok, errors)."""
     name, exe = converter
     files: list[tuple[str, str]] = []
@@ -218,8 +227,11 @@ def _convert(converter: tuple[str, str], raw_dir: str, out_dir: str, timeout_s: 
     shutil.rmtree(primary_dir, ignore_errors=True)
     os.makedirs(primary_dir)
     target = primary_dir if primary == "parquet" else os.path.join(primary_dir, "profile.json")
-    ok, _, err = _run([exe, "view", "-d", raw_dir, "--output-format", primary, "--output-file", target],
-                      cwd=primary_dir, timeout_s=timeout_s)
+    ok, _, err = _run(
+        [exe, "view", "-d", raw_dir, "--output-format", primary, "--output-file", target],
+        cwd=primary_dir,
+        timeout_s=timeout_s,
+    )
     produced = _walk_files(primary_dir)
     primary_ok = ok and bool(produced)
     if not ok:
@@ -231,8 +243,11 @@ def _convert(converter: tuple[str, str], raw_dir: str, out_dir: str, timeout_s: 
         files.append((f"{primary}/{rel}", kind))
 
     summary = os.path.join(out_dir, "summary.json")
-    ok, stdout, err = _run([exe, "view", "-d", raw_dir, "--output-format", "summary-json", "--output-file", summary],
-                           cwd=out_dir, timeout_s=timeout_s)
+    ok, stdout, err = _run(
+        [exe, "view", "-d", raw_dir, "--output-format", "summary-json", "--output-file", summary],
+        cwd=out_dir,
+        timeout_s=timeout_s,
+    )
     if ok and not os.path.isfile(summary):
         parsed = _json_from_stdout(stdout)
         if parsed is not None:

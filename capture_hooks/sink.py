@@ -107,7 +107,9 @@ def check_relative_dir(relative_dir: Any) -> str:
     """
     m = _LAYOUT.fullmatch(relative_dir) if isinstance(relative_dir, str) else None
     if m is None:
-        raise ValueError(f"capture folder {relative_dir!r} is not date=YYYY-MM-DD/job=…/attempt=N/rank=NNNNN/<capture_id>")
+        raise ValueError(
+            f"capture folder {relative_dir!r} is not date=YYYY-MM-DD/job=…/attempt=N/rank=NNNNN/<capture_id>"
+        )
     validate_path_component(m.group(2), "job_id")
     validate_path_component(m.group(5), "capture_id")
     return relative_dir

@@ -26,10 +26,18 @@ import re
 import shutil
 import tempfile
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
-    "META_NAME", "Spool", "SpoolFull", "default_spool_base", "read_meta", "spool_root", "tree_size", "write_bytes_atomic",
+    "META_NAME",
+    "Spool",
+    "SpoolFull",
+    "default_spool_base",
+    "read_meta",
+    "spool_root",
+    "tree_size",
+    "write_bytes_atomic",
 ]
 
 logger = logging.getLogger("capture_hooks")

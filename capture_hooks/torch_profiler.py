@@ -38,7 +38,8 @@ import os
 import shutil
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from capture_hooks.config import env_bool, env_bytes, parse_schedule, parse_storage_options
 from capture_hooks.identity import Identity, detect_identity
@@ -285,27 +286,42 @@ class TraceCapture:
 
         # upload settings
         env_background = env_bool(env, "TRACELAKE_BACKGROUND")
-        self._background = background if background is not None else (env_background if env_background is not None else True)
+        self._background = (
+            background if background is not None else (env_background if env_background is not None else True)
+        )
         self._spool_base = spool_dir or default_spool_base(env)
-        self._spool_max_bytes = spool_max_bytes or env_bytes(env, "TRACELAKE_SPOOL_MAX_BYTES") or DEFAULT_SPOOL_MAX_BYTES
+        self._spool_max_bytes = (
+            spool_max_bytes or env_bytes(env, "TRACELAKE_SPOOL_MAX_BYTES") or DEFAULT_SPOOL_MAX_BYTES
+        )
         if upload_retries < 1 or queue_size < 1 or flush_timeout_s < 0 or exit_timeout_s < 0:
             raise ValueError("upload_retries and queue_size must be >= 1; flush/exit timeouts >= 0")
         self._upload_settings = dict(
-            retries=upload_retries, backoff_s=upload_backoff_s, backoff_max_s=upload_backoff_max_s,
-            queue_size=queue_size, retry_interval_s=retry_interval_s, exit_timeout_s=exit_timeout_s,
-            convert_neuron=bool(neuron_convert), conversion_timeout_s=neuron_conversion_timeout_s,
+            retries=upload_retries,
+            backoff_s=upload_backoff_s,
+            backoff_max_s=upload_backoff_max_s,
+            queue_size=queue_size,
+            retry_interval_s=retry_interval_s,
+            exit_timeout_s=exit_timeout_s,
+            convert_neuron=bool(neuron_convert),
+            conversion_timeout_s=neuron_conversion_timeout_s,
         )
         self._flush_timeout_s = flush_timeout_s
 
         # Neuron and XLA
         env_neuron = env_bool(env, "TRACELAKE_NEURON")
-        self._neuron = bool(neuron if neuron is not None else (env_neuron if env_neuron is not None else neuron_available()))
+        self._neuron = bool(
+            neuron if neuron is not None else (env_neuron if env_neuron is not None else neuron_available())
+        )
         self._neuron_settings: dict[str, Any] | None = None
         self._neuron_collector: NeuronCollector | None = None
         self._neuron_convert = bool(neuron_convert)
         if self._neuron and self._sink is not None:
             target = env if isinstance(env, dict) or env is os.environ else os.environ
-            out_dir = neuron_output_dir or (env.get("NEURON_RT_INSPECT_OUTPUT_DIR") or "").strip() or default_output_dir(self.job_id)
+            out_dir = (
+                neuron_output_dir
+                or (env.get("NEURON_RT_INSPECT_OUTPUT_DIR") or "").strip()
+                or default_output_dir(self.job_id)
+            )
             if neuron_output_dir:  # an explicit argument wins over the environment
                 target["NEURON_RT_INSPECT_OUTPUT_DIR"] = neuron_output_dir
             if neuron_device_profile:
@@ -318,7 +334,9 @@ class TraceCapture:
             }
             self._neuron_collector = NeuronCollector(effective["NEURON_RT_INSPECT_OUTPUT_DIR"])
         env_xla = env_bool(env, "TRACELAKE_XLA")
-        want_xla = xla if xla is not None else (env_xla if env_xla is not None else (xla_available() and not self._neuron))
+        want_xla = (
+            xla if xla is not None else (env_xla if env_xla is not None else (xla_available() and not self._neuron))
+        )
         self._xla: XlaTracer | None = XlaTracer() if want_xla and self._sink is not None else None
 
         self.committed: list[str] = []
@@ -374,7 +392,7 @@ class TraceCapture:
         """Whether torch_xla traces are taken around the profiled steps."""
         return self._xla is not None
 
-    def __enter__(self) -> "TraceCapture":
+    def __enter__(self) -> TraceCapture:
         self.start()
         return self
 
@@ -526,7 +544,11 @@ class TraceCapture:
             logger.warning(
                 "tracelake capture: %s failed (%s: %s); training continues without this capture "
                 "(further %s failures are logged at DEBUG)",
-                stage, type(exc).__name__, exc, stage, exc_info=exc,
+                stage,
+                type(exc).__name__,
+                exc,
+                stage,
+                exc_info=exc,
             )
         else:
             logger.debug("tracelake capture: %s failed again: %r", stage, exc)
@@ -541,7 +563,10 @@ class TraceCapture:
             self._spool = Spool(root, self._spool_max_bytes, staging_parent=self._tmp_dir)
         if self._uploader is None:
             self._uploader = BackgroundUploader(
-                self._sink, self._spool, background=self._background, on_commit=self.committed.append,
+                self._sink,
+                self._spool,
+                background=self._background,
+                on_commit=self.committed.append,
                 **self._upload_settings,
             )
         return self._identity, self._spool, self._uploader
@@ -589,7 +614,11 @@ class TraceCapture:
             accelerator = identity.accelerator
             if neuron is not None:
                 accelerator = "neuron"
-            elif self._xla is not None and accelerator == "cpu" and (self._env.get("PJRT_DEVICE") or "").upper() not in ("", "CPU"):
+            elif (
+                self._xla is not None
+                and accelerator == "cpu"
+                and (self._env.get("PJRT_DEVICE") or "").upper() not in ("", "CPU")
+            ):
                 accelerator = "xla"
             manifest = build_manifest(
                 identity=dataclasses.replace(identity, accelerator=accelerator),

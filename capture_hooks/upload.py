@@ -36,7 +36,8 @@ import random
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from capture_hooks.finalize import finalize_entry
 from capture_hooks.sink import LandingZoneSink
@@ -46,7 +47,7 @@ __all__ = ["BackgroundUploader", "drain_spool"]
 
 logger = logging.getLogger("capture_hooks")
 
-_LIVE: "weakref.WeakSet[BackgroundUploader]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[BackgroundUploader] = weakref.WeakSet()
 _MAX_FINALIZE_TRIES = 3
 
 
@@ -267,8 +268,9 @@ class BackgroundUploader:
             meta = read_meta(claimed)
             if meta.get("sink") not in (None, self.sink.root):
                 return "skip"
-            upload = finalize_entry(claimed, convert_neuron=self.convert_neuron,
-                                    conversion_timeout_s=self.conversion_timeout_s)
+            upload = finalize_entry(
+                claimed, convert_neuron=self.convert_neuron, conversion_timeout_s=self.conversion_timeout_s
+            )
         except Exception as exc:  # noqa: BLE001
             tries = self._finalize_tries.get(name, 0) + 1
             self._finalize_tries[name] = tries
@@ -293,14 +295,20 @@ class BackgroundUploader:
         self.errors += 1
         if self._down_since is None:
             self._down_since = time.monotonic()
-        self._report(last, f"uploading capture {name} to {self.sink.root} ({self.retries} attempts); it stays "
-                           f"spooled in {self.spool.root} and is retried later")
+        self._report(
+            last,
+            f"uploading capture {name} to {self.sink.root} ({self.retries} attempts); it stays "
+            f"spooled in {self.spool.root} and is retried later",
+        )
         return "down"
 
     def _committed(self, uri: str, name: str) -> None:
         if self._down_since is not None:
-            logger.info("tracelake capture: sink %s reachable again after %.1f s; uploading spooled captures",
-                        self.sink.root, time.monotonic() - self._down_since)
+            logger.info(
+                "tracelake capture: sink %s reachable again after %.1f s; uploading spooled captures",
+                self.sink.root,
+                time.monotonic() - self._down_since,
+            )
             self._down_since = None
         self._finalize_tries.pop(name, None)
         self.committed.append(uri)
@@ -326,7 +334,10 @@ class BackgroundUploader:
             logger.warning(
                 "tracelake capture: export failed: %s (%s: %s); training continues "
                 "(further upload failures are logged at DEBUG)",
-                what, type(exc).__name__, exc, exc_info=exc,
+                what,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
             )
         else:
             logger.debug("tracelake capture: %s failed again: %r", what, exc)
@@ -353,13 +364,14 @@ def drain_spool(
         sink = LandingZoneSink(sink, storage_options=storage_options)
     committed: list[str] = []
     pending = 0
-    for folder, dirs, names in os.walk(spool_dir):
+    for folder, dirs, _names in os.walk(spool_dir):
         entries = [d for d in dirs if _READY.match(d) or _CLAIM.match(d)]
         if not entries:
             continue
         dirs[:] = [d for d in dirs if d not in entries]
-        uploader = BackgroundUploader(sink, Spool(folder, max_bytes=1 << 62), background=False,
-                                      retries=retries, backoff_s=backoff_s)
+        uploader = BackgroundUploader(
+            sink, Spool(folder, max_bytes=1 << 62), background=False, retries=retries, backoff_s=backoff_s
+        )
         uploader.process()
         committed.extend(uploader.committed)
         pending += sum(1 for n in uploader.spool.ready() if _entry_sink(os.path.join(folder, n)) in (None, sink.root))

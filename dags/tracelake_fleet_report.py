@@ -20,8 +20,9 @@ from jobs.pipeline.stages import FLEET_REPORT, run_stage
 
 
 @dag(
-    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("@daily", timezone="UTC"),
-                                 assets=[Asset(name=cfg.WAREHOUSE_ASSET)]),
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("@daily", timezone="UTC"), assets=[Asset(name=cfg.WAREHOUSE_ASSET)]
+    ),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
@@ -37,6 +38,7 @@ def tracelake_fleet_report():
 
     upstream = settings()
     for stage in FLEET_REPORT:
+
         @task(task_id=stage.name)
         def run(conf: dict, name: str = stage.name) -> str | None:
             """One declared stage of the fleet report pipeline; returns the fleet run id."""
@@ -47,5 +49,7 @@ def tracelake_fleet_report():
 
 fleet_report_dag = tracelake_fleet_report()
 
-if __name__ == "__main__":  # python dags/tracelake_fleet_report.py: one run now, no scheduler (needs `airflow db migrate`)
+if (
+    __name__ == "__main__"
+):  # python dags/tracelake_fleet_report.py: one run now, no scheduler (needs `airflow db migrate`)
     fleet_report_dag.test()

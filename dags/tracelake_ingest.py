@@ -28,7 +28,6 @@ from jobs.pipeline import settings as cfg
 from jobs.pipeline.operators import TracelakeSparkSubmitOperator
 from jobs.pipeline.stages import INGEST, ValidationFailed, check_validation, discover_interval, run_stage
 
-
 INGEST_CRON, INGEST_START, INGEST_END = cfg.ingest_schedule()  # hourly from 2026-01-01 unless the environment says
 
 
@@ -72,12 +71,16 @@ def tracelake_ingest():
     for stage in INGEST:
         final = stage is INGEST[-1]
         if stage.spark:
-            op = TracelakeSparkSubmitOperator(task_id=stage.name, name=f"tracelake-{stage.name}",
-                                              application=cfg.application(),
-                                              application_args=["--stage", stage.name, "--settings", cfg.settings_arg()])
+            op = TracelakeSparkSubmitOperator(
+                task_id=stage.name,
+                name=f"tracelake-{stage.name}",
+                application=cfg.application(),
+                application_args=["--stage", stage.name, "--settings", cfg.settings_arg()],
+            )
         else:
             op = python_stage.override(task_id=stage.name, outlets=[Asset(name=cfg.WAREHOUSE_ASSET)] if final else [])(
-                conf, stage.name, final)
+                conf, stage.name, final
+            )
         upstream >> op
         upstream = op
 

@@ -12,7 +12,6 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 import typer
@@ -28,6 +27,7 @@ from jobs.fleet.stats import job_step_times
 from jobs.spark import get_spark
 from jobs.sql import run_sql
 from jobs.warehouse import read_pandas, register_views
+
 
 class Executor(str, enum.Enum):
     """Where ``tracelake run`` runs the stages (:mod:`jobs.executor`)."""
@@ -45,7 +45,7 @@ def _progress() -> Progress:
     return Progress(SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=console)
 
 
-def _storage_options(raw: str, opts: Optional[str]) -> dict:
+def _storage_options(raw: str, opts: str | None) -> dict:
     so = json.loads(opts) if opts else {}
     if raw.startswith("s3://") and "endpoint_url" not in so and os.environ.get("AWS_ENDPOINT_URL"):
         so["endpoint_url"] = os.environ["AWS_ENDPOINT_URL"]
@@ -64,21 +64,34 @@ def _print_job(job_id: str, ranks: pd.DataFrame, steps: pd.DataFrame, caps: pd.D
     gpu = not ranks["idle_pct"].isna().all()
     console.print(f"job {escape(str(job_id))}: per rank (step times are each rank's own)", soft_wrap=True)
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    cols = ["rank", "steps", "p50 ms", "max ms", "host %"] + (["idle %", "compute %", "overlap %"] if gpu else []) + \
-        ["events"]
+    cols = (
+        ["rank", "steps", "p50 ms", "max ms", "host %"]
+        + (["idle %", "compute %", "overlap %"] if gpu else [])
+        + ["events"]
+    )
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for _, r in ranks.sort_values("rank").iterrows():
         s = steps[steps["rank"] == r["rank"]]
-        busy = (s["cpu_op_time_ns"].sum() / s["step_time_ns"].sum() * 100) if len(s) and s["step_time_ns"].sum() else None
+        busy = (
+            (s["cpu_op_time_ns"].sum() / s["step_time_ns"].sum() * 100) if len(s) and s["step_time_ns"].sum() else None
+        )
         n_ev = caps[caps["rank"] == r["rank"]]["n_events"].sum()
         gpu_cells = [_fmt(r["idle_pct"]), _fmt(r["compute_pct"]), _fmt(r["overlap_pct"])] if gpu else []
-        t.add_row(str(r["rank"]), str(len(s)), _fmt(r["step_time_p50_ns"], 1e6, 2), _fmt(r["step_time_max_ns"], 1e6, 2),
-                  _fmt(busy), *gpu_cells, str(int(n_ev)))
+        t.add_row(
+            str(r["rank"]),
+            str(len(s)),
+            _fmt(r["step_time_p50_ns"], 1e6, 2),
+            _fmt(r["step_time_max_ns"], 1e6, 2),
+            _fmt(busy),
+            *gpu_cells,
+            str(int(n_ev)),
+        )
     console.print(t)
     if not gpu:
-        console.print("  (no GPU activity in these traces: GPU columns left out; host % = CPU ops / step time)",
-                      soft_wrap=True)
+        console.print(
+            "  (no GPU activity in these traces: GPU columns left out; host % = CPU ops / step time)", soft_wrap=True
+        )
 
 
 def _print_findings(job_id: str, findings: pd.DataFrame, top: int = 3) -> None:
@@ -99,15 +112,22 @@ def _print_findings(job_id: str, findings: pd.DataFrame, top: int = 3) -> None:
 
 def _print_regression(job_id: str, regressions: pd.DataFrame) -> None:
     """The job's step-time verdict against the previous runs of its job name, when it has a baseline."""
-    r = regressions[(regressions["job_id"] == job_id) & (regressions["metric"] == "step_time_p50_ns")] \
-        if len(regressions) else regressions
+    r = (
+        regressions[(regressions["job_id"] == job_id) & (regressions["metric"] == "step_time_p50_ns")]
+        if len(regressions)
+        else regressions
+    )
     if not len(r) or r.iloc[0]["verdict"] == "no_baseline":
         return
     x = r.iloc[0]
     runs = ", ".join(str(b) for b in (x["baseline_runs"] if x["baseline_runs"] is not None else []))
     p = f", p = {x['p_value']:.2g}" if x["p_value"] == x["p_value"] and x["p_value"] is not None else ""
-    console.print(f"  vs {runs}: job step p50 {x['baseline'] / 1e6:.1f} → {x['value'] / 1e6:.1f} ms "
-                  f"({x['change_pct']:+.0f} %{p}): [bold]{x['verdict']}[/bold]", highlight=False, soft_wrap=True)
+    console.print(
+        f"  vs {runs}: job step p50 {x['baseline'] / 1e6:.1f} → {x['value'] / 1e6:.1f} ms "
+        f"({x['change_pct']:+.0f} %{p}): [bold]{x['verdict']}[/bold]",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def print_summary(result) -> None:
@@ -121,16 +141,20 @@ def print_summary(result) -> None:
         steps = result.steps[result.steps["job_id"] == job_id]
         times = job_step_times(steps) if len(steps) else []
         p50 = float(times.median()) if len(times) else None
-        console.print(f"[bold]job {escape(str(job_id))}[/bold]: {len(job_ranks)} rank(s)"
-                      + (f", job step time p50 {p50 / 1e6:.2f} ms (slowest rank per step)" if p50 else ""))
+        console.print(
+            f"[bold]job {escape(str(job_id))}[/bold]: {len(job_ranks)} rank(s)"
+            + (f", job step time p50 {p50 / 1e6:.2f} ms (slowest rank per step)" if p50 else "")
+        )
         _print_findings(job_id, findings)
         _print_regression(job_id, regressions)
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
         _print_job(job_id, job_ranks, result.steps[result.steps["job_id"] == job_id], caps[caps["job_id"] == job_id])
     q = caps[caps["status"] == "quarantined"] if len(caps) else pd.DataFrame()
     n_cat = int((caps["status"] == "cataloged").sum()) if len(caps) else 0
-    console.print(f"captures: {len(caps)} ({len(caps) - len(q) - n_cat} ingested, {len(q)} quarantined, {n_cat} cataloged)"
-                  + (f", {len(result.pending)} pending (no manifest yet)" if result.pending else ""))
+    console.print(
+        f"captures: {len(caps)} ({len(caps) - len(q) - n_cat} ingested, {len(q)} quarantined, {n_cat} cataloged)"
+        + (f", {len(result.pending)} pending (no manifest yet)" if result.pending else "")
+    )
     for _, c in q.iterrows():
         console.print(f"  [yellow]quarantined[/yellow] {escape(str(c['reason']))}")  # names from traces: text
     v = getattr(result, "validation", None)
@@ -139,7 +163,9 @@ def print_summary(result) -> None:
     elif v is not None:
         n = sum(len(t.checks) for t in v.tables.values())
         console.print(f"validation: passed ({n} Great Expectations checks over {len(v.tables)} tables)")
-    console.print(f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}")
+    console.print(
+        f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}"
+    )
     if result.tracking_uri:
         for (job, attempt), run_id in sorted(result.run_ids.items()):
             console.print(f"MLflow run for job {job} (attempt {attempt}): {run_id}", soft_wrap=True)
@@ -159,7 +185,7 @@ def job_report_path(tracking_uri: str, run_id: str) -> str | None:
         root = MlflowClient(tracking_uri=tracking_uri).get_run(run_id).info.artifact_uri
     except Exception:  # noqa: BLE001 - a report path is a convenience, never a reason to fail the summary
         return None
-    local = root[len("file://"):] if root.startswith("file://") else (root if "://" not in root else None)
+    local = root[len("file://") :] if root.startswith("file://") else (root if "://" not in root else None)
     if local is None:
         return None
     path = Path(local) / JOB_REPORT_ARTIFACT
@@ -178,8 +204,9 @@ def _bare_tags(items: list[str], job_name: str | None) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or key.strip() in tags:
-            raise typer.BadParameter(f"{item!r} is not KEY=VALUE" if not sep else f"key {key.strip()!r} given twice",
-                                     param_hint="--tag")
+            raise typer.BadParameter(
+                f"{item!r} is not KEY=VALUE" if not sep else f"key {key.strip()!r} given twice", param_hint="--tag"
+            )
         tags[key.strip()] = value.strip()
     if job_name is not None:
         if not job_name.strip():
@@ -196,28 +223,57 @@ def _bare_tags(items: list[str], job_name: str | None) -> dict[str, str]:
 def run(
     raw: str = typer.Option(..., help="Landing zone: a folder or an fsspec URI (s3://bucket/prefix)."),
     warehouse: str = typer.Option(..., help="Warehouse folder for the Parquet tables."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI [default: sqlite:///<warehouse>/mlflow.db]."),
-    storage_options: Optional[str] = typer.Option(None, help="fsspec options for --raw as JSON, e.g. '{\"endpoint_url\": \"http://127.0.0.1:8333\"}'."),
+    tracking_uri: str | None = typer.Option(
+        None, help="MLflow tracking URI [default: sqlite:///<warehouse>/mlflow.db]."
+    ),
+    storage_options: str | None = typer.Option(
+        None, help="fsspec options for --raw as JSON, e.g. '{\"endpoint_url\": \"http://127.0.0.1:8333\"}'."
+    ),
     no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Skip MLflow logging."),
-    since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time (UTC if no offset)."),
-    until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."),
-    master: Optional[str] = typer.Option(None, help="Run on Spark with this master URL, e.g. spark://127.0.0.1:7077 "
-                                         "(infra/local/spark.sh start) or local[2]."),
-    executor: Executor = typer.Option(Executor.local, help="local: worker processes on this machine, no JVM; "
-                                      "spark: a SparkSession (--master, else $TRACELAKE_SPARK_MASTER or local[*])."),
-    job_name: Optional[str] = typer.Option(None, help="job_name of the traces without a manifest (bare files): runs "
-                                           "that share it are compared for regressions [default: the folder's job id]."),
-    tag: Optional[list[str]] = typer.Option(None, help="A tag KEY=VALUE of the bare traces, repeatable "
-                                            "(model=… feeds the fleet statistics). Captures with a manifest keep theirs."),
+    since: str | None = typer.Option(
+        None, help="Only jobs with a capture committed at or after this ISO time (UTC if no offset)."
+    ),
+    until: str | None = typer.Option(
+        None, help="Only jobs with a capture committed before this ISO time (UTC if no offset)."
+    ),
+    master: str | None = typer.Option(
+        None,
+        help="Run on Spark with this master URL, e.g. spark://127.0.0.1:7077 (infra/local/spark.sh start) or local[2].",
+    ),
+    executor: Executor = typer.Option(
+        Executor.local,
+        help="local: worker processes on this machine, no JVM; "
+        "spark: a SparkSession (--master, else $TRACELAKE_SPARK_MASTER or local[*]).",
+    ),
+    job_name: str | None = typer.Option(
+        None,
+        help="job_name of the traces without a manifest (bare files): runs "
+        "that share it are compared for regressions [default: the folder's job id].",
+    ),
+    tag: list[str] | None = typer.Option(
+        None,
+        help="A tag KEY=VALUE of the bare traces, repeatable "
+        "(model=… feeds the fleet statistics). Captures with a manifest keep theirs.",
+    ),
 ) -> None:
     """Run the main job: the declared stages normalize → validate → analyze → validate → fleet → publish."""
     from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
     bare_tags = _bare_tags(tag or [], job_name)
     with _progress() as progress:
-        result = run_pipeline(raw, warehouse, tracking_uri, _storage_options(raw, storage_options), master=master,
-                              progress=progress, log_to_mlflow=not no_mlflow, since=since, until=until,
-                              executor=executor.value, bare_tags=bare_tags)
+        result = run_pipeline(
+            raw,
+            warehouse,
+            tracking_uri,
+            _storage_options(raw, storage_options),
+            master=master,
+            progress=progress,
+            log_to_mlflow=not no_mlflow,
+            since=since,
+            until=until,
+            executor=executor.value,
+            bare_tags=bare_tags,
+        )
     print_summary(result)
 
 
@@ -245,14 +301,25 @@ def demo(
     landing, warehouse = workdir / "landing", workdir / "warehouse"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     job_name, slow_rank = "demo-ddp", world_size - 1
-    runs = [(f"demo-ddp-{stamp}-baseline", None, "baseline"),
-            (f"demo-ddp-{stamp}-slow", slow_rank, f"rank {slow_rank} doing {slow_ms:g} ms more host work per step")]
+    runs = [
+        (f"demo-ddp-{stamp}-baseline", None, "baseline"),
+        (f"demo-ddp-{stamp}-slow", slow_rank, f"rank {slow_rank} doing {slow_ms:g} ms more host work per step"),
+    ]
     with _progress() as progress:
         for job_id, slow, what in runs:
-            task = progress.add_task(f"Training {world_size} ranks × {steps} steps under torch.profiler: {what} "
-                                     f"(job {job_id})", total=None)
-            run_demo_training(str(landing), job_id, world_size=world_size, steps=steps, job_name=job_name,
-                              slow_rank=slow, slow_ms=slow_ms, schedule=DEMO_SCHEDULE)
+            task = progress.add_task(
+                f"Training {world_size} ranks × {steps} steps under torch.profiler: {what} (job {job_id})", total=None
+            )
+            run_demo_training(
+                str(landing),
+                job_id,
+                world_size=world_size,
+                steps=steps,
+                job_name=job_name,
+                slow_rank=slow,
+                slow_ms=slow_ms,
+                schedule=DEMO_SCHEDULE,
+            )
             progress.update(task, completed=1, total=1, description=f"[green]✓[/green] Captured {job_id} ({what})")
         result = run_pipeline(str(landing), str(warehouse), progress=progress)
     print_summary(result)
@@ -266,8 +333,9 @@ def demo(
         path = job_report_path(result.tracking_uri, run_id)
         if path:
             console.print(f"its job report: {path}", highlight=False, soft_wrap=True)
-        console.print(f"compare the two runs in MLflow: mlflow ui --backend-store-uri {result.tracking_uri}",
-                      soft_wrap=True)
+        console.print(
+            f"compare the two runs in MLflow: mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True
+        )
 
 
 def _stage_alone(name: str, settings, job_ids: list[str] | None = None) -> dict:
@@ -281,22 +349,34 @@ def _stage_alone(name: str, settings, job_ids: list[str] | None = None) -> dict:
 
 
 @app.command()
-def normalize(raw: str = typer.Option(...), warehouse: str = typer.Option(...),
-              storage_options: Optional[str] = typer.Option(None),
-              since: Optional[str] = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time."),
-              until: Optional[str] = typer.Option(None, help="Only jobs with a capture committed before this ISO time.")) -> None:
+def normalize(
+    raw: str = typer.Option(...),
+    warehouse: str = typer.Option(...),
+    storage_options: str | None = typer.Option(None),
+    since: str | None = typer.Option(None, help="Only jobs with a capture committed at or after this ISO time."),
+    until: str | None = typer.Option(None, help="Only jobs with a capture committed before this ISO time."),
+) -> None:
     """Only the normalize stage: landing zone → captures, events."""
     from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
-    s = RunSettings(raw=raw, warehouse=warehouse, storage_options=_storage_options(raw, storage_options),
-                    since=since or "", until=until or "")
+    s = RunSettings(
+        raw=raw,
+        warehouse=warehouse,
+        storage_options=_storage_options(raw, storage_options),
+        since=since or "",
+        until=until or "",
+    )
     r = _stage_alone("normalize", s)
-    console.print(f"{r.get('n_captures', 0)} captures ({r.get('n_quarantined', 0)} quarantined), "
-                  f"jobs: {', '.join(r.get('job_ids', []))}")
+    console.print(
+        f"{r.get('n_captures', 0)} captures ({r.get('n_quarantined', 0)} quarantined), "
+        f"jobs: {', '.join(r.get('job_ids', []))}"
+    )
 
 
 @app.command()
-def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer.Option(None, help="Job ids (default: all).")) -> None:
+def analyze(
+    warehouse: str = typer.Option(...), job: list[str] | None = typer.Option(None, help="Job ids (default: all).")
+) -> None:
     """Only the analyze stage: events → steps, ranks, kernels, collectives, critical_path, findings."""
     from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
@@ -304,17 +384,26 @@ def analyze(warehouse: str = typer.Option(...), job: Optional[list[str]] = typer
 
 
 @app.command()
-def fleet(warehouse: str = typer.Option(...),
-          baseline_runs: int = typer.Option(5, help="Previous runs of the same job name pooled as the baseline."),
-          threshold_pct: float = typer.Option(5.0, help="Relative step-time change that counts (%)."),
-          threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
-          alpha: float = typer.Option(0.01, help="Significance level of the Mann-Whitney U test.")) -> None:
+def fleet(
+    warehouse: str = typer.Option(...),
+    baseline_runs: int = typer.Option(5, help="Previous runs of the same job name pooled as the baseline."),
+    threshold_pct: float = typer.Option(5.0, help="Relative step-time change that counts (%)."),
+    threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
+    alpha: float = typer.Option(0.01, help="Significance level of the Mann-Whitney U test."),
+) -> None:
     """Only the fleet stage: rebuild fleet_stats, fleet_kernels, regressions, fleet_findings, host_health (whole
     warehouse)."""
     from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
-    s = RunSettings(warehouse=warehouse, fleet_options={"baseline_runs": baseline_runs, "threshold_pct": threshold_pct,
-                                                        "threshold_pp": threshold_pp, "alpha": alpha})
+    s = RunSettings(
+        warehouse=warehouse,
+        fleet_options={
+            "baseline_runs": baseline_runs,
+            "threshold_pct": threshold_pct,
+            "threshold_pp": threshold_pp,
+            "alpha": alpha,
+        },
+    )
     counts = _stage_alone("fleet", s).get("fleet_counts", {})
     console.print("fleet tables rebuilt: " + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()), soft_wrap=True)
     reg = read_pandas(warehouse, ["regressions"])["regressions"]
@@ -324,18 +413,28 @@ def fleet(warehouse: str = typer.Option(...),
         for r in bad.sort_values("change_pct", ascending=False).head(10).itertuples():
             unit = 1e6 if r.metric.endswith("_ns") else 1.0
             what = "ms" if unit == 1e6 else "%"
-            console.print(f"  {r.job_id}#{r.attempt} ({r.job_name}): {r.metric} {r.baseline / unit:.2f} → "
-                          f"{r.value / unit:.2f} {what} ({r.change_pct:+.0f} %, p = {r.p_value:.2g})",
-                          highlight=False, soft_wrap=True)
+            console.print(
+                f"  {r.job_id}#{r.attempt} ({r.job_name}): {r.metric} {r.baseline / unit:.2f} → "
+                f"{r.value / unit:.2f} {what} ({r.change_pct:+.0f} %, p = {r.p_value:.2g})",
+                highlight=False,
+                soft_wrap=True,
+            )
     impact = read_pandas(warehouse, ["fleet_findings"])["fleet_findings"]
     impact = impact[impact["dimension"] == "fleet"].sort_values("impact_rank") if len(impact) else impact
     if len(impact):
         r = impact.iloc[0]
-        console.print(f"fleet impact, {r['window_start']} … {r['window_end']} (accelerator-hours per day fixing each "
-                      "rule would recover; estimates overlap):", soft_wrap=True)
+        console.print(
+            f"fleet impact, {r['window_start']} … {r['window_end']} (accelerator-hours per day fixing each "
+            "rule would recover; estimates overlap):",
+            soft_wrap=True,
+        )
         for r in impact.head(10).itertuples():
-            console.print(f"  {r.impact_rank}. {r.rule}: {r.accelerator_hours_per_day:.3g} accelerator-h/day, "
-                          f"in {r.n_runs} run(s) of {r.n_jobs} job(s)", highlight=False, soft_wrap=True)
+            console.print(
+                f"  {r.impact_rank}. {r.rule}: {r.accelerator_hours_per_day:.3g} accelerator-h/day, "
+                f"in {r.n_runs} run(s) of {r.n_jobs} job(s)",
+                highlight=False,
+                soft_wrap=True,
+            )
     hosts = read_pandas(warehouse, ["host_health"])["host_health"]
     if len(hosts):
         sus = hosts[hosts["suspect_hardware"].astype(bool)]
@@ -350,8 +449,9 @@ def fleet(warehouse: str = typer.Option(...),
                 measure = f"last-arrival ratio {r.last_arrival_ratio:.2f}"
             else:
                 measure = f"step-time excess {r.step_excess_p50_pct:+.1f} %"
-            console.print(f"  {r.kind} {r.target}: slow in {r.n_slow_jobs} of {r.n_jobs} job(s), {measure}",
-                          highlight=False)
+            console.print(
+                f"  {r.kind} {r.target}: slow in {r.n_slow_jobs} of {r.n_jobs} job(s), {measure}", highlight=False
+            )
 
 
 @app.command()
@@ -391,9 +491,12 @@ def shell(warehouse: str = typer.Option(..., help="Warehouse folder.")) -> None:
 @app.command()
 def mcp(
     warehouse: str = typer.Option(..., help="Warehouse folder (or URI) the tools read."),
-    http: Optional[str] = typer.Option(None, help="Serve streamable HTTP on HOST:PORT (e.g. 127.0.0.1:8765) at "
-                                                  "/mcp instead of stdio. A non-loopback HOST needs "
-                                                  "$TRACELAKE_MCP_TOKEN (clients send it as a bearer token)."),
+    http: str | None = typer.Option(
+        None,
+        help="Serve streamable HTTP on HOST:PORT (e.g. 127.0.0.1:8765) at "
+        "/mcp instead of stdio. A non-loopback HOST needs "
+        "$TRACELAKE_MCP_TOKEN (clients send it as a bearer token).",
+    ),
     no_sql: bool = typer.Option(False, "--no-sql", help="Leave out the sql tool (no Spark session is started)."),
     sql_timeout: float = typer.Option(30.0, help="Time limit of one sql query, s."),
 ) -> None:
@@ -439,8 +542,11 @@ def _cell(v) -> str:
 
 from jobs.publish.compare import compare_command  # noqa: E402  (light: no pyspark or mlflow at import)
 
-app.command(name="compare", help="Compare two jobs (MLflow run id, job id or job#attempt): metric deltas, "
-            "kernels/ops added, removed, slower, faster, findings appeared/cleared.")(compare_command)
+app.command(
+    name="compare",
+    help="Compare two jobs (MLflow run id, job id or job#attempt): metric deltas, "
+    "kernels/ops added, removed, slower, faster, findings appeared/cleared.",
+)(compare_command)
 
 
 def main() -> None:

@@ -129,7 +129,7 @@ class CommitResult:
 def local_root(warehouse: str) -> str | None:
     """The local path of ``warehouse`` (plain path or ``file://`` URI); ``None`` for any other URI."""
     if warehouse.startswith("file://"):
-        return warehouse[len("file://"):] or "/"
+        return warehouse[len("file://") :] or "/"
     if "://" in warehouse:
         return None
     return warehouse
@@ -169,7 +169,7 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None, replace_
         return _write_remote(df, posixpath.join(warehouse.rstrip("/"), table), partition_by, replace_jobs)
     with _locked(root):
         recovered = _recover(root)
-        run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
+        run_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
         staging = os.path.join(root, COMMIT_DIR, "staging", table, run_id)
         try:
             _stage(df, staging, partition_by)
@@ -179,8 +179,11 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None, replace_
             raise
         _crash_point(f"{table}:staged")
         partitions = staged_partitions(staging, len(partition_by)) if os.path.isdir(staging) else {}  # empty df
-        drop = [rel for rel in stale_partitions(os.path.join(root, table), partition_by, replace_jobs)
-                if rel not in partitions]
+        drop = [
+            rel
+            for rel in stale_partitions(os.path.join(root, table), partition_by, replace_jobs)
+            if rel not in partitions
+        ]
         if partitions or drop or replace_jobs is None:  # a write that only replaces jobs' rows creates no table
             os.makedirs(os.path.join(root, table), exist_ok=True)
         if not partitions and not drop:
@@ -188,9 +191,15 @@ def write_partitions(df, warehouse: str, table: str, partition_by=None, replace_
             _rmdir_quiet(os.path.dirname(staging))
             return CommitResult(table, run_id, method=_method(), recovered=recovered)
         os.makedirs(staging, exist_ok=True)
-        journal = {"format": JOURNAL_FORMAT, "table": table, "run_id": run_id,
-                   "staging": os.path.relpath(staging, root), "partitions": partitions, "drop": drop,
-                   "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        journal = {
+            "format": JOURNAL_FORMAT,
+            "table": table,
+            "run_id": run_id,
+            "staging": os.path.relpath(staging, root),
+            "partitions": partitions,
+            "drop": drop,
+            "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        }
         path = _write_journal(root, journal)
         _crash_point(f"{table}:journaled")
         _publish(root, journal, path, crash_points=True)
@@ -264,8 +273,12 @@ def _write_remote(df, path: str, partition_by: list[str], replace_jobs=None) -> 
             fs.rm(posixpath.join(base, rel), recursive=True)
 
     if not isinstance(df, pa.Table) and not callable(df):
-        (df.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(*partition_by)
-         .parquet(path))
+        (
+            df.write.mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy(*partition_by)
+            .parquet(path)
+        )
         return CommitResult(table=posixpath.basename(path), run_id="", method="spark")
     with tempfile.TemporaryDirectory(prefix="tracelake-stage-") as tmp:
         staging = os.path.join(tmp, "staging")
@@ -273,8 +286,13 @@ def _write_remote(df, path: str, partition_by: list[str], replace_jobs=None) -> 
         parts = staged_partitions(staging, len(partition_by)) if os.path.isdir(staging) else {}
         if parts:
             staged = ds.dataset(staging, format="parquet", partitioning=_hive(partition_by), ignore_prefixes=[".", "_"])
-            stage_arrow(staged, path, partition_by, existing="delete_matching",
-                        basename=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet")
+            stage_arrow(
+                staged,
+                path,
+                partition_by,
+                existing="delete_matching",
+                basename=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
+            )
     return CommitResult(table=posixpath.basename(path), run_id="", partitions=sorted(parts), method="overwrite")
 
 
@@ -283,8 +301,7 @@ def _hive(partition_by, types=None):
     return ds.partitioning(pa.schema([(p, types.get(p, pa.string())) for p in partition_by]), flavor="hive")
 
 
-def stage_arrow(table, folder: str, partition_by, existing: str = "error",
-                basename: str = "part-{i}.parquet") -> None:
+def stage_arrow(table, folder: str, partition_by, existing: str = "error", basename: str = "part-{i}.parquet") -> None:
     """Write an Arrow table as Hive-partitioned Parquet under ``folder`` (the layout Spark writes:
     ``date=…/job_id=…/`` folders, partition columns kept out of the files, snappy).
 
@@ -297,11 +314,19 @@ def stage_arrow(table, folder: str, partition_by, existing: str = "error",
     """
     if isinstance(table, pa.Table) and table.num_rows == 0:
         return
-    fs, base = (pafs.FileSystem.from_uri(folder) if "://" in folder else (pafs.LocalFileSystem(), folder))
+    fs, base = pafs.FileSystem.from_uri(folder) if "://" in folder else (pafs.LocalFileSystem(), folder)
     part = _hive(partition_by, {p: table.schema.field(p).type for p in partition_by})
-    ds.write_dataset(table, base, filesystem=fs, format="parquet", partitioning=part, basename_template=basename,
-                     existing_data_behavior=existing,
-                     max_rows_per_group=1 << 17, max_rows_per_file=1 << 24)
+    ds.write_dataset(
+        table,
+        base,
+        filesystem=fs,
+        format="parquet",
+        partitioning=part,
+        basename_template=basename,
+        existing_data_behavior=existing,
+        max_rows_per_group=1 << 17,
+        max_rows_per_file=1 << 24,
+    )
 
 
 def move_staged(source: str, staging: str, prefix: str, depth: int, relabel=None) -> int:
@@ -349,7 +374,7 @@ def work_dir(warehouse: str):
         return
     base = os.path.join(root, COMMIT_DIR, "work")
     os.makedirs(base, exist_ok=True)
-    name = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
+    name = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
     fd = os.open(os.path.join(base, name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     folder = os.path.join(base, name)
     try:
@@ -382,7 +407,7 @@ def _remove_dead_work(root: str) -> None:
         except BlockingIOError:
             os.close(fd)
             continue  # a live run
-        shutil.rmtree(os.path.join(base, name[:-len(".lock")]), ignore_errors=True)
+        shutil.rmtree(os.path.join(base, name[: -len(".lock")]), ignore_errors=True)
         os.remove(lock)
         os.close(fd)
 
@@ -496,8 +521,10 @@ def _publish(root: str, journal: dict, journal_path: str, crash_points: bool = F
         staged = os.path.join(staging, rel)
         if data_files(final) != sorted(files):  # not yet published
             if not os.path.isdir(staged):
-                raise CommitError(f"{journal_path}: partition {table}/{rel} is not published and its staged "
-                                  f"copy {staged} is missing; the table is left as it is")
+                raise CommitError(
+                    f"{journal_path}: partition {table}/{rel} is not published and its staged "
+                    f"copy {staged} is missing; the table is left as it is"
+                )
             _swap_in(staged, final, os.path.join(staging, ".replaced", rel))
         if crash_points:
             _crash_point(f"{table}:published-{i}")

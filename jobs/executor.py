@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Iterable, Iterator
 
 #: Worker processes of the local executor (default: the CPUs this process may run on).
 WORKERS_ENV = "TRACELAKE_LOCAL_WORKERS"
@@ -52,7 +52,7 @@ class LocalExecutor:
         self.workers = int(workers or os.environ.get(WORKERS_ENV) or available_cpus())
         self._pool: ProcessPoolExecutor | None = None
 
-    def start(self, warm: Callable[[], object] | None = None) -> "LocalExecutor":
+    def start(self, warm: Callable[[], object] | None = None) -> LocalExecutor:
         """Start the pool and fork its workers now (each runs a no-op): afterwards the driver may start
         threads without a later fork copying their locks. Returns ``self``.
 
@@ -91,7 +91,7 @@ class LocalExecutor:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def __enter__(self) -> "LocalExecutor":
+    def __enter__(self) -> LocalExecutor:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -60,8 +60,9 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
     if master.startswith("local"):
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     elif master.startswith("spark://"):
-        builder = (builder.config("spark.executor.memory", os.environ.get("TRACELAKE_EXECUTOR_MEMORY", "1g"))
-                   .config("spark.executor.cores", os.environ.get("TRACELAKE_EXECUTOR_CORES", "1")))
+        builder = builder.config("spark.executor.memory", os.environ.get("TRACELAKE_EXECUTOR_MEMORY", "1g")).config(
+            "spark.executor.cores", os.environ.get("TRACELAKE_EXECUTOR_CORES", "1")
+        )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

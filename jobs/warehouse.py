@@ -85,8 +85,12 @@ def _fs(path: str):
 
 def exact_ints(arrow_type):
     """``types_mapper`` for ``pyarrow.Table.to_pandas``: integers as pandas' nullable integer dtypes."""
-    return {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-            pa.int64(): pd.Int64Dtype()}.get(arrow_type)
+    return {
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+    }.get(arrow_type)
 
 
 def _dataset(warehouse: str, table: str):
@@ -95,8 +99,9 @@ def _dataset(warehouse: str, table: str):
     if fs.get_file_info(root).type == pafs.FileType.NotFound:
         return None
     part = ds.partitioning(pa.schema([(p, pa.string()) for p in decl.partition_by]), flavor="hive")
-    return ds.dataset(root, filesystem=fs, format="parquet", partitioning=part,
-                      exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+    return ds.dataset(
+        root, filesystem=fs, format="parquet", partitioning=part, exclude_invalid_files=True, ignore_prefixes=[".", "_"]
+    )
 
 
 def table_columns(warehouse: str, table: str) -> list[str] | None:
@@ -135,8 +140,9 @@ def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, col
     return dataset.to_table(filter=filt, columns=[c for c in wanted if c in dataset.schema.names])
 
 
-def read_pandas(warehouse: str, tables, job_ids: list[str] | None = None, exact: bool = False,
-                skip_missing: bool = False) -> dict[str, pd.DataFrame]:
+def read_pandas(
+    warehouse: str, tables, job_ids: list[str] | None = None, exact: bool = False, skip_missing: bool = False
+) -> dict[str, pd.DataFrame]:
     """Rows of ``job_ids`` (all rows when ``None``) from the tables ``tables``, as pandas, without Spark.
 
     Read by :func:`read_arrow` (local folder or any URI pyarrow's file systems take).

@@ -45,8 +45,10 @@ class JobRow(_Model):
     attempt: int
     job_name: str | None = Field(description="Manifest job_name (the series regressions compare).")
     model: str | None
-    hardware: str = Field(description="Device name of the captures (e.g. NVIDIA H100), or cpu when none names an "
-                                      "accelerator (as fleet_stats' hardware dimension).")
+    hardware: str = Field(
+        description="Device name of the captures (e.g. NVIDIA H100), or cpu when none names an "
+        "accelerator (as fleet_stats' hardware dimension)."
+    )
     torch_version: str | None
     date: str = Field(description="Capture date YYYY-MM-DD (UTC).")
     captured_at: str | None = Field(description="Latest capture commit time of the job, ISO 8601 UTC.")
@@ -54,9 +56,11 @@ class JobRow(_Model):
     world_size: int | None
     status: Literal["ingested", "partial", "quarantined", "cataloged"] = Field(
         description="ingested: every capture parsed; partial: some not; quarantined: none parsed and some bad; "
-                    "cataloged: raw files kept but of a format not analyzed.")
+        "cataloged: raw files kept but of a format not analyzed."
+    )
     validation: Literal["passed", "failed", "unvalidated"] = Field(
-        description="Great Expectations result over the job's tables (failed if any table failed).")
+        description="Great Expectations result over the job's tables (failed if any table failed)."
+    )
     step_time_p50_ns: int | None = Field(description="Median over ranks of each rank's median step time.")
     idle_pct: float | None = Field(description="Mean over ranks of GPU idle % of step time (HTA temporal breakdown).")
     n_findings: int
@@ -97,7 +101,8 @@ class Straggler(_Model):
     rank: int | None = Field(description="The rank the job waits for, or null when none stands out.")
     source: Literal["straggler_rank finding", "last arrivals", "slowest step", "none"] = Field(
         description="straggler_rank finding: the rule fired; last arrivals: the rank most often last into "
-                    "collectives; slowest step: the rank with the largest median step; none: one rank or no data.")
+        "collectives; slowest step: the rank with the largest median step; none: one rank or no data."
+    )
     step_time_p50_ns: int | None
     excess_vs_median_pct: float | None = Field(description="Its median step time over the median rank's, % above.")
     last_arrival_share_pct: float | None = Field(description="% of matched collectives it arrived last to.")
@@ -117,7 +122,8 @@ class JobSummary(_Model):
     job: JobRow
     ranks: list[RankSummary]
     breakdown: dict[str, float | None] = Field(
-        description="Job-level HTA temporal breakdown (idle_pct, compute_pct, non_compute_pct: means over ranks).")
+        description="Job-level HTA temporal breakdown (idle_pct, compute_pct, non_compute_pct: means over ranks)."
+    )
     top_findings: list[FindingBrief]
     straggler: Straggler
     data_quality: DataQuality
@@ -142,9 +148,11 @@ class FindingList(_Model):
 
 
 class PathShare(_Model):
-    bound_by: str = Field(description="What the path's time is bound by (critical_path.bound_by): cpu_bound, "
-                                      "launch_overhead, kernel_kernel_gap, compute, communication, data_loading, "
-                                      "sync, collective_wait, late_start.")
+    bound_by: str = Field(
+        description="What the path's time is bound by (critical_path.bound_by): cpu_bound, "
+        "launch_overhead, kernel_kernel_gap, compute, communication, data_loading, "
+        "sync, collective_wait, late_start."
+    )
     dur_ns: int
     share_pct: float
     n_segments: int
@@ -233,8 +241,10 @@ class MetricDelta(_Model):
 
 
 class OpDelta(_Model):
-    group: str = Field(description="kernel (device activity, not gpu_user_annotation spans) or op (host cpu_op "
-                                   "events, not ProfilerStep#N).")
+    group: str = Field(
+        description="kernel (device activity, not gpu_user_annotation spans) or op (host cpu_op "
+        "events, not ProfilerStep#N)."
+    )
     name: str
     status: Literal["added", "removed", "slower", "faster"]
     a_ns_per_step: float | None = Field(description="Job A: ns per rank and ProfilerStep, mean over ranks.")
@@ -279,9 +289,11 @@ class RegressionRow(_Model):
     verdict: str | None
     baseline_runs: list[str] = Field(description="job_id#attempt of the baseline runs.")
     changes: dict[str, Any] | None = Field(
-        default=None, description="For regression/improvement rows, what differs from the baseline runs: context "
-                                  "(torch_version, hardware, world_size, tags), the kernels whose time per step moved "
-                                  "most, findings appeared/cleared.")
+        default=None,
+        description="For regression/improvement rows, what differs from the baseline runs: context "
+        "(torch_version, hardware, world_size, tags), the kernels whose time per step moved "
+        "most, findings appeared/cleared.",
+    )
 
 
 class Regressions(_Model):
@@ -342,7 +354,9 @@ class FleetFindings(_Model):
 
 
 class HostRow(_Model):
-    kind: str = Field(description="`host`, `device` (an accelerator of a host) or `link` (hosts a process group spans).")
+    kind: str = Field(
+        description="`host`, `device` (an accelerator of a host) or `link` (hosts a process group spans)."
+    )
     target: str = Field(description="`node-3`, `node-3/5` (host/device index) or `node-1+node-3` (a link).")
     host_name: str | None
     device_index: int | None
@@ -360,8 +374,10 @@ class HostRow(_Model):
     busbw_ratio: float | None = Field(description="Links: bus bandwidth ÷ the run's other links' (1 = as fast).")
     window_start: str
     window_end: str
-    evidence: list[dict[str, Any]] = Field(description="Per run: job, ranks, matched calls, slow; last arrivals, "
-                                                       "ratio, step excess (% and ms), or a link's bus bandwidths.")
+    evidence: list[dict[str, Any]] = Field(
+        description="Per run: job, ranks, matched calls, slow; last arrivals, "
+        "ratio, step excess (% and ms), or a link's bus bandwidths."
+    )
 
 
 class HostHealth(_Model):
@@ -382,17 +398,28 @@ class SqlAnswer(_Model):
 
 #: Tool name → answer model (the order the server lists them in).
 TOOL_ANSWERS: dict[str, type[_Model]] = {
-    "list_jobs": JobList, "job_summary": JobSummary, "findings": FindingList, "critical_path": CriticalPath,
-    "collectives": Collectives, "kernels": Kernels, "compare": Comparison, "regressions": Regressions,
-    "fleet_stats": FleetStats, "fleet_findings": FleetFindings, "host_health": HostHealth,
+    "list_jobs": JobList,
+    "job_summary": JobSummary,
+    "findings": FindingList,
+    "critical_path": CriticalPath,
+    "collectives": Collectives,
+    "kernels": Kernels,
+    "compare": Comparison,
+    "regressions": Regressions,
+    "fleet_stats": FleetStats,
+    "fleet_findings": FleetFindings,
+    "host_health": HostHealth,
     "sql": SqlAnswer,
 }
 
 
 def tool_schemas() -> dict:
     """``{"schema_version", "max_answer_chars", "tools": {tool: JSON schema of its answer}}``."""
-    return {"schema_version": SCHEMA_VERSION, "max_answer_chars": MAX_ANSWER_CHARS,
-            "tools": {name: model.model_json_schema() for name, model in TOOL_ANSWERS.items()}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "max_answer_chars": MAX_ANSWER_CHARS,
+        "tools": {name: model.model_json_schema() for name, model in TOOL_ANSWERS.items()},
+    }
 
 
 def write_schemas(path: Path = SCHEMAS_FILE) -> Path:

@@ -7,7 +7,7 @@ here before trusting its job id, rank and file list.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import jsonschema
@@ -15,7 +15,7 @@ import jsonschema
 SUPPORTED_VERSIONS = ("1",)
 
 
-@lru_cache(maxsize=None)
+@cache
 def manifest_schema(version: str = "1") -> dict:
     """The JSON Schema (draft 2020-12) of manifest ``version``.
 

@@ -43,9 +43,7 @@ class Table:
 
     def arrow_schema(self) -> pa.Schema:
         """The table as a ``pyarrow.Schema`` (column docs kept as field metadata)."""
-        return pa.schema(
-            [pa.field(c.name, c.type, nullable=c.nullable, metadata={"doc": c.doc}) for c in self.columns]
-        )
+        return pa.schema([pa.field(c.name, c.type, nullable=c.nullable, metadata={"doc": c.doc}) for c in self.columns])
 
     def spark_schema(self):
         """The table as a ``pyspark.sql.types.StructType`` (derived from the Arrow schema).
@@ -64,8 +62,10 @@ class Table:
         """A Markdown reference of the table (for the README)."""
         lines = [f"### `{self.name}`", "", self.doc, ""]
         if self.partition_by:
-            lines.append(f"Partitioned by {', '.join(f'`{p}`' for p in self.partition_by)}; "
-                         f"key ({', '.join(f'`{k}`' for k in self.key)}).")
+            lines.append(
+                f"Partitioned by {', '.join(f'`{p}`' for p in self.partition_by)}; "
+                f"key ({', '.join(f'`{k}`' for k in self.key)})."
+            )
             lines.append("")
         lines += ["| column | type | meaning |", "|---|---|---|"]
         for c in self.columns:
@@ -86,59 +86,112 @@ CAPTURES = Table(
     doc="One row per raw trace file found in the landing zone: ingested, quarantined with a reason, or cataloged. "
     "Nothing is lost: every raw file appears here.",
     columns=(
-        Column("date", _STR, "Partition: capture date YYYY-MM-DD (landing-zone path, else trace start, else `unknown`).", False),
+        Column(
+            "date",
+            _STR,
+            "Partition: capture date YYYY-MM-DD (landing-zone path, else trace start, else `unknown`).",
+            False,
+        ),
         *_IDENTITY,
-        Column("capture_id", _STR, "Capture id (landing-zone folder name, or a stable hash of a bare file's path).", False),
+        Column(
+            "capture_id", _STR, "Capture id (landing-zone folder name, or a stable hash of a bare file's path).", False
+        ),
         Column("uri", _STR, "URI of the raw trace file.", False),
         Column("manifest_uri", _STR, "URI of the committing `manifest.json`; null for bare traces."),
         Column("source", _STR, "Trace source: `kineto` (torch.profiler Chrome trace), `neuron`, `xla`.", False),
-        Column("status", _STR, "`ingested`; `quarantined` (bad input, the reason names the problem); or `cataloged` "
-               "(a raw blob kept but not parsed: .ntff/.neff/.pb without a converted form, or a duplicate of an ingested form).", False),
-        Column("reason", _STR, "Why the file was quarantined or only cataloged (names the file and the problem); null when ingested."),
-        Column("rank_source", _STR, "Where `rank` came from: `distributedInfo`, `manifest`, `filename`, `default` (flag: assumed 0)."),
+        Column(
+            "status",
+            _STR,
+            "`ingested`; `quarantined` (bad input, the reason names the problem); or `cataloged` "
+            "(a raw blob kept but not parsed: .ntff/.neff/.pb without a converted form, or a duplicate of an ingested form).",
+            False,
+        ),
+        Column(
+            "reason",
+            _STR,
+            "Why the file was quarantined or only cataloged (names the file and the problem); null when ingested.",
+        ),
+        Column(
+            "rank_source",
+            _STR,
+            "Where `rank` came from: `distributedInfo`, `manifest`, `filename`, `default` (flag: assumed 0).",
+        ),
         Column("world_size", _I32, "World size (distributedInfo or manifest)."),
         Column("size_bytes", _I64, "Size of the raw file as stored (compressed if gzip), bytes."),
         Column("uncompressed_bytes", _I64, "Size of the decoded JSON document, bytes."),
         Column("sha256", _STR, "sha256 of the raw file as stored."),
         Column("container", _STR, "`json` or `gzip` (detected from magic bytes, not the extension)."),
-        Column("format", _STR, "Kineto format generation detected from the fields present, e.g. "
-               "`list-2020`, `object-legacy-categories`, `object`."),
-        Column("time_base", _STR, "`relative+baseTimeNanoseconds`, `absolute-us-int`, `absolute-us-float` or `relative`."),
+        Column(
+            "format",
+            _STR,
+            "Kineto format generation detected from the fields present, e.g. "
+            "`list-2020`, `object-legacy-categories`, `object`.",
+        ),
+        Column(
+            "time_base", _STR, "`relative+baseTimeNanoseconds`, `absolute-us-int`, `absolute-us-float` or `relative`."
+        ),
         Column("base_time_ns", _I64, "`baseTimeNanoseconds` of the trace (0 when absent)."),
         Column("trace_start_ns", _I64, "Earliest event start on the capture clock, ns."),
         Column("trace_end_ns", _I64, "Latest event end on the capture clock, ns."),
         Column("n_events", _I64, "Rows written to `events` for this capture."),
         Column("n_profiler_steps", _I32, "Number of distinct `ProfilerStep#N` annotations."),
         Column("host_name", _STR, "Host name (trace `host_name` or manifest)."),
-        Column("device_name", _STR, "First accelerator name in `deviceProperties` (or manifest); null on CPU-only traces."),
+        Column(
+            "device_name", _STR, "First accelerator name in `deviceProperties` (or manifest); null on CPU-only traces."
+        ),
         Column("distributed_backend", _STR, "`distributedInfo.backend` (nccl, gloo, …)."),
         Column("torch_version", _STR, "torch version from the manifest (null for bare traces)."),
-        Column("job_name", _STR, "Name shared by the runs of one recurring job (manifest tag `job_name`, e.g. from "
-               "`TRACELAKE_JOB_NAME` or `SLURM_JOB_NAME`; else `job_id`): fleet regressions compare runs with the same name.", False),
+        Column(
+            "job_name",
+            _STR,
+            "Name shared by the runs of one recurring job (manifest tag `job_name`, e.g. from "
+            "`TRACELAKE_JOB_NAME` or `SLURM_JOB_NAME`; else `job_id`): fleet regressions compare runs with the same name.",
+            False,
+        ),
         Column("model", _STR, "Manifest tag `model` (e.g. `llama-7b`); null when not tagged."),
-        Column("tags_json", _STR, "All manifest tags as a JSON object (for bare traces: those of `tracelake run --job-name/--tag`, else `{}`)."),
-        Column("created_at", _STR, "Manifest `created_at` (UTC ISO-8601) when the capture was committed; null for bare traces."),
-        Column("flags", pa.list_(_STR), "Data-quality flags (the trace is still ingested unless quarantined): `rank_assumed_0`; "
-               "`duplicate_rank` (two bare files claim the rank); `duplicate_capture_id` (a manifest capture id repeated in another folder: this file got a suffixed id); `nonfinite_number` / `control_characters` (NaN/inf "
-               "tokens read as null, raw control characters in strings kept); `invalid_utf8` / `invalid_escape` / "
-               "`lone_surrogate` (damage inside strings repaired: U+FFFD, a literal backslash; offsets in "
-               "repair_offsets_json); `begin_end_pairs` / `unmatched_begin` / `unmatched_end` (ph B/E duration "
-               "events paired into complete events); `correlation_zero` / `linked_by_time` / `unlinked_device_rows` "
-               "(ROCm correlation id 0 read as absent, linked by External id or time); `stream_overlap_clipped` "
-               "(device events clipped to the next start on their stream, raw dur in events.dur_raw_ns); "
-               "`invalid_timestamp` (events without a "
-               "valid ts dropped); `negative_duration` / `missing_duration`; `improper_nesting` (partially "
-               "overlapping slices on a track, kept); `merged_ranks` (a file merged from several ranks, launches linked "
-               "by pid + correlation); `negative_launch_delay` (device work starting before its launch call ends; "
-               "clamped to 0 in launch statistics); `partial_trace` (truncated: events stop well before the last "
-               "ProfilerStep ends, or dropped events reported); `unsupported_format_version` (Neuron profile newer "
-               "than the reader; quarantined); `no_profiler_step`; see jobs/normalize/kineto/parse.py `FLAGS`."),
-        Column("flag_counts_json", _STR, "How many events (or repairs) are behind each countable flag, as a JSON object, "
-               "e.g. `{\"negative_duration\": 2, \"improper_nesting\": 14}`; null when the parser reports none "
-               "(Neuron files, quarantined files)."),
-        Column("repair_offsets_json", _STR, "Where the trace's text was repaired inside strings: flag (`invalid_utf8`, "
-               "`invalid_escape`, `lone_surrogate`) → decoded-document byte offsets of the first 10 repairs, a JSON "
-               "object; null when none."),
+        Column(
+            "tags_json",
+            _STR,
+            "All manifest tags as a JSON object (for bare traces: those of `tracelake run --job-name/--tag`, else `{}`).",
+        ),
+        Column(
+            "created_at",
+            _STR,
+            "Manifest `created_at` (UTC ISO-8601) when the capture was committed; null for bare traces.",
+        ),
+        Column(
+            "flags",
+            pa.list_(_STR),
+            "Data-quality flags (the trace is still ingested unless quarantined): `rank_assumed_0`; "
+            "`duplicate_rank` (two bare files claim the rank); `duplicate_capture_id` (a manifest capture id repeated in another folder: this file got a suffixed id); `nonfinite_number` / `control_characters` (NaN/inf "
+            "tokens read as null, raw control characters in strings kept); `invalid_utf8` / `invalid_escape` / "
+            "`lone_surrogate` (damage inside strings repaired: U+FFFD, a literal backslash; offsets in "
+            "repair_offsets_json); `begin_end_pairs` / `unmatched_begin` / `unmatched_end` (ph B/E duration "
+            "events paired into complete events); `correlation_zero` / `linked_by_time` / `unlinked_device_rows` "
+            "(ROCm correlation id 0 read as absent, linked by External id or time); `stream_overlap_clipped` "
+            "(device events clipped to the next start on their stream, raw dur in events.dur_raw_ns); "
+            "`invalid_timestamp` (events without a "
+            "valid ts dropped); `negative_duration` / `missing_duration`; `improper_nesting` (partially "
+            "overlapping slices on a track, kept); `merged_ranks` (a file merged from several ranks, launches linked "
+            "by pid + correlation); `negative_launch_delay` (device work starting before its launch call ends; "
+            "clamped to 0 in launch statistics); `partial_trace` (truncated: events stop well before the last "
+            "ProfilerStep ends, or dropped events reported); `unsupported_format_version` (Neuron profile newer "
+            "than the reader; quarantined); `no_profiler_step`; see jobs/normalize/kineto/parse.py `FLAGS`.",
+        ),
+        Column(
+            "flag_counts_json",
+            _STR,
+            "How many events (or repairs) are behind each countable flag, as a JSON object, "
+            "e.g. `{\"negative_duration\": 2, \"improper_nesting\": 14}`; null when the parser reports none "
+            "(Neuron files, quarantined files).",
+        ),
+        Column(
+            "repair_offsets_json",
+            _STR,
+            "Where the trace's text was repaired inside strings: flag (`invalid_utf8`, "
+            "`invalid_escape`, `lone_surrogate`) → decoded-document byte offsets of the first 10 repairs, a JSON "
+            "object; null when none.",
+        ),
     ),
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id"),
@@ -152,38 +205,95 @@ EVENTS = Table(
         Column("date", _STR, "Partition: as in `captures`.", False),
         *_IDENTITY,
         Column("capture_id", _STR, "Capture the event came from.", False),
-        Column("event_id", _I64, "0-based position of the event in the trace's `traceEvents` (stable id for evidence).", False),
+        Column(
+            "event_id",
+            _I64,
+            "0-based position of the event in the trace's `traceEvents` (stable id for evidence).",
+            False,
+        ),
         Column("source", _STR, "`kineto`, `neuron` or `xla`.", False),
         Column("ph", _STR, "Chrome-trace phase: `X`, `i` or `C`.", False),
-        Column("category", _STR, "Category normalized across generations (`Operator`→`cpu_op`, `Runtime`→`cuda_runtime`, "
-               "`Kernel`→`kernel`, `Memcpy`→`gpu_memcpy`, `Memset`→`gpu_memset`, `gpu_user_Annotation`→`gpu_user_annotation`)."),
+        Column(
+            "category",
+            _STR,
+            "Category normalized across generations (`Operator`→`cpu_op`, `Runtime`→`cuda_runtime`, "
+            "`Kernel`→`kernel`, `Memcpy`→`gpu_memcpy`, `Memset`→`gpu_memset`, `gpu_user_Annotation`→`gpu_user_annotation`).",
+        ),
         Column("raw_category", _STR, "`cat` exactly as written in the trace."),
         Column("name", _STR, "Event name."),
-        Column("ts_ns", _I64, "Start on the capture clock, exact integer ns (`baseTimeNanoseconds` + relative µs·1000, or absolute µs·1000).", False),
-        Column("dur_ns", _I64, "Duration, exact integer ns; null for `i`/`C` events and where the trace's `dur` is "
-               "missing, non-finite or negative (flags `missing_duration`, `negative_duration`). A device event "
-               "whose `dur` runs past the start of the next one on its stream is clipped to that start (a stream "
-               "runs one at a time; flag `stream_overlap_clipped`)."),
-        Column("dur_raw_ns", _I64, "The trace's own `dur` of an event clipped on its stream (`dur_ns` is the clipped "
-               "value); null for every other event."),
-        Column("pid", _I64, "Process id (CPU events) or device index (GPU events); null when the trace pid is not numeric."),
-        Column("tid", _I64, "Thread id (CPU) or stream id (GPU); `\"stream 7\"`-style strings parsed; null when not numeric."),
+        Column(
+            "ts_ns",
+            _I64,
+            "Start on the capture clock, exact integer ns (`baseTimeNanoseconds` + relative µs·1000, or absolute µs·1000).",
+            False,
+        ),
+        Column(
+            "dur_ns",
+            _I64,
+            "Duration, exact integer ns; null for `i`/`C` events and where the trace's `dur` is "
+            "missing, non-finite or negative (flags `missing_duration`, `negative_duration`). A device event "
+            "whose `dur` runs past the start of the next one on its stream is clipped to that start (a stream "
+            "runs one at a time; flag `stream_overlap_clipped`).",
+        ),
+        Column(
+            "dur_raw_ns",
+            _I64,
+            "The trace's own `dur` of an event clipped on its stream (`dur_ns` is the clipped "
+            "value); null for every other event.",
+        ),
+        Column(
+            "pid", _I64, "Process id (CPU events) or device index (GPU events); null when the trace pid is not numeric."
+        ),
+        Column(
+            "tid",
+            _I64,
+            "Thread id (CPU) or stream id (GPU); `\"stream 7\"`-style strings parsed; null when not numeric.",
+        ),
         Column("process_name", _STR, "From `M process_name`, or the non-numeric pid itself (e.g. `Spans`)."),
         Column("thread_name", _STR, "From `M thread_name`, or the non-numeric tid itself."),
         Column("device", _I32, "Accelerator index for device events (`args.device`, else pid); null for host events."),
         Column("stream", _I64, "CUDA/HIP stream (`args.stream`); null when absent."),
-        Column("is_gpu", _BOOL, "True for device-side activity (kernel, gpu_memcpy, gpu_memset, gpu_user_annotation, mtia_ccp_events, …).", False),
-        Column("correlation", _I64, "Launch correlation id (`args.correlation`; for GPU events with only a launch flow, the flow id)."),
+        Column(
+            "is_gpu",
+            _BOOL,
+            "True for device-side activity (kernel, gpu_memcpy, gpu_memset, gpu_user_annotation, mtia_ccp_events, …).",
+            False,
+        ),
+        Column(
+            "correlation",
+            _I64,
+            "Launch correlation id (`args.correlation`; for GPU events with only a launch flow, the flow id).",
+        ),
         Column("external_id", _I64, "`args[\"External id\"]` (`external id` in 2021 traces)."),
-        Column("flow_id", _I64, "Id of the CPU→GPU launch flow (`ac2g`, `async_cpu_to_gpu`, 2021 `async/launch`) bound to this event."),
-        Column("fwdbwd_flow_id", _I64, "Id of the forward→backward flow (`fwdbwd`, `forward_backward`) bound to this event."),
-        Column("parent", _I64, "`event_id` of the innermost enclosing `X` event on the same (pid, tid); null at top level."),
+        Column(
+            "flow_id",
+            _I64,
+            "Id of the CPU→GPU launch flow (`ac2g`, `async_cpu_to_gpu`, 2021 `async/launch`) bound to this event.",
+        ),
+        Column(
+            "fwdbwd_flow_id",
+            _I64,
+            "Id of the forward→backward flow (`fwdbwd`, `forward_backward`) bound to this event.",
+        ),
+        Column(
+            "parent", _I64, "`event_id` of the innermost enclosing `X` event on the same (pid, tid); null at top level."
+        ),
         Column("depth", _I32, "Nesting depth on the track (0 = top level)."),
-        Column("step", _I64, "ProfilerStep number N: CPU events by time containment in `ProfilerStep#N`, GPU events through the CPU launch they correlate with."),
-        Column("collective", _STR, "Collective name (`args[\"Collective name\"]`, else inferred from an NCCL/RCCL kernel name)."),
+        Column(
+            "step",
+            _I64,
+            "ProfilerStep number N: CPU events by time containment in `ProfilerStep#N`, GPU events through the CPU launch they correlate with.",
+        ),
+        Column(
+            "collective",
+            _STR,
+            "Collective name (`args[\"Collective name\"]`, else inferred from an NCCL/RCCL kernel name).",
+        ),
         Column("pg_name", _STR, "Process group name (`Process Group Name`)."),
         Column("group_size", _I32, "`Group size` of the collective."),
-        Column("msg_bytes", _I64, "Collective message size, bytes (`In msg nelems` × dtype size, or the larger of in/out)."),
+        Column(
+            "msg_bytes", _I64, "Collective message size, bytes (`In msg nelems` × dtype size, or the larger of in/out)."
+        ),
         Column("seq", _I64, "Collective sequence number (`Seq`), when the trace has it."),
         Column("args_json", _STR, "The event's `args` object as JSON text (query with `get_json_object`/`from_json`)."),
     ),
@@ -192,63 +302,129 @@ EVENTS = Table(
 )
 
 _BREAKDOWN = (
-    Column("kernel_time_ns", _I64, "HTA temporal breakdown `kernel_time`: last end − first start of the merged GPU intervals, ns."),
+    Column(
+        "kernel_time_ns",
+        _I64,
+        "HTA temporal breakdown `kernel_time`: last end − first start of the merged GPU intervals, ns.",
+    ),
     Column("idle_time_ns", _I64, "HTA `idle_time`: kernel_time − Σ merged GPU intervals, ns."),
     Column("compute_time_ns", _I64, "HTA `compute_time`: Σ merged intervals of COMPUTATION kernels, ns."),
-    Column("non_compute_time_ns", _I64, "HTA `non_compute_time`: kernel_time − compute − idle (communication, memory, other), ns."),
+    Column(
+        "non_compute_time_ns",
+        _I64,
+        "HTA `non_compute_time`: kernel_time − compute − idle (communication, memory, other), ns.",
+    ),
     Column("idle_pct", _F64, "idle_time_ns / kernel_time_ns × 100 (HTA `idle_time_pctg`)."),
     Column("compute_pct", _F64, "compute_time_ns / kernel_time_ns × 100 (HTA `compute_time_pctg`)."),
     Column("non_compute_pct", _F64, "non_compute_time_ns / kernel_time_ns × 100 (HTA `non_compute_time_pctg`)."),
     Column("comm_time_ns", _I64, "Σ merged intervals of COMMUNICATION kernels, ns."),
-    Column("overlap_pct", _F64, "HTA `comp_comm_overlap_pctg`: time both merged communication and merged computation run, "
-           "÷ merged communication time × 100; null when there is no communication kernel."),
+    Column(
+        "overlap_pct",
+        _F64,
+        "HTA `comp_comm_overlap_pctg`: time both merged communication and merged computation run, "
+        "÷ merged communication time × 100; null when there is no communication kernel.",
+    ),
     Column("n_kernels", _I64, "GPU events counted (kernels, memcpy, memset)."),
 )
 
 #: HTA-parity statistics (jobs/analyze/hta/stats.py), per step in ``steps`` (device events through
 #: ``events.step``) and for the whole trace in ``ranks`` (rows kept by HTA's last-step filter).
 _HTA_STATS = (
-    Column("memory_time_ns", _I64, "Σ merged intervals of MEMORY device events (our kernel type: gpu_memcpy / "
-           "gpu_memset events, and kernels named Memcpy…/Memset…/dma…), ns. HTA `get_gpu_kernel_breakdown` MEMORY, merged."),
-    Column("exposed_comm_ns", _I64, "Communication not overlapped by computation: merged COMMUNICATION time − its "
-           "intersection with merged COMPUTATION, ns. Our kernel types (collective metadata, then name families); "
-           "HTA `get_comm_comp_overlap` sweep."),
-    Column("idle_host_wait_ns", _I64, "HTA idle time breakdown `host_wait`: Σ over streams of the gaps before device "
-           "events whose launching host call started after the previous event on the stream ended, ns. Per-stream "
-           "sums (HTA's definition): with several streams the three idle_* columns can add up to more than "
-           "`idle_time_ns` (GPU idle on all streams) and even more than the step."),
-    Column("idle_kernel_wait_ns", _I64, "HTA idle time breakdown `kernel_wait`: Σ gaps < 30 µs "
-           "(`consecutive_kernel_delay`) that are not host_wait, ns."),
-    Column("idle_other_ns", _I64, "HTA idle time breakdown `other`: the remaining gaps, Σ over streams, ns "
-           "(gaps are per stream, unmerged; negative gaps clipped at 0)."),
-    Column("n_launches", _I64, "HTA `get_cuda_kernel_launch_stats` rows: host launch calls (cudaLaunchKernel, "
-           "cudaMemcpyAsync, … plus hipLaunchKernel, cuLaunchKernel(Ex), cudaGraphLaunch; jobs/analyze/trace/launches.py) "
-           "linked to device events."),
+    Column(
+        "memory_time_ns",
+        _I64,
+        "Σ merged intervals of MEMORY device events (our kernel type: gpu_memcpy / "
+        "gpu_memset events, and kernels named Memcpy…/Memset…/dma…), ns. HTA `get_gpu_kernel_breakdown` MEMORY, merged.",
+    ),
+    Column(
+        "exposed_comm_ns",
+        _I64,
+        "Communication not overlapped by computation: merged COMMUNICATION time − its "
+        "intersection with merged COMPUTATION, ns. Our kernel types (collective metadata, then name families); "
+        "HTA `get_comm_comp_overlap` sweep.",
+    ),
+    Column(
+        "idle_host_wait_ns",
+        _I64,
+        "HTA idle time breakdown `host_wait`: Σ over streams of the gaps before device "
+        "events whose launching host call started after the previous event on the stream ended, ns. Per-stream "
+        "sums (HTA's definition): with several streams the three idle_* columns can add up to more than "
+        "`idle_time_ns` (GPU idle on all streams) and even more than the step.",
+    ),
+    Column(
+        "idle_kernel_wait_ns",
+        _I64,
+        "HTA idle time breakdown `kernel_wait`: Σ gaps < 30 µs "
+        "(`consecutive_kernel_delay`) that are not host_wait, ns.",
+    ),
+    Column(
+        "idle_other_ns",
+        _I64,
+        "HTA idle time breakdown `other`: the remaining gaps, Σ over streams, ns "
+        "(gaps are per stream, unmerged; negative gaps clipped at 0).",
+    ),
+    Column(
+        "n_launches",
+        _I64,
+        "HTA `get_cuda_kernel_launch_stats` rows: host launch calls (cudaLaunchKernel, "
+        "cudaMemcpyAsync, … plus hipLaunchKernel, cuLaunchKernel(Ex), cudaGraphLaunch; jobs/analyze/trace/launches.py) "
+        "linked to device events.",
+    ),
     Column("launch_runtime_ns", _I64, "Σ durations of those launch calls (HTA `cpu_duration`), ns."),
-    Column("launch_delay_sum_ns", _I64, "Σ launch delay, ns; launch delay = max(0, first device event start − "
-           "launch call end) (HTA `launch_delay`)."),
+    Column(
+        "launch_delay_sum_ns",
+        _I64,
+        "Σ launch delay, ns; launch delay = max(0, first device event start − launch call end) (HTA `launch_delay`).",
+    ),
     Column("launch_delay_p50_ns", _I64, "Median launch delay, ns (rounded); null without launches."),
     Column("launch_delay_max_ns", _I64, "Longest launch delay, ns; null without launches."),
-    Column("n_short_kernels", _I64, "Launches whose device time < launch call time ≤ 50 µs (HTA short GPU kernels, "
-           "`runtime_cutoff`)."),
+    Column(
+        "n_short_kernels",
+        _I64,
+        "Launches whose device time < launch call time ≤ 50 µs (HTA short GPU kernels, `runtime_cutoff`).",
+    ),
     Column("n_runtime_outliers", _I64, "Launch calls longer than 50 µs (HTA runtime outliers)."),
     Column("n_launch_delay_outliers", _I64, "Launches with launch delay > 100 µs (HTA `launch_delay_cutoff`)."),
-    Column("queue_length_max", _I64, "Largest launch-queue length on any stream (HTA `get_queue_length_summary` max; "
-           "+1 at each launch call, −1 at the device event start); null without launches."),
-    Column("queue_length_mean", _F64, "Mean queue length over the change points of all streams (HTA "
-           "`get_queue_length_summary` mean, not time-weighted); null without launches."),
-    Column("blocked_on_full_queue_ns", _I64, "Time some stream's queue length was ≥ 1024 "
-           "(HTA `get_time_spent_blocked_on_full_queue`, summed over streams), ns."),
+    Column(
+        "queue_length_max",
+        _I64,
+        "Largest launch-queue length on any stream (HTA `get_queue_length_summary` max; "
+        "+1 at each launch call, −1 at the device event start); null without launches.",
+    ),
+    Column(
+        "queue_length_mean",
+        _F64,
+        "Mean queue length over the change points of all streams (HTA "
+        "`get_queue_length_summary` mean, not time-weighted); null without launches.",
+    ),
+    Column(
+        "blocked_on_full_queue_ns",
+        _I64,
+        "Time some stream's queue length was ≥ 1024 "
+        "(HTA `get_time_spent_blocked_on_full_queue`, summed over streams), ns.",
+    ),
     Column("memcpy_bytes", _I64, "Σ `args.bytes` of gpu_memcpy events, bytes."),
     Column("memcpy_time_ns", _I64, "Σ durations of gpu_memcpy events (unmerged), ns."),
-    Column("memcpy_bw_gbps", _F64, "Σ bytes ÷ Σ copy time over the copies with a known size, GB/s (1e9 bytes/s), "
-           "duration-weighted; copy time from Kineto's per-copy `memory bandwidth (GB/s)` (the arg HTA "
-           "`get_memory_bw_summary` reads; exact even where `dur` is truncated to whole µs), else `dur`. "
-           "Null without copies."),
-    Column("dataloader_time_ns", _I64, "Union of host events named like data loading (`enumerate(DataLoader)#…`, "
-           "`…DataLoaderIter`, dataloader.py frames; jobs/analyze/hta/host_time.py) inside the window, ns. Ours."),
-    Column("cpu_bound_time_ns", _I64, "Time inside the window with no device activity on any stream while a host "
-           "thread is inside a cpu_op / cuda_runtime / cuda_driver event, minus data-loader time, ns. Ours."),
+    Column(
+        "memcpy_bw_gbps",
+        _F64,
+        "Σ bytes ÷ Σ copy time over the copies with a known size, GB/s (1e9 bytes/s), "
+        "duration-weighted; copy time from Kineto's per-copy `memory bandwidth (GB/s)` (the arg HTA "
+        "`get_memory_bw_summary` reads; exact even where `dur` is truncated to whole µs), else `dur`. "
+        "Null without copies.",
+    ),
+    Column(
+        "dataloader_time_ns",
+        _I64,
+        "Union of host events named like data loading (`enumerate(DataLoader)#…`, "
+        "`…DataLoaderIter`, dataloader.py frames; jobs/analyze/hta/host_time.py) inside the window, ns. Ours.",
+    ),
+    Column(
+        "cpu_bound_time_ns",
+        _I64,
+        "Time inside the window with no device activity on any stream while a host "
+        "thread is inside a cpu_op / cuda_runtime / cuda_driver event, minus data-loader time, ns. Ours.",
+    ),
 )
 
 STEPS = Table(
@@ -265,7 +441,11 @@ STEPS = Table(
         Column("step_start_ns", _I64, "Start of the CPU `ProfilerStep#N` annotation, ns on the capture clock."),
         Column("step_time_ns", _I64, "Duration of the CPU `ProfilerStep#N` annotation, ns."),
         *_BREAKDOWN,
-        Column("cpu_op_time_ns", _I64, "Σ merged intervals of top-level CPU ops inside the step on all threads, ns (host busy time)."),
+        Column(
+            "cpu_op_time_ns",
+            _I64,
+            "Σ merged intervals of top-level CPU ops inside the step on all threads, ns (host busy time).",
+        ),
         *_HTA_STATS,
     ),
     partition_by=("date", "job_id"),
@@ -284,8 +464,12 @@ RANKS = Table(
         Column("capture_id", _STR, "Capture of this rank.", False),
         Column("world_size", _I32, "World size."),
         Column("device_name", _STR, "Accelerator name."),
-        Column("device_index", _I32, "Accelerator index the rank's device activity ran on (the most frequent device "
-               "pid of its kernels, copies and sets); null without device activity."),
+        Column(
+            "device_index",
+            _I32,
+            "Accelerator index the rank's device activity ran on (the most frequent device "
+            "pid of its kernels, copies and sets); null without device activity.",
+        ),
         Column("n_steps", _I32, "Profiler steps found."),
         Column("step_time_p50_ns", _I64, "Median step time, ns."),
         Column("step_time_max_ns", _I64, "Longest step time, ns."),
@@ -306,8 +490,12 @@ KERNELS = Table(
         Column("capture_id", _STR, "Capture of this rank.", False),
         Column("step", _I64, "ProfilerStep number N; -1 for GPU events outside any step.", False),
         Column("name", _STR, "Kernel / memcpy / memset name.", False),
-        Column("kernel_type", _STR, "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (collective metadata, "
-               "then name families; see jobs/analyze/trace/kernel_types.py)."),
+        Column(
+            "kernel_type",
+            _STR,
+            "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (collective metadata, "
+            "then name families; see jobs/analyze/trace/kernel_types.py).",
+        ),
         Column("hta_kernel_type", _STR, "The type HTA 0.5.0 assigns from the name alone (for comparison)."),
         Column("n", _I64, "Number of launches."),
         Column("total_ns", _I64, "Σ duration, ns."),
@@ -333,7 +521,11 @@ COLLECTIVES = Table(
         Column("event_id", _I64, "`events.event_id` of the communication kernel.", False),
         Column("pg_name", _STR, "Process group name (or inferred group id when the trace has none)."),
         Column("collective", _STR, "Collective name (allreduce, all_to_all, sendrecv, …)."),
-        Column("call_index", _I64, "0-based order of this call among the rank's calls on (pg_name, collective stream group)."),
+        Column(
+            "call_index",
+            _I64,
+            "0-based order of this call among the rank's calls on (pg_name, collective stream group).",
+        ),
         Column("match_key", _STR, "Key shared by the same call on every rank of the job.", False),
         Column("seq", _I64, "NCCL sequence number (`Seq`) when present."),
         Column("stream", _I64, "Stream of the kernel."),
@@ -342,20 +534,38 @@ COLLECTIVES = Table(
         Column("dur_ns", _I64, "Kernel duration, ns."),
         Column("aligned_start_ns", _I64, "start_ns + clock_offset_ns (job clock)."),
         Column("aligned_end_ns", _I64, "end_ns + clock_offset_ns (job clock)."),
-        Column("clock_offset_ns", _I64, "Offset added to this rank's clock to align collective completions across ranks, ns."),
-        Column("wait_ns", _I64, "Last arrival − own arrival (aligned starts), ns: time this rank waited for the slowest rank."),
+        Column(
+            "clock_offset_ns",
+            _I64,
+            "Offset added to this rank's clock to align collective completions across ranks, ns.",
+        ),
+        Column(
+            "wait_ns",
+            _I64,
+            "Last arrival − own arrival (aligned starts), ns: time this rank waited for the slowest rank.",
+        ),
         Column("skew_ns", _I64, "Last arrival − first arrival for the call, ns (same on every rank of the call)."),
         Column("net_dur_ns", _I64, "dur_ns − wait_ns: the transfer itself, ns."),
         Column("is_last_arrival", _BOOL, "True on the rank that arrived last (the straggler of this call)."),
         Column("n_ranks_matched", _I32, "Ranks on which this call was found."),
         Column("name", _STR, "Kernel name of the call on this rank."),
-        Column("pg_inferred", _BOOL, "True when the trace names no process group and `pg_name` is inferred (`stream#k`)."),
-        Column("exposed_ns", _I64, "Kernel time not overlapped by any computation kernel on the rank, ns (exposed communication)."),
+        Column(
+            "pg_inferred", _BOOL, "True when the trace names no process group and `pg_name` is inferred (`stream#k`)."
+        ),
+        Column(
+            "exposed_ns",
+            _I64,
+            "Kernel time not overlapped by any computation kernel on the rank, ns (exposed communication).",
+        ),
         Column("msg_bytes", _I64, "Message size, bytes."),
         Column("group_size", _I32, "Ranks in the process group."),
         Column("algbw_gbps", _F64, "Algorithm bandwidth msg_bytes / net_dur, GB/s (1e9 bytes/s)."),
-        Column("busbw_gbps", _F64, "Bus bandwidth = algbw × NCCL-tests factor (allreduce 2(n−1)/n, allgather/reduce_scatter/"
-               "all_to_all (n−1)/n, broadcast/reduce/sendrecv 1), GB/s."),
+        Column(
+            "busbw_gbps",
+            _F64,
+            "Bus bandwidth = algbw × NCCL-tests factor (allreduce 2(n−1)/n, allgather/reduce_scatter/"
+            "all_to_all (n−1)/n, broadcast/reduce/sendrecv 1), GB/s.",
+        ),
     ),
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "event_id"),
@@ -370,7 +580,12 @@ CRITICAL_PATH = Table(
         Column("job_id", _STR, "Training job id.", False),
         Column("attempt", _I32, "Job attempt.", False),
         Column("step", _I64, "ProfilerStep number N.", False),
-        Column("scope", _STR, "`rank` (one rank's own critical path) or `job` (the cross-rank path that set the step time).", False),
+        Column(
+            "scope",
+            _STR,
+            "`rank` (one rank's own critical path) or `job` (the cross-rank path that set the step time).",
+            False,
+        ),
         Column("path_rank", _I32, "For scope `rank`: the rank whose path this is; for `job`: -1.", False),
         Column("segment", _I64, "0-based position of the segment along the path.", False),
         Column("rank", _I32, "Rank the segment runs on.", False),
@@ -379,11 +594,19 @@ CRITICAL_PATH = Table(
         Column("name", _STR, "Event name, or the edge kind for gaps."),
         Column("start_ns", _I64, "Segment start, ns (job clock for scope `job`)."),
         Column("end_ns", _I64, "Segment end, ns."),
-        Column("dur_ns", _I64, "Time this segment puts on the critical path, ns (edge weight: 0 for sync edges; "
-               "≤ end − start; Σ over a path = `path_length_ns`)."),
-        Column("bound_by", _STR, "`cpu_bound`, `launch_overhead`, `kernel_kernel_gap`, `compute`, `communication`, "
-               "`data_loading`, `sync`, `collective_wait`; scope `job` also `late_start` (from the job's step start to "
-               "where the path begins on a rank)."),
+        Column(
+            "dur_ns",
+            _I64,
+            "Time this segment puts on the critical path, ns (edge weight: 0 for sync edges; "
+            "≤ end − start; Σ over a path = `path_length_ns`).",
+        ),
+        Column(
+            "bound_by",
+            _STR,
+            "`cpu_bound`, `launch_overhead`, `kernel_kernel_gap`, `compute`, `communication`, "
+            "`data_loading`, `sync`, `collective_wait`; scope `job` also `late_start` (from the job's step start to "
+            "where the path begins on a rank).",
+        ),
         Column("path_length_ns", _I64, "Total length of the path this segment belongs to, ns."),
     ),
     partition_by=("date", "job_id"),
@@ -399,7 +622,12 @@ FINDINGS = Table(
         Column("job_id", _STR, "Training job id.", False),
         Column("attempt", _I32, "Job attempt.", False),
         Column("finding_id", _STR, "Stable id: rule + scope (e.g. `exposed_communication/rank=3`).", False),
-        Column("rule", _STR, "Rule that fired (e.g. `host_bound_launch`, `exposed_communication`, `straggler_rank`).", False),
+        Column(
+            "rule",
+            _STR,
+            "Rule that fired (e.g. `host_bound_launch`, `exposed_communication`, `straggler_rank`).",
+            False,
+        ),
         Column("rank_order", _I32, "1 = most time lost per step.", False),
         Column("title", _STR, "One-line statement of the problem."),
         Column("metric", _STR, "Metric name the rule used."),
@@ -416,11 +644,21 @@ FINDINGS = Table(
 )
 
 _FLEET_GROUP = (
-    Column("dimension", _STR, "Partition: what the rows are grouped by: `fleet` (everything), `job_name` (runs of a "
-           "recurring job), `job` (one run; value `job_id#attempt`), `model` (manifest tag), `hardware` (device "
-           "name; value `cpu` without an accelerator), `torch_version`.", False),
-    Column("value", _STR, "The group's value of `dimension` (`all` for `fleet`; `(none)` when the capture does not "
-           "say, e.g. an untagged model).", False),
+    Column(
+        "dimension",
+        _STR,
+        "Partition: what the rows are grouped by: `fleet` (everything), `job_name` (runs of a "
+        "recurring job), `job` (one run; value `job_id#attempt`), `model` (manifest tag), `hardware` (device "
+        "name; value `cpu` without an accelerator), `torch_version`.",
+        False,
+    ),
+    Column(
+        "value",
+        _STR,
+        "The group's value of `dimension` (`all` for `fleet`; `(none)` when the capture does not "
+        "say, e.g. an untagged model).",
+        False,
+    ),
     Column("date", _STR, "Capture date YYYY-MM-DD of the steps aggregated, or `all` for every date.", False),
 )
 
@@ -429,20 +667,35 @@ FLEET_STATS = Table(
     doc="Fleet-wide statistics of the per-step metrics grouped by job, job name, model tag, hardware, torch "
     "version and date (jobs/fleet/stats.py). Step time is the job's: per (job, attempt, step) the slowest "
     "rank's ProfilerStep duration. Percentages are time-weighted over all rank-steps of the group.",
-    columns=_FLEET_GROUP + (
+    columns=_FLEET_GROUP
+    + (
         Column("n_runs", _I64, "Job runs (job_id, attempt) in the group.", False),
         Column("n_ranks", _I64, "Rank captures (job_id, attempt, rank) in the group.", False),
         Column("n_steps", _I64, "Job steps (job_id, attempt, step) in the group.", False),
         Column("n_rank_steps", _I64, "`steps` rows (one per rank and step) in the group.", False),
-        Column("step_time_p50_ns", _I64, "Median job step time (exact percentile, linear interpolation between closest ranks as numpy; rounded), ns."),
+        Column(
+            "step_time_p50_ns",
+            _I64,
+            "Median job step time (exact percentile, linear interpolation between closest ranks as numpy; rounded), ns.",
+        ),
         Column("step_time_p90_ns", _I64, "90th percentile job step time, ns."),
         Column("step_time_p99_ns", _I64, "99th percentile job step time, ns."),
         Column("step_time_mean_ns", _F64, "Mean job step time, ns."),
-        Column("idle_pct", _F64, "Σ idle_time_ns / Σ kernel_time_ns × 100 over rank-steps (HTA `idle_time_pctg`, "
-               "time-weighted); null without GPU activity."),
-        Column("compute_pct", _F64, "Σ compute_time_ns / Σ kernel_time_ns × 100 (HTA `compute_time_pctg`, time-weighted)."),
-        Column("exposed_comm_pct", _F64, "Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps: share of step time "
-               "spent in communication no computation overlaps."),
+        Column(
+            "idle_pct",
+            _F64,
+            "Σ idle_time_ns / Σ kernel_time_ns × 100 over rank-steps (HTA `idle_time_pctg`, "
+            "time-weighted); null without GPU activity.",
+        ),
+        Column(
+            "compute_pct", _F64, "Σ compute_time_ns / Σ kernel_time_ns × 100 (HTA `compute_time_pctg`, time-weighted)."
+        ),
+        Column(
+            "exposed_comm_pct",
+            _F64,
+            "Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps: share of step time "
+            "spent in communication no computation overlaps.",
+        ),
         Column("cpu_bound_pct", _F64, "Σ cpu_bound_time_ns / Σ step_time_ns × 100 (host busy, device idle)."),
         Column("dataloader_pct", _F64, "Σ dataloader_time_ns / Σ step_time_ns × 100."),
     ),
@@ -453,7 +706,8 @@ FLEET_STATS = Table(
 FLEET_KERNELS = Table(
     name="fleet_kernels",
     doc="Top kernels by total time per fleet group (same groups as `fleet_stats`), from `kernels`.",
-    columns=_FLEET_GROUP + (
+    columns=_FLEET_GROUP
+    + (
         Column("kernel_rank", _I32, "1 = most total time in the group.", False),
         Column("name", _STR, "Kernel / memcpy / memset name.", False),
         Column("kernel_type", _STR, "`COMMUNICATION`, `COMPUTATION`, `MEMORY` or `OTHER` (as in the kernels table)."),
@@ -474,8 +728,13 @@ FLEET_FINDINGS = Table(
     "bound) × its world size (at least the ranks traced). Estimates of different rules overlap: they rank, "
     "they do not add up.",
     columns=(
-        Column("dimension", _STR, "Partition: the group kind: `fleet` (everything), `job_name`, `model` (manifest "
-               "tag), `hardware` (device name; value `cpu` without an accelerator).", False),
+        Column(
+            "dimension",
+            _STR,
+            "Partition: the group kind: `fleet` (everything), `job_name`, `model` (manifest "
+            "tag), `hardware` (device name; value `cpu` without an accelerator).",
+            False,
+        ),
         Column("value", _STR, "The group's value (`all` for `fleet`; `(none)` when the capture does not say).", False),
         Column("rule", _STR, "The finding rule (`findings.rule`).", False),
         Column("impact_rank", _I32, "1 = most accelerator-hours per day in the group.", False),
@@ -487,9 +746,15 @@ FLEET_FINDINGS = Table(
         Column("n_steps", _I64, "Job steps of those runs (`steps`, ProfilerSteps captured).", False),
         Column("time_lost_ns", _I64, "Σ over runs of time lost per step × steps, ns (wall time of the job)."),
         Column("accelerator_hours", _F64, "Σ over runs of time lost × world size, hours."),
-        Column("accelerator_hours_per_day", _F64, "accelerator_hours / window_days: what fixing the rule in the "
-               "group would recover per day at the window's rate."),
-        Column("top_jobs", pa.list_(_STR), "`job_id#attempt` of the runs losing the most accelerator time, most first."),
+        Column(
+            "accelerator_hours_per_day",
+            _F64,
+            "accelerator_hours / window_days: what fixing the rule in the "
+            "group would recover per day at the window's rate.",
+        ),
+        Column(
+            "top_jobs", pa.list_(_STR), "`job_id#attempt` of the runs losing the most accelerator time, most first."
+        ),
         Column("example_title", _STR, "`findings.title` of the first of `top_jobs`."),
     ),
     partition_by=("dimension",),
@@ -508,11 +773,21 @@ HOST_HEALTH = Table(
     "`suspect_hardware`. Every measure compares a target with the others of the same run, so a job slow "
     "everywhere blames none of them.",
     columns=(
-        Column("kind", _STR, "Partition: what the row is about: `host` (captures.host_name, runs on ≥ 2 hosts), "
-               "`device` (one accelerator of a host, ranks.device_index, runs on ≥ 2 devices) or `link` (the "
-               "hosts a process group spans, runs with ≥ 2 such groups).", False),
-        Column("target", _STR, "The host (`node-3`), device (`node-3/5`: host/device index) or link (`node-1+node-3`: "
-               "its hosts joined by `+`).", False),
+        Column(
+            "kind",
+            _STR,
+            "Partition: what the row is about: `host` (captures.host_name, runs on ≥ 2 hosts), "
+            "`device` (one accelerator of a host, ranks.device_index, runs on ≥ 2 devices) or `link` (the "
+            "hosts a process group spans, runs with ≥ 2 such groups).",
+            False,
+        ),
+        Column(
+            "target",
+            _STR,
+            "The host (`node-3`), device (`node-3/5`: host/device index) or link (`node-1+node-3`: "
+            "its hosts joined by `+`).",
+            False,
+        ),
         Column("host_name", _STR, "The host (host and device rows); null for links."),
         Column("device_index", _I32, "Accelerator index (device rows)."),
         Column("hosts", pa.list_(_STR), "Hosts of the target: the host, or the hosts a link spans."),
@@ -522,23 +797,44 @@ HOST_HEALTH = Table(
         Column("n_jobs", _I64, "Distinct job_id of the runs it was measured in.", False),
         Column("n_runs", _I64, "Runs (job_id, attempt) it was measured in.", False),
         Column("n_ranks", _I64, "Rank captures on it (links: ranks of its process groups), over those runs.", False),
-        Column("n_slow_jobs", _I64, "Distinct jobs in which it was slow (hosts, devices: last-arrival ratio ≥ 1.5 over "
-               "≥ 5 matched calls with a one-sided binomial p < 0.05, with fewer matched calls step-time excess ≥ 5 %; links: busbw ratio ≤ 1/1.5 over "
-               "≥ 5 calls).", False),
+        Column(
+            "n_slow_jobs",
+            _I64,
+            "Distinct jobs in which it was slow (hosts, devices: last-arrival ratio ≥ 1.5 over "
+            "≥ 5 matched calls with a one-sided binomial p < 0.05, with fewer matched calls step-time excess ≥ 5 %; links: busbw ratio ≤ 1/1.5 over "
+            "≥ 5 calls).",
+            False,
+        ),
         Column("slow_jobs", pa.list_(_STR), "Those job ids."),
         Column("matched_calls", _I64, "Collectives matched on ≥ 2 ranks in its runs (links: on its process groups)."),
         Column("last_arrivals", _I64, "Of those, the ones whose last-arriving rank ran on it (hosts, devices)."),
-        Column("last_arrival_ratio", _F64, "last_arrivals ÷ its fair share (Σ over runs of its ranks ÷ the run's "
-               "ranks × the run's matched calls): 1 = fair, 8 = one of 8 equal hosts always last."),
-        Column("step_excess_p50_pct", _F64, "Median over its runs of (median step time of its ranks − median of the "
-               "run's other ranks) ÷ the latter × 100 (`ranks.step_time_p50_ns`)."),
+        Column(
+            "last_arrival_ratio",
+            _F64,
+            "last_arrivals ÷ its fair share (Σ over runs of its ranks ÷ the run's "
+            "ranks × the run's matched calls): 1 = fair, 8 = one of 8 equal hosts always last.",
+        ),
+        Column(
+            "step_excess_p50_pct",
+            _F64,
+            "Median over its runs of (median step time of its ranks − median of the "
+            "run's other ranks) ÷ the latter × 100 (`ranks.step_time_p50_ns`).",
+        ),
         Column("step_excess_p50_ns", _I64, "The same difference in ns (median over runs)."),
-        Column("busbw_ratio", _F64, "Links: median over runs of its groups' median bus bandwidth ÷ the median of the "
-               "run's other multi-host groups, per collective (`collectives.busbw_gbps`): 1 = as fast as the others."),
+        Column(
+            "busbw_ratio",
+            _F64,
+            "Links: median over runs of its groups' median bus bandwidth ÷ the median of the "
+            "run's other multi-host groups, per collective (`collectives.busbw_gbps`): 1 = as fast as the others.",
+        ),
         Column("suspect_hardware", _BOOL, "Slow in ≥ 2 different jobs and in at least half of its jobs.", False),
-        Column("evidence_json", _STR, "Per run: job, ranks, matched calls, slow, and last arrivals, ratio, its binomial "
-               "p-value, step excess "
-               "(% and ms) for hosts and devices, or process groups and bus bandwidths (GB/s) for links: a JSON array."),
+        Column(
+            "evidence_json",
+            _STR,
+            "Per run: job, ranks, matched calls, slow, and last arrivals, ratio, its binomial "
+            "p-value, step excess "
+            "(% and ms) for hosts and devices, or process groups and bus bandwidths (GB/s) for links: a JSON array.",
+        ),
     ),
     partition_by=("kind",),
     key=("kind", "target"),
@@ -553,25 +849,45 @@ REGRESSIONS = Table(
         Column("job_id", _STR, "The run compared.", False),
         Column("attempt", _I32, "Its attempt.", False),
         Column("date", _STR, "Partition: the run's first capture date.", False),
-        Column("run_index", _I32, "0-based position of the run among the runs of `job_name` (ordered by manifest "
-               "`created_at`, else date, then job id and attempt).", False),
+        Column(
+            "run_index",
+            _I32,
+            "0-based position of the run among the runs of `job_name` (ordered by manifest "
+            "`created_at`, else date, then job id and attempt).",
+            False,
+        ),
         Column("metric", _STR, "`step_time_p50_ns`, `step_time_p90_ns`, `idle_pct` or `exposed_comm_pct`.", False),
         Column("value", _F64, "The run's value (unit in `metric`)."),
         Column("baseline", _F64, "The same statistic over the pooled steps of the baseline runs."),
         Column("change_pct", _F64, "(value − baseline) / baseline × 100; null when the baseline is 0 or absent."),
         Column("delta", _F64, "value − baseline (unit in `metric`; percentage points for `_pct`)."),
-        Column("p_value", _F64, "Two-sided Mann-Whitney U test of the run's per-step values against the baseline's "
-               "(scipy.stats.mannwhitneyu); null with fewer than 3 steps on a side."),
-        Column("verdict", _STR, "`regression` (worse by more than the threshold and p < alpha), `improvement` "
-               "(better by as much), `unchanged`, or `no_baseline` (first run, or too few steps).", False),
-        Column("baseline_runs", pa.list_(_STR), "`job_id#attempt` of the baseline runs (the previous ones, at most 5)."),
+        Column(
+            "p_value",
+            _F64,
+            "Two-sided Mann-Whitney U test of the run's per-step values against the baseline's "
+            "(scipy.stats.mannwhitneyu); null with fewer than 3 steps on a side.",
+        ),
+        Column(
+            "verdict",
+            _STR,
+            "`regression` (worse by more than the threshold and p < alpha), `improvement` "
+            "(better by as much), `unchanged`, or `no_baseline` (first run, or too few steps).",
+            False,
+        ),
+        Column(
+            "baseline_runs", pa.list_(_STR), "`job_id#attempt` of the baseline runs (the previous ones, at most 5)."
+        ),
         Column("n_steps", _I64, "Job steps of the run."),
         Column("n_baseline_steps", _I64, "Job steps pooled from the baseline runs."),
-        Column("changes_json", _STR, "For `regression` and `improvement` rows, what differs from the baseline runs "
-               "(jobs/fleet/changes.py), a JSON object: `context` (torch_version, hardware, world_size and manifest "
-               "tags such as `git_sha` whose run value differs: field, run, baseline values), `kernels` (the 5 "
-               "kernels with the largest change of time per step), `findings_appeared`, `findings_cleared`; null "
-               "for the other verdicts."),
+        Column(
+            "changes_json",
+            _STR,
+            "For `regression` and `improvement` rows, what differs from the baseline runs "
+            "(jobs/fleet/changes.py), a JSON object: `context` (torch_version, hardware, world_size and manifest "
+            "tags such as `git_sha` whose run value differs: field, run, baseline values), `kernels` (the 5 "
+            "kernels with the largest change of time per step), `findings_appeared`, `findings_cleared`; null "
+            "for the other verdicts.",
+        ),
     ),
     partition_by=("date",),
     key=("job_id", "attempt", "metric"),
@@ -584,9 +900,17 @@ def _engine_columns() -> tuple[Column, ...]:
     cols = []
     for e, alias in (("tensor", "PE"), ("vector", "DVE"), ("scalar", "ACT"), ("gpsimd", "POOL"), ("sync", "SP")):
         cols += [
-            Column(f"{e}_active_ns", _I64, f"{e} ({alias}) engine active time: merged busy intervals, semaphore waits "
-                   f"excluded (Summary `{e}_engine_active_time`), ns."),
-            Column(f"{e}_active_pct", _F64, f"{e}_active_ns / total_time_ns × 100 (Summary `{e}_engine_active_time_percent`)."),
+            Column(
+                f"{e}_active_ns",
+                _I64,
+                f"{e} ({alias}) engine active time: merged busy intervals, semaphore waits "
+                f"excluded (Summary `{e}_engine_active_time`), ns.",
+            ),
+            Column(
+                f"{e}_active_pct",
+                _F64,
+                f"{e}_active_ns / total_time_ns × 100 (Summary `{e}_engine_active_time_percent`).",
+            ),
             Column(f"{e}_instruction_count", _I64, f"Instructions executed on the {e} engine."),
         ]
     return tuple(cols)
@@ -602,17 +926,34 @@ NEURON_SUMMARY = Table(
         Column("date", _STR, "Partition: as in `captures`.", False),
         *_IDENTITY,
         Column("capture_id", _STR, "Capture the profile came from.", False),
-        Column("profile_id", _STR, "Device profile within the capture (summary-json key, Parquet folder or JSON file stem).", False),
-        Column("source_format", _STR, "`neuron-json` (legacy `view --output-format json`), `neuron-summary-json` or `neuron-parquet`."),
-        Column("schema_version", _STR, "Parquet `Metadata.profile_schema_version` (e.g. `7.4.0`); null for JSON outputs."),
+        Column(
+            "profile_id",
+            _STR,
+            "Device profile within the capture (summary-json key, Parquet folder or JSON file stem).",
+            False,
+        ),
+        Column(
+            "source_format",
+            _STR,
+            "`neuron-json` (legacy `view --output-format json`), `neuron-summary-json` or `neuron-parquet`.",
+        ),
+        Column(
+            "schema_version", _STR, "Parquet `Metadata.profile_schema_version` (e.g. `7.4.0`); null for JSON outputs."
+        ),
         Column("profiler_version", _STR, "neuron-profile / neuron-explorer version that wrote the profile."),
         Column("instance_type", _STR, "EC2 instance type (e.g. `trn1.32xlarge`, `inf2.xlarge`)."),
         Column("neuron_device_idx", _I32, "Neuron device index."),
         Column("neuroncore_idx", _I32, "(Logical) NeuronCore index on the device."),
         Column("num_physical_cores", _I32, "Physical NeuronCores in the profiled (logical) core (2 for LNC2)."),
         Column("neff_name", _STR, "NEFF executed."),
-        Column("nth_exec", _I32, "Which execution of the NEFF was profiled (`profile_exec_N.ntff`); null when unknown."),
-        Column("tensor_engine_num_rows", _I64, "TensorE PE-array rows (Metadata `tensor_engine_num_rows` / legacy `pe_num_rows`)."),
+        Column(
+            "nth_exec", _I32, "Which execution of the NEFF was profiled (`profile_exec_N.ntff`); null when unknown."
+        ),
+        Column(
+            "tensor_engine_num_rows",
+            _I64,
+            "TensorE PE-array rows (Metadata `tensor_engine_num_rows` / legacy `pe_num_rows`).",
+        ),
         Column("tensor_engine_num_cols", _I64, "TensorE PE-array columns."),
         Column("tensor_engine_clock_ghz", _F64, "TensorE clock, GHz."),
         Column("neuroncore_clock_ghz", _F64, "NeuronCore base clock, GHz (cycle counts)."),
@@ -620,24 +961,44 @@ NEURON_SUMMARY = Table(
         Column("hbm_bandwidth_bytes_per_s", _F64, "Metadata `hbm_ddr_bandwidth` (one HBM stack), bytes/s."),
         Column("dma_bandwidth_bytes_per_s", _F64, "Metadata `dma_ddr_bandwidth` (per NeuronCore), bytes/s."),
         Column("total_time_ns", _I64, "Summary `total_time`: on-device wall time incl. idle gaps, ns."),
-        Column("total_active_time_ns", _I64, "Summary `total_active_time`: union of engine, DMA and collective activity, ns."),
+        Column(
+            "total_active_time_ns",
+            _I64,
+            "Summary `total_active_time`: union of engine, DMA and collective activity, ns.",
+        ),
         Column("active_pct", _F64, "total_active_time_ns / total_time_ns × 100."),
         *_engine_columns(),
         Column("model_flops", _I64, "Summary `model_flops`: 2 × MACs of the model's matmuls (HLO), FLOP."),
         Column("hardware_flops", _I64, "Summary `hardware_flops`: all TensorE matmul FLOPs incl. compiler transposes."),
         Column("transpose_flops", _I64, "Summary `transpose_flops`."),
-        Column("mfu_pct", _F64, "Model FLOPs utilization, recomputed: model_flops / (peak_flops_per_s × total_time) × 100."),
+        Column(
+            "mfu_pct", _F64, "Model FLOPs utilization, recomputed: model_flops / (peak_flops_per_s × total_time) × 100."
+        ),
         Column("hfu_pct", _F64, "Hardware FLOPs utilization, recomputed with hardware_flops."),
-        Column("mbu_pct", _F64, "Memory bandwidth utilization, recomputed: (hbm_read + hbm_write) / total_time / hbm_bandwidth × 100."),
+        Column(
+            "mbu_pct",
+            _F64,
+            "Memory bandwidth utilization, recomputed: (hbm_read + hbm_write) / total_time / hbm_bandwidth × 100.",
+        ),
         Column("mfu_reported_pct", _F64, "`mfu_estimated_percent` as the profiler reported it, scaled to 0–100."),
         Column("hfu_reported_pct", _F64, "`hfu_estimated_percent` as reported, 0–100."),
         Column("mbu_reported_pct", _F64, "`mbu_estimated_percent` as reported, 0–100."),
         Column("hbm_read_bytes", _I64, "Bytes read from HBM."),
         Column("hbm_write_bytes", _I64, "Bytes written to HBM."),
-        Column("arithmetic_intensity", _F64, "Matmul arithmetic intensity (hardware − transpose FLOPs) / HBM bytes, FLOP/byte "
-               "(Summary `mm_arithmetic_intensity`)."),
-        Column("peak_flops_bandwidth_ratio", _F64, "TensorE peak / HBM bandwidth, FLOP/byte (the roofline ridge point)."),
-        Column("bound", _STR, "`memory` when arithmetic_intensity < peak_flops_bandwidth_ratio, else `compute`; null without data."),
+        Column(
+            "arithmetic_intensity",
+            _F64,
+            "Matmul arithmetic intensity (hardware − transpose FLOPs) / HBM bytes, FLOP/byte "
+            "(Summary `mm_arithmetic_intensity`).",
+        ),
+        Column(
+            "peak_flops_bandwidth_ratio", _F64, "TensorE peak / HBM bandwidth, FLOP/byte (the roofline ridge point)."
+        ),
+        Column(
+            "bound",
+            _STR,
+            "`memory` when arithmetic_intensity < peak_flops_bandwidth_ratio, else `compute`; null without data.",
+        ),
         Column("dma_active_ns", _I64, "Summary `dma_active_time`: time any DMA queue was moving data, ns."),
         Column("dma_active_pct", _F64, "dma_active_ns / total_time_ns × 100."),
         Column("dma_packet_count", _I64, "DMA packets (`DmaPacket` rows; legacy `dma` rows with aggregated = no)."),
@@ -650,19 +1011,35 @@ NEURON_SUMMARY = Table(
         Column("dma_transfer_bytes", _I64, "Summary `dma_transfer_total_bytes`."),
         Column("spill_save_bytes", _I64, "SBUF spill bytes saved to HBM."),
         Column("spill_reload_bytes", _I64, "SBUF spill bytes reloaded from HBM."),
-        Column("spill_reload_pct_of_hbm_read", _F64, "spill_reload_bytes / hbm_read_bytes × 100 (Explorer insight threshold 25%)."),
+        Column(
+            "spill_reload_pct_of_hbm_read",
+            _F64,
+            "spill_reload_bytes / hbm_read_bytes × 100 (Explorer insight threshold 25%).",
+        ),
         Column("throttle_active_ns", _I64, "Union of throttle intervals with k < n (utilization limited), ns."),
         Column("throttle_pct", _F64, "throttle_active_ns / total_time_ns × 100."),
         Column("throttle_min_util_limit", _F64, "Tightest utilization limit k/n seen (1 = never throttled)."),
         Column("cc_op_count", _I64, "Collective operations (`CcOp` rows / Summary `cc_op_count`)."),
         Column("cc_op_time_ns", _I64, "Summary `cc_op_time` (Σ collective op durations), ns."),
         Column("cc_op_active_pct", _F64, "Summary `cc_op_active_time_percent`, 0–100."),
-        Column("cc_trigger_delay_ns", _I64, "Σ `cc_trigger_start_delay`: trigger → start of collectives (communication stall), ns."),
+        Column(
+            "cc_trigger_delay_ns",
+            _I64,
+            "Σ `cc_trigger_start_delay`: trigger → start of collectives (communication stall), ns.",
+        ),
         Column("cc_trigger_delay_max_ns", _I64, "Longest single `cc_trigger_start_delay`, ns."),
         Column("semaphore_wait_ns", _I64, "Σ instruction `evt_wait_time` (ready → semaphore satisfied), ns."),
-        Column("largest_idle_gap_ns", _I64, "Longest gap with no engine, DMA or collective activity inside [0, total_time], ns."),
+        Column(
+            "largest_idle_gap_ns",
+            _I64,
+            "Longest gap with no engine, DMA or collective activity inside [0, total_time], ns.",
+        ),
         Column("largest_idle_gap_start_ns", _I64, "Start of that gap, ns from profile start."),
-        Column("critical_path_ns", _I64, "Length of the device critical path over instruction dependencies (Flow / predecessors), ns."),
+        Column(
+            "critical_path_ns",
+            _I64,
+            "Length of the device critical path over instruction dependencies (Flow / predecessors), ns.",
+        ),
         Column("cp_compute_ns", _I64, "Critical-path time in engine compute instructions, ns."),
         Column("cp_dma_ns", _I64, "Critical-path time in DMA (DMA-trigger instructions and DMA blocks), ns."),
         Column("cp_semaphore_wait_ns", _I64, "Critical-path time waiting on semaphores (`evt_wait_time`), ns."),
@@ -670,8 +1047,12 @@ NEURON_SUMMARY = Table(
         Column("cp_idle_ns", _I64, "Critical-path time not explained by the above (dependency gaps), ns."),
         Column("n_instructions", _I64, "Instruction rows."),
         Column("n_semaphore_updates", _I64, "Semaphore update rows."),
-        Column("flags", pa.list_(_STR), "Data-quality flags, e.g. `percent_scale_100`, `summary_from_events`, "
-               "`reported_mfu_mismatch`, `no_metadata`."),
+        Column(
+            "flags",
+            pa.list_(_STR),
+            "Data-quality flags, e.g. `percent_scale_100`, `summary_from_events`, "
+            "`reported_mfu_mismatch`, `no_metadata`.",
+        ),
     ),
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "profile_id"),
@@ -683,8 +1064,9 @@ TABLES: dict[str, Table] = {
 
 #: Fleet tables (jobs/fleet): derived from the whole warehouse, rebuilt by each fleet run; not part of a
 #: per-job pipeline stage (so not in :data:`TABLES`, which the per-job validation suites iterate).
-FLEET_TABLES: dict[str, Table] = {t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS,
-                                                      HOST_HEALTH)}
+FLEET_TABLES: dict[str, Table] = {
+    t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS, HOST_HEALTH)
+}
 
 
 def declared(name: str) -> Table:

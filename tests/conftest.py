@@ -19,8 +19,10 @@ def CORPUS() -> Path:
 
 
 #: HTA's ``trace_filter`` example: 2 small real ranks, the base of the report tests.
-TRACE_FILTER = ("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
-                "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz")
+TRACE_FILTER = (
+    "HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
+    "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz",
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +39,9 @@ def trace_filter_tables(CORPUS) -> dict:
     caps, events, steps, ranks = [], [], [], []
     for rel in TRACE_FILTER:
         p = CORPUS / "torch" / rel
-        task = CaptureFile(uri=str(p), capture_id=p.name[:16], job_id="trace_filter", size_bytes=p.stat().st_size).to_dict()
+        task = CaptureFile(
+            uri=str(p), capture_id=p.name[:16], job_id="trace_filter", size_bytes=p.stat().st_size
+        ).to_dict()
         cap, ev = normalize_file(task, p.read_bytes())
         s, r = analyze_rank(ev)
         caps.append(cap)
@@ -46,5 +50,9 @@ def trace_filter_tables(CORPUS) -> dict:
         ranks.append(r)
     ints = {pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
     pdf = lambda t: t.to_pandas(types_mapper=ints.get)  # noqa: E731
-    return {"captures": pdf(captures_table(caps)), "events": pdf(pa.concat_tables(events)),
-            "steps": pdf(pa.concat_tables(steps)), "ranks": pdf(pa.concat_tables(ranks))}
+    return {
+        "captures": pdf(captures_table(caps)),
+        "events": pdf(pa.concat_tables(events)),
+        "steps": pdf(pa.concat_tables(steps)),
+        "ranks": pdf(pa.concat_tables(ranks)),
+    }

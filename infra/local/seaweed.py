@@ -117,14 +117,23 @@ class SeaweedS3:
     @property
     def storage_options(self) -> dict:
         """fsspec / s3fs options for this server."""
-        return {"endpoint_url": self.endpoint, "key": self.access_key, "secret": self.secret_key,
-                "client_kwargs": {"region_name": REGION}}
+        return {
+            "endpoint_url": self.endpoint,
+            "key": self.access_key,
+            "secret": self.secret_key,
+            "client_kwargs": {"region_name": REGION},
+        }
 
     @property
     def env(self) -> dict[str, str]:
         """``AWS_*`` variables that point s3fs / boto3 / the AWS CLI at this server."""
-        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
-                "AWS_ENDPOINT_URL": self.endpoint, "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+        }
 
     # ------------------------------------------------------------- lifecycle
 
@@ -149,13 +158,24 @@ class SeaweedS3:
         """The ``weed mini`` command line (all ports on 127.0.0.1)."""
         p = self.ports
         return [
-            self.weed, "mini", f"-dir={os.path.join(self.dir, 'data')}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={p['s3']}", f"-master.port={p['master']}", f"-volume.port={p['volume']}",
-            f"-filer.port={p['filer']}", f"-admin.port={p['admin']}", "-admin.ui=false", "-webdav=false",
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+            self.weed,
+            "mini",
+            f"-dir={os.path.join(self.dir, 'data')}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.port={p['s3']}",
+            f"-master.port={p['master']}",
+            f"-volume.port={p['volume']}",
+            f"-filer.port={p['filer']}",
+            f"-admin.port={p['admin']}",
+            "-admin.ui=false",
+            "-webdav=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-master.telemetry=false",
         ]
 
-    def start(self, timeout: float = 60.0) -> "SeaweedS3":
+    def start(self, timeout: float = 60.0) -> SeaweedS3:
         """Start the server (same ports and data as before after a :meth:`stop`) and wait until it serves.
 
         Ready means: an authenticated PUT and DELETE of a probe object succeed (and the bucket exists).
@@ -175,8 +195,14 @@ class SeaweedS3:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
         log = open(os.path.join(self.dir, "weed.log"), "ab")
         try:
-            proc = subprocess.Popen(self.command(), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                self.command(),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             log.close()
         self.pid = proc.pid
@@ -201,8 +227,11 @@ class SeaweedS3:
             if not self.running:
                 raise RuntimeError(f"weed exited during start; log tail:\n{self.log_tail()}")
             try:
-                fs = s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options,
-                                       config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": 2})
+                fs = s3fs.S3FileSystem(
+                    skip_instance_cache=True,
+                    **self.storage_options,
+                    config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": 2},
+                )
                 if self.bucket:
                     if not fs.exists(self.bucket):
                         fs.mkdir(self.bucket)
@@ -247,7 +276,7 @@ class SeaweedS3:
                 pass
         self.save()
 
-    def __enter__(self) -> "SeaweedS3":
+    def __enter__(self) -> SeaweedS3:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -267,15 +296,20 @@ class SeaweedS3:
         """Write ``state.json`` (ports, pid, credentials, bucket; mode 0600)."""
         path = os.path.join(self.dir, "state.json")
         os.makedirs(self.dir, exist_ok=True)
-        data = {"bucket": self.bucket, "access_key": self.access_key, "secret_key": self.secret_key,
-                "ports": self.ports, "pid": self.pid}
+        data = {
+            "bucket": self.bucket,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+            "ports": self.ports,
+            "pid": self.pid,
+        }
         fd = os.open(path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2)
         os.replace(path + ".part", path)
 
     @classmethod
-    def load(cls, dir: str) -> "SeaweedS3":
+    def load(cls, dir: str) -> SeaweedS3:
         """The server described by ``{dir}/state.json``.
 
         Raises:
@@ -283,8 +317,14 @@ class SeaweedS3:
         """
         with open(os.path.join(dir, "state.json")) as f:
             data = json.load(f)
-        return cls(dir=dir, bucket=data.get("bucket"), access_key=data["access_key"], secret_key=data["secret_key"],
-                   ports={k: int(v) for k, v in (data.get("ports") or {}).items()}, pid=data.get("pid"))
+        return cls(
+            dir=dir,
+            bucket=data.get("bucket"),
+            access_key=data["access_key"],
+            secret_key=data["secret_key"],
+            ports={k: int(v) for k, v in (data.get("ports") or {}).items()},
+            pid=data.get("pid"),
+        )
 
 
 def _alive(pid: int) -> bool:
@@ -327,9 +367,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# already running (pid {server.pid})", file=sys.stderr)
         else:
             if server is None:
-                server = SeaweedS3(dir=args.dir, bucket=args.bucket,
-                                   access_key=os.environ.get("TRACELAKE_S3_ACCESS_KEY", "tracelake"),
-                                   secret_key=os.environ.get("TRACELAKE_S3_SECRET_KEY") or secrets.token_hex(16))
+                server = SeaweedS3(
+                    dir=args.dir,
+                    bucket=args.bucket,
+                    access_key=os.environ.get("TRACELAKE_S3_ACCESS_KEY", "tracelake"),
+                    secret_key=os.environ.get("TRACELAKE_S3_SECRET_KEY") or secrets.token_hex(16),
+                )
             if args.port:
                 others = pick_ports(len(_COMPONENTS) - 1, taken={args.port, args.port + _GRPC_OFFSET})
                 server.ports = dict(zip(_COMPONENTS, [args.port, *others]))

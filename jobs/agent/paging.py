@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import pydantic_core
 
@@ -67,8 +68,14 @@ def clamp_limit(limit: int | None) -> int:
     return DEFAULT_LIMIT if limit is None else max(1, min(int(limit), MAX_LIMIT))
 
 
-def bounded(rows: Sequence, build: Callable[[list, Page], M], question: str, cursor: str | None,
-            limit: int | None, max_chars: int = MAX_ANSWER_CHARS) -> M:
+def bounded(
+    rows: Sequence,
+    build: Callable[[list, Page], M],
+    question: str,
+    cursor: str | None,
+    limit: int | None,
+    max_chars: int = MAX_ANSWER_CHARS,
+) -> M:
     """The answer ``build(page_rows, page)`` for the rows from the cursor on: at most ``limit`` rows, and
     fewer while it exceeds ``max_chars`` characters (:func:`answer_chars`; at least one row, so every page
     makes progress).
@@ -83,9 +90,14 @@ def bounded(rows: Sequence, build: Callable[[list, Page], M], question: str, cur
 
     def make(k: int) -> M:
         more = offset + k < len(rows)
-        page = Page(total=len(rows), offset=offset, returned=k, truncated=more,
-                    next_cursor=encode_cursor(offset + k, question) if more else None)
-        return build(list(rows[offset:offset + k]), page)
+        page = Page(
+            total=len(rows),
+            offset=offset,
+            returned=k,
+            truncated=more,
+            next_cursor=encode_cursor(offset + k, question) if more else None,
+        )
+        return build(list(rows[offset : offset + k]), page)
 
     answer = make(n)
     if n <= 1 or answer_chars(answer) <= max_chars:

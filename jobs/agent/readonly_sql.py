@@ -25,8 +25,8 @@ import posixpath
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 from urllib.parse import unquote, urlsplit
 
 import sqlglot
@@ -48,8 +48,9 @@ _RUNS_CODE = frozenset({"java_method", "reflect", "try_reflect"})
 #: Functions that read files or reveal which files a row came from.
 _READS_FILES = frozenset({"read_files", "input_file_name", "input_file_block_start", "input_file_block_length"})
 #: Functions that reveal the server: its user, catalog, database, Spark version.
-_REVEALS_SERVER = frozenset({"current_user", "session_user", "user", "current_catalog", "current_database",
-                             "current_schema", "version"})
+_REVEALS_SERVER = frozenset(
+    {"current_user", "session_user", "user", "current_catalog", "current_database", "current_schema", "version"}
+)
 #: Functions that raise errors with a message of the caller's choosing.
 _RAISES = frozenset({"assert_true", "raise_error"})
 #: Names a function or table indirectly, out of reach of the checks here.
@@ -66,12 +67,35 @@ FILE_FORMATS = frozenset({"parquet", "json", "csv", "orc", "text", "avro", "bina
 _QUERY_TYPES = (exp.Select, exp.Union, exp.Except, exp.Intersect)
 #: Statements (and clauses) a query may not contain anywhere, with the keyword an error names.
 _STATEMENTS = {
-    "Insert": "INSERT", "Create": "CREATE", "Drop": "DROP", "Alter": "ALTER", "Delete": "DELETE",
-    "Update": "UPDATE", "Merge": "MERGE", "TruncateTable": "TRUNCATE", "Set": "SET", "LoadData": "LOAD DATA",
-    "Cache": "CACHE", "Uncache": "UNCACHE", "Refresh": "REFRESH", "Use": "USE", "Describe": "DESCRIBE",
-    "Declare": "DECLARE", "Transaction": "BEGIN", "Commit": "COMMIT", "Rollback": "ROLLBACK",
-    "Grant": "GRANT", "Revoke": "REVOKE", "Analyze": "ANALYZE", "Copy": "COPY", "Comment": "COMMENT",
-    "Kill": "KILL", "Pragma": "PRAGMA", "Show": "SHOW", "Values": "VALUES", "Command": "COMMAND",
+    "Insert": "INSERT",
+    "Create": "CREATE",
+    "Drop": "DROP",
+    "Alter": "ALTER",
+    "Delete": "DELETE",
+    "Update": "UPDATE",
+    "Merge": "MERGE",
+    "TruncateTable": "TRUNCATE",
+    "Set": "SET",
+    "LoadData": "LOAD DATA",
+    "Cache": "CACHE",
+    "Uncache": "UNCACHE",
+    "Refresh": "REFRESH",
+    "Use": "USE",
+    "Describe": "DESCRIBE",
+    "Declare": "DECLARE",
+    "Transaction": "BEGIN",
+    "Commit": "COMMIT",
+    "Rollback": "ROLLBACK",
+    "Grant": "GRANT",
+    "Revoke": "REVOKE",
+    "Analyze": "ANALYZE",
+    "Copy": "COPY",
+    "Comment": "COMMENT",
+    "Kill": "KILL",
+    "Pragma": "PRAGMA",
+    "Show": "SHOW",
+    "Values": "VALUES",
+    "Command": "COMMAND",
 }
 _STATEMENT_TYPES = tuple(getattr(exp, n) for n in _STATEMENTS if n != "Values" and hasattr(exp, n))
 
@@ -124,16 +148,18 @@ def _check_table(table: exp.Table, views: set[str], listing: str) -> None:
     if not isinstance(table.this, exp.Identifier):
         fn = table.this
         name = fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name() if isinstance(fn, exp.Func) else fn.sql()
-        raise UnsafeQuery(f"table-valued function {name.lower()}(...) in FROM is not allowed "
-                          f"(query the warehouse views: {listing})")
+        raise UnsafeQuery(
+            f"table-valued function {name.lower()}(...) in FROM is not allowed (query the warehouse views: {listing})"
+        )
     db, catalog = table.args.get("db"), table.args.get("catalog")
     if db is not None or catalog is not None:
         ref = ".".join(part.sql(dialect="spark") for part in table.parts)
         if catalog is None and db.name.lower() in FILE_FORMATS:
-            raise UnsafeQuery(f"file-reading table reference {db.name}.`{table.name}` is not allowed "
-                              f"(query the warehouse views: {listing})")
-        raise UnsafeQuery(f"qualified table reference {ref} is not allowed: use a bare view name "
-                          f"(views: {listing})")
+            raise UnsafeQuery(
+                f"file-reading table reference {db.name}.`{table.name}` is not allowed "
+                f"(query the warehouse views: {listing})"
+            )
+        raise UnsafeQuery(f"qualified table reference {ref} is not allowed: use a bare view name (views: {listing})")
     name = table.name.lower()
     if name not in views and name not in _visible_ctes(table):
         raise UnsafeQuery(f"table `{table.name}` is not a warehouse view (views: {listing})")
@@ -261,8 +287,13 @@ def run_readonly(spark, warehouse: str, query: str, max_rows: int = 200, timeout
     _refuse_unbounded_non_equi_join(df)
     rows = _collect(spark, df.limit(max_rows + 1), timeout_s)
     out = [[_json_safe(v) for v in row] for row in rows[:max_rows]]
-    return SqlResult(columns=list(df.columns), rows=out, n_rows=len(out), truncated=len(rows) > max_rows,
-                     elapsed_ms=(time.perf_counter() - t0) * 1e3)
+    return SqlResult(
+        columns=list(df.columns),
+        rows=out,
+        n_rows=len(out),
+        truncated=len(rows) > max_rows,
+        elapsed_ms=(time.perf_counter() - t0) * 1e3,
+    )
 
 
 #: A join without an equality condition is allowed when one side holds at most this many rows for sure
@@ -313,7 +344,8 @@ def _refuse_unbounded_non_equi_join(df) -> None:
             raise UnsafeQuery(
                 f"the query joins two inputs without an equality condition ({node.joinType()} join) and neither "
                 f"side is bounded to {MAX_NON_EQUI_SIDE_ROWS:,} rows: every pair of rows would be compared, "
-                "which a time limit cannot stop promptly; join on equal columns, or bound one side with LIMIT")
+                "which a time limit cannot stop promptly; join on equal columns, or bound one side with LIMIT"
+            )
 
 
 def _check_spark_plan(spark, q: str) -> None:

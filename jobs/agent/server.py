@@ -71,8 +71,11 @@ class _SparkHolder:
         try:
             from jobs.spark import get_spark  # pyspark only when the sql tool is offered
 
-            self._session = get_spark(master=self.master or os.environ.get("TRACELAKE_SPARK_MASTER", "local[2]"),
-                                      app_name="tracelake-mcp", driver_memory="2g")
+            self._session = get_spark(
+                master=self.master or os.environ.get("TRACELAKE_SPARK_MASTER", "local[2]"),
+                app_name="tracelake-mcp",
+                driver_memory="2g",
+            )
         except Exception as e:  # noqa: BLE001 — reported to the sql tool's caller
             self._error = e
 
@@ -90,8 +93,9 @@ def _tool_error(e: Exception):
     return ToolError(str(e))
 
 
-def build_server(warehouse: str, sql: bool = True, spark_master: str | None = None,
-                 sql_timeout_s: float = SQL_TIMEOUT_S):
+def build_server(
+    warehouse: str, sql: bool = True, spark_master: str | None = None, sql_timeout_s: float = SQL_TIMEOUT_S
+):
     """The MCP server over ``warehouse`` (an ``MCPServer``; not started).
 
     Args:
@@ -116,10 +120,12 @@ def build_server(warehouse: str, sql: bool = True, spark_master: str | None = No
             holder.start()  # after the transport took stdout: the JVM's output goes to stderr
         yield {}
 
-    server = MCPServer("tracelake", instructions=INSTRUCTIONS, version=_version(), lifespan=lifespan,
-                       log_level="WARNING")
-    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                                open_world_hint=False)
+    server = MCPServer(
+        "tracelake", instructions=INSTRUCTIONS, version=_version(), lifespan=lifespan, log_level="WARNING"
+    )
+    read_only = ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    )
 
     def tool(fn):
         server.add_tool(fn, name=fn.__name__, description=fn.__doc__, annotations=read_only, structured_output=True)
@@ -132,120 +138,174 @@ def build_server(warehouse: str, sql: bool = True, spark_master: str | None = No
             raise _tool_error(e) from e
 
     @tool
-    def list_jobs(job_name: Annotated[str | None, Field(description="Manifest job_name (exact).")] = None,
-                  model: Annotated[str | None, Field(description="Manifest model tag (exact).")] = None,
-                  hardware: Annotated[str | None, Field(description="Substring of the device name, e.g. H100.")] = None,
-                  since: Annotated[str | None, Field(description="First capture date, YYYY-MM-DD.")] = None,
-                  until: Annotated[str | None, Field(description="Last capture date, YYYY-MM-DD.")] = None,
-                  status: Annotated[Literal["ingested", "partial", "quarantined", "cataloged", "passed", "failed",
-                                            "unvalidated"] | None,
-                                    Field(description="Ingest status or validation result.")] = None,
-                  limit: Limit = None, cursor: Cursor = None) -> A.JobList:
+    def list_jobs(
+        job_name: Annotated[str | None, Field(description="Manifest job_name (exact).")] = None,
+        model: Annotated[str | None, Field(description="Manifest model tag (exact).")] = None,
+        hardware: Annotated[str | None, Field(description="Substring of the device name, e.g. H100.")] = None,
+        since: Annotated[str | None, Field(description="First capture date, YYYY-MM-DD.")] = None,
+        until: Annotated[str | None, Field(description="Last capture date, YYYY-MM-DD.")] = None,
+        status: Annotated[
+            Literal["ingested", "partial", "quarantined", "cataloged", "passed", "failed", "unvalidated"] | None,
+            Field(description="Ingest status or validation result."),
+        ] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.JobList:
         """Jobs of the warehouse, newest first, with step time, idle % and their top finding."""
-        return answer(queries.list_jobs, job_name=job_name, model=model, hardware=hardware, since=since,
-                      until=until, status=status, limit=limit, cursor=cursor)
+        return answer(
+            queries.list_jobs,
+            job_name=job_name,
+            model=model,
+            hardware=hardware,
+            since=since,
+            until=until,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+        )
 
     @tool
-    def job_summary(job_id: JobId, attempt: Attempt = None, limit: Limit = None,
-                    cursor: Cursor = None) -> A.JobSummary:
+    def job_summary(job_id: JobId, attempt: Attempt = None, limit: Limit = None, cursor: Cursor = None) -> A.JobSummary:
         """One job: per-rank step time p50/p90/max and HTA temporal breakdown, top findings, the straggler
         rank and data quality (quarantined captures, validation, parser flags)."""
         return answer(queries.job_summary, job_id, attempt=attempt, limit=limit, cursor=cursor)
 
     @tool
-    def findings(job_id: Annotated[str | None, Field(description="One job; omit for the whole fleet.")] = None,
-                 attempt: Attempt = None,
-                 rule: Annotated[str | None, Field(description="Only this rule, e.g. straggler_rank.")] = None,
-                 limit: Limit = None, cursor: Cursor = None) -> A.FindingList:
+    def findings(
+        job_id: Annotated[str | None, Field(description="One job; omit for the whole fleet.")] = None,
+        attempt: Attempt = None,
+        rule: Annotated[str | None, Field(description="Only this rule, e.g. straggler_rank.")] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.FindingList:
         """Bottleneck findings with evidence and a recommendation: one job's in rank order, or the fleet's
         ranked by estimated time lost per step (ns)."""
         return answer(queries.findings, job_id=job_id, attempt=attempt, rule=rule, limit=limit, cursor=cursor)
 
     @tool
-    def critical_path(job_id: JobId,
-                      step: Annotated[int | None, Field(description="ProfilerStep (default: the longest path).")]
-                      = None,
-                      attempt: Attempt = None,
-                      scope: Annotated[Literal["job", "rank"], Field(
-                          description="job: the cross-rank path that set the step time; rank: one rank's path.")]
-                      = "job",
-                      rank: Annotated[int | None, Field(description="The rank, for scope rank.", ge=0)] = None,
-                      limit: Limit = None, cursor: Cursor = None) -> A.CriticalPath:
+    def critical_path(
+        job_id: JobId,
+        step: Annotated[int | None, Field(description="ProfilerStep (default: the longest path).")] = None,
+        attempt: Attempt = None,
+        scope: Annotated[
+            Literal["job", "rank"],
+            Field(description="job: the cross-rank path that set the step time; rank: one rank's path."),
+        ] = "job",
+        rank: Annotated[int | None, Field(description="The rank, for scope rank.", ge=0)] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.CriticalPath:
         """One step's critical path: time by bound-by (compute, communication, cpu_bound, …), the ranks it
         crosses and its longest segments."""
-        return answer(queries.critical_path, job_id, step=step, attempt=attempt, scope=scope, rank=rank,
-                      limit=limit, cursor=cursor)
+        return answer(
+            queries.critical_path,
+            job_id,
+            step=step,
+            attempt=attempt,
+            scope=scope,
+            rank=rank,
+            limit=limit,
+            cursor=cursor,
+        )
 
     @tool
-    def collectives(job_id: JobId, attempt: Attempt = None, limit: Limit = None,
-                    cursor: Cursor = None) -> A.Collectives:
+    def collectives(
+        job_id: JobId, attempt: Attempt = None, limit: Limit = None, cursor: Cursor = None
+    ) -> A.Collectives:
         """One job's collectives per (collective, process group): waits, skew, last-arriving rank, bus
         bandwidth; most wait first."""
         return answer(queries.collectives, job_id, attempt=attempt, limit=limit, cursor=cursor)
 
     @tool
-    def kernels(job_id: JobId, attempt: Attempt = None,
-                top: Annotated[int | None, Field(description="Kernels per page (default 50).", ge=1)] = None,
-                cursor: Cursor = None) -> A.Kernels:
+    def kernels(
+        job_id: JobId,
+        attempt: Attempt = None,
+        top: Annotated[int | None, Field(description="Kernels per page (default 50).", ge=1)] = None,
+        cursor: Cursor = None,
+    ) -> A.Kernels:
         """One job's top kernels by total time over all ranks and steps."""
         return answer(queries.kernels, job_id, attempt=attempt, top=top, cursor=cursor)
 
     @tool
-    def compare(a: Annotated[str, Field(description="Baseline: job_id or job_id#attempt.")],
-                b: Annotated[str, Field(description="Compared: job_id or job_id#attempt.")],
-                limit: Limit = None, cursor: Cursor = None) -> A.Comparison:
+    def compare(
+        a: Annotated[str, Field(description="Baseline: job_id or job_id#attempt.")],
+        b: Annotated[str, Field(description="Compared: job_id or job_id#attempt.")],
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.Comparison:
         """Job b against job a, as `tracelake compare`: metric deltas, kernels/ops added, removed, slower,
         faster per step, findings appeared and cleared."""
         return answer(queries.compare, a, b, limit=limit, cursor=cursor)
 
     @tool
-    def regressions(job_name: Annotated[str | None, Field(description="Runs of this job_name only.")] = None,
-                    verdict: Annotated[Literal["regression", "improvement", "unchanged", "no_baseline"] | None,
-                                       Field(description="Only this verdict.")] = None,
-                    limit: Limit = None, cursor: Cursor = None) -> A.Regressions:
+    def regressions(
+        job_name: Annotated[str | None, Field(description="Runs of this job_name only.")] = None,
+        verdict: Annotated[
+            Literal["regression", "improvement", "unchanged", "no_baseline"] | None,
+            Field(description="Only this verdict."),
+        ] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.Regressions:
         """Each run's step time, idle and exposed-communication metrics against the earlier runs of its
         job_name (Mann-Whitney U test), newest first."""
         return answer(queries.regressions, job_name=job_name, verdict=verdict, limit=limit, cursor=cursor)
 
     @tool
-    def fleet_stats(dimension: Annotated[Literal["fleet", "job_name", "job", "model", "hardware", "torch_version"],
-                                         Field(description="What to group the fleet by.")] = "job_name",
-                    value: Annotated[str | None, Field(description="Only this group.")] = None,
-                    by_date: Annotated[bool, Field(description="One row per capture date.")] = False,
-                    limit: Limit = None, cursor: Cursor = None) -> A.FleetStats:
+    def fleet_stats(
+        dimension: Annotated[
+            Literal["fleet", "job_name", "job", "model", "hardware", "torch_version"],
+            Field(description="What to group the fleet by."),
+        ] = "job_name",
+        value: Annotated[str | None, Field(description="Only this group.")] = None,
+        by_date: Annotated[bool, Field(description="One row per capture date.")] = False,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.FleetStats:
         """The fleet grouped by one dimension: step-time percentiles and time-weighted idle, compute,
         exposed-communication, CPU-bound and dataloader %."""
-        return answer(queries.fleet_stats, dimension=dimension, value=value, by_date=by_date, limit=limit,
-                      cursor=cursor)
+        return answer(
+            queries.fleet_stats, dimension=dimension, value=value, by_date=by_date, limit=limit, cursor=cursor
+        )
 
     @tool
-    def fleet_findings(dimension: Annotated[Literal["fleet", "job_name", "model", "hardware"],
-                                            Field(description="What to group the fleet by.")] = "fleet",
-                       value: Annotated[str | None, Field(description="Only this group.")] = None,
-                       rule: Annotated[str | None, Field(description="Only this rule.")] = None,
-                       limit: Limit = None, cursor: Cursor = None) -> A.FleetFindings:
+    def fleet_findings(
+        dimension: Annotated[
+            Literal["fleet", "job_name", "model", "hardware"], Field(description="What to group the fleet by.")
+        ] = "fleet",
+        value: Annotated[str | None, Field(description="Only this group.")] = None,
+        rule: Annotated[str | None, Field(description="Only this rule.")] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.FleetFindings:
         """What would recover the most accelerator-hours: finding rules ranked by fleet impact over the last
         7 days of captures (time lost per step × steps × world size), with the runs they fired in."""
-        return answer(queries.fleet_findings, dimension=dimension, value=value, rule=rule, limit=limit,
-                      cursor=cursor)
+        return answer(queries.fleet_findings, dimension=dimension, value=value, rule=rule, limit=limit, cursor=cursor)
 
     @tool
-    def host_health(suspect_only: Annotated[bool, Field(description="Only hardware suspects.")] = False,
-                    host: Annotated[str | None, Field(description="Only rows on this host (its devices and links too).")] = None,
-                    kind: Annotated[Literal["host", "device", "link"] | None,
-                                    Field(description="Only hosts, devices or links.")] = None,
-                    limit: Limit = None, cursor: Cursor = None) -> A.HostHealth:
+    def host_health(
+        suspect_only: Annotated[bool, Field(description="Only hardware suspects.")] = False,
+        host: Annotated[str | None, Field(description="Only rows on this host (its devices and links too).")] = None,
+        kind: Annotated[
+            Literal["host", "device", "link"] | None, Field(description="Only hosts, devices or links.")
+        ] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.HostHealth:
         """Hosts, accelerators and links across jobs: how often each one's ranks arrive last at collectives
         (against their fair share) or how its bus bandwidth compares (links), in how many different jobs it was
         slow, and whether it is a hardware suspect, with evidence."""
-        return answer(queries.host_health, suspect_only=suspect_only, host=host, kind=kind, limit=limit,
-                      cursor=cursor)
+        return answer(queries.host_health, suspect_only=suspect_only, host=host, kind=kind, limit=limit, cursor=cursor)
 
     if holder is not None:
+
         @tool
-        def sql(query: Annotated[str, Field(description="One SELECT (or WITH … SELECT) over the warehouse views.")],
-                max_rows: Annotated[int | None, Field(description=f"Row cap (default 200, at most {SQL_MAX_ROWS}).",
-                                                      ge=1)] = None) -> A.SqlAnswer:
+        def sql(
+            query: Annotated[str, Field(description="One SELECT (or WITH … SELECT) over the warehouse views.")],
+            max_rows: Annotated[
+                int | None, Field(description=f"Row cap (default 200, at most {SQL_MAX_ROWS}).", ge=1)
+            ] = None,
+        ) -> A.SqlAnswer:
             """Read-only Spark SQL over the warehouse tables (views named as the tables). DDL, DML, SET,
             file reads and code-running functions are refused; long queries are cancelled."""
             from jobs.agent.readonly_sql import QueryTimeout, UnsafeQuery, run_readonly  # sqlglot, only for sql
@@ -257,9 +317,15 @@ def build_server(warehouse: str, sql: bool = True, spark_master: str | None = No
                 raise _tool_error(e) from e
             except Exception as e:  # noqa: BLE001 — Spark's analysis errors (unknown column, …) are the caller's to fix
                 raise _tool_error(RuntimeError(f"query failed: {_first_line(e)}")) from e
+
             def make(rows):
-                page = A.Page(total=len(r.rows) + (1 if r.truncated else 0), offset=0, returned=len(rows),
-                              truncated=r.truncated or len(rows) < len(r.rows), next_cursor=None)
+                page = A.Page(
+                    total=len(r.rows) + (1 if r.truncated else 0),
+                    offset=0,
+                    returned=len(rows),
+                    truncated=r.truncated or len(rows) < len(r.rows),
+                    next_cursor=None,
+                )
                 return A.SqlAnswer(columns=r.columns, rows=rows, elapsed_ms=r.elapsed_ms, page=page)
 
             out = make(r.rows)
@@ -267,47 +333,69 @@ def build_server(warehouse: str, sql: bool = True, spark_master: str | None = No
                 out = make(out.rows[: len(out.rows) // 2])
             return out
 
-    @server.resource("tracelake://schemas/tables", name="tables", mime_type="application/json",
-                     description="Every warehouse table: columns with types and meanings (units in the names).")
+    @server.resource(
+        "tracelake://schemas/tables",
+        name="tables",
+        mime_type="application/json",
+        description="Every warehouse table: columns with types and meanings (units in the names).",
+    )
     def tables_resource() -> str:
         return json.dumps({t.name: _table_doc(t) for t in TABLES.values()}, indent=1)
 
-    @server.resource("tracelake://schemas/tables/{name}", name="table", mime_type="text/markdown",
-                     description="One warehouse table's columns, partitioning and key, as Markdown.")
+    @server.resource(
+        "tracelake://schemas/tables/{name}",
+        name="table",
+        mime_type="text/markdown",
+        description="One warehouse table's columns, partitioning and key, as Markdown.",
+    )
     def table_resource(name: str) -> str:
         if name not in TABLES:
             raise ValueError(f"no table {name!r}; tables: {', '.join(TABLES)}")
         return TABLES[name].markdown()
 
-    @server.resource("tracelake://schemas/findings", name="findings_schema", mime_type="application/schema+json",
-                     description="JSON schema of a job's findings document (findings.v1.json).")
+    @server.resource(
+        "tracelake://schemas/findings",
+        name="findings_schema",
+        mime_type="application/schema+json",
+        description="JSON schema of a job's findings document (findings.v1.json).",
+    )
     def findings_resource() -> str:
         return FINDINGS_SCHEMA.read_text()
 
-    @server.resource("tracelake://schemas/tools", name="tool_answers", mime_type="application/schema+json",
-                     description="JSON schemas of every tool's answer (mcp_tools.v1.json).")
+    @server.resource(
+        "tracelake://schemas/tools",
+        name="tool_answers",
+        mime_type="application/schema+json",
+        description="JSON schemas of every tool's answer (mcp_tools.v1.json).",
+    )
     def tools_resource() -> str:
         return json.dumps(A.tool_schemas(), indent=1, sort_keys=True)
 
     @server.prompt(name="diagnose_job", description="Find what slows one job down and what to do about it.")
     def diagnose_job(job_id: str) -> str:
-        return (f"Diagnose training job {job_id} with the tracelake tools.\n"
-                f"1. job_summary(job_id={job_id!r}): step time per rank, the temporal breakdown, the straggler and "
-                "data quality (say so if captures were quarantined or validation failed).\n"
-                f"2. findings(job_id={job_id!r}): the bottlenecks ranked by estimated time lost per step; read each "
-                "one's evidence.\n"
-                f"3. critical_path(job_id={job_id!r}): what bounds the slowest step; collectives and kernels when "
-                "communication or compute dominate.\n"
-                "4. regressions for its job_name, or compare against an earlier run, if it got slower.\n"
-                "Answer with the top causes, each with its numbers (ns, %) and the recommended change, "
-                "largest estimated gain first.")
+        return (
+            f"Diagnose training job {job_id} with the tracelake tools.\n"
+            f"1. job_summary(job_id={job_id!r}): step time per rank, the temporal breakdown, the straggler and "
+            "data quality (say so if captures were quarantined or validation failed).\n"
+            f"2. findings(job_id={job_id!r}): the bottlenecks ranked by estimated time lost per step; read each "
+            "one's evidence.\n"
+            f"3. critical_path(job_id={job_id!r}): what bounds the slowest step; collectives and kernels when "
+            "communication or compute dominate.\n"
+            "4. regressions for its job_name, or compare against an earlier run, if it got slower.\n"
+            "Answer with the top causes, each with its numbers (ns, %) and the recommended change, "
+            "largest estimated gain first."
+        )
 
     return server
 
 
 def _table_doc(t) -> dict:
-    return {"doc": t.doc, "partition_by": list(t.partition_by), "key": list(t.key),
-            "columns": [{"name": c.name, "type": str(c.type), "doc": c.doc} for c in t.columns]}
+    return {
+        "doc": t.doc,
+        "partition_by": list(t.partition_by),
+        "key": list(t.key),
+        "columns": [{"name": c.name, "type": str(c.type), "doc": c.doc} for c in t.columns],
+    }
 
 
 def _first_line(e: Exception) -> str:
@@ -325,6 +413,7 @@ def _version() -> str:
 
 
 # ----------------------------------------------------------------------------- HTTP
+
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (an address or ``localhost``) only accepts connections from this machine."""
@@ -349,8 +438,13 @@ class BearerAuth:
             scheme, _, value = got.partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(value.strip(), self._token):
                 body = json.dumps({"error": "unauthorized: send Authorization: Bearer <TRACELAKE_MCP_TOKEN>"}).encode()
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
@@ -363,8 +457,10 @@ def http_app(server, host: str, token: str | None):
         ValueError: ``host`` is not loopback and there is no token.
     """
     if not is_loopback(host) and not token:
-        raise ValueError(f"binding {host} exposes the warehouse beyond this machine: set ${TOKEN_ENV} to a secret "
-                         "bearer token (clients send Authorization: Bearer <token>)")
+        raise ValueError(
+            f"binding {host} exposes the warehouse beyond this machine: set ${TOKEN_ENV} to a secret "
+            "bearer token (clients send Authorization: Bearer <token>)"
+        )
     from mcp.server.transport_security import TransportSecuritySettings  # the MCP SDK, HTTP only
 
     security = None if is_loopback(host) else TransportSecuritySettings(enable_dns_rebinding_protection=False)

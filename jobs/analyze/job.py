@@ -47,8 +47,13 @@ from schemas import COLLECTIVES, CRITICAL_PATH, KERNELS, RANKS, STEPS, TABLES
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
 _OUT_SCHEMA = "job_id string, attempt int, table string, n long, ipc binary"
-OUTPUT_TABLES = {"steps": STEPS, "ranks": RANKS, "kernels": KERNELS, "collectives": COLLECTIVES,
-                 "critical_path": CRITICAL_PATH}
+OUTPUT_TABLES = {
+    "steps": STEPS,
+    "ranks": RANKS,
+    "kernels": KERNELS,
+    "collectives": COLLECTIVES,
+    "critical_path": CRITICAL_PATH,
+}
 #: Stage 2's inputs, produced by stage 1 per rank.
 _INTERNAL = {"_calls": CALLS_SCHEMA, "_legs": BOUNDARIES_SCHEMA}
 _IPC_ROWS = 1 << 18  # rows per IPC blob: keeps each Spark cell far below Arrow's 2 GiB
@@ -62,8 +67,10 @@ def conform(name: str, tbl: pa.Table) -> pa.Table:
         pyarrow.ArrowInvalid: a value does not fit its declared type (e.g. a fraction in an integer column).
     """
     schema = OUTPUT_TABLES[name].arrow_schema() if name in OUTPUT_TABLES else _INTERNAL[name]
-    cols = [tbl.column(f.name).cast(f.type) if f.name in tbl.column_names else pa.nulls(tbl.num_rows, f.type)
-            for f in schema]
+    cols = [
+        tbl.column(f.name).cast(f.type) if f.name in tbl.column_names else pa.nulls(tbl.num_rows, f.type)
+        for f in schema
+    ]
     return pa.Table.from_arrays(cols, schema=pa.schema([f.with_nullable(True) for f in schema]))
 
 
@@ -75,7 +82,9 @@ def _with_identity(tbl: pa.Table, trace: RankTrace) -> pa.Table:
         if name in tbl.column_names and tbl.column(name).null_count == tbl.num_rows:
             value = trace.identity[name]
             i = tbl.column_names.index(name)
-            tbl = tbl.set_column(i, tbl.schema.field(name), pa.array([value] * tbl.num_rows, tbl.schema.field(name).type))
+            tbl = tbl.set_column(
+                i, tbl.schema.field(name), pa.array([value] * tbl.num_rows, tbl.schema.field(name).type)
+            )
     return tbl
 
 
@@ -97,8 +106,14 @@ def rank_tables(events: pa.Table) -> dict[str, pa.Table]:
     trace = build_rank_trace(events)
     steps, ranks = analyze_rank(trace)
     segments, legs = rank_critical_path(trace)
-    out = {"steps": steps, "ranks": ranks, "kernels": _with_identity(kernel_table(trace), trace),
-           "critical_path": segments, "_legs": legs, "_calls": comm_calls(trace)}
+    out = {
+        "steps": steps,
+        "ranks": ranks,
+        "kernels": _with_identity(kernel_table(trace), trace),
+        "critical_path": segments,
+        "_legs": legs,
+        "_calls": comm_calls(trace),
+    }
     return {name: conform(name, tbl) for name, tbl in out.items()}
 
 
@@ -142,12 +157,23 @@ def _ipc_rows(job_id, attempt, tables: dict[str, pa.Table]) -> pa.Table:
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, chunk.schema) as w:
                 w.write_table(chunk)
-            for key, v in (("job_id", job_id), ("attempt", attempt), ("table", name), ("n", chunk.num_rows),
-                           ("ipc", sink.getvalue().to_pybytes())):
+            for key, v in (
+                ("job_id", job_id),
+                ("attempt", attempt),
+                ("table", name),
+                ("n", chunk.num_rows),
+                ("ipc", sink.getvalue().to_pybytes()),
+            ):
                 rows[key].append(v)
-    return pa.table({"job_id": pa.array(rows["job_id"], pa.string()), "attempt": pa.array(rows["attempt"], pa.int32()),
-                     "table": pa.array(rows["table"], pa.string()), "n": pa.array(rows["n"], pa.int64()),
-                     "ipc": pa.array(rows["ipc"], pa.binary())})
+    return pa.table(
+        {
+            "job_id": pa.array(rows["job_id"], pa.string()),
+            "attempt": pa.array(rows["attempt"], pa.int32()),
+            "table": pa.array(rows["table"], pa.string()),
+            "n": pa.array(rows["n"], pa.int64()),
+            "ipc": pa.array(rows["ipc"], pa.binary()),
+        }
+    )
 
 
 def _from_ipc(blobs, name: str) -> pa.Table:
@@ -189,8 +215,11 @@ def _rows(out, name: str):
     from pyspark.sql import functions as F  # heavy: pyspark
 
     table = OUTPUT_TABLES[name]
-    return out.filter(F.col("table") == name).select("ipc").mapInArrow(
-        _decoder(pa.schema([f.with_nullable(True) for f in table.arrow_schema()])), table.spark_schema())
+    return (
+        out.filter(F.col("table") == name)
+        .select("ipc")
+        .mapInArrow(_decoder(pa.schema([f.with_nullable(True) for f in table.arrow_schema()])), table.spark_schema())
+    )
 
 
 def _analyze_spark(spark, warehouse: str, job_ids, captures: pa.Table) -> dict[str, int]:
@@ -200,8 +229,12 @@ def _analyze_spark(spark, warehouse: str, job_ids, captures: pa.Table) -> dict[s
     if events is None:
         raise FileNotFoundError(f"{warehouse}: no events table yet (run normalize first)")
     stage1 = events.groupBy(*_GROUP).applyInArrow(rank_stage, _OUT_SCHEMA).cache()
-    stage2 = (stage1.filter(F.col("table").isin(*_INTERNAL))
-              .groupBy("job_id", "attempt").applyInArrow(job_stage, _OUT_SCHEMA).cache())
+    stage2 = (
+        stage1.filter(F.col("table").isin(*_INTERNAL))
+        .groupBy("job_id", "attempt")
+        .applyInArrow(job_stage, _OUT_SCHEMA)
+        .cache()
+    )
     try:
         out = stage1.unionByName(stage2)
         counts = {name: 0 for name in OUTPUT_TABLES}
@@ -237,11 +270,18 @@ def _stage_outputs(tables: dict[str, pa.Table], folder: str) -> dict[str, int]:
 def _rank_task(args: tuple) -> dict:
     """Local worker: :func:`rank_tables` of one rank's events, read from the warehouse."""
     warehouse, (job_id, attempt, rank, capture_id), folder = args
-    events = read_arrow(warehouse, "events", [job_id], filter=(ds.field("attempt") == attempt)
-                        & (ds.field("rank") == rank) & (ds.field("capture_id") == capture_id))
+    events = read_arrow(
+        warehouse,
+        "events",
+        [job_id],
+        filter=(ds.field("attempt") == attempt) & (ds.field("rank") == rank) & (ds.field("capture_id") == capture_id),
+    )
     tables = rank_tables(events)
-    return {"job": (job_id, attempt), "counts": _stage_outputs(tables, folder),
-            **{k: tables[k] for k in ("ranks", *_INTERNAL) if k in tables}}
+    return {
+        "job": (job_id, attempt),
+        "counts": _stage_outputs(tables, folder),
+        **{k: tables[k] for k in ("ranks", *_INTERNAL) if k in tables},
+    }
 
 
 def _job_task(args: tuple) -> dict:
@@ -254,17 +294,24 @@ def _analyze_local(ex, warehouse: str, job_ids, captures: pa.Table, work: str) -
     keys = read_arrow(warehouse, "events", job_ids, columns=_GROUP)
     if keys is None:
         raise FileNotFoundError(f"{warehouse}: no events table yet (run normalize first)")
-    groups = keys.group_by(_GROUP).aggregate([([], "count_all")]).sort_by([("count_all", "descending"),
-                                                                          *[(g, "ascending") for g in _GROUP]])
-    args = [(warehouse, tuple(g[c] for c in _GROUP), os.path.join(work, f"r{i:06d}"))
-            for i, g in enumerate(groups.select(_GROUP).to_pylist())]
+    groups = (
+        keys.group_by(_GROUP)
+        .aggregate([([], "count_all")])
+        .sort_by([("count_all", "descending"), *[(g, "ascending") for g in _GROUP]])
+    )
+    args = [
+        (warehouse, tuple(g[c] for c in _GROUP), os.path.join(work, f"r{i:06d}"))
+        for i, g in enumerate(groups.select(_GROUP).to_pylist())
+    ]
     results = list(ex.map(_rank_task, args))
     by_job: dict[tuple, dict[str, list]] = {}
     for r in results:
         for k in _INTERNAL:
             by_job.setdefault(r["job"], {n: [] for n in _INTERNAL})[k].append(r.get(k, conform(k, pa.table({}))))
-    jargs = [(pa.concat_tables(v["_calls"]), pa.concat_tables(v["_legs"]), os.path.join(work, f"j{i:06d}"))
-             for i, (_, v) in enumerate(sorted(by_job.items()))]
+    jargs = [
+        (pa.concat_tables(v["_calls"]), pa.concat_tables(v["_legs"]), os.path.join(work, f"j{i:06d}"))
+        for i, (_, v) in enumerate(sorted(by_job.items()))
+    ]
     results += list(ex.map(_job_task, jargs))
     counts = {name: sum(r["counts"].get(name, 0) for r in results) for name in OUTPUT_TABLES}
     folders = [a[-1] for a in args + jargs]
@@ -287,6 +334,7 @@ def _jobs_of(captures: pa.Table) -> list[str]:
 
 def _staged(folders: list[str], name: str):
     """Staging callable of ``name``: every worker folder's files of it moved in."""
+
     def stage(staging: str) -> None:
         for f in folders:
             move_staged(os.path.join(f, name), staging, os.path.basename(f), len(OUTPUT_TABLES[name].partition_by))
@@ -359,14 +407,22 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
         jobs.landing.discover.DiscoveryError: a job id that is not path-safe (e.g. ``--job ../x``).
     """
     root = warehouse.rstrip("/")
-    jobs = job_ids if job_ids is not None else sorted(set(read_arrow(warehouse, "captures", columns=["job_id"])
-                                                         .column("job_id").to_pylist()))
+    jobs = (
+        job_ids
+        if job_ids is not None
+        else sorted(set(read_arrow(warehouse, "captures", columns=["job_id"]).column("job_id").to_pylist()))
+    )
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
-    tables = read_frames(engine, warehouse, ("steps", "ranks", "kernels", "collectives", "critical_path",
-                                             "neuron_summary", "captures"), jobs)
+    tables = read_frames(
+        engine,
+        warehouse,
+        ("steps", "ranks", "kernels", "collectives", "critical_path", "neuron_summary", "captures"),
+        jobs,
+    )
     tables["steps"] = drop_truncated_steps(tables["steps"], tables.pop("captures"))
-    sync = (ds.field("category").isin(["cuda_runtime", "cpu_op", "cuda_driver"])
-            & ds.field("name").isin(list(SYNC_NAMES)))
+    sync = ds.field("category").isin(["cuda_runtime", "cpu_op", "cuda_driver"]) & ds.field("name").isin(
+        list(SYNC_NAMES)
+    )
     events = read_arrow(warehouse, "events", jobs, columns=list(EVENTS_COLUMNS), filter=sync)
     tables["events"] = events.select(list(EVENTS_COLUMNS)).to_pandas()
     # rows in key order, whatever order an engine read them in: the rules break ties by position
@@ -379,6 +435,8 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
         for attempt in attempts:
             sub = findings.filter(pc.and_(pc.equal(findings["job_id"], job_id), pc.equal(findings["attempt"], attempt)))
             doc = findings_document(job_id, int(attempt), sub)
-            write_text_atomic(posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"),
-                              json.dumps(doc, indent=1, default=str))
+            write_text_atomic(
+                posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"),
+                json.dumps(doc, indent=1, default=str),
+            )
     return findings.num_rows

@@ -45,8 +45,10 @@ def safe_id(value: str, what: str, where: str) -> str:
     """
     value = str(value)
     if not _SAFE_ID_RE.fullmatch(value) or ".." in value:
-        raise DiscoveryError(f"{where}: unsafe {what} {shown(value)} "
-                             "(allowed: 1-200 of letters, digits, . _ = + @ -, starting with a letter or digit; no '..')")
+        raise DiscoveryError(
+            f"{where}: unsafe {what} {shown(value)} "
+            "(allowed: 1-200 of letters, digits, . _ = + @ -, starting with a letter or digit; no '..')"
+        )
     return value
 
 

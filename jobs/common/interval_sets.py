@@ -65,8 +65,8 @@ def length_in_windows(seg_starts, seg_ends, win_starts, win_ends) -> np.ndarray:
     if s.size == 0 or ws.size == 0:
         return out
     cum = np.concatenate([[0], np.cumsum(e - s)])
-    lo = np.searchsorted(e, ws, side="right")   # first segment ending after the window start
-    hi = np.searchsorted(s, we, side="left")    # segments starting before the window end
+    lo = np.searchsorted(e, ws, side="right")  # first segment ending after the window start
+    hi = np.searchsorted(s, we, side="left")  # segments starting before the window end
     ok = hi > lo
     tot = cum[hi] - cum[lo]
     first_cut = np.where(ok, np.maximum(ws - s[np.minimum(lo, s.size - 1)], 0), 0)

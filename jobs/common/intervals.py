@@ -77,10 +77,12 @@ def intersection_length(a_starts, a_ends, b_starts, b_ends) -> int:
     if a_s.size == 0 or b_s.size == 0:
         return 0
     times = np.concatenate([a_s, a_e, b_s, b_e])
-    da = np.concatenate([np.ones(a_s.size, np.int64), -np.ones(a_e.size, np.int64),
-                         np.zeros(b_s.size + b_e.size, np.int64)])
-    db = np.concatenate([np.zeros(a_s.size + a_e.size, np.int64),
-                         np.ones(b_s.size, np.int64), -np.ones(b_e.size, np.int64)])
+    da = np.concatenate(
+        [np.ones(a_s.size, np.int64), -np.ones(a_e.size, np.int64), np.zeros(b_s.size + b_e.size, np.int64)]
+    )
+    db = np.concatenate(
+        [np.zeros(a_s.size + a_e.size, np.int64), np.ones(b_s.size, np.int64), -np.ones(b_e.size, np.int64)]
+    )
     order = np.argsort(times, kind="stable")
     t = times[order]
     in_a = np.cumsum(da[order]) > 0

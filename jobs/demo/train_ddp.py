@@ -43,7 +43,9 @@ def require_torch() -> str:
     try:
         import torch  # heavy: torch, only for the demo
     except ImportError as exc:
-        raise ImportError(f"the demo trains with torch, which is not installed; install it with: {CAPTURE_EXTRA}") from exc
+        raise ImportError(
+            f"the demo trains with torch, which is not installed; install it with: {CAPTURE_EXTRA}"
+        ) from exc
     return torch.__version__
 
 
@@ -65,8 +67,19 @@ def _extra_host_work(x, ms: float):
     return x
 
 
-def _worker(rank: int, world_size: int, port: int, landing: str, job_id: str, steps: int, results,
-            tags: dict, schedule: dict, slow_rank: int | None, slow_ms: float) -> None:
+def _worker(
+    rank: int,
+    world_size: int,
+    port: int,
+    landing: str,
+    job_id: str,
+    steps: int,
+    results,
+    tags: dict,
+    schedule: dict,
+    slow_rank: int | None,
+    slow_ms: float,
+) -> None:
     """One rank: init gloo, train the MLP for ``steps`` steps under TraceCapture, report folders."""
     import torch  # heavy: torch, only for the demo
     import torch.distributed as dist  # heavy: torch, only for the demo
@@ -105,8 +118,17 @@ def _worker(rank: int, world_size: int, port: int, landing: str, job_id: str, st
         dist.destroy_process_group()
 
 
-def run_demo_training(landing: str, job_id: str, world_size: int = 2, steps: int = 8, *, job_name: str | None = None,
-                      slow_rank: int | None = None, slow_ms: float = 0.0, schedule: dict | None = None) -> list[str]:
+def run_demo_training(
+    landing: str,
+    job_id: str,
+    world_size: int = 2,
+    steps: int = 8,
+    *,
+    job_name: str | None = None,
+    slow_rank: int | None = None,
+    slow_ms: float = 0.0,
+    schedule: dict | None = None,
+) -> list[str]:
     """Train a small MLP with CPU DDP on ``world_size`` local processes and capture traces.
 
     Args:
@@ -139,8 +161,18 @@ def run_demo_training(landing: str, job_id: str, world_size: int = 2, steps: int
     tags = {"demo": "train_ddp", **({"job_name": job_name} if job_name else {})}
     mp.spawn(
         _worker,
-        args=(world_size, _free_port(), landing, job_id, steps, results, tags, schedule or SCHEDULE, slow_rank,
-              float(slow_ms)),
+        args=(
+            world_size,
+            _free_port(),
+            landing,
+            job_id,
+            steps,
+            results,
+            tags,
+            schedule or SCHEDULE,
+            slow_rank,
+            float(slow_ms),
+        ),
         nprocs=world_size,
         join=True,
     )

@@ -48,8 +48,13 @@ def _value(v):
     return int(v) if isinstance(v, float) and v.is_integer() else (v.item() if hasattr(v, "item") else v)
 
 
-def what_changed(regressions: pd.DataFrame, job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None = None,
-                 captures: pd.DataFrame | None = None, findings: pd.DataFrame | None = None) -> pd.Series:
+def what_changed(
+    regressions: pd.DataFrame,
+    job_steps: pd.DataFrame,
+    job_kernels: pd.DataFrame | None = None,
+    captures: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+) -> pd.Series:
     """``changes_json`` for every row of ``regressions`` (module docstring): a JSON object for the rows whose
     verdict is ``regression`` or ``improvement``, ``None`` for the others.
 
@@ -67,15 +72,20 @@ def what_changed(regressions: pd.DataFrame, job_steps: pd.DataFrame, job_kernels
     if not len(regressions) or not moved.any():
         return out
     js = job_steps.assign(run=job_steps["job_id"].astype(str) + "#" + job_steps["attempt"].astype(int).astype(str))
-    meta = js.groupby("run").agg(**{f: (f, "first") for f in CONTEXT_FIELDS if f in js.columns},
-                                 n_steps=("step", "nunique"))
+    meta = js.groupby("run").agg(
+        **{f: (f, "first") for f in CONTEXT_FIELDS if f in js.columns}, n_steps=("step", "nunique")
+    )
     tags = {f"{j}#{a}": t for (j, a), t in _tags(captures).items()}
     per_step = pd.DataFrame(columns=["run", "name", "kernel_type", "total_ns"])
     if job_kernels is not None and len(job_kernels):
-        k = job_kernels.assign(run=job_kernels["job_id"].astype(str) + "#"
-                               + job_kernels["attempt"].astype(int).astype(str))
-        per_step = k.groupby(["run", "name"], sort=True).agg(kernel_type=("kernel_type", "first"),
-                                                              total_ns=("total_ns", "sum")).reset_index()
+        k = job_kernels.assign(
+            run=job_kernels["job_id"].astype(str) + "#" + job_kernels["attempt"].astype(int).astype(str)
+        )
+        per_step = (
+            k.groupby(["run", "name"], sort=True)
+            .agg(kernel_type=("kernel_type", "first"), total_ns=("total_ns", "sum"))
+            .reset_index()
+        )
     rules: dict[str, set[str]] = {}
     if findings is not None and len(findings):
         for job, attempt, rule in zip(findings["job_id"], findings["attempt"], findings["rule"]):
@@ -91,11 +101,15 @@ def what_changed(regressions: pd.DataFrame, job_steps: pd.DataFrame, job_kernels
     return out
 
 
-def _changes(run: str, base: list[str], meta: pd.DataFrame, tags: dict, per_step: pd.DataFrame,
-             rules: dict[str, set[str]]) -> dict:
+def _changes(
+    run: str, base: list[str], meta: pd.DataFrame, tags: dict, per_step: pd.DataFrame, rules: dict[str, set[str]]
+) -> dict:
     context = []
-    fields = [(f, {x: _value(meta.at[x, f]) for x in [run, *base] if x in meta.index}) for f in CONTEXT_FIELDS
-              if f in meta.columns]
+    fields = [
+        (f, {x: _value(meta.at[x, f]) for x in [run, *base] if x in meta.index})
+        for f in CONTEXT_FIELDS
+        if f in meta.columns
+    ]
     keys = sorted(set(tags.get(run, {})).union(*(tags.get(b, {}) for b in base)))
     fields += [(f"tags.{k}", {x: tags.get(x, {}).get(k) for x in [run, *base]}) for k in keys]
     for name, values in fields:
@@ -116,12 +130,23 @@ def _changes(run: str, base: list[str], meta: pd.DataFrame, tags: dict, per_step
             a = float(mine.at[n, "total_ns"]) / steps[run] if n in mine.index else 0.0
             b = float(theirs.at[n, "total_ns"]) / base_steps if n in theirs.index and base_steps else 0.0
             kind = mine.at[n, "kernel_type"] if n in mine.index else theirs.at[n, "kernel_type"]
-            rows.append({"name": n, "kernel_type": None if kind != kind else kind, "run_ns_per_step": round(a, 1),
-                         "baseline_ns_per_step": round(b, 1), "delta_ns_per_step": round(a - b, 1)})
+            rows.append(
+                {
+                    "name": n,
+                    "kernel_type": None if kind != kind else kind,
+                    "run_ns_per_step": round(a, 1),
+                    "baseline_ns_per_step": round(b, 1),
+                    "delta_ns_per_step": round(a - b, 1),
+                }
+            )
         rows.sort(key=lambda x: (-abs(x["delta_ns_per_step"]), x["name"]))
         kernels = rows[:TOP_KERNELS]
     mine_rules = rules.get(run, set())
     base_rules = [rules.get(b, set()) for b in base]
-    return {"baseline_runs": base, "context": context, "kernels": kernels,
-            "findings_appeared": sorted(mine_rules - set().union(*base_rules)) if base_rules else sorted(mine_rules),
-            "findings_cleared": sorted(set.intersection(*base_rules) - mine_rules) if base_rules else []}
+    return {
+        "baseline_runs": base,
+        "context": context,
+        "kernels": kernels,
+        "findings_appeared": sorted(mine_rules - set().union(*base_rules)) if base_rules else sorted(mine_rules),
+        "findings_cleared": sorted(set.intersection(*base_rules) - mine_rules) if base_rules else [],
+    }

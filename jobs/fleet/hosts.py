@@ -62,7 +62,9 @@ def _run_hosts(captures: pd.DataFrame, ranks: pd.DataFrame) -> pd.DataFrame:
     c = captures[(captures["status"] == "ingested") & captures["host_name"].notna()]
     c = c.assign(attempt=c["attempt"].astype(int), rank=c["rank"].astype(int), day=capture_days(c["date"]))
     c = c.sort_values(["job_id", "attempt", "rank", "host_name"], kind="stable")  # the same rows from Spark or pyarrow
-    c = c[["job_id", "attempt", "rank", "host_name", "device_name", "day"]].drop_duplicates(["job_id", "attempt", "rank"])
+    c = c[["job_id", "attempt", "rank", "host_name", "device_name", "day"]].drop_duplicates(
+        ["job_id", "attempt", "rank"]
+    )
     dev = ranks[["job_id", "attempt", "rank", "device_index"]].drop_duplicates(["job_id", "attempt", "rank"])
     return c.merge(dev, on=["job_id", "attempt", "rank"], how="left")
 
@@ -89,8 +91,12 @@ def _rank_runs(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) ->
     for (job, attempt), h in hosts.groupby(["job_id", "attempt"], sort=True):
         r = ranks[(ranks["job_id"] == job) & (ranks["attempt"] == attempt)].set_index("rank")["step_time_p50_ns"]
         c = colls[(colls["job_id"] == job) & (colls["attempt"] == attempt)]
-        last = (c[c["is_last_arrival"].astype(bool).to_numpy()].sort_values(["match_key", "rank"], kind="stable")
-                .drop_duplicates("match_key").set_index("match_key")["rank"])
+        last = (
+            c[c["is_last_arrival"].astype(bool).to_numpy()]
+            .sort_values(["match_key", "rank"], kind="stable")
+            .drop_duplicates("match_key")
+            .set_index("match_key")["rank"]
+        )
         n_calls = int(c["match_key"].nunique())
         n_ranks = len(h)
         for kind, target, host, idx, mine, device_name in _rank_targets(h):
@@ -107,12 +113,28 @@ def _rank_runs(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) ->
                 slow = ratio is not None and ratio >= SLOW_LAST_ARRIVAL_RATIO and p_value < SLOW_P_VALUE
             else:  # no collectives to go by: the step time itself
                 slow = excess is not None and excess >= SLOW_EXCESS_PCT
-            out.append({"kind": kind, "target": target, "host_name": host, "device_index": idx,
-                        "hosts": [host], "job_id": job, "attempt": int(attempt), "ranks": sorted(int(x) for x in mine),
-                        "device_name": device_name, "n_calls": n_calls, "n_last": n_last,
-                        "fair_calls": len(mine) / n_ranks * n_calls, "ratio": ratio, "p_value": p_value,
-                        "excess_pct": excess,
-                        "excess_ns": excess_ns, "busbw_ratio": None, "slow": slow})
+            out.append(
+                {
+                    "kind": kind,
+                    "target": target,
+                    "host_name": host,
+                    "device_index": idx,
+                    "hosts": [host],
+                    "job_id": job,
+                    "attempt": int(attempt),
+                    "ranks": sorted(int(x) for x in mine),
+                    "device_name": device_name,
+                    "n_calls": n_calls,
+                    "n_last": n_last,
+                    "fair_calls": len(mine) / n_ranks * n_calls,
+                    "ratio": ratio,
+                    "p_value": p_value,
+                    "excess_pct": excess,
+                    "excess_ns": excess_ns,
+                    "busbw_ratio": None,
+                    "slow": slow,
+                }
+            )
     return out
 
 
@@ -131,7 +153,9 @@ def _link_runs(hosts: pd.DataFrame, colls: pd.DataFrame) -> list[dict]:
         spans = spans[spans.map(len) >= 2]
         if len(spans) < 2:
             continue
-        run = run[run["pg_name"].isin(spans.index)].assign(link=lambda d: d["pg_name"].map(spans).map("+".join))
+        run = run[run["pg_name"].isin(spans.index)].assign(
+            link=lambda d, spans=spans: d["pg_name"].map(spans).map("+".join)
+        )
         bw = pd.to_numeric(run["busbw_gbps"], errors="coerce")
         run = run.assign(busbw=bw.where(bw > 0))
         for link, g in run.groupby("link", sort=True):
@@ -146,13 +170,31 @@ def _link_runs(hosts: pd.DataFrame, colls: pd.DataFrame) -> list[dict]:
             n_calls = int(g["match_key"].nunique())
             ratio = float(np.median(ratios)) if ratios else None
             slow = ratio is not None and n_calls >= MIN_MATCHED_CALLS and ratio <= 1.0 / SLOW_LINK_FACTOR
-            out.append({"kind": "link", "target": link, "host_name": None, "device_index": None,
-                        "hosts": list(spans[g["pg_name"].iloc[0]]), "job_id": job, "attempt": int(attempt),
-                        "ranks": sorted(int(x) for x in set(g["rank"])), "device_name": None,
-                        "pg_names": sorted(set(g["pg_name"])), "n_calls": n_calls, "n_last": None,
-                        "fair_calls": None, "ratio": None, "p_value": None, "excess_pct": None, "excess_ns": None,
-                        "busbw_ratio": ratio, "busbw_gbps": float(np.median(own_bw)) if own_bw else None,
-                        "others_busbw_gbps": float(np.median(other_bw)) if other_bw else None, "slow": slow})
+            out.append(
+                {
+                    "kind": "link",
+                    "target": link,
+                    "host_name": None,
+                    "device_index": None,
+                    "hosts": list(spans[g["pg_name"].iloc[0]]),
+                    "job_id": job,
+                    "attempt": int(attempt),
+                    "ranks": sorted(int(x) for x in set(g["rank"])),
+                    "device_name": None,
+                    "pg_names": sorted(set(g["pg_name"])),
+                    "n_calls": n_calls,
+                    "n_last": None,
+                    "fair_calls": None,
+                    "ratio": None,
+                    "p_value": None,
+                    "excess_pct": None,
+                    "excess_ns": None,
+                    "busbw_ratio": ratio,
+                    "busbw_gbps": float(np.median(own_bw)) if own_bw else None,
+                    "others_busbw_gbps": float(np.median(other_bw)) if other_bw else None,
+                    "slow": slow,
+                }
+            )
     return out
 
 
@@ -161,14 +203,27 @@ def _r(v, digits: int):
 
 
 def _evidence(r) -> dict:
-    e = {"job": f"{r.job_id}#{r.attempt}", "ranks": list(r.ranks), "matched_calls": int(r.n_calls), "slow": bool(r.slow)}
+    e = {
+        "job": f"{r.job_id}#{r.attempt}",
+        "ranks": list(r.ranks),
+        "matched_calls": int(r.n_calls),
+        "slow": bool(r.slow),
+    }
     if r.kind == "link":
-        e.update(pg_names=list(r.pg_names), busbw_ratio=_r(r.busbw_ratio, 3), busbw_gbps=_r(r.busbw_gbps, 3),
-                 others_busbw_gbps=_r(r.others_busbw_gbps, 3))
+        e.update(
+            pg_names=list(r.pg_names),
+            busbw_ratio=_r(r.busbw_ratio, 3),
+            busbw_gbps=_r(r.busbw_gbps, 3),
+            others_busbw_gbps=_r(r.others_busbw_gbps, 3),
+        )
     else:
-        e.update(last_arrivals=int(r.n_last), last_arrival_ratio=_r(r.ratio, 3), last_arrival_p_value=_r(r.p_value, 4),
-                 step_excess_pct=_r(r.excess_pct, 2), step_excess_ms=None if _r(r.excess_ns, 0) is None
-                 else round(float(r.excess_ns) / 1e6, 3))
+        e.update(
+            last_arrivals=int(r.n_last),
+            last_arrival_ratio=_r(r.ratio, 3),
+            last_arrival_p_value=_r(r.p_value, 4),
+            step_excess_pct=_r(r.excess_pct, 2),
+            step_excess_ms=None if _r(r.excess_ns, 0) is None else round(float(r.excess_ns) / 1e6, 3),
+        )
     return e
 
 
@@ -177,8 +232,12 @@ def _median(values):
     return float(v.median()) if len(v) else None
 
 
-def host_health(captures: pd.DataFrame | None, ranks: pd.DataFrame | None, collectives: pd.DataFrame | None,
-                window_days: int = WINDOW_DAYS) -> pd.DataFrame:
+def host_health(
+    captures: pd.DataFrame | None,
+    ranks: pd.DataFrame | None,
+    collectives: pd.DataFrame | None,
+    window_days: int = WINDOW_DAYS,
+) -> pd.DataFrame:
     """The ``host_health`` table (columns of :data:`schemas.HOST_HEALTH`): per host, device and link over the
     ``window_days`` capture dates ending at the newest one (module docstring for the definitions).
 
@@ -198,10 +257,12 @@ def host_health(captures: pd.DataFrame | None, ranks: pd.DataFrame | None, colle
     empty = pd.DataFrame(columns=HOST_HEALTH.names)
     if captures is None or ranks is None or not len(captures) or not len(ranks):
         return empty
-    rk = ranks.assign(attempt=ranks["attempt"].astype(int), rank=ranks["rank"].astype(int),
-                      step_time_p50_ns=pd.to_numeric(ranks["step_time_p50_ns"], errors="coerce").astype(float),
-                      device_index=pd.to_numeric(ranks["device_index"], errors="coerce") if "device_index" in ranks
-                      else np.nan)
+    rk = ranks.assign(
+        attempt=ranks["attempt"].astype(int),
+        rank=ranks["rank"].astype(int),
+        step_time_p50_ns=pd.to_numeric(ranks["step_time_p50_ns"], errors="coerce").astype(float),
+        device_index=pd.to_numeric(ranks["device_index"], errors="coerce") if "device_index" in ranks else np.nan,
+    )
     hosts = _run_hosts(captures, rk)
     hosts = hosts[hosts["day"].notna()]
     span = window(hosts["day"], window_days)
@@ -212,8 +273,11 @@ def host_health(captures: pd.DataFrame | None, ranks: pd.DataFrame | None, colle
     hosts = hosts[first_day >= start]
     if collectives is not None and len(collectives):
         co = collectives[pd.to_numeric(collectives["n_ranks_matched"], errors="coerce").fillna(0) >= 2]
-        co = co.assign(attempt=co["attempt"].astype(int), rank=co["rank"].astype(int),
-                       is_last_arrival=co["is_last_arrival"].fillna(False).astype(bool))
+        co = co.assign(
+            attempt=co["attempt"].astype(int),
+            rank=co["rank"].astype(int),
+            is_last_arrival=co["is_last_arrival"].fillna(False).astype(bool),
+        )
     else:
         co = pd.DataFrame(columns=["job_id", "attempt", "rank", "match_key", "is_last_arrival"])
     per_run = pd.DataFrame(_rank_runs(hosts, rk, co) + _link_runs(hosts, co))
@@ -227,23 +291,42 @@ def host_health(captures: pd.DataFrame | None, ranks: pd.DataFrame | None, colle
         last = None if kind == "link" else int(g["n_last"].sum())
         excess_ns = _median(g["excess_ns"])
         order = g.sort_values(["slow", "job_id", "attempt"], ascending=[False, True, True])
-        rows.append({
-            "kind": kind, "target": target, "host_name": g["host_name"].iloc[0],
-            "device_index": g["device_index"].iloc[0], "hosts": list(g["hosts"].iloc[0]),
-            "device_names": sorted({d for d in g["device_name"] if isinstance(d, str)}),
-            "window_start": start.strftime("%Y-%m-%d"), "window_end": end.strftime("%Y-%m-%d"),
-            "n_jobs": n_jobs, "n_runs": len(g), "n_ranks": int(sum(len(x) for x in g["ranks"])),
-            "n_slow_jobs": n_slow, "slow_jobs": sorted(set(slow["job_id"])),
-            "matched_calls": int(g["n_calls"].sum()), "last_arrivals": last,
-            "last_arrival_ratio": (last / fair) if last is not None and fair else None,
-            "step_excess_p50_pct": _median(g["excess_pct"]),
-            "step_excess_p50_ns": None if excess_ns is None else int(round(excess_ns)),
-            "busbw_ratio": _median(g["busbw_ratio"]),
-            "suspect_hardware": bool(n_slow >= SUSPECT_MIN_JOBS and n_slow >= SUSPECT_MIN_SHARE * n_jobs),
-            "evidence_json": json.dumps([_evidence(r) for r in order.itertuples()], sort_keys=True)})
+        rows.append(
+            {
+                "kind": kind,
+                "target": target,
+                "host_name": g["host_name"].iloc[0],
+                "device_index": g["device_index"].iloc[0],
+                "hosts": list(g["hosts"].iloc[0]),
+                "device_names": sorted({d for d in g["device_name"] if isinstance(d, str)}),
+                "window_start": start.strftime("%Y-%m-%d"),
+                "window_end": end.strftime("%Y-%m-%d"),
+                "n_jobs": n_jobs,
+                "n_runs": len(g),
+                "n_ranks": int(sum(len(x) for x in g["ranks"])),
+                "n_slow_jobs": n_slow,
+                "slow_jobs": sorted(set(slow["job_id"])),
+                "matched_calls": int(g["n_calls"].sum()),
+                "last_arrivals": last,
+                "last_arrival_ratio": (last / fair) if last is not None and fair else None,
+                "step_excess_p50_pct": _median(g["excess_pct"]),
+                "step_excess_p50_ns": None if excess_ns is None else int(round(excess_ns)),
+                "busbw_ratio": _median(g["busbw_ratio"]),
+                "suspect_hardware": bool(n_slow >= SUSPECT_MIN_JOBS and n_slow >= SUSPECT_MIN_SHARE * n_jobs),
+                "evidence_json": json.dumps([_evidence(r) for r in order.itertuples()], sort_keys=True),
+            }
+        )
     out = pd.DataFrame(rows)
     out["_kind"] = out["kind"].map(HEALTH_KINDS.index)
     out = out.sort_values(["_kind", "suspect_hardware", "n_slow_jobs", "target"], ascending=[True, False, False, True])
     out = out.reset_index(drop=True)[HOST_HEALTH.names]
-    return out.astype({"last_arrival_ratio": "float64", "step_excess_p50_pct": "float64", "busbw_ratio": "float64",
-                       "device_index": "Int32", "last_arrivals": "Int64", "step_excess_p50_ns": "Int64"})
+    return out.astype(
+        {
+            "last_arrival_ratio": "float64",
+            "step_excess_p50_pct": "float64",
+            "busbw_ratio": "float64",
+            "device_index": "Int32",
+            "last_arrivals": "Int64",
+            "step_excess_p50_ns": "Int64",
+        }
+    )

@@ -38,18 +38,27 @@ def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
     hardware, run_date, n_steps`` (job steps) and ``accelerators`` (world size, at least the ranks traced)."""
     js = job_steps
     n_ranks = js["ranks"].map(len) if "ranks" in js else pd.Series(1, index=js.index)
-    world = pd.to_numeric(js["world_size"], errors="coerce") if "world_size" in js else pd.Series(np.nan, index=js.index)
+    world = (
+        pd.to_numeric(js["world_size"], errors="coerce") if "world_size" in js else pd.Series(np.nan, index=js.index)
+    )
     js = js.assign(_ranks=n_ranks, _world=world)
     g = js.groupby(["job_id", "attempt"], sort=True)
-    runs = pd.DataFrame({"job_name": g["job_name"].first(), "model": g["model"].first(),
-                         "hardware": g["hardware"].first(), "run_date": g["run_date"].first(),
-                         "n_steps": g["step"].nunique(),
-                         "accelerators": np.fmax(g["_ranks"].max().astype(float), g["_world"].max().astype(float))})
+    runs = pd.DataFrame(
+        {
+            "job_name": g["job_name"].first(),
+            "model": g["model"].first(),
+            "hardware": g["hardware"].first(),
+            "run_date": g["run_date"].first(),
+            "n_steps": g["step"].nunique(),
+            "accelerators": np.fmax(g["_ranks"].max().astype(float), g["_world"].max().astype(float)),
+        }
+    )
     return runs.reset_index()
 
 
-def fleet_findings(findings: pd.DataFrame | None, job_steps: pd.DataFrame | None, window_days: int = WINDOW_DAYS,
-                   top: int = TOP_JOBS) -> pd.DataFrame:
+def fleet_findings(
+    findings: pd.DataFrame | None, job_steps: pd.DataFrame | None, window_days: int = WINDOW_DAYS, top: int = TOP_JOBS
+) -> pd.DataFrame:
     """The ``fleet_findings`` table (columns of :data:`schemas.FLEET_FINDINGS`): the module's estimate per
     (dimension, value, rule), over the ``window_days`` capture dates ending at the newest one.
 
@@ -96,13 +105,29 @@ def fleet_findings(findings: pd.DataFrame | None, job_steps: pd.DataFrame | None
     for (dim, value, rule), g in st.groupby(["dimension", "value", "rule"], sort=True):
         g = g.sort_values(["accel_ns", "run"], ascending=[False, True])
         hours = float(g["accel_ns"].sum()) / _NS_PER_HOUR
-        rows.append({"dimension": dim, "value": value, "rule": rule,
-                     "window_start": start.strftime("%Y-%m-%d"), "window_end": end.strftime("%Y-%m-%d"),
-                     "window_days": int(window_days), "n_jobs": int(g["job_id"].nunique()), "n_runs": len(g),
-                     "n_steps": int(g["n_steps"].sum()), "time_lost_ns": int(round(g["lost_ns"].sum())),
-                     "accelerator_hours": hours, "accelerator_hours_per_day": hours / window_days,
-                     "top_jobs": list(g["run"].head(top)), "example_title": g["title"].iloc[0]})
+        rows.append(
+            {
+                "dimension": dim,
+                "value": value,
+                "rule": rule,
+                "window_start": start.strftime("%Y-%m-%d"),
+                "window_end": end.strftime("%Y-%m-%d"),
+                "window_days": int(window_days),
+                "n_jobs": int(g["job_id"].nunique()),
+                "n_runs": len(g),
+                "n_steps": int(g["n_steps"].sum()),
+                "time_lost_ns": int(round(g["lost_ns"].sum())),
+                "accelerator_hours": hours,
+                "accelerator_hours_per_day": hours / window_days,
+                "top_jobs": list(g["run"].head(top)),
+                "example_title": g["title"].iloc[0],
+            }
+        )
     out = pd.DataFrame(rows)
-    out["impact_rank"] = (out.sort_values(["accelerator_hours_per_day", "rule"], ascending=[False, True])
-                          .groupby(["dimension", "value"]).cumcount() + 1).sort_index()
+    out["impact_rank"] = (
+        out.sort_values(["accelerator_hours_per_day", "rule"], ascending=[False, True])
+        .groupby(["dimension", "value"])
+        .cumcount()
+        + 1
+    ).sort_index()
     return out.sort_values(["dimension", "value", "impact_rank"]).reset_index(drop=True)[FLEET_FINDINGS.names]

@@ -26,8 +26,7 @@ from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
 from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
-from jobs.fleet.stats import (fleet_kernels, fleet_stats, job_kernels, job_kernels_frame, job_steps,
-                              job_steps_frame)
+from jobs.fleet.stats import fleet_kernels, fleet_stats, job_kernels, job_kernels_frame, job_steps, job_steps_frame
 from jobs.warehouse import read_arrow, read_pandas, read_spark, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
@@ -44,8 +43,9 @@ def _pandas(df) -> pd.DataFrame:
     return df.toArrow().to_pandas()
 
 
-def fleet_frames(job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, tables: dict | None = None,
-                 **regression_options) -> dict:
+def fleet_frames(
+    job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, tables: dict | None = None, **regression_options
+) -> dict:
     """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
 
     Args:
@@ -57,12 +57,19 @@ def fleet_frames(job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, tabl
         ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``.
     """
     t = tables or {}
-    regs = find_regressions(job_steps[INPUT_COLUMNS], **regression_options) if len(job_steps) else \
-        pd.DataFrame(columns=REGRESSIONS.names)
+    regs = (
+        find_regressions(job_steps[INPUT_COLUMNS], **regression_options)
+        if len(job_steps)
+        else pd.DataFrame(columns=REGRESSIONS.names)
+    )
     regs["changes_json"] = what_changed(regs, job_steps, job_kernels, t.get("captures"), t.get("findings"))
-    return {"fleet_stats": fleet_stats(job_steps), "fleet_kernels": fleet_kernels(job_kernels),
-            "regressions": regs[REGRESSIONS.names], "fleet_findings": fleet_findings(t.get("findings"), job_steps),
-            "host_health": host_health(t.get("captures"), t.get("ranks"), t.get("collectives"))}
+    return {
+        "fleet_stats": fleet_stats(job_steps),
+        "fleet_kernels": fleet_kernels(job_kernels),
+        "regressions": regs[REGRESSIONS.names],
+        "fleet_findings": fleet_findings(t.get("findings"), job_steps),
+        "host_health": host_health(t.get("captures"), t.get("ranks"), t.get("collectives")),
+    }
 
 
 def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
@@ -104,8 +111,17 @@ READ_COLUMNS = {
     "findings": ("job_id", "attempt", "rule", "est_time_lost_per_step_ns", "title"),
     "captures": ("job_id", "attempt", "rank", "status", "host_name", "device_name", "date", "tags_json"),
     "ranks": ("job_id", "attempt", "rank", "step_time_p50_ns", "device_index"),
-    "collectives": ("job_id", "attempt", "rank", "match_key", "n_ranks_matched", "is_last_arrival", "pg_name",
-                    "collective", "busbw_gbps"),
+    "collectives": (
+        "job_id",
+        "attempt",
+        "rank",
+        "match_key",
+        "n_ranks_matched",
+        "is_last_arrival",
+        "pg_name",
+        "collective",
+        "busbw_gbps",
+    ),
 }
 
 

@@ -30,11 +30,37 @@ import pandas as pd
 #: Metrics compared; for each: (per-step sample column, aggregate function name, lower is better).
 METRICS = ("step_time_p50_ns", "step_time_p90_ns", "idle_pct", "exposed_comm_pct")
 MIN_STEPS = 3
-OUTPUT_COLUMNS = ["job_name", "job_id", "attempt", "date", "run_index", "metric", "value", "baseline", "change_pct",
-                  "delta", "p_value", "verdict", "baseline_runs", "n_steps", "n_baseline_steps"]
+OUTPUT_COLUMNS = [
+    "job_name",
+    "job_id",
+    "attempt",
+    "date",
+    "run_index",
+    "metric",
+    "value",
+    "baseline",
+    "change_pct",
+    "delta",
+    "p_value",
+    "verdict",
+    "baseline_runs",
+    "n_steps",
+    "n_baseline_steps",
+]
 #: Input columns (one row per job step).
-INPUT_COLUMNS = ["job_name", "job_id", "attempt", "run_key", "run_date", "step", "step_time_ns", "rank_step_time_ns",
-                 "kernel_time_ns", "idle_time_ns", "exposed_comm_ns"]
+INPUT_COLUMNS = [
+    "job_name",
+    "job_id",
+    "attempt",
+    "run_key",
+    "run_date",
+    "step",
+    "step_time_ns",
+    "rank_step_time_ns",
+    "kernel_time_ns",
+    "idle_time_ns",
+    "exposed_comm_ns",
+]
 
 
 def _pct(num: pd.Series, den: pd.Series) -> float | None:
@@ -62,8 +88,9 @@ def _samples(metric: str, s: pd.DataFrame) -> np.ndarray:
     if metric.startswith("step_time"):
         v = s["step_time_ns"].to_numpy(dtype=float)
     else:
-        num, den = (("idle_time_ns", "kernel_time_ns") if metric == "idle_pct"
-                    else ("exposed_comm_ns", "rank_step_time_ns"))
+        num, den = (
+            ("idle_time_ns", "kernel_time_ns") if metric == "idle_pct" else ("exposed_comm_ns", "rank_step_time_ns")
+        )
         n, d = s[num].to_numpy(dtype=float), s[den].to_numpy(dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
             v = np.where(d > 0, n / d * 100.0, np.nan)
@@ -80,8 +107,13 @@ def _p_value(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
-def find_regressions(job_steps: pd.DataFrame, baseline_runs: int = 5, threshold_pct: float = 5.0,
-                     threshold_pp: float = 2.0, alpha: float = 0.01) -> pd.DataFrame:
+def find_regressions(
+    job_steps: pd.DataFrame,
+    baseline_runs: int = 5,
+    threshold_pct: float = 5.0,
+    threshold_pp: float = 2.0,
+    alpha: float = 0.01,
+) -> pd.DataFrame:
     """Compare every run of one or more job names with its previous runs.
 
     Args:
@@ -105,13 +137,19 @@ def find_regressions(job_steps: pd.DataFrame, baseline_runs: int = 5, threshold_
         raise ValueError(f"job steps lack columns {missing}")
     rows = []
     for name, g in job_steps.groupby("job_name", sort=True):
-        runs = (g.groupby(["job_id", "attempt"], sort=False)
-                .agg(run_key=("run_key", "min"), run_date=("run_date", "min")).reset_index()
-                .sort_values(["run_key", "job_id", "attempt"], kind="stable").reset_index(drop=True))
-        by_run = {(r.job_id, r.attempt): g[(g["job_id"] == r.job_id) & (g["attempt"] == r.attempt)] for r in runs.itertuples()}
+        runs = (
+            g.groupby(["job_id", "attempt"], sort=False)
+            .agg(run_key=("run_key", "min"), run_date=("run_date", "min"))
+            .reset_index()
+            .sort_values(["run_key", "job_id", "attempt"], kind="stable")
+            .reset_index(drop=True)
+        )
+        by_run = {
+            (r.job_id, r.attempt): g[(g["job_id"] == r.job_id) & (g["attempt"] == r.attempt)] for r in runs.itertuples()
+        }
         for i, r in enumerate(runs.itertuples()):
             cur = by_run[(r.job_id, r.attempt)]
-            prev = runs.iloc[max(0, i - baseline_runs):i]
+            prev = runs.iloc[max(0, i - baseline_runs) : i]
             base_ids = [(p.job_id, p.attempt) for p in prev.itertuples()]
             base = pd.concat([by_run[k] for k in base_ids]) if base_ids else cur.iloc[0:0]
             for metric in METRICS:
@@ -121,19 +159,36 @@ def find_regressions(job_steps: pd.DataFrame, baseline_runs: int = 5, threshold_
                 delta = value - baseline if value is not None and baseline is not None else None
                 change = delta / baseline * 100.0 if delta is not None and baseline else None
                 verdict = _verdict(metric, delta, change, p, threshold_pct, threshold_pp, alpha)
-                rows.append({"job_name": name, "job_id": r.job_id, "attempt": int(r.attempt), "date": r.run_date,
-                             "run_index": i, "metric": metric, "value": value, "baseline": baseline,
-                             "change_pct": change, "delta": delta, "p_value": p, "verdict": verdict,
-                             "baseline_runs": [f"{j}#{int(t)}" for j, t in base_ids],
-                             "n_steps": int(len(cur)), "n_baseline_steps": int(len(base))})
+                rows.append(
+                    {
+                        "job_name": name,
+                        "job_id": r.job_id,
+                        "attempt": int(r.attempt),
+                        "date": r.run_date,
+                        "run_index": i,
+                        "metric": metric,
+                        "value": value,
+                        "baseline": baseline,
+                        "change_pct": change,
+                        "delta": delta,
+                        "p_value": p,
+                        "verdict": verdict,
+                        "baseline_runs": [f"{j}#{int(t)}" for j, t in base_ids],
+                        "n_steps": int(len(cur)),
+                        "n_baseline_steps": int(len(base)),
+                    }
+                )
     return pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
 
 def _verdict(metric: str, delta, change, p, threshold_pct: float, threshold_pp: float, alpha: float) -> str:
     if delta is None or p is None:
         return "no_baseline"
-    moved = (abs(change) > threshold_pct if change is not None else False) if metric.startswith("step_time") \
+    moved = (
+        (abs(change) > threshold_pct if change is not None else False)
+        if metric.startswith("step_time")
         else abs(delta) > threshold_pp
+    )
     if not moved or not (p < alpha) or math.isnan(p):
         return "unchanged"
     return "regression" if delta > 0 else "improvement"  # every metric here is lower-is-better

@@ -36,8 +36,15 @@ from schemas import FLEET_KERNELS, FLEET_STATS
 DIMENSIONS = ("fleet", "job_name", "job", "model", "hardware", "torch_version")
 NONE_VALUE = "(none)"
 TOP_KERNELS = 10
-_SUMS = ("rank_step_time_ns", "kernel_time_ns", "idle_time_ns", "compute_time_ns", "exposed_comm_ns",
-         "cpu_bound_time_ns", "dataloader_time_ns")
+_SUMS = (
+    "rank_step_time_ns",
+    "kernel_time_ns",
+    "idle_time_ns",
+    "compute_time_ns",
+    "exposed_comm_ns",
+    "cpu_bound_time_ns",
+    "dataloader_time_ns",
+)
 _GROUP = ["dimension", "value", "date"]
 
 
@@ -59,20 +66,30 @@ def run_metadata(captures):
     from pyspark.sql import functions as F  # heavy: pyspark
 
     ing = captures.filter(F.col("status") == "ingested")
-    return (ing.groupBy("job_id", "attempt").agg(
-        F.min("job_name").alias("job_name"), F.min("model").alias("model"),
-        F.min("device_name").alias("device_name"), F.min("torch_version").alias("torch_version"),
-        F.min("created_at").alias("created_at"), F.min("date").alias("first_date"),
-        F.max("world_size").alias("world_size"))
+    return (
+        ing.groupBy("job_id", "attempt")
+        .agg(
+            F.min("job_name").alias("job_name"),
+            F.min("model").alias("model"),
+            F.min("device_name").alias("device_name"),
+            F.min("torch_version").alias("torch_version"),
+            F.min("created_at").alias("created_at"),
+            F.min("date").alias("first_date"),
+            F.max("world_size").alias("world_size"),
+        )
         .select(
-            "job_id", "attempt",
+            "job_id",
+            "attempt",
             F.coalesce("job_name", "job_id").alias("job_name"),
             F.concat_ws("#", "job_id", F.col("attempt").cast("string")).alias("job"),
             F.coalesce("model", F.lit(NONE_VALUE)).alias("model"),
             F.coalesce("device_name", F.lit("cpu")).alias("hardware"),
             F.coalesce("torch_version", F.lit(NONE_VALUE)).alias("torch_version"),
             F.coalesce("created_at", "first_date").alias("run_key"),
-            F.col("first_date").alias("run_date"), "world_size"))
+            F.col("first_date").alias("run_date"),
+            "world_size",
+        )
+    )
 
 
 def job_steps(steps, captures):
@@ -88,10 +105,13 @@ def job_steps(steps, captures):
 
     s = steps.filter(F.col("step") >= 0)
     js = s.groupBy("job_id", "attempt", "step").agg(
-        F.min("date").alias("date"), F.max("step_time_ns").alias("step_time_ns"),
+        F.min("date").alias("date"),
+        F.max("step_time_ns").alias("step_time_ns"),
         F.sum("step_time_ns").alias("rank_step_time_ns"),
         *[F.sum(c).alias(c) for c in _SUMS if c != "rank_step_time_ns"],
-        F.count(F.lit(1)).alias("n_rank_steps"), F.sort_array(F.collect_set("rank")).alias("ranks"))
+        F.count(F.lit(1)).alias("n_rank_steps"),
+        F.sort_array(F.collect_set("rank")).alias("ranks"),
+    )
     return js.join(run_metadata(captures), on=["job_id", "attempt"], how="inner")
 
 
@@ -102,7 +122,9 @@ def job_kernels(kernels, captures):
 
     k = kernels.groupBy("job_id", "attempt", "date", "name").agg(
         F.first("kernel_type", ignorenulls=True).alias("kernel_type"),
-        F.sum("n").alias("n"), F.sum("total_ns").alias("total_ns"))
+        F.sum("n").alias("n"),
+        F.sum("total_ns").alias("total_ns"),
+    )
     return k.join(run_metadata(captures), on=["job_id", "attempt"], how="inner")
 
 
@@ -118,19 +140,31 @@ def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
     """:func:`run_metadata` on a pandas ``captures`` frame (the local executor's reduction; same rows)."""
     ing = captures[captures["status"] == "ingested"]
     g = ing.groupby(["job_id", "attempt"], sort=True)
-    m = pd.DataFrame({"job_name": _min(g["job_name"]), "model": _min(g["model"]), "device_name": _min(g["device_name"]),
-                      "torch_version": _min(g["torch_version"]), "created_at": _min(g["created_at"]),
-                      "first_date": _min(g["date"]),
-                      "world_size": g["world_size"].max() if "world_size" in ing.columns else None}).reset_index()
-    return pd.DataFrame({
-        "job_id": m["job_id"], "attempt": m["attempt"],
-        "job_name": m["job_name"].where(m["job_name"].notna(), m["job_id"]),
-        "job": m["job_id"].astype(str) + "#" + m["attempt"].astype(str),
-        "model": m["model"].where(m["model"].notna(), NONE_VALUE),
-        "hardware": m["device_name"].where(m["device_name"].notna(), "cpu"),
-        "torch_version": m["torch_version"].where(m["torch_version"].notna(), NONE_VALUE),
-        "run_key": m["created_at"].where(m["created_at"].notna(), m["first_date"]),
-        "run_date": m["first_date"], "world_size": m["world_size"]})
+    m = pd.DataFrame(
+        {
+            "job_name": _min(g["job_name"]),
+            "model": _min(g["model"]),
+            "device_name": _min(g["device_name"]),
+            "torch_version": _min(g["torch_version"]),
+            "created_at": _min(g["created_at"]),
+            "first_date": _min(g["date"]),
+            "world_size": g["world_size"].max() if "world_size" in ing.columns else None,
+        }
+    ).reset_index()
+    return pd.DataFrame(
+        {
+            "job_id": m["job_id"],
+            "attempt": m["attempt"],
+            "job_name": m["job_name"].where(m["job_name"].notna(), m["job_id"]),
+            "job": m["job_id"].astype(str) + "#" + m["attempt"].astype(str),
+            "model": m["model"].where(m["model"].notna(), NONE_VALUE),
+            "hardware": m["device_name"].where(m["device_name"].notna(), "cpu"),
+            "torch_version": m["torch_version"].where(m["torch_version"].notna(), NONE_VALUE),
+            "run_key": m["created_at"].where(m["created_at"].notna(), m["first_date"]),
+            "run_date": m["first_date"],
+            "world_size": m["world_size"],
+        }
+    )
 
 
 def job_step_times(steps: pd.DataFrame) -> pd.Series:
@@ -145,11 +179,16 @@ def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame
     """:func:`job_steps` on pandas frames (the local executor's reduction; same rows and columns)."""
     s = steps[steps["step"] >= 0]
     g = s.groupby(["job_id", "attempt", "step"], sort=True)
-    js = pd.DataFrame({"date": g["date"].min(), "step_time_ns": g["step_time_ns"].max(),
-                       "rank_step_time_ns": g["step_time_ns"].sum(min_count=1),
-                       **{c: g[c].sum(min_count=1) for c in _SUMS if c != "rank_step_time_ns"},
-                       "n_rank_steps": g.size(),
-                       "ranks": _sorted_sets(g["rank"], ["job_id", "attempt", "step"])}).reset_index()
+    js = pd.DataFrame(
+        {
+            "date": g["date"].min(),
+            "step_time_ns": g["step_time_ns"].max(),
+            "rank_step_time_ns": g["step_time_ns"].sum(min_count=1),
+            **{c: g[c].sum(min_count=1) for c in _SUMS if c != "rank_step_time_ns"},
+            "n_rank_steps": g.size(),
+            "ranks": _sorted_sets(g["rank"], ["job_id", "attempt", "step"]),
+        }
+    ).reset_index()
     return js.merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
 
 
@@ -157,15 +196,23 @@ def _sorted_sets(grouped, names: list[str]) -> pd.Series:
     """Spark's ``sort_array(collect_set(col))`` per group of ``grouped`` (a SeriesGroupBy on ``names``):
     sorted distinct non-null values (int32 arrays)."""
     out = {key: np.array(sorted(set(v.dropna().astype(int))), dtype="int32") for key, v in grouped}
-    return pd.Series(list(out.values()), index=pd.MultiIndex.from_tuples(list(out.keys()), names=names)
-                     if out else None, dtype=object)
+    return pd.Series(
+        list(out.values()),
+        index=pd.MultiIndex.from_tuples(list(out.keys()), names=names) if out else None,
+        dtype=object,
+    )
 
 
 def job_kernels_frame(kernels: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
     """:func:`job_kernels` on pandas frames (the local executor's reduction; same rows and columns)."""
     g = kernels.groupby(["job_id", "attempt", "date", "name"], sort=True)
-    k = pd.DataFrame({"kernel_type": g["kernel_type"].first(), "n": g["n"].sum(min_count=1),
-                      "total_ns": g["total_ns"].sum(min_count=1)}).reset_index()
+    k = pd.DataFrame(
+        {
+            "kernel_type": g["kernel_type"].first(),
+            "n": g["n"].sum(min_count=1),
+            "total_ns": g["total_ns"].sum(min_count=1),
+        }
+    ).reset_index()
     return k.merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
 
 
@@ -205,21 +252,28 @@ def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
     st = _stack(js)
     g = st.groupby(_GROUP, sort=True)
     qs = g["step_time_ns"].quantile([0.5, 0.9, 0.99]).unstack()
-    out = pd.DataFrame({
-        "n_runs": g[["job_id", "attempt"]].apply(lambda f: len(f.drop_duplicates())),
-        "n_steps": g.size(),
-        "n_rank_steps": g["n_rank_steps"].sum(),
-        "step_time_p50_ns": qs[0.5].round(), "step_time_p90_ns": qs[0.9].round(), "step_time_p99_ns": qs[0.99].round(),
-        "step_time_mean_ns": g["step_time_ns"].mean(),
-        **{c: g[c].sum(min_count=1) for c in _SUMS},
-    })
+    out = pd.DataFrame(
+        {
+            "n_runs": g[["job_id", "attempt"]].apply(lambda f: len(f.drop_duplicates())),
+            "n_steps": g.size(),
+            "n_rank_steps": g["n_rank_steps"].sum(),
+            "step_time_p50_ns": qs[0.5].round(),
+            "step_time_p90_ns": qs[0.9].round(),
+            "step_time_p99_ns": qs[0.99].round(),
+            "step_time_mean_ns": g["step_time_ns"].mean(),
+            **{c: g[c].sum(min_count=1) for c in _SUMS},
+        }
+    )
     ranks = st[_GROUP + ["job_id", "attempt", "ranks"]].explode("ranks").dropna(subset=["ranks"])
     out["n_ranks"] = ranks.drop_duplicates().groupby(_GROUP).size().reindex(out.index).fillna(0)
     out = out.reset_index()
     out["idle_pct"] = _ratio_pct(out["idle_time_ns"], out["kernel_time_ns"])
     out["compute_pct"] = _ratio_pct(out["compute_time_ns"], out["kernel_time_ns"])
-    for col, num in (("exposed_comm_pct", "exposed_comm_ns"), ("cpu_bound_pct", "cpu_bound_time_ns"),
-                     ("dataloader_pct", "dataloader_time_ns")):
+    for col, num in (
+        ("exposed_comm_pct", "exposed_comm_ns"),
+        ("cpu_bound_pct", "cpu_bound_time_ns"),
+        ("dataloader_pct", "dataloader_time_ns"),
+    ):
         out[col] = _ratio_pct(out[num], out["rank_step_time_ns"])
     return _typed(out, FLEET_STATS)
 
@@ -237,9 +291,16 @@ def fleet_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataF
     if job_kernels is None or not len(job_kernels):
         return pd.DataFrame(columns=FLEET_KERNELS.names)
     st = _stack(job_kernels)
-    per = st.groupby(_GROUP + ["name"], sort=False).agg(
-        kernel_type=("kernel_type", "first"), n=("n", "sum"), total_ns=("total_ns", "sum"),
-        n_runs=("job", "nunique")).reset_index()
+    per = (
+        st.groupby(_GROUP + ["name"], sort=False)
+        .agg(
+            kernel_type=("kernel_type", "first"),
+            n=("n", "sum"),
+            total_ns=("total_ns", "sum"),
+            n_runs=("job", "nunique"),
+        )
+        .reset_index()
+    )
     per = per.sort_values(_GROUP + ["total_ns", "name"], ascending=[True, True, True, False, True], kind="stable")
     per["kernel_rank"] = per.groupby(_GROUP).cumcount() + 1
     tot = per.groupby(_GROUP)["total_ns"].transform("sum").astype("float64")

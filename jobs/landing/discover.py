@@ -176,7 +176,7 @@ def _rel(path: str, root: str) -> str:
         return "."
     if root in ("", "/"):
         return path.lstrip("/")
-    return path[len(root) + 1:] if path.startswith(root + "/") else posixpath.relpath(path, root)
+    return path[len(root) + 1 :] if path.startswith(root + "/") else posixpath.relpath(path, root)
 
 
 def _int_or_none(v):
@@ -186,7 +186,9 @@ def _int_or_none(v):
         return None
 
 
-def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: list[str], root: str) -> list[CaptureFile]:
+def _from_manifest(
+    fs, protocol: str, folder: str, manifest_path: str, names: list[str], root: str
+) -> list[CaptureFile]:
     """Capture files of one committed capture folder; ``names`` are paths relative to it (any depth).
 
     The manifest and the landing-zone path must both be safe (:func:`check_path_parts`, :func:`safe_id`,
@@ -221,8 +223,11 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
         for p in listed:
             if not _inside(p):
                 raise DiscoveryError(f"file path {shown(p)} escapes the capture folder")
-        kinds = {fi["path"]: MANIFEST_KINDS[fi.get("kind", "kineto_trace")] for fi in manifest.get("files", [])
-                 if fi.get("kind", "kineto_trace") in MANIFEST_KINDS}
+        kinds = {
+            fi["path"]: MANIFEST_KINDS[fi.get("kind", "kineto_trace")]
+            for fi in manifest.get("files", [])
+            if fi.get("kind", "kineto_trace") in MANIFEST_KINDS
+        }
         trace_names = sorted(set(trace_names) | set(listed) | {n for n in names if "/" in n})
         common = dict(
             capture_id=safe_id(capture_id, "capture_id", uri),
@@ -268,8 +273,11 @@ def _from_manifest(fs, protocol: str, folder: str, manifest_path: str, names: li
     for r in routed:
         p = posixpath.join(folder, r.rel) if r.rel != "." else folder
         cid = common["capture_id"] if len(routed) == 1 else f"{common['capture_id']}.{slug(r.rel)}"
-        out.append(CaptureFile(uri=_unstrip(protocol, p), **{**common, "capture_id": cid}, error=error,
-                               **r.fields(protocol, folder)))
+        out.append(
+            CaptureFile(
+                uri=_unstrip(protocol, p), **{**common, "capture_id": cid}, error=error, **r.fields(protocol, folder)
+            )
+        )
     return out
 
 
@@ -320,8 +328,12 @@ def route_files(rel_paths: list[str], kinds: dict[str, str] | None = None) -> li
     for d, members in sorted(by_dir.items()):
         if is_parquet_profile_dir(members):
             out.append(_Routed(d, "neuron_parquet", members=sorted(members)))
-    profiles = [r.rel for r in out if r.kind in ("auto", "neuron_parquet", "neuron_json", "xla_trace")
-                and posixpath.basename(r.rel) != "summary.json"]
+    profiles = [
+        r.rel
+        for r in out
+        if r.kind in ("auto", "neuron_parquet", "neuron_json", "xla_trace")
+        and posixpath.basename(r.rel) != "summary.json"
+    ]
     for r in out:
         _link(r, out, profiles, pair_key)
     return sorted(out, key=lambda r: r.rel)
@@ -356,8 +368,9 @@ def _link(r: _Routed, routed: list[_Routed], profiles: list[str], pair_key) -> N
             if not mates and key is None and len(sibs) == 1 and other == ".neff":
                 mates = sibs  # native PyTorch layout: profile_nc_0_session_0.ntff + the folder's one NEFF
             if mates:
-                r.note = f"paired with {', '.join(posixpath.basename(m) for m in mates[:4])}" + \
-                    (f" (+{len(mates) - 4} more)" if len(mates) > 4 else "")
+                r.note = f"paired with {', '.join(posixpath.basename(m) for m in mates[:4])}" + (
+                    f" (+{len(mates) - 4} more)" if len(mates) > 4 else ""
+                )
             elif other == ".neff" and r.converted is None:
                 r.flags.append("ntff_without_neff")
         return
@@ -430,8 +443,10 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
         elif exists:
             listing = fs.find(root, detail=True)
     except Exception as exc:  # the store failed (a missing root is `exists` False): nothing to quarantine
-        raise LandingUnavailable(f"{raw_root}: the landing zone cannot be listed ({type(exc).__name__}: {exc}); "
-                                 "retry when the store answers again") from exc
+        raise LandingUnavailable(
+            f"{raw_root}: the landing zone cannot be listed ({type(exc).__name__}: {exc}); "
+            "retry when the store answers again"
+        ) from exc
     if not exists:
         raise FileNotFoundError(f"raw root {raw_root} does not exist")
     by_dir: dict[str, dict[str, dict]] = {}
@@ -445,11 +460,16 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
             # normalized (that would name another object) and never grouped with a capture
             name = posixpath.basename(path)
             if _is_routable(name) or name == "manifest.json":
-                unsafe.append(CaptureFile(
-                    uri=_unstrip(protocol, path), job_id=UNSAFE_PATH_JOB, size_bytes=info.get("size"),
-                    capture_id=hashlib.sha1(rel_p.encode("utf-8", "surrogateescape")).hexdigest()[:16],
-                    error=f"unsafe path {shown(rel_p)} under the landing zone: a '.', '..' or empty segment "
-                          "could resolve to another file; not ingested"))
+                unsafe.append(
+                    CaptureFile(
+                        uri=_unstrip(protocol, path),
+                        job_id=UNSAFE_PATH_JOB,
+                        size_bytes=info.get("size"),
+                        capture_id=hashlib.sha1(rel_p.encode("utf-8", "surrogateescape")).hexdigest()[:16],
+                        error=f"unsafe path {shown(rel_p)} under the landing zone: a '.', '..' or empty segment "
+                        "could resolve to another file; not ingested",
+                    )
+                )
             continue
         by_dir.setdefault(posixpath.dirname(path), {})[posixpath.basename(path)] = info
 
@@ -506,7 +526,15 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
         if date is not None and not _is_date(date):  # a date= folder is the partition: it must be a date
             error = f"unsafe path: landing-zone folder date= value {shown(date)} is not a calendar date YYYY-MM-DD"
             date = None
-        bare.append(CaptureFile(uri=_unstrip(protocol, abs_path), capture_id=cid, job_id=job_id,
-                                size_bytes=_size_of(bare_rel, r.rel, r.members), date=date, error=error,
-                                **r.fields(protocol, root)))
+        bare.append(
+            CaptureFile(
+                uri=_unstrip(protocol, abs_path),
+                capture_id=cid,
+                job_id=job_id,
+                size_bytes=_size_of(bare_rel, r.rel, r.members),
+                date=date,
+                error=error,
+                **r.fields(protocol, root),
+            )
+        )
     return Discovery(files=manifest_files + bare + sorted(unsafe, key=lambda f: f.uri), pending=pending)

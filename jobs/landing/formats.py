@@ -29,8 +29,19 @@ import posixpath
 import re
 import zlib
 
-__all__ = ["kind_from_name", "sniff_json", "head_text", "RAW_SUFFIXES", "NEURON_KINDS", "MANIFEST_KINDS",
-           "raw_format", "pair_key", "SNIFF_BYTES", "table_of_file", "is_parquet_profile_dir"]
+__all__ = [
+    "kind_from_name",
+    "sniff_json",
+    "head_text",
+    "RAW_SUFFIXES",
+    "NEURON_KINDS",
+    "MANIFEST_KINDS",
+    "raw_format",
+    "pair_key",
+    "SNIFF_BYTES",
+    "table_of_file",
+    "is_parquet_profile_dir",
+]
 
 SNIFF_BYTES = 1 << 20
 #: File names that are proprietary Neuron capture blobs (reference §1.2).
@@ -38,13 +49,41 @@ RAW_SUFFIXES = (".ntff", ".neff", ".pftrace")
 _RAW_PB = ("ntrace.pb", "trace_info.pb", "cpu_util.pb", "host_mem.pb")
 NEURON_KINDS = ("neuron_json", "neuron_summary_json", "neuron_system_json", "neuron_parquet", "neuron_raw")
 #: Manifest ``files[].kind`` (capture_hooks) → routing kind; kinds not listed are not ingested.
-MANIFEST_KINDS = {"kineto_trace": "auto", "neuron_json": "auto", "neuron_summary_json": "neuron_summary_json",
-                  "neuron_parquet": "neuron_parquet", "neuron_raw": "neuron_raw", "xplane": "xplane",
-                  "xla_xplane": "xplane", "xla_trace_json": "xla_trace"}
-_LEGACY_FIRST_KEYS = frozenset({
-    "summary", "metadata", "profile_info", "model_info", "neff_header", "neff_node", "dma_queues_info", "instruction",
-    "dma", "semaphore_update", "active_time", "pending_dma", "dma_throughput", "instruction_usage", "ham",
-    "layer_summary", "nc_mem_usage", "warnings", "summary_groups", "summary_group_order", "terminology"})
+MANIFEST_KINDS = {
+    "kineto_trace": "auto",
+    "neuron_json": "auto",
+    "neuron_summary_json": "neuron_summary_json",
+    "neuron_parquet": "neuron_parquet",
+    "neuron_raw": "neuron_raw",
+    "xplane": "xplane",
+    "xla_xplane": "xplane",
+    "xla_trace_json": "xla_trace",
+}
+_LEGACY_FIRST_KEYS = frozenset(
+    {
+        "summary",
+        "metadata",
+        "profile_info",
+        "model_info",
+        "neff_header",
+        "neff_node",
+        "dma_queues_info",
+        "instruction",
+        "dma",
+        "semaphore_update",
+        "active_time",
+        "pending_dma",
+        "dma_throughput",
+        "instruction_usage",
+        "ham",
+        "layer_summary",
+        "nc_mem_usage",
+        "warnings",
+        "summary_groups",
+        "summary_group_order",
+        "terminology",
+    }
+)
 _FIRST_KEY = re.compile(rb'^\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*(.)', re.S)
 _HASH = re.compile(r"(?:^|_)([0-9a-f]{8,}|\d{6,})(?=_|\.|$)")
 _TABLE_FILE = re.compile(r"^([A-Za-z]+)(?:_(\d+))?\.parquet$")

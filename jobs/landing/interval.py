@@ -27,7 +27,7 @@ import json
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import fsspec
 
@@ -69,7 +69,7 @@ def as_utc(value) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        return datetime.fromtimestamp(float(value), tz=UTC)
     if isinstance(value, str):
         text = value.strip()
         if text.endswith("Z"):
@@ -81,8 +81,8 @@ def as_utc(value) -> datetime | None:
     if not isinstance(value, datetime):
         raise ValueError(f"not a date-time: {value!r}")
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def in_interval(t: datetime | None, since: datetime | None, until: datetime | None) -> bool:
@@ -124,8 +124,9 @@ def manifest_created_at(doc) -> datetime | None:
         return None
 
 
-def select_committed(files: Iterable[CaptureFile], commit_times: Mapping[str, datetime | None],
-                     since, until) -> IntervalSelection:
+def select_committed(
+    files: Iterable[CaptureFile], commit_times: Mapping[str, datetime | None], since, until
+) -> IntervalSelection:
     """The capture files to normalize for the interval ``[since, until)`` (pure).
 
     Args:
@@ -147,11 +148,14 @@ def select_committed(files: Iterable[CaptureFile], commit_times: Mapping[str, da
     new = [f for f in files if in_interval(commit_times.get(commit_key(f)), since, until)]
     touched = {f.job_id for f in new}
     undated = sorted({f.uri for f in files if commit_times.get(commit_key(f)) is None})
-    return IntervalSelection(files=[f for f in files if f.job_id in touched], new=new,
-                             job_ids=sorted(touched), undated=undated)
+    return IntervalSelection(
+        files=[f for f in files if f.job_id in touched], new=new, job_ids=sorted(touched), undated=undated
+    )
 
 
-def commit_times(raw_root: str, files: Iterable[CaptureFile], storage_options: dict | None = None) -> dict[str, datetime | None]:
+def commit_times(
+    raw_root: str, files: Iterable[CaptureFile], storage_options: dict | None = None
+) -> dict[str, datetime | None]:
     """Commit time of every capture file (edge: lists ``raw_root`` once, reads a manifest only when
     the store reports no time for it).
 
@@ -179,8 +183,9 @@ def commit_times(raw_root: str, files: Iterable[CaptureFile], storage_options: d
     return times
 
 
-def restrict_to_interval(found: Discovery, raw_root: str, since, until,
-                         storage_options: dict | None = None) -> tuple[Discovery, IntervalSelection]:
+def restrict_to_interval(
+    found: Discovery, raw_root: str, since, until, storage_options: dict | None = None
+) -> tuple[Discovery, IntervalSelection]:
     """``found`` restricted to the jobs with a capture committed in ``[since, until)``.
 
     Pending (not yet committed) folders are kept as they are.
@@ -203,6 +208,12 @@ def summarize_interval(raw_root: str, since, until, storage_options: dict | None
     """
     found = discover(raw_root, storage_options)
     _, sel = restrict_to_interval(found, raw_root, since, until, storage_options)
-    return {"n_new": len(sel.new), "n_files": len(sel.files), "job_ids": sel.job_ids,
-            "n_pending": len(found.pending), "pending": list(found.pending)[:SUMMARY_LIST_MAX],
-            "n_undated": len(sel.undated), "undated": sel.undated[:SUMMARY_LIST_MAX]}
+    return {
+        "n_new": len(sel.new),
+        "n_files": len(sel.files),
+        "job_ids": sel.job_ids,
+        "n_pending": len(found.pending),
+        "pending": list(found.pending)[:SUMMARY_LIST_MAX],
+        "n_undated": len(sel.undated),
+        "undated": sel.undated[:SUMMARY_LIST_MAX],
+    }

@@ -32,4 +32,5 @@ def read_problem(uri: str, exc: BaseException) -> str:
         return f"cannot read file: {type(exc).__name__}: {exc}"
     raise LandingUnavailable(
         f"{uri}: the landing zone cannot be read ({type(exc).__name__}: {exc}); nothing was quarantined, "
-        "retry when the store answers again") from exc
+        "retry when the store answers again"
+    ) from exc

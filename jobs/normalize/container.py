@@ -98,7 +98,7 @@ def iter_decoded(
         if n > max_uncompressed_bytes:
             raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
         for off in range(0, n, piece_bytes):
-            yield mv[off:off + piece_bytes]
+            yield mv[off : off + piece_bytes]
         return
     in_piece = 256 << 10
     total = 0
@@ -107,7 +107,7 @@ def iter_decoded(
     pending: bytes | memoryview = b""
     while True:
         if not pending and pos < n:
-            pending = mv[pos:pos + in_piece]
+            pending = mv[pos : pos + in_piece]
             pos += len(pending)
         try:
             out = d.decompress(pending, piece_bytes)
@@ -124,7 +124,7 @@ def iter_decoded(
             consumed = pos - len(rest)
             if not rest and pos >= n:
                 return
-            head = (bytes(rest[:2]) + bytes(mv[pos:pos + 2]))[:2]
+            head = (bytes(rest[:2]) + bytes(mv[pos : pos + 2]))[:2]
             if head != GZIP_MAGIC:
                 if bytes(rest).strip(b"\x00") == b"" and bytes(mv[pos:]).strip(b"\x00") == b"":
                     return

@@ -8,7 +8,7 @@ of the other formats (:mod:`jobs.normalize.route`, Neuron profiles), so both giv
 from __future__ import annotations
 
 import posixpath
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
@@ -28,7 +28,7 @@ def date_of(ns: int | None) -> str | None:
     (before 2015-01-01)."""
     if ns is None or ns < _EPOCH_MIN_NS:
         return None
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d")
 
 
 def resolve_rank(trace_rank, task: dict) -> tuple[int, str, list[str]]:
@@ -53,7 +53,9 @@ def with_identity(events: pa.Table, capture: dict) -> pa.Table:
     schema = EVENTS.arrow_schema()
     cols = {}
     for name in IDENTITY:
-        cols[name] = pa.array([capture[name]] * n, type=schema.field(name).type) if n else pa.array([], schema.field(name).type)
+        cols[name] = (
+            pa.array([capture[name]] * n, type=schema.field(name).type) if n else pa.array([], schema.field(name).type)
+        )
     for name in EVENTS.names:
         if name not in cols:
             cols[name] = events.column(name)

@@ -52,8 +52,9 @@ def work_schema() -> pa.Schema:
     return pa.schema(fields + [pa.field(_CAPTURE_COL, pa.string())])
 
 
-def normalize_file(task: dict, data: bytes | None, read_error: str | None = None,
-                   limits: ParseLimits | None = None) -> tuple[dict, pa.Table | None]:
+def normalize_file(
+    task: dict, data: bytes | None, read_error: str | None = None, limits: ParseLimits | None = None
+) -> tuple[dict, pa.Table | None]:
     """Normalize one raw trace file (pure: bytes in, rows out).
 
     Args:
@@ -76,11 +77,20 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     """
     row = {c: None for c in CAPTURES.names}
     row.update(
-        job_id=task["job_id"], attempt=int(task.get("attempt") or 0), capture_id=task["capture_id"],
-        uri=task["uri"], manifest_uri=task.get("manifest_uri"), source="kineto",
-        world_size=task.get("world_size"), size_bytes=task.get("size_bytes"), host_name=task.get("host_name"),
-        device_name=task.get("device_name"), torch_version=task.get("torch_version"), flags=[],
-        created_at=task.get("created_at"), **tag_columns(task),
+        job_id=task["job_id"],
+        attempt=int(task.get("attempt") or 0),
+        capture_id=task["capture_id"],
+        uri=task["uri"],
+        manifest_uri=task.get("manifest_uri"),
+        source="kineto",
+        world_size=task.get("world_size"),
+        size_bytes=task.get("size_bytes"),
+        host_name=task.get("host_name"),
+        device_name=task.get("device_name"),
+        torch_version=task.get("torch_version"),
+        flags=[],
+        created_at=task.get("created_at"),
+        **tag_columns(task),
     )
     reason = task.get("error") or read_error
     parsed = None
@@ -113,34 +123,63 @@ def normalize_file(task: dict, data: bytes | None, read_error: str | None = None
     if reason is None:
         lim = limits or ParseLimits(**(task.get("limits") or {}))
         try:
-            parsed = parse_kineto(data, task["uri"], max_depth=lim.max_depth, max_string_bytes=lim.max_string_bytes,
-                                  max_uncompressed_bytes=lim.max_uncompressed_bytes)
+            parsed = parse_kineto(
+                data,
+                task["uri"],
+                max_depth=lim.max_depth,
+                max_string_bytes=lim.max_string_bytes,
+                max_uncompressed_bytes=lim.max_uncompressed_bytes,
+            )
         except TraceError as exc:
             reason = str(exc)
         except Exception as exc:  # a parser bug must not stop the batch either
-            reason = f"internal error while parsing: {type(exc).__name__}: {exc} [{traceback.format_exc(limit=-1).strip()}]"
+            reason = (
+                f"internal error while parsing: {type(exc).__name__}: {exc} [{traceback.format_exc(limit=-1).strip()}]"
+            )
     if parsed is None:
         rank = task.get("rank")
-        row.update(status="quarantined", reason=f"{task['uri']}: {reason}", rank=int(rank) if rank is not None else 0,
-                   rank_source=task.get("rank_source") or "default", n_events=0, date=task.get("date") or "unknown")
+        row.update(
+            status="quarantined",
+            reason=f"{task['uri']}: {reason}",
+            rank=int(rank) if rank is not None else 0,
+            rank_source=task.get("rank_source") or "default",
+            n_events=0,
+            date=task.get("date") or "unknown",
+        )
         return row, None
 
     meta = parsed.meta
     rank, rank_source, rank_flags = resolve_rank(meta.get("rank"), task)
-    for k in ("container", "uncompressed_bytes", "format", "time_base", "base_time_ns", "trace_start_ns",
-              "trace_end_ns", "n_profiler_steps", "distributed_backend"):
+    for k in (
+        "container",
+        "uncompressed_bytes",
+        "format",
+        "time_base",
+        "base_time_ns",
+        "trace_start_ns",
+        "trace_end_ns",
+        "n_profiler_steps",
+        "distributed_backend",
+    ):
         row[k] = meta.get(k)
     row["n_events"] = parsed.events.num_rows
     row["world_size"] = meta.get("world_size") or task.get("world_size")
     row["host_name"] = meta.get("host_name") or task.get("host_name")
     row["device_name"] = meta.get("device_name") or task.get("device_name")
-    row.update(status="ingested", rank=rank, rank_source=rank_source,
-               flags=sorted(set(meta.get("flags") or []) | set(rank_flags) | set(extra_flags)
-                            | ({"duplicate_capture_id"} & set(task.get("flags") or []))),
-               flag_counts_json=json.dumps(meta.get("flag_counts") or {}, sort_keys=True),
-               repair_offsets_json=json.dumps(meta["repair_offsets"], sort_keys=True) if meta.get("repair_offsets")
-               else None,
-               date=task.get("date") or date_of(meta.get("trace_start_ns")) or "unknown")
+    row.update(
+        status="ingested",
+        rank=rank,
+        rank_source=rank_source,
+        flags=sorted(
+            set(meta.get("flags") or [])
+            | set(rank_flags)
+            | set(extra_flags)
+            | ({"duplicate_capture_id"} & set(task.get("flags") or []))
+        ),
+        flag_counts_json=json.dumps(meta.get("flag_counts") or {}, sort_keys=True),
+        repair_offsets_json=json.dumps(meta["repair_offsets"], sort_keys=True) if meta.get("repair_offsets") else None,
+        date=task.get("date") or date_of(meta.get("trace_start_ns")) or "unknown",
+    )
     events = with_identity(parsed.events, row)
     if row["source"] != "kineto" and events.num_rows:
         i = events.schema.get_field_index("source")
@@ -221,11 +260,11 @@ def make_partition_parser(storage_options: dict):
                 del data
                 if events is not None and events.num_rows:
                     events = events.append_column(_CAPTURE_COL, pa.nulls(events.num_rows, pa.string()))
-                    for b in events.cast(out_schema).to_batches(max_chunksize=65536):
-                        yield b
+                    yield from events.cast(out_schema).to_batches(max_chunksize=65536)
                 marker = {f.name: None for f in out_schema}
-                marker.update(date=capture["date"], job_id=capture["job_id"], event_id=-1,
-                              **{_CAPTURE_COL: json.dumps(capture)})
+                marker.update(
+                    date=capture["date"], job_id=capture["job_id"], event_id=-1, **{_CAPTURE_COL: json.dumps(capture)}
+                )
                 yield pa.RecordBatch.from_pylist([marker], schema=out_schema)
 
     return parse_partition
@@ -245,7 +284,9 @@ def unique_capture_ids(files: list) -> list:
     seen: set[str] = set()
     for f in sorted(files, key=lambda f: f.uri):
         if f.capture_id in seen:
-            f.capture_id = f"{f.capture_id}.dup-{hashlib.sha1(f.uri.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+            f.capture_id = (
+                f"{f.capture_id}.dup-{hashlib.sha1(f.uri.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+            )
             f.flags = sorted(set(f.flags) | {"duplicate_capture_id"})
         seen.add(f.capture_id)
     return files
@@ -265,8 +306,13 @@ def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict
     """
     groups: dict[tuple, list[dict]] = {}
     # Neuron device profiles are per NeuronCore, not per rank: a folder of them stays one job
-    bare_ingested = [c for c in captures if tasks[c["capture_id"]].get("bare") and c["status"] == "ingested"
-                     and c.get("source", "kineto") in ("kineto", "xla")]
+    bare_ingested = [
+        c
+        for c in captures
+        if tasks[c["capture_id"]].get("bare")
+        and c["status"] == "ingested"
+        and c.get("source", "kineto") in ("kineto", "xla")
+    ]
     for c in bare_ingested:
         groups.setdefault((c["job_id"], c["attempt"], c["rank"]), []).append(c)
     clashing_jobs = {k[0] for k, v in groups.items() if len(v) > 1}
@@ -296,9 +342,16 @@ class NormalizeResult:
         return sum(c["status"] == "quarantined" for c in self.captures)
 
 
-def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict | None = None,
-                  since=None, until=None, limits: ParseLimits | dict | None = None,
-                  bare_tags: dict | None = None) -> NormalizeResult:
+def run_normalize(
+    engine,
+    raw_root: str,
+    warehouse: str,
+    storage_options: dict | None = None,
+    since=None,
+    until=None,
+    limits: ParseLimits | dict | None = None,
+    bare_tags: dict | None = None,
+) -> NormalizeResult:
     """Normalize every committed capture under ``raw_root`` into ``{warehouse}/captures`` and ``/events``.
 
     ``since``/``until`` (UTC ``datetime`` or ISO string; either may be ``None``) restrict the run to
@@ -345,10 +398,16 @@ def run_normalize(engine, raw_root: str, warehouse: str, storage_options: dict |
     neuron_rows = neuron_summary_rows(captures)
     jobs = _jobs(captures)  # each job is rebuilt from all of its captures: its old partitions go
     write_table(captures_table(captures), warehouse, "captures", jobs)
-    write_table(summary_table(neuron_rows) if neuron_rows else NEURON_SUMMARY.empty(), warehouse, "neuron_summary",
-                jobs)
-    return NormalizeResult(captures=captures, pending=found.pending, job_ids=sorted({c["job_id"] for c in captures}),
-                           neuron_summary=neuron_rows, n_discovered=len(tasks))
+    write_table(
+        summary_table(neuron_rows) if neuron_rows else NEURON_SUMMARY.empty(), warehouse, "neuron_summary", jobs
+    )
+    return NormalizeResult(
+        captures=captures,
+        pending=found.pending,
+        job_ids=sorted({c["job_id"] for c in captures}),
+        neuron_summary=neuron_rows,
+        n_discovered=len(tasks),
+    )
 
 
 def _jobs(captures: list[dict]) -> list[str]:
@@ -382,8 +441,11 @@ def _normalize_spark(spark, ordered: list[dict], storage_options: dict, warehous
         events = work.filter(F.col("event_id") >= 0).drop(_CAPTURE_COL)
         if renames:
             mapping = spark.createDataFrame(list(renames.items()), "capture_id string, _new_job string")
-            events = (events.join(F.broadcast(mapping), on="capture_id", how="left")
-                      .withColumn("job_id", F.coalesce(F.col("_new_job"), F.col("job_id"))).drop("_new_job"))
+            events = (
+                events.join(F.broadcast(mapping), on="capture_id", how="left")
+                .withColumn("job_id", F.coalesce(F.col("_new_job"), F.col("job_id")))
+                .drop("_new_job")
+            )
         write_table(events.select(*EVENTS.names), warehouse, "events", _jobs(captures))
     finally:
         work.unpersist()
@@ -416,9 +478,11 @@ def _parse_local(ex, ordered: list[dict], storage_options: dict, work: str) -> t
 
 def _relabel_job(job_id: str):
     """A partition-folder map (``date=…/job_id=old`` → ``date=…/job_id=<job_id>``) for a renamed bare job."""
+
     def relabel(rel: str) -> str:
-        return "/".join(f"job_id={quote(job_id, safe='')}" if seg.startswith("job_id=") else seg
-                        for seg in rel.split("/"))
+        return "/".join(
+            f"job_id={quote(job_id, safe='')}" if seg.startswith("job_id=") else seg for seg in rel.split("/")
+        )
 
     return relabel
 
@@ -431,8 +495,9 @@ def _staged_events(captures: list[dict], folders: dict[str, str], renames: dict[
         for c in captures:
             folder = folders[c["capture_id"]]
             new = renames.get(c["capture_id"])
-            move_staged(folder, staging, os.path.basename(folder), len(EVENTS.partition_by),
-                        _relabel_job(new) if new else None)
+            move_staged(
+                folder, staging, os.path.basename(folder), len(EVENTS.partition_by), _relabel_job(new) if new else None
+            )
 
     return stage
 
@@ -449,11 +514,12 @@ def neuron_summary_rows(captures: list[dict]) -> list[dict]:
 
 def captures_table(captures: list[dict]) -> pa.Table:
     """``captures`` rows (dicts) as an Arrow table with the CAPTURES schema."""
-    return pa.Table.from_pylist([{k: c.get(k) for k in CAPTURES.names} for c in captures], schema=CAPTURES.arrow_schema())
+    return pa.Table.from_pylist(
+        [{k: c.get(k) for k in CAPTURES.names} for c in captures], schema=CAPTURES.arrow_schema()
+    )
 
 
 def _spark_schema(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
 
     return from_arrow_schema(schema)
-

@@ -31,8 +31,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.normalize.errors import TraceError
 
-__all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_STRING_BYTES", "JsonLimitScanner", "LimitExceeded", "ParseLimits",
-           "check_limits", "depth_reason", "string_reason", "validate_limits"]
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MAX_STRING_BYTES",
+    "JsonLimitScanner",
+    "LimitExceeded",
+    "ParseLimits",
+    "check_limits",
+    "depth_reason",
+    "string_reason",
+    "validate_limits",
+]
 
 #: Default cap on the nesting depth of a trace document (see the module docstring).
 DEFAULT_MAX_DEPTH = 256
@@ -120,7 +129,7 @@ class JsonLimitScanner:
         """
         mv = memoryview(piece).cast("B")
         for off in range(0, len(mv), _SLICE):
-            self._feed(mv[off:off + _SLICE])
+            self._feed(mv[off : off + _SLICE])
 
     def _feed(self, piece) -> None:
         b = np.frombuffer(piece, np.uint8)
@@ -193,8 +202,12 @@ class JsonLimitScanner:
             self.depth = int(cum[-1])
 
 
-def check_limits(doc, max_depth: int = DEFAULT_MAX_DEPTH, max_string_bytes: int = DEFAULT_MAX_STRING_BYTES,
-                 piece_bytes: int = 4 << 20) -> None:
+def check_limits(
+    doc,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES,
+    piece_bytes: int = 4 << 20,
+) -> None:
     """Check a whole document (bytes-like) in pieces of ``piece_bytes`` (bounded temporary memory).
 
     Raises:
@@ -203,4 +216,4 @@ def check_limits(doc, max_depth: int = DEFAULT_MAX_DEPTH, max_string_bytes: int 
     s = JsonLimitScanner(max_depth, max_string_bytes)
     mv = memoryview(doc)
     for off in range(0, len(mv), piece_bytes):
-        s.feed(mv[off:off + piece_bytes])
+        s.feed(mv[off : off + piece_bytes])

@@ -83,7 +83,9 @@ def catalog_blob(task: dict, row: dict, fmt: str, needs: str) -> dict:
     flags = set(row.get("flags") or []) | set(task.get("flags") or [])
     if task.get("converted"):
         flags.add("converted_form_ingested")
-        reason = f"{uri}: raw {fmt} kept as a blob, not parsed: its converted form {task['converted']} is ingested{note}"
+        reason = (
+            f"{uri}: raw {fmt} kept as a blob, not parsed: its converted form {task['converted']} is ingested{note}"
+        )
     else:
         reason = f"{uri}: {needs} ({fmt}{note})"
     row.update(status="cataloged", reason=reason, format=fmt, n_events=0, flags=sorted(flags), container=None)
@@ -151,8 +153,11 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
     events = events_from_blocks(blocks, f"NeuronCore {nc or 0}", nc or 0)
     rank, rank_source, rank_flags = resolve_rank(None, task)
     flags |= set(rank_flags) | set(task.get("flags") or [])
-    fmt = {"neuron_json": "neuron-json", "neuron_summary_json": "neuron-summary-json",
-           "neuron_system_json": "neuron-system-json"}.get(kind)
+    fmt = {
+        "neuron_json": "neuron-json",
+        "neuron_summary_json": "neuron-summary-json",
+        "neuron_system_json": "neuron-system-json",
+    }.get(kind)
     if kind == "neuron_parquet":
         fmt = f"neuron-parquet-{profiles[0].metadata.get('profile_schema_version') or 'unknown'}"
     start = end = None
@@ -162,10 +167,20 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
         start, end = pc.min(ts).as_py(), pc.max(ends).as_py()
     instance = next((s.get("instance_type") for s in summaries if s.get("instance_type")), None)
     row.update(
-        status="ingested", source="neuron", format=fmt, container=_container(data),
-        time_base="mixed" if len(time_bases) > 1 else next(iter(time_bases), None), base_time_ns=0,
-        trace_start_ns=start, trace_end_ns=end, n_events=events.num_rows, n_profiler_steps=0,
-        device_name=instance or row.get("device_name"), rank=rank, rank_source=rank_source, flags=sorted(flags),
+        status="ingested",
+        source="neuron",
+        format=fmt,
+        container=_container(data),
+        time_base="mixed" if len(time_bases) > 1 else next(iter(time_bases), None),
+        base_time_ns=0,
+        trace_start_ns=start,
+        trace_end_ns=end,
+        n_events=events.num_rows,
+        n_profiler_steps=0,
+        device_name=instance or row.get("device_name"),
+        rank=rank,
+        rank_source=rank_source,
+        flags=sorted(flags),
         date=task.get("date") or (date_of(start) if "epoch-ns" in time_bases else None) or "unknown",
     )
     row[NEURON_SUMMARY_KEY] = summaries
@@ -183,17 +198,29 @@ def normalize_other(task: dict, data, row: dict, kind: str) -> tuple[dict, pa.Ta
     """Neuron profiles, raw blobs and unconvertible xplanes (see the module docstring); never raises."""
     row["source"] = source_of(kind)
     rank = task.get("rank")
-    row.update(rank=int(rank) if rank is not None else 0, rank_source=task.get("rank_source") or "default",
-               date=task.get("date") or "unknown", n_events=0)
+    row.update(
+        rank=int(rank) if rank is not None else 0,
+        rank_source=task.get("rank_source") or "default",
+        date=task.get("date") or "unknown",
+        n_events=0,
+    )
     if kind == "neuron_raw":
         return catalog_blob(task, row, raw_format(task["uri"]), "needs neuron-explorer conversion"), None
     if kind == "xplane":
-        return catalog_blob(task, row, "xplane", "needs xprof conversion (install the optional xprof package, or "
-                                                 "ship the profiler's <host>.trace.json.gz)"), None
+        return catalog_blob(
+            task,
+            row,
+            "xplane",
+            "needs xprof conversion (install the optional xprof package, or ship the profiler's <host>.trace.json.gz)",
+        ), None
     if kind == "neuron_summary_json" and task.get("converted"):
-        row.update(status="cataloged", format="neuron-summary-json", flags=["converted_form_ingested"],
-                   reason=f"{task['uri']}: summary of the device profile ingested from {task['converted']} "
-                          f"(not ingested twice)")
+        row.update(
+            status="cataloged",
+            format="neuron-summary-json",
+            flags=["converted_form_ingested"],
+            reason=f"{task['uri']}: summary of the device profile ingested from {task['converted']} "
+            f"(not ingested twice)",
+        )
         return row, None
     try:
         return normalize_neuron(task, kind, data, row)

@@ -67,8 +67,14 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
     (read when the task runs) on top.
     """
 
-    def __init__(self, *, conn_id: str = settings.SPARK_CONN_ID, default_master: str = settings.DEFAULT_SPARK_MASTER,
-                 conf: dict | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        conn_id: str = settings.SPARK_CONN_ID,
+        default_master: str = settings.DEFAULT_SPARK_MASTER,
+        conf: dict | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(conn_id=conn_id, conf={**settings.SPARK_CONF, **(conf or {})}, **kwargs)
         self.tracelake_conn_id = conn_id
         self.default_master = default_master
@@ -81,6 +87,8 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
         self.conf = {**(self.conf or {}), **settings.spark_conf_variable()}
         if master is not None:
             return super().execute(context)
-        self.log.info("connection %s is not defined: running in local mode (%s)", self.tracelake_conn_id, self.default_master)
+        self.log.info(
+            "connection %s is not defined: running in local mode (%s)", self.tracelake_conn_id, self.default_master
+        )
         with _default_connection(self.tracelake_conn_id, self.default_master):
             return super().execute(context)

@@ -14,13 +14,14 @@ sorted), ``ingested_job_ids`` (jobs with at least one ingested capture), ``n_cap
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import fsspec
 
 
-def build_record(captures: list[dict], pending: list[str], raw: str, since: str, until: str,
-                 n_discovered: int | None = None) -> dict:
+def build_record(
+    captures: list[dict], pending: list[str], raw: str, since: str, until: str, n_discovered: int | None = None
+) -> dict:
     """The record of a normalize run from its ``captures`` rows (pure).
 
     Args:
@@ -30,10 +31,15 @@ def build_record(captures: list[dict], pending: list[str], raw: str, since: str,
         n_discovered: raw files handed to normalize (validated later: = ``n_captures``).
     """
     ingested = sorted({c["job_id"] for c in captures if c["status"] == "ingested"})
-    quarantined = [{"capture_id": c["capture_id"], "job_id": c["job_id"], "reason": c.get("reason")}
-                   for c in captures if c["status"] != "ingested"]
+    quarantined = [
+        {"capture_id": c["capture_id"], "job_id": c["job_id"], "reason": c.get("reason")}
+        for c in captures
+        if c["status"] != "ingested"
+    ]
     return {
-        "since": since, "until": until, "raw": raw,
+        "since": since,
+        "until": until,
+        "raw": raw,
         "job_ids": sorted({c["job_id"] for c in captures}),
         "ingested_job_ids": ingested,
         "n_captures": len(captures),
@@ -41,7 +47,7 @@ def build_record(captures: list[dict], pending: list[str], raw: str, since: str,
         "n_quarantined": len(quarantined),
         "pending": list(pending),
         "quarantined": quarantined,
-        "written_at": datetime.now(timezone.utc).isoformat(),
+        "written_at": datetime.now(UTC).isoformat(),
     }
 
 

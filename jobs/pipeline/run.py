@@ -52,10 +52,20 @@ def _stage(progress, text: str):
         progress.update(task, completed=1, total=1, description=f"[green]✓[/green] {text}")
 
 
-def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, storage_options: dict | None = None,
-                 spark=None, progress=None, log_to_mlflow: bool = True, since=None, until=None,
-                 master: str | None = None, executor: str | None = None,
-                 bare_tags: dict | None = None) -> PipelineResult:
+def run_pipeline(
+    raw: str,
+    warehouse: str,
+    tracking_uri: str | None = None,
+    storage_options: dict | None = None,
+    spark=None,
+    progress=None,
+    log_to_mlflow: bool = True,
+    since=None,
+    until=None,
+    master: str | None = None,
+    executor: str | None = None,
+    bare_tags: dict | None = None,
+) -> PipelineResult:
     """Run the declared ingest stages (:data:`jobs.pipeline.stages.INGEST`) on ``raw``.
 
     Normalize every committed capture under ``raw``, validate, analyze, validate, rebuild the fleet
@@ -84,8 +94,15 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
     Returns:
         :class:`PipelineResult`.
     """
-    s = RunSettings(raw=raw, warehouse=warehouse, tracking_uri=tracking_uri or None, storage_options=storage_options or {},
-                    since=since, until=until, bare_tags=bare_tags or {})
+    s = RunSettings(
+        raw=raw,
+        warehouse=warehouse,
+        tracking_uri=tracking_uri or None,
+        storage_options=storage_options or {},
+        since=since,
+        until=until,
+        bare_tags=bare_tags or {},
+    )
     kind = "spark" if spark is not None or master else (executor or "local")
     if kind not in ("local", "spark"):
         raise ValueError(f"unknown executor {kind!r}: expected 'local' or 'spark'")
@@ -114,8 +131,9 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
                     store.join()
                 return on_stage(stage, record)
 
-            record = run_stages(INGEST, s, engine=engine, skip=() if log_to_mlflow else ("publish",),
-                                on_stage=on_stage_ready)
+            record = run_stages(
+                INGEST, s, engine=engine, skip=() if log_to_mlflow else ("publish",), on_stage=on_stage_ready
+            )
         finally:  # never leave with the store half created (a new SQLite file is migrated by them)
             for waiter in (store, child):
                 if waiter is not None:
@@ -123,8 +141,18 @@ def run_pipeline(raw: str, warehouse: str, tracking_uri: str | None = None, stor
     job_ids = record.get("job_ids", [])
     t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions", "findings"), job_ids)
     run_ids = {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in record.get("run_ids", {}).items()}
-    return PipelineResult(warehouse=warehouse, tracking_uri=s.tracking_uri if "run_ids" in record else None,
-                          job_ids=job_ids, captures=t["captures"], ranks=t["ranks"], steps=t["steps"],
-                          neuron_summary=t["neuron_summary"], pending=record.get("pending", []), run_ids=run_ids,
-                          validation=validation(record), regressions=t["regressions"], findings=t["findings"],
-                          record=record)
+    return PipelineResult(
+        warehouse=warehouse,
+        tracking_uri=s.tracking_uri if "run_ids" in record else None,
+        job_ids=job_ids,
+        captures=t["captures"],
+        ranks=t["ranks"],
+        steps=t["steps"],
+        neuron_summary=t["neuron_summary"],
+        pending=record.get("pending", []),
+        run_ids=run_ids,
+        validation=validation(record),
+        regressions=t["regressions"],
+        findings=t["findings"],
+        record=record,
+    )

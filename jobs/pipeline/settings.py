@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from jobs.pipeline.stages import RunSettings
@@ -55,7 +55,7 @@ RETRY_DELAY_S = float(os.environ.get("TRACELAKE_TASK_RETRY_DELAY_S", "300"))
 
 #: The ingest DAG's default timetable: hourly data intervals from 2026-01-01 UTC, no end.
 INGEST_CRON = "@hourly"
-INGEST_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+INGEST_START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def ingest_schedule(environ=None) -> tuple[str, datetime, datetime | None]:
@@ -81,11 +81,12 @@ def ingest_schedule(environ=None) -> tuple[str, datetime, datetime | None]:
             t = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError as exc:
             raise ValueError(f"${var} must be an ISO 8601 time, got {text!r}") from exc
-        bounds.append(t if t.tzinfo else t.replace(tzinfo=timezone.utc))
+        bounds.append(t if t.tzinfo else t.replace(tzinfo=UTC))
     start, end = bounds
     if end is not None and end <= start:
-        raise ValueError(f"$TRACELAKE_INGEST_END ({end.isoformat()}) must be after $TRACELAKE_INGEST_START "
-                         f"({start.isoformat()})")
+        raise ValueError(
+            f"$TRACELAKE_INGEST_END ({end.isoformat()}) must be after $TRACELAKE_INGEST_START ({start.isoformat()})"
+        )
     return cron, start, end
 
 
@@ -101,7 +102,7 @@ def application() -> str:
 
 def settings_arg() -> str:
     """Jinja template for the resolved settings of the current run as JSON (``--settings`` of the application)."""
-    return "{{ ti.xcom_pull(task_ids='%s') | tojson }}" % SETTINGS_TASK
+    return "{{ ti.xcom_pull(task_ids='" + SETTINGS_TASK + "') | tojson }}"
 
 
 def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
@@ -126,9 +127,12 @@ def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:
     if not isinstance(storage_options, dict):
         raise ValueError(f"Airflow Variable {VAR_STORAGE_OPTIONS} must be a JSON object, got {storage_options!r}")
     return RunSettings(
-        raw=Variable.get(VAR_RAW, default=str(home() / "landing")), warehouse=warehouse,
-        tracking_uri=Variable.get(VAR_TRACKING_URI, default="") or None, storage_options=storage_options,
-        since=run_conf.get("since") or since, until=run_conf.get("until") or until,
+        raw=Variable.get(VAR_RAW, default=str(home() / "landing")),
+        warehouse=warehouse,
+        tracking_uri=Variable.get(VAR_TRACKING_URI, default="") or None,
+        storage_options=storage_options,
+        since=run_conf.get("since") or since,
+        until=run_conf.get("until") or until,
     ).model_dump()
 
 
@@ -157,7 +161,6 @@ def resolve_ingest(context) -> dict:
     since, until = ingest_interval(context.get("data_interval_start"), context.get("data_interval_end"), prev_end)
     dag_run = context.get("dag_run")
     return resolve(since, until, run_conf=getattr(dag_run, "conf", None))
-
 
 
 def spark_conf_variable() -> dict:

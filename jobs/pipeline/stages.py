@@ -32,9 +32,9 @@ A job that fails validation is marked (``<table>/_validation.json``) and its MLf
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -58,12 +58,12 @@ class RunSettings(BaseModel):
 
     raw: str = ""
     warehouse: str
-    tracking_uri: Optional[str] = None  # None: sqlite:///<warehouse>/mlflow.db; "" : no MLflow (fleet_report)
+    tracking_uri: str | None = None  # None: sqlite:///<warehouse>/mlflow.db; "" : no MLflow (fleet_report)
     storage_options: dict = Field(default_factory=dict)
     since: str = ""
     until: str = ""
     record: str = ""
-    job_ids: Optional[list[str]] = None
+    job_ids: list[str] | None = None
     day: str = ""  # fleet run date YYYY-MM-DD (fleet_report; default today UTC)
     report_html: str = ""  # fleet_report: also write the HTML report to this file
     fleet_options: dict = Field(default_factory=dict)  # jobs.fleet.regressions.find_regressions thresholds
@@ -112,7 +112,7 @@ class Stage:
     spark: bool
     run: Callable
     title: str
-    needs: Optional[str] = None
+    needs: str | None = None
     recorded: bool = True
 
 
@@ -126,15 +126,25 @@ class ValidationFailed(RuntimeError):
 def _normalize(engine, s: RunSettings, record: dict) -> None:
     from jobs.normalize.job import run_normalize  # the stage's code, loaded when it runs (DAG parsing stays light)
 
-    res = run_normalize(engine, s.raw, s.warehouse, s.storage_options, since=s.since or None, until=s.until or None,
-                        limits=s.parse_limits, bare_tags=s.bare_tags)
+    res = run_normalize(
+        engine,
+        s.raw,
+        s.warehouse,
+        s.storage_options,
+        since=s.since or None,
+        until=s.until or None,
+        limits=s.parse_limits,
+        bare_tags=s.bare_tags,
+    )
     record.clear()
     record.update(build_record(res.captures, res.pending, s.raw, s.since, s.until, n_discovered=res.n_discovered))
 
 
 def _validate(stage: str) -> Callable:
     def run(engine, s: RunSettings, record: dict) -> None:
-        from jobs.validate.suites import validate_tables  # the stage's code, loaded when it runs (DAG parsing stays light)
+        from jobs.validate.suites import (
+            validate_tables,  # the stage's code, loaded when it runs (DAG parsing stays light)
+        )
 
         jobs = record["job_ids"] if stage == "normalize" else record["ingested_job_ids"]
         n_discovered = record.get("n_discovered") if stage == "normalize" else None
@@ -172,26 +182,44 @@ def _fleet(engine, s: RunSettings, record: dict) -> None:
 def _publish(engine, s: RunSettings, record: dict) -> None:
     from jobs.publish.job_runs import publish_jobs  # the stage's code, loaded when it runs (DAG parsing stays light)
 
-    runs = publish_jobs(s.tracking_uri, s.warehouse, record["job_ids"], validation(record),
-                        map_fn=engine.map if is_local(engine) else map)
+    runs = publish_jobs(
+        s.tracking_uri,
+        s.warehouse,
+        record["job_ids"],
+        validation(record),
+        map_fn=engine.map if is_local(engine) else map,
+    )
     record["run_ids"] = {f"{job}#{attempt}": run_id for (job, attempt), run_id in sorted(runs.items())}
     record["tracking_uri"] = s.tracking_uri
 
 
 def _fleet_report(_spark, s: RunSettings, record: dict) -> None:
-    from jobs.publish.reports import publish_fleet_report  # the stage's code, loaded when it runs (DAG parsing stays light)
+    from jobs.publish.reports import (
+        publish_fleet_report,  # the stage's code, loaded when it runs (DAG parsing stays light)
+    )
 
-    record["fleet_run_id"] = publish_fleet_report(s.tracking_uri or None, s.warehouse, day=s.day or None,
-                                                  html=s.report_html or None)
+    record["fleet_run_id"] = publish_fleet_report(
+        s.tracking_uri or None, s.warehouse, day=s.day or None, html=s.report_html or None
+    )
 
 
 INGEST: tuple[Stage, ...] = (
     Stage("normalize", True, _normalize, "Normalizing traces from {raw}"),
-    Stage("validate_normalize", True, _validate("normalize"),
-          "Validating captures and events (Great Expectations)", needs="job_ids"),
+    Stage(
+        "validate_normalize",
+        True,
+        _validate("normalize"),
+        "Validating captures and events (Great Expectations)",
+        needs="job_ids",
+    ),
     Stage("analyze", True, _analyze, "Analyzing {n_jobs} job(s)", needs="ingested_job_ids"),
-    Stage("validate_analyze", True, _validate("analyze"),
-          "Validating the analysis tables (Great Expectations)", needs="ingested_job_ids"),
+    Stage(
+        "validate_analyze",
+        True,
+        _validate("analyze"),
+        "Validating the analysis tables (Great Expectations)",
+        needs="ingested_job_ids",
+    ),
     Stage("fleet", True, _fleet, "Fleet statistics and regressions against previous runs", needs="ingested_job_ids"),
     Stage("publish", False, _publish, "Logging {n_jobs} job(s) to MLflow with their reports", needs="job_ids"),
 )
@@ -236,8 +264,9 @@ def should_run(stage: Stage, record: dict) -> bool:
     return stage.needs is None or bool(record.get(stage.needs))
 
 
-def run_stage(name: str, settings: RunSettings | dict, engine=None, record: dict | None = None,
-              save: bool = True) -> dict:
+def run_stage(
+    name: str, settings: RunSettings | dict, engine=None, record: dict | None = None, save: bool = True
+) -> dict:
     """Run the declared stage ``name`` (no-op when it has no work) and save the run record.
 
     Args:
@@ -259,7 +288,7 @@ def run_stage(name: str, settings: RunSettings | dict, engine=None, record: dict
     s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
     if record is None:
         record = load_record(s) if stage.recorded and name != "normalize" else {}
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    started = _dt.datetime.now(_dt.UTC).isoformat()
     if should_run(stage, record):
         if stage.spark and engine is None:
             engine = get_spark()
@@ -268,8 +297,11 @@ def run_stage(name: str, settings: RunSettings | dict, engine=None, record: dict
     else:
         print(f"tracelake {name}: nothing to do (no {stage.needs})", flush=True)
         status = "skipped"
-    record.setdefault("stages", {})[name] = {"status": status, "started_at": started,
-                                            "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+    record.setdefault("stages", {})[name] = {
+        "status": status,
+        "started_at": started,
+        "finished_at": _dt.datetime.now(_dt.UTC).isoformat(),
+    }
     if save and stage.recorded:
         write_record(s.record, record)
     return record
@@ -320,13 +352,17 @@ def check_validation(record: dict) -> None:
     did (after publishing)."""
     report = validation(record)
     if report is not None and not report.success:
-        raise ValidationFailed(f"validation failed for job(s) {', '.join(sorted(report.failed_jobs()))}; their MLflow "
-                               f"runs are FAILED with the validation report attached\n{report.summary()}")
+        raise ValidationFailed(
+            f"validation failed for job(s) {', '.join(sorted(report.failed_jobs()))}; their MLflow "
+            f"runs are FAILED with the validation report attached\n{report.summary()}"
+        )
     fleet = record.get("validation", {}).get("fleet")
     if fleet is not None and not (r := ValidationReport.from_dict(fleet)).success:
         bad = sorted(t.table for t in r.tables.values() if not t.success)
-        raise ValidationFailed(f"fleet table(s) {', '.join(bad)} failed validation (rebuilt by the fleet stage; "
-                               f"the job runs are unaffected)\n{r.summary()}")
+        raise ValidationFailed(
+            f"fleet table(s) {', '.join(bad)} failed validation (rebuilt by the fleet stage; "
+            f"the job runs are unaffected)\n{r.summary()}"
+        )
 
 
 def discover_interval(settings: RunSettings | dict) -> dict:

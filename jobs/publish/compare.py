@@ -26,7 +26,7 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -42,9 +42,23 @@ from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metri
 from jobs.spark import get_spark
 from jobs.warehouse import read_spark
 
-OPS_COLUMNS = ["group", "name", "status", "a_n", "b_n", "a_total_ns", "b_total_ns", "a_n_per_step", "b_n_per_step",
-               "a_ns_per_step", "b_ns_per_step", "a_max_rank_ns_per_step", "b_max_rank_ns_per_step",
-               "delta_ns_per_step", "delta_pct"]
+OPS_COLUMNS = [
+    "group",
+    "name",
+    "status",
+    "a_n",
+    "b_n",
+    "a_total_ns",
+    "b_total_ns",
+    "a_n_per_step",
+    "b_n_per_step",
+    "a_ns_per_step",
+    "b_ns_per_step",
+    "a_max_rank_ns_per_step",
+    "b_max_rank_ns_per_step",
+    "delta_ns_per_step",
+    "delta_pct",
+]
 #: Device rows that are not activity of their own: annotation spans over other activity, sync records.
 NOT_KERNEL_CATEGORIES = ("gpu_user_annotation", "cuda_sync")
 #: Host rows named like this are the step annotations themselves, not ops.
@@ -134,18 +148,27 @@ def op_summary(events: pd.DataFrame) -> pd.DataFrame:
     if has_steps:
         e = e[e["step"].notna()]
     n_ranks = int(events["rank"].nunique())
-    rank_steps = (e[["rank", "step"]].drop_duplicates().groupby("rank").size() if has_steps
-                  else pd.Series(1, index=pd.Index(events["rank"].unique(), name="rank")))
+    rank_steps = (
+        e[["rank", "step"]].drop_duplicates().groupby("rank").size()
+        if has_steps
+        else pd.Series(1, index=pd.Index(events["rank"].unique(), name="rank"))
+    )
     kernel = e["is_gpu"].fillna(False).astype(bool) & ~e["category"].isin(NOT_KERNEL_CATEGORIES)
     op = (e["category"] == "cpu_op") & ~e["name"].astype(str).str.startswith(STEP_PREFIX)
     e = e.assign(group=np.where(kernel, "kernel", np.where(op, "op", None)))
     e = e[e["group"].notna()]
-    per_rank = (e.assign(dur_ns=pd.to_numeric(e["dur_ns"]).astype("int64"))
-                .groupby(["group", "name", "rank"], dropna=False).agg(n=("dur_ns", "size"), total_ns=("dur_ns", "sum"))
-                .reset_index())
+    per_rank = (
+        e.assign(dur_ns=pd.to_numeric(e["dur_ns"]).astype("int64"))
+        .groupby(["group", "name", "rank"], dropna=False)
+        .agg(n=("dur_ns", "size"), total_ns=("dur_ns", "sum"))
+        .reset_index()
+    )
     per_rank["ns_per_step"] = per_rank["total_ns"] / per_rank["rank"].map(rank_steps).astype(float)
-    g = (per_rank.groupby(["group", "name"], dropna=False)
-         .agg(n=("n", "sum"), total_ns=("total_ns", "sum"), max_rank_ns_per_step=("ns_per_step", "max")).reset_index())
+    g = (
+        per_rank.groupby(["group", "name"], dropna=False)
+        .agg(n=("n", "sum"), total_ns=("total_ns", "sum"), max_rank_ns_per_step=("ns_per_step", "max"))
+        .reset_index()
+    )
     return g.assign(n_ranks=n_ranks, n_steps=int(rank_steps.sum()), has_steps=has_steps)
 
 
@@ -165,12 +188,20 @@ def op_summary_spark(events_sdf) -> pd.DataFrame:
     kernel = F.coalesce(F.col("is_gpu"), F.lit(False)) & ~F.col("category").isin(*NOT_KERNEL_CATEGORIES)
     op = (F.col("category") == "cpu_op") & ~F.col("name").startswith(STEP_PREFIX)
     grp = F.when(kernel, F.lit("kernel")).when(op, F.lit("op"))
-    g = (e.withColumn("group", grp).filter(F.col("group").isNotNull())
-         .groupBy("group", "name", "rank").agg(F.count(F.lit(1)).alias("n"), F.sum("dur_ns").alias("total_ns"))
-         .join(F.broadcast(rank_steps), "rank")
-         .groupBy("group", "name").agg(F.sum("n").alias("n"), F.sum("total_ns").alias("total_ns"),
-                                       F.max(F.col("total_ns") / F.col("rank_steps")).alias("max_rank_ns_per_step"))
-         .toPandas())
+    g = (
+        e.withColumn("group", grp)
+        .filter(F.col("group").isNotNull())
+        .groupBy("group", "name", "rank")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum("dur_ns").alias("total_ns"))
+        .join(F.broadcast(rank_steps), "rank")
+        .groupBy("group", "name")
+        .agg(
+            F.sum("n").alias("n"),
+            F.sum("total_ns").alias("total_ns"),
+            F.max(F.col("total_ns") / F.col("rank_steps")).alias("max_rank_ns_per_step"),
+        )
+        .toPandas()
+    )
     return g.assign(n_ranks=n_ranks, n_steps=int(n_steps), has_steps=has_steps)
 
 
@@ -201,8 +232,15 @@ def _metric_deltas(a: dict, b: dict) -> pd.DataFrame:
     for k in sorted(set(a) | set(b), key=order):
         va, vb = a.get(k, np.nan), b.get(k, np.nan)
         d = vb - va
-        rows.append({"metric": k, "a": va, "b": vb, "delta": d,
-                     "delta_pct": d / abs(va) * 100 if va == va and va != 0 and d == d else np.nan})
+        rows.append(
+            {
+                "metric": k,
+                "a": va,
+                "b": vb,
+                "delta": d,
+                "delta_pct": d / abs(va) * 100 if va == va and va != 0 and d == d else np.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=["metric", "a", "b", "delta", "delta_pct"])
 
 
@@ -211,7 +249,11 @@ def _ops(sa: pd.DataFrame | None, sb: pd.DataFrame | None, min_rel: float, min_a
         """(steps per rank, ranks, has steps, rank-steps: the divisor of the mean per rank and step)."""
         if s is None or not len(s):
             return 1.0, 0, False, 1.0
-        n_ranks, n_steps, has = max(int(s["n_ranks"].iloc[0]), 1), float(s["n_steps"].iloc[0]), bool(s["has_steps"].iloc[0])
+        n_ranks, n_steps, has = (
+            max(int(s["n_ranks"].iloc[0]), 1),
+            float(s["n_steps"].iloc[0]),
+            bool(s["has_steps"].iloc[0]),
+        )
         return n_steps / n_ranks, n_ranks, has, max(n_steps, 1.0)
 
     (a_steps, a_ranks, a_has, a_div), (b_steps, b_ranks, b_has, b_div) = side(sa), side(sb)
@@ -220,9 +262,16 @@ def _ops(sa: pd.DataFrame | None, sb: pd.DataFrame | None, min_rel: float, min_a
     a = (sa if sa is not None else empty).reindex(columns=cols)
     b = (sb if sb is not None else empty).reindex(columns=cols)
     m = a.merge(b, on=["group", "name"], how="outer", suffixes=("_a", "_b"))
-    m = m.rename(columns={"n_a": "a_n", "n_b": "b_n", "total_ns_a": "a_total_ns", "total_ns_b": "b_total_ns",
-                          "max_rank_ns_per_step_a": "a_max_rank_ns_per_step",
-                          "max_rank_ns_per_step_b": "b_max_rank_ns_per_step"})
+    m = m.rename(
+        columns={
+            "n_a": "a_n",
+            "n_b": "b_n",
+            "total_ns_a": "a_total_ns",
+            "total_ns_b": "b_total_ns",
+            "max_rank_ns_per_step_a": "a_max_rank_ns_per_step",
+            "max_rank_ns_per_step_b": "b_max_rank_ns_per_step",
+        }
+    )
     for c in ("a_n", "b_n", "a_total_ns", "b_total_ns"):
         m[c] = pd.to_numeric(m[c]).fillna(0).astype("int64")
     for c in ("a_max_rank_ns_per_step", "b_max_rank_ns_per_step"):
@@ -232,13 +281,20 @@ def _ops(sa: pd.DataFrame | None, sb: pd.DataFrame | None, min_rel: float, min_a
     m["a_ns_per_step"] = m["a_total_ns"] / a_div
     m["b_ns_per_step"] = m["b_total_ns"] / b_div
     m["delta_ns_per_step"] = m["b_ns_per_step"] - m["a_ns_per_step"]
-    m["delta_pct"] = np.where(m["a_ns_per_step"] > 0, m["delta_ns_per_step"] / m["a_ns_per_step"].where(
-        m["a_ns_per_step"] > 0) * 100, np.nan)
+    m["delta_pct"] = np.where(
+        m["a_ns_per_step"] > 0, m["delta_ns_per_step"] / m["a_ns_per_step"].where(m["a_ns_per_step"] > 0) * 100, np.nan
+    )
     threshold = np.maximum(min_rel * m["a_ns_per_step"], min_abs_ns)
     m["status"] = np.select(
-        [(m["a_n"] == 0) & (m["b_n"] > 0), (m["a_n"] > 0) & (m["b_n"] == 0),
-         m["delta_ns_per_step"] >= threshold, m["delta_ns_per_step"] <= -threshold],
-        ["added", "removed", "slower", "faster"], default="unchanged")
+        [
+            (m["a_n"] == 0) & (m["b_n"] > 0),
+            (m["a_n"] > 0) & (m["b_n"] == 0),
+            m["delta_ns_per_step"] >= threshold,
+            m["delta_ns_per_step"] <= -threshold,
+        ],
+        ["added", "removed", "slower", "faster"],
+        default="unchanged",
+    )
     m = m.sort_values(["group", "name"], kind="stable").reset_index(drop=True)
     return m[OPS_COLUMNS], (a_steps, a_ranks, a_has), (b_steps, b_ranks, b_has)
 
@@ -251,14 +307,30 @@ def _findings(fa: pd.DataFrame | None, fb: pd.DataFrame | None) -> pd.DataFrame 
     b = (fb if fb is not None else pd.DataFrame(columns=cols)).reindex(columns=cols)
     m = a.merge(b, on="finding_id", how="outer", suffixes=("_a", "_b"), indicator=True)
     status = m["_merge"].map({"left_only": "cleared", "right_only": "appeared", "both": "persisting"}).astype(str)
-    return pd.DataFrame({
-        "finding_id": m["finding_id"], "rule": m["rule_b"].fillna(m["rule_a"]), "title": m["title_b"].fillna(m["title_a"]),
-        "status": status, "a_est_ns": pd.to_numeric(m["est_time_lost_per_step_ns_a"]),
-        "b_est_ns": pd.to_numeric(m["est_time_lost_per_step_ns_b"])}).sort_values(["status", "finding_id"]).reset_index(drop=True)
+    return (
+        pd.DataFrame(
+            {
+                "finding_id": m["finding_id"],
+                "rule": m["rule_b"].fillna(m["rule_a"]),
+                "title": m["title_b"].fillna(m["title_a"]),
+                "status": status,
+                "a_est_ns": pd.to_numeric(m["est_time_lost_per_step_ns_a"]),
+                "b_est_ns": pd.to_numeric(m["est_time_lost_per_step_ns_b"]),
+            }
+        )
+        .sort_values(["status", "finding_id"])
+        .reset_index(drop=True)
+    )
 
 
-def compare_jobs(a_tables: dict, b_tables: dict, a_label: str = "A", b_label: str = "B",
-                 min_rel: float = 0.05, min_abs_ns: float = 1000.0) -> Comparison:
+def compare_jobs(
+    a_tables: dict,
+    b_tables: dict,
+    a_label: str = "A",
+    b_label: str = "B",
+    min_rel: float = 0.05,
+    min_abs_ns: float = 1000.0,
+) -> Comparison:
     """Compare job B against job A (pure).
 
     Args:
@@ -272,21 +344,35 @@ def compare_jobs(a_tables: dict, b_tables: dict, a_label: str = "A", b_label: st
     Returns:
         :class:`Comparison`.
     """
-    ops, (a_steps, a_ranks, a_has), (b_steps, b_ranks, b_has) = _ops(_summary(a_tables), _summary(b_tables),
-                                                                    min_rel, min_abs_ns)
-    notes = ["kernels = device activity (events.is_gpu, not gpu_user_annotation spans), ops = host cpu_op "
-             "events (not ProfilerStep#N); X events with a duration.",
-             f"ms/step = per rank and ProfilerStep, mean over ranks (max rank: the slowest rank's); "
-             f"A: {a_steps:g} step(s)/rank over {a_ranks} rank(s), B: {b_steps:g} step(s)/rank over {b_ranks} rank(s).",
-             f"slower/faster: |Δ mean ms/step| ≥ max({min_rel:g} × A, {min_abs_ns / 1e3:g} µs)."]
+    ops, (a_steps, a_ranks, a_has), (b_steps, b_ranks, b_has) = _ops(
+        _summary(a_tables), _summary(b_tables), min_rel, min_abs_ns
+    )
+    notes = [
+        "kernels = device activity (events.is_gpu, not gpu_user_annotation spans), ops = host cpu_op "
+        "events (not ProfilerStep#N); X events with a duration.",
+        f"ms/step = per rank and ProfilerStep, mean over ranks (max rank: the slowest rank's); "
+        f"A: {a_steps:g} step(s)/rank over {a_ranks} rank(s), B: {b_steps:g} step(s)/rank over {b_ranks} rank(s).",
+        f"slower/faster: |Δ mean ms/step| ≥ max({min_rel:g} × A, {min_abs_ns / 1e3:g} µs).",
+    ]
     for label, has, n in ((a_label, a_has, a_ranks), (b_label, b_has, b_ranks)):
         if n and not has:
             notes.append(f"{label} has no ProfilerStep: its numbers are per trace, not per step.")
         if not n:
             notes.append(f"{label} has no events: its side is empty.")
-    return Comparison(a_label, b_label, _metric_deltas(_metrics(a_tables), _metrics(b_tables)), ops,
-                      _findings(_frame(a_tables, "findings"), _frame(b_tables, "findings")),
-                      a_steps, b_steps, a_ranks, b_ranks, min_rel, min_abs_ns, notes)
+    return Comparison(
+        a_label,
+        b_label,
+        _metric_deltas(_metrics(a_tables), _metrics(b_tables)),
+        ops,
+        _findings(_frame(a_tables, "findings"), _frame(b_tables, "findings")),
+        a_steps,
+        b_steps,
+        a_ranks,
+        b_ranks,
+        min_rel,
+        min_abs_ns,
+        notes,
+    )
 
 
 # ----------------------------------------------------------------------------- I/O: warehouse, MLflow, CLI
@@ -340,8 +426,12 @@ def load_compare_tables(spark, warehouse: str, job_id: str, attempt: int | None)
     return tables
 
 
-def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | None = None,
-                   run_ids: tuple[str | None, str | None] = (None, None)) -> str:
+def log_comparison(
+    tracking_uri: str,
+    comparison: Comparison,
+    warehouse: str | None = None,
+    run_ids: tuple[str | None, str | None] = (None, None),
+) -> str:
     """Log a comparison run (experiment ``tracelake-comparisons``): metrics of
     :meth:`Comparison.summary_metrics`, tags ``tracelake.kind=comparison``, ``tracelake.compare.a/b``
     (and ``.a_run``/``.b_run``), artifacts ``report/comparison.html``, ``ops.csv``, ``metrics.csv``,
@@ -353,8 +443,11 @@ def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | N
     exp = experiment_id(client, COMPARE_EXPERIMENT, tracking_uri, warehouse)
     run_id = client.create_run(exp, run_name=f"{comparison.a_label} → {comparison.b_label}"[:250]).info.run_id
     now = int(time.time() * 1000)
-    tags = {"tracelake.kind": "comparison", "tracelake.compare.a": comparison.a_label[:5000],
-            "tracelake.compare.b": comparison.b_label[:5000]}
+    tags = {
+        "tracelake.kind": "comparison",
+        "tracelake.compare.a": comparison.a_label[:5000],
+        "tracelake.compare.b": comparison.b_label[:5000],
+    }
     for side, rid in zip(("a_run", "b_run"), run_ids):
         if rid:
             tags[f"tracelake.compare.{side}"] = rid
@@ -365,8 +458,11 @@ def log_comparison(tracking_uri: str, comparison: Comparison, warehouse: str | N
         with open(p, "w", encoding="utf-8") as f:
             f.write(render_comparison_report(comparison))
         client.log_artifact(run_id, p, artifact_path="report")
-        for name, df in (("ops.csv", comparison.ops), ("metrics.csv", comparison.metrics),
-                         ("findings.csv", comparison.findings)):
+        for name, df in (
+            ("ops.csv", comparison.ops),
+            ("metrics.csv", comparison.metrics),
+            ("findings.csv", comparison.findings),
+        ):
             if df is not None:
                 df.to_csv(os.path.join(tmp, name), index=False)
                 client.log_artifact(run_id, os.path.join(tmp, name))
@@ -388,26 +484,44 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
         if not r.metric.startswith("rank/"):
             t.add_row(escape(r.metric), fmt_smart(r.a), fmt_smart(r.b), fmt_smart(r.delta), fmt_num(r.delta_pct, 1))
     console.print(t)
-    for status, rows in (("added", c.added()), ("removed", c.removed()), ("slower", c.slower()), ("faster", c.faster())):
+    for status, rows in (
+        ("added", c.added()),
+        ("removed", c.removed()),
+        ("slower", c.slower()),
+        ("faster", c.faster()),
+    ):
         if not len(rows):
             console.print(f"{status} in B: no kernel or op", highlight=False)
             continue
-        t = Table(title=f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step (A, B: mean over ranks; "
-                        "max: the slowest rank)", title_justify="left")
+        t = Table(
+            title=f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step (A, B: mean over ranks; "
+            "max: the slowest rank)",
+            title_justify="left",
+        )
         t.add_column("kind")
         t.add_column("name", overflow="fold", min_width=16)
         for col in ("A", "B", "Δ", "Δ %", "A max", "B max"):
             t.add_column(col, justify="right", no_wrap=True)
         for r in rows.head(limit).itertuples():
-            t.add_row(r.group, escape(str(r.name)[:100]), ms(r.a_ns_per_step), ms(r.b_ns_per_step),
-                      ms(r.delta_ns_per_step), fmt_num(r.delta_pct, 1), ms(r.a_max_rank_ns_per_step),
-                      ms(r.b_max_rank_ns_per_step))
+            t.add_row(
+                r.group,
+                escape(str(r.name)[:100]),
+                ms(r.a_ns_per_step),
+                ms(r.b_ns_per_step),
+                ms(r.delta_ns_per_step),
+                fmt_num(r.delta_pct, 1),
+                ms(r.a_max_rank_ns_per_step),
+                ms(r.b_max_rank_ns_per_step),
+            )
         console.print(t)
     if c.findings is not None:
         for status in ("appeared", "cleared"):
             f = c.findings[c.findings["status"] == status]
-            console.print(f"findings {status}: {len(f)}" + "".join(f"\n  {r.finding_id}: {r.title}" for r in f.itertuples()),
-                          markup=False, highlight=False)
+            console.print(
+                f"findings {status}: {len(f)}" + "".join(f"\n  {r.finding_id}: {r.title}" for r in f.itertuples()),
+                markup=False,
+                highlight=False,
+            )
     for n in c.notes:
         console.print(f"[dim]{escape(n)}[/dim]", highlight=False, markup=True)
 
@@ -416,10 +530,11 @@ def compare_command(
     a: Annotated[str, typer.Argument(help="Job A: an MLflow run id, a job id, or <job_id>#<attempt>.")],
     b: Annotated[str, typer.Argument(help="Job B (compared against A).")],
     warehouse: Annotated[str, typer.Option(help="Warehouse folder.")],
-    tracking_uri: Annotated[Optional[str], typer.Option(
-        help="MLflow tracking URI (default: sqlite:///<warehouse>/mlflow.db).")] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI (default: sqlite:///<warehouse>/mlflow.db).")
+    ] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Print only; log no comparison run.")] = False,
-    html: Annotated[Optional[str], typer.Option(help="Also write the HTML report to this file.")] = None,
+    html: Annotated[str | None, typer.Option(help="Also write the HTML report to this file.")] = None,
 ) -> Comparison:
     """Compare two jobs: metric deltas, kernels/ops added, removed, slower and faster, findings.
 

@@ -15,8 +15,9 @@ from jobs.warehouse import read_pandas
 RUN_TABLES = ("captures", "ranks", "steps", "neuron_summary", "collectives", "regressions", "findings")
 
 
-def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validation=None,
-                 map_fn=map) -> dict[tuple[str, int], str]:
+def publish_jobs(
+    tracking_uri: str, warehouse: str, job_ids: list[str], validation=None, map_fn=map
+) -> dict[tuple[str, int], str]:
     """Create or update the MLflow run of every (job, attempt) of ``job_ids``, with the validation report and
     the job's HTML report attached.
 
@@ -42,9 +43,19 @@ def publish_jobs(tracking_uri: str, warehouse: str, job_ids: list[str], validati
     client = MlflowClient(tracking_uri=tracking_uri)
     t = read_pandas(warehouse, RUN_TABLES, list(job_ids))
     failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
-    run_ids = log_jobs(tracking_uri, warehouse, t["captures"], t["ranks"], t["steps"],
-                       neuron_summary=t["neuron_summary"], failed_jobs=failed, collectives=t["collectives"],
-                       regressions=t["regressions"], findings=t["findings"], client=client)
+    run_ids = log_jobs(
+        tracking_uri,
+        warehouse,
+        t["captures"],
+        t["ranks"],
+        t["steps"],
+        neuron_summary=t["neuron_summary"],
+        failed_jobs=failed,
+        collectives=t["collectives"],
+        regressions=t["regressions"],
+        findings=t["findings"],
+        client=client,
+    )
     if validation is not None:
         log_validations(tracking_uri, run_ids, validation, client=client)
     log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, map_fn=map_fn)

@@ -38,8 +38,9 @@ REPORT_TABLES = ("captures", "ranks", "steps", "kernels", "collectives", "critic
 JOB_REPORT_ARTIFACT = "report/job_report.html"
 
 
-def load_job_tables(warehouse: str, job_id: str, attempt: int | None = None,
-                    names: tuple[str, ...] = REPORT_TABLES) -> dict[str, pd.DataFrame]:
+def load_job_tables(
+    warehouse: str, job_id: str, attempt: int | None = None, names: tuple[str, ...] = REPORT_TABLES
+) -> dict[str, pd.DataFrame]:
     """The warehouse rows of one job (and attempt) as pandas, exact integer dtypes.
 
     Tables never written are left out of the dict (the report then says "not available").
@@ -47,8 +48,12 @@ def load_job_tables(warehouse: str, job_id: str, attempt: int | None = None,
     tables = load_jobs_tables(warehouse, [job_id], names)
     if attempt is None:
         return tables
-    return {name: df[(df["attempt"] == int(attempt)).fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
-            if "attempt" in df.columns else df for name, df in tables.items()}
+    return {
+        name: df[(df["attempt"] == int(attempt)).fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
+        if "attempt" in df.columns
+        else df
+        for name, df in tables.items()
+    }
 
 
 def log_text(client, run_id: str, text: str, artifact_path: str) -> None:
@@ -86,10 +91,17 @@ def _day(date: str) -> int | None:
         return None
 
 
-def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFrame | None,
-                     captures: pd.DataFrame | None, steps: pd.DataFrame | None = None,
-                     findings: pd.DataFrame | None = None, day: str | None = None, fleet: dict | None = None,
-                     fleet_validation: dict | None = None) -> str:
+def log_fleet_report(
+    tracking_uri: str,
+    warehouse: str | None,
+    ranks: pd.DataFrame | None,
+    captures: pd.DataFrame | None,
+    steps: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+    day: str | None = None,
+    fleet: dict | None = None,
+    fleet_validation: dict | None = None,
+) -> str:
     """Log the fleet run of ``day``: fleet metrics, daily trend metrics, the fleet report.
 
     The run is ``fleet-<day>`` in experiment ``tracelake-fleet`` (tags ``tracelake.kind=fleet``,
@@ -117,16 +129,21 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
     from mlflow.entities import Metric, RunTag  # heavy: mlflow
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    day = safe_date(day or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"), "fleet report", "day")
+    day = safe_date(day or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d"), "fleet report", "day")
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = experiment_id(client, FLEET_EXPERIMENT, tracking_uri, warehouse)
-    run_id = replace_run(client, exp, f"tags.`tracelake.kind` = 'fleet' and tags.`tracelake.fleet_date` = '{day}'",
-                         f"fleet-{day}")
+    run_id = replace_run(
+        client, exp, f"tags.`tracelake.kind` = 'fleet' and tags.`tracelake.fleet_date` = '{day}'", f"fleet-{day}"
+    )
     now = int(time.time() * 1000)
 
     fleet = fleet or {}
-    values = {**fleet_metrics(ranks, captures), **fleet_stats_metrics(fleet.get("fleet_stats")),
-              **impact_metrics(fleet.get("fleet_findings")), **host_metrics(fleet.get("host_health"))}
+    values = {
+        **fleet_metrics(ranks, captures),
+        **fleet_stats_metrics(fleet.get("fleet_stats")),
+        **impact_metrics(fleet.get("fleet_findings")),
+        **host_metrics(fleet.get("host_health")),
+    }
     metrics = [Metric(k, v, now, 0) for k, v in sorted(values.items())]
     for r in fleet_daily(ranks, captures).to_dict(orient="records"):
         d = _day(r["date"])
@@ -143,14 +160,19 @@ def log_fleet_report(tracking_uri: str, warehouse: str | None, ranks: pd.DataFra
         ok = all(m.get("status") == "passed" for m in fleet_validation.values())
         tags.append(RunTag("tracelake.validation", "passed" if ok else "failed"))
     client.log_batch(run_id, metrics=metrics, tags=tags)  # MLflow splits it into batches it accepts
-    log_text(client, run_id, render_fleet_report(ranks, captures, steps, findings, fleet=fleet,
-                                                 fleet_validation=fleet_validation), "report/fleet_report.html")
+    log_text(
+        client,
+        run_id,
+        render_fleet_report(ranks, captures, steps, findings, fleet=fleet, fleet_validation=fleet_validation),
+        "report/fleet_report.html",
+    )
     client.set_terminated(run_id, status="FINISHED")
     return run_id
 
 
-def load_jobs_tables(warehouse: str, job_ids: list[str],
-                     names: tuple[str, ...] = REPORT_TABLES) -> dict[str, pd.DataFrame]:
+def load_jobs_tables(
+    warehouse: str, job_ids: list[str], names: tuple[str, ...] = REPORT_TABLES
+) -> dict[str, pd.DataFrame]:
     """The warehouse rows of several jobs as pandas, exact integer dtypes (one read per table, not per
     job and table; pyarrow, no Spark). Tables never written are left out of the dict."""
     return read_pandas(warehouse, names, list(job_ids), exact=True, skip_missing=True)
@@ -166,8 +188,7 @@ def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[
     return out
 
 
-def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None,
-                    map_fn=map) -> dict:
+def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None, map_fn=map) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
 
     Each job's report is rendered by :func:`render_run_report` through ``map_fn`` (default: the builtin
@@ -202,12 +223,14 @@ def load_fleet_tables(warehouse: str) -> dict[str, pd.DataFrame]:
     """``ranks``, ``captures``, ``steps``, ``findings`` of every job and the fleet tables ``fleet_stats``,
     ``fleet_kernels``, ``regressions`` (pandas, exact integer dtypes; missing tables left out)."""
 
-    return read_pandas(warehouse, ("ranks", "captures", "steps", "findings", *FLEET_TABLES), exact=True,
-                       skip_missing=True)
+    return read_pandas(
+        warehouse, ("ranks", "captures", "steps", "findings", *FLEET_TABLES), exact=True, skip_missing=True
+    )
 
 
-def publish_fleet_report(tracking_uri: str | None, warehouse: str, day: str | None = None,
-                         html: str | None = None) -> str | None:
+def publish_fleet_report(
+    tracking_uri: str | None, warehouse: str, day: str | None = None, html: str | None = None
+) -> str | None:
     """The fleet report over every job of the warehouse: written to ``html`` when given, and logged as the
     day's fleet run (:func:`log_fleet_report`) unless ``tracking_uri`` is ``None``.
 
@@ -222,9 +245,26 @@ def publish_fleet_report(tracking_uri: str | None, warehouse: str, day: str | No
     marks = read_table_marks(warehouse, FLEET_TABLES)
     if html:
         with open(html, "w", encoding="utf-8") as f:
-            f.write(render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
-                                        fleet=fleet, fleet_validation=marks))
+            f.write(
+                render_fleet_report(
+                    t.get("ranks"),
+                    t.get("captures"),
+                    t.get("steps"),
+                    t.get("findings"),
+                    fleet=fleet,
+                    fleet_validation=marks,
+                )
+            )
     if not tracking_uri:
         return None
-    return log_fleet_report(tracking_uri, warehouse, t.get("ranks"), t.get("captures"), t.get("steps"),
-                            t.get("findings"), day=day, fleet=fleet, fleet_validation=marks)
+    return log_fleet_report(
+        tracking_uri,
+        warehouse,
+        t.get("ranks"),
+        t.get("captures"),
+        t.get("steps"),
+        t.get("findings"),
+        day=day,
+        fleet=fleet,
+        fleet_validation=marks,
+    )

@@ -46,7 +46,7 @@ def default_tracking_uri(warehouse: str) -> str:
 
 def _create_store(tracking_uri: str) -> None:
     if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     MlflowClient(tracking_uri=tracking_uri)  # builds the store; mlflow caches it per URI
@@ -63,8 +63,9 @@ def create_store_in_child(tracking_uri: str) -> multiprocessing.Process | None:
     """
     if not tracking_uri.startswith("sqlite:///"):
         return None
-    child = multiprocessing.get_context("fork").Process(target=_create_store, args=(tracking_uri,),
-                                                        name="tracelake-mlflow-store", daemon=True)
+    child = multiprocessing.get_context("fork").Process(
+        target=_create_store, args=(tracking_uri,), name="tracelake-mlflow-store", daemon=True
+    )
     child.start()
     return child
 
@@ -78,6 +79,7 @@ def open_store_in_background(tracking_uri: str, after: multiprocessing.Process |
     forked). Join the returned thread before any other use of MLflow in the process. A failure is left for
     ``publish`` to raise when it opens the store itself.
     """
+
     def open_store() -> None:
         try:
             import mlflow.tracking  # noqa: F401  heavy: mlflow (imported while the child builds the store)
@@ -116,7 +118,11 @@ def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -
     exp = client.get_experiment_by_name(name)
     if exp is None:
         loc = None
-        if warehouse and (tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:")) and "://" not in warehouse:
+        if (
+            warehouse
+            and (tracking_uri.startswith("sqlite:") or tracking_uri.startswith("file:"))
+            and "://" not in warehouse
+        ):
             loc = (Path(warehouse).resolve() / "mlartifacts").as_uri()
         exp_id = client.create_experiment(name, artifact_location=loc, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         return exp_id
@@ -201,9 +207,16 @@ def collective_metrics(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[
     m: dict[str, float] = {}
     tags: dict[str, str] = {}
     gpu = "kernel_time_ns" not in steps or steps["kernel_time_ns"].fillna(0).sum() > 0  # no device: no exposure
-    if gpu and len(steps) and "exposed_comm_ns" in steps and steps["step_time_ns"].sum() > 0 \
-            and steps["exposed_comm_ns"].notna().any():
-        m["exposed_comm_pct"] = float(steps["exposed_comm_ns"].fillna(0).sum()) / float(steps["step_time_ns"].sum()) * 100
+    if (
+        gpu
+        and len(steps)
+        and "exposed_comm_ns" in steps
+        and steps["step_time_ns"].sum() > 0
+        and steps["exposed_comm_ns"].notna().any()
+    ):
+        m["exposed_comm_pct"] = (
+            float(steps["exposed_comm_ns"].fillna(0).sum()) / float(steps["step_time_ns"].sum()) * 100
+        )
     if collectives is None or not len(collectives):
         return m, tags
     c = collectives
@@ -255,17 +268,28 @@ def finding_metrics(findings: pd.DataFrame) -> tuple[dict[str, float], dict[str,
     if findings is None or not len(findings):
         return {}, {"tracelake.top_finding": "none"}
     lost = pd.to_numeric(findings["est_time_lost_per_step_ns"], errors="coerce")
-    metrics = {f"finding/{rule}/lost_ms_per_step": round(float(v) / 1e6, 3)
-               for rule, v in lost.groupby(findings["rule"]).max().items() if v == v}
+    metrics = {
+        f"finding/{rule}/lost_ms_per_step": round(float(v) / 1e6, 3)
+        for rule, v in lost.groupby(findings["rule"]).max().items()
+        if v == v
+    }
     top = findings.sort_values("rank_order").iloc[0]["rule"]
     return metrics, {"tracelake.top_finding": str(top)}
 
 
-def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: pd.DataFrame,
-             steps: pd.DataFrame, neuron_summary: pd.DataFrame | None = None,
-             failed_jobs: frozenset = frozenset(), collectives: pd.DataFrame | None = None,
-             regressions: pd.DataFrame | None = None, findings: pd.DataFrame | None = None,
-             client=None) -> dict[tuple[str, int], str]:
+def log_jobs(
+    tracking_uri: str,
+    warehouse: str,
+    captures: pd.DataFrame,
+    ranks: pd.DataFrame,
+    steps: pd.DataFrame,
+    neuron_summary: pd.DataFrame | None = None,
+    failed_jobs: frozenset = frozenset(),
+    collectives: pd.DataFrame | None = None,
+    regressions: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+    client=None,
+) -> dict[tuple[str, int], str]:
     """Log one MLflow run per (job_id, attempt) found in ``captures``, replacing an earlier one (:func:`replace_run`).
 
     Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
@@ -301,13 +325,23 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
         jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
         js = steps[(steps["job_id"] == job_id) & (steps["attempt"] == attempt)]
-        run_id = replace_run(client, exp_id, f"tags.`tracelake.job_id` = '{job_id}' and "
-                                             f"tags.`tracelake.attempt` = '{attempt}'", f"{job_id}#{attempt}")
+        run_id = replace_run(
+            client,
+            exp_id,
+            f"tags.`tracelake.job_id` = '{job_id}' and tags.`tracelake.attempt` = '{attempt}'",
+            f"{job_id}#{attempt}",
+        )
         ingested = cap[cap["status"] == "ingested"]
-        first = lambda col: next((_param(v) for v in ingested[col] if v is not None and v == v), "unknown")  # noqa: E731
-        params = {"world_size": first("world_size"), "device_name": first("device_name"),
-                  "torch_version": first("torch_version"), "trace_format": first("format"),
-                  "n_captures": str(len(cap))}
+        first = lambda col, ingested=ingested: next(  # noqa: E731
+            (_param(v) for v in ingested[col] if v is not None and v == v), "unknown"
+        )
+        params = {
+            "world_size": first("world_size"),
+            "device_name": first("device_name"),
+            "torch_version": first("torch_version"),
+            "trace_format": first("format"),
+            "n_captures": str(len(cap)),
+        }
         metrics = job_metrics(jr, js)
         neuron_rows = None
         if neuron_summary is not None and len(neuron_summary):
@@ -324,8 +358,9 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         metrics.update(cm)
         extra_tags.update(ct)
         if regressions is not None and len(regressions):
-            rm, rt = regression_metrics(regressions[(regressions["job_id"] == job_id)
-                                                    & (regressions["attempt"] == attempt)])
+            rm, rt = regression_metrics(
+                regressions[(regressions["job_id"] == job_id) & (regressions["attempt"] == attempt)]
+            )
             metrics.update(rm)
             extra_tags.update(rt)
         if findings is not None:
@@ -339,18 +374,28 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
         metrics["n_quarantined"] = float((cap["status"] == "quarantined").sum())
         metrics["n_cataloged"] = float((cap["status"] == "cataloged").sum())
         uris = sorted(cap["uri"])
-        tags = {"tracelake.job_id": job_id, "tracelake.attempt": str(attempt),
-                "tracelake.capture_uris": ",".join(uris[:20])[:4000],
-                "tracelake.warehouse": str(warehouse), **extra_tags}
+        tags = {
+            "tracelake.job_id": job_id,
+            "tracelake.attempt": str(attempt),
+            "tracelake.capture_uris": ",".join(uris[:20])[:4000],
+            "tracelake.warehouse": str(warehouse),
+            **extra_tags,
+        }
         now = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(k, rounded(k, v), now, 0) for k, v in sorted(metrics.items())],
-                         params=[Param(k, v) for k, v in params.items()],
-                         tags=[RunTag(k, v) for k, v in tags.items()])  # MLflow splits it into batches it accepts
+        client.log_batch(
+            run_id,
+            metrics=[Metric(k, rounded(k, v), now, 0) for k, v in sorted(metrics.items())],
+            params=[Param(k, v) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )  # MLflow splits it into batches it accepts
         with tempfile.TemporaryDirectory() as tmp:
             js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)
             jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)
-            Path(tmp, "captures.json").write_text(json.dumps(
-                cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str))
+            Path(tmp, "captures.json").write_text(
+                json.dumps(
+                    cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str
+                )
+            )
             names = ["steps.csv", "ranks.csv", "captures.json"]
             fj = Path(str(warehouse)) / "findings_json" / str(job_id) / str(attempt) / "findings.json"
             if "://" not in str(warehouse) and fj.exists():
@@ -358,8 +403,9 @@ def log_jobs(tracking_uri: str, warehouse: str, captures: pd.DataFrame, ranks: p
                 names.append("findings.json")
             if neuron_rows is not None:
                 neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)
-                Path(tmp, "neuron_findings.json").write_text(json.dumps(
-                    neuron_findings(neuron_rows).to_pylist(), indent=1, default=str))
+                Path(tmp, "neuron_findings.json").write_text(
+                    json.dumps(neuron_findings(neuron_rows).to_pylist(), indent=1, default=str)
+                )
                 names += ["neuron_summary.csv", "neuron_findings.json"]
             for name in names:
                 client.log_artifact(run_id, os.path.join(tmp, name))

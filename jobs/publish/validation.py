@@ -11,8 +11,9 @@ from jobs.publish.reports import log_text
 from jobs.validate.report import ValidationReport
 
 
-def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None,
-                   client=None) -> bool:
+def log_validation(
+    tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None, client=None
+) -> bool:
     """Attach ``report`` to an MLflow run; mark the run ``FAILED`` when its job failed validation.
 
     Logs artifacts ``validation/validation.html`` (self-contained, our Data Docs page),
@@ -36,19 +37,28 @@ def log_validation(tracking_uri: str, run_id: str, report: ValidationReport, job
     client = client or MlflowClient(tracking_uri=tracking_uri)
     job_id = job_id or client.get_run(run_id).data.tags.get("tracelake.job_id")
     ok = report.success if job_id is None else report.job_success(job_id)
-    failed_tables = sorted({t.table for t in report.tables.values()
-                            if not t.success and (job_id is None or job_id in t.failed_jobs())})
+    failed_tables = sorted(
+        {t.table for t in report.tables.values() if not t.success and (job_id is None or job_id in t.failed_jobs())}
+    )
     n_checks = report.job_checks(job_id)
     n_failed = sum(1 for t in report.tables.values() for c in t.failed if job_id is None or job_id in c.jobs)
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric("validation/checks", float(n_checks), now, 0),
-                                      Metric("validation/failed_checks", float(n_failed), now, 0)],
-                     tags=[RunTag("tracelake.validation", "passed" if ok else "failed"),
-                           RunTag("tracelake.validation.failed_tables", ",".join(failed_tables) or "-")])
-    for name, text in (("validation.html", render_validation_report(report, job_id=job_id)),
-                       ("validation.json", json.dumps(report.to_dict(), indent=1, default=str)),
-                       ("gx_results.json", json.dumps({k: t.gx_result for k, t in report.tables.items()},
-                                                      indent=1, default=str))):
+    client.log_batch(
+        run_id,
+        metrics=[
+            Metric("validation/checks", float(n_checks), now, 0),
+            Metric("validation/failed_checks", float(n_failed), now, 0),
+        ],
+        tags=[
+            RunTag("tracelake.validation", "passed" if ok else "failed"),
+            RunTag("tracelake.validation.failed_tables", ",".join(failed_tables) or "-"),
+        ],
+    )
+    for name, text in (
+        ("validation.html", render_validation_report(report, job_id=job_id)),
+        ("validation.json", json.dumps(report.to_dict(), indent=1, default=str)),
+        ("gx_results.json", json.dumps({k: t.gx_result for k, t in report.tables.items()}, indent=1, default=str)),
+    ):
         log_text(client, run_id, text, f"validation/{name}")
     if not ok:
         client.set_terminated(run_id, status="FAILED")
@@ -67,5 +77,7 @@ def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport, 
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
-    return {key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client)
-            for key, run_id in run_ids.items()}
+    return {
+        key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client)
+        for key, run_id in run_ids.items()
+    }

@@ -30,8 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stage", required=True, choices=[*STAGE_TABLES, "all"])
     p.add_argument("--job", action="append", help="job id (repeatable; default: all jobs)")
     p.add_argument("--raw", help="landing zone the batch came from (enables the every-file-accounted-for check)")
-    p.add_argument("--n-discovered", type=int, help="raw files discovered for the batch (the same check, for "
-                   "callers that know the count, e.g. an interval's run record)")
+    p.add_argument(
+        "--n-discovered",
+        type=int,
+        help="raw files discovered for the batch (the same check, for "
+        "callers that know the count, e.g. an interval's run record)",
+    )
     p.add_argument("--no-mark", action="store_true", help="do not write _validation.json marks")
     p.add_argument("--json", help="write the report as JSON here")
     p.add_argument("--html", help="write the report as self-contained HTML here")
@@ -43,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     stages = list(STAGE_TABLES) if a.stage == "all" else [a.stage]
     report = None
     for s in stages:
-        r = validate_tables(spark, a.warehouse, s, a.job, n_discovered=n_discovered if s == "normalize" else None,
-                            mark=not a.no_mark)
+        r = validate_tables(
+            spark, a.warehouse, s, a.job, n_discovered=n_discovered if s == "normalize" else None, mark=not a.no_mark
+        )
         report = r if report is None else report.merge(r)
     print(report.summary())
     if a.json:
@@ -53,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.html:
         # the one import of a later stage, for --html only (the page needs publish's templates); the
         # gate's modules (report, suites, marks) import nothing of jobs.publish
-        from jobs.publish.report.html import render_validation_report  # --html only: the gate imports nothing of publish
+        from jobs.publish.report.html import (
+            render_validation_report,  # --html only: the gate imports nothing of publish
+        )
 
         with open(a.html, "w", encoding="utf-8") as f:
             f.write(render_validation_report(report))

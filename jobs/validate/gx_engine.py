@@ -54,12 +54,20 @@ def context():
         if _CONTEXT is None:
             import great_expectations as gx  # heavy: great_expectations
             from great_expectations.data_context.types.base import (  # heavy: great_expectations
-                DataContextConfig, InMemoryStoreBackendDefaults, ProgressBarsConfig)
+                DataContextConfig,
+                InMemoryStoreBackendDefaults,
+                ProgressBarsConfig,
+            )
 
             register_metrics()
-            _CONTEXT = gx.get_context(mode="ephemeral", project_config=DataContextConfig(
-                store_backend_defaults=InMemoryStoreBackendDefaults(), analytics_enabled=False,
-                progress_bars=ProgressBarsConfig(globally=False)))
+            _CONTEXT = gx.get_context(
+                mode="ephemeral",
+                project_config=DataContextConfig(
+                    store_backend_defaults=InMemoryStoreBackendDefaults(),
+                    analytics_enabled=False,
+                    progress_bars=ProgressBarsConfig(globally=False),
+                ),
+            )
         return _CONTEXT
 
 
@@ -76,10 +84,12 @@ def nullable_between(column: pd.Series, min_value=None, max_value=None, strict_m
     """GX's ``column_values.between`` condition (True: the value is within the bounds) for a nullable
     numeric column without nulls, compared with numpy; ``None`` for anything else (GX's own code then
     decides, errors included). Bounds are inclusive unless ``strict_min``/``strict_max``, as in GX."""
-    if (not isinstance(column.array, (pd.arrays.IntegerArray, pd.arrays.FloatingArray))
-            or (min_value is None and max_value is None)
-            or (min_value is not None and max_value is not None and min_value > max_value)
-            or column.isna().any()):
+    if (
+        not isinstance(column.array, (pd.arrays.IntegerArray, pd.arrays.FloatingArray))
+        or (min_value is None and max_value is None)
+        or (min_value is not None and max_value is not None and min_value > max_value)
+        or column.isna().any()
+    ):
         return None
     v = column.to_numpy(dtype=column.dtype.numpy_dtype)
     ok = np.ones(len(v), dtype=bool)
@@ -98,15 +108,18 @@ def register_metrics() -> None:
         return
     from great_expectations.execution_engine import PandasExecutionEngine  # heavy: great_expectations
     from great_expectations.expectations.metrics.column_map_metrics.column_values_between import (  # heavy: GX
-        ColumnValuesBetween)
+        ColumnValuesBetween,
+    )
     from great_expectations.expectations.metrics.map_metric_provider import (  # heavy: great_expectations
-        column_condition_partial)
+        column_condition_partial,
+    )
 
     gx_between = inspect.unwrap(ColumnValuesBetween._pandas)  # GX's own function, without its decorators
     reg = logging.getLogger("great_expectations.expectations.registry")
     level = reg.level
     reg.setLevel(logging.ERROR)  # "registered with different metric_provider; overwriting" is the point
     try:
+
         class NullableColumnValuesBetween(ColumnValuesBetween):
             """``column_values.between`` with a vectorized path for pandas' nullable numeric dtypes."""
 
@@ -115,8 +128,16 @@ def register_metrics() -> None:
                 fast = nullable_between(column, min_value, max_value, strict_min, strict_max)
                 if fast is not None:
                     return fast
-                return gx_between(cls, column, min_value=min_value, max_value=max_value, strict_min=strict_min,
-                                  strict_max=strict_max, **kwargs)
+                return gx_between(
+                    cls,
+                    column,
+                    min_value=min_value,
+                    max_value=max_value,
+                    strict_min=strict_min,
+                    strict_max=strict_max,
+                    **kwargs,
+                )
+
         # (GX's MetaMetricProvider registers the class's metric functions when the class is created)
     finally:
         reg.setLevel(level)
@@ -172,22 +193,37 @@ def merge_results(parts: list, suite_name: str):
     as GX's own ``V1Validator.validate_expectation_suite`` builds it (statistics by
     ``calc_validation_statistics``); ``meta`` and ``batch_id`` are those of the first batch."""
     from great_expectations.core.expectation_validation_result import (  # heavy: great_expectations
-        ExpectationSuiteValidationResult)
+        ExpectationSuiteValidationResult,
+    )
     from great_expectations.validator.validator import calc_validation_statistics  # heavy: GX
 
     results = [r for p in parts for r in p.results]
     stats = calc_validation_statistics(results)
     return ExpectationSuiteValidationResult(
-        results=results, success=stats.success, suite_name=suite_name,
-        statistics={"evaluated_expectations": stats.evaluated_expectations,
-                    "successful_expectations": stats.successful_expectations,
-                    "unsuccessful_expectations": stats.unsuccessful_expectations,
-                    "success_percent": stats.success_percent},
-        meta=parts[0].meta, batch_id=parts[0].batch_id)
+        results=results,
+        success=stats.success,
+        suite_name=suite_name,
+        statistics={
+            "evaluated_expectations": stats.evaluated_expectations,
+            "successful_expectations": stats.successful_expectations,
+            "unsuccessful_expectations": stats.unsuccessful_expectations,
+            "success_percent": stats.success_percent,
+        },
+        meta=parts[0].meta,
+        batch_id=parts[0].batch_id,
+    )
 
 
-def run_suite(frame, suite_name: str, source_prefix: str, asset: str, expectations: list, spark: bool,
-              result_format: dict, ctx=None):
+def run_suite(
+    frame,
+    suite_name: str,
+    source_prefix: str,
+    asset: str,
+    expectations: list,
+    spark: bool,
+    result_format: dict,
+    ctx=None,
+):
     """Validate ``expectations`` on ``frame`` in the shared context and return GX's suite result.
 
     A pandas frame of more than :data:`NARROW_MIN_CELLS` cells is validated in narrow batches
@@ -213,8 +249,9 @@ def run_suite(frame, suite_name: str, source_prefix: str, asset: str, expectatio
         for cols, exps in groups:
             part = frame if cols is None else frame[list(cols)]
             suite = gx.ExpectationSuite(name=suite_name, expectations=exps)
-            parts.append(bd.get_batch(batch_parameters={"dataframe": part}).validate(
-                suite, result_format=result_format))
+            parts.append(
+                bd.get_batch(batch_parameters={"dataframe": part}).validate(suite, result_format=result_format)
+            )
         return parts[0] if len(parts) == 1 else merge_results(parts, suite_name)
     finally:
         ctx.data_sources.delete(name)

@@ -48,11 +48,19 @@ def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
         jobs = set(t.jobs) | set(report.job_ids or []) | (set(t.failed_jobs()) - {"*"})
         for j in sorted(jobs):
             fails = [{"id": c.id, "unexpected_count": c.jobs.get(j)} for c in t.failed if j in c.jobs]
-            doc.setdefault("jobs", {})[j] = {"status": "failed" if fails else "passed", "stage": t.stage,
-                                             "validated_at": report.validated_at, "failed": fails}
+            doc.setdefault("jobs", {})[j] = {
+                "status": "failed" if fails else "passed",
+                "stage": t.stage,
+                "validated_at": report.validated_at,
+                "failed": fails,
+            }
         if report.job_ids is None:
-            doc["table"] = {"status": t.status, "stage": t.stage, "validated_at": report.validated_at,
-                            "failed": [{"id": c.id, "unexpected_count": c.unexpected_count} for c in t.failed]}
+            doc["table"] = {
+                "status": t.status,
+                "stage": t.stage,
+                "validated_at": report.validated_at,
+                "failed": [{"id": c.id, "unexpected_count": c.unexpected_count} for c in t.failed],
+            }
         text = json.dumps(doc, indent=1, sort_keys=True)
         if "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
             write_text_atomic(path, text)  # a killed run never leaves a truncated mark
@@ -76,12 +84,16 @@ def _mark_docs(warehouse: str, tables):
 
 def read_marks(warehouse: str, job_id: str) -> dict[str, str]:
     """``{table: passed|failed|unvalidated}`` for one job, from the marks of every written table."""
-    return {t: (doc or {}).get("jobs", {}).get(job_id, {}).get("status", "unvalidated")
-            for t, doc in _mark_docs(warehouse, TABLES)}
+    return {
+        t: (doc or {}).get("jobs", {}).get(job_id, {}).get("status", "unvalidated")
+        for t, doc in _mark_docs(warehouse, TABLES)
+    }
 
 
 def read_table_marks(warehouse: str, tables) -> dict[str, dict]:
     """``{table: {"status": passed|failed|unvalidated, "validated_at", "failed": [...]}}``: the ``"table"`` entry of
     each written table of ``tables`` (the status of its last validation as a whole, :func:`write_marks`)."""
-    return {t: (doc or {}).get("table") or {"status": "unvalidated", "validated_at": None, "failed": []}
-            for t, doc in _mark_docs(warehouse, tables)}
+    return {
+        t: (doc or {}).get("table") or {"status": "unvalidated", "validated_at": None, "failed": []}
+        for t, doc in _mark_docs(warehouse, tables)
+    }

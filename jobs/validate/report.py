@@ -39,8 +39,14 @@ class CheckResult:
         Raises:
             KeyError, TypeError: a required key is missing, or a key is unknown.
         """
-        return cls(**{**d, "columns": list(d["columns"]), "partial_unexpected": list(d.get("partial_unexpected", [])),
-                      "jobs": dict(d.get("jobs", {}))})
+        return cls(
+            **{
+                **d,
+                "columns": list(d["columns"]),
+                "partial_unexpected": list(d.get("partial_unexpected", [])),
+                "jobs": dict(d.get("jobs", {})),
+            }
+        )
 
 
 @dataclass
@@ -80,9 +86,15 @@ class TableValidation:
         Raises:
             TypeError: a required key is missing, or a key is unknown.
         """
-        return cls(**{**d, "checks": [CheckResult.from_dict(c) for c in d.get("checks", [])],
-                      "gx_result": dict(d.get("gx_result", {})), "jobs": list(d.get("jobs", [])),
-                      "job_rows": dict(d.get("job_rows", {}))})
+        return cls(
+            **{
+                **d,
+                "checks": [CheckResult.from_dict(c) for c in d.get("checks", [])],
+                "gx_result": dict(d.get("gx_result", {})),
+                "jobs": list(d.get("jobs", [])),
+                "job_rows": dict(d.get("job_rows", {})),
+            }
+        )
 
 
 @dataclass
@@ -113,8 +125,11 @@ class ValidationReport:
     def job_checks(self, job_id: str | None = None) -> int:
         """Checks that looked at ``job_id``'s rows: those of every table where the job has rows or failed
         a check (so the count does not depend on which other jobs shared the batch); all checks for ``None``."""
-        return sum(len(t.checks) for t in self.tables.values()
-                   if job_id is None or t.job_rows.get(job_id) or job_id in t.failed_jobs())
+        return sum(
+            len(t.checks)
+            for t in self.tables.values()
+            if job_id is None or t.job_rows.get(job_id) or job_id in t.failed_jobs()
+        )
 
     def job_success(self, job_id: str) -> bool:
         """True when ``job_id`` passed every table of the batch."""
@@ -122,10 +137,17 @@ class ValidationReport:
 
     def merge(self, other: ValidationReport) -> ValidationReport:
         """A report covering both batches (e.g. the normalize and analyze stages of one run)."""
-        jobs = None if self.job_ids is None and other.job_ids is None else sorted(
-            set(self.job_ids or []) | set(other.job_ids or []))
-        return ValidationReport(self.stages + [s for s in other.stages if s not in self.stages], jobs,
-                                {**self.tables, **other.tables}, max(self.validated_at, other.validated_at))
+        jobs = (
+            None
+            if self.job_ids is None and other.job_ids is None
+            else sorted(set(self.job_ids or []) | set(other.job_ids or []))
+        )
+        return ValidationReport(
+            self.stages + [s for s in other.stages if s not in self.stages],
+            jobs,
+            {**self.tables, **other.tables},
+            max(self.validated_at, other.validated_at),
+        )
 
     def to_dict(self, with_gx: bool = False) -> dict:
         """JSON-ready dict; ``with_gx`` adds each table's raw GX result (``to_json_dict``)."""
@@ -135,8 +157,14 @@ class ValidationReport:
             if not with_gx:
                 d.pop("gx_result")
             tables[k] = d
-        return {"success": self.success, "stages": self.stages, "job_ids": self.job_ids,
-                "validated_at": self.validated_at, "failed_jobs": sorted(self.failed_jobs()), "tables": tables}
+        return {
+            "success": self.success,
+            "stages": self.stages,
+            "job_ids": self.job_ids,
+            "validated_at": self.validated_at,
+            "failed_jobs": sorted(self.failed_jobs()),
+            "tables": tables,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> ValidationReport:
@@ -151,14 +179,19 @@ class ValidationReport:
                 required key or has an unknown one.
         """
         job_ids = d["job_ids"]
-        return cls(stages=list(d["stages"]), job_ids=None if job_ids is None else list(job_ids),
-                   tables={k: TableValidation.from_dict(t) for k, t in d.get("tables", {}).items()},
-                   validated_at=d.get("validated_at", ""))
+        return cls(
+            stages=list(d["stages"]),
+            job_ids=None if job_ids is None else list(job_ids),
+            tables={k: TableValidation.from_dict(t) for k, t in d.get("tables", {}).items()},
+            validated_at=d.get("validated_at", ""),
+        )
 
     def summary(self) -> str:
         """Plain-text summary: one line per table, one indented line per failed check."""
-        lines = [f"validation {'PASSED' if self.success else 'FAILED'} ({', '.join(self.stages)}; "
-                 f"jobs: {', '.join(self.job_ids) if self.job_ids else 'all'})"]
+        lines = [
+            f"validation {'PASSED' if self.success else 'FAILED'} ({', '.join(self.stages)}; "
+            f"jobs: {', '.join(self.job_ids) if self.job_ids else 'all'})"
+        ]
         for key, t in self.tables.items():
             ok = sum(c.success for c in t.checks)
             if t.status == "missing":
@@ -166,7 +199,9 @@ class ValidationReport:
                 continue
             lines.append(f"  {key}: {t.status} ({t.n_rows} rows, {ok}/{len(t.checks)} checks passed)")
             for c in t.failed:
-                what = f"{c.unexpected_count} unexpected" if c.unexpected_count is not None else f"observed {c.observed}"
+                what = (
+                    f"{c.unexpected_count} unexpected" if c.unexpected_count is not None else f"observed {c.observed}"
+                )
                 jobs = f" jobs: {', '.join(sorted(c.jobs))}" if c.jobs else ""
                 lines.append(f"    ✗ {c.id} [{c.expectation}] {what}{'; ' + c.error if c.error else ''}{jobs}")
         if self.failed_jobs():

@@ -23,10 +23,10 @@ import datetime as _dt
 import pandas as pd
 import pyarrow as pa
 
+from jobs.executor import is_local
 from jobs.validate import gx_engine
 from jobs.validate.marks import write_marks
 from jobs.validate.report import CheckResult, TableValidation, ValidationReport
-from jobs.executor import is_local
 from jobs.warehouse import exact_ints, read_arrow, read_spark, table_columns, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
 from schemas.tables import FLEET_TABLES, TABLES, declared
@@ -47,8 +47,9 @@ def _expectation(check: Check):
             return E.ExpectColumnValuesToBeUnique(column=check.columns[0], meta=meta)
         return E.ExpectCompoundColumnsToBeUnique(column_list=list(check.columns), meta=meta)
     if check.kind == "between":
-        return E.ExpectColumnValuesToBeBetween(column=check.columns[0], min_value=check.min_value,
-                                               max_value=check.max_value, meta=meta)
+        return E.ExpectColumnValuesToBeBetween(
+            column=check.columns[0], min_value=check.min_value, max_value=check.max_value, meta=meta
+        )
     if check.kind == "in_set":
         return E.ExpectColumnValuesToBeInSet(column=check.columns[0], value_set=list(check.value_set), meta=meta)
     if check.kind == "row_count":
@@ -130,8 +131,11 @@ def _unexpected_by_job(frame, checks: list[Check]) -> dict[str, dict[str, int]]:
                         out[c.id][str(r["job_id"])] = int(r[f"c{i}"])
         for c in uniq:
             dup = frame.groupBy(*c.columns).count().filter(F.col("count") > 1)
-            by_job = dup.groupBy("job_id").agg(F.sum("count").alias("n")).collect() if "job_id" in c.columns else \
-                frame.join(dup.select(*c.columns), on=list(c.columns)).groupBy("job_id").count().collect()
+            by_job = (
+                dup.groupBy("job_id").agg(F.sum("count").alias("n")).collect()
+                if "job_id" in c.columns
+                else frame.join(dup.select(*c.columns), on=list(c.columns)).groupBy("job_id").count().collect()
+            )
             for r in by_job:
                 out[c.id][str(r["job_id"])] = int(r[-1])
         return out
@@ -162,8 +166,15 @@ def needed_columns(table: str, n_discovered: int | None = None) -> list[str]:
     return [c for c in declared(table).names if c in need]
 
 
-def validate_frame(frame, table: str, stage: str, n_discovered: int | None = None, context=None,
-                   job_ids: list[str] | None = None, all_columns: list[str] | None = None) -> TableValidation:
+def validate_frame(
+    frame,
+    table: str,
+    stage: str,
+    n_discovered: int | None = None,
+    context=None,
+    job_ids: list[str] | None = None,
+    all_columns: list[str] | None = None,
+) -> TableValidation:
     """Run ``table``'s suite on one batch.
 
     Args:
@@ -191,15 +202,28 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
     frame = _add_derived(frame, table, runnable)
     spark = _is_spark(frame)
 
-    res = gx_engine.run_suite(frame, f"tracelake.{stage}.{table}", f"{stage}.{table}.{'spark' if spark else 'pandas'}",
-                              table, [_expectation(c) for c in runnable], spark,
-                              {"result_format": "SUMMARY", "partial_unexpected_count": _PARTIAL}, context)
+    res = gx_engine.run_suite(
+        frame,
+        f"tracelake.{stage}.{table}",
+        f"{stage}.{table}.{'spark' if spark else 'pandas'}",
+        table,
+        [_expectation(c) for c in runnable],
+        spark,
+        {"result_format": "SUMMARY", "partial_unexpected_count": _PARTIAL},
+        context,
+    )
 
     by_id = {c.id: c for c in checks}
-    results: list[CheckResult] = [CheckResult(
-        id="schema:columns", expectation="(schema)", columns=missing_cols, success=not missing_cols,
-        doc="Every column declared in schemas/tables.py is present.",
-        observed=f"missing {missing_cols}" if missing_cols else "all declared columns present")]
+    results: list[CheckResult] = [
+        CheckResult(
+            id="schema:columns",
+            expectation="(schema)",
+            columns=missing_cols,
+            success=not missing_cols,
+            doc="Every column declared in schemas/tables.py is present.",
+            observed=f"missing {missing_cols}" if missing_cols else "all declared columns present",
+        )
+    ]
     n_rows = None
     for r in res.results:
         cfg = r.expectation_config
@@ -213,20 +237,31 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
         observed = result.get("observed_value")
         if cid.startswith("row_count") and observed is not None:
             n_rows = int(observed)
-        results.append(CheckResult(
-            id=cid, expectation=cfg.type,
-            columns=list(chk.columns) if chk else [],
-            success=bool(r.success) and not raised,
-            doc=chk.doc if chk else (cfg.meta or {}).get("doc", ""),
-            unexpected_count=result.get("unexpected_count"),
-            element_count=result.get("element_count"),
-            observed=None if observed is None else _text(observed),
-            partial_unexpected=[_text(v) for v in (result.get("partial_unexpected_list") or [])[:_PARTIAL]],
-            error=(exc.get("exception_message") or "").splitlines()[0][:300] if raised else None,
-        ))
+        results.append(
+            CheckResult(
+                id=cid,
+                expectation=cfg.type,
+                columns=list(chk.columns) if chk else [],
+                success=bool(r.success) and not raised,
+                doc=chk.doc if chk else (cfg.meta or {}).get("doc", ""),
+                unexpected_count=result.get("unexpected_count"),
+                element_count=result.get("element_count"),
+                observed=None if observed is None else _text(observed),
+                partial_unexpected=[_text(v) for v in (result.get("partial_unexpected_list") or [])[:_PARTIAL]],
+                error=(exc.get("exception_message") or "").splitlines()[0][:300] if raised else None,
+            )
+        )
     for c in skipped:
-        results.append(CheckResult(id=c.id, expectation="(not run)", columns=list(c.columns), success=False, doc=c.doc,
-                                   error=f"column(s) missing: {[x for x in c.reads if x not in present]}"))
+        results.append(
+            CheckResult(
+                id=c.id,
+                expectation="(not run)",
+                columns=list(c.columns),
+                success=False,
+                doc=c.doc,
+                error=f"column(s) missing: {[x for x in c.reads if x not in present]}",
+            )
+        )
     order = {c.id: i for i, c in enumerate(checks)}
     results.sort(key=lambda c: order.get(c.id, -1))
 
@@ -236,14 +271,25 @@ def validate_frame(frame, table: str, stage: str, n_discovered: int | None = Non
     job_rows = _rows_by_job(frame)
     batch_jobs = sorted(str(j) for j in job_ids) if job_ids is not None else sorted(job_rows)
     if failed:
-        attributable = [by_id[c.id] for c in failed if c.id in by_id and c.error is None
-                        and by_id[c.id].kind != "row_count" and "job_id" in present]
+        attributable = [
+            by_id[c.id]
+            for c in failed
+            if c.id in by_id and c.error is None and by_id[c.id].kind != "row_count" and "job_id" in present
+        ]
         per_job = _unexpected_by_job(frame, attributable) if attributable else {}
         for c in failed:
             c.jobs = per_job.get(c.id) or {j: (c.unexpected_count or 0) for j in batch_jobs} or {"*": 0}
-    return TableValidation(table=table, stage=stage, status="failed" if failed else "passed", n_rows=n_rows,
-                           checks=results, gx_result=res.to_json_dict(), engine="spark" if spark else "pandas",
-                           jobs=batch_jobs, job_rows=job_rows)
+    return TableValidation(
+        table=table,
+        stage=stage,
+        status="failed" if failed else "passed",
+        n_rows=n_rows,
+        checks=results,
+        gx_result=res.to_json_dict(),
+        engine="spark" if spark else "pandas",
+        jobs=batch_jobs,
+        job_rows=job_rows,
+    )
 
 
 def _rows_by_job(frame) -> dict[str, int]:
@@ -260,11 +306,16 @@ def _rows_by_job(frame) -> dict[str, int]:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def validate_frames(frames: dict, stage: str, n_discovered: int | None = None,
-                    job_ids: list[str] | None = None, all_columns: dict | None = None) -> ValidationReport:
+def validate_frames(
+    frames: dict,
+    stage: str,
+    n_discovered: int | None = None,
+    job_ids: list[str] | None = None,
+    all_columns: dict | None = None,
+) -> ValidationReport:
     """Validate the stage's tables given as frames (pandas or Spark); absent tables are ``missing``.
 
     Args:
@@ -294,8 +345,9 @@ def validate_frames(frames: dict, stage: str, n_discovered: int | None = None,
         if frames.get(t) is None:
             report.tables[key] = TableValidation(table=t, stage=stage, status="missing")
             continue
-        report.tables[key] = validate_frame(frames[t], t, stage, n_discovered if t == "captures" else None, None,
-                                            job_ids, (all_columns or {}).get(t))
+        report.tables[key] = validate_frame(
+            frames[t], t, stage, n_discovered if t == "captures" else None, None, job_ids, (all_columns or {}).get(t)
+        )
     return report
 
 
@@ -314,9 +366,15 @@ def validate_stored_table(args: tuple) -> TableValidation:
     return report.tables[f"{stage}/{table}"]
 
 
-def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None = None,
-                    n_discovered: int | None = None, mark: bool = True,
-                    pandas_max_rows: int = 1_000_000) -> ValidationReport:
+def validate_tables(
+    spark,
+    warehouse: str,
+    stage: str,
+    job_ids: list[str] | None = None,
+    n_discovered: int | None = None,
+    mark: bool = True,
+    pandas_max_rows: int = 1_000_000,
+) -> ValidationReport:
     """Validate the tables a stage wrote and mark the result in the warehouse.
 
     Only the columns the checks read are loaded (:func:`needed_columns`). On Spark, batches of at most
@@ -343,8 +401,9 @@ def validate_tables(spark, warehouse: str, stage: str, job_ids: list[str] | None
     """
     if is_local(spark):  # the local executor: each table read by pyarrow and validated in a worker, in parallel
         order = sorted(STAGE_TABLES[stage], key=lambda t: t not in ("events", "critical_path"))  # largest first
-        done = dict(zip(order, spark.map(validate_stored_table, [(warehouse, t, stage, job_ids, n_discovered)
-                                                                  for t in order])))
+        done = dict(
+            zip(order, spark.map(validate_stored_table, [(warehouse, t, stage, job_ids, n_discovered) for t in order]))
+        )
         report = ValidationReport([stage], sorted(job_ids) if job_ids is not None else None, validated_at=_now())
         for t in STAGE_TABLES[stage]:
             report.tables[f"{stage}/{t}"] = done[t]

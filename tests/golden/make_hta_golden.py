@@ -121,8 +121,15 @@ def _failed_job(job_id: str, keys: list[str], status: str, message: str) -> dict
     """A worker result for a job whose worker timed out or crashed: the error on every rank."""
     errors = {"job": message}
     return {
-        "job": {"files": keys, "errors": errors, "status": status, "ranks": [], "rank_to_file": {},
-                "hta_profiler_steps": None, "kernel_type_breakdown_all_ranks": None},
+        "job": {
+            "files": keys,
+            "errors": errors,
+            "status": status,
+            "ranks": [],
+            "rank_to_file": {},
+            "hta_profiler_steps": None,
+            "kernel_type_breakdown_all_ranks": None,
+        },
         "traces": {k: {"job": job_id, "errors": dict(errors)} for k in keys},
         "load": {},
     }
@@ -148,15 +155,21 @@ def run_driver(args: argparse.Namespace) -> int:
         spec_path = os.path.join(workdir, f"job{n}.spec.json")
         res_path = os.path.join(workdir, f"job{n}.result.json")
         with open(spec_path, "w") as f:
-            json.dump({"job_id": job_id, "keys": keys, "corpus_root": corpus_root,
-                       "link_dir": os.path.join(workdir, f"job{n}.links")}, f)
+            json.dump(
+                {
+                    "job_id": job_id,
+                    "keys": keys,
+                    "corpus_root": corpus_root,
+                    "link_dir": os.path.join(workdir, f"job{n}.links"),
+                },
+                f,
+            )
         if os.path.exists(res_path):
             os.remove(res_path)
         t0 = time.perf_counter()
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", spec_path, res_path]
         # own session, so a timeout also ends HTA's fork-pool children (same process group)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             _stdout, stderr = proc.communicate(timeout=args.timeout)
             if proc.returncode == 0 and os.path.exists(res_path):
@@ -164,8 +177,9 @@ def run_driver(args: argparse.Namespace) -> int:
                     res = json.load(f)
             else:
                 tail = (stderr or "").strip().splitlines()[-3:]
-                res = _failed_job(job_id, keys, "crashed",
-                                  f"worker exited with status {proc.returncode}: {' | '.join(tail)}")
+                res = _failed_job(
+                    job_id, keys, "crashed", f"worker exited with status {proc.returncode}: {' | '.join(tail)}"
+                )
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -179,38 +193,47 @@ def run_driver(args: argparse.Namespace) -> int:
         out["traces"].update(res["traces"])
         out["load"][job_id] = res["load"]
         errs = sorted(res["job"].get("errors", {}))
-        print(f"[{n}/{len(selected)}] {job_id}: {res['job'].get('status')} in {wall:.1f}s"
-              + (f" errors={errs}" if errs else ""), flush=True)
+        print(
+            f"[{n}/{len(selected)}] {job_id}: {res['job'].get('status')} in {wall:.1f}s"
+            + (f" errors={errs}" if errs else ""),
+            flush=True,
+        )
 
     out["meta"] = {
         "tool": "Holistic Trace Analysis (holistictraceanalysis on PyPI), run by tests/golden/make_hta_golden.py",
         "command": ".hta-venv/bin/python tests/golden/make_hta_golden.py --corpus-root ../shared/corpus "
-                   "--out tests/golden/hta_0_5_0.json",
-        "generated_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "--out tests/golden/hta_0_5_0.json",
+        "generated_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "versions": _versions(),
         "platform": {"system": platform.system(), "machine": platform.machine(), "cpu_count": os.cpu_count()},
         "units": "microseconds, as HTA reports them (ts rounded inward to integer us; "
-                 "HTA-aligned: relative to the earliest ts over all ranks of the job)",
+        "HTA-aligned: relative to the earliest ts over all ranks of the job)",
         "keys": "traces/* keys are paths relative to the corpus root (../shared/corpus)",
         "multi_rank_groups": list(MULTI_RANK_GROUPS),
         "hta_options": {
-            "TraceAnalysis": {"trace_dir": "<one temp dir of symlinks per job>",
-                              "include_last_profiler_step": False},
+            "TraceAnalysis": {"trace_dir": "<one temp dir of symlinks per job>", "include_last_profiler_step": False},
             "parser": "ParserConfig.get_default_cfg() (JSON backend, default args, ns rounding on)",
             "env": "no HTA_* / CRITICAL_PATH_* environment variables set",
             "get_temporal_breakdown": {"visualize": False},
             "get_comm_comp_overlap": {"visualize": False},
-            "get_idle_time_breakdown": {"ranks": "all ranks of the job (HTA default is [0])",
-                                        "streams": None, "visualize": False,
-                                        "show_idle_interval_stats": False,
-                                        "consecutive_kernel_delay": IDLE_CONSECUTIVE_KERNEL_DELAY},
+            "get_idle_time_breakdown": {
+                "ranks": "all ranks of the job (HTA default is [0])",
+                "streams": None,
+                "visualize": False,
+                "show_idle_interval_stats": False,
+                "consecutive_kernel_delay": IDLE_CONSECUTIVE_KERNEL_DELAY,
+            },
             "get_gpu_kernel_breakdown": {"visualize": False, **KERNEL_BREAKDOWN},
-            "get_cuda_kernel_launch_stats": {"ranks": "all ranks of the job (HTA default is [0])",
-                                             "visualize": False, **LAUNCH_STATS},
+            "get_cuda_kernel_launch_stats": {
+                "ranks": "all ranks of the job (HTA default is [0])",
+                "visualize": False,
+                **LAUNCH_STATS,
+            },
             "get_queue_length_summary": {"ranks": "all ranks of the job (HTA default is [0])"},
-            "get_queue_length_time_series": {"ranks": "all ranks of the job (HTA default is [0])",
-                                             "blocked": f"time at queue_length >= {MAX_QUEUE_LENGTH}, "
-                                                        "per stream, HTA's rule"},
+            "get_queue_length_time_series": {
+                "ranks": "all ranks of the job (HTA default is [0])",
+                "blocked": f"time at queue_length >= {MAX_QUEUE_LENGTH}, per stream, HTA's rule",
+            },
         },
         "load_section": "load/* holds timings and RSS; everything else is deterministic",
     }
@@ -252,7 +275,7 @@ def _err(exc: BaseException) -> str:
         fr = (hta_frames or frames)[-1]
         fname = fr.filename
         i = fname.rfind(f"{os.sep}hta{os.sep}")
-        fname = fname[i + 1:] if i >= 0 else os.path.basename(fname)
+        fname = fname[i + 1 :] if i >= 0 else os.path.basename(fname)
         where = f" [in {fname}:{fr.lineno} {fr.name}]"
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {msg}{where}"
@@ -290,16 +313,21 @@ def _rank_record(ta: Any, rank: int, sym: list[str]) -> dict[str, Any]:
 
 def _idle_record(idle_df: Any) -> dict[str, Any]:
     rows = sorted(
-        ({"stream": int(r.stream), "idle_category": str(r.idle_category),
-          "idle_time": _py(r.idle_time), "idle_time_ratio": _py(r.idle_time_ratio)}
-         for r in idle_df.itertuples()),
+        (
+            {
+                "stream": int(r.stream),
+                "idle_category": str(r.idle_category),
+                "idle_time": _py(r.idle_time),
+                "idle_time_ratio": _py(r.idle_time_ratio),
+            }
+            for r in idle_df.itertuples()
+        ),
         key=lambda d: (d["stream"], d["idle_category"]),
     )
     by_cat: dict[str, float] = {}
     for r in rows:
         by_cat[r["idle_category"]] = by_cat.get(r["idle_category"], 0.0) + (r["idle_time"] or 0.0)
-    return {"by_stream": rows, "sum_by_category": dict(sorted(by_cat.items())),
-            "total": float(sum(by_cat.values()))}
+    return {"by_stream": rows, "sum_by_category": dict(sorted(by_cat.items())), "total": float(sum(by_cat.values()))}
 
 
 def _launch_record(df: Any) -> dict[str, Any]:
@@ -330,8 +358,15 @@ def _queue_record(summary: Any, series: Any) -> dict[str, Any]:
     if summary is not None:
         for (_rank, stream), r in summary.iterrows():
             q = r["queue_length"]
-            rows.append({"stream": int(stream), "count": int(q["count"]), "mean": _py(q["mean"]),
-                         "min": _py(q["min"]), "max": _py(q["max"])})
+            rows.append(
+                {
+                    "stream": int(stream),
+                    "count": int(q["count"]),
+                    "mean": _py(q["mean"]),
+                    "min": _py(q["min"]),
+                    "max": _py(q["max"]),
+                }
+            )
     blocked = {}
     if series is not None:
         for stream, df in series.groupby("stream"):
@@ -347,10 +382,8 @@ def _kernel_type_time(ta: Any, rank: int, sym: list[str]) -> dict[str, float]:
 
     df = ta.t.get_trace(rank)
     gpu_kernels = df[df["stream"].ne(-1)].copy()
-    gpu_kernels["kernel_type"] = gpu_kernels[["name"]].apply(
-        lambda x: get_kernel_type(sym[x["name"]]), axis=1)
-    types = ["COMPUTATION", "COMMUNICATION"] + (
-        ["MEMORY"] if KERNEL_BREAKDOWN["include_memory_kernels"] else [])
+    gpu_kernels["kernel_type"] = gpu_kernels[["name"]].apply(lambda x: get_kernel_type(sym[x["name"]]), axis=1)
+    types = ["COMPUTATION", "COMMUNICATION"] + (["MEMORY"] if KERNEL_BREAKDOWN["include_memory_kernels"] else [])
     kt = BreakdownAnalysis._get_gpu_kernel_type_time(gpu_kernels, types)
     return {str(r.kernel_type): float(r.sum) for r in kt.itertuples()}
 
@@ -394,12 +427,23 @@ def run_worker(spec_path: str, res_path: str) -> None:
     traces: dict[str, dict[str, Any]] = {}
     for key in keys:
         path = os.path.join(root, key)
-        traces[key] = {"job": job_id, "file_bytes": os.path.getsize(path), "sha256": _sha256(path),
-                       "n_ranks_in_job": len(keys), "errors": {}}
-    job: dict[str, Any] = {"files": keys, "errors": {}, "status": "done", "ranks": [], "rank_to_file": {},
-                           "hta_profiler_steps": None, "kernel_type_breakdown_all_ranks": None}
-    load: dict[str, Any] = {"import_s": round(import_s, 3),
-                            "rss_before_load_mb": _mb(_proc_status_kb("VmRSS"))}
+        traces[key] = {
+            "job": job_id,
+            "file_bytes": os.path.getsize(path),
+            "sha256": _sha256(path),
+            "n_ranks_in_job": len(keys),
+            "errors": {},
+        }
+    job: dict[str, Any] = {
+        "files": keys,
+        "errors": {},
+        "status": "done",
+        "ranks": [],
+        "rank_to_file": {},
+        "hta_profiler_steps": None,
+        "kernel_type_breakdown_all_ranks": None,
+    }
+    load: dict[str, Any] = {"import_s": round(import_s, 3), "rss_before_load_mb": _mb(_proc_status_kb("VmRSS"))}
 
     t0 = time.perf_counter()
     try:
@@ -461,38 +505,49 @@ def run_worker(spec_path: str, res_path: str) -> None:
     ov = job_level("comm_comp_overlap", lambda: ta.get_comm_comp_overlap(visualize=False))
     if ov is not None:
         for row in ov.to_dict("records"):
-            recs[int(row["rank"])]["comm_comp_overlap"] = {
-                "comp_comm_overlap_pctg": _py(row["comp_comm_overlap_pctg"])}
+            recs[int(row["rank"])]["comm_comp_overlap"] = {"comp_comm_overlap_pctg": _py(row["comp_comm_overlap_pctg"])}
 
     # ranks = all ranks; when that raises, retry rank by rank so one bad rank keeps the others
     try:
         idle, _ = ta.get_idle_time_breakdown(
-            ranks=ranks, visualize=False,
-            consecutive_kernel_delay=IDLE_CONSECUTIVE_KERNEL_DELAY)
+            ranks=ranks, visualize=False, consecutive_kernel_delay=IDLE_CONSECUTIVE_KERNEL_DELAY
+        )
         for r in ranks:
             recs[r]["idle_time_breakdown"] = _idle_record(idle[idle["rank"].eq(r)])
     except Exception:
-        per_rank("idle_time_breakdown", lambda r: _idle_record(ta.get_idle_time_breakdown(
-            ranks=[r], visualize=False, consecutive_kernel_delay=IDLE_CONSECUTIVE_KERNEL_DELAY)[0]))
+        per_rank(
+            "idle_time_breakdown",
+            lambda r: _idle_record(
+                ta.get_idle_time_breakdown(
+                    ranks=[r], visualize=False, consecutive_kernel_delay=IDLE_CONSECUTIVE_KERNEL_DELAY
+                )[0]
+            ),
+        )
 
-    kb = job_level("gpu_kernel_breakdown",
-                   lambda: ta.get_gpu_kernel_breakdown(visualize=False, **KERNEL_BREAKDOWN))
+    kb = job_level("gpu_kernel_breakdown", lambda: ta.get_gpu_kernel_breakdown(visualize=False, **KERNEL_BREAKDOWN))
     if kb is not None:
         type_df, all_df = kb
         job["kernel_type_breakdown_all_ranks"] = [
-            {"kernel_type": str(r["kernel_type"]), "sum_us": _py(r["sum"]),
-             "percentage": _py(r["percentage"])} for r in type_df.to_dict("records")]
+            {"kernel_type": str(r["kernel_type"]), "sum_us": _py(r["sum"]), "percentage": _py(r["percentage"])}
+            for r in type_df.to_dict("records")
+        ]
         for r in ranks:
             sub = all_df[all_df["rank"].eq(r)]
             types = ["COMPUTATION", "COMMUNICATION"] + (
-                ["MEMORY"] if KERNEL_BREAKDOWN["include_memory_kernels"] else [])
-            recs[r]["gpu_kernel_breakdown"] = {"sum_us_by_kernel_type": {  # plain sum of dur, no merging
-                t: _py(sub.loc[sub["kernel_type"].eq(t), "sum (us)"].sum()) for t in sorted(types)}}
+                ["MEMORY"] if KERNEL_BREAKDOWN["include_memory_kernels"] else []
+            )
+            recs[r]["gpu_kernel_breakdown"] = {
+                "sum_us_by_kernel_type": {  # plain sum of dur, no merging
+                    t: _py(sub.loc[sub["kernel_type"].eq(t), "sum (us)"].sum()) for t in sorted(types)
+                }
+            }
 
     per_rank("kernel_type_time_us", lambda r: _kernel_type_time(ta, r, sym))
 
-    ls = job_level("cuda_kernel_launch_stats", lambda: ta.get_cuda_kernel_launch_stats(
-        ranks=ranks, visualize=False, **LAUNCH_STATS))
+    ls = job_level(
+        "cuda_kernel_launch_stats",
+        lambda: ta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False, **LAUNCH_STATS),
+    )
     if ls is not None:
         for r, df in ls.items():
             recs[int(r)]["cuda_kernel_launch_stats"] = _launch_record(df)
@@ -595,8 +650,10 @@ def run_compare(out_path: str, ref_path: str) -> int:
                 n_diff += 1
                 print(f"DIFF job {job} {field}:\n  ours={json.dumps(a)[:400]}\n  ref ={json.dumps(b)[:400]}")
     n = len(set(ref) & set(ours))
-    print(f"compared {n} traces x {len(COMPARE_FIELDS) + 1} fields and {len(ref_jobs)} jobs x "
-          f"{len(JOB_COMPARE_FIELDS)} fields: {n_diff} difference(s)")
+    print(
+        f"compared {n} traces x {len(COMPARE_FIELDS) + 1} fields and {len(ref_jobs)} jobs x "
+        f"{len(JOB_COMPARE_FIELDS)} fields: {n_diff} difference(s)"
+    )
     return 1 if n_diff else 0
 
 
@@ -607,8 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None, help="rerun jobs whose id contains this; merge into --out")
     p.add_argument("--timeout", type=float, default=1800.0, help="per-job limit, seconds")
     p.add_argument("--workdir", default=None, help="scratch dir (kept); default a temp dir (removed)")
-    p.add_argument("--compare", metavar="REF", default=None,
-                   help="compare --out with REF instead of running HTA")
+    p.add_argument("--compare", metavar="REF", default=None, help="compare --out with REF instead of running HTA")
     p.add_argument("--worker", nargs=2, metavar=("SPEC", "RESULT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

@@ -37,8 +37,10 @@ _SHARED_GOLDEN = REPO.parent / "shared" / "reference" / "hta_golden" / "hta_corp
 TOLERANCE = 0.01
 ANALYSES = ("critical_path", "critical_path_full_trace", "critical_path_hta_test_config")
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir() or not (_LOCAL_GOLDEN.exists() or _SHARED_GOLDEN.exists()),
-                                reason="needs ../shared/corpus and the HTA golden file")
+pytestmark = pytest.mark.skipif(
+    not CORPUS.is_dir() or not (_LOCAL_GOLDEN.exists() or _SHARED_GOLDEN.exists()),
+    reason="needs ../shared/corpus and the HTA golden file",
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,13 +73,18 @@ def _events(key: str):
     m = re.search(rb'"baseTimeNanoseconds"\s*:\s*(\d+)', raw)
     t = parsed.events
     n = t.num_rows
-    for c, val, typ in (("date", "d", pa.string()), ("job_id", "j", pa.string()), ("attempt", 0, pa.int32()),
-                        ("rank", 0, pa.int32()), ("capture_id", "c", pa.string())):
+    for c, val, typ in (
+        ("date", "d", pa.string()),
+        ("job_id", "j", pa.string()),
+        ("attempt", 0, pa.int32()),
+        ("rank", 0, pa.int32()),
+        ("capture_id", "c", pa.string()),
+    ):
         t = t.append_column(c, pa.array([val] * n, typ))
     return t, int(m.group(1)) if m else 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _run(key: str, analysis: str) -> tuple[dict, dict]:
     """(HTA's golden entry, our numbers: length_ns, breakdown_ns by HTA name, window, flags)."""
     c = _golden()[key][analysis]
@@ -85,8 +92,12 @@ def _run(key: str, analysis: str) -> tuple[dict, dict]:
     ann = c.get("annotation", "ProfilerStep") if analysis != "critical_path_full_trace" else ""
     inst = c.get("instance_id", 0) if ann else None
     cp = hta_critical_path(events, ann, inst, hta_us_rounding=True, time_base_ns=base)
-    return c, {"length_ns": cp.length_ns, "breakdown_ns": cp.breakdown_ns(hta_names=True),
-               "window": cp.graph.window, "flags": set(cp.rt.flags)}
+    return c, {
+        "length_ns": cp.length_ns,
+        "breakdown_ns": cp.breakdown_ns(hta_names=True),
+        "window": cp.graph.window,
+        "flags": set(cp.rt.flags),
+    }
 
 
 @pytest.mark.parametrize("key,analysis", _cases())

@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.trace import hta_filter
 from jobs.analyze.hta.breakdown import analyze_rank
+from jobs.analyze.trace import hta_filter
 from jobs.analyze.trace.model import typed_events
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +42,9 @@ _SHARED_GOLDEN = REPO.parent / "shared" / "reference" / "hta_golden" / "hta_corp
 GOLDEN_PATH = _LOCAL_GOLDEN if _LOCAL_GOLDEN.exists() else _SHARED_GOLDEN
 PCT_TOLERANCE = 0.5  # percentage points
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir() or not GOLDEN_PATH.exists(),
-                                reason="needs ../shared/corpus and the HTA golden file")
+pytestmark = pytest.mark.skipif(
+    not CORPUS.is_dir() or not GOLDEN_PATH.exists(), reason="needs ../shared/corpus and the HTA golden file"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,9 +91,13 @@ class Case:
 
         ev = parse_kineto((CORPUS / self.key).read_bytes(), str(CORPUS / self.key)).events
         n = ev.num_rows
-        for name, value, typ in (("date", "2024-01-01", pa.string()), ("job_id", "golden", pa.string()),
-                                 ("attempt", 0, pa.int32()), ("rank", 0, pa.int32()),
-                                 ("capture_id", self.key, pa.string())):
+        for name, value, typ in (
+            ("date", "2024-01-01", pa.string()),
+            ("job_id", "golden", pa.string()),
+            ("attempt", 0, pa.int32()),
+            ("rank", 0, pa.int32()),
+            ("capture_id", self.key, pa.string()),
+        ):
             if name in ev.column_names:
                 ev = ev.drop_columns([name])
             ev = ev.append_column(name, pa.array([value] * n, typ))
@@ -137,10 +142,14 @@ def load_failed_case(request) -> Case:
 def _hta(key: str) -> dict:
     g = _golden()[key]
     tb = g["temporal_breakdown"]
-    return {"idle_pct": tb["idle_time_pctg"], "compute_pct": tb["compute_time_pctg"],
-            "non_compute_pct": tb["non_compute_time_pctg"],
-            "overlap_pct": (g.get("comm_comp_overlap") or {}).get("comp_comm_overlap_pctg"),
-            "kernel_time_us": tb["kernel_time(us)"], "n_gpu_rows": g["hta_gpu_rows"]}
+    return {
+        "idle_pct": tb["idle_time_pctg"],
+        "compute_pct": tb["compute_time_pctg"],
+        "non_compute_pct": tb["non_compute_time_pctg"],
+        "overlap_pct": (g.get("comm_comp_overlap") or {}).get("comp_comm_overlap_pctg"),
+        "kernel_time_us": tb["kernel_time(us)"],
+        "n_gpu_rows": g["hta_gpu_rows"],
+    }
 
 
 def _assert_pcts_close(ours: dict, hta: dict, tol: float, key: str):
@@ -176,11 +185,15 @@ def test_rank_breakdown_matches_hta_with_hta_rounding(case):
     ours, _ = case.analyze(rounding=True)
     hta = _hta(case.key)
     _assert_pcts_close(ours, hta, PCT_TOLERANCE, case.key)
-    _assert_pcts_close(ours, hta, 0.005 + 1e-6, case.key)   # HTA rounds % to 2 decimals
+    _assert_pcts_close(ours, hta, 0.005 + 1e-6, case.key)  # HTA rounds % to 2 decimals
     assert ours["n_kernels"] == hta["n_gpu_rows"]
     tb = case.golden["temporal_breakdown"]
-    for col, hcol in (("kernel_time_ns", "kernel_time(us)"), ("idle_time_ns", "idle_time(us)"),
-                      ("compute_time_ns", "compute_time(us)"), ("non_compute_time_ns", "non_compute_time(us)")):
+    for col, hcol in (
+        ("kernel_time_ns", "kernel_time(us)"),
+        ("idle_time_ns", "idle_time(us)"),
+        ("compute_time_ns", "compute_time(us)"),
+        ("non_compute_time_ns", "non_compute_time(us)"),
+    ):
         assert ours[col] == round(tb[hcol] * 1000), f"{case.key}: {col} {ours[col]} vs HTA {tb[hcol]} µs"
 
 
@@ -213,14 +226,19 @@ def test_exact_ns_differs_from_hta_by_rounding_only_on_triton_example():
     """
     key = "torch/HolisticTraceAnalysis/triton_example/triton_example.json.gz"
     doc = json.loads(_raw(key), parse_float=Decimal)
-    gpu = [e for e in doc["traceEvents"] if e.get("dur") is not None and e.get("cat") not in (None, "Trace")
-           and isinstance((e.get("args") or {}).get("stream"), int)]
+    gpu = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("dur") is not None
+        and e.get("cat") not in (None, "Trace")
+        and isinstance((e.get("args") or {}).get("stream"), int)
+    ]
     assert sorted(e["cat"] for e in gpu) == ["cpu_op", "kernel"]
     span_ns = int((max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu)) * 1000)
     ours, _ = Case(key).analyze(rounding=False)
     assert ours["kernel_time_ns"] == span_ns
     assert _hta(key)["kernel_time_us"] == 94.0 and span_ns != 94_000
-    assert ours["compute_pct"] == pytest.approx(100.0)   # HTA: 100 (both rows are COMPUTATION)
+    assert ours["compute_pct"] == pytest.approx(100.0)  # HTA: 100 (both rows are COMPUTATION)
 
 
 def test_steps_rows_are_consistent_with_the_rank(case):
@@ -260,7 +278,7 @@ def test_bare_list_trace_that_hta_cannot_load(load_failed_case):
     assert ours["n_steps"] == 6
     assert ours["kernel_time_ns"] > 0
     assert ours["idle_pct"] + ours["compute_pct"] + ours["non_compute_pct"] == pytest.approx(100)
-    assert ours["overlap_pct"] is None                    # single GPU, no NCCL kernel
+    assert ours["overlap_pct"] is None  # single GPU, no NCCL kernel
     ev = load_failed_case.events
     all_gpu = int((hta_filter.loaded_mask(ev) & (hta_filter.hta_stream(ev) != -1)).sum())
     last = steps[-1]["n_kernels"]

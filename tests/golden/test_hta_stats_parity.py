@@ -32,16 +32,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.trace import hta_filter
 from jobs.analyze.hta.breakdown import analyze_rank
-from jobs.analyze.hta.stats import STAT_COLUMNS
-from jobs.analyze.hta.idle_time import IDLE_CATEGORIES, KERNEL_WAIT, OTHER, CONSECUTIVE_KERNEL_DELAY_NS, idle_gaps
+from jobs.analyze.hta.idle_time import CONSECUTIVE_KERNEL_DELAY_NS, IDLE_CATEGORIES, KERNEL_WAIT, OTHER, idle_gaps
 from jobs.analyze.hta.kernel_stats import kernel_table
 from jobs.analyze.hta.launch_stats import launches
-from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES
-from jobs.analyze.trace.model import build_rank_trace, typed_events
 from jobs.analyze.hta.memory_bw import memcpys
 from jobs.analyze.hta.queue_length import MAX_QUEUE_LENGTH, queue_points
+from jobs.analyze.hta.stats import STAT_COLUMNS
+from jobs.analyze.trace import hta_filter
+from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES
+from jobs.analyze.trace.model import build_rank_trace, typed_events
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -49,8 +49,9 @@ GOLDEN_PATH = REPO / "tests" / "golden" / "hta_0_5_0.json"
 US = 1000
 PCT_TOLERANCE = 0.5  # percentage points
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir() or not GOLDEN_PATH.exists(),
-                                reason="needs ../shared/corpus and tests/golden/hta_0_5_0.json")
+pytestmark = pytest.mark.skipif(
+    not CORPUS.is_dir() or not GOLDEN_PATH.exists(), reason="needs ../shared/corpus and tests/golden/hta_0_5_0.json"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,9 +87,13 @@ class Case:
         from jobs.normalize.kineto.parse import parse_kineto
 
         ev = parse_kineto((CORPUS / self.key).read_bytes(), str(CORPUS / self.key)).events
-        for name, value, typ in (("date", "2024-01-01", pa.string()), ("job_id", "golden", pa.string()),
-                                 ("attempt", 0, pa.int32()), ("rank", 0, pa.int32()),
-                                 ("capture_id", self.key, pa.string())):
+        for name, value, typ in (
+            ("date", "2024-01-01", pa.string()),
+            ("job_id", "golden", pa.string()),
+            ("attempt", 0, pa.int32()),
+            ("rank", 0, pa.int32()),
+            ("capture_id", self.key, pa.string()),
+        ):
             if name in ev.column_names:
                 ev = ev.drop_columns([name])
             ev = ev.append_column(name, pa.array([value] * ev.num_rows, typ))
@@ -99,13 +104,12 @@ class Case:
         m = re.search(rb'"baseTimeNanoseconds"\s*:\s*(\d+)', _raw(self.key))
         return int(m.group(1)) if m else 0
 
-    @functools.lru_cache(maxsize=2)
+    @functools.lru_cache(maxsize=2)  # noqa: B019 - one case object per module-scoped parameter
     def view(self, rounding: bool):
         """(view, keep): the rank view (µs-rounded like HTA or exact) and HTA's kept rows."""
         kw = dict(hta_us_rounding=True, time_base_ns=self.time_base_ns) if rounding else {}
         view = build_rank_trace(self.events, **kw)
-        keep = hta_filter.last_step_keep_mask(view.events, view.loaded, view.hta_stream,
-                                              view.hta_correlation, view.ts)
+        keep = hta_filter.last_step_keep_mask(view.events, view.loaded, view.hta_stream, view.hta_correlation, view.ts)
         return view, keep
 
     @functools.cached_property
@@ -139,8 +143,10 @@ def test_idle_breakdown_matches_hta(case):
     HTA lists a category only where it occurs (and always `other`, from each stream's first row)."""
     view, keep = case.view(True)
     ours = _idle_by_stream(idle_gaps(view, keep, hta_compat=True))
-    gold = {(r["stream"], r["idle_category"]): r["idle_time"] or 0.0
-            for r in case.golden["idle_time_breakdown"]["by_stream"]}
+    gold = {
+        (r["stream"], r["idle_category"]): r["idle_time"] or 0.0
+        for r in case.golden["idle_time_breakdown"]["by_stream"]
+    }
     for k, v in gold.items():
         assert ours.get(k, 0.0) == pytest.approx(v, abs=0.006), (case.key, k)
     assert all(abs(v) < 1e-9 for k, v in ours.items() if k not in gold), case.key
@@ -178,7 +184,7 @@ def test_default_idle_breakdown_differs_only_where_stated(case):
     view, keep = case.view(False)
     h = idle_gaps(view, keep, hta_compat=True)
     o = idle_gaps(view, keep)
-    assert sorted(h.row.tolist()) == sorted(o.row.tolist()), case.key    # same events, same predecessors
+    assert sorted(h.row.tolist()) == sorted(o.row.tolist()), case.key  # same events, same predecessors
     hi = {r: (gap, c) for r, gap, c in zip(h.row.tolist(), h.gap_ns.tolist(), h.category.tolist())}
     no_launcher = view.launcher < 0
     for r, gap, c in zip(o.row.tolist(), o.gap_ns.tolist(), o.category.tolist()):
@@ -196,17 +202,23 @@ def test_default_idle_breakdown_differs_only_where_stated(case):
 
 
 def _launch_summary(la) -> dict:
-    return {"rows": int(la.cpu_row.size), "sum_cpu_duration": la.cpu_dur_ns.sum() / US,
-            "sum_gpu_duration": la.gpu_dur_ns.sum() / US, "sum_launch_delay": la.delay_ns.sum() / US,
-            "short_gpu_kernels": int(la.short.sum()), "runtime_outliers": int(la.runtime_outlier.sum()),
-            "launch_delay_outliers": int(la.delay_outlier.sum())}
+    return {
+        "rows": int(la.cpu_row.size),
+        "sum_cpu_duration": la.cpu_dur_ns.sum() / US,
+        "sum_gpu_duration": la.gpu_dur_ns.sum() / US,
+        "sum_launch_delay": la.delay_ns.sum() / US,
+        "short_gpu_kernels": int(la.short.sum()),
+        "runtime_outliers": int(la.runtime_outlier.sum()),
+        "launch_delay_outliers": int(la.delay_outlier.sum()),
+    }
 
 
 def test_launch_stats_match_hta(case):
     """hta_compat + µs rounding: rows, the three sums and the three flag counts equal HTA's."""
     view, keep = case.view(True)
-    assert _launch_summary(launches(view, keep, hta_compat=True)) == \
-        pytest.approx(case.golden["cuda_kernel_launch_stats"], abs=1e-6), case.key
+    assert _launch_summary(launches(view, keep, hta_compat=True)) == pytest.approx(
+        case.golden["cuda_kernel_launch_stats"], abs=1e-6
+    ), case.key
 
 
 def test_launch_stats_exact_ns(case):
@@ -234,8 +246,13 @@ EXTRA_LAUNCH_NAMES = {
     "TraceLens/b200/": {"cuLaunchKernelEx", "cuLaunchKernel"},
     "TraceLens/h100/": {"cuLaunchKernel"},
     "vllm_decode_full/": {"hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipGraphLaunch"},
-    "TraceLens/mi300/": {"hipLaunchKernel", "hipExtLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync",
-                         "hipMemsetAsync"},
+    "TraceLens/mi300/": {
+        "hipLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipMemcpyAsync",
+        "hipMemsetAsync",
+    },
 }
 
 
@@ -265,8 +282,12 @@ def _queue_by_stream(q) -> dict[int, tuple[int, float, float, float]]:
     out = {}
     for s in np.unique(q.stream):
         m = q.stream == s
-        out[int(s)] = (int(m.sum()), float(q.queue_length[m].max()), float(q.queue_length[m].mean()),
-                       float(q.blocked()[m].sum()) / US)
+        out[int(s)] = (
+            int(m.sum()),
+            float(q.queue_length[m].max()),
+            float(q.queue_length[m].mean()),
+            float(q.blocked()[m].sum()) / US,
+        )
     return out
 
 
@@ -346,8 +367,10 @@ def test_kernel_sums_by_type_match_hta(case):
     sums, counts, extra_cats = _sums_by_hta_type(case, True)
     assert {t: sums.get(t, 0.0) for t in gold} == pytest.approx(gold, abs=1e-6), case.key
     assert set(extra_cats) <= {"cpu_op", "cuda_sync"}, (case.key, extra_cats)
-    assert bool(extra_cats) == _is(case.key, "triton_example/", "TraceLens/b200/", "critical_path/"), \
-        (case.key, extra_cats)
+    assert bool(extra_cats) == _is(case.key, "triton_example/", "TraceLens/b200/", "critical_path/"), (
+        case.key,
+        extra_cats,
+    )
     sums, counts, _ = _sums_by_hta_type(case, False)
     for t in gold:
         d = sums.get(t, 0.0) - gold[t]
@@ -407,19 +430,28 @@ def test_ranks_row_is_the_default_mode_over_htas_rows(case):
     r = ranks.to_pylist()[0]
     view, keep = case.view(False)
     g = idle_gaps(view, keep).sum_by_category()
-    assert (r["idle_host_wait_ns"], r["idle_kernel_wait_ns"], r["idle_other_ns"]) == \
-        (g["host_wait"], g["kernel_wait"], g["other"])
+    assert (r["idle_host_wait_ns"], r["idle_kernel_wait_ns"], r["idle_other_ns"]) == (
+        g["host_wait"],
+        g["kernel_wait"],
+        g["other"],
+    )
     assert r["n_launches"] == launches(view, keep).cpu_row.size
-    plain = (not case.sub_us and not any(k in case.key for k in EXTRA_LAUNCH_NAMES)
-             and not any(k in case.key for k in IDLE_DIFFERS))
+    plain = (
+        not case.sub_us
+        and not any(k in case.key for k in EXTRA_LAUNCH_NAMES)
+        and not any(k in case.key for k in IDLE_DIFFERS)
+    )
     if plain:
         gi = case.golden["idle_time_breakdown"]["sum_by_category"]
         assert {c: r[f"idle_{c}_ns"] / US for c in gi} == pytest.approx(gi, abs=1e-6), case.key
         gl = case.golden["cuda_kernel_launch_stats"]
         assert r["n_launches"] == gl["rows"]
         assert r["launch_delay_sum_ns"] / US == pytest.approx(gl["sum_launch_delay"], abs=1e-6)
-        assert (r["n_short_kernels"], r["n_runtime_outliers"], r["n_launch_delay_outliers"]) == \
-            (gl["short_gpu_kernels"], gl["runtime_outliers"], gl["launch_delay_outliers"])
+        assert (r["n_short_kernels"], r["n_runtime_outliers"], r["n_launch_delay_outliers"]) == (
+            gl["short_gpu_kernels"],
+            gl["runtime_outliers"],
+            gl["launch_delay_outliers"],
+        )
 
 
 def test_steps_add_up_and_host_time_fits(case):
@@ -435,8 +467,9 @@ def test_steps_add_up_and_host_time_fits(case):
     assert sum(s["launch_delay_sum_ns"] for s in rows) == int(la.delay_ns[in_step].sum())
     g = idle_gaps(view, view.loaded)
     g_in = np.isin(view.step[g.row], [s["step"] for s in rows])
-    assert sum(s["idle_host_wait_ns"] + s["idle_kernel_wait_ns"] + s["idle_other_ns"] for s in rows) == \
-        int(g.gap_ns[g_in].sum())
+    assert sum(s["idle_host_wait_ns"] + s["idle_kernel_wait_ns"] + s["idle_other_ns"] for s in rows) == int(
+        g.gap_ns[g_in].sum()
+    )
     for s in rows:
         assert 0 <= s["cpu_bound_time_ns"] + s["dataloader_time_ns"] <= s["step_time_ns"], (case.key, s["step"])
         assert 0 <= s["exposed_comm_ns"] and 0 <= s["memory_time_ns"]

@@ -47,9 +47,16 @@ def mlflow_content(tracking_uri: str) -> dict:
     exp = client.get_experiment_by_name("tracelake")
     out = {}
     for r in client.search_runs([exp.experiment_id]):
-        tags = {k: v for k, v in r.data.tags.items() if not k.startswith("mlflow.")
-                and k not in ("tracelake.warehouse", "tracelake.replaces")}
+        tags = {
+            k: v
+            for k, v in r.data.tags.items()
+            if not k.startswith("mlflow.") and k not in ("tracelake.warehouse", "tracelake.replaces")
+        }
         out[(tags["tracelake.job_id"], tags["tracelake.attempt"])] = {
-            "params": r.data.params, "metrics": r.data.metrics, "tags": tags, "status": r.info.status,
-            "artifacts": sorted(artifact_paths(client, r.info.run_id))}
+            "params": r.data.params,
+            "metrics": r.data.metrics,
+            "tags": tags,
+            "status": r.info.status,
+            "artifacts": sorted(artifact_paths(client, r.info.run_id)),
+        }
     return out

@@ -54,8 +54,13 @@ class Cluster:
 
     def script(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
         """Run ``spark.sh ARGS --dir STATE``."""
-        res = subprocess.run([str(SPARK_SH), *args, "--dir", str(self.dir)], env=self.env, capture_output=True,
-                             text=True, timeout=timeout)
+        res = subprocess.run(
+            [str(SPARK_SH), *args, "--dir", str(self.dir)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if self.dir.joinpath("ports").exists():
             self.pids()
         return res
@@ -79,9 +84,14 @@ def group_alive(pid: int) -> bool:
 
 def cluster_env() -> dict:
     """This interpreter for the workers and the drivers, this checkout first on the path, loopback only."""
-    return {**os.environ, "PYTHON": sys.executable, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-            "TRACELAKE_SPARK_TIMEOUT": "150",
-            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "TRACELAKE_SPARK_TIMEOUT": "150",
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +108,8 @@ def cluster(tmp_path_factory):
         try:
             c.script("stop")
         finally:
-            for pid in sorted(c.seen):  # last resort when stop failed: the whole group (worker, executors, Python workers)
+            for pid in sorted(
+                c.seen
+            ):  # last resort when stop failed: the whole group (worker, executors, Python workers)
                 if group_alive(pid):
                     os.killpg(pid, signal.SIGKILL)

@@ -48,8 +48,9 @@ one_task()
 def _airflow(env: dict, *args: str, check: bool = True, timeout: int = 120) -> subprocess.CompletedProcess:
     """``airflow ARGS`` in the environment ``airflow.sh env`` prints for the running home."""
     script = f'eval "$({AIRFLOW_SH} env)" && exec airflow "$@"'
-    res = subprocess.run(["bash", "-c", script, "airflow", *args], env=env, capture_output=True, text=True,
-                         timeout=timeout)
+    res = subprocess.run(
+        ["bash", "-c", script, "airflow", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert not check or res.returncode == 0, f"airflow {' '.join(args)}:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     return res
 
@@ -88,15 +89,21 @@ def test_a_task_runs_on_a_non_default_port_and_stop_leaves_nothing(tmp_path):
     dags.mkdir()
     (dags / "one_task.py").write_text(DAG)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TRACELAKE_"))}
-    env.update(TRACELAKE_AIRFLOW_HOME=str(home), TRACELAKE_DAGS_FOLDER=str(dags), VENV_BIN=str(Path(sys.executable).parent),
-               TRACELAKE_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5")
+    env.update(
+        TRACELAKE_AIRFLOW_HOME=str(home),
+        TRACELAKE_DAGS_FOLDER=str(dags),
+        VENV_BIN=str(Path(sys.executable).parent),
+        TRACELAKE_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
+    )
     port = free_port()
     while port == 8080 or _listening(port + 1) or _listening(port + 2):
         port = free_port()
     groups: list[int] = []
     try:
-        started = subprocess.run([str(AIRFLOW_SH), "start", "--port", str(port)], env=env, capture_output=True,
-                                 text=True, timeout=400)
+        started = subprocess.run(
+            [str(AIRFLOW_SH), "start", "--port", str(port)], env=env, capture_output=True, text=True, timeout=400
+        )
         groups = [int(g) for f in home.glob("*.groups") for g in f.read_text().split()]
         assert started.returncode == 0, started.stderr[-4000:]
         assert started.stdout.strip().splitlines()[-1] == f"http://127.0.0.1:{port}"

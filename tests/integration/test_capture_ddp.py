@@ -66,7 +66,12 @@ def test_traces_and_manifests_agree(landing):
 
         manifest = json.loads((folder / "manifest.json").read_text())
         validator.validate(manifest)
-        assert (manifest["job_id"], manifest["attempt"], manifest["rank"], manifest["world_size"]) == ("ddp-demo", 0, rank, 2)
+        assert (manifest["job_id"], manifest["attempt"], manifest["rank"], manifest["world_size"]) == (
+            "ddp-demo",
+            0,
+            rank,
+            2,
+        )
         assert manifest["launcher"] == "torch.distributed"
         assert manifest["capture_id"] == folder.name
         assert manifest["step_range"] == {"first": 2, "last": 4}

@@ -20,13 +20,15 @@ import time
 import pytest
 import s3fs
 import torch
+from s3_server import s3  # noqa: F401 - fixture
 
 from capture_hooks import TraceCapture
-from s3_server import s3  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
-CLIENT = {"config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_timeout": 3, "read_timeout": 5}}
+CLIENT = {
+    "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_timeout": 3, "read_timeout": 5}
+}
 STEPS = 40
 SCHEDULE = dict(wait=1, warmup=1, active=2, repeat=0)  # a capture every 4 steps: ProfilerStep#2-3, #6-7, ... #38-39
 EXPECTED = [(s, s + 1) for s in range(2, STEPS, 4)]
@@ -72,8 +74,11 @@ def _bucket_captures(server, prefix: str) -> list[dict]:
         (entry,) = manifest["files"]
         blob = fs.cat(path.rsplit("/", 1)[0] + "/" + entry["path"])
         assert (len(blob), hashlib.sha256(blob).hexdigest()) == (entry["size_bytes"], entry["sha256"])
-        steps = {int(e["name"].split("#", 1)[1]) for e in json.loads(gzip.decompress(blob))["traceEvents"]
-                 if str(e.get("name", "")).startswith("ProfilerStep#")}
+        steps = {
+            int(e["name"].split("#", 1)[1])
+            for e in json.loads(gzip.decompress(blob))["traceEvents"]
+            if str(e.get("name", "")).startswith("ProfilerStep#")
+        }
         assert steps == set(range(manifest["step_range"]["first"], manifest["step_range"]["last"] + 1))
         out.append(manifest)
     return out
@@ -88,9 +93,16 @@ def s3_env(s3, monkeypatch):  # noqa: F811
 
 def test_server_stopped_mid_training_then_back_before_the_end(s3_env, tmp_path):
     server = s3_env
-    capture = TraceCapture("s3://tracelake/fault-mid", job_id="fault-mid", storage_options=CLIENT,
-                           spool_dir=str(tmp_path / "spool"), upload_backoff_s=0.2, retry_interval_s=2.0, env=None,
-                           **SCHEDULE)
+    capture = TraceCapture(
+        "s3://tracelake/fault-mid",
+        job_id="fault-mid",
+        storage_options=CLIENT,
+        spool_dir=str(tmp_path / "spool"),
+        upload_backoff_s=0.2,
+        retry_interval_s=2.0,
+        env=None,
+        **SCHEDULE,
+    )
     seen = {}
 
     def outage():
@@ -118,9 +130,20 @@ def test_server_stopped_mid_training_then_back_before_the_end(s3_env, tmp_path):
 
 def test_server_back_only_after_training_ended(s3_env, tmp_path):
     server = s3_env
-    capture = TraceCapture("s3://tracelake/fault-late", job_id="fault-late", storage_options=CLIENT,
-                           spool_dir=str(tmp_path / "spool"), upload_backoff_s=0.2, retry_interval_s=1.0,
-                           flush_timeout_s=2.0, env=None, wait=1, warmup=1, active=2, repeat=0)
+    capture = TraceCapture(
+        "s3://tracelake/fault-late",
+        job_id="fault-late",
+        storage_options=CLIENT,
+        spool_dir=str(tmp_path / "spool"),
+        upload_backoff_s=0.2,
+        retry_interval_s=1.0,
+        flush_timeout_s=2.0,
+        env=None,
+        wait=1,
+        warmup=1,
+        active=2,
+        repeat=0,
+    )
     with capture:
         steps = Loop(capture, {5: server.stop}).run(20)
     assert steps == 20
@@ -130,6 +153,7 @@ def test_server_back_only_after_training_ended(s3_env, tmp_path):
     _wait(lambda: capture.pending == 0, 60, "the spooled captures to be uploaded")
     manifests = _bucket_captures(server, "fault-late")
     assert sorted((m["step_range"]["first"], m["step_range"]["last"]) for m in manifests) == [
-        (s, s + 1) for s in range(2, 20, 4)]
+        (s, s + 1) for s in range(2, 20, 4)
+    ]
     assert len({m["capture_id"] for m in manifests}) == len(manifests) == 5
     capture.flush(5)

@@ -21,9 +21,9 @@ import jsonschema
 import pandas as pd
 import pytest
 import s3fs
+from s3_server import s3  # noqa: F401 - fixture
 
 from jobs.demo.train_ddp import run_demo_training
-from s3_server import s3  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +66,17 @@ def test_ddp_job_lands_in_s3_and_tracelake_run_ingests_both_ranks(s3, tmp_path, 
 
     # `tracelake run --raw s3://…` as a user runs it
     warehouse = tmp_path / "warehouse"
-    cmd = [str(TRACELAKE), "run", "--raw", raw, "--warehouse", str(warehouse), "--no-mlflow",
-           "--storage-options", json.dumps(s3.storage_options)]
+    cmd = [
+        str(TRACELAKE),
+        "run",
+        "--raw",
+        raw,
+        "--warehouse",
+        str(warehouse),
+        "--no-mlflow",
+        "--storage-options",
+        json.dumps(s3.storage_options),
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     print(f"tracelake run: {time.perf_counter() - start:.1f} s\n{proc.stdout[-3000:]}")

@@ -18,8 +18,8 @@ def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
     from mlflow.tracking import MlflowClient
 
     from jobs.publish.compare import compare_command
-    from jobs.warehouse import read_frames
     from jobs.publish.tracking import log_jobs
+    from jobs.warehouse import read_frames
 
     wh, _ = corpus_warehouse
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -56,7 +56,8 @@ def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
     assert run.data.tags["tracelake.kind"] == "comparison" and run.data.tags["tracelake.compare.a_run"] == runs[(A, 0)]
     assert run.data.metrics["compare/n_added"] == len(c.added())
     assert run.data.metrics["delta/step_time_p50_ms"] == pytest.approx(
-        c.metrics.set_index("metric").loc["step_time_p50_ms", "delta"])
+        c.metrics.set_index("metric").loc["step_time_p50_ms", "delta"]
+    )
     arts = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
     assert "report/comparison.html" in arts and 'data-plot="op_deltas"' in html.read_text()
 

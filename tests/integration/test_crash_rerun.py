@@ -23,7 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-from warehouse_digest import ANALYZE_TABLES, NORMALIZE_TABLES, WAREHOUSE_TABLES, spark_partition_counts, warehouse_digests
+from warehouse_digest import (
+    NORMALIZE_TABLES,
+    WAREHOUSE_TABLES,
+    spark_partition_counts,
+    warehouse_digests,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,9 +57,11 @@ ENGINES = ("spark", "local")  # jobs/executor.py: both stage into the same commi
 
 
 def _zone(root: Path, corpus: Path, dlrm_ranks: int, extra: bool) -> Path:
-    for folder, srcs in (("dlrm", [next(corpus.glob(DLRM.format(r=r))) for r in range(dlrm_ranks)]),
-                         ("solo", [corpus / ALEXNET]),
-                         ("pair", [corpus / PAIR.format(r=r) for r in range(2)] if extra else [])):
+    for folder, srcs in (
+        ("dlrm", [next(corpus.glob(DLRM.format(r=r))) for r in range(dlrm_ranks)]),
+        ("solo", [corpus / ALEXNET]),
+        ("pair", [corpus / PAIR.format(r=r) for r in range(2)] if extra else []),
+    ):
         for src in srcs:
             (root / folder).mkdir(parents=True, exist_ok=True)
             (root / folder / src.name).symlink_to(src)
@@ -99,8 +106,15 @@ def _env(**extra) -> dict:
 
 def _run_killed_at(point: str, stage: str, raw: Path, wh: Path, engine: str = "spark") -> None:
     """Run ``stage`` in its own process group; the commit module SIGKILLs the group at ``point``."""
-    p = subprocess.run(_stage_cmd(stage, raw, wh, engine), cwd=REPO, env=_env(TRACELAKE_TEST_CRASH_AT=point),
-                       capture_output=True, text=True, start_new_session=True, timeout=300)
+    p = subprocess.run(
+        _stage_cmd(stage, raw, wh, engine),
+        cwd=REPO,
+        env=_env(TRACELAKE_TEST_CRASH_AT=point),
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:], p.stderr[-4000:])
     assert "stage finished" not in p.stdout
 
@@ -134,8 +148,9 @@ def _has_files(folder: Path) -> bool:
 def _kill_when_files_appear(cmd: list[str], folder: Path, timeout_s: float = 300) -> bool:
     """Run ``cmd`` in its own process group and SIGKILL the group as soon as a file appears under
     ``folder``; whether it was killed (``False``: it ended first)."""
-    p = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     killed = False
     try:
         deadline = time.monotonic() + timeout_s

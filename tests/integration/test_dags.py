@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -32,17 +32,33 @@ PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
 TINY = "HolisticTraceAnalysis/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-NEURON = (REPO.parent / "shared" / "corpus" / "neuron" / "AnchovyPark__npu_profiling_code" / "matmul"
-          / "neuron_profile_results" / "profile_128x128x520.json")
+NEURON = (
+    REPO.parent
+    / "shared"
+    / "corpus"
+    / "neuron"
+    / "AnchovyPark__npu_profiling_code"
+    / "matmul"
+    / "neuron_profile_results"
+    / "profile_128x128x520.json"
+)
 #: Jobs of the interval: normalized (all) and with an ingested capture.
 JOBS = ["broken", "dlrm", "tiny", "trn"]
 #: The interval the ingest run covers: [10:00, 11:00) UTC on 2026-03-01.
-SINCE = datetime(2026, 3, 1, 10, tzinfo=timezone.utc)
+SINCE = datetime(2026, 3, 1, 10, tzinfo=UTC)
 UNTIL = SINCE + timedelta(hours=1)
 
 
-def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, committed: datetime | None,
-             name: str | None = None, kind: str = "kineto_trace") -> Path:
+def _capture(
+    root: Path,
+    job: str,
+    rank: int,
+    world_size: int,
+    src: Path,
+    committed: datetime | None,
+    name: str | None = None,
+    kind: str = "kineto_trace",
+) -> Path:
     """One landing-zone capture folder: ``src`` symlinked (as ``name``, default ``trace.json[.gz]``), and
     (unless ``committed`` is None) a schema-valid manifest.json written by capture_hooks' builder, with
     mtime ``committed``."""
@@ -58,13 +74,33 @@ def _capture(root: Path, job: str, rank: int, world_size: int, src: Path, commit
     (folder / name).symlink_to(src)
     if committed is None:  # still being written: no manifest yet
         return folder
-    ident = Identity(rank=rank, local_rank=rank, world_size=world_size, node=0, attempt=0, launcher="torchrun",
-                     host="node-0", pid=1000 + rank, accelerator="cuda", device_name=None, torch_version="2.1.0",
-                     cuda_version="12.1", driver_version=None)
-    manifest = build_manifest(identity=ident, job_id=job, attempt=0, capture_id=folder.name,
-                              created_at_ns=int(when.timestamp() * 1e9), step_first=None, step_last=None,
-                              profiler={"name": "torch.profiler"}, tags={"team": "ranking"},
-                              files=[file_entry(str(src), name, kind)])
+    ident = Identity(
+        rank=rank,
+        local_rank=rank,
+        world_size=world_size,
+        node=0,
+        attempt=0,
+        launcher="torchrun",
+        host="node-0",
+        pid=1000 + rank,
+        accelerator="cuda",
+        device_name=None,
+        torch_version="2.1.0",
+        cuda_version="12.1",
+        driver_version=None,
+    )
+    manifest = build_manifest(
+        identity=ident,
+        job_id=job,
+        attempt=0,
+        capture_id=folder.name,
+        created_at_ns=int(when.timestamp() * 1e9),
+        step_first=None,
+        step_last=None,
+        profiler={"name": "torch.profiler"},
+        tags={"team": "ranking"},
+        files=[file_entry(str(src), name, kind)],
+    )
     validate_manifest(manifest)
     (folder / "manifest.json").write_bytes(encode_manifest(manifest))
     os.utime(folder / "manifest.json", (when.timestamp(), when.timestamp()))
@@ -97,28 +133,44 @@ def stack(tmp_path_factory):
     """A migrated Airflow home and a running ``mlflow server`` (both started in parallel); stopped after."""
     tmp = tmp_path_factory.mktemp("airflow_stack")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_"))}
-    env.update(AIRFLOW_HOME=str(tmp / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"), AIRFLOW__CORE__UNIT_TEST_MODE="False",
-               PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", GX_ANALYTICS_ENABLED="false",
-               TRACELAKE_TASK_RETRIES="0")  # a failed task ends dag.test() instead of waiting for its retry
+    env.update(
+        AIRFLOW_HOME=str(tmp / "airflow"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+        AIRFLOW__CORE__UNIT_TEST_MODE="False",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        GX_ANALYTICS_ENABLED="false",
+        TRACELAKE_TASK_RETRIES="0",
+    )  # a failed task ends dag.test() instead of waiting for its retry
     mlflow_dir = tmp / "mlflow"
-    mlflow = subprocess.Popen([str(REPO / "infra/local/mlflow.sh"), "start", "--port", str(free_port()),
-                               "--dir", str(mlflow_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**env, "PYTHON": PYTHON})
-    migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300)
+    mlflow = subprocess.Popen(
+        [str(REPO / "infra/local/mlflow.sh"), "start", "--port", str(free_port()), "--dir", str(mlflow_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "PYTHON": PYTHON},
+    )
+    migrate = subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
     out, err = mlflow.communicate(timeout=300)
     try:
         assert migrate.returncode == 0, migrate.stderr[-3000:]
         assert mlflow.returncode == 0, err[-3000:]
         yield {"env": env, "tracking_uri": out.strip().splitlines()[-1], "tmp": tmp}
     finally:
-        subprocess.run([str(REPO / "infra/local/mlflow.sh"), "stop", "--dir", str(mlflow_dir)],
-                       env={**env, "PYTHON": PYTHON}, capture_output=True, timeout=60)
+        subprocess.run(
+            [str(REPO / "infra/local/mlflow.sh"), "stop", "--dir", str(mlflow_dir)],
+            env={**env, "PYTHON": PYTHON},
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def _python(code: str, env: dict, timeout: int, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-c", code, *args], env=env, cwd=str(REPO), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [PYTHON, "-c", code, *args], env=env, cwd=str(REPO), capture_output=True, text=True, timeout=timeout
+    )
 
 
 IMPORT_CHECK = """
@@ -173,18 +225,24 @@ print("RESULT " + json.dumps(out))
 def dag_runs(stack, landing):
     """Run tracelake_ingest for [SINCE, UNTIL), then tracelake_fleet_report, with dag.test() in one subprocess."""
     wh = stack["tmp"] / "warehouse"
-    env = {**stack["env"], "AIRFLOW_VAR_TRACELAKE_RAW": str(landing), "AIRFLOW_VAR_TRACELAKE_WAREHOUSE": str(wh),
-           "AIRFLOW_VAR_TRACELAKE_TRACKING_URI": stack["tracking_uri"],
-           # small batches on 2 cores: a JVM that starts fast (C1 JIT only) halves each spark-submit's start
-           "AIRFLOW_VAR_TRACELAKE_SPARK_CONF": json.dumps(
-               {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-                "spark.driver.memory": "2g"})}
+    env = {
+        **stack["env"],
+        "AIRFLOW_VAR_TRACELAKE_RAW": str(landing),
+        "AIRFLOW_VAR_TRACELAKE_WAREHOUSE": str(wh),
+        "AIRFLOW_VAR_TRACELAKE_TRACKING_URI": stack["tracking_uri"],
+        # small batches on 2 cores: a JVM that starts fast (C1 JIT only) halves each spark-submit's start
+        "AIRFLOW_VAR_TRACELAKE_SPARK_CONF": json.dumps(
+            {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", "spark.driver.memory": "2g"}
+        ),
+    }
     # connection spark_tracelake is deliberately not defined: the stages must default to local mode
     ingest, fleet = str(REPO / "dags/tracelake_ingest.py"), str(REPO / "dags/tracelake_fleet_report.py")
-    runs = [["ingest", ingest, "ingest_dag", UNTIL.isoformat(), ""],
-            # an hour with no commit (and no earlier successful run): discover skips the rest
-            ["ingest_empty", ingest, "ingest_dag", (SINCE - timedelta(hours=1)).isoformat(), ""],
-            ["fleet", fleet, "fleet_report_dag", UNTIL.isoformat(), ""]]
+    runs = [
+        ["ingest", ingest, "ingest_dag", UNTIL.isoformat(), ""],
+        # an hour with no commit (and no earlier successful run): discover skips the rest
+        ["ingest_empty", ingest, "ingest_dag", (SINCE - timedelta(hours=1)).isoformat(), ""],
+        ["fleet", fleet, "fleet_report_dag", UNTIL.isoformat(), ""],
+    ]
     log = stack["tmp"] / "dag_test.log"
     try:
         res = _python(RUN_DAGS, env, 1200, json.dumps({"runs": runs}))
@@ -193,9 +251,15 @@ def dag_runs(stack, landing):
         raise AssertionError(f"dag.test timed out; log: {log}") from exc
     log.write_text(res.stdout + "\n--- stderr ---\n" + res.stderr)
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert res.returncode == 0 and lines, f"dag.test failed (log: {stack['tmp'] / 'dag_test.log'}):\n{res.stderr[-4000:]}"
-    return {"result": json.loads(lines[-1][len("RESULT "):]), "warehouse": wh,
-            "tracking_uri": stack["tracking_uri"], "log": stack["tmp"] / "dag_test.log"}
+    assert res.returncode == 0 and lines, (
+        f"dag.test failed (log: {stack['tmp'] / 'dag_test.log'}):\n{res.stderr[-4000:]}"
+    )
+    return {
+        "result": json.loads(lines[-1][len("RESULT ") :]),
+        "warehouse": wh,
+        "tracking_uri": stack["tracking_uri"],
+        "log": stack["tmp"] / "dag_test.log",
+    }
 
 
 def _table(wh: Path, name: str):
@@ -215,7 +279,10 @@ def test_ingest_dag_runs_every_stage_for_its_interval(dag_runs):
 def test_ingest_dag_skips_an_interval_without_commits(dag_runs):
     empty = dag_runs["result"]["ingest_empty"]
     assert empty["state"] == "success", (empty, dag_runs["log"])
-    assert (empty["since"], empty["until"]) == ((SINCE - timedelta(hours=2)).isoformat(), (SINCE - timedelta(hours=1)).isoformat())
+    assert (empty["since"], empty["until"]) == (
+        (SINCE - timedelta(hours=2)).isoformat(),
+        (SINCE - timedelta(hours=1)).isoformat(),
+    )
     assert empty["tasks"]["discover"] == "success"
     assert {t for t, s in empty["tasks"].items() if s == "skipped"} == {st.name for st in INGEST}
 
@@ -255,7 +322,8 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
     assert dlrm.data.metrics["n_ranks"] == 2 and dlrm.data.params["world_size"] == "8"
     assert dlrm.data.metrics["step_time_p50_ms"] > 0
     assert {"steps.csv", "ranks.csv", "captures.json", "findings.json", "report", "validation"} <= {
-        a.path for a in client.list_artifacts(dlrm.info.run_id)}  # the job report and validation report too
+        a.path for a in client.list_artifacts(dlrm.info.run_id)
+    }  # the job report and validation report too
     assert runs["trn"].data.metrics["neuron/n_profiles"] == 1  # Neuron metrics, as tracelake run logs them
 
     fleet = dag_runs["result"]["fleet"]
@@ -274,8 +342,9 @@ def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, l
     from jobs.pipeline.run import run_pipeline
 
     wh = tmp_path / "warehouse"
-    res = run_pipeline(str(landing), str(wh), tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", spark=spark,
-                       since=SINCE, until=UNTIL)
+    res = run_pipeline(
+        str(landing), str(wh), tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", spark=spark, since=SINCE, until=UNTIL
+    )
     assert res.job_ids == JOBS
     dag_wh = dag_runs["warehouse"]
     cli, dag = warehouse_digests(wh), warehouse_digests(dag_wh)

@@ -25,8 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def demo(tmp_path_factory):
     work = tmp_path_factory.mktemp("demo")
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "jobs.cli", "demo", "--workdir", str(work)], cwd=str(ROOT),
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "160"})
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "demo", "--workdir", str(work)],
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "160"},
+    )
     print(f"tracelake demo: {time.perf_counter() - start:.1f} s")
     assert out.returncode == 0, out.stderr[-3000:]
     return work, out.stdout
@@ -34,7 +40,7 @@ def demo(tmp_path_factory):
 
 def test_the_demo_finds_the_straggler_and_the_regression(demo):
     work, stdout = demo
-    found = stdout[stdout.index("what the demo found"):]
+    found = stdout[stdout.index("what the demo found") :]
     assert re.search(r"Rank 1 arrives last at \d+ of \d+ collectives; the other ranks wait [\d.]+ ms per step", found)
     assert "what to do: Find why rank 1 is late" in found
     assert re.search(r"job step p50 [\d.]+ → [\d.]+ ms \(\+\d+ %, p = [\d.e-]+\): regression", found)
@@ -45,8 +51,10 @@ def test_the_demo_finds_the_straggler_and_the_regression(demo):
     assert top["rule"] == "straggler_rank" and list(top["ranks"]) == [1] and top["est_time_lost_per_step_ns"] > 5e6
     # the baseline may have a small natural straggler (2 ranks on 2 cores), never rank 1 paying what was planted
     base = f[f["job_id"].str.endswith("-baseline") & (f["rule"] == "straggler_rank")]
-    assert all(list(x) != [1] or lost < top["est_time_lost_per_step_ns"] / 3
-               for x, lost in zip(base["ranks"], base["est_time_lost_per_step_ns"]))
+    assert all(
+        list(x) != [1] or lost < top["est_time_lost_per_step_ns"] / 3
+        for x, lost in zip(base["ranks"], base["est_time_lost_per_step_ns"])
+    )
     p50 = r[(r["metric"] == "step_time_p50_ns") & r["job_id"].str.endswith("-slow")].iloc[0]
     assert p50["verdict"] == "regression" and p50["p_value"] < 0.01
     assert not (f["rule"] == "blocking_sync").any()  # a CPU-only job has no host-device synchronization

@@ -21,7 +21,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-
 from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -58,8 +57,16 @@ def assert_same_warehouse(a: Path, b: Path) -> None:
 
 
 def _counts(record: dict) -> dict:
-    keep = ("job_ids", "ingested_job_ids", "n_captures", "n_quarantined", "analyze_counts", "fleet_counts",
-            "n_regressions", "n_discovered")
+    keep = (
+        "job_ids",
+        "ingested_job_ids",
+        "n_captures",
+        "n_quarantined",
+        "analyze_counts",
+        "fleet_counts",
+        "n_regressions",
+        "n_discovered",
+    )
     return {k: record.get(k) for k in keep}
 
 
@@ -118,13 +125,19 @@ def test_tracelake_run_needs_no_java(edge_landing, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME", "PYSPARK_SUBMIT_ARGS")}
     java = shutil.which("java")
     if java:
-        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
-                                      if not os.path.exists(os.path.join(p, "java")))
+        env["PATH"] = os.pathsep.join(
+            p for p in env["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(p, "java"))
+        )
     env["JAVA_HOME"] = str(tmp_path / "no-java")
     wh = tmp_path / "wh"
-    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "--raw", str(edge_landing), "--warehouse", str(wh),
-                           "--no-mlflow"], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "run", "--raw", str(edge_landing), "--warehouse", str(wh), "--no-mlflow"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     steps = ds.dataset(str(wh / "steps"), format="parquet", partitioning="hive").to_table()
     assert steps.num_rows > 0 and isinstance(steps, pa.Table)

@@ -22,8 +22,17 @@ def _train(landing, job_id: str, sleep_s: float, steps: int = 10, git_sha: str =
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with TraceCapture(str(landing), job_id=job_id, tags={"job_name": "nightly-mlp", "model": "mlp-3", "git_sha": git_sha},
-                      wait=0, warmup=1, active=steps, repeat=1, background=False, env={}) as cap:
+    with TraceCapture(
+        str(landing),
+        job_id=job_id,
+        tags={"job_name": "nightly-mlp", "model": "mlp-3", "git_sha": git_sha},
+        wait=0,
+        warmup=1,
+        active=steps,
+        repeat=1,
+        background=False,
+        env={},
+    ) as cap:
         for _ in range(steps + 2):
             x = torch.randn(16, 32)
             model(x).sum().backward()
@@ -81,7 +90,9 @@ def test_regression_of_the_slow_run_is_found_and_logged(nightly):
     run = client.get_run(result.run_ids[("nightly-3", 0)])
     assert run.data.tags["tracelake.regression"] == "regression"
     assert run.data.tags["tracelake.job_name"] == "nightly-mlp" and run.data.tags["tracelake.model"] == "mlp-3"
-    assert run.data.metrics["regression/step_time_p50_ns/change_pct"] == pytest.approx(slow["change_pct"], abs=0.005)  # 2 decimals
+    assert run.data.metrics["regression/step_time_p50_ns/change_pct"] == pytest.approx(
+        slow["change_pct"], abs=0.005
+    )  # 2 decimals
     first = client.get_run(result.run_ids[("nightly-0", 0)])
     assert first.data.tags["tracelake.regression"] == "no_baseline"
 
@@ -92,13 +103,16 @@ def test_fleet_stats_match_the_steps_table(spark, nightly):
     steps = spark.read.parquet(str(wh / "steps")).toPandas()
     steps = steps[steps["step"] >= 0]
     job_step = steps.groupby(["job_id", "attempt", "step"])["step_time_ns"].max()
-    name = stats[(stats["dimension"] == "job_name") & (stats["value"] == "nightly-mlp") & (stats["date"] == "all")].iloc[0]
+    name = stats[
+        (stats["dimension"] == "job_name") & (stats["value"] == "nightly-mlp") & (stats["date"] == "all")
+    ].iloc[0]
     assert name["n_runs"] == 4 and name["n_steps"] == len(job_step) and name["n_rank_steps"] == len(steps)
     for q in (50, 90, 99):
         assert name[f"step_time_p{q}_ns"] == pytest.approx(np.percentile(job_step.to_numpy(dtype=float), q), abs=1)
     one = stats[(stats["dimension"] == "job") & (stats["value"] == "nightly-3#0") & (stats["date"] == "all")].iloc[0]
     assert one["step_time_p50_ns"] == pytest.approx(
-        np.percentile(job_step.loc["nightly-3"].to_numpy(dtype=float), 50), abs=1)
+        np.percentile(job_step.loc["nightly-3"].to_numpy(dtype=float), 50), abs=1
+    )
     # every dimension is present; CPU-only traces: hardware `cpu`, no GPU idle %
     assert set(stats["dimension"]) == {"fleet", "job_name", "job", "model", "hardware", "torch_version"}
     hw = stats[(stats["dimension"] == "hardware") & (stats["date"] == "all")]
@@ -125,7 +139,9 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     assert row["n_ranks"] == 8
     s = steps[(steps["job_id"] == dlrm_job) & (steps["step"] >= 0)]
     assert row["idle_pct"] == pytest.approx(s["idle_time_ns"].sum() / s["kernel_time_ns"].sum() * 100, rel=1e-9)
-    assert row["exposed_comm_pct"] == pytest.approx(s["exposed_comm_ns"].sum() / s["step_time_ns"].sum() * 100, rel=1e-9)
+    assert row["exposed_comm_pct"] == pytest.approx(
+        s["exposed_comm_ns"].sum() / s["step_time_ns"].sum() * 100, rel=1e-9
+    )
     kern = spark.read.parquet(str(wh / "fleet_kernels")).toPandas()
     top = kern[(kern["dimension"] == "job") & (kern["value"] == f"{dlrm_job}#0") & (kern["date"] == "all")]
     k = spark.read.parquet(str(wh / "kernels")).toPandas()
@@ -146,7 +162,10 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     key = ["dimension", "value", "rule"]
     got_ff = got_ff.sort_values(key).reset_index(drop=True)
     expect_ff = expect_ff.sort_values(key).reset_index(drop=True)
-    assert got_ff[key + ["impact_rank", "n_runs", "n_steps", "time_lost_ns"]].astype(str).equals(
-        expect_ff[key + ["impact_rank", "n_runs", "n_steps", "time_lost_ns"]].astype(str))
+    assert (
+        got_ff[key + ["impact_rank", "n_runs", "n_steps", "time_lost_ns"]]
+        .astype(str)
+        .equals(expect_ff[key + ["impact_rank", "n_runs", "n_steps", "time_lost_ns"]].astype(str))
+    )
     assert np.allclose(got_ff["accelerator_hours"], expect_ff["accelerator_hours"], rtol=1e-12)
     assert isinstance(res.regressions, pd.DataFrame) and len(res.regressions)

@@ -38,14 +38,28 @@ def fleet_wh(tmp_path_factory):
     from jobs.pipeline.run import run_pipeline
 
     base = tmp_path_factory.mktemp("hosts")
-    fb.build_fleet(str(base / "landing"), str(CORPUS), n_dlrm=4, n_single=0, steps=1, seed=3,
-                   straggler_rank=2, delay_ms=0.0, scale_jitter=0.0, clock_jitter_us=0.0, straggler_job_index=-1,
-                   log=lambda *_: None, hosts=_hosts, job_scale=lambda j: 1.5 if j == 3 else 1.0)
+    fb.build_fleet(
+        str(base / "landing"),
+        str(CORPUS),
+        n_dlrm=4,
+        n_single=0,
+        steps=1,
+        seed=3,
+        straggler_rank=2,
+        delay_ms=0.0,
+        scale_jitter=0.0,
+        clock_jitter_us=0.0,
+        straggler_job_index=-1,
+        log=lambda *_: None,
+        hosts=_hosts,
+        job_scale=lambda j: 1.5 if j == 3 else 1.0,
+    )
     res = run_pipeline(str(base / "landing"), str(base / "wh"), log_to_mlflow=False, executor="local")
     assert sorted(res.job_ids) == [f"fleet-dlrm-{j:03d}" for j in range(4)]
     fleet = res.record["validation"]["fleet"]  # the fleet stage validated its tables whole
     assert sorted(t["table"] for t in fleet["tables"].values()) == sorted(
-        ["fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health"])
+        ["fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health"]
+    )
     assert all(t["status"] == "passed" for t in fleet["tables"].values()), fleet
     return base / "wh"
 
@@ -57,8 +71,11 @@ def test_the_bad_host_is_flagged_and_the_slow_job_blames_none(fleet_wh):
     assert set(h.index) == {"node-a", "node-b", "node-c", "node-bad", "node-d", "node-e"}
     assert list(h.index[h["suspect_hardware"]]) == ["node-bad"]
     bad = h.loc["node-bad"]
-    assert bad["n_jobs"] == 3 and bad["n_slow_jobs"] == 3 and list(bad["slow_jobs"]) == [
-        f"fleet-dlrm-{j:03d}" for j in range(3)]
+    assert (
+        bad["n_jobs"] == 3
+        and bad["n_slow_jobs"] == 3
+        and list(bad["slow_jobs"]) == [f"fleet-dlrm-{j:03d}" for j in range(3)]
+    )
     assert bad["last_arrival_ratio"] == pytest.approx(2.0)  # last at every call, with half of each job's ranks
     ev = json.loads(bad["evidence_json"])
     assert [e["ranks"] for e in ev] == [[4, 5, 6, 7]] * 3 and all(e["slow"] for e in ev)
@@ -93,18 +110,23 @@ def test_everywhere_a_user_looks(fleet_wh):
     from jobs.agent import queries
     from jobs.publish.report.html import render_fleet_report
     from jobs.publish.reports import load_fleet_tables
-    from schemas import FLEET_TABLES
-
     from jobs.validate.marks import read_table_marks
+    from schemas import FLEET_TABLES
 
     t = load_fleet_tables(str(fleet_wh))
     marks = read_table_marks(str(fleet_wh), FLEET_TABLES)
     assert {k: m["status"] for k, m in marks.items()} == dict.fromkeys(FLEET_TABLES, "passed")
-    html = render_fleet_report(t.get("ranks"), t.get("captures"), t.get("steps"), t.get("findings"),
-                               fleet={k: t[k] for k in FLEET_TABLES if k in t}, fleet_validation=marks)
+    html = render_fleet_report(
+        t.get("ranks"),
+        t.get("captures"),
+        t.get("steps"),
+        t.get("findings"),
+        fleet={k: t[k] for k in FLEET_TABLES if k in t},
+        fleet_validation=marks,
+    )
     assert 'id="fleet-validation"' in html and "Fleet data quality" in html
     assert "All 5 passed." in html
-    host = html[html.index('id="host-health"'):]
+    host = html[html.index('id="host-health"') :]
     assert "Hardware suspects: 1 of 6 host(s), 1 of 24 device(s)" in host and "node-bad/7" in host
     assert 'data-plot="host_job_heatmap"' in host and "last-arrival ratio of 6 hosts in 4 jobs" in host
     assert 'data-plot="recoverable_hours"' in html
@@ -114,8 +136,13 @@ def test_everywhere_a_user_looks(fleet_wh):
     assert [h.target for h in queries.host_health(str(fleet_wh), host="node-e", kind="host").hosts] == ["node-e"]
     ff = queries.fleet_findings(str(fleet_wh))
     assert ff.rows[0].rule == "straggler_rank" and ff.rows[0].impact_rank == 1
-    out = subprocess.run([sys.executable, "-m", "jobs.cli", "fleet", "--warehouse", str(fleet_wh)], cwd=str(ROOT),
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "fleet", "--warehouse", str(fleet_wh)],
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 hardware suspect(s) among 6 host(s), 24 device(s)" in out.stdout
     assert "device node-bad/7: slow in 3 of 3 job(s), last-arrival ratio 5.00" in out.stdout
@@ -139,6 +166,8 @@ def test_spark_reduction_gives_the_same_fleet_tables(fleet_wh, spark, tmp_path):
     for table in ("host_health", "fleet_findings", "fleet_stats"):
         a, b = (read_pandas(str(w), (table,))[table] for w in (fleet_wh, copy))
         key = list(a.columns)
-        as_text = [sorted(json.dumps(r, sort_keys=True, default=repr) for r in d.to_dict(orient="records"))
-                   for d in (a, b[key])]
+        as_text = [
+            sorted(json.dumps(r, sort_keys=True, default=repr) for r in d.to_dict(orient="records"))
+            for d in (a, b[key])
+        ]
         assert as_text[0] == as_text[1], table

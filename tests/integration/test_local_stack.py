@@ -25,8 +25,11 @@ STACK = REPO / "infra" / "local" / "stack.sh"
 
 def _pids(env: dict) -> list[int]:
     """Every pid file of the four state folders: S3 (state.json), MLflow, Spark master and workers, Airflow."""
-    pids = [int(p.read_text()) for key in ("TRACELAKE_MLFLOW_DIR", "TRACELAKE_SPARK_DIR", "TRACELAKE_AIRFLOW_HOME")
-            for p in Path(env[key]).glob("*.pid")]
+    pids = [
+        int(p.read_text())
+        for key in ("TRACELAKE_MLFLOW_DIR", "TRACELAKE_SPARK_DIR", "TRACELAKE_AIRFLOW_HOME")
+        for p in Path(env[key]).glob("*.pid")
+    ]
     state = Path(env["TRACELAKE_S3_DIR"]) / "state.json"
     if state.exists() and json.loads(state.read_text()).get("pid"):
         pids.append(int(json.loads(state.read_text())["pid"]))
@@ -45,15 +48,23 @@ def _running(pid: int) -> bool:
 
 def test_one_command_starts_the_wired_stack_and_one_stops_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_", "AWS_"))}
-    env.update(PYTHON=sys.executable, TRACELAKE_S3_DIR=str(tmp_path / "s3"), TRACELAKE_MLFLOW_DIR=str(tmp_path / "mlflow"),
-               TRACELAKE_MLFLOW_PORT=str(free_port()), TRACELAKE_SPARK_DIR=str(tmp_path / "spark"),
-               TRACELAKE_AIRFLOW_HOME=str(tmp_path / "airflow"), VENV_BIN=str(Path(sys.executable).parent),
-               TRACELAKE_DAGS_FOLDER=str(REPO / "dags"), GX_ANALYTICS_ENABLED="false")
+    env.update(
+        PYTHON=sys.executable,
+        TRACELAKE_S3_DIR=str(tmp_path / "s3"),
+        TRACELAKE_MLFLOW_DIR=str(tmp_path / "mlflow"),
+        TRACELAKE_MLFLOW_PORT=str(free_port()),
+        TRACELAKE_SPARK_DIR=str(tmp_path / "spark"),
+        TRACELAKE_AIRFLOW_HOME=str(tmp_path / "airflow"),
+        VENV_BIN=str(Path(sys.executable).parent),
+        TRACELAKE_DAGS_FOLDER=str(REPO / "dags"),
+        GX_ANALYTICS_ENABLED="false",
+    )
     port = free_port()
     pids: list[int] = []
     try:
-        started = subprocess.run([str(STACK), "start", "--port", str(port)], env=env, capture_output=True, text=True,
-                                 timeout=600)
+        started = subprocess.run(
+            [str(STACK), "start", "--port", str(port)], env=env, capture_output=True, text=True, timeout=600
+        )
         pids = _pids(env)
         assert started.returncode == 0, started.stderr[-4000:]
         assert started.stdout.strip().splitlines()[-1] == f"http://127.0.0.1:{port}"
@@ -72,7 +83,7 @@ def test_one_command_starts_the_wired_stack_and_one_stops_it(tmp_path):
         options = json.loads(seen["AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS"])
         assert options["endpoint_url"] == seen["AWS_ENDPOINT_URL"] and options["key"] == seen["AWS_ACCESS_KEY_ID"]
         assert seen["AIRFLOW_VAR_TRACELAKE_TRACKING_URI"] == seen["MLFLOW_TRACKING_URI"]
-        dags = {d["dag_id"] for d in json.loads(res.stdout[res.stdout.index("[{"):])}
+        dags = {d["dag_id"] for d in json.loads(res.stdout[res.stdout.index("[{") :])}
         assert {"tracelake_ingest", "tracelake_fleet_report"} <= dags, dags
     finally:
         stopped = subprocess.run([str(STACK), "stop"], env=env, capture_output=True, text=True, timeout=300)

@@ -27,8 +27,20 @@ from schemas.agent import MAX_ANSWER_CHARS, SCHEMAS_FILE
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {"list_jobs", "job_summary", "findings", "critical_path", "collectives", "kernels", "compare", "regressions",
-         "fleet_stats", "fleet_findings", "host_health", "sql"}
+TOOLS = {
+    "list_jobs",
+    "job_summary",
+    "findings",
+    "critical_path",
+    "collectives",
+    "kernels",
+    "compare",
+    "regressions",
+    "fleet_stats",
+    "fleet_findings",
+    "host_health",
+    "sql",
+}
 PUBLISHED = json.loads(SCHEMAS_FILE.read_text())["tools"]
 
 
@@ -113,8 +125,11 @@ async def _exercise(client, dlrm: str) -> None:
     assert [f["rank_order"] for f in found["findings"]] == list(range(1, len(found["findings"]) + 1))
     fleet = await s.call("findings", limit=20)
     lost = [f["est_time_lost_per_step_ns"] or 0 for f in fleet["findings"]]
-    assert fleet["scope"] == "fleet" and lost == sorted(lost, reverse=True) and len({f["job_id"] for f in
-                                                                                     fleet["findings"]}) > 1
+    assert (
+        fleet["scope"] == "fleet"
+        and lost == sorted(lost, reverse=True)
+        and len({f["job_id"] for f in fleet["findings"]}) > 1
+    )
 
     cp = await s.call("critical_path", job_id=dlrm)
     assert cp["scope"] == "job" and cp["step"] in cp["steps_available"]
@@ -138,8 +153,9 @@ async def _exercise(client, dlrm: str) -> None:
     assert big["page"]["truncated"] and big["page"]["returned"] < min(500, big["page"]["total"])
     every = await s.pages("kernels", "kernels", job_id=dlrm, top=500)
     assert len(every) == big["page"]["total"] and len({r["name"] for r in every}) == len(every)
-    assert "another question" in await s.error("kernels", job_id=ids[0] if ids[0] != dlrm else ids[1],
-                                               cursor=big["page"]["next_cursor"])
+    assert "another question" in await s.error(
+        "kernels", job_id=ids[0] if ids[0] != dlrm else ids[1], cursor=big["page"]["next_cursor"]
+    )
     assert "not a cursor" in await s.error("kernels", job_id=dlrm, cursor="garbage")
 
     other = next(j for j in ids if j != dlrm)
@@ -166,11 +182,15 @@ async def _exercise(client, dlrm: str) -> None:
     assert {r[0] for r in q["rows"]} <= set(ids)
     capped = await s.call("sql", query="SELECT job_id, rank, step FROM steps", max_rows=3)
     assert len(capped["rows"]) == 3 and capped["page"]["truncated"]
-    for hostile, why in [("DROP VIEW steps", "SELECT"), ("SELECT * FROM parquet.`/etc/passwd`", "file"),
-                         ("SELECT java_method('java.lang.System', 'getenv', 'HOME')", "java_method"),
-                         ("SELECT 1; SELECT 2", "one statement"), ("SET spark.sql.ansi.enabled=false", "SELECT"),
-                         ("SELECT * FROM read_files('/etc/passwd')", "read_files"),
-                         ("SELECT count(*) FROM events a CROSS JOIN events b", "equality condition")]:
+    for hostile, why in [
+        ("DROP VIEW steps", "SELECT"),
+        ("SELECT * FROM parquet.`/etc/passwd`", "file"),
+        ("SELECT java_method('java.lang.System', 'getenv', 'HOME')", "java_method"),
+        ("SELECT 1; SELECT 2", "one statement"),
+        ("SET spark.sql.ansi.enabled=false", "SELECT"),
+        ("SELECT * FROM read_files('/etc/passwd')", "read_files"),
+        ("SELECT count(*) FROM events a CROSS JOIN events b", "equality condition"),
+    ]:
         assert why.lower() in (await s.error("sql", query=hostile)).lower(), hostile
     runs = await s.call("sql", query="SELECT count(DISTINCT job_id, attempt) AS runs FROM steps")  # the views survived
     assert (await s.call("fleet_stats", dimension="fleet"))["rows"][0]["n_runs"] == runs["rows"][0][0] > 0
@@ -189,8 +209,9 @@ def test_stdio(wh, dlrm):
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "jobs.cli", "mcp", "--warehouse", wh],
-                                   env=_server_env(), cwd=str(ROOT))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "jobs.cli", "mcp", "--warehouse", wh], env=_server_env(), cwd=str(ROOT)
+    )
 
     async def main():
         async with Client(params, read_timeout_seconds=120) as client:
@@ -223,23 +244,31 @@ def test_http_with_token(wh, dlrm):
     from mcp.client.streamable_http import streamable_http_client
 
     port, token = _free_port(), "s3cret-token-for-the-test"
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "mcp", "--warehouse", wh, "--http", f"127.0.0.1:{port}"],
-                            env={**_server_env(), "TRACELAKE_MCP_TOKEN": token}, cwd=str(ROOT),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "mcp", "--warehouse", wh, "--http", f"127.0.0.1:{port}"],
+        env={**_server_env(), "TRACELAKE_MCP_TOKEN": token},
+        cwd=str(ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         _wait_listening(port, proc)
         for header in (None, "Bearer wrong-token", f"Basic {token}"):  # no token, a bad one: 401 before MCP
-            req = urllib.request.Request(url, data=b"{}", method="POST", headers={"Content-Type": "application/json",
-                                                                                  **({"Authorization": header}
-                                                                                     if header else {})})
+            req = urllib.request.Request(
+                url,
+                data=b"{}",
+                method="POST",
+                headers={"Content-Type": "application/json", **({"Authorization": header} if header else {})},
+            )
             with pytest.raises(urllib.error.HTTPError) as e:
                 urllib.request.urlopen(req, timeout=10)
             assert e.value.code == 401
 
         async def main():
-            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120,
-                                          follow_redirects=True) as http:
+            async with httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {token}"}, timeout=120, follow_redirects=True
+            ) as http:
                 async with Client(streamable_http_client(url, http_client=http), read_timeout_seconds=120) as client:
                     await _exercise(client, dlrm)
 
@@ -251,6 +280,12 @@ def test_http_with_token(wh, dlrm):
 
 def test_http_refuses_non_loopback_without_token(wh):
     env = {k: v for k, v in _server_env().items() if k != "TRACELAKE_MCP_TOKEN"}
-    r = subprocess.run([sys.executable, "-m", "jobs.cli", "mcp", "--warehouse", wh, "--http", "0.0.0.0:1", "--no-sql"],
-                       env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "mcp", "--warehouse", wh, "--http", "0.0.0.0:1", "--no-sql"],
+        env=env,
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "TRACELAKE_MCP_TOKEN" in r.stderr

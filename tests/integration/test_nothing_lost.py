@@ -23,14 +23,31 @@ ALEXNET = "HolisticTraceAnalysis/critical_path/alexnet/benchmark_result_2869224_
 
 def _manifest(trace: bytes, rank: int, cid: str) -> dict:
     return {
-        "schema_version": "1", "job_id": "lz", "attempt": 0, "rank": rank, "local_rank": rank, "world_size": 2,
-        "node": 0, "host": "h1", "accelerator": "cuda", "device_name": None, "torch_version": "2.4.0",
-        "cuda_version": None, "created_at": "2024-05-01T10:00:00Z", "step_range": {"first": 1, "last": 3},
+        "schema_version": "1",
+        "job_id": "lz",
+        "attempt": 0,
+        "rank": rank,
+        "local_rank": rank,
+        "world_size": 2,
+        "node": 0,
+        "host": "h1",
+        "accelerator": "cuda",
+        "device_name": None,
+        "torch_version": "2.4.0",
+        "cuda_version": None,
+        "created_at": "2024-05-01T10:00:00Z",
+        "step_range": {"first": 1, "last": 3},
         "capture_id": cid,
         "profiler": {"name": "torch.profiler", "schedule": {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}},
         "tags": {"model": "alexnet"},
-        "files": [{"path": "trace.json.gz", "size_bytes": len(trace), "sha256": hashlib.sha256(trace).hexdigest(),
-                   "kind": "kineto_trace"}],
+        "files": [
+            {
+                "path": "trace.json.gz",
+                "size_bytes": len(trace),
+                "sha256": hashlib.sha256(trace).hexdigest(),
+                "kind": "kineto_trace",
+            }
+        ],
     }
 
 
@@ -59,9 +76,13 @@ def zone(tmp_path_factory, torch_corpus):
     good = gzip.decompress((torch_corpus / ALEXNET).read_bytes())
     bad = root / "bad"
     bad.mkdir()
-    for name, data in {"truncated.json": good[: len(good) // 2], "truncated.json.gz": gzip.compress(good)[:3000],
-                       "notjson.json": b"this is not json at all", "notatrace.json": json.dumps({"hello": [1]}).encode(),
-                       "empty.json": b""}.items():
+    for name, data in {
+        "truncated.json": good[: len(good) // 2],
+        "truncated.json.gz": gzip.compress(good)[:3000],
+        "notjson.json": b"this is not json at all",
+        "notatrace.json": json.dumps({"hello": [1]}).encode(),
+        "empty.json": b"",
+    }.items():
         (bad / name).write_bytes(data)
         expected[str(bad / name)] = "quarantined"
     trace = (torch_corpus / ALEXNET).read_bytes()

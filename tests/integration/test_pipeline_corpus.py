@@ -34,9 +34,11 @@ def test_every_corpus_trace_is_ingested(corpus_warehouse, torch_corpus):
 def test_event_rows_match_x_i_c_counts(corpus_warehouse, torch_corpus):
     _, result = corpus_warehouse
     caps = result.captures.set_index("uri")
-    for rel in ("param/dlrm_kineto/worker3_step_12.1694128201557.pt.trace.json",
-                "HolisticTraceAnalysis/nccl_parser_config/nccl_data.json.gz",
-                "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz"):
+    for rel in (
+        "param/dlrm_kineto/worker3_step_12.1694128201557.pt.trace.json",
+        "HolisticTraceAnalysis/nccl_parser_config/nccl_data.json.gz",
+        "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz",
+    ):
         doc = _load_json(torch_corpus / rel)
         evs = doc if isinstance(doc, list) else doc["traceEvents"]
         expected = sum(1 for e in evs if e.get("ph") in ("X", "i", "C"))
@@ -78,14 +80,20 @@ def test_ranks_agree_with_hta_through_spark(corpus_warehouse):
         if not ("dlrm_kineto" in key or "trace_diff" in key or "df_index_resolver" in key or "trace_filter" in key):
             continue
         tb = g["temporal_breakdown"]
-        match = caps[caps["uri"].str.endswith(key[len("torch/"):])]
+        match = caps[caps["uri"].str.endswith(key[len("torch/") :])]
         assert len(match) == 1, key
         c = match.iloc[0]
-        r = result.ranks[(result.ranks["job_id"] == c["job_id"]) & (result.ranks["rank"] == c["rank"])
-                         & (result.ranks["capture_id"] == c["capture_id"])]
+        r = result.ranks[
+            (result.ranks["job_id"] == c["job_id"])
+            & (result.ranks["rank"] == c["rank"])
+            & (result.ranks["capture_id"] == c["capture_id"])
+        ]
         assert len(r) == 1, key
-        for ours, theirs in (("idle_pct", "idle_time_pctg"), ("compute_pct", "compute_time_pctg"),
-                             ("non_compute_pct", "non_compute_time_pctg")):
+        for ours, theirs in (
+            ("idle_pct", "idle_time_pctg"),
+            ("compute_pct", "compute_time_pctg"),
+            ("non_compute_pct", "non_compute_time_pctg"),
+        ):
             assert abs(r.iloc[0][ours] - tb[theirs]) <= 0.5, (key, ours)
         checked += 1
     assert checked == 12
@@ -101,8 +109,11 @@ def test_rerun_changes_nothing(spark, corpus_warehouse, torch_corpus):
     def snapshot():
         ev = spark.read.parquet(str(wh / "events"))
         row_hash = F.xxhash64("job_id", "rank", "capture_id", "event_id", "name", "ts_ns", "dur_ns", "step", "parent")
-        return (ev.count(), ev.agg(F.sum(row_hash % 1_000_000_007), F.countDistinct("capture_id")).collect()[0],
-                spark.read.parquet(str(wh / "captures")).count())
+        return (
+            ev.count(),
+            ev.agg(F.sum(row_hash % 1_000_000_007), F.countDistinct("capture_id")).collect()[0],
+            spark.read.parquet(str(wh / "captures")).count(),
+        )
 
     before = snapshot()
     run_normalize(spark, str(torch_corpus), str(wh))

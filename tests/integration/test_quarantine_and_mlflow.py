@@ -64,7 +64,14 @@ def test_results_are_logged_to_mlflow(spark, mixed_landing, tmp_path):
     assert run.data.params["device_name"].startswith("Tesla V100")
     m = run.data.metrics
     assert m["n_ranks"] == 2 and m["n_quarantined"] == 4
-    for key in ("step_time_p50_ms", "idle_pct", "compute_pct", "overlap_pct", "rank/0/idle_pct", "rank/1/step_time_max_ms"):
+    for key in (
+        "step_time_p50_ms",
+        "idle_pct",
+        "compute_pct",
+        "overlap_pct",
+        "rank/0/idle_pct",
+        "rank/1/step_time_max_ms",
+    ):
         assert key in m, key
     arts = {a.path for a in client.list_artifacts(run_id)}
     assert {"steps.csv", "ranks.csv", "captures.json", "findings.json"} <= arts

@@ -25,8 +25,12 @@ def _json_ok(rows):
 
 def test_aggregate_over_steps(spark, corpus_warehouse):
     wh, _ = corpus_warehouse
-    r = run_readonly(spark, str(wh), "SELECT job_id, count(*) AS n_steps, max(step_time_ns) / 1e6 AS max_ms "
-                                     "FROM steps GROUP BY job_id ORDER BY job_id;")
+    r = run_readonly(
+        spark,
+        str(wh),
+        "SELECT job_id, count(*) AS n_steps, max(step_time_ns) / 1e6 AS max_ms "
+        "FROM steps GROUP BY job_id ORDER BY job_id;",
+    )
     assert r.columns == ["job_id", "n_steps", "max_ms"]
     assert r.n_rows == len(r.rows) >= 1 and not r.truncated
     assert all(isinstance(job, str) and n > 0 for job, n, _ in r.rows)
@@ -52,13 +56,16 @@ def test_readme_examples_run(spark, corpus_warehouse):
         _json_ok(r.rows)
 
 
-@pytest.mark.parametrize("query", [
-    "DROP VIEW steps",
-    "CREATE OR REPLACE TEMP VIEW steps AS SELECT 1 AS x",
-    "SET spark.sql.shuffle.partitions=1",
-    "CACHE TABLE steps",
-    "SELECT 1; DROP VIEW steps",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "DROP VIEW steps",
+        "CREATE OR REPLACE TEMP VIEW steps AS SELECT 1 AS x",
+        "SET spark.sql.shuffle.partitions=1",
+        "CACHE TABLE steps",
+        "SELECT 1; DROP VIEW steps",
+    ],
+)
 def test_hostile_refused_before_it_runs(spark, corpus_warehouse, query):
     wh, _ = corpus_warehouse
     before = spark.conf.get("spark.sql.shuffle.partitions")
@@ -70,15 +77,18 @@ def test_hostile_refused_before_it_runs(spark, corpus_warehouse, query):
     assert run_readonly(spark, str(wh), "SELECT count(*) AS n FROM steps").rows[0][0] > 0
 
 
-@pytest.mark.parametrize("query,kind", [
-    ("DROP VIEW steps", "Drop"),
-    ("SET spark.sql.shuffle.partitions=1", "Set"),
-    ("ADD JAR /tmp/x.jar", "AddJar"),
-    ("EXPLAIN SELECT 1", "Explain"),
-    ("INSERT INTO steps SELECT * FROM steps", "Insert"),
-    ("CACHE TABLE steps", "CacheTable"),
-    ("CREATE TEMP VIEW v AS SELECT 1", "CreateView"),
-])
+@pytest.mark.parametrize(
+    "query,kind",
+    [
+        ("DROP VIEW steps", "Drop"),
+        ("SET spark.sql.shuffle.partitions=1", "Set"),
+        ("ADD JAR /tmp/x.jar", "AddJar"),
+        ("EXPLAIN SELECT 1", "Explain"),
+        ("INSERT INTO steps SELECT * FROM steps", "Insert"),
+        ("CACHE TABLE steps", "CacheTable"),
+        ("CREATE TEMP VIEW v AS SELECT 1", "CreateView"),
+    ],
+)
 def test_spark_parser_refuses_commands(spark, corpus_warehouse, query, kind):
     """The second layer alone (as if sqlglot had let the text through): Spark's parser, nothing run."""
     wh, _ = corpus_warehouse
@@ -121,8 +131,10 @@ def test_slow_query_cancelled(spark, corpus_warehouse):
     task stops at its next kill check (here each scan batch: 4,096 rows x 2,000); an events x events x events
     cross join would keep its tasks spinning on the cores long after the cancel."""
     wh, _ = corpus_warehouse
-    slow = ("SELECT count(*) AS n, sum(hash(a.name, b.dur_ns)) AS h "
-            "FROM events a CROSS JOIN (SELECT dur_ns FROM events LIMIT 2000) b")
+    slow = (
+        "SELECT count(*) AS n, sum(hash(a.name, b.dur_ns)) AS h "
+        "FROM events a CROSS JOIN (SELECT dur_ns FROM events LIMIT 2000) b"
+    )
     t0 = time.monotonic()
     with pytest.raises(QueryTimeout, match=r"the query ran past 1 s and was cancelled"):
         run_readonly(spark, str(wh), slow, timeout_s=1)
@@ -145,6 +157,11 @@ def test_unbounded_non_equi_join_refused(spark, corpus_warehouse):
     with pytest.raises(UnsafeQuery, match="without an equality condition"):
         run_readonly(spark, str(wh), "SELECT count(*) AS n FROM events a CROSS JOIN events b", timeout_s=5)
     assert not spark.sparkContext.statusTracker().getActiveJobsIds()
-    r = run_readonly(spark, str(wh), "SELECT count(*) AS n FROM steps s JOIN ranks r ON s.job_id = r.job_id "
-                                     "AND s.attempt = r.attempt AND s.rank = r.rank", timeout_s=60)
+    r = run_readonly(
+        spark,
+        str(wh),
+        "SELECT count(*) AS n FROM steps s JOIN ranks r ON s.job_id = r.job_id "
+        "AND s.attempt = r.attempt AND s.rank = r.rank",
+        timeout_s=60,
+    )
     assert r.rows[0][0] > 0

@@ -27,7 +27,9 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     run = runs["2026-11-30"]
     assert run.info.run_name == "fleet-2026-11-30" and run.info.status == "FINISHED"
     m = run.data.metrics
-    assert m["fleet/n_jobs"] == len(result.ranks.groupby(["job_id", "attempt"])) and m["fleet/n_captures"] == len(result.captures)
+    assert m["fleet/n_jobs"] == len(result.ranks.groupby(["job_id", "attempt"])) and m["fleet/n_captures"] == len(
+        result.captures
+    )
     n_dates = result.captures["date"].astype(str).nunique()
     history = client.get_metric_history(run.info.run_id, "fleet/daily/n_jobs")
     assert len(history) == n_dates  # one point per capture date, not duplicated by the re-run
@@ -42,16 +44,22 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     # the fleet tables rebuilt by the report: breakdown by hardware etc. and per-hardware metrics
     assert 'data-table="by-hardware"' in text and 'data-table="fleet-top-kernels"' in text
     hw = [k for k in m if k.startswith("fleet/hardware/") and k.endswith("/step_time_p50_ms")]
-    with_steps = result.captures[result.captures["job_id"].isin(set(result.steps["job_id"]))
-                                 & (result.captures["status"] == "ingested")]
+    with_steps = result.captures[
+        result.captures["job_id"].isin(set(result.steps["job_id"])) & (result.captures["status"] == "ingested")
+    ]
     assert len(hw) == with_steps["device_name"].fillna("cpu").nunique() >= 5  # hardware of the jobs with steps
     assert m["fleet/all/step_time_p99_ms"] >= m["fleet/all/step_time_p90_ms"] >= m["fleet/all/step_time_p50_ms"] > 0
 
     job = "param-dlrm_kineto"
     colls = spark.read.parquet(str(wh / "collectives")).toPandas()
-    run_id = log_jobs(uri, str(wh), result.captures[result.captures["job_id"] == job],
-                      result.ranks[result.ranks["job_id"] == job], result.steps[result.steps["job_id"] == job],
-                      collectives=colls)[(job, 0)]
+    run_id = log_jobs(
+        uri,
+        str(wh),
+        result.captures[result.captures["job_id"] == job],
+        result.ranks[result.ranks["job_id"] == job],
+        result.steps[result.steps["job_id"] == job],
+        collectives=colls,
+    )[(job, 0)]
     dlrm = client.get_run(run_id).data
     # DLRM: rank 7 is the rank most often last to arrive at the matched all-to-all / all-reduce calls
     last = colls[(colls["job_id"] == job) & colls["is_last_arrival"] & (colls["n_ranks_matched"] >= 2)]
@@ -59,7 +67,9 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     assert dlrm.metrics["straggler/rank"] == expect == 7 and dlrm.tags["tracelake.straggler_rank"] == "7"
     assert dlrm.metrics["collectives/n_calls"] == colls[colls["job_id"] == job]["match_key"].nunique()
     assert 0 < dlrm.metrics["exposed_comm_pct"] < 100
-    assert main(["--warehouse", str(wh), "--tracking-uri", uri, "--job", job, "--html", str(tmp_path / "job.html")]) == 0
+    assert (
+        main(["--warehouse", str(wh), "--tracking-uri", uri, "--job", job, "--html", str(tmp_path / "job.html")]) == 0
+    )
     assert JOB_REPORT_ARTIFACT in {a.path for a in client.list_artifacts(run_id, "report")}
     job_html = (tmp_path / "job.html").read_text()
     assert 'data-plot="step_breakdown"' in job_html and 'data-plot="top_kernels"' in job_html

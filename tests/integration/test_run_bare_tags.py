@@ -17,13 +17,16 @@ import pytest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-TRACE_FILTER = ("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
-                "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz")
+TRACE_FILTER = (
+    "HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
+    "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz",
+)
 
 
 def _tracelake(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=str(ROOT), capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args], cwd=str(ROOT), capture_output=True, text=True, timeout=600
+    )
 
 
 def test_bare_traces_take_the_job_name_and_tags_of_the_command(CORPUS, tmp_path):
@@ -33,15 +36,30 @@ def test_bare_traces_take_the_job_name_and_tags_of_the_command(CORPUS, tmp_path)
     for folder, rel in zip(("run-a", "run-b"), TRACE_FILTER):
         (raw / folder).mkdir(parents=True)
         shutil.copy(CORPUS / "torch" / rel, raw / folder / Path(rel).name)
-    out = _tracelake("run", "--raw", str(raw), "--warehouse", str(wh), "--no-mlflow",
-                     "--job-name", "nightly-recsys", "--tag", "model=recsys", "--tag", "team=perf")
+    out = _tracelake(
+        "run",
+        "--raw",
+        str(raw),
+        "--warehouse",
+        str(wh),
+        "--no-mlflow",
+        "--job-name",
+        "nightly-recsys",
+        "--tag",
+        "model=recsys",
+        "--tag",
+        "team=perf",
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     t = read_pandas(str(wh), ("captures", "regressions"), None)
     caps = t["captures"].set_index("job_id")
     assert sorted(caps.index) == ["run-a", "run-b"]
     assert set(caps["job_name"]) == {"nightly-recsys"} and set(caps["model"]) == {"recsys"}
-    assert json.loads(caps.loc["run-a", "tags_json"]) == {"job_name": "nightly-recsys", "model": "recsys",
-                                                         "team": "perf"}
+    assert json.loads(caps.loc["run-a", "tags_json"]) == {
+        "job_name": "nightly-recsys",
+        "model": "recsys",
+        "team": "perf",
+    }
     reg = t["regressions"]
     b = reg[reg["job_id"] == "run-b"]
     assert len(b) and set(b["run_index"]) == {1}  # compared with the first run of its job name, not alone
@@ -55,8 +73,12 @@ def test_bare_traces_take_the_job_name_and_tags_of_the_command(CORPUS, tmp_path)
 
 
 def test_bad_tags_are_refused_before_anything_runs(tmp_path):
-    for bad, says in ((["--tag", "model"], "is not KEY=VALUE"), (["--tag", "a=1", "--tag", "a=2"], "given twice"),
-                      (["--tag", "bad key=1"], "does not match"), (["--job-name", " "], "must not be empty")):
+    for bad, says in (
+        (["--tag", "model"], "is not KEY=VALUE"),
+        (["--tag", "a=1", "--tag", "a=2"], "given twice"),
+        (["--tag", "bad key=1"], "does not match"),
+        (["--job-name", " "], "must not be empty"),
+    ):
         out = _tracelake("run", "--raw", str(tmp_path), "--warehouse", str(tmp_path / "wh"), "--no-mlflow", *bad)
         assert out.returncode == 2 and says in out.stderr and bad[0] in out.stderr, out.stderr
     assert not (tmp_path / "wh").exists()

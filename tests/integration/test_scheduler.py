@@ -48,7 +48,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -77,8 +77,9 @@ S3_DOWN_S = 30
 RETRY_DELAY_S = 20
 #: The DAGs' S3 client: few retries and short timeouts, so that a request to a stopped server fails in
 #: seconds (the default retries for about 10 s, and a read in flight waits 60 s).
-S3_CLIENT = {"config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_timeout": 3,
-                               "read_timeout": 10}}
+S3_CLIENT = {
+    "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_timeout": 3, "read_timeout": 10}
+}
 #: A small JVM that starts fast (C1 JIT only) for every driver and executor: small batches on 2 cores.
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
@@ -88,12 +89,13 @@ def _minute(t: datetime) -> datetime:
 
 
 def _sleep_until(t: datetime) -> None:
-    while (left := (t - datetime.now(timezone.utc)).total_seconds()) > 0:
+    while (left := (t - datetime.now(UTC)).total_seconds()) > 0:
         time.sleep(min(left, 1.0))
 
 
-def _upload_capture(fs, job: str, rank: int, world_size: int, src: Path, created: datetime,
-                    manifest: bool = True) -> str:
+def _upload_capture(
+    fs, job: str, rank: int, world_size: int, src: Path, created: datetime, manifest: bool = True
+) -> str:
     """Upload one corpus trace as a capture of ``job``/``rank`` (trace first, ``manifest.json`` last, as
     capture_hooks does); ``manifest=False`` uploads the trace only. Returns the capture folder (no scheme)."""
     from capture_hooks.identity import Identity
@@ -106,13 +108,33 @@ def _upload_capture(fs, job: str, rank: int, world_size: int, src: Path, created
         fs.put_file(str(src), f"{folder}/trace.json")
     if not manifest:
         return folder
-    ident = Identity(rank=rank, local_rank=rank, world_size=world_size, node=0, attempt=0, launcher="torchrun",
-                     host="node-0", pid=1000 + rank, accelerator="cuda", device_name=None, torch_version="2.1.0",
-                     cuda_version="12.1", driver_version=None)
-    doc = build_manifest(identity=ident, job_id=job, attempt=0, capture_id=cap,
-                         created_at_ns=int(created.timestamp() * 1e9), step_first=None, step_last=None,
-                         profiler={"name": "torch.profiler"}, tags={"team": "ranking"},
-                         files=[file_entry(str(src), "trace.json", "kineto_trace")])
+    ident = Identity(
+        rank=rank,
+        local_rank=rank,
+        world_size=world_size,
+        node=0,
+        attempt=0,
+        launcher="torchrun",
+        host="node-0",
+        pid=1000 + rank,
+        accelerator="cuda",
+        device_name=None,
+        torch_version="2.1.0",
+        cuda_version="12.1",
+        driver_version=None,
+    )
+    doc = build_manifest(
+        identity=ident,
+        job_id=job,
+        attempt=0,
+        capture_id=cap,
+        created_at_ns=int(created.timestamp() * 1e9),
+        step_first=None,
+        step_last=None,
+        profiler={"name": "torch.profiler"},
+        tags={"team": "ranking"},
+        files=[file_entry(str(src), "trace.json", "kineto_trace")],
+    )
     validate_manifest(doc)
     fs.pipe_file(f"{folder}/manifest.json", encode_manifest(doc))
     return folder
@@ -121,8 +143,14 @@ def _upload_capture(fs, job: str, rank: int, world_size: int, src: Path, created
 def _airflow(env: dict, port: int, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     """``airflow ARGS`` in the environment ``infra/local/airflow.sh env`` prints for the running home."""
     script = f'eval "$({AIRFLOW_SH} env --port {port})" && exec airflow "$@"'
-    res = subprocess.run(["bash", "-c", script, "airflow", *args], env=env, cwd=str(REPO), capture_output=True,
-                         text=True, timeout=timeout)
+    res = subprocess.run(
+        ["bash", "-c", script, "airflow", *args],
+        env=env,
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert res.returncode == 0, f"airflow {' '.join(args)}:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     return res
 
@@ -131,42 +159,62 @@ def _runs(db: Path, dag_id: str) -> list[dict]:
     """Dag runs of ``dag_id`` from the metadata DB (read-only)."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
         con.row_factory = sqlite3.Row
-        return [dict(r) for r in con.execute(
-            "SELECT run_id, run_type, state, logical_date, data_interval_start, data_interval_end, queued_at, "
-            "start_date, end_date FROM dag_run WHERE dag_id = ? ORDER BY data_interval_start, queued_at", (dag_id,))]
+        return [
+            dict(r)
+            for r in con.execute(
+                "SELECT run_id, run_type, state, logical_date, data_interval_start, data_interval_end, queued_at, "
+                "start_date, end_date FROM dag_run WHERE dag_id = ? ORDER BY data_interval_start, queued_at",
+                (dag_id,),
+            )
+        ]
 
 
 def _fleet_settled(db: Path, fleet: list[dict]) -> bool:
     """The fleet report ran on the Asset and nothing of it is pending: no queued Asset event, no run active."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
         pending = con.execute("SELECT count(*) FROM asset_dag_run_queue").fetchone()[0]
-    return (not pending and any(r["run_type"] == "asset_triggered" for r in fleet)
-            and all(r["state"] in ("success", "failed") for r in fleet))
+    return (
+        not pending
+        and any(r["run_type"] == "asset_triggered" for r in fleet)
+        and all(r["state"] in ("success", "failed") for r in fleet)
+    )
 
 
 def _task_instances(db: Path, dag_id: str, run_id: str) -> list[dict]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
         con.row_factory = sqlite3.Row
-        return [dict(r) for r in con.execute(
-            "SELECT task_id, state, try_number, queued_dttm, start_date, end_date FROM task_instance "
-            "WHERE dag_id = ? AND run_id = ? ORDER BY start_date", (dag_id, run_id))]
+        return [
+            dict(r)
+            for r in con.execute(
+                "SELECT task_id, state, try_number, queued_dttm, start_date, end_date FROM task_instance "
+                "WHERE dag_id = ? AND run_id = ? ORDER BY start_date",
+                (dag_id, run_id),
+            )
+        ]
 
 
 def _t(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc) if text else None
+    return datetime.fromisoformat(text).replace(tzinfo=UTC) if text else None
 
 
 def _timings(db: Path, dag_id: str, run: dict) -> dict:
     """Wall time of a run, queued→running, and the gaps between one task's end and the next one's start."""
     tis = [ti for ti in _task_instances(db, dag_id, run["run_id"]) if ti["start_date"]]
     gaps = [(_t(b["start_date"]) - _t(a["end_date"])).total_seconds() for a, b in zip(tis, tis[1:]) if a["end_date"]]
-    return {"run_id": run["run_id"], "run_type": run["run_type"], "state": run["state"],
-            "interval": [run["data_interval_start"], run["data_interval_end"]],
-            "wall_s": (_t(run["end_date"]) - _t(run["start_date"])).total_seconds() if run["end_date"] else None,
-            "queued_to_running_s": (_t(run["start_date"]) - _t(run["queued_at"])).total_seconds()
-            if run["queued_at"] and run["start_date"] else None,
-            "task_gaps_s": gaps, "task_s": {ti["task_id"]: (_t(ti["end_date"]) - _t(ti["start_date"])).total_seconds()
-                                           for ti in tis if ti["end_date"]}}
+    return {
+        "run_id": run["run_id"],
+        "run_type": run["run_type"],
+        "state": run["state"],
+        "interval": [run["data_interval_start"], run["data_interval_end"]],
+        "wall_s": (_t(run["end_date"]) - _t(run["start_date"])).total_seconds() if run["end_date"] else None,
+        "queued_to_running_s": (_t(run["start_date"]) - _t(run["queued_at"])).total_seconds()
+        if run["queued_at"] and run["start_date"]
+        else None,
+        "task_gaps_s": gaps,
+        "task_s": {
+            ti["task_id"]: (_t(ti["end_date"]) - _t(ti["start_date"])).total_seconds() for ti in tis if ti["end_date"]
+        },
+    }
 
 
 def _wait(cond, what: str, timeout: float, step: float = 0.5):
@@ -189,7 +237,7 @@ def _running(db: Path, run_id: str, task_id: str) -> dict | None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def _log_path(home: Path, run_id: str, task_id: str, attempt: int) -> Path:
@@ -201,8 +249,12 @@ def _stop_s3_during_normalize(db: Path, home: Path, run: dict, s3) -> dict:  # n
     (its task log says ``tracelake normalize: starting``, once spark-submit's session is up)."""
     ti = _wait(lambda: _running(db, run["run_id"], "normalize"), "interval 1: normalize running", 900)
     log = _log_path(home, run["run_id"], "normalize", ti["try_number"])
-    _wait(lambda: log.exists() and "tracelake normalize: starting" in log.read_text(errors="replace"),
-          f"the normalize stage starting ({log})", 300, step=0.2)
+    _wait(
+        lambda: log.exists() and "tracelake normalize: starting" in log.read_text(errors="replace"),
+        f"the normalize stage starting ({log})",
+        300,
+        step=0.2,
+    )
     down = time.monotonic()
     fault = {"run_id": run["run_id"], "task": "normalize", "try_number": ti["try_number"], "down_at": _now()}
     s3.stop()
@@ -232,11 +284,19 @@ def _kill_worker_during_analyze(db: Path, run: dict, cluster) -> dict:  # noqa: 
         return next((a for a in cluster.master_state()["activeapps"] if a["name"] == "tracelake-analyze"), None)
 
     app_id = _wait(app, "interval 2: the analyze application on the master", 120)["id"]
-    log = _wait(lambda: _running_tasks(cluster, "worker-1", app_id), "an analyze task on worker-1's executor", 180,
-                step=0.2)
+    log = _wait(
+        lambda: _running_tasks(cluster, "worker-1", app_id), "an analyze task on worker-1's executor", 180, step=0.2
+    )
     pid = cluster.pid_of("worker-1")
-    fault = {"run_id": run["run_id"], "task": "analyze", "app_id": app_id, "worker_pid": pid, "killed_at": _now(),
-             "app_active_when_killed": app() is not None, "executor_log": log}
+    fault = {
+        "run_id": run["run_id"],
+        "task": "analyze",
+        "app_id": app_id,
+        "worker_pid": pid,
+        "killed_at": _now(),
+        "app_active_when_killed": app() is not None,
+        "executor_log": log,
+    }
     os.killpg(pid, signal.SIGKILL)
     _wait(lambda: not group_alive(pid), "worker-1 dead", 30)
     restarted = cluster.script("start", timeout=180)
@@ -273,8 +333,13 @@ def mlflow_server(tmp_path_factory):
     """``infra/local/mlflow.sh`` on a free port; stopped (by its pid file) after the module."""
     d = tmp_path_factory.mktemp("sched_mlflow")
     env = {**os.environ, "PYTHON": PYTHON}
-    res = subprocess.run([str(MLFLOW_SH), "start", "--port", str(free_port()), "--dir", str(d)], env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [str(MLFLOW_SH), "start", "--port", str(free_port()), "--dir", str(d)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         assert res.returncode == 0, res.stderr[-3000:]
         yield res.stdout.strip().splitlines()[-1]
@@ -288,24 +353,40 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
     tmp = tmp_path_factory.mktemp("scheduler")
     # the intervals: [m0, m1), [m1, m2), [m2, m3) from the first whole minute at least 45 s away (Airflow starts
     # meanwhile, ~25 s)
-    first = _minute(datetime.now(timezone.utc) + timedelta(seconds=45)) + timedelta(minutes=1)
+    first = _minute(datetime.now(UTC) + timedelta(seconds=45)) + timedelta(minutes=1)
     marks = [first + timedelta(minutes=k) for k in range(4)]
     wh = tmp / "warehouse"
     home = tmp / "airflow"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_", "AWS_"))}
-    env.update(TRACELAKE_AIRFLOW_HOME=str(home), TRACELAKE_DAGS_FOLDER=str(REPO / "dags"), VENV_BIN=str(BIN),
-               PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               TRACELAKE_RAW=RAW, TRACELAKE_WAREHOUSE=str(wh), TRACELAKE_TRACKING_URI=mlflow_server,
-               TRACELAKE_STORAGE_OPTIONS=json.dumps({**s3.storage_options, **S3_CLIENT}), GX_ANALYTICS_ENABLED="false",
-               TRACELAKE_SPARK_MASTER=cluster.url, PYSPARK_PYTHON=PYTHON,
-               TRACELAKE_INGEST_SCHEDULE="* * * * *", TRACELAKE_INGEST_START=marks[0].isoformat(),
-               TRACELAKE_INGEST_END=marks[2].isoformat(),  # the unpaused DAG schedules nothing beyond the backfill
-               TRACELAKE_TASK_RETRIES="2", TRACELAKE_TASK_RETRY_DELAY_S=str(RETRY_DELAY_S),
-               TRACELAKE_SPARK_CONF=json.dumps({"spark.driver.extraJavaOptions": FAST_JVM,
-                                                "spark.executor.extraJavaOptions": FAST_JVM,
-                                                "spark.driver.memory": "1g"}),
-               AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="True", AIRFLOW__CORE__UNIT_TEST_MODE="False",
-               AIRFLOW__CORE__PARALLELISM="4", AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5")
+    env.update(
+        TRACELAKE_AIRFLOW_HOME=str(home),
+        TRACELAKE_DAGS_FOLDER=str(REPO / "dags"),
+        VENV_BIN=str(BIN),
+        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        TRACELAKE_RAW=RAW,
+        TRACELAKE_WAREHOUSE=str(wh),
+        TRACELAKE_TRACKING_URI=mlflow_server,
+        TRACELAKE_STORAGE_OPTIONS=json.dumps({**s3.storage_options, **S3_CLIENT}),
+        GX_ANALYTICS_ENABLED="false",
+        TRACELAKE_SPARK_MASTER=cluster.url,
+        PYSPARK_PYTHON=PYTHON,
+        TRACELAKE_INGEST_SCHEDULE="* * * * *",
+        TRACELAKE_INGEST_START=marks[0].isoformat(),
+        TRACELAKE_INGEST_END=marks[2].isoformat(),  # the unpaused DAG schedules nothing beyond the backfill
+        TRACELAKE_TASK_RETRIES="2",
+        TRACELAKE_TASK_RETRY_DELAY_S=str(RETRY_DELAY_S),
+        TRACELAKE_SPARK_CONF=json.dumps(
+            {
+                "spark.driver.extraJavaOptions": FAST_JVM,
+                "spark.executor.extraJavaOptions": FAST_JVM,
+                "spark.driver.memory": "1g",
+            }
+        ),
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="True",
+        AIRFLOW__CORE__UNIT_TEST_MODE="False",
+        AIRFLOW__CORE__PARALLELISM="4",
+        AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
+    )
     port = free_port()
     sh = [str(AIRFLOW_SH)]
 
@@ -323,7 +404,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
 
         # interval 1: the late capture's trace (no manifest yet), a real 2-rank gloo DDP job through capture_hooks
         _sleep_until(marks[0])
-        late_created = datetime.now(timezone.utc)
+        late_created = datetime.now(UTC)
         late = _upload_capture(fs, "late", 0, 1, dlrm[2], late_created, manifest=False)
         old = {k: os.environ.get(k) for k in (*s3.env, "TRACELAKE_SPOOL_DIR")}
         os.environ.update(s3.env, TRACELAKE_SPOOL_DIR=str(tmp / "spool"))
@@ -335,30 +416,50 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         # interval 2: DLRM ranks 0 and 1, and the late capture's manifest (created in interval 1)
         _sleep_until(marks[1] + timedelta(seconds=1))
         for r in (0, 1):
-            _upload_capture(fs, "dlrm", r, 3, dlrm[r], datetime.now(timezone.utc))
+            _upload_capture(fs, "dlrm", r, 3, dlrm[r], datetime.now(UTC))
         _upload_capture(fs, "late", 0, 1, dlrm[2], late_created)
         # interval 3: DLRM rank 2 (the job is rebuilt from all three ranks)
         _sleep_until(marks[2] + timedelta(seconds=1))
-        _upload_capture(fs, "dlrm", 2, 3, dlrm[2], datetime.now(timezone.utc))
+        _upload_capture(fs, "dlrm", 2, 3, dlrm[2], datetime.now(UTC))
         _sleep_until(marks[3] + timedelta(seconds=1))
 
         fs.invalidate_cache()
-        committed = {p: info["LastModified"] for p, info in fs.find("tracelake/raw", detail=True).items()
-                     if p.endswith("/manifest.json")}
+        committed = {
+            p: info["LastModified"]
+            for p, info in fs.find("tracelake/raw", detail=True).items()
+            if p.endswith("/manifest.json")
+        }
         late_commit = committed[f"{late}/manifest.json"]
         assert _minute(late_created) == marks[0] and marks[1] <= late_commit < marks[2], (late_created, late_commit)
         assert all(marks[0] <= t < marks[3] for t in committed.values()), committed
 
         t0 = time.perf_counter()
-        _airflow(env, port, "backfill", "create", "--dag-id", INGEST_DAG, "--from-date", marks[0].isoformat(),
-                 "--to-date", marks[2].isoformat(), "--max-active-runs", "1")
+        _airflow(
+            env,
+            port,
+            "backfill",
+            "create",
+            "--dag-id",
+            INGEST_DAG,
+            "--from-date",
+            marks[0].isoformat(),
+            "--to-date",
+            marks[2].isoformat(),
+            "--max-active-runs",
+            "1",
+        )
         _airflow(env, port, "dags", "unpause", INGEST_DAG)
         _airflow(env, port, "dags", "unpause", "tracelake_fleet_report")
         db = home / "airflow.db"
-        backfill = _wait(lambda: (b := [r for r in _runs(db, INGEST_DAG) if r["run_type"] == "backfill"])
-                         and len(b) == 3 and b, "the three backfill runs", 120)
-        faults = {"s3_down": _stop_s3_during_normalize(db, home, backfill[0], s3),
-                  "worker_killed": _kill_worker_during_analyze(db, backfill[1], cluster)}
+        backfill = _wait(
+            lambda: (b := [r for r in _runs(db, INGEST_DAG) if r["run_type"] == "backfill"]) and len(b) == 3 and b,
+            "the three backfill runs",
+            120,
+        )
+        faults = {
+            "s3_down": _stop_s3_during_normalize(db, home, backfill[0], s3),
+            "worker_killed": _kill_worker_during_analyze(db, backfill[1], cluster),
+        }
 
         def restart_scheduler() -> None:
             start_airflow()
@@ -381,13 +482,31 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
             assert time.monotonic() < deadline, f"runs not done after {RUNS_TIMEOUT_S} s: {runs} {fleet}"
             time.sleep(5)
         wall = time.perf_counter() - t0
-        timings = {"backfill_wall_s": wall, "ingest": [_timings(db, INGEST_DAG, r) for r in runs],
-                   "fleet_report": [_timings(db, "tracelake_fleet_report", r) for r in fleet], "faults": faults}
+        timings = {
+            "backfill_wall_s": wall,
+            "ingest": [_timings(db, INGEST_DAG, r) for r in runs],
+            "fleet_report": [_timings(db, "tracelake_fleet_report", r) for r in fleet],
+            "faults": faults,
+        }
         (tmp / "timings.json").write_text(json.dumps(timings, indent=1, default=str))
         print("\nscheduler timings:", json.dumps(timings, indent=1, default=str))
-        yield {"runs": runs, "fleet": fleet, "warehouse": wh, "tracking_uri": mlflow_server, "timings": timings,
-               "tmp": tmp, "home": home, "db": db, "ddp": ddp, "late": late, "marks": marks, "faults": faults,
-               "schedulers": schedulers, "cluster": cluster, "storage_options": s3.storage_options}
+        yield {
+            "runs": runs,
+            "fleet": fleet,
+            "warehouse": wh,
+            "tracking_uri": mlflow_server,
+            "timings": timings,
+            "tmp": tmp,
+            "home": home,
+            "db": db,
+            "ddp": ddp,
+            "late": late,
+            "marks": marks,
+            "faults": faults,
+            "schedulers": schedulers,
+            "cluster": cluster,
+            "storage_options": s3.storage_options,
+        }
     finally:
         subprocess.run([*sh, "stop", "--port", str(port)], env=env, capture_output=True, timeout=300)
         for pid in schedulers:  # last resort: `stop` signals every group airflow.sh started (<home>/*.groups)
@@ -401,7 +520,8 @@ def test_backfill_runs_every_interval_and_the_asset_triggers_the_fleet_report(sc
     backfill = [r for r in scheduled["runs"] if r["run_type"] == "backfill"]
     marks = scheduled["marks"]
     assert [(_t(r["data_interval_start"]), _t(r["data_interval_end"])) for r in backfill] == list(
-        zip(marks[:3], marks[1:])), backfill
+        zip(marks[:3], marks[1:])
+    ), backfill
     assert [r["state"] for r in backfill] == ["success"] * 3, f"see the task logs under {scheduled['home']}/logs"
     # the unpaused DAG scheduled nothing beyond the backfill (end_date); nothing ran twice
     assert all(r["run_type"] == "backfill" for r in scheduled["runs"]), scheduled["runs"]
@@ -437,13 +557,13 @@ def test_s3_outage_during_normalize_fails_the_try_and_the_retry_succeeds(schedul
 
 def test_a_worker_killed_during_analyze_is_recovered(scheduled):
     fault = scheduled["faults"]["worker_killed"]
-    cluster = scheduled["cluster"]
+    spark_cluster = scheduled["cluster"]
     assert fault["app_active_when_killed"], fault
     ti = _ti(scheduled["db"], fault["run_id"], "analyze")
     assert ti["state"] == "success", ti
     # the driver of the application lost the executor that was running its task
     assert "Lost executor" in _log(scheduled["home"], fault["run_id"], "analyze", 1)
-    state = cluster.master_state()
+    state = spark_cluster.master_state()
     # the application that lost its executor finished (Spark reran the lost tasks), or the task's retry did
     apps = {a["id"]: a for a in state["completedapps"]}
     analyze_apps = [a for a in state["completedapps"] if a["name"] == "tracelake-analyze"]
@@ -487,8 +607,13 @@ def test_scheduled_backfill_equals_one_tracelake_run(scheduled, spark, tmp_path)
 
     wh = tmp_path / "warehouse"
     t0 = time.perf_counter()
-    res = run_pipeline(RAW, str(wh), tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                       storage_options=scheduled["storage_options"], spark=spark)
+    res = run_pipeline(
+        RAW,
+        str(wh),
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        storage_options=scheduled["storage_options"],
+        spark=spark,
+    )
     cli_s = time.perf_counter() - t0
     print(f"\ntracelake run over the same landing zone (in-process, shared local[2] session): {cli_s:.1f} s")
     (scheduled["tmp"] / "tracelake_run_s.txt").write_text(f"{cli_s:.1f}\n")

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from spark_cluster import Cluster, cluster, get_json, group_alive  # noqa: F401 - fixture
 from warehouse_digest import WAREHOUSE_TABLES, read_arrow, warehouse_digests
 
@@ -48,8 +47,14 @@ def _tracelake_run(master: str, raw: Path, warehouse: Path, env: dict, timeout: 
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "jobs.cli"]
     cmd += ["run", "--master", master, "--raw", str(raw), "--warehouse", str(warehouse), "--no-mlflow"]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env={**env, "COLUMNS": "200"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        env={**env, "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -80,12 +80,29 @@ def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
     assert not report.success and report.failed_jobs() == {"dlrm2"}
     failed = {c.id: c for c in report.tables["analyze/steps"].failed}
     assert failed["unique:key"].unexpected_count == 2 and failed["unique:key"].jobs == {"dlrm2": 2}
-    assert failed["pct_range:idle_pct"].unexpected_count == 1 and failed["pct_range:idle_pct"].partial_unexpected == ["150.0"]
+    assert failed["pct_range:idle_pct"].unexpected_count == 1 and failed["pct_range:idle_pct"].partial_unexpected == [
+        "150.0"
+    ]
     assert report.tables["analyze/ranks"].success
     assert read_marks(str(bad_wh), "dlrm2")["steps"] == "failed"
     out = tmp_path / "report.json"
-    assert main(["--warehouse", str(bad_wh), "--stage", "analyze", "--job", "dlrm2", "--json", str(out),
-                 "--html", str(tmp_path / "report.html")]) == 1
+    assert (
+        main(
+            [
+                "--warehouse",
+                str(bad_wh),
+                "--stage",
+                "analyze",
+                "--job",
+                "dlrm2",
+                "--json",
+                str(out),
+                "--html",
+                str(tmp_path / "report.html"),
+            ]
+        )
+        == 1
+    )
     assert json.loads(out.read_text())["failed_jobs"] == ["dlrm2"]
     assert "pct_range:idle_pct" in (tmp_path / "report.html").read_text()
 
@@ -93,11 +110,11 @@ def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
 def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from jobs.warehouse import read_frames
     from jobs.publish.reports import JOB_REPORT_ARTIFACT, load_job_tables, log_job_report
     from jobs.publish.tracking import log_jobs
     from jobs.publish.validation import log_validation
     from jobs.validate.suites import validate_tables
+    from jobs.warehouse import read_frames
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)

@@ -15,8 +15,17 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 #: Every table normalize and analyze write.
-WAREHOUSE_TABLES = ("captures", "events", "neuron_summary", "steps", "ranks", "kernels", "collectives",
-                    "critical_path", "findings")
+WAREHOUSE_TABLES = (
+    "captures",
+    "events",
+    "neuron_summary",
+    "steps",
+    "ranks",
+    "kernels",
+    "collectives",
+    "critical_path",
+    "findings",
+)
 NORMALIZE_TABLES = ("captures", "events", "neuron_summary")
 ANALYZE_TABLES = ("steps", "ranks", "kernels", "collectives", "critical_path", "findings")
 

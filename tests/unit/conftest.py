@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kineto_engines import ENGINES
 
 

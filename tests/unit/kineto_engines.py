@@ -8,7 +8,10 @@ import pytest
 from jobs.normalize.kineto import native
 from jobs.normalize.kineto.parse import parse_kineto
 
-ENGINES = ["python", pytest.param("native", marks=pytest.mark.skipif(not native.AVAILABLE, reason="native scanner not built"))]
+ENGINES = [
+    "python",
+    pytest.param("native", marks=pytest.mark.skipif(not native.AVAILABLE, reason="native scanner not built")),
+]
 
 
 def parse_both(data: bytes, uri: str = "trace.json", **kw):
@@ -19,4 +22,3 @@ def parse_both(data: bytes, uri: str = "trace.json", **kw):
         assert nat.events.equals(ref.events)
         assert nat.meta == ref.meta
     return ref
-

@@ -17,14 +17,25 @@ def _rows_answer(rows, page):
 
 
 def _row(i: int, note: str = "") -> A.RegressionRow:
-    return A.RegressionRow(job_name="j" + note, job_id=f"job{i}", attempt=0, date="2026-01-01", metric="idle_pct",
-                           value=float(i), baseline=None, change_pct=None, p_value=None, verdict="no_baseline",
-                           baseline_runs=[])
+    return A.RegressionRow(
+        job_name="j" + note,
+        job_id=f"job{i}",
+        attempt=0,
+        date="2026-01-01",
+        metric="idle_pct",
+        value=float(i),
+        baseline=None,
+        change_pct=None,
+        p_value=None,
+        verdict="no_baseline",
+        baseline_runs=[],
+    )
 
 
 def test_published_schemas_are_current():
-    assert json.loads(A.SCHEMAS_FILE.read_text()) == json.loads(json.dumps(A.tool_schemas(), sort_keys=True)), \
+    assert json.loads(A.SCHEMAS_FILE.read_text()) == json.loads(json.dumps(A.tool_schemas(), sort_keys=True)), (
         "schemas/mcp_tools.v1.json is stale: run python -m schemas.agent"
+    )
 
 
 def test_cursor_round_trip_and_refusals():
@@ -61,8 +72,9 @@ def test_character_cap_shortens_the_page():
     assert one.page.returned == 1
 
 
-@pytest.mark.parametrize("text,expect", [("127.0.0.1:8765", ("127.0.0.1", 8765)), ("[::1]:80", ("::1", 80)),
-                                         ("0.0.0.0:1", ("0.0.0.0", 1))])
+@pytest.mark.parametrize(
+    "text,expect", [("127.0.0.1:8765", ("127.0.0.1", 8765)), ("[::1]:80", ("::1", 80)), ("0.0.0.0:1", ("0.0.0.0", 1))]
+)
 def test_parse_bind(text, expect):
     assert parse_bind(text) == expect
 
@@ -99,7 +111,11 @@ def test_bearer_auth():
 
     app = BearerAuth(inner, "tok")
     assert _call(app, [(b"authorization", b"Bearer tok")]) == [] and len(reached) == 1
-    for bad in ([], [(b"authorization", b"Bearer nope")], [(b"authorization", b"Basic tok")],
-                [(b"authorization", b"Bearer tok2")]):
+    for bad in (
+        [],
+        [(b"authorization", b"Bearer nope")],
+        [(b"authorization", b"Basic tok")],
+        [(b"authorization", b"Bearer tok2")],
+    ):
         sent = _call(app, bad)
         assert sent[0]["status"] == 401 and len(reached) == 1

@@ -13,11 +13,20 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.trace import hta_filter
 from jobs.analyze.hta.breakdown import analyze_rank, temporal_breakdown
+from jobs.analyze.trace import hta_filter
+from jobs.analyze.trace.kernel_types import (
+    COMMUNICATION,
+    COMPUTATION,
+    KERNEL_TYPES,
+    MEMORY,
+    OTHER,
+    hta_kernel_type,
+    hta_kernel_types,
+    kernel_type,
+    kernel_types,
+)
 from jobs.common.intervals import clip_intervals, intersection_length, merge_intervals, total_length
-from jobs.analyze.trace.kernel_types import (COMMUNICATION, COMPUTATION, KERNEL_TYPES, MEMORY, OTHER,
-                                       hta_kernel_type, hta_kernel_types, kernel_type, kernel_types)
 from schemas.tables import EVENTS, RANKS, STEPS
 
 US = 1000  # ns per µs
@@ -28,20 +37,54 @@ BASE = 1_700_000_000_000_000_000  # an absolute capture clock, ns
 # Event builders: every row gets all EVENTS columns; times are given in µs from BASE.
 
 
-def _row(event_id, *, name, cat, ts_us, dur_us=None, ph="X", stream=None, is_gpu=False,
-         correlation=None, step=None, args=None, raw_cat=None, tid=1, depth=None, collective=None):
+def _row(
+    event_id,
+    *,
+    name,
+    cat,
+    ts_us,
+    dur_us=None,
+    ph="X",
+    stream=None,
+    is_gpu=False,
+    correlation=None,
+    step=None,
+    args=None,
+    raw_cat=None,
+    tid=1,
+    depth=None,
+    collective=None,
+):
     a = dict(args or {})
     if stream is not None and "stream" not in a:
         a["stream"] = stream
     if correlation is not None and "correlation" not in a:
         a["correlation"] = correlation
     r = {c: None for c in EVENTS.names}
-    r.update(date="2024-01-01", job_id="job", attempt=0, rank=3, capture_id="cap", event_id=event_id,
-             source="kineto", ph=ph, category=cat, raw_category=raw_cat if raw_cat is not None else cat,
-             name=name, ts_ns=BASE + round(ts_us * US), dur_ns=None if dur_us is None else round(dur_us * US),
-             pid=1 if not is_gpu else 0, tid=tid if not is_gpu else (stream if isinstance(stream, int) else 7),
-             stream=stream if isinstance(stream, int) else None, is_gpu=is_gpu, correlation=correlation,
-             step=step, depth=depth, collective=collective, args_json=json.dumps(a))
+    r.update(
+        date="2024-01-01",
+        job_id="job",
+        attempt=0,
+        rank=3,
+        capture_id="cap",
+        event_id=event_id,
+        source="kineto",
+        ph=ph,
+        category=cat,
+        raw_category=raw_cat if raw_cat is not None else cat,
+        name=name,
+        ts_ns=BASE + round(ts_us * US),
+        dur_ns=None if dur_us is None else round(dur_us * US),
+        pid=1 if not is_gpu else 0,
+        tid=tid if not is_gpu else (stream if isinstance(stream, int) else 7),
+        stream=stream if isinstance(stream, int) else None,
+        is_gpu=is_gpu,
+        correlation=correlation,
+        step=step,
+        depth=depth,
+        collective=collective,
+        args_json=json.dumps(a),
+    )
     return r
 
 
@@ -62,12 +105,12 @@ class Trace:
         return self.add(name=name, cat="cpu_op", ts_us=ts_us, dur_us=dur_us, step=step, **kw)
 
     def launch(self, corr, ts_us, step=None):
-        return self.add(name="cudaLaunchKernel", cat="cuda_runtime", ts_us=ts_us, dur_us=1, correlation=corr,
-                        step=step)
+        return self.add(name="cudaLaunchKernel", cat="cuda_runtime", ts_us=ts_us, dur_us=1, correlation=corr, step=step)
 
     def kernel(self, name, ts_us, dur_us, corr, step=None, stream=7, cat="kernel"):
-        return self.add(name=name, cat=cat, ts_us=ts_us, dur_us=dur_us, stream=stream, is_gpu=True,
-                        correlation=corr, step=step)
+        return self.add(
+            name=name, cat=cat, ts_us=ts_us, dur_us=dur_us, stream=stream, is_gpu=True, correlation=corr, step=step
+        )
 
     def table(self, shuffle_seed=None) -> pa.Table:
         rows = list(self.rows)
@@ -145,26 +188,33 @@ def test_clip_intervals():
 # kernel types
 
 
-@pytest.mark.parametrize("name,hta,ours", [
-    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", COMMUNICATION, COMMUNICATION),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", COMMUNICATION, COMMUNICATION),
-    ("nccldevkernel_allreduce_sum_f32", COMPUTATION, COMMUNICATION),      # HTA issue #247 (lower case)
-    ("rccl_AllReduce_kernel", COMPUTATION, COMMUNICATION),
-    ("hcclAllReduce", COMPUTATION, COMMUNICATION),
-    ("Memcpy HtoD (Pageable -> Device)", MEMORY, MEMORY),
-    ("Memset (Device)", MEMORY, MEMORY),
-    ("dma_transfer", MEMORY, MEMORY),
-    ("hipMemcpyWithStream", OTHER, MEMORY),                                # HTA: contains Memcpy -> OTHER
-    ("Stream Wait Event", COMPUTATION, OTHER),                            # HTA README quirk
-    ("Stream Sync", OTHER, OTHER),
-    ("Event Sync", OTHER, OTHER),
-    ("Context Sync", OTHER, OTHER),
-    ("cudaMemcpyAsync", OTHER, MEMORY),                                   # HTA: .*Memcpy -> OTHER
-    ("Memset_async_helper", MEMORY, MEMORY),
-    ("void at::native::vectorized_elementwise_kernel<4>", COMPUTATION, COMPUTATION),
-    ("triton_poi_fused_add_cos_sin_0", COMPUTATION, COMPUTATION),
-    ("aten::add", COMPUTATION, COMPUTATION),
-])
+@pytest.mark.parametrize(
+    "name,hta,ours",
+    [
+        (
+            "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+            COMMUNICATION,
+            COMMUNICATION,
+        ),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", COMMUNICATION, COMMUNICATION),
+        ("nccldevkernel_allreduce_sum_f32", COMPUTATION, COMMUNICATION),  # HTA issue #247 (lower case)
+        ("rccl_AllReduce_kernel", COMPUTATION, COMMUNICATION),
+        ("hcclAllReduce", COMPUTATION, COMMUNICATION),
+        ("Memcpy HtoD (Pageable -> Device)", MEMORY, MEMORY),
+        ("Memset (Device)", MEMORY, MEMORY),
+        ("dma_transfer", MEMORY, MEMORY),
+        ("hipMemcpyWithStream", OTHER, MEMORY),  # HTA: contains Memcpy -> OTHER
+        ("Stream Wait Event", COMPUTATION, OTHER),  # HTA README quirk
+        ("Stream Sync", OTHER, OTHER),
+        ("Event Sync", OTHER, OTHER),
+        ("Context Sync", OTHER, OTHER),
+        ("cudaMemcpyAsync", OTHER, MEMORY),  # HTA: .*Memcpy -> OTHER
+        ("Memset_async_helper", MEMORY, MEMORY),
+        ("void at::native::vectorized_elementwise_kernel<4>", COMPUTATION, COMPUTATION),
+        ("triton_poi_fused_add_cos_sin_0", COMPUTATION, COMPUTATION),
+        ("aten::add", COMPUTATION, COMPUTATION),
+    ],
+)
 def test_kernel_types(name, hta, ours):
     assert hta_kernel_type(name) == hta
     assert kernel_type(name) == ours
@@ -181,8 +231,15 @@ def test_vectorized_kernel_types_match_scalar():
     codes = hta_kernel_types(pa.array(names))
     assert [KERNEL_TYPES[c] for c in codes] == [hta_kernel_type(n) for n in names]
     codes = kernel_types(pa.array(names), pa.array([None, None, None, "all_reduce", None, "", None]))
-    assert [KERNEL_TYPES[c] for c in codes] == [COMMUNICATION, COMPUTATION, MEMORY, COMMUNICATION, OTHER,
-                                                 COMPUTATION, COMMUNICATION]
+    assert [KERNEL_TYPES[c] for c in codes] == [
+        COMMUNICATION,
+        COMPUTATION,
+        MEMORY,
+        COMMUNICATION,
+        OTHER,
+        COMPUTATION,
+        COMMUNICATION,
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,11 +251,11 @@ def test_temporal_breakdown_hand_example():
     # comp [0,10) [10,20) (touching -> one interval), comm [15,40), mem [50,55); span 0..55
     bd = temporal_breakdown([0, 10, 15, 50], [10, 10, 25, 5], [comp, comp, comm, mem])
     assert bd.kernel_time_ns == 55
-    assert bd.idle_time_ns == 55 - (40 + 5)          # merged busy = [0,40) + [50,55)
+    assert bd.idle_time_ns == 55 - (40 + 5)  # merged busy = [0,40) + [50,55)
     assert bd.compute_time_ns == 20
     assert bd.comm_time_ns == 25
     assert bd.non_compute_time_ns == 55 - 20 - 10
-    assert bd.overlap_pct == pytest.approx(100 * 5 / 25)   # comm ∩ comp = [15,20)
+    assert bd.overlap_pct == pytest.approx(100 * 5 / 25)  # comm ∩ comp = [15,20)
     assert bd.idle_pct + bd.compute_pct + bd.non_compute_pct == pytest.approx(100)
     assert bd.n_kernels == 4
 
@@ -221,10 +278,10 @@ def _three_step_rank() -> Trace:
         t0 = 1000 * k
         t.step(n, t0, 900)
         t.cpu_op("aten::mm", t0 + 10, 100, step=n)
-        t.cpu_op("aten::relu", t0 + 50, 200, step=n, tid=2)      # other thread, overlaps mm
+        t.cpu_op("aten::relu", t0 + 50, 200, step=n, tid=2)  # other thread, overlaps mm
         t.launch(10 * n, t0 + 20, step=n)
         t.launch(10 * n + 1, t0 + 30, step=n)
-        t.kernel("gemm_kernel", t0 + 100, 100, 10 * n, step=n)                  # [100,200)
+        t.kernel("gemm_kernel", t0 + 100, 100, 10 * n, step=n)  # [100,200)
         t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 150, 100, 10 * n + 1, step=n, stream=9)
     return t
 
@@ -238,7 +295,7 @@ def test_rank_last_step_filter_and_overlap():
     assert r["compute_time_ns"] == 200 * US
     assert r["comm_time_ns"] == 200 * US
     assert r["idle_time_ns"] == (1150 - 300) * US
-    assert r["overlap_pct"] == pytest.approx(50.0)        # 50 of each 100 µs NCCL kernel
+    assert r["overlap_pct"] == pytest.approx(50.0)  # 50 of each 100 µs NCCL kernel
     assert r["idle_pct"] == pytest.approx(100 * 850 / 1150)
     assert r["non_compute_pct"] == pytest.approx(100 * 100 / 1150)
     assert r["n_steps"] == 3 and r["step_time_p50_ns"] == 900 * US and r["step_time_max_ns"] == 900 * US
@@ -262,7 +319,7 @@ def test_steps_rows_have_no_last_step_filter():
 def test_single_step_name_means_no_filter():
     t = Trace().step(7, 0, 500)
     t.launch(1, 10, step=7).kernel("gemm", 20, 10, 1, step=7)
-    t.kernel("gemm", 600, 10, 99, step=None)          # launched outside any step: still counted
+    t.kernel("gemm", 600, 10, 99, step=None)  # launched outside any step: still counted
     r = _rank(t.table())
     assert r["n_kernels"] == 2 and r["kernel_time_ns"] == 590 * US
 
@@ -337,8 +394,9 @@ def test_last_step_filter_keys_on_latest_profiler_step_row_even_gpu_copy():
     t = Trace()
     for n, t0 in ((1, 0), (2, 1000)):
         t.step(n, t0, 900).launch(n, t0 + 10, step=n).kernel("gemm", t0 + 100, 10, n, step=n)
-    t.add(name="ProfilerStep#2", cat="gpu_user_annotation", ts_us=1050, dur_us=100, is_gpu=True,
-          args={"External id": 5})
+    t.add(
+        name="ProfilerStep#2", cat="gpu_user_annotation", ts_us=1050, dur_us=100, is_gpu=True, args={"External id": 5}
+    )
     assert _rank(t.table())["n_kernels"] == 2
     t.rows.pop()
     assert _rank(t.table())["n_kernels"] == 1
@@ -360,7 +418,7 @@ def test_hta_round_us_rounds_inward():
     dur = np.array([1_760, 500, 300], np.int64)
     rts, rdur = hta_filter.hta_round_us(ts, dur)
     assert rts.tolist() == [2_000, 2_000, 4_000]
-    assert rdur.tolist() == [1_000, 0, -1_000]       # [3.1, 3.4) -> ceil 4, floor 3, as HTA
+    assert rdur.tolist() == [1_000, 0, -1_000]  # [3.1, 3.4) -> ceil 4, floor 3, as HTA
     same = hta_filter.hta_round_us(np.array([1000, 2000]), np.array([5, 7]))
     assert same[0].tolist() == [1000, 2000]
 
@@ -379,8 +437,9 @@ def test_empty_events_and_bad_input():
     tbl = _three_step_rank().table()
     with pytest.raises(ValueError, match="stream"):
         analyze_rank(tbl.drop_columns(["stream"]))
-    mixed = tbl.set_column(tbl.schema.get_field_index("capture_id"), "capture_id",
-                           pa.array(["a"] * (tbl.num_rows - 1) + ["b"]))
+    mixed = tbl.set_column(
+        tbl.schema.get_field_index("capture_id"), "capture_id", pa.array(["a"] * (tbl.num_rows - 1) + ["b"])
+    )
     with pytest.raises(ValueError, match="capture_id"):
         analyze_rank(mixed)
 

@@ -22,22 +22,23 @@ import tracemalloc
 from decimal import Decimal
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-
-from jobs.analyze.hta.breakdown import analyze_rank
-from jobs.analyze.critical_path.rank import rank_critical_path
-from jobs.analyze.hta.kernel_stats import kernel_table
-from jobs.analyze.trace.model import build_rank_trace
-from jobs.analyze.hta.launch_stats import launches
-from jobs.normalize.kineto import parse as kineto
-from jobs.normalize.kineto import native
-from jobs.landing.discover import CaptureFile
-from jobs.normalize.job import disambiguate_bare_jobs, normalize_file
-from jobs.normalize.kineto.parse import TraceError, parse_kineto
 from kineto_engines import ENGINES, parse_both
 
-_spec = importlib.util.spec_from_file_location("bug_cases", Path(__file__).resolve().parents[1] / "fixtures" / "bug_cases.py")
+from jobs.analyze.critical_path.rank import rank_critical_path
+from jobs.analyze.hta.breakdown import analyze_rank
+from jobs.analyze.hta.kernel_stats import kernel_table
+from jobs.analyze.hta.launch_stats import launches
+from jobs.analyze.trace.model import build_rank_trace
+from jobs.landing.discover import CaptureFile
+from jobs.normalize.job import disambiguate_bare_jobs, normalize_file
+from jobs.normalize.kineto import native
+from jobs.normalize.kineto import parse as kineto
+from jobs.normalize.kineto.parse import parse_kineto
+
+_spec = importlib.util.spec_from_file_location(
+    "bug_cases", Path(__file__).resolve().parents[1] / "fixtures" / "bug_cases.py"
+)
 bc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bc)
 
@@ -47,7 +48,6 @@ US = 1000
 # --------------------------------------------------------------------------- helpers
 
 
-
 def rows(parsed) -> dict:
     """name -> row dict (names are unique in the fixtures that use this)."""
     d = parsed.events.to_pydict()
@@ -55,8 +55,9 @@ def rows(parsed) -> dict:
 
 
 def task(uri: str = "landing/job/trace.json", **kw) -> dict:
-    t = CaptureFile(uri=uri, capture_id=kw.pop("capture_id", "cap-" + Path(uri).name), job_id=kw.pop("job_id", "job"),
-                    **kw).to_dict()
+    t = CaptureFile(
+        uri=uri, capture_id=kw.pop("capture_id", "cap-" + Path(uri).name), job_id=kw.pop("job_id", "job"), **kw
+    ).to_dict()
     t["tags"] = {}
     return t
 
@@ -72,7 +73,6 @@ def analyzed(data: bytes, uri: str = "landing/job/trace.json"):
     assert row["status"] == "ingested", row["reason"]
     steps, ranks = analyze_rank(ev)
     return row, {s["step"]: s for s in steps.to_pylist()}, ranks.to_pylist()[0]
-
 
 
 # --------------------------------------------------------------------------- B01
@@ -236,7 +236,9 @@ def test_B06_negative_durations_are_invalid_flagged_and_excluded(engine):
     assert steps.to_pylist()[0]["cpu_op_time_ns"] == 20 * US  # aten::mm only
     segs, _ = rank_critical_path(ev)
     assert segs.num_rows and 0 < segs.column("path_length_ns")[0].as_py() <= 100 * US
-    bad_ids = {e for e, n in zip(ev.column("event_id").to_pylist(), ev.column("name").to_pylist()) if n.startswith("bad")}
+    bad_ids = {
+        e for e, n in zip(ev.column("event_id").to_pylist(), ev.column("name").to_pylist()) if n.startswith("bad")
+    }
     ids = set()
     for c in ("src_event_id", "dst_event_id", "event_id"):
         if c in segs.column_names:
@@ -360,8 +362,13 @@ def test_B15_absent_memcpy_and_memset_calls_give_zero_counts(engine):
 # --------------------------------------------------------------------------- B16
 
 
-B16_NAMES = [bc.B16_NCCL, "nccldevkernel_allreduce_sum_f32_ring_ll", "NCCLDEVKERNEL_ALLREDUCE",
-             "ncclKernel_AllReduce_RING_LL_Sum_float", "rcclDevKernel_AllReduce_Sum_f32"]
+B16_NAMES = [
+    bc.B16_NCCL,
+    "nccldevkernel_allreduce_sum_f32_ring_ll",
+    "NCCLDEVKERNEL_ALLREDUCE",
+    "ncclKernel_AllReduce_RING_LL_Sum_float",
+    "rcclDevKernel_AllReduce_Sum_f32",
+]
 
 
 @pytest.mark.parametrize("collective", [None, "allreduce"])
@@ -412,7 +419,9 @@ def test_B19_merged_ranks_reusing_correlation_ids_are_never_cross_attributed(n_r
     assert sorted(la.delay_ns.tolist()) == [(5 + 5 * k) * US for k in range(n_ranks)]
     steps, _ = analyze_rank(ev)
     by_step = {s["step"]: s for s in steps.to_pylist()}
-    assert {s: by_step[s]["launch_delay_p50_ns"] for s in by_step} == {7 + 2 * k: (5 + 5 * k) * US for k in range(n_ranks)}
+    assert {s: by_step[s]["launch_delay_p50_ns"] for s in by_step} == {
+        7 + 2 * k: (5 + 5 * k) * US for k in range(n_ranks)
+    }
     segs, _ = rank_critical_path(ev)
     assert segs.num_rows > 0
 
@@ -451,9 +460,14 @@ print(json.dumps({"size": len(data), "growth": peak - before, "rows": p.events.n
 @pytest.mark.parametrize("eng", ENGINES)
 def test_B21_large_trace_parses_with_memory_bounded_by_its_size(eng):
     n = 200_000
-    out = subprocess.run([sys.executable, "-c", _B21_SCRIPT, _spec.origin, eng, str(n), "120"], capture_output=True,
-                         text=True, check=True, cwd=Path(__file__).resolve().parents[2],
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    out = subprocess.run(
+        [sys.executable, "-c", _B21_SCRIPT, _spec.origin, eng, str(n), "120"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
     m = json.loads(out.stdout.strip().splitlines()[-1])
     assert m["rows"] == n + 1 and m["names"] == 101  # 50 kernel + 50 cpu_op names + ProfilerStep#1
     # Peak RSS growth of the parse relative to the JSON size: bounded per file, linear in it. On this
@@ -542,8 +556,10 @@ def test_B26_unknown_neuron_format_version_fails_only_that_file():
         caps[uri] = normalize_file(t, data)
     ok, ev = caps["neuron/run/profile_ok.json"]
     assert ok["status"] == "ingested" and ok["source"] == "neuron" and ev.num_rows == 2
-    for uri, what in (("neuron/run/profile_new.json", "ntff_version 9 (this reader knows up to 6)"),
-                      ("neuron/run/profile_newdata.json", "data_version 12 (this reader knows up to 8)")):
+    for uri, what in (
+        ("neuron/run/profile_new.json", "ntff_version 9 (this reader knows up to 6)"),
+        ("neuron/run/profile_newdata.json", "data_version 12 (this reader knows up to 8)"),
+    ):
         row, ev = caps[uri]
         assert row["status"] == "quarantined" and ev is None
         assert row["reason"] == f"{uri}: unsupported Neuron profile format: {what}"
@@ -553,8 +569,10 @@ def test_B26_unknown_neuron_format_version_fails_only_that_file():
 
 
 def test_B26_empty_or_dataless_profile_is_no_data_not_zeros():
-    for data, reason in ((bc.b26_empty_profile(), "empty file"),
-                         (bc.b26_profile_without_data(), "Neuron profile without device or system data")):
+    for data, reason in (
+        (bc.b26_empty_profile(), "empty file"),
+        (bc.b26_profile_without_data(), "Neuron profile without device or system data"),
+    ):
         row, ev = normalize_file(task("neuron/run/profile.json"), data)
         assert row["status"] == "quarantined" and ev is None and row["reason"] == f"neuron/run/profile.json: {reason}"
         assert row["n_events"] == 0 and not row.get("_neuron_summary")  # no summary row of zeros

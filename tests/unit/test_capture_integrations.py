@@ -38,8 +38,10 @@ def _committed_steps(landing: Path) -> list[dict]:
 
 
 def test_importing_capture_hooks_does_not_import_the_frameworks():
-    code = ("import sys, capture_hooks; "
-            "print(sorted(m for m in ('transformers', 'lightning', 'pytorch_lightning', 'torch') if m in sys.modules))")
+    code = (
+        "import sys, capture_hooks; "
+        "print(sorted(m for m in ('transformers', 'lightning', 'pytorch_lightning', 'torch') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"  # not even torch until a capture starts
 
@@ -62,8 +64,15 @@ def test_hf_trainer_callback_profiles_optimizer_steps(tmp_path, monkeypatch):
     transformers.TrainerCallback = TrainerCallback
     monkeypatch.setitem(sys.modules, "transformers", transformers)
 
-    callback = hf_callback(sink=str(tmp_path / "landing"), job_id="hf-job", wait=1, warmup=1, active=2,
-                           spool_dir=str(tmp_path / "spool"), env={})
+    callback = hf_callback(
+        sink=str(tmp_path / "landing"),
+        job_id="hf-job",
+        wait=1,
+        warmup=1,
+        active=2,
+        spool_dir=str(tmp_path / "spool"),
+        env={},
+    )
     assert isinstance(callback, TrainerCallback) and isinstance(callback.capture, TraceCapture)
     args = state = control = object()
     callback.on_train_begin(args, state, control, model=None)
@@ -89,8 +98,15 @@ def test_lightning_callback_profiles_batches(tmp_path, monkeypatch, package):
         monkeypatch.setitem(sys.modules, "lightning.pytorch", None)
     monkeypatch.setitem(sys.modules, package, module)
 
-    capture = TraceCapture(str(tmp_path / "landing"), job_id="pl-job", wait=0, warmup=1, active=3,
-                           spool_dir=str(tmp_path / "spool"), env={})
+    capture = TraceCapture(
+        str(tmp_path / "landing"),
+        job_id="pl-job",
+        wait=0,
+        warmup=1,
+        active=3,
+        spool_dir=str(tmp_path / "spool"),
+        env={},
+    )
     callback = lightning_callback(capture)
     assert isinstance(callback, Callback) and callback.capture is capture
     trainer = module_ = object()

@@ -57,7 +57,11 @@ def _train(capture: TraceCapture, steps: int) -> int:
 
 def _profiler_steps(trace: dict) -> list[int]:
     return sorted(
-        {int(e["name"].split("#", 1)[1]) for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")}
+        {
+            int(e["name"].split("#", 1)[1])
+            for e in trace["traceEvents"]
+            if str(e.get("name", "")).startswith("ProfilerStep#")
+        }
     )
 
 
@@ -67,13 +71,33 @@ def _profiler_steps(trace: dict) -> list[int]:
 def test_torchrun_env():
     env = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "GROUP_RANK": "2", "TORCHELASTIC_RESTART_COUNT": "3"}
     info = launch_info_from_env(env)
-    assert (info.rank, info.local_rank, info.world_size, info.node, info.attempt, info.launcher) == (5, 1, 8, 2, 3, "torchrun")
+    assert (info.rank, info.local_rank, info.world_size, info.node, info.attempt, info.launcher) == (
+        5,
+        1,
+        8,
+        2,
+        3,
+        "torchrun",
+    )
 
 
 def test_slurm_env_and_ntasks_fallback():
-    env = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_NODEID": "1", "SLURM_RESTART_COUNT": "2"}
+    env = {
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "1",
+        "SLURM_NTASKS": "4",
+        "SLURM_NODEID": "1",
+        "SLURM_RESTART_COUNT": "2",
+    }
     info = launch_info_from_env(env)
-    assert (info.rank, info.local_rank, info.world_size, info.node, info.attempt, info.launcher) == (3, 1, 4, 1, 2, "slurm")
+    assert (info.rank, info.local_rank, info.world_size, info.node, info.attempt, info.launcher) == (
+        3,
+        1,
+        4,
+        1,
+        2,
+        "slurm",
+    )
     env2 = {"SLURM_PROCID": "0", "SLURM_NPROCS": "2"}
     info2 = launch_info_from_env(env2)
     assert (info2.rank, info2.world_size, info2.local_rank, info2.node, info2.attempt) == (0, 2, None, None, None)
@@ -90,15 +114,27 @@ def test_mpi_envs():
 
 def test_launcher_precedence_and_default():
     # torchrun started by srun (one task per node): torchrun's global RANK wins over SLURM_PROCID.
-    env = {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
-           "SLURM_RESTART_COUNT": "4"}
+    env = {
+        "RANK": "9",
+        "WORLD_SIZE": "16",
+        "LOCAL_RANK": "1",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_RESTART_COUNT": "4",
+    }
     info = launch_info_from_env(env)
     assert (info.rank, info.world_size, info.launcher) == (9, 16, "torchrun")
     assert info.attempt == 4  # no TORCHELASTIC_RESTART_COUNT: the SLURM requeue count
     # RANK without WORLD_SIZE is not a torchrun environment.
     assert launch_info_from_env({"RANK": "3"}).launcher == "default"
     default = launch_info_from_env({})
-    assert (default.rank, default.world_size, default.local_rank, default.node, default.attempt) == (0, 1, None, None, None)
+    assert (default.rank, default.world_size, default.local_rank, default.node, default.attempt) == (
+        0,
+        1,
+        None,
+        None,
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -128,7 +164,26 @@ def test_detect_identity_single_process():
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "..", ".", "a/b", "../x", "x/..", "a\\b", "a..b", ".hidden", "-x", "a b", "job=1", "tab\t", "é", "x" * 201, 7, None]
+    "bad",
+    [
+        "",
+        "..",
+        ".",
+        "a/b",
+        "../x",
+        "x/..",
+        "a\\b",
+        "a..b",
+        ".hidden",
+        "-x",
+        "a b",
+        "job=1",
+        "tab\t",
+        "é",
+        "x" * 201,
+        7,
+        None,
+    ],
 )
 def test_unsafe_components_are_rejected(bad):
     with pytest.raises(ValueError):
@@ -172,7 +227,9 @@ def test_capture_config_rejects_unsafe_or_malformed(tmp_path):
 
 
 def test_job_name_tag_from_env(tmp_path):
-    assert TraceCapture(str(tmp_path), job_id="j", env={"TRACELAKE_JOB_NAME": "nightly-llm"}).tags == {"job_name": "nightly-llm"}
+    assert TraceCapture(str(tmp_path), job_id="j", env={"TRACELAKE_JOB_NAME": "nightly-llm"}).tags == {
+        "job_name": "nightly-llm"
+    }
     assert TraceCapture(str(tmp_path), job_id="j", env={"SLURM_JOB_NAME": "train"}).tags == {"job_name": "train"}
     explicit = TraceCapture(str(tmp_path), job_id="j", tags={"job_name": "mine"}, env={"TRACELAKE_JOB_NAME": "env"})
     assert explicit.tags == {"job_name": "mine"}
@@ -191,8 +248,12 @@ def test_capture_is_off_without_sink():
 
 
 def test_capture_from_env_lands_schema_valid_manifests(tmp_path, validator):
-    env = {"TRACELAKE_SINK": str(tmp_path / "raw"), "TRACELAKE_JOB_ID": "unit-job", "TRACELAKE_ATTEMPT": "3",
-           "TRACELAKE_TAGS": "team=perf,model=mlp"}
+    env = {
+        "TRACELAKE_SINK": str(tmp_path / "raw"),
+        "TRACELAKE_JOB_ID": "unit-job",
+        "TRACELAKE_ATTEMPT": "3",
+        "TRACELAKE_TAGS": "team=perf,model=mlp",
+    }
     capture = TraceCapture(tags={"model": "tiny-mlp"}, wait=1, warmup=1, active=2, repeat=2, env=env)
     with capture:
         assert capture.enabled
@@ -216,8 +277,12 @@ def test_capture_from_env_lands_schema_valid_manifests(tmp_path, validator):
 
         raw = (Path(folder) / "trace.json.gz").read_bytes()
         (entry,) = manifest["files"]
-        assert entry == {"path": "trace.json.gz", "size_bytes": len(raw),
-                         "sha256": hashlib.sha256(raw).hexdigest(), "kind": "kineto_trace"}
+        assert entry == {
+            "path": "trace.json.gz",
+            "size_bytes": len(raw),
+            "sha256": hashlib.sha256(raw).hexdigest(),
+            "kind": "kineto_trace",
+        }
         trace = json.loads(gzip.decompress(raw))
         steps = _profiler_steps(trace)
         assert manifest["step_range"] == {"first": steps[0], "last": steps[-1]}
@@ -270,13 +335,27 @@ def test_fsspec_uri_sink(validator):
 
 def _good_manifest() -> dict:
     return {
-        "schema_version": "1", "writer": "tracelake.capture_hooks.torch_profiler", "job_id": "j", "attempt": 0,
-        "rank": 1, "local_rank": 1, "world_size": 2, "node": 0, "launcher": "torchrun", "capture_id": "h-1-0-5",
-        "host": "h", "pid": 1, "accelerator": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
-        "torch_version": "2.5.1", "cuda_version": "12.4", "driver_version": "550.54.15",
+        "schema_version": "1",
+        "writer": "tracelake.capture_hooks.torch_profiler",
+        "job_id": "j",
+        "attempt": 0,
+        "rank": 1,
+        "local_rank": 1,
+        "world_size": 2,
+        "node": 0,
+        "launcher": "torchrun",
+        "capture_id": "h-1-0-5",
+        "host": "h",
+        "pid": 1,
+        "accelerator": "cuda",
+        "device_name": "NVIDIA H100 80GB HBM3",
+        "torch_version": "2.5.1",
+        "cuda_version": "12.4",
+        "driver_version": "550.54.15",
         "step_range": {"first": 2, "last": 4},
         "profiler": {"name": "torch.profiler", "schedule": {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}},
-        "tags": {"team": "x"}, "created_at": "2025-05-01T12:00:00.000001Z",
+        "tags": {"team": "x"},
+        "created_at": "2025-05-01T12:00:00.000001Z",
         "files": [{"path": "trace.json.gz", "size_bytes": 10, "sha256": "0" * 64, "kind": "kineto_trace"}],
     }
 
@@ -284,6 +363,7 @@ def _good_manifest() -> dict:
 def _drop(key):
     def edit(m):
         del m[key]
+
     return edit
 
 
@@ -332,8 +412,15 @@ def test_unwritable_sink_does_not_break_the_loop(tmp_path, caplog):
     blocker.write_text("not a folder")
     spool = tmp_path / "spool"
     spool.mkdir()
-    capture = TraceCapture(str(blocker / "raw"), job_id="j", active=1, repeat=2, tmp_dir=str(spool),
-                           spool_dir=str(tmp_path / "spool-base"), env={})
+    capture = TraceCapture(
+        str(blocker / "raw"),
+        job_id="j",
+        active=1,
+        repeat=2,
+        tmp_dir=str(spool),
+        spool_dir=str(tmp_path / "spool-base"),
+        env={},
+    )
     with caplog.at_level(logging.DEBUG, logger="capture_hooks"):
         with capture:
             assert _train(capture, 8) == 8

@@ -112,8 +112,10 @@ def neuron_out(tmp_path):
     (mine / "20261130T063340").mkdir(parents=True)
     shutil.copy(MATMUL / "neuron_profile_results" / "profile_128x128x1024.ntff", mine / "profile_128x128x1024.ntff")
     shutil.copy(MATMUL / "neuron_profile_results" / "profile_128x128x520.ntff", mine / "profile_128x128x520.ntff")
-    shutil.copy(MATMUL / "neuron_profile_results_bucketed" / "profile_bucketed_128x128x2048.ntff",
-                mine / "20261130T063340" / "profile_bucketed_128x128x2048.ntff")
+    shutil.copy(
+        MATMUL / "neuron_profile_results_bucketed" / "profile_bucketed_128x128x2048.ntff",
+        mine / "20261130T063340" / "profile_bucketed_128x128x2048.ntff",
+    )
     other = out / "i-0123456789abcdef0_pid_1"
     other.mkdir()
     shutil.copy(MATMUL / "neuron_profile_results" / "profile_128x128x520.ntff", other / "x.ntff")
@@ -137,16 +139,33 @@ def _install_cli(tmp_path, monkeypatch, name: str = "neuron-explorer", fail: boo
 
 def _neuron_capture(tmp_path, neuron_out, env=None, **kwargs) -> TraceCapture:
     env = {} if env is None else env
-    return TraceCapture(str(tmp_path / "landing"), job_id="trn-job", neuron=True, xla=False,
-                        neuron_output_dir=str(neuron_out), spool_dir=str(tmp_path / "spool"), env=env,
-                        wait=1, warmup=1, active=2, **kwargs)
+    return TraceCapture(
+        str(tmp_path / "landing"),
+        job_id="trn-job",
+        neuron=True,
+        xla=False,
+        neuron_output_dir=str(neuron_out),
+        spool_dir=str(tmp_path / "spool"),
+        env=env,
+        wait=1,
+        warmup=1,
+        active=2,
+        **kwargs,
+    )
 
 
 def test_neuron_runtime_env_is_prepared_without_overriding_the_user(tmp_path):
     env = {"NEURON_RT_INSPECT_DEVICE_PROFILE": "1"}
     effective = prepare_neuron_env(str(tmp_path / "out"), "session", env)
-    assert env == effective == {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_OUTPUT_DIR": str(tmp_path / "out"),
-                                "NEURON_RT_INSPECT_DEVICE_PROFILE": "1"}  # the user's mode is kept
+    assert (
+        env
+        == effective
+        == {
+            "NEURON_RT_INSPECT_ENABLE": "1",
+            "NEURON_RT_INSPECT_OUTPUT_DIR": str(tmp_path / "out"),
+            "NEURON_RT_INSPECT_DEVICE_PROFILE": "1",
+        }
+    )  # the user's mode is kept
     assert (tmp_path / "out").is_dir()
     with pytest.raises(ValueError, match="device profile"):
         prepare_neuron_env(str(tmp_path), "everything", {})
@@ -189,8 +208,9 @@ def test_neuron_output_is_converted_and_uploaded_with_the_raw_files(tmp_path, mo
     # converted outputs carry the profile's numbers (SOURCES.md: total_time 0.001867629615 s)
     summary_row = pq.read_table(folder / "neuron" / mine / "parquet" / "Summary.parquet").to_pylist()[0]
     assert summary_row["total_time"] == pytest.approx(0.001867629615, rel=1e-9)
-    assert next(iter(json.loads((folder / "neuron" / mine / "summary.json").read_text()).values()))["total_time"] == \
-        pytest.approx(0.001867629615, rel=1e-9)
+    assert next(iter(json.loads((folder / "neuron" / mine / "summary.json").read_text()).values()))[
+        "total_time"
+    ] == pytest.approx(0.001867629615, rel=1e-9)
     # the CLI ran on the copied raw folder, once per format
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [c[:3] + c[4:7] for c in calls] == [
@@ -235,7 +255,9 @@ def test_legacy_neuron_profile_cli_gives_json(tmp_path, monkeypatch, neuron_out)
     ((folder, manifest),) = _manifests(tmp_path / "landing")
     assert manifest["needs_conversion"] is False and manifest["neuron"]["converter"] == "neuron-profile"
     (legacy,) = [e for e in manifest["files"] if e["kind"] == "neuron_json"]
-    assert json.loads((folder / legacy["path"]).read_text())["summary"][0]["total_time"] == pytest.approx(0.001867629615)
+    assert json.loads((folder / legacy["path"]).read_text())["summary"][0]["total_time"] == pytest.approx(
+        0.001867629615
+    )
 
 
 def test_only_changed_neuron_folders_are_collected_again(tmp_path, monkeypatch, neuron_out):
@@ -293,9 +315,18 @@ def fake_xla(monkeypatch):
 
 def test_xla_trace_wraps_each_profiled_window(tmp_path, fake_xla):
     prof = fake_xla()
-    capture = TraceCapture(str(tmp_path / "landing"), job_id="xla-job", xla=True, neuron=False,
-                           spool_dir=str(tmp_path / "spool"), env={"PJRT_DEVICE": "TPU"},
-                           wait=1, warmup=1, active=2, repeat=2)
+    capture = TraceCapture(
+        str(tmp_path / "landing"),
+        job_id="xla-job",
+        xla=True,
+        neuron=False,
+        spool_dir=str(tmp_path / "spool"),
+        env={"PJRT_DEVICE": "TPU"},
+        wait=1,
+        warmup=1,
+        active=2,
+        repeat=2,
+    )
     with capture:
         assert _train(capture, 10) == 10
     assert capture.failures == 0
@@ -303,11 +334,14 @@ def test_xla_trace_wraps_each_profiled_window(tmp_path, fake_xla):
     documented = _sources_sha256()
     captures = _manifests(tmp_path / "landing")
     assert [m["step_range"] for _, m in captures] == [{"first": 2, "last": 3}, {"first": 6, "last": 7}]
-    for folder, manifest in captures:
+    for _folder, manifest in captures:
         kinds = {e["path"]: e["kind"] for e in manifest["files"]}
         run = f"xla/plugins/profile/{XPLANE_RUN.name}"
-        assert kinds == {"trace.json.gz": "kineto_trace", f"{run}/vm.xplane.pb": "xplane",
-                         f"{run}/vm.trace.json.gz": "xla_trace_json"}
+        assert kinds == {
+            "trace.json.gz": "kineto_trace",
+            f"{run}/vm.xplane.pb": "xplane",
+            f"{run}/vm.trace.json.gz": "xla_trace_json",
+        }
         by_path = {e["path"]: e for e in manifest["files"]}
         assert by_path[f"{run}/vm.xplane.pb"]["sha256"] == documented["vm.xplane.pb"]  # SOURCES.md
         assert by_path[f"{run}/vm.trace.json.gz"]["sha256"] == documented["vm.trace.json.gz"]
@@ -320,8 +354,18 @@ def test_xla_trace_wraps_each_profiled_window(tmp_path, fake_xla):
 
 def test_xla_failure_keeps_the_torch_trace_and_turns_xla_off(tmp_path, fake_xla, caplog):
     fake_xla(fail_start=True)
-    capture = TraceCapture(str(tmp_path / "landing"), job_id="xla-job", xla=True, neuron=False,
-                           spool_dir=str(tmp_path / "spool"), env={}, wait=1, warmup=1, active=2, repeat=2)
+    capture = TraceCapture(
+        str(tmp_path / "landing"),
+        job_id="xla-job",
+        xla=True,
+        neuron=False,
+        spool_dir=str(tmp_path / "spool"),
+        env={},
+        wait=1,
+        warmup=1,
+        active=2,
+        repeat=2,
+    )
     with caplog.at_level("WARNING", logger="capture_hooks"):
         with capture:
             assert _train(capture, 10) == 10

@@ -86,8 +86,13 @@ def _landed(root: Path) -> list[dict]:
 
 def _steps_in(folder: Path) -> list[int]:
     trace = json.loads(gzip.decompress((folder / "trace.json.gz").read_bytes()))
-    return sorted({int(e["name"].split("#", 1)[1]) for e in trace["traceEvents"]
-                   if str(e.get("name", "")).startswith("ProfilerStep#")})
+    return sorted(
+        {
+            int(e["name"].split("#", 1)[1])
+            for e in trace["traceEvents"]
+            if str(e.get("name", "")).startswith("ProfilerStep#")
+        }
+    )
 
 
 def _spool_files(spool: Path) -> list[Path]:
@@ -99,8 +104,9 @@ def _spool_files(spool: Path) -> list[Path]:
 
 def test_uploads_happen_off_the_training_thread(tmp_path):
     sink = SwitchSink(str(tmp_path / "raw"))
-    capture = TraceCapture(sink, job_id="bg", wait=1, warmup=1, active=2, repeat=3, spool_dir=str(tmp_path / "spool"),
-                           env={}, **FAST)
+    capture = TraceCapture(
+        sink, job_id="bg", wait=1, warmup=1, active=2, repeat=3, spool_dir=str(tmp_path / "spool"), env={}, **FAST
+    )
     with capture:
         assert _train(capture, 14) == 14
     assert capture.failures == 0 and capture.pending == 0
@@ -115,8 +121,18 @@ def test_uploads_happen_off_the_training_thread(tmp_path):
 
 def test_synchronous_mode_commits_at_the_end_of_each_cycle(tmp_path):
     sink = SwitchSink(str(tmp_path / "raw"))
-    capture = TraceCapture(sink, job_id="sync", wait=0, warmup=1, active=1, repeat=2, background=False,
-                           spool_dir=str(tmp_path / "spool"), env={}, **FAST)
+    capture = TraceCapture(
+        sink,
+        job_id="sync",
+        wait=0,
+        warmup=1,
+        active=1,
+        repeat=2,
+        background=False,
+        spool_dir=str(tmp_path / "spool"),
+        env={},
+        **FAST,
+    )
     seen = []
     with capture:
         _train(capture, 6, on_step=lambda i: seen.append(len(capture.committed)))
@@ -149,8 +165,9 @@ def test_lost_response_does_not_duplicate_the_capture(tmp_path):
 def test_outage_spools_then_uploads_everything_once(tmp_path, caplog):
     sink = SwitchSink(str(tmp_path / "raw"))
     spool = tmp_path / "spool"
-    capture = TraceCapture(sink, job_id="outage", wait=1, warmup=0, active=1, repeat=0, spool_dir=str(spool),
-                           env={}, **FAST)
+    capture = TraceCapture(
+        sink, job_id="outage", wait=1, warmup=0, active=1, repeat=0, spool_dir=str(spool), env={}, **FAST
+    )
     pending_during_outage = []
 
     def weather(i):
@@ -181,8 +198,9 @@ def test_captures_left_by_a_previous_process_are_uploaded_by_the_next(tmp_path):
     spool = tmp_path / "spool"
     down = SwitchSink(str(tmp_path / "raw"))
     down.down = True
-    first = TraceCapture(down, job_id="next", active=1, repeat=2, spool_dir=str(spool), flush_timeout_s=0.5,
-                         env={}, **FAST)
+    first = TraceCapture(
+        down, job_id="next", active=1, repeat=2, spool_dir=str(spool), flush_timeout_s=0.5, env={}, **FAST
+    )
     with first:
         _train(first, 8)
     assert first.committed == [] and first.pending == 2
@@ -202,8 +220,9 @@ def test_drain_spool_uploads_leftovers_for_the_given_sink_only(tmp_path):
     for name in ("a", "b"):
         sink = SwitchSink(str(tmp_path / name))
         sink.down = True
-        capture = TraceCapture(sink, job_id="drain", active=1, repeat=1, spool_dir=str(spool), flush_timeout_s=0.2,
-                               env={}, **FAST)
+        capture = TraceCapture(
+            sink, job_id="drain", active=1, repeat=1, spool_dir=str(spool), flush_timeout_s=0.2, env={}, **FAST
+        )
         with capture:
             _train(capture, 4)
         capture._uploader.close(0)
@@ -221,8 +240,16 @@ def test_worker_crash_is_contained(tmp_path, monkeypatch, caplog):
         raise OSError("disk full (test)")
 
     monkeypatch.setattr(upload, "finalize_entry", broken)
-    capture = TraceCapture(str(tmp_path / "raw"), job_id="crash", active=1, repeat=1, spool_dir=str(tmp_path / "spool"),
-                           flush_timeout_s=1.0, env={}, **FAST)
+    capture = TraceCapture(
+        str(tmp_path / "raw"),
+        job_id="crash",
+        active=1,
+        repeat=1,
+        spool_dir=str(tmp_path / "spool"),
+        flush_timeout_s=1.0,
+        env={},
+        **FAST,
+    )
     with caplog.at_level(logging.WARNING, logger="capture_hooks"):
         with capture:
             assert _train(capture, 4) == 4
@@ -252,8 +279,17 @@ def test_spool_cap_keeps_older_captures_and_drops_new_ones(tmp_path):
 def test_capture_dropped_when_spool_is_full_is_counted_and_logged_once(tmp_path, caplog):
     sink = SwitchSink(str(tmp_path / "raw"))
     sink.down = True
-    capture = TraceCapture(sink, job_id="full", active=1, repeat=3, spool_dir=str(tmp_path / "spool"),
-                           spool_max_bytes=1, flush_timeout_s=0.2, env={}, **FAST)
+    capture = TraceCapture(
+        sink,
+        job_id="full",
+        active=1,
+        repeat=3,
+        spool_dir=str(tmp_path / "spool"),
+        spool_max_bytes=1,
+        flush_timeout_s=0.2,
+        env={},
+        **FAST,
+    )
     with caplog.at_level(logging.WARNING, logger="capture_hooks"):
         with capture:
             assert _train(capture, 8) == 8

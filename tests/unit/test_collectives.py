@@ -17,8 +17,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.collectives.calls import (CALLS_SCHEMA, bus_bandwidth_factor, collective_summary, comm_calls,
-                                      estimate_clock_offsets, match_collectives, normalize_collective)
+from jobs.analyze.collectives.calls import (
+    CALLS_SCHEMA,
+    bus_bandwidth_factor,
+    collective_summary,
+    comm_calls,
+    estimate_clock_offsets,
+    match_collectives,
+    normalize_collective,
+)
 from jobs.normalize.kineto.parse import parse_kineto
 from schemas.tables import COLLECTIVES
 
@@ -30,8 +37,13 @@ needs_dlrm = pytest.mark.skipif(len(DLRM) != 8, reason="needs the 8 DLRM ranks i
 
 def _with_identity(t: pa.Table, rank: int, job: str = "dlrm") -> pa.Table:
     n = t.num_rows
-    for c, v, typ in (("date", "2023-09-08", pa.string()), ("job_id", job, pa.string()), ("attempt", 0, pa.int32()),
-                      ("rank", rank, pa.int32()), ("capture_id", f"cap{rank}", pa.string())):
+    for c, v, typ in (
+        ("date", "2023-09-08", pa.string()),
+        ("job_id", job, pa.string()),
+        ("attempt", 0, pa.int32()),
+        ("rank", rank, pa.int32()),
+        ("capture_id", f"cap{rank}", pa.string()),
+    ):
         t = t.append_column(c, pa.array([v] * n, typ))
     return t
 
@@ -51,12 +63,25 @@ def dlrm():
 # bus bandwidth (NCCL-tests doc/PERFORMANCE.md)
 
 
-@pytest.mark.parametrize("coll,n,factor", [
-    ("allreduce", 8, 2 * 7 / 8), ("all_reduce", 2, 1.0), ("allgather", 8, 7 / 8), ("_allgather_base", 4, 3 / 4),
-    ("reduce_scatter", 8, 7 / 8), ("reduce_scatter_tensor", 16, 15 / 16), ("all_to_all", 8, 7 / 8),
-    ("alltoall_base", 2, 1 / 2), ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 8, 1.0),
-    ("send", 2, 1.0), ("recv", 2, 1.0), ("allreduce", 1, 0.0),
-])
+@pytest.mark.parametrize(
+    "coll,n,factor",
+    [
+        ("allreduce", 8, 2 * 7 / 8),
+        ("all_reduce", 2, 1.0),
+        ("allgather", 8, 7 / 8),
+        ("_allgather_base", 4, 3 / 4),
+        ("reduce_scatter", 8, 7 / 8),
+        ("reduce_scatter_tensor", 16, 15 / 16),
+        ("all_to_all", 8, 7 / 8),
+        ("alltoall_base", 2, 1 / 2),
+        ("broadcast", 8, 1.0),
+        ("reduce", 8, 1.0),
+        ("sendrecv", 8, 1.0),
+        ("send", 2, 1.0),
+        ("recv", 2, 1.0),
+        ("allreduce", 1, 0.0),
+    ],
+)
 def test_bus_bandwidth_factor(coll, n, factor):
     assert bus_bandwidth_factor(coll, n) == pytest.approx(factor)
 
@@ -87,15 +112,31 @@ def _allreduce_job(skew_us=0):
         sh = skew_us if r == 1 else 0
         ev = [
             X("ProfilerStep#1", "user_annotation", 0, 5000),
-            X("nccl:all_reduce", "user_annotation", arrive - 50, 30,
-              **{"Input Dims": [[262144]], "Input type": ["float"]}),
+            X(
+                "nccl:all_reduce",
+                "user_annotation",
+                arrive - 50,
+                30,
+                **{"Input Dims": [[262144]], "Input type": ["float"]},
+            ),
             X("cudaLaunchKernel", "cuda_runtime", arrive - 45, 10, correlation=7),
-            X("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "kernel", arrive,
-              3100 - arrive, 0, 20, stream=20, correlation=7, device=0),
+            X(
+                "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+                "kernel",
+                arrive,
+                3100 - arrive,
+                0,
+                20,
+                stream=20,
+                correlation=7,
+                device=0,
+            ),
         ]
         if r == 0:
-            ev += [X("cudaLaunchKernel", "cuda_runtime", 100, 10, correlation=8),
-                   X("gemm", "kernel", 150, 1000, 0, 7, stream=7, correlation=8, device=0)]
+            ev += [
+                X("cudaLaunchKernel", "cuda_runtime", 100, 10, correlation=8),
+                X("gemm", "kernel", 150, 1000, 0, 7, stream=7, correlation=8, device=0),
+            ]
         for e in ev:
             e["ts"] += sh
         doc = {"distributedInfo": {"rank": r, "world_size": 2}, "traceEvents": ev}
@@ -132,11 +173,18 @@ def test_gloo_host_collectives_are_matched():
     backend's worker threads (alternating). Rank 1 arrives 700 µs late at the second call."""
     job = {}
     for r in (0, 1):
-        ev = [X("ProfilerStep#2", "user_annotation", 0, 10_000, tid=1),
-              X("c10d::allreduce_", "cpu_op", 900, 50, tid=1)]
+        ev = [X("ProfilerStep#2", "user_annotation", 0, 10_000, tid=1), X("c10d::allreduce_", "cpu_op", 900, 50, tid=1)]
         for i, (arrive, thread) in enumerate(((1000, 11), (5000 + (700 if r == 1 else 0), 12))):
-            ev.append(X("gloo:all_reduce", "user_annotation", arrive, 6000 - arrive if i else 2000 - arrive,
-                        tid=thread, **{"Input Dims": [[1000]], "Input type": ["float"]}))
+            ev.append(
+                X(
+                    "gloo:all_reduce",
+                    "user_annotation",
+                    arrive,
+                    6000 - arrive if i else 2000 - arrive,
+                    tid=thread,
+                    **{"Input Dims": [[1000]], "Input type": ["float"]},
+                )
+            )
         doc = {"distributedInfo": {"rank": r, "world_size": 2, "backend": "gloo"}, "traceEvents": ev}
         job[r] = _with_identity(parse_kineto(json.dumps(doc).encode(), f"mem://g{r}").events, r, "gloo")
     calls = pa.concat_tables([comm_calls(ev) for ev in job.values()])
@@ -158,7 +206,9 @@ def test_injected_clock_skew_is_recovered():
     assert off[0]["clock_offset_ns"] == 0 and off[1]["clock_offset_ns"] == 123_456 * US
     assert off[1]["residual_p50_ns"] == 0
     col = {r["rank"]: r for r in match_collectives(calls).to_pylist()}
-    ref = {r["rank"]: r for r in match_collectives(pa.concat_tables([comm_calls(e) for e in base.values()])).to_pylist()}
+    ref = {
+        r["rank"]: r for r in match_collectives(pa.concat_tables([comm_calls(e) for e in base.values()])).to_pylist()
+    }
     for r in (0, 1):
         for k in ("wait_ns", "skew_ns", "net_dur_ns", "is_last_arrival", "aligned_start_ns", "aligned_end_ns"):
             assert col[r][k] == ref[r][k], k

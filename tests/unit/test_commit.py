@@ -55,9 +55,13 @@ class _Writer:
             folder = os.path.join(path, *[f"{c}={v}" for c, v in zip(self._cols, key)])
             os.makedirs(folder)
             for i in range(self.n_files):  # one row-slice per file, like one file per Spark task
-                pq.write_table(rows.slice(i * rows.num_rows // self.n_files,
-                                          (i + 1) * rows.num_rows // self.n_files - i * rows.num_rows // self.n_files),
-                               os.path.join(folder, f"part-{i:05d}-{job}.c000.parquet"))
+                pq.write_table(
+                    rows.slice(
+                        i * rows.num_rows // self.n_files,
+                        (i + 1) * rows.num_rows // self.n_files - i * rows.num_rows // self.n_files,
+                    ),
+                    os.path.join(folder, f"part-{i:05d}-{job}.c000.parquet"),
+                )
                 open(os.path.join(folder, f".part-{i:05d}-{job}.c000.parquet.crc"), "wb").close()
         os.makedirs(path, exist_ok=True)
         open(os.path.join(path, "_SUCCESS"), "w").close()
@@ -79,8 +83,12 @@ class FakeDF:
 def _rows(jobs: dict[str, int], version: int) -> dict:
     """Rows for ``{job_id: n_rows}``, each row's ``v`` = version (all on date 2024-01-01)."""
     job_ids = [j for j, n in jobs.items() for _ in range(n)]
-    return {"date": ["2024-01-01"] * len(job_ids), "job_id": job_ids,
-            "i": list(range(len(job_ids))), "v": [version] * len(job_ids)}
+    return {
+        "date": ["2024-01-01"] * len(job_ids),
+        "job_id": job_ids,
+        "i": list(range(len(job_ids))),
+        "v": [version] * len(job_ids),
+    }
 
 
 def _read(wh, table="t") -> dict[str, set]:
@@ -116,7 +124,9 @@ def crash_at(monkeypatch):
         def hook(p):
             if p == point:
                 raise Crash(p)
+
         monkeypatch.setattr(commit, "_crash_point", hook)
+
     return arm
 
 
@@ -149,8 +159,19 @@ def test_rewrite_replaces_only_the_partitions_it_has_rows_for(tmp_path):
 
 def test_empty_frame_publishes_nothing(tmp_path):
     wh = str(tmp_path)
-    res = commit.write_partitions(FakeDF({"date": pa.array([], pa.string()), "job_id": pa.array([], pa.string()),
-                                          "i": pa.array([], pa.int64()), "v": pa.array([], pa.int64())}), wh, "t", PARTS)
+    res = commit.write_partitions(
+        FakeDF(
+            {
+                "date": pa.array([], pa.string()),
+                "job_id": pa.array([], pa.string()),
+                "i": pa.array([], pa.int64()),
+                "v": pa.array([], pa.int64()),
+            }
+        ),
+        wh,
+        "t",
+        PARTS,
+    )
     assert res.partitions == [] and os.path.isdir(os.path.join(wh, "t")) and _leftovers(wh) == []
 
 
@@ -201,6 +222,7 @@ def test_recovery_is_idempotent_when_itself_interrupted(tmp_path, crash_at, monk
 
     def dying_retire(*a):
         raise Crash("retire")
+
     monkeypatch.setattr(commit, "_retire", dying_retire)
     with pytest.raises(Crash):
         commit.recover(wh)
@@ -224,6 +246,7 @@ def test_rename_fallback_between_the_two_renames(tmp_path, crash_at, monkeypatch
         real_rename(src, dst)
         if len(calls) == 1:  # the live partition has just been moved out
             raise Crash(src)
+
     monkeypatch.setattr(commit.os, "rename", rename)
     with pytest.raises(Crash):
         commit.write_partitions(FakeDF(_rows({"a": 2}, 2)), wh, "t", PARTS)
@@ -299,10 +322,18 @@ def test_object_store_warehouse_falls_back_to_spark_dynamic_overwrite(tmp_path):
 
 def test_crash_hook_kills_with_sigkill(tmp_path):
     env = dict(os.environ, **{commit.CRASH_ENV: "t:staged"})
-    code = ("from jobs import commit; commit._crash_point('t:journaled'); print('alive', flush=True); "
-            "commit._crash_point('t:staged'); print('not reached')")
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, start_new_session=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    code = (
+        "from jobs import commit; commit._crash_point('t:journaled'); print('alive', flush=True); "
+        "commit._crash_point('t:staged'); print('not reached')"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     assert p.returncode == -9 and p.stdout.strip() == "alive"
 
 
@@ -332,6 +363,7 @@ def test_a_failed_spark_write_publishes_nothing_and_leaves_no_staging(tmp_path):
             def parquet(path):
                 _Writer.parquet(w, path)
                 raise RuntimeError("executor lost")
+
             w.parquet = parquet
             return w
 

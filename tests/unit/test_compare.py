@@ -15,54 +15,141 @@ from jobs.publish.compare import compare_jobs, op_summary
 US = 1000
 
 
-_CATEGORY = {"kernel": "kernel", "op": "cpu_op", "runtime": "cuda_runtime", "gpu_annotation": "gpu_user_annotation",
-             "annotation": "user_annotation"}
+_CATEGORY = {
+    "kernel": "kernel",
+    "op": "cpu_op",
+    "runtime": "cuda_runtime",
+    "gpu_annotation": "gpu_user_annotation",
+    "annotation": "user_annotation",
+}
 
 
 def _events(rows):
     """rows: (rank, step, name, kind, dur_us) with kind kernel / op / runtime / gpu_annotation / annotation."""
     out = []
     for i, (rank, step, name, kind, dur) in enumerate(rows):
-        out.append({"job_id": "j", "attempt": 0, "rank": rank, "event_id": i, "ph": "X", "name": name,
-                    "category": _CATEGORY[kind], "is_gpu": kind in ("kernel", "gpu_annotation"), "dur_ns": dur * US,
-                    "step": step})
+        out.append(
+            {
+                "job_id": "j",
+                "attempt": 0,
+                "rank": rank,
+                "event_id": i,
+                "ph": "X",
+                "name": name,
+                "category": _CATEGORY[kind],
+                "is_gpu": kind in ("kernel", "gpu_annotation"),
+                "dur_ns": dur * US,
+                "step": step,
+            }
+        )
     return pd.DataFrame(out)
 
 
 def _steps(ranks, steps, ms):
-    return pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": r, "step": s, "step_time_ns": int(ms * 1e6)}
-                         for r in ranks for s in steps])
+    return pd.DataFrame(
+        [
+            {"job_id": "j", "attempt": 0, "rank": r, "step": s, "step_time_ns": int(ms * 1e6)}
+            for r in ranks
+            for s in steps
+        ]
+    )
 
 
 def _ranks(ranks, idle):
-    return pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": r, "idle_pct": idle, "compute_pct": 100 - idle,
-                          "non_compute_pct": 0.0, "overlap_pct": None} for r in ranks])
+    return pd.DataFrame(
+        [
+            {
+                "job_id": "j",
+                "attempt": 0,
+                "rank": r,
+                "idle_pct": idle,
+                "compute_pct": 100 - idle,
+                "non_compute_pct": 0.0,
+                "overlap_pct": None,
+            }
+            for r in ranks
+        ]
+    )
 
 
-A_ROWS = [(r, s, n, k, d) for r in (0, 1) for s in (1, 2) for n, k, d in
-          [("gemm", "kernel", 100), ("nccl_allreduce", "kernel", 50), ("aten::mm", "op", 30),
-           ("aten::old_op", "op", 10), ("cudaLaunchKernel", "runtime", 5), ("tiny", "kernel", 2)]]
-B_ROWS = [(r, s, n, k, d) for r in (0, 1) for s in (1, 2) for n, k, d in
-          [("gemm", "kernel", 160), ("nccl_allreduce", "kernel", 20), ("aten::mm", "op", 30),
-           ("aten::new_op", "op", 7), ("cudaLaunchKernel", "runtime", 5), ("tiny", "kernel", 2.4)]]
+A_ROWS = [
+    (r, s, n, k, d)
+    for r in (0, 1)
+    for s in (1, 2)
+    for n, k, d in [
+        ("gemm", "kernel", 100),
+        ("nccl_allreduce", "kernel", 50),
+        ("aten::mm", "op", 30),
+        ("aten::old_op", "op", 10),
+        ("cudaLaunchKernel", "runtime", 5),
+        ("tiny", "kernel", 2),
+    ]
+]
+B_ROWS = [
+    (r, s, n, k, d)
+    for r in (0, 1)
+    for s in (1, 2)
+    for n, k, d in [
+        ("gemm", "kernel", 160),
+        ("nccl_allreduce", "kernel", 20),
+        ("aten::mm", "op", 30),
+        ("aten::new_op", "op", 7),
+        ("cudaLaunchKernel", "runtime", 5),
+        ("tiny", "kernel", 2.4),
+    ]
+]
 
 
 def test_statuses_and_per_step_values_by_hand():
-    steps = [(r, s, f"ProfilerStep#{s}", kind, 300) for r in (0, 1) for s in (1, 2)
-             for kind in ("annotation", "gpu_annotation")]
+    steps = [
+        (r, s, f"ProfilerStep#{s}", kind, 300)
+        for r in (0, 1)
+        for s in (1, 2)
+        for kind in ("annotation", "gpu_annotation")
+    ]
     old_steps = [(r, s, f"ProfilerStep#{s}", "op", 300) for r in (0, 1) for s in (1, 2)]  # 2020 traces: cpu_op
-    a = {"events": _events(A_ROWS + steps + [(0, None, "warmup_only", "kernel", 999)]),
-         "steps": _steps((0, 1), (1, 2), 10),
-         "ranks": _ranks((0, 1), 20.0),
-         "findings": pd.DataFrame([{"finding_id": "host_bound/rank=0", "rule": "host_bound", "title": "host",
-                                    "est_time_lost_per_step_ns": 1e6},
-                                   {"finding_id": "straggler/rank=1", "rule": "straggler", "title": "slow rank",
-                                    "est_time_lost_per_step_ns": 2e6}])}
-    b = {"events": _events(B_ROWS + old_steps), "steps": _steps((0, 1), (1, 2), 12), "ranks": _ranks((0, 1), 30.0),
-         "findings": pd.DataFrame([{"finding_id": "straggler/rank=1", "rule": "straggler", "title": "slow rank",
-                                    "est_time_lost_per_step_ns": 3e6},
-                                   {"finding_id": "exposed_comm/rank=0", "rule": "exposed_comm", "title": "comm",
-                                    "est_time_lost_per_step_ns": 5e5}])}
+    a = {
+        "events": _events(A_ROWS + steps + [(0, None, "warmup_only", "kernel", 999)]),
+        "steps": _steps((0, 1), (1, 2), 10),
+        "ranks": _ranks((0, 1), 20.0),
+        "findings": pd.DataFrame(
+            [
+                {
+                    "finding_id": "host_bound/rank=0",
+                    "rule": "host_bound",
+                    "title": "host",
+                    "est_time_lost_per_step_ns": 1e6,
+                },
+                {
+                    "finding_id": "straggler/rank=1",
+                    "rule": "straggler",
+                    "title": "slow rank",
+                    "est_time_lost_per_step_ns": 2e6,
+                },
+            ]
+        ),
+    }
+    b = {
+        "events": _events(B_ROWS + old_steps),
+        "steps": _steps((0, 1), (1, 2), 12),
+        "ranks": _ranks((0, 1), 30.0),
+        "findings": pd.DataFrame(
+            [
+                {
+                    "finding_id": "straggler/rank=1",
+                    "rule": "straggler",
+                    "title": "slow rank",
+                    "est_time_lost_per_step_ns": 3e6,
+                },
+                {
+                    "finding_id": "exposed_comm/rank=0",
+                    "rule": "exposed_comm",
+                    "title": "comm",
+                    "est_time_lost_per_step_ns": 5e5,
+                },
+            ]
+        ),
+    }
     c = compare_jobs(a, b, "A", "B")
     ops = c.ops.set_index("name")
     # 2 ranks × 2 steps, each rank runs each name once per step: per rank and step = dur
@@ -127,9 +214,12 @@ def two_real_jobs(CORPUS):
         task = CaptureFile(uri=str(p), capture_id=job, job_id=job, size_bytes=p.stat().st_size).to_dict()
         cap, ev = normalize_file(task, p.read_bytes())
         s, r = analyze_rank(ev)
-        jobs[job] = {"captures": captures_table([cap]).to_pandas(types_mapper=ints.get),
-                     "events": ev.to_pandas(types_mapper=ints.get), "steps": s.to_pandas(types_mapper=ints.get),
-                     "ranks": r.to_pandas(types_mapper=ints.get)}
+        jobs[job] = {
+            "captures": captures_table([cap]).to_pandas(types_mapper=ints.get),
+            "events": ev.to_pandas(types_mapper=ints.get),
+            "steps": s.to_pandas(types_mapper=ints.get),
+            "ranks": r.to_pandas(types_mapper=ints.get),
+        }
     return jobs
 
 
@@ -138,8 +228,13 @@ def test_real_traces_against_direct_sums(two_real_jobs):
     c = compare_jobs(a, b, "rank0", "rank1")
 
     def kernel_sums(ev):
-        k = ev[ev["is_gpu"].astype(bool) & ev["dur_ns"].notna() & ev["step"].notna() & (ev["ph"] == "X")
-               & ~ev["category"].isin(["gpu_user_annotation", "cuda_sync"])]
+        k = ev[
+            ev["is_gpu"].astype(bool)
+            & ev["dur_ns"].notna()
+            & ev["step"].notna()
+            & (ev["ph"] == "X")
+            & ~ev["category"].isin(["gpu_user_annotation", "cuda_sync"])
+        ]
         n_steps = ev.loc[ev["step"].notna() & ev["dur_ns"].notna() & (ev["ph"] == "X"), "step"].nunique()
         return k.groupby("name")["dur_ns"].sum().astype(float) / n_steps
 
@@ -167,8 +262,12 @@ def test_comparison_report_renders_and_escapes(two_real_jobs):
     from jobs.publish.report.html import render_comparison_report
 
     a = two_real_jobs["A"]
-    b = {**two_real_jobs["B"], "events": two_real_jobs["B"]["events"].assign(
-        name=lambda e: e["name"].where(e.index % 50 != 0, "<script>alert(1)</script>"))}
+    b = {
+        **two_real_jobs["B"],
+        "events": two_real_jobs["B"]["events"].assign(
+            name=lambda e: e["name"].where(e.index % 50 != 0, "<script>alert(1)</script>")
+        ),
+    }
     html = render_comparison_report(compare_jobs(a, b, "A<b>", "B"))
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "A&lt;b&gt;" in html and 'data-plot="op_deltas"' in html and 'data-table="metric-deltas"' in html

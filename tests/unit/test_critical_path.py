@@ -22,12 +22,11 @@ import pyarrow as pa
 import pytest
 
 from jobs.analyze.collectives.calls import comm_calls, match_collectives
+from jobs.analyze.critical_path.cross_rank import job_critical_path
 from jobs.analyze.critical_path.graph import DEPENDENCY, OPERATOR, build_graph
 from jobs.analyze.critical_path.longest import longest_path
-from jobs.analyze.critical_path.cross_rank import job_critical_path
+from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, critical_path, hta_critical_path, rank_critical_path
 from jobs.analyze.critical_path.trace import path_trace
-from jobs.analyze.critical_path.rank import (BOUNDARIES_SCHEMA, critical_path, hta_critical_path,
-                                        rank_critical_path)
 from jobs.normalize.kineto.parse import parse_kineto
 from schemas.tables import CRITICAL_PATH
 
@@ -56,13 +55,20 @@ def launch(ts, dur, corr, name="cudaLaunchKernel"):
 
 def events_of(trace_events, rank=0, job="job"):
     """Parse a synthetic trace with our parser and add the identity columns."""
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
-           "traceEvents": trace_events}
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+        "traceEvents": trace_events,
+    }
     t = parse_kineto(json.dumps(doc).encode(), f"mem://{job}/rank{rank}.json").events
     n = t.num_rows
-    for c, v, typ in (("date", "2024-01-01", pa.string()), ("job_id", job, pa.string()),
-                      ("attempt", 0, pa.int32()), ("rank", rank, pa.int32()),
-                      ("capture_id", f"cap{rank}", pa.string())):
+    for c, v, typ in (
+        ("date", "2024-01-01", pa.string()),
+        ("job_id", job, pa.string()),
+        ("attempt", 0, pa.int32()),
+        ("rank", rank, pa.int32()),
+        ("capture_id", f"cap{rank}", pa.string()),
+    ):
         t = t.append_column(c, pa.array([v] * n, typ))
     return t
 
@@ -73,10 +79,12 @@ def cuda_graph_trace():
         X("ProfilerStep#1", "user_annotation", 0, 1000),
         X("graph_replay", "cpu_op", 10, 90),
         launch(20, 10, 50, name="cudaGraphLaunch"),
-        kernel("k1", 40, 100, 50), kernel("k2", 145, 100, 50), kernel("k3", 250, 100, 50), kernel("k4", 352, 100, 50),
+        kernel("k1", 40, 100, 50),
+        kernel("k2", 145, 100, 50),
+        kernel("k3", 250, 100, 50),
+        kernel("k4", 352, 100, 50),
         X("cudaStreamSynchronize", "cuda_runtime", 110, 350, correlation=51),
-        X("Stream Sync", "cuda_sync", 115, 340, GPU, stream=7, correlation=51, device=0,
-          cuda_sync_kind="Stream Sync"),
+        X("Stream Sync", "cuda_sync", 115, 340, GPU, stream=7, correlation=51, device=0, cuda_sync_kind="Stream Sync"),
         X("post", "cpu_op", 470, 30),
     ]
 
@@ -96,12 +104,20 @@ def two_rank_job(late_rank_work=3000, skew_us=0):
         sh = skew_us if r == 1 else 0
         ev = [
             X("ProfilerStep#1", "user_annotation", 0, 5000),
-            X("aten::mm", "cpu_op", 10, w), launch(w, 5, 1), kernel("gemm_kernel", w + 10, 40, 1),
+            X("aten::mm", "cpu_op", 10, w),
+            launch(w, 5, 1),
+            kernel("gemm_kernel", w + 10, 40, 1),
             X("nccl:all_reduce", "user_annotation", w + 60, 20, **{"Input Dims": [[262144]], "Input type": ["float"]}),
-            X("record_param_comms", "cpu_op", w + 61, 18), launch(w + 62, 8, 2),
-            kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", arrive[r],
-                   done - arrive[r], 2),
-            X("aten::add_", "cpu_op", w + 90, 20), launch(w + 95, 5, 3),
+            X("record_param_comms", "cpu_op", w + 61, 18),
+            launch(w + 62, 8, 2),
+            kernel(
+                "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+                arrive[r],
+                done - arrive[r],
+                2,
+            ),
+            X("aten::add_", "cpu_op", w + 90, 20),
+            launch(w + 95, 5, 3),
             kernel("optimizer_kernel", done + 2, 50, 3),
         ]
         for e in ev:
@@ -233,8 +249,14 @@ def _our_cpu_edges(g):
             a, b = g.chain[i - 1], g.chain[i]
             if rt.stream[g.ev_row[a // 2]] != -1:
                 continue
-            out.add(((int(ev[g.ev_row[a // 2]]), a % 2 == 0), (int(ev[g.ev_row[b // 2]]), b % 2 == 0),
-                     int(g.cw_raw[i]), int(g.ctype[i])))
+            out.add(
+                (
+                    (int(ev[g.ev_row[a // 2]]), a % 2 == 0),
+                    (int(ev[g.ev_row[b // 2]]), b % 2 == 0),
+                    int(g.cw_raw[i]),
+                    int(g.ctype[i]),
+                )
+            )
     return out
 
 
@@ -254,8 +276,9 @@ def test_call_stack_walk_matches_hta_on_random_threads(seed):
     g = build_graph(rt, 0, 10_000 * US)
     for r in range(rt.n):
         if rt.dur[r] > 0 and rt.ts[r] <= 10_000 * US:
-            rows.append((int(rt.event_id[r]), int(rt.ts[r]), int(rt.dur[r]), bool(rt.node_cat[r]),
-                         bool(rt.is_blocking[r])))
+            rows.append(
+                (int(rt.event_id[r]), int(rt.ts[r]), int(rt.dur[r]), bool(rt.node_cat[r]), bool(rt.is_blocking[r]))
+            )
     ref = {(a, b, w, t) for a, b, w, t in _hta_cpu_edges(rows)}
     assert _our_cpu_edges(g) == ref
 
@@ -287,8 +310,16 @@ def _reference_longest(g):
 
 
 @pytest.mark.skipif(not DLRM, reason="needs ../shared/corpus")
-@pytest.mark.parametrize("path", DLRM[:3] + [str(CORPUS / "torch/HolisticTraceAnalysis/critical_path/alexnet/"
-                                                         "benchmark_result_2869224_1695835535_trace.json.gz")])
+@pytest.mark.parametrize(
+    "path",
+    DLRM[:3]
+    + [
+        str(
+            CORPUS / "torch/HolisticTraceAnalysis/critical_path/alexnet/"
+            "benchmark_result_2869224_1695835535_trace.json.gz"
+        )
+    ],
+)
 def test_longest_path_matches_plain_dag_dp_on_real_graphs(path):
     ev = events_of_file(path)
     for compat in (False, True):
@@ -308,8 +339,13 @@ def events_of_file(path):
     data = Path(path).read_bytes()
     t = parse_kineto(data, path).events
     n = t.num_rows
-    for c, v, typ in (("date", "d", pa.string()), ("job_id", "j", pa.string()), ("attempt", 0, pa.int32()),
-                      ("rank", 0, pa.int32()), ("capture_id", "c", pa.string())):
+    for c, v, typ in (
+        ("date", "d", pa.string()),
+        ("job_id", "j", pa.string()),
+        ("attempt", 0, pa.int32()),
+        ("rank", 0, pa.int32()),
+        ("capture_id", "c", pa.string()),
+    ):
         t = t.append_column(c, pa.array([v] * n, typ))
     return t
 
@@ -375,8 +411,9 @@ def test_clock_skew_is_recovered_and_does_not_change_the_path():
     off = {r["rank"]: r["clock_offset_ns"] for r in skew.to_pylist()}
     assert off == {0: 0, 1: -50_000 * US}
     key = ("rank", "bound_by", "dur_ns", "start_ns", "end_ns")
-    assert [tuple(x[k] for k in key) for x in rows.to_pylist()] == [tuple(x[k] for k in key)
-                                                                    for x in base_rows.to_pylist()]
+    assert [tuple(x[k] for k in key) for x in rows.to_pylist()] == [
+        tuple(x[k] for k in key) for x in base_rows.to_pylist()
+    ]
     w = sorted((x["rank"], x["wait_ns"], x["aligned_start_ns"]) for x in coll.to_pylist())
     w0 = sorted((x["rank"], x["wait_ns"], x["aligned_start_ns"]) for x in base_coll.to_pylist())
     assert w == w0
@@ -398,8 +435,13 @@ def test_dlrm_job_path():
         p = parse_kineto(Path(f).read_bytes(), f)
         r = p.meta["rank"]
         t = p.events
-        for c, v, typ in (("date", "d", pa.string()), ("job_id", "dlrm", pa.string()), ("attempt", 0, pa.int32()),
-                          ("rank", r, pa.int32()), ("capture_id", f"c{r}", pa.string())):
+        for c, v, typ in (
+            ("date", "d", pa.string()),
+            ("job_id", "dlrm", pa.string()),
+            ("attempt", 0, pa.int32()),
+            ("rank", r, pa.int32()),
+            ("capture_id", f"c{r}", pa.string()),
+        ):
             t = t.append_column(c, pa.array([v] * t.num_rows, typ))
         job[r] = t
     segs, rows, skew, coll = _job_path(job)

@@ -12,11 +12,23 @@ from jobs.landing.discover import discover
 
 def _manifest(**over):
     m = {
-        "schema_version": "1", "job_id": "llm-7b", "attempt": 1, "rank": 3, "local_rank": 3, "world_size": 4,
-        "node": 0, "host": "h1", "accelerator": "cpu", "device_name": None, "torch_version": "2.13.0",
-        "cuda_version": None, "created_at": "2026-11-30T10:00:00Z", "step_range": {"first": 2, "last": 4},
+        "schema_version": "1",
+        "job_id": "llm-7b",
+        "attempt": 1,
+        "rank": 3,
+        "local_rank": 3,
+        "world_size": 4,
+        "node": 0,
+        "host": "h1",
+        "accelerator": "cpu",
+        "device_name": None,
+        "torch_version": "2.13.0",
+        "cuda_version": None,
+        "created_at": "2026-11-30T10:00:00Z",
+        "step_range": {"first": 2, "last": 4},
         "capture_id": "c1",
-        "profiler": {"name": "torch.profiler", "schedule": {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}}, "tags": {"model": "mlp"},
+        "profiler": {"name": "torch.profiler", "schedule": {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}},
+        "tags": {"model": "mlp"},
         "files": [{"path": "trace.json.gz", "size_bytes": 10, "sha256": "0" * 64, "kind": "kineto_trace"}],
     }
     m.update(over)
@@ -41,7 +53,14 @@ def test_committed_capture_uses_manifest_identity(tmp_path):
     found = discover(str(tmp_path))
     assert found.pending == []
     (f,) = found.files
-    assert (f.job_id, f.attempt, f.rank, f.rank_source, f.world_size, f.date) == ("llm-7b", 1, 3, "manifest", 4, "2026-11-30")
+    assert (f.job_id, f.attempt, f.rank, f.rank_source, f.world_size, f.date) == (
+        "llm-7b",
+        1,
+        3,
+        "manifest",
+        4,
+        "2026-11-30",
+    )
     assert f.capture_id == "c1" and f.error is None and not f.bare
     assert f.uri.endswith("c1/trace.json.gz") and f.manifest_uri.endswith("c1/manifest.json")
     assert f.created_at == "2026-11-30T10:00:00Z" and f.tags == {"model": "mlp"}
@@ -51,9 +70,16 @@ def test_tag_columns_name_recurring_jobs():
     from jobs.normalize.job import tag_columns
 
     tagged = tag_columns({"job_id": "run-17", "tags": json.dumps({"job_name": "llm-pretrain", "model": "llama-7b"})})
-    assert tagged == {"job_name": "llm-pretrain", "model": "llama-7b",
-                      "tags_json": '{"job_name": "llm-pretrain", "model": "llama-7b"}'}
-    assert tag_columns({"job_id": "bare-folder", "tags": "{}"}) == {"job_name": "bare-folder", "model": None, "tags_json": "{}"}
+    assert tagged == {
+        "job_name": "llm-pretrain",
+        "model": "llama-7b",
+        "tags_json": '{"job_name": "llm-pretrain", "model": "llama-7b"}',
+    }
+    assert tag_columns({"job_id": "bare-folder", "tags": "{}"}) == {
+        "job_name": "bare-folder",
+        "model": None,
+        "tags_json": "{}",
+    }
     assert tag_columns({"job_id": "j", "tags": "not json"})["job_name"] == "j"
 
 
@@ -99,8 +125,22 @@ def test_bare_rank_clash_splits_the_folder_into_one_job_per_file():
 
     caps = [
         {"capture_id": "a", "job_id": "runs", "attempt": 0, "rank": 0, "status": "ingested", "uri": "/x/runs/a.json"},
-        {"capture_id": "b", "job_id": "runs", "attempt": 0, "rank": 0, "status": "ingested", "uri": "/x/runs/b.json.gz"},
-        {"capture_id": "c", "job_id": "runs", "attempt": 0, "rank": 0, "status": "quarantined", "uri": "/x/runs/c.json"},
+        {
+            "capture_id": "b",
+            "job_id": "runs",
+            "attempt": 0,
+            "rank": 0,
+            "status": "ingested",
+            "uri": "/x/runs/b.json.gz",
+        },
+        {
+            "capture_id": "c",
+            "job_id": "runs",
+            "attempt": 0,
+            "rank": 0,
+            "status": "quarantined",
+            "uri": "/x/runs/c.json",
+        },
         {"capture_id": "d", "job_id": "dlrm", "attempt": 0, "rank": 0, "status": "ingested", "uri": "/x/dlrm/w0.json"},
         {"capture_id": "e", "job_id": "dlrm", "attempt": 0, "rank": 1, "status": "ingested", "uri": "/x/dlrm/w1.json"},
     ]

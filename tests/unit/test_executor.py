@@ -53,8 +53,14 @@ def test_workers_default_to_the_env_then_the_cpus(monkeypatch):
 
 def _table(jobs: dict[str, int], version: int) -> pa.Table:
     job_ids = [j for j, n in jobs.items() for _ in range(n)]
-    return pa.table({"date": ["2024-01-01"] * len(job_ids), "job_id": job_ids,
-                     "i": list(range(len(job_ids))), "v": [version] * len(job_ids)})
+    return pa.table(
+        {
+            "date": ["2024-01-01"] * len(job_ids),
+            "job_id": job_ids,
+            "i": list(range(len(job_ids))),
+            "v": [version] * len(job_ids),
+        }
+    )
 
 
 def _read(wh, table="t") -> dict[str, set]:
@@ -185,24 +191,59 @@ def test_rank_outputs_do_not_depend_on_row_order():
 def test_job_steps_frame_is_sparks_reduction():
     from jobs.fleet.stats import job_kernels_frame, job_steps_frame
 
-    caps = pd.DataFrame({"job_id": ["j", "j", "q"], "attempt": [0, 0, 0], "status": ["ingested"] * 2 + ["quarantined"],
-                         "job_name": [None, None, "x"], "model": ["m", None, None], "device_name": [None, "H100", None],
-                         "torch_version": [None, None, None], "created_at": [None, None, None],
-                         "date": ["2024-01-02", "2024-01-01", "2024-01-01"]})
-    steps = pd.DataFrame({"job_id": ["j"] * 3, "attempt": [0] * 3, "step": [1, 1, -1], "rank": [1, 0, 0],
-                          "date": ["2024-01-02", "2024-01-01", "2024-01-01"], "step_time_ns": [10, 30, 99],
-                          "kernel_time_ns": [None, 5, 1], "idle_time_ns": [1, 2, 3], "compute_time_ns": [1, 1, 1],
-                          "exposed_comm_ns": [None, None, 0], "cpu_bound_time_ns": [0, 0, 0],
-                          "dataloader_time_ns": [0, 0, 0]})
+    caps = pd.DataFrame(
+        {
+            "job_id": ["j", "j", "q"],
+            "attempt": [0, 0, 0],
+            "status": ["ingested"] * 2 + ["quarantined"],
+            "job_name": [None, None, "x"],
+            "model": ["m", None, None],
+            "device_name": [None, "H100", None],
+            "torch_version": [None, None, None],
+            "created_at": [None, None, None],
+            "date": ["2024-01-02", "2024-01-01", "2024-01-01"],
+        }
+    )
+    steps = pd.DataFrame(
+        {
+            "job_id": ["j"] * 3,
+            "attempt": [0] * 3,
+            "step": [1, 1, -1],
+            "rank": [1, 0, 0],
+            "date": ["2024-01-02", "2024-01-01", "2024-01-01"],
+            "step_time_ns": [10, 30, 99],
+            "kernel_time_ns": [None, 5, 1],
+            "idle_time_ns": [1, 2, 3],
+            "compute_time_ns": [1, 1, 1],
+            "exposed_comm_ns": [None, None, 0],
+            "cpu_bound_time_ns": [0, 0, 0],
+            "dataloader_time_ns": [0, 0, 0],
+        }
+    )
     js = job_steps_frame(steps, caps)
     assert len(js) == 1  # the step outside any ProfilerStep (-1) is left out
     r = js.iloc[0]
     assert (r["date"], r["step_time_ns"], r["rank_step_time_ns"], r["n_rank_steps"]) == ("2024-01-01", 30, 40, 2)
     assert r["kernel_time_ns"] == 5 and pd.isna(r["exposed_comm_ns"])  # Spark's sum: nulls skipped, all-null is null
     assert list(r["ranks"]) == [0, 1] and r["ranks"].dtype == np.int32
-    assert (r["job_name"], r["job"], r["model"], r["hardware"], r["torch_version"], r["run_key"]) == \
-        ("j", "j#0", "m", "H100", "(none)", "2024-01-01")
-    kernels = pd.DataFrame({"job_id": ["j", "j"], "attempt": [0, 0], "date": ["2024-01-01"] * 2, "name": ["k", "k"],
-                            "kernel_type": [None, "COMPUTATION"], "n": [2, 3], "total_ns": [10, 20]})
+    assert (r["job_name"], r["job"], r["model"], r["hardware"], r["torch_version"], r["run_key"]) == (
+        "j",
+        "j#0",
+        "m",
+        "H100",
+        "(none)",
+        "2024-01-01",
+    )
+    kernels = pd.DataFrame(
+        {
+            "job_id": ["j", "j"],
+            "attempt": [0, 0],
+            "date": ["2024-01-01"] * 2,
+            "name": ["k", "k"],
+            "kernel_type": [None, "COMPUTATION"],
+            "n": [2, 3],
+            "total_ns": [10, 20],
+        }
+    )
     jk = job_kernels_frame(kernels, caps)
     assert jk[["name", "kernel_type", "n", "total_ns"]].values.tolist() == [["k", "COMPUTATION", 5, 30]]

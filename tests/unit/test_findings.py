@@ -19,8 +19,15 @@ import pyarrow.compute as pc
 import pytest
 
 from jobs.analyze.findings import rules as fr
-from jobs.analyze.findings.ranking import (EVENTS_COLUMNS, RULE_NAMES, SCHEMA_PATH, SYNC_NAMES, findings_document,
-                                   job_findings, validate_document)
+from jobs.analyze.findings.ranking import (
+    EVENTS_COLUMNS,
+    RULE_NAMES,
+    SCHEMA_PATH,
+    SYNC_NAMES,
+    findings_document,
+    job_findings,
+    validate_document,
+)
 from schemas.tables import COLLECTIVES, CRITICAL_PATH, FINDINGS, STEPS
 
 MS, US = 1_000_000, 1_000
@@ -36,15 +43,45 @@ DLRM = sorted(glob.glob(str(CORPUS / "torch/param/dlrm_kineto/*.json")))
 def healthy_step(rank: int, step: int, **over) -> dict:
     """A 10 ms step, GPU busy 9.5 ms with computation, nothing wrong."""
     row = dict.fromkeys(STEPS.names)
-    row.update(date="2026-01-02", job_id=JOB, attempt=0, rank=rank, capture_id=f"c{rank}", step=step,
-               step_start_ns=step * 10 * MS, step_time_ns=10 * MS, kernel_time_ns=9_800 * US, idle_time_ns=300 * US,
-               compute_time_ns=9_400 * US, non_compute_time_ns=100 * US, comm_time_ns=0, overlap_pct=None,
-               n_kernels=120, cpu_op_time_ns=4 * MS, memory_time_ns=100 * US, exposed_comm_ns=0,
-               idle_host_wait_ns=50 * US, idle_kernel_wait_ns=200 * US, idle_other_ns=50 * US, n_launches=120,
-               launch_runtime_ns=600 * US, launch_delay_sum_ns=1 * MS, launch_delay_p50_ns=8 * US,
-               launch_delay_max_ns=40 * US, n_short_kernels=10, n_runtime_outliers=0, n_launch_delay_outliers=0,
-               queue_length_max=30, queue_length_mean=12.0, blocked_on_full_queue_ns=0, memcpy_bytes=1 << 20,
-               memcpy_time_ns=100 * US, memcpy_bw_gbps=10.5, dataloader_time_ns=100 * US, cpu_bound_time_ns=100 * US)
+    row.update(
+        date="2026-01-02",
+        job_id=JOB,
+        attempt=0,
+        rank=rank,
+        capture_id=f"c{rank}",
+        step=step,
+        step_start_ns=step * 10 * MS,
+        step_time_ns=10 * MS,
+        kernel_time_ns=9_800 * US,
+        idle_time_ns=300 * US,
+        compute_time_ns=9_400 * US,
+        non_compute_time_ns=100 * US,
+        comm_time_ns=0,
+        overlap_pct=None,
+        n_kernels=120,
+        cpu_op_time_ns=4 * MS,
+        memory_time_ns=100 * US,
+        exposed_comm_ns=0,
+        idle_host_wait_ns=50 * US,
+        idle_kernel_wait_ns=200 * US,
+        idle_other_ns=50 * US,
+        n_launches=120,
+        launch_runtime_ns=600 * US,
+        launch_delay_sum_ns=1 * MS,
+        launch_delay_p50_ns=8 * US,
+        launch_delay_max_ns=40 * US,
+        n_short_kernels=10,
+        n_runtime_outliers=0,
+        n_launch_delay_outliers=0,
+        queue_length_max=30,
+        queue_length_mean=12.0,
+        blocked_on_full_queue_ns=0,
+        memcpy_bytes=1 << 20,
+        memcpy_time_ns=100 * US,
+        memcpy_bw_gbps=10.5,
+        dataloader_time_ns=100 * US,
+        cpu_bound_time_ns=100 * US,
+    )
     row.update(over)
     return row
 
@@ -85,14 +122,39 @@ def collectives_frame(arrivals: list[list[int]], *, dur_ns=400 * US, exposed_ns=
         for r, s in enumerate(starts):
             row = dict.fromkeys(COLLECTIVES.names)
             wait = last - s
-            row.update(date="2026-01-02", job_id=JOB, attempt=0, rank=r, capture_id=f"c{r}",
-                       step=(steps[c] if steps else c // 2), event_id=1000 + c, pg_name="0", collective="allreduce",
-                       call_index=c, match_key=f"pg=0|seq={c}", seq=c, stream=20, start_ns=s, end_ns=last + dur_ns,
-                       dur_ns=last + dur_ns - s, aligned_start_ns=s, aligned_end_ns=last + dur_ns, clock_offset_ns=0,
-                       wait_ns=wait, skew_ns=last - min(starts), net_dur_ns=dur_ns, is_last_arrival=r == last_rank,
-                       n_ranks_matched=len(starts), name="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-                       pg_inferred=False, exposed_ns=exposed_ns if exposed_ns is not None else last + dur_ns - s,
-                       msg_bytes=64 << 20, group_size=len(starts), algbw_gbps=160.0, busbw_gbps=280.0)
+            row.update(
+                date="2026-01-02",
+                job_id=JOB,
+                attempt=0,
+                rank=r,
+                capture_id=f"c{r}",
+                step=(steps[c] if steps else c // 2),
+                event_id=1000 + c,
+                pg_name="0",
+                collective="allreduce",
+                call_index=c,
+                match_key=f"pg=0|seq={c}",
+                seq=c,
+                stream=20,
+                start_ns=s,
+                end_ns=last + dur_ns,
+                dur_ns=last + dur_ns - s,
+                aligned_start_ns=s,
+                aligned_end_ns=last + dur_ns,
+                clock_offset_ns=0,
+                wait_ns=wait,
+                skew_ns=last - min(starts),
+                net_dur_ns=dur_ns,
+                is_last_arrival=r == last_rank,
+                n_ranks_matched=len(starts),
+                name="ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                pg_inferred=False,
+                exposed_ns=exposed_ns if exposed_ns is not None else last + dur_ns - s,
+                msg_bytes=64 << 20,
+                group_size=len(starts),
+                algbw_gbps=160.0,
+                busbw_gbps=280.0,
+            )
             rows.append(row)
     return pd.DataFrame(rows, columns=COLLECTIVES.names)
 
@@ -123,8 +185,13 @@ def test_missing_column_is_named():
 
 def test_host_bound_launch_triggers():
     # GPU busy 6 ms of 10 ms; 3 ms of the idle time the host is inside ops/launches
-    s = steps_frame(kernel_time_ns=9 * MS, idle_time_ns=3 * MS, cpu_bound_time_ns=3 * MS,
-                    idle_host_wait_ns=2 * MS, idle_other_ns=100 * US)
+    s = steps_frame(
+        kernel_time_ns=9 * MS,
+        idle_time_ns=3 * MS,
+        cpu_bound_time_ns=3 * MS,
+        idle_host_wait_ns=2 * MS,
+        idle_other_ns=100 * US,
+    )
     f = run(s)["host_bound_launch/job"]
     assert f["metric"] == "cpu_bound_pct_of_step" and f["value"] == pytest.approx(30.0)
     assert f["est_time_lost_per_step_ns"] == 3 * MS
@@ -168,16 +235,34 @@ def test_many_tiny_kernels_capped_by_gpu_idle():
 
 @pytest.mark.parametrize("n_launches,n_short", [(1000, 300), (60, 40)])  # 30 % short; 67 % but only 40 per step
 def test_many_tiny_kernels_does_not_trigger(n_launches, n_short):
-    assert "many_tiny_kernels" not in rules(run(steps_frame(n_launches=n_launches, n_short_kernels=n_short,
-                                                            launch_runtime_ns=4 * MS)))
+    assert "many_tiny_kernels" not in rules(
+        run(steps_frame(n_launches=n_launches, n_short_kernels=n_short, launch_runtime_ns=4 * MS))
+    )
 
 
 def test_short_kernel_names_from_kernels_table():
     s = steps_frame(n_launches=400, n_short_kernels=300, launch_runtime_ns=4 * MS, idle_time_ns=5 * MS)
-    k = pd.DataFrame([dict(date="2026-01-02", job_id=JOB, attempt=0, rank=0, capture_id="c0", step=0,
-                           name="vectorized_elementwise_kernel", kernel_type="COMPUTATION",
-                           hta_kernel_type="COMPUTATION",
-                           n=250, total_ns=250 * 3 * US, min_ns=2 * US, max_ns=4 * US, mean_ns=3 * US, std_ns=0.5)])
+    k = pd.DataFrame(
+        [
+            dict(
+                date="2026-01-02",
+                job_id=JOB,
+                attempt=0,
+                rank=0,
+                capture_id="c0",
+                step=0,
+                name="vectorized_elementwise_kernel",
+                kernel_type="COMPUTATION",
+                hta_kernel_type="COMPUTATION",
+                n=250,
+                total_ns=250 * 3 * US,
+                min_ns=2 * US,
+                max_ns=4 * US,
+                mean_ns=3 * US,
+                std_ns=0.5,
+            )
+        ]
+    )
     det = evidence(run(s, kernels=k)["many_tiny_kernels/job"])["details"]
     assert det["top_short_kernels"][0] == {"name": "vectorized_elementwise_kernel", "n": 250, "mean_ns": 3000.0}
 
@@ -250,8 +335,9 @@ def test_straggler_rank_does_not_trigger_for_tiny_skew():
 
 def test_binomial_tail():
     assert fr._binomial_sf(0, 5, 0.3) == pytest.approx(1.0)
-    assert fr._binomial_sf(5, 8, 1 / 8) == pytest.approx(sum(
-        __import__("math").comb(8, i) * (1 / 8) ** i * (7 / 8) ** (8 - i) for i in range(5, 9)))
+    assert fr._binomial_sf(5, 8, 1 / 8) == pytest.approx(
+        sum(__import__("math").comb(8, i) * (1 / 8) ** i * (7 / 8) ** (8 - i) for i in range(5, 9))
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -260,11 +346,29 @@ def test_binomial_tail():
 
 def test_dataloader_bound_triggers():
     s = steps_frame(dataloader_time_ns=2 * MS, idle_time_ns=3 * MS)  # GPU idle 3.5 ms ≥ 2 ms
-    cp = pd.DataFrame([dict(date="2026-01-02", job_id=JOB, attempt=0, step=0, scope="rank", path_rank=0, segment=0,
-                            rank=0, capture_id="c0", event_id=42,
-                            name="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-                            start_ns=0, end_ns=2 * MS, dur_ns=2 * MS, bound_by="data_loading", path_length_ns=9 * MS)],
-                      columns=CRITICAL_PATH.names)
+    cp = pd.DataFrame(
+        [
+            dict(
+                date="2026-01-02",
+                job_id=JOB,
+                attempt=0,
+                step=0,
+                scope="rank",
+                path_rank=0,
+                segment=0,
+                rank=0,
+                capture_id="c0",
+                event_id=42,
+                name="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                start_ns=0,
+                end_ns=2 * MS,
+                dur_ns=2 * MS,
+                bound_by="data_loading",
+                path_length_ns=9 * MS,
+            )
+        ],
+        columns=CRITICAL_PATH.names,
+    )
     f = run(s, critical_path=cp)["dataloader_bound/job"]
     assert f["value"] == pytest.approx(20.0) and f["est_time_lost_per_step_ns"] == 2 * MS
     assert evidence(f)["events"][0]["event_id"] == 42 and "num_workers" in f["recommendation"]
@@ -290,12 +394,26 @@ def sync_events(steps=(0, 1, 2, 3), ranks=(0, 1), item_ns=300 * US, step_of=None
     for r in ranks:
         for s in steps:
             t0 = s * 10 * MS + 5 * MS
-            for name, cat, ts, dur in (("aten::item", "cpu_op", t0, item_ns),
-                                       ("aten::_local_scalar_dense", "cpu_op", t0 + 1 * US, item_ns - 2 * US),
-                                       ("cudaStreamSynchronize", "cuda_runtime", t0 + 2 * US, item_ns - 4 * US)):
-                rows.append(dict(job_id=JOB, attempt=0, rank=r, capture_id=f"c{r}",
-                                 step=s if step_of is None else step_of,
-                                 event_id=eid, category=cat, name=name, ts_ns=ts, dur_ns=dur, tid=7))
+            for name, cat, ts, dur in (
+                ("aten::item", "cpu_op", t0, item_ns),
+                ("aten::_local_scalar_dense", "cpu_op", t0 + 1 * US, item_ns - 2 * US),
+                ("cudaStreamSynchronize", "cuda_runtime", t0 + 2 * US, item_ns - 4 * US),
+            ):
+                rows.append(
+                    dict(
+                        job_id=JOB,
+                        attempt=0,
+                        rank=r,
+                        capture_id=f"c{r}",
+                        step=s if step_of is None else step_of,
+                        event_id=eid,
+                        category=cat,
+                        name=name,
+                        ts_ns=ts,
+                        dur_ns=dur,
+                        tid=7,
+                    )
+                )
                 eid += 1
     return pd.DataFrame(rows, columns=list(EVENTS_COLUMNS))
 
@@ -312,9 +430,14 @@ def test_blocking_sync_triggers():
 
 
 def test_blocking_sync_many_short_calls_trigger():
-    ev = pd.concat([sync_events(item_ns=6 * US).assign(ts_ns=lambda d, k=k: d["ts_ns"] + k * 100 * US,
-                                                       event_id=lambda d, k=k: d["event_id"] + 1000 * k)
-                    for k in range(12)])
+    ev = pd.concat(
+        [
+            sync_events(item_ns=6 * US).assign(
+                ts_ns=lambda d, k=k: d["ts_ns"] + k * 100 * US, event_id=lambda d, k=k: d["event_id"] + 1000 * k
+            )
+            for k in range(12)
+        ]
+    )
     f = run(events=ev)["blocking_sync/job"]  # 12 calls per step, only 0.72 % of the step blocked
     assert f["value"] == pytest.approx(0.72) and f["value"] < fr.SYNC_PCT
     assert evidence(f)["details"]["calls_per_step"] == 12
@@ -337,9 +460,27 @@ def test_blocking_sync_outside_steps_is_ignored():
 def test_memcpy_bound_triggers():
     # busy 9.5 ms = 7.5 ms compute + 2 ms copies that nothing overlaps
     s = steps_frame(compute_time_ns=7_500 * US, memory_time_ns=2 * MS, memcpy_bw_gbps=3.0)
-    k = pd.DataFrame([dict(date="2026-01-02", job_id=JOB, attempt=0, rank=0, capture_id="c0", step=0,
-                           name="Memcpy HtoD (Pageable -> Device)", kernel_type="MEMORY", hta_kernel_type="MEMORY",
-                           n=4, total_ns=2 * MS, min_ns=0, max_ns=MS, mean_ns=MS / 2, std_ns=0.0)])
+    k = pd.DataFrame(
+        [
+            dict(
+                date="2026-01-02",
+                job_id=JOB,
+                attempt=0,
+                rank=0,
+                capture_id="c0",
+                step=0,
+                name="Memcpy HtoD (Pageable -> Device)",
+                kernel_type="MEMORY",
+                hta_kernel_type="MEMORY",
+                n=4,
+                total_ns=2 * MS,
+                min_ns=0,
+                max_ns=MS,
+                mean_ns=MS / 2,
+                std_ns=0.0,
+            )
+        ]
+    )
     f = run(s, kernels=k)["memcpy_bound/job"]
     assert f["value"] == pytest.approx(20.0) and f["est_time_lost_per_step_ns"] == 2 * MS
     assert evidence(f)["details"]["pageable_copies"] is True and "pin" in f["recommendation"]
@@ -356,8 +497,13 @@ def test_memcpy_bound_does_not_trigger_when_overlapped():
 
 def test_low_gpu_utilization_triggers():
     # busy 3 ms; idle 7 ms of which the host explains 0.5 ms
-    s = steps_frame(kernel_time_ns=4 * MS, idle_time_ns=1 * MS, compute_time_ns=3 * MS, cpu_bound_time_ns=500 * US,
-                    dataloader_time_ns=0)
+    s = steps_frame(
+        kernel_time_ns=4 * MS,
+        idle_time_ns=1 * MS,
+        compute_time_ns=3 * MS,
+        cpu_bound_time_ns=500 * US,
+        dataloader_time_ns=0,
+    )
     f = run(s)["low_gpu_utilization/job"]
     assert evidence(f)["comparison"] == "<" and evidence(f)["threshold"] == fr.LOW_UTIL_PCT
     assert f["value"] == pytest.approx(30.0) and f["est_time_lost_per_step_ns"] == 6_500 * US
@@ -379,8 +525,15 @@ def test_cpu_only_job_has_no_gpu_findings():
 
 
 def _busy_job(job=JOB, attempt=0):
-    s = steps_frame(kernel_time_ns=9 * MS, idle_time_ns=3 * MS, cpu_bound_time_ns=3 * MS, dataloader_time_ns=1 * MS,
-                    n_launches=400, n_short_kernels=300, launch_runtime_ns=2 * MS)
+    s = steps_frame(
+        kernel_time_ns=9 * MS,
+        idle_time_ns=3 * MS,
+        cpu_bound_time_ns=3 * MS,
+        dataloader_time_ns=1 * MS,
+        n_launches=400,
+        n_short_kernels=300,
+        launch_runtime_ns=2 * MS,
+    )
     return s.assign(job_id=job, attempt=attempt)
 
 
@@ -390,8 +543,9 @@ def test_ranked_by_time_lost_and_ids_stable():
     ests = [r["est_time_lost_per_step_ns"] for r in a]
     assert ests == sorted(ests, reverse=True) == [3 * MS, 1_500 * US, 1 * MS]
     b = job_findings({"steps": _busy_job().sample(frac=1.0, random_state=3)}).to_pylist()  # row order irrelevant
-    assert [(r["finding_id"], r["rank_order"], r["evidence_json"]) for r in a] == \
-           [(r["finding_id"], r["rank_order"], r["evidence_json"]) for r in b]
+    assert [(r["finding_id"], r["rank_order"], r["evidence_json"]) for r in a] == [
+        (r["finding_id"], r["rank_order"], r["evidence_json"]) for r in b
+    ]
     assert all(0.05 <= r["confidence"] <= 0.95 for r in a)
 
 
@@ -402,10 +556,25 @@ def test_several_jobs_ranked_separately():
 
 
 def test_neuron_findings_are_merged_and_ranked():
-    ns = pd.DataFrame([dict(date="2026-01-02", job_id=JOB, attempt=0, rank=0, capture_id="n0", profile_id="p0",
-                            total_time_ns=20 * MS, total_active_time_ns=18 * MS, nth_exec=2,
-                            tensor_active_ns=15 * MS, cc_trigger_delay_ns=5 * MS, cc_op_time_ns=10 * MS,
-                            cc_op_count=4)])
+    ns = pd.DataFrame(
+        [
+            dict(
+                date="2026-01-02",
+                job_id=JOB,
+                attempt=0,
+                rank=0,
+                capture_id="n0",
+                profile_id="p0",
+                total_time_ns=20 * MS,
+                total_active_time_ns=18 * MS,
+                nth_exec=2,
+                tensor_active_ns=15 * MS,
+                cc_trigger_delay_ns=5 * MS,
+                cc_op_time_ns=10 * MS,
+                cc_op_count=4,
+            )
+        ]
+    )
     rows = job_findings({"steps": _busy_job(), "neuron_summary": ns}).to_pylist()
     assert rows[0]["rule"] == "neuron_collective_stall" and rows[0]["est_time_lost_per_step_ns"] == 5 * MS
     assert [r["rank_order"] for r in rows] == [1, 2, 3, 4]
@@ -434,16 +603,26 @@ def test_schema_rejects_bad_documents():
     doc = findings_document(JOB, 0, job_findings({"steps": _busy_job()}))
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    for bad in ({**doc, "schema_version": "2"},
-                {**doc, "findings": [{**doc["findings"][0], "confidence": 1.5}]},
-                {**doc, "findings": [{k: v for k, v in doc["findings"][0].items() if k != "evidence"}]}):
+    for bad in (
+        {**doc, "schema_version": "2"},
+        {**doc, "findings": [{**doc["findings"][0], "confidence": 1.5}]},
+        {**doc, "findings": [{k: v for k, v in doc["findings"][0].items() if k != "evidence"}]},
+    ):
         with pytest.raises(jsonschema.ValidationError):
             validate_document(bad)
 
 
 def test_thresholds_documented():
-    assert {"HOST_BOUND_PCT", "SHORT_KERNEL_PCT", "EXPOSED_COMM_PCT", "STRAGGLER_MIN_SHARE", "DATALOADER_PCT",
-            "SYNC_PCT", "MEMORY_PCT", "LOW_UTIL_PCT"} <= set(fr.THRESHOLDS)
+    assert {
+        "HOST_BOUND_PCT",
+        "SHORT_KERNEL_PCT",
+        "EXPOSED_COMM_PCT",
+        "STRAGGLER_MIN_SHARE",
+        "DATALOADER_PCT",
+        "SYNC_PCT",
+        "MEMORY_PCT",
+        "LOW_UTIL_PCT",
+    } <= set(fr.THRESHOLDS)
     src = Path(fr.__file__).read_text()
     for name in fr.THRESHOLDS:  # every threshold is followed by its rationale docstring
         assert f'{name} = ' in src and '"""' in src.split(f"{name} = ", 1)[1].split("\n", 2)[1]
@@ -478,8 +657,10 @@ def dlrm():
         tables[name] = pa.concat_tables(parts).to_pandas()
     sync = []
     for ev in events.values():
-        m = pc.and_(pc.is_in(ev["category"], pa.array(["cuda_runtime", "cpu_op", "cuda_driver"])),
-                    pc.is_in(ev["name"], pa.array(list(SYNC_NAMES))))
+        m = pc.and_(
+            pc.is_in(ev["category"], pa.array(["cuda_runtime", "cpu_op", "cuda_driver"])),
+            pc.is_in(ev["name"], pa.array(list(SYNC_NAMES))),
+        )
         sync.append(ev.filter(m).select(list(EVENTS_COLUMNS)))
     tables["events"] = pa.concat_tables(sync).to_pandas()
     t = job_findings(tables)
@@ -534,11 +715,15 @@ def test_truncated_trace_steps_are_left_out():
     from jobs.analyze.findings.ranking import drop_truncated_steps
 
     s = steps_frame(n_ranks=2, n_steps=3)
-    s = s.assign(capture_id=s["rank"].map(lambda r: f"cap{r}"), step_start_ns=s["step"] * 10 * MS,
-                 step_time_ns=10 * MS)
+    s = s.assign(capture_id=s["rank"].map(lambda r: f"cap{r}"), step_start_ns=s["step"] * 10 * MS, step_time_ns=10 * MS)
     last_end = int((s["step_start_ns"] + s["step_time_ns"]).max())
-    caps = pd.DataFrame({"capture_id": ["cap0", "cap1"], "flags": [["partial_trace"], []],
-                         "trace_end_ns": [last_end - 5 * MS, last_end - 5 * MS]})
+    caps = pd.DataFrame(
+        {
+            "capture_id": ["cap0", "cap1"],
+            "flags": [["partial_trace"], []],
+            "trace_end_ns": [last_end - 5 * MS, last_end - 5 * MS],
+        }
+    )
     kept = drop_truncated_steps(s, caps)
     assert len(kept) == len(s) - 1  # only rank 0's (partial) last step goes
     dropped = s.loc[~s.index.isin(kept.index)].iloc[0]

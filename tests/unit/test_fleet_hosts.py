@@ -16,11 +16,31 @@ from schemas import HOST_HEALTH
 def _run(job, hosts: dict[int, str], p50: dict[int, float], last: list[int], date="2026-05-10"):
     """captures, ranks and collectives rows of one run: ``hosts`` rank → host, ``p50`` rank → step ns,
     ``last``: the last-arriving rank of each matched call (every rank takes part in every call)."""
-    caps = [{"job_id": job, "attempt": 0, "rank": r, "status": "ingested", "host_name": h, "device_name": "H100",
-             "date": date} for r, h in hosts.items()]
+    caps = [
+        {
+            "job_id": job,
+            "attempt": 0,
+            "rank": r,
+            "status": "ingested",
+            "host_name": h,
+            "device_name": "H100",
+            "date": date,
+        }
+        for r, h in hosts.items()
+    ]
     ranks = [{"job_id": job, "attempt": 0, "rank": r, "step_time_p50_ns": p50[r]} for r in hosts]
-    colls = [{"job_id": job, "attempt": 0, "rank": r, "match_key": f"{job}/{i}", "n_ranks_matched": len(hosts),
-              "is_last_arrival": r == lr} for i, lr in enumerate(last) for r in hosts]
+    colls = [
+        {
+            "job_id": job,
+            "attempt": 0,
+            "rank": r,
+            "match_key": f"{job}/{i}",
+            "n_ranks_matched": len(hosts),
+            "is_last_arrival": r == lr,
+        }
+        for i, lr in enumerate(last)
+        for r in hosts
+    ]
     return caps, ranks, colls
 
 
@@ -63,8 +83,9 @@ def test_suspect_host_and_a_job_slow_everywhere():
 
 def test_chance_is_not_slowness():
     """Last in 8 of 10 calls with half the ranks: ratio 1.6, yet p = 0.055 under a fair share: not slow."""
-    out = host_health(*_tables(_run("a", {0: "x", 1: "x", 2: "y", 3: "y"}, {r: 1e8 for r in range(4)},
-                                    [0] * 8 + [2] * 2)))
+    out = host_health(
+        *_tables(_run("a", {0: "x", 1: "x", 2: "y", 3: "y"}, {r: 1e8 for r in range(4)}, [0] * 8 + [2] * 2))
+    )
     x = out.set_index("target").loc["x"]
     assert x["last_arrival_ratio"] == pytest.approx(1.6) and x["n_slow_jobs"] == 0
     assert json.loads(x["evidence_json"])[0]["last_arrival_p_value"] == pytest.approx(56 / 1024, abs=1e-4)
@@ -85,8 +106,10 @@ def test_window_and_empty():
 def test_report_section_and_fleet_run_metrics():
     from jobs.publish.report.fleet_tables import host_metrics, host_section
 
-    runs = [_run(j, {0: "bad", 1: "bad", 2: f"n{j}", 3: f"n{j}"}, {r: 1e8 for r in range(4)}, [1] * 10)
-            for j in ("a", "b", "c")]
+    runs = [
+        _run(j, {0: "bad", 1: "bad", 2: f"n{j}", 3: f"n{j}"}, {r: 1e8 for r in range(4)}, [1] * 10)
+        for j in ("a", "b", "c")
+    ]
     out = host_health(*_tables(*runs))
     sec = host_section(out)
     assert [p.key for p in sec.plots] == ["host_job_heatmap"] and "Hardware suspects: 1 of 4 host(s)" in sec.intro
@@ -99,9 +122,11 @@ def test_report_section_and_fleet_run_metrics():
 def test_one_bad_device_of_a_host():
     """Device 3 of host ``h0`` is last in two jobs; the host itself (8 devices) is not blamed; a single-host run
     counts for devices."""
+
     def run(job, last):
-        caps, ranks, colls = _run(job, {r: ("h0" if r < 8 else "h1") for r in range(16)}, {r: 1e8 for r in range(16)},
-                                  last)
+        caps, ranks, colls = _run(
+            job, {r: ("h0" if r < 8 else "h1") for r in range(16)}, {r: 1e8 for r in range(16)}, last
+        )
         for row in ranks:
             row["device_index"] = row["rank"] % 8
         return caps, ranks, colls
@@ -127,18 +152,37 @@ def _link_run(job, bw: dict[str, float], calls=6):
     host = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c", 6: "d", 7: "d"}
     groups = {"pp0": (0, 2), "pp1": (1, 3), "pp2": (4, 6), "pp3": (5, 7)}
     caps, ranks, _ = _run(job, host, {r: 1e8 for r in host}, [])
-    colls = [{"job_id": job, "attempt": 0, "rank": r, "match_key": f"{job}/{pg}/{i}", "n_ranks_matched": 2,
-              "is_last_arrival": r == members[0], "pg_name": pg, "collective": "all_reduce", "busbw_gbps": bw[pg]}
-             for pg, members in groups.items() for i in range(calls) for r in members]
+    colls = [
+        {
+            "job_id": job,
+            "attempt": 0,
+            "rank": r,
+            "match_key": f"{job}/{pg}/{i}",
+            "n_ranks_matched": 2,
+            "is_last_arrival": r == members[0],
+            "pg_name": pg,
+            "collective": "all_reduce",
+            "busbw_gbps": bw[pg],
+        }
+        for pg, members in groups.items()
+        for i in range(calls)
+        for r in members
+    ]
     return caps, ranks, colls
 
 
 def test_a_slow_link_across_jobs():
     fast = {"pp0": 40.0, "pp1": 40.0, "pp2": 40.0, "pp3": 40.0}
     slow = lambda v: {**fast, "pp2": v, "pp3": v}  # noqa: E731 - both groups over c+d
-    out = host_health(*_tables(_link_run("a", slow(10.0)), _link_run("b", slow(12.0)), _link_run("c", slow(20.0)),
-                               _link_run("e", slow(10.0), calls=2),  # 4 calls: too few to judge
-                               _link_run("f", {**fast, "pp0": 35.0})))  # a+b a little slower: within 1.5x
+    out = host_health(
+        *_tables(
+            _link_run("a", slow(10.0)),
+            _link_run("b", slow(12.0)),
+            _link_run("c", slow(20.0)),
+            _link_run("e", slow(10.0), calls=2),  # 4 calls: too few to judge
+            _link_run("f", {**fast, "pp0": 35.0}),
+        )
+    )  # a+b a little slower: within 1.5x
     links = out[out["kind"] == "link"].set_index("target")
     assert sorted(links.index) == ["a+b", "c+d"]  # pp0 and pp1 both span a+b: one link
     cd = links.loc["c+d"]

@@ -14,28 +14,51 @@ H = 3.6e12  # ns per hour
 
 
 def _steps(job, attempt, n_steps, ranks, date, job_name, hardware="NVIDIA H100", world=None, model="m"):
-    return [{"job_id": job, "attempt": attempt, "step": s, "ranks": np.arange(ranks, dtype="int32"),
-             "world_size": world, "job_name": job_name, "model": model, "hardware": hardware, "run_date": date}
-            for s in range(n_steps)]
+    return [
+        {
+            "job_id": job,
+            "attempt": attempt,
+            "step": s,
+            "ranks": np.arange(ranks, dtype="int32"),
+            "world_size": world,
+            "job_name": job_name,
+            "model": model,
+            "hardware": hardware,
+            "run_date": date,
+        }
+        for s in range(n_steps)
+    ]
 
 
 def _finding(job, rule, est, attempt=0, title=None):
-    return {"job_id": job, "attempt": attempt, "rule": rule, "est_time_lost_per_step_ns": est,
-            "title": title or f"{rule} in {job}"}
+    return {
+        "job_id": job,
+        "attempt": attempt,
+        "rule": rule,
+        "est_time_lost_per_step_ns": est,
+        "title": title or f"{rule} in {job}",
+    }
 
 
 @pytest.fixture()
 def fleet():
     js = pd.DataFrame(
-        _steps("a", 0, 10, 8, "2026-03-10", "train") +      # 8 ranks, 10 steps
-        _steps("b", 0, 4, 2, "2026-03-09", "train", world=16) +  # 2 ranks traced of 16
-        _steps("c", 0, 5, 1, "2026-03-01", "eval", hardware="cpu") +  # outside a 7-day window ending 03-10
-        _steps("d", 0, 3, 1, "unknown", "eval"))            # no date: never in a window
-    f = pd.DataFrame([
-        _finding("a", "straggler_rank", 2e6), _finding("a", "host_bound_launch", 1e6),
-        _finding("a", "host_bound_launch", 3e6, title="rank 3"),  # the rule on two ranks: the larger counts
-        _finding("b", "host_bound_launch", 5e6), _finding("b", "exposed_communication", None),
-        _finding("c", "straggler_rank", 9e9), _finding("d", "straggler_rank", 9e9)])
+        _steps("a", 0, 10, 8, "2026-03-10", "train")  # 8 ranks, 10 steps
+        + _steps("b", 0, 4, 2, "2026-03-09", "train", world=16)  # 2 ranks traced of 16
+        + _steps("c", 0, 5, 1, "2026-03-01", "eval", hardware="cpu")  # outside a 7-day window ending 03-10
+        + _steps("d", 0, 3, 1, "unknown", "eval")
+    )  # no date: never in a window
+    f = pd.DataFrame(
+        [
+            _finding("a", "straggler_rank", 2e6),
+            _finding("a", "host_bound_launch", 1e6),
+            _finding("a", "host_bound_launch", 3e6, title="rank 3"),  # the rule on two ranks: the larger counts
+            _finding("b", "host_bound_launch", 5e6),
+            _finding("b", "exposed_communication", None),
+            _finding("c", "straggler_rank", 9e9),
+            _finding("d", "straggler_rank", 9e9),
+        ]
+    )
     return f, js
 
 
@@ -87,7 +110,10 @@ def test_report_section_and_fleet_run_metrics(fleet):
     m = impact_metrics(out)
     fleet_rows = out[out["dimension"] == "fleet"].set_index("rule")
     assert m["fleet/impact/host_bound_launch/accelerator_hours_per_day"] == pytest.approx(
-        fleet_rows.loc["host_bound_launch", "accelerator_hours_per_day"])
+        fleet_rows.loc["host_bound_launch", "accelerator_hours_per_day"]
+    )
     assert m["fleet/impact/host_bound_launch/n_runs"] == 2.0
-    assert m["fleet/impact/top_accelerator_hours_per_day"] == pytest.approx(fleet_rows["accelerator_hours_per_day"].max())
+    assert m["fleet/impact/top_accelerator_hours_per_day"] == pytest.approx(
+        fleet_rows["accelerator_hours_per_day"].max()
+    )
     assert impact_section(None).status == "unavailable" and impact_metrics(None) == {}

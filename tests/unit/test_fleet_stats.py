@@ -17,17 +17,57 @@ def _job_steps():
     rows = []
     # run a (H100, model m): 4 steps on 2 ranks on day 1; run b (cpu, untagged): 2 steps on 1 rank on day 2
     for i, t in enumerate((10, 20, 30, 40)):
-        rows.append(dict(job_id="a", attempt=0, step=i, date="2026-11-01", step_time_ns=t * MS,
-                         rank_step_time_ns=2 * t * MS, kernel_time_ns=2 * t * MS, idle_time_ns=t * MS // 2,
-                         compute_time_ns=t * MS, exposed_comm_ns=t * MS // 10, cpu_bound_time_ns=0,
-                         dataloader_time_ns=0, n_rank_steps=2, ranks=[0, 1], job_name="nightly", job="a#0",
-                         model="m", hardware="NVIDIA H100", torch_version="2.13.0", run_key="k1", run_date="2026-11-01"))
+        rows.append(
+            dict(
+                job_id="a",
+                attempt=0,
+                step=i,
+                date="2026-11-01",
+                step_time_ns=t * MS,
+                rank_step_time_ns=2 * t * MS,
+                kernel_time_ns=2 * t * MS,
+                idle_time_ns=t * MS // 2,
+                compute_time_ns=t * MS,
+                exposed_comm_ns=t * MS // 10,
+                cpu_bound_time_ns=0,
+                dataloader_time_ns=0,
+                n_rank_steps=2,
+                ranks=[0, 1],
+                job_name="nightly",
+                job="a#0",
+                model="m",
+                hardware="NVIDIA H100",
+                torch_version="2.13.0",
+                run_key="k1",
+                run_date="2026-11-01",
+            )
+        )
     for i, t in enumerate((5, 7)):
-        rows.append(dict(job_id="b", attempt=0, step=i, date="2026-11-02", step_time_ns=t * MS,
-                         rank_step_time_ns=t * MS, kernel_time_ns=None, idle_time_ns=None, compute_time_ns=None,
-                         exposed_comm_ns=None, cpu_bound_time_ns=t * MS // 5, dataloader_time_ns=None,
-                         n_rank_steps=1, ranks=[0], job_name="b", job="b#0", model=None, hardware="cpu",
-                         torch_version="2.13.0", run_key="k2", run_date="2026-11-02"))
+        rows.append(
+            dict(
+                job_id="b",
+                attempt=0,
+                step=i,
+                date="2026-11-02",
+                step_time_ns=t * MS,
+                rank_step_time_ns=t * MS,
+                kernel_time_ns=None,
+                idle_time_ns=None,
+                compute_time_ns=None,
+                exposed_comm_ns=None,
+                cpu_bound_time_ns=t * MS // 5,
+                dataloader_time_ns=None,
+                n_rank_steps=1,
+                ranks=[0],
+                job_name="b",
+                job="b#0",
+                model=None,
+                hardware="cpu",
+                torch_version="2.13.0",
+                run_key="k2",
+                run_date="2026-11-02",
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -46,9 +86,9 @@ def test_fleet_stats_groups_and_definitions():
     times = np.array([10, 20, 30, 40]) * MS
     for q in (50, 90, 99):
         assert a[f"step_time_p{q}_ns"] == round(np.percentile(times, q))
-    assert a["idle_pct"] == pytest.approx(25.0)          # Σ t/2 / Σ 2t
+    assert a["idle_pct"] == pytest.approx(25.0)  # Σ t/2 / Σ 2t
     assert a["compute_pct"] == pytest.approx(50.0)
-    assert a["exposed_comm_pct"] == pytest.approx(5.0)   # Σ t/10 / Σ 2t
+    assert a["exposed_comm_pct"] == pytest.approx(5.0)  # Σ t/10 / Σ 2t
     fleet = _row(out, "fleet", "all")
     assert (fleet["n_runs"], fleet["n_ranks"], fleet["n_steps"]) == (2, 3, 6)
     # the CPU run has no kernel time: fleet idle % is over the GPU rank-steps only
@@ -62,16 +102,66 @@ def test_fleet_stats_groups_and_definitions():
 
 
 def test_fleet_kernels_top_per_group():
-    jk = pd.DataFrame([
-        dict(job_id="a", attempt=0, date="2026-11-01", name="gemm", kernel_type="COMPUTATION", n=10, total_ns=600,
-             job="a#0", job_name="n", model="m", hardware="H100", torch_version="2.13"),
-        dict(job_id="a", attempt=0, date="2026-11-01", name="nccl", kernel_type="COMMUNICATION", n=5, total_ns=300,
-             job="a#0", job_name="n", model="m", hardware="H100", torch_version="2.13"),
-        dict(job_id="b", attempt=0, date="2026-11-02", name="nccl", kernel_type="COMMUNICATION", n=5, total_ns=500,
-             job="b#0", job_name="n", model="m", hardware="H100", torch_version="2.13"),
-        dict(job_id="b", attempt=0, date="2026-11-02", name="copy", kernel_type="MEMORY", n=1, total_ns=100,
-             job="b#0", job_name="n", model="m", hardware="H100", torch_version="2.13"),
-    ])
+    jk = pd.DataFrame(
+        [
+            dict(
+                job_id="a",
+                attempt=0,
+                date="2026-11-01",
+                name="gemm",
+                kernel_type="COMPUTATION",
+                n=10,
+                total_ns=600,
+                job="a#0",
+                job_name="n",
+                model="m",
+                hardware="H100",
+                torch_version="2.13",
+            ),
+            dict(
+                job_id="a",
+                attempt=0,
+                date="2026-11-01",
+                name="nccl",
+                kernel_type="COMMUNICATION",
+                n=5,
+                total_ns=300,
+                job="a#0",
+                job_name="n",
+                model="m",
+                hardware="H100",
+                torch_version="2.13",
+            ),
+            dict(
+                job_id="b",
+                attempt=0,
+                date="2026-11-02",
+                name="nccl",
+                kernel_type="COMMUNICATION",
+                n=5,
+                total_ns=500,
+                job="b#0",
+                job_name="n",
+                model="m",
+                hardware="H100",
+                torch_version="2.13",
+            ),
+            dict(
+                job_id="b",
+                attempt=0,
+                date="2026-11-02",
+                name="copy",
+                kernel_type="MEMORY",
+                n=1,
+                total_ns=100,
+                job="b#0",
+                job_name="n",
+                model="m",
+                hardware="H100",
+                torch_version="2.13",
+            ),
+        ]
+    )
     out = fleet_kernels(jk, top=2)
     assert list(out.columns) == FLEET_KERNELS.names
     fl = out[(out["dimension"] == "fleet") & (out["date"] == "all")].sort_values("kernel_rank")

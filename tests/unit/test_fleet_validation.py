@@ -18,19 +18,44 @@ def _health() -> pd.DataFrame:
     caps, ranks, colls = [], [], []
     for job in ("a", "b"):
         hosts = {0: "bad", 1: "bad", 2: f"n{job}", 3: f"n{job}"}
-        caps += [{"job_id": job, "attempt": 0, "rank": r, "status": "ingested", "host_name": h, "device_name": "H100",
-                  "date": "2026-05-10"} for r, h in hosts.items()]
+        caps += [
+            {
+                "job_id": job,
+                "attempt": 0,
+                "rank": r,
+                "status": "ingested",
+                "host_name": h,
+                "device_name": "H100",
+                "date": "2026-05-10",
+            }
+            for r, h in hosts.items()
+        ]
         ranks += [{"job_id": job, "attempt": 0, "rank": r, "step_time_p50_ns": 1e8, "device_index": r} for r in hosts]
-        colls += [{"job_id": job, "attempt": 0, "rank": r, "match_key": f"{job}/{i}", "n_ranks_matched": 4,
-                   "is_last_arrival": r == (0 if i < 9 else 2)} for i in range(10) for r in hosts]
+        colls += [
+            {
+                "job_id": job,
+                "attempt": 0,
+                "rank": r,
+                "match_key": f"{job}/{i}",
+                "n_ranks_matched": 4,
+                "is_last_arrival": r == (0 if i < 9 else 2),
+            }
+            for i in range(10)
+            for r in hosts
+        ]
     return host_health(pd.DataFrame(caps), pd.DataFrame(ranks), pd.DataFrame(colls))
 
 
 def test_every_fleet_table_has_a_suite():
     assert STAGE_TABLES["fleet"] == tuple(FLEET_TABLES)
     ids = {t: {c.id for c in checks_for(t)} for t in FLEET_TABLES}
-    assert {"unique:key", "in_set:kind", "consistent:slow_within_jobs", "consistent:last_within_matched",
-            "non_negative:busbw_ratio"} <= ids["host_health"]
+    assert {
+        "unique:key",
+        "in_set:kind",
+        "consistent:slow_within_jobs",
+        "consistent:last_within_matched",
+        "non_negative:busbw_ratio",
+    } <= ids["host_health"]
     assert {"consistent:p50_le_p90", "consistent:p90_le_p99", "in_set:dimension"} <= ids["fleet_stats"]
     assert {"range:p_value", "in_set:verdict", "in_set:metric"} <= ids["regressions"]
     assert {"at_least_one:impact_rank", "consistent:jobs_within_runs"} <= ids["fleet_findings"]
@@ -72,9 +97,14 @@ def test_a_corrupted_fleet_row_fails_and_marks_the_table(tmp_path):
 def test_the_fleet_report_shows_the_fleet_validation():
     from jobs.publish.report.fleet_tables import validation_section
 
-    marks = {"host_health": {"status": "failed", "validated_at": "2026-12-02T10:00:00+00:00",
-                             "failed": [{"id": "in_set:kind", "unexpected_count": 1}]},
-             "fleet_stats": {"status": "passed", "validated_at": "2026-12-02T10:00:00+00:00", "failed": []}}
+    marks = {
+        "host_health": {
+            "status": "failed",
+            "validated_at": "2026-12-02T10:00:00+00:00",
+            "failed": [{"id": "in_set:kind", "unexpected_count": 1}],
+        },
+        "fleet_stats": {"status": "passed", "validated_at": "2026-12-02T10:00:00+00:00", "failed": []},
+    }
     sec = validation_section(marks)
     assert sec.status == "failed" and "1 of 2 table(s) not passed: host_health" in sec.intro
     rows = json.dumps(sec.tables[0].__dict__, default=str)

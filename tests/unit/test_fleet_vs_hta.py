@@ -51,10 +51,18 @@ def test_fleet_selection(bench):
 
 def test_hta_loadable(bench, tmp_path):
     p = tmp_path / "golden.json"
-    p.write_text(json.dumps({"jobs": {"a": {"status": "done", "errors": {}},
-                                      "b": {"status": "done", "errors": {"load": "KeyError: x"}},
-                                      "c": {"status": "timeout", "errors": {}},
-                                      "d": {"status": "done", "errors": {"temporal_breakdown": "e"}}}}))
+    p.write_text(
+        json.dumps(
+            {
+                "jobs": {
+                    "a": {"status": "done", "errors": {}},
+                    "b": {"status": "done", "errors": {"load": "KeyError: x"}},
+                    "c": {"status": "timeout", "errors": {}},
+                    "d": {"status": "done", "errors": {"temporal_breakdown": "e"}},
+                }
+            }
+        )
+    )
     assert bench.hta_loadable(str(p)) == {"a", "d"}
     assert bench.hta_loadable(str(tmp_path / "missing.json")) is None
 
@@ -66,25 +74,47 @@ def test_synthetic_units(bench):
 
 
 def _med(wall=None, cpu=None, executor=None, error=None):
-    return {"wall_s": wall, "cpu_s": cpu, "memory": {"executor": executor} if executor else None,
-            "errors": [error] if error else []}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "memory": {"executor": executor} if executor else None,
+        "errors": [error] if error else [],
+    }
 
 
 def _fleet(name, mb, **kw):
-    return {"name": name, "jobs": [f"{name}-a", f"{name}-b"], "n_jobs": 2, "n_files": 3, "json_bytes": int(mb * 1e6),
-            **kw}
+    return {
+        "name": name,
+        "jobs": [f"{name}-a", f"{name}-b"],
+        "n_jobs": 2,
+        "n_files": 3,
+        "json_bytes": int(mb * 1e6),
+        **kw,
+    }
 
 
 def test_targets(bench):
-    res = {"cores": [1, 2], "fleets": {
-        "1": _fleet("fleet 1", 250, hta=_med(100.0, 90.0),
-                    tracelake={"run": {"2": _med(70.0, 120.0)}, "run_no_mlflow": {"2": _med(60.0, 100.0)}}),
-        "2": _fleet("fleet 2", 5, hta=_med(10.0), tracelake={"run": {"2": _med(None, error="exit 1: boom")}}),
-        "3": _fleet("fleet 3", 1200, hta=_med(900.0),
-                    tracelake={"run": {"1": _med(500.0), "2": _med(250.0, 400.0, 2.4e9)}},
-                    parse_only={"full": _med(cpu=7.0), "half": _med(cpu=4.0)},
-                    half=_fleet("fleet 3 (half)", 600, tracelake={"run": {"2": _med(140.0, 220.0, 2.0e9)}})),
-    }, "tiny": _fleet("tiny", 0.02, tracelake={"run": {"2": _med(16.0, 20.0)}})}
+    res = {
+        "cores": [1, 2],
+        "fleets": {
+            "1": _fleet(
+                "fleet 1",
+                250,
+                hta=_med(100.0, 90.0),
+                tracelake={"run": {"2": _med(70.0, 120.0)}, "run_no_mlflow": {"2": _med(60.0, 100.0)}},
+            ),
+            "2": _fleet("fleet 2", 5, hta=_med(10.0), tracelake={"run": {"2": _med(None, error="exit 1: boom")}}),
+            "3": _fleet(
+                "fleet 3",
+                1200,
+                hta=_med(900.0),
+                tracelake={"run": {"1": _med(500.0), "2": _med(250.0, 400.0, 2.4e9)}},
+                parse_only={"full": _med(cpu=7.0), "half": _med(cpu=4.0)},
+                half=_fleet("fleet 3 (half)", 600, tracelake={"run": {"2": _med(140.0, 220.0, 2.0e9)}}),
+            ),
+        },
+        "tiny": _fleet("tiny", 0.02, tracelake={"run": {"2": _med(16.0, 20.0)}}),
+    }
     by = {(t["target"], t["what"].split(" (")[0]): t for t in bench.evaluate_targets(res)}
     assert len(by) == 7
     t1 = by[(1, "fleet 3")]
@@ -103,8 +133,10 @@ def test_targets(bench):
     for t in by.values():
         assert t["text"].startswith(f"target {t['target']}: ")
         assert t["text"].endswith((": ok", ": MISSED")) or "n/a (" in t["text"]
-    assert by[(2, "fleet 1")]["text"] == ("target 2: fleet 1 (2 jobs, 3 files, 250.0 MB JSON): tracelake run 70.0 s "
-                                          "(--no-mlflow 60.0 s) vs HTA loop 100.0 s = 0.70x (target <= 0.80x): ok")
+    assert by[(2, "fleet 1")]["text"] == (
+        "target 2: fleet 1 (2 jobs, 3 files, 250.0 MB JSON): tracelake run 70.0 s "
+        "(--no-mlflow 60.0 s) vs HTA loop 100.0 s = 0.70x (target <= 0.80x): ok"
+    )
     assert t4["text"].endswith("= 16.0 s (target <= 15.0 s): MISSED")
 
 
@@ -117,8 +149,11 @@ def test_targets_without_runs(bench):
 def test_generated_trace_rank_is_found_as_hta_does(bench):
     import fleet_bench
 
-    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 5, "world_size": 8},
-           "traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 2, "args": {"rank": 1}}]}
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": 5, "world_size": 8},
+        "traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 2, "args": {"rank": 1}}],
+    }
     data = fleet_bench.kineto_bytes(doc)
     assert json.loads(data) == doc
     rank_re = re.compile(r'"rank":\s+(\d+)')  # hta/common/trace_file.py: first line that matches

@@ -30,10 +30,47 @@ from jobs.validate import suites
 
 #: Values that must never be a job id, capture id or other path segment.
 HOSTILE_IDS = [
-    "..", "../x", "../../x", "a/../../b", "/etc", "/abs/path", "a/b", "a\\b", "..\\..\\x", "C:\\x", "a\x00b", "\x00",
-    "abc\n", "abc\r", "a\tb", " a", "a b", "-rf", ".hidden", "_x", "a..b", "x" * 201, "", "%2e%2e", "a%2Fb", "a%00",
-    "ｊob", "jоb",  # fullwidth j; Cyrillic о (look-alikes of "job")
-    "job\u202e", "a\u200bb", "a'b", 'a"b', "a;b", "$(id)", "`id`", "a|b", "a*b", "a?b", "a#b", "a:b", "{{ 7*7 }}",
+    "..",
+    "../x",
+    "../../x",
+    "a/../../b",
+    "/etc",
+    "/abs/path",
+    "a/b",
+    "a\\b",
+    "..\\..\\x",
+    "C:\\x",
+    "a\x00b",
+    "\x00",
+    "abc\n",
+    "abc\r",
+    "a\tb",
+    " a",
+    "a b",
+    "-rf",
+    ".hidden",
+    "_x",
+    "a..b",
+    "x" * 201,
+    "",
+    "%2e%2e",
+    "a%2Fb",
+    "a%00",
+    "ｊob",
+    "jоb",  # fullwidth j; Cyrillic о (look-alikes of "job")
+    "job\u202e",
+    "a\u200bb",
+    "a'b",
+    'a"b',
+    "a;b",
+    "$(id)",
+    "`id`",
+    "a|b",
+    "a*b",
+    "a?b",
+    "a#b",
+    "a:b",
+    "{{ 7*7 }}",
 ]
 #: Hive-special characters, each inside an otherwise fine id.
 HIVE_SPECIAL = ["a/b", "a%b", "a:b", "a#b", "a\\b", "a'b", 'a"b', "a*b", "a?b", "a[b", "a]b", "a^b", "a{b", "a\x7fb"]
@@ -53,7 +90,17 @@ def test_safe_id_rejects_hostile_values_and_names_where_and_what(value):
 
 
 def test_safe_id_accepts_ordinary_ids_and_the_longest():
-    for ok in ("llm-7b", "run_42", "a.b", "dlrm", "2026-01-01", "job@host", "team-run+1", "date=2024-01-01-x", "x" * 200):
+    for ok in (
+        "llm-7b",
+        "run_42",
+        "a.b",
+        "dlrm",
+        "2026-01-01",
+        "job@host",
+        "team-run+1",
+        "date=2024-01-01-x",
+        "x" * 200,
+    ):
         assert safe_id(ok, "job_id", "w") == ok
     assert "… (10000 characters)" in str(pytest.raises(DiscoveryError, safe_id, "y" * 10_000, "job_id", "w").value)
 
@@ -69,16 +116,52 @@ def test_slug_keeps_readable_names():
     assert slug("a....b") == "a.b"  # one pass of replace("..", ".") would leave "a..b"
 
 
-@pytest.mark.parametrize("value", ["../x", "2024-01-01/..", "2024-13-01", "2024-02-30", "24-01-01", "2024-1-1",
-                                   "2024-01-01\n", " 2024-01-01", "٢٠٢٤-٠١-٠١", "２０２４-01-01", "yesterday", ""])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "../x",
+        "2024-01-01/..",
+        "2024-13-01",
+        "2024-02-30",
+        "24-01-01",
+        "2024-1-1",
+        "2024-01-01\n",
+        " 2024-01-01",
+        "٢٠٢٤-٠١-٠١",
+        "２０２４-01-01",
+        "yesterday",
+        "",
+    ],
+)
 def test_safe_date_only_accepts_calendar_dates(value):
     with pytest.raises(DiscoveryError, match="not a calendar date"):
         safe_date(value, "f")
     assert safe_date("2024-02-29", "f") == "2024-02-29"
 
 
-@pytest.mark.parametrize("value", ["-1", "abc", " 1", "1 ", "+1", "1_0", "0x1", "1.0", "٣", "３", "", str(INT32_MAX + 1),
-                                   "9" * 30, -1, True, 1.0, None, INT32_MAX + 1])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "-1",
+        "abc",
+        " 1",
+        "1 ",
+        "+1",
+        "1_0",
+        "0x1",
+        "1.0",
+        "٣",
+        "３",
+        "",
+        str(INT32_MAX + 1),
+        "9" * 30,
+        -1,
+        True,
+        1.0,
+        None,
+        INT32_MAX + 1,
+    ],
+)
 def test_safe_index_accepts_only_int32_ascii_digits(value):
     with pytest.raises(DiscoveryError, match="not an integer in"):
         safe_index(value, "attempt", "f")
@@ -86,8 +169,12 @@ def test_safe_index_accepts_only_int32_ascii_digits(value):
 
 
 def test_check_path_parts_names_the_folder_and_value():
-    assert check_path_parts({"date": "2024-01-01", "job": "j", "attempt": "0", "rank": "00007"}, "f") == \
-        {"date": "2024-01-01", "job": "j", "attempt": 0, "rank": 7}
+    assert check_path_parts({"date": "2024-01-01", "job": "j", "attempt": "0", "rank": "00007"}, "f") == {
+        "date": "2024-01-01",
+        "job": "j",
+        "attempt": 0,
+        "rank": 7,
+    }
     for key, bad in (("job", "../../x"), ("date", "../x"), ("attempt", "-1"), ("rank", "abc"), ("job", "")):
         with pytest.raises(DiscoveryError) as e:
             check_path_parts({key: bad}, "/raw/c1/manifest.json")
@@ -96,18 +183,45 @@ def test_check_path_parts_names_the_folder_and_value():
 
 # ----------------------------------------------------------------------------- discover on a landing zone
 
-TRACE = json.dumps({"schemaVersion": 1, "traceEvents": [
-    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000, "dur": 5},
-    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1002, "dur": 2,
-     "args": {"device": 0, "stream": 7, "correlation": 1}}]}).encode()
+TRACE = json.dumps(
+    {
+        "schemaVersion": 1,
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000, "dur": 5},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "gemm",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1002,
+                "dur": 2,
+                "args": {"device": 0, "stream": 7, "correlation": 1},
+            },
+        ],
+    }
+).encode()
 
 
 def _manifest(**over):
     m = {
-        "schema_version": "1", "job_id": "good", "attempt": 0, "rank": 0, "local_rank": 0, "world_size": 2,
-        "node": 0, "host": "h1", "accelerator": "cpu", "device_name": None, "torch_version": "2.5.0",
-        "cuda_version": None, "created_at": "2026-11-30T10:00:00Z", "step_range": None, "capture_id": "c1",
-        "profiler": {"name": "torch.profiler"}, "tags": {},
+        "schema_version": "1",
+        "job_id": "good",
+        "attempt": 0,
+        "rank": 0,
+        "local_rank": 0,
+        "world_size": 2,
+        "node": 0,
+        "host": "h1",
+        "accelerator": "cpu",
+        "device_name": None,
+        "torch_version": "2.5.0",
+        "cuda_version": None,
+        "created_at": "2026-11-30T10:00:00Z",
+        "step_range": None,
+        "capture_id": "c1",
+        "profiler": {"name": "torch.profiler"},
+        "tags": {},
         "files": [{"path": "trace.json", "size_bytes": len(TRACE), "sha256": "0" * 64, "kind": "kineto_trace"}],
     }
     m.update(over)
@@ -155,33 +269,68 @@ def _assert_one_good_and_bad_quarantined(tmp_path, bad_value: str, names: str = 
     return bad
 
 
-@pytest.mark.parametrize("folder,value", [
-    ({"job": "%2e%2e"}, "%2e%2e"), ({"job": "a b"}, "a b"), ({"job": "a\\b"}, "a\\b"), ({"job": "ｊob"}, "ｊob"),
-    ({"job": "x\n"}, "x\n"), ({"job": ""}, ""), ({"job": "..x"}, "..x"), ({"job": "y" * 220}, "y" * 220),
-    ({"date": "2024-13-01"}, "2024-13-01"), ({"date": "..x"}, "..x"), ({"date": "٢٠٢٤-٠١-٠١"}, "٢٠٢٤-٠١-٠١"),
-    ({"attempt": "-1"}, "-1"), ({"attempt": "٣"}, "٣"), ({"attempt": "99999999999"}, "99999999999"),
-    ({"rank": "abc"}, "abc"), ({"rank": " 1"}, " 1"), ({"cid": "..c1"}, "..c1"), ({"cid": "c 1"}, "c 1"),
-])
+@pytest.mark.parametrize(
+    "folder,value",
+    [
+        ({"job": "%2e%2e"}, "%2e%2e"),
+        ({"job": "a b"}, "a b"),
+        ({"job": "a\\b"}, "a\\b"),
+        ({"job": "ｊob"}, "ｊob"),
+        ({"job": "x\n"}, "x\n"),
+        ({"job": ""}, ""),
+        ({"job": "..x"}, "..x"),
+        ({"job": "y" * 220}, "y" * 220),
+        ({"date": "2024-13-01"}, "2024-13-01"),
+        ({"date": "..x"}, "..x"),
+        ({"date": "٢٠٢٤-٠١-٠١"}, "٢٠٢٤-٠١-٠١"),
+        ({"attempt": "-1"}, "-1"),
+        ({"attempt": "٣"}, "٣"),
+        ({"attempt": "99999999999"}, "99999999999"),
+        ({"rank": "abc"}, "abc"),
+        ({"rank": " 1"}, " 1"),
+        ({"cid": "..c1"}, "..c1"),
+        ({"cid": "c 1"}, "c 1"),
+    ],
+)
 def test_hostile_landing_zone_folder_quarantines_its_capture_only(tmp_path, folder, value):
     _capture(tmp_path / "raw")
     bad_folder = {"cid": "c2", **folder}
-    d = _capture(tmp_path / "raw", job=bad_folder.pop("job", "other"), **bad_folder,
-                 manifest=_manifest(job_id="other", rank=1, capture_id="c2"))
+    d = _capture(
+        tmp_path / "raw",
+        job=bad_folder.pop("job", "other"),
+        **bad_folder,
+        manifest=_manifest(job_id="other", rank=1, capture_id="c2"),
+    )
     if "cid" in folder:  # the capture folder's own name: the manifest names it
         bad = _assert_one_good_and_bad_quarantined(tmp_path / "raw", repr(value)[:40])
     else:
-        bad = _assert_one_good_and_bad_quarantined(tmp_path / "raw", repr(value)[:40], names=f"unsafe landing-zone path: {d}")
+        bad = _assert_one_good_and_bad_quarantined(
+            tmp_path / "raw", repr(value)[:40], names=f"unsafe landing-zone path: {d}"
+        )
     if "job" in folder and folder["job"]:
         assert bad[0]["job_id"] != "good" and safe_id(bad[0]["job_id"], "j", "w")
 
 
-@pytest.mark.parametrize("over,value", [
-    ({"job_id": "../../x"}, "../../x"), ({"job_id": "/etc"}, "/etc"), ({"job_id": "a\\b"}, "a\\b"),
-    ({"job_id": "a\x00b"}, "a\x00b"), ({"job_id": "abc\n"}, "abc\n"), ({"job_id": "z" * 201}, "z" * 201),
-    ({"job_id": "jоb"}, "jоb"), ({"job_id": "a%2Fb"}, "a%2Fb"), ({"job_id": "a=b"}, "a=b"), ({"job_id": 7}, 7),
-    ({"attempt": -1}, -1), ({"attempt": 2**40}, 2**40), ({"rank": 2**40}, 2**40),
-    ({"world_size": 2**40}, 2**40), ({"attempt": "1"}, "1"),
-])
+@pytest.mark.parametrize(
+    "over,value",
+    [
+        ({"job_id": "../../x"}, "../../x"),
+        ({"job_id": "/etc"}, "/etc"),
+        ({"job_id": "a\\b"}, "a\\b"),
+        ({"job_id": "a\x00b"}, "a\x00b"),
+        ({"job_id": "abc\n"}, "abc\n"),
+        ({"job_id": "z" * 201}, "z" * 201),
+        ({"job_id": "jоb"}, "jоb"),
+        ({"job_id": "a%2Fb"}, "a%2Fb"),
+        ({"job_id": "a=b"}, "a=b"),
+        ({"job_id": 7}, 7),
+        ({"attempt": -1}, -1),
+        ({"attempt": 2**40}, 2**40),
+        ({"rank": 2**40}, 2**40),
+        ({"world_size": 2**40}, 2**40),
+        ({"attempt": "1"}, "1"),
+    ],
+)
 def test_hostile_manifest_value_quarantines_its_capture_only(tmp_path, over, value):
     _capture(tmp_path / "raw")
     _capture(tmp_path / "raw", job="other", rank="00001", cid="c2", manifest=_manifest(**{"capture_id": "c2", **over}))
@@ -190,8 +339,19 @@ def test_hostile_manifest_value_quarantines_its_capture_only(tmp_path, over, val
     assert bad[0]["job_id"] == "other"  # the fallback identity is the (safe) folder's
 
 
-@pytest.mark.parametrize("path", ["../x.json", "/etc/passwd.json", "a/../../x.json", "..\\..\\x.json",
-                                  "trace.json\n", "./trace.json", "a//trace.json", "trace.json\x00.gz"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../x.json",
+        "/etc/passwd.json",
+        "a/../../x.json",
+        "..\\..\\x.json",
+        "trace.json\n",
+        "./trace.json",
+        "a//trace.json",
+        "trace.json\x00.gz",
+    ],
+)
 def test_manifest_file_paths_outside_the_capture_folder_are_rejected(tmp_path, path):
     _capture(tmp_path / "raw")
     files = [{"path": path, "size_bytes": 1, "sha256": "0" * 64, "kind": "kineto_trace"}]
@@ -209,14 +369,20 @@ def test_object_store_keys_with_dot_segments_are_quarantined_under_their_own_uri
 
     fs = fsspec.filesystem("memory")
     root = "/hostile-keys"
-    keys = [f"{root}/date=2026-11-30/job=../../x/attempt=0/rank=00000/c1/trace.json",
-            f"{root}/date=2026-11-30/job=../../x/attempt=0/rank=00000/c1/manifest.json",
-            f"{root}/team/../t.json", f"{root}/a/./t.json", f"{root}/a//t.json"]
+    keys = [
+        f"{root}/date=2026-11-30/job=../../x/attempt=0/rank=00000/c1/trace.json",
+        f"{root}/date=2026-11-30/job=../../x/attempt=0/rank=00000/c1/manifest.json",
+        f"{root}/team/../t.json",
+        f"{root}/a/./t.json",
+        f"{root}/a//t.json",
+    ]
     try:
         for k in keys:
             fs.pipe(k, TRACE)
         fs.pipe(f"{root}/date=2026-11-30/job=good/attempt=0/rank=00000/c1/trace.json", TRACE)
-        fs.pipe(f"{root}/date=2026-11-30/job=good/attempt=0/rank=00000/c1/manifest.json", json.dumps(_manifest()).encode())
+        fs.pipe(
+            f"{root}/date=2026-11-30/job=good/attempt=0/rank=00000/c1/manifest.json", json.dumps(_manifest()).encode()
+        )
         listed = set(fs.find(root))
         found = discover(f"memory://{root}")
         unsafe = [f for f in found.files if f.job_id == UNSAFE_PATH_JOB]
@@ -319,8 +485,16 @@ def test_capture_hooks_make_path_safe_gives_a_valid_component(value):
 def test_capture_hooks_landing_path_rejects_bad_date_attempt_rank():
     from capture_hooks import landing_path
 
-    for kw in (dict(date="../x"), dict(date="٢٠٢٤-٠١-٠١"), dict(date="2026-01-01\n"), dict(attempt=-1),
-               dict(attempt="1"), dict(attempt=True), dict(rank=-1), dict(rank=1.0)):
+    for kw in (
+        dict(date="../x"),
+        dict(date="٢٠٢٤-٠١-٠١"),
+        dict(date="2026-01-01\n"),
+        dict(attempt=-1),
+        dict(attempt="1"),
+        dict(attempt=True),
+        dict(rank=-1),
+        dict(rank=1.0),
+    ):
         with pytest.raises(ValueError):
             landing_path(**{**dict(date="2026-01-01", job_id="j", attempt=0, rank=0, capture_id="c"), **kw})
 
@@ -339,10 +513,18 @@ def test_trace_capture_refuses_a_hostile_job_id_from_the_argument_or_the_environ
     assert ".." not in cap.job_id and "/" not in cap.job_id and cap.job_id.endswith("4242")
 
 
-@pytest.mark.parametrize("relative_dir", ["../x", "/abs", "date=2026-01-01/job=../attempt=0/rank=00000/c",
-                                          "date=2026-01-01/job=j/attempt=0/rank=00000/c/../..",
-                                          "date=2026-01-01/job=j/attempt=0/rank=00000/..",
-                                          "date=x/job=j/attempt=0/rank=00000/c", ""])
+@pytest.mark.parametrize(
+    "relative_dir",
+    [
+        "../x",
+        "/abs",
+        "date=2026-01-01/job=../attempt=0/rank=00000/c",
+        "date=2026-01-01/job=j/attempt=0/rank=00000/c/../..",
+        "date=2026-01-01/job=j/attempt=0/rank=00000/..",
+        "date=x/job=j/attempt=0/rank=00000/c",
+        "",
+    ],
+)
 def test_spool_entry_with_a_tampered_folder_is_never_uploaded_outside_the_sink(tmp_path, relative_dir):
     from capture_hooks.finalize import finalize_entry
     from capture_hooks.sink import CaptureUpload, LandingZoneSink, check_relative_dir
@@ -384,8 +566,10 @@ def airflow_vars(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("value", ["../../x", "2026-01-01; rm -rf /", "$(id)", "{{ 7*7 }}", "2026-01-01T00:00:00Z\n--x",
-                                   {"a": 1}, ["2026-01-01"]])
+@pytest.mark.parametrize(
+    "value",
+    ["../../x", "2026-01-01; rm -rf /", "$(id)", "{{ 7*7 }}", "2026-01-01T00:00:00Z\n--x", {"a": 1}, ["2026-01-01"]],
+)
 def test_dag_run_conf_interval_must_be_a_date_time(airflow_vars, value):
     with pytest.raises(ValueError, match="date-time"):
         resolve(run_conf={"since": value})
@@ -397,7 +581,7 @@ def test_dag_run_record_path_stays_in_the_warehouse(airflow_vars):
     conf = resolve(run_conf={"since": "2026-01-01T00:00:00.123456+05:30", "until": "2026-01-02"})
     prefix = str(airflow_vars / "wh") + "/_runs/ingest/"
     assert conf["record"].startswith(prefix)
-    assert re.fullmatch(r"[0-9]{8}T[0-9]{6}Z_[0-9]{8}T[0-9]{6}Z\.json", conf["record"][len(prefix):])
+    assert re.fullmatch(r"[0-9]{8}T[0-9]{6}Z_[0-9]{8}T[0-9]{6}Z\.json", conf["record"][len(prefix) :])
 
 
 def test_dag_run_default_mlflow_store_stays_in_the_warehouse(airflow_vars):
@@ -442,8 +626,11 @@ def _render_stage_args(settings: dict, stage: str = "normalize") -> list[str]:
             assert task_ids == cfg.SETTINGS_TASK
             return settings
 
-    op = TracelakeSparkSubmitOperator(task_id=stage, application=cfg.application(),
-                                      application_args=["--stage", stage, "--settings", cfg.settings_arg()])
+    op = TracelakeSparkSubmitOperator(
+        task_id=stage,
+        application=cfg.application(),
+        application_args=["--stage", stage, "--settings", cfg.settings_arg()],
+    )
     assert "application_args" in op.template_fields
     return op.render_template(op.application_args, {"ti": _TI()}, op.get_template_env())
 
@@ -456,9 +643,13 @@ def test_spark_submit_arguments_are_never_rendered_twice_nor_split():
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # heavy: airflow
 
     hostile = "/x; rm -rf / $(id) `id` {{ 7*7 }} --job ../x <b>&'\"\\ é\n--stage analyze"
-    settings = RunSettings(raw=hostile, warehouse="/wh", tracking_uri="http://mlflow:5000/" + hostile,
-                           storage_options={"endpoint_url": hostile, hostile: [hostile, 1]},
-                           job_ids=["a", "--stage"]).model_dump()
+    settings = RunSettings(
+        raw=hostile,
+        warehouse="/wh",
+        tracking_uri="http://mlflow:5000/" + hostile,
+        storage_options={"endpoint_url": hostile, hostile: [hostile, 1]},
+        job_ids=["a", "--stage"],
+    ).model_dump()
     args = _render_stage_args(settings)
     assert len(args) == 4 and args[:3] == ["--stage", "normalize", "--settings"]
     assert "49" not in args[3] and json.loads(args[3]) == settings  # rendered once, the values as text

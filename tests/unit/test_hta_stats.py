@@ -15,24 +15,41 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs.analyze.trace import hta_filter
 from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.host_time import dataloader_mask
 from jobs.analyze.hta.idle_time import HOST_WAIT, KERNEL_WAIT, OTHER, idle_gaps
-from jobs.common.interval_sets import covered_not_excluded, length_in_windows
 from jobs.analyze.hta.kernel_stats import kernel_table
 from jobs.analyze.hta.launch_stats import launches
+from jobs.analyze.hta.queue_length import queue_points
+from jobs.analyze.trace import hta_filter
 from jobs.analyze.trace.launches import HTA_LAUNCH_STATS_NAMES, is_launch_name, launch_name_mask, pairs_on_key
 from jobs.analyze.trace.model import build_rank_trace
-from jobs.analyze.hta.queue_length import queue_points
+from jobs.common.interval_sets import covered_not_excluded, length_in_windows
 from schemas.tables import EVENTS, KERNELS, RANKS, STEPS
 
 US = 1000
 BASE = 1_700_000_000_000_000_000
 
 
-def _row(event_id, *, name, cat, ts_us, dur_us=None, ph="X", stream=None, is_gpu=False, correlation=None,
-         step=None, args=None, tid=1, collective=None, external_id=None, pid=None, keep_corr_arg=True):
+def _row(
+    event_id,
+    *,
+    name,
+    cat,
+    ts_us,
+    dur_us=None,
+    ph="X",
+    stream=None,
+    is_gpu=False,
+    correlation=None,
+    step=None,
+    args=None,
+    tid=1,
+    collective=None,
+    external_id=None,
+    pid=None,
+    keep_corr_arg=True,
+):
     a = dict(args or {})
     if stream is not None:
         a.setdefault("stream", stream)
@@ -41,12 +58,30 @@ def _row(event_id, *, name, cat, ts_us, dur_us=None, ph="X", stream=None, is_gpu
     if external_id is not None:
         a.setdefault("External id", external_id)
     r = {c: None for c in EVENTS.names}
-    r.update(date="2024-01-01", job_id="job", attempt=0, rank=0, capture_id="cap", event_id=event_id,
-             source="kineto", ph=ph, category=cat, raw_category=cat, name=name,
-             ts_ns=BASE + round(ts_us * US), dur_ns=None if dur_us is None else round(dur_us * US),
-             pid=pid if pid is not None else (0 if is_gpu else 100), tid=stream if is_gpu else tid,
-             stream=stream, is_gpu=is_gpu, correlation=correlation, external_id=external_id,
-             step=step, collective=collective, args_json=json.dumps(a))
+    r.update(
+        date="2024-01-01",
+        job_id="job",
+        attempt=0,
+        rank=0,
+        capture_id="cap",
+        event_id=event_id,
+        source="kineto",
+        ph=ph,
+        category=cat,
+        raw_category=cat,
+        name=name,
+        ts_ns=BASE + round(ts_us * US),
+        dur_ns=None if dur_us is None else round(dur_us * US),
+        pid=pid if pid is not None else (0 if is_gpu else 100),
+        tid=stream if is_gpu else tid,
+        stream=stream,
+        is_gpu=is_gpu,
+        correlation=correlation,
+        external_id=external_id,
+        step=step,
+        collective=collective,
+        args_json=json.dumps(a),
+    )
     return r
 
 
@@ -70,8 +105,17 @@ class Trace:
         return self.add(name=name, cat="cuda_runtime", ts_us=ts_us, dur_us=dur_us, correlation=corr, step=step, **kw)
 
     def kernel(self, name, ts_us, dur_us, corr, stream=7, step=None, cat="kernel", **kw):
-        return self.add(name=name, cat=cat, ts_us=ts_us, dur_us=dur_us, stream=stream, is_gpu=True,
-                        correlation=corr, step=step, **kw)
+        return self.add(
+            name=name,
+            cat=cat,
+            ts_us=ts_us,
+            dur_us=dur_us,
+            stream=stream,
+            is_gpu=True,
+            correlation=corr,
+            step=step,
+            **kw,
+        )
 
     def table(self, shuffle_seed=None) -> pa.Table:
         rows = list(self.rows)
@@ -99,9 +143,18 @@ def _rank(tbl) -> dict:
 
 
 def test_launch_names_vendor_neutral_and_cupti_suffixes():
-    for n in ("cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaMemcpyAsync_v3020", "hipLaunchKernel",
-              "hipExtModuleLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
-              "hipGraphLaunch", "cudaLaunchKernelExC"):
+    for n in (
+        "cudaLaunchKernel",
+        "cudaLaunchKernel_ptsz",
+        "cudaMemcpyAsync_v3020",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaGraphLaunch",
+        "hipGraphLaunch",
+        "cudaLaunchKernelExC",
+    ):
         assert is_launch_name(n), n
     for n in ("cudaMemcpy", "cudaDeviceSynchronize", "cudaEventRecord", "aten::mm", "", None, "cudaLaunchKernelFoo"):
         assert not is_launch_name(n), n
@@ -112,10 +165,10 @@ def test_launch_names_vendor_neutral_and_cupti_suffixes():
 
 def test_pairs_on_key_is_a_many_to_many_inner_join():
     key = np.array([5, 5, 7, 5, 7, 9])
-    l, r = pairs_on_key(np.array([0, 2]), np.array([1, 3, 4, 5]), key)
-    assert list(zip(l.tolist(), r.tolist())) == [(0, 1), (0, 3), (2, 4)]
-    l, r = pairs_on_key(np.array([], np.int64), np.array([1]), key)
-    assert l.size == r.size == 0
+    left, right = pairs_on_key(np.array([0, 2]), np.array([1, 3, 4, 5]), key)
+    assert list(zip(left.tolist(), right.tolist())) == [(0, 1), (0, 3), (2, 4)]
+    left, right = pairs_on_key(np.array([], np.int64), np.array([1]), key)
+    assert left.size == right.size == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,8 +202,16 @@ def test_idle_categories_by_hand(hta_compat):
 
 def test_idle_per_step_goes_with_the_event_after_the_gap():
     steps = _steps(_idle_trace().table(shuffle_seed=3))
-    assert (steps[1]["idle_host_wait_ns"], steps[1]["idle_kernel_wait_ns"], steps[1]["idle_other_ns"]) == (0, 5 * US, 80 * US)
-    assert (steps[2]["idle_host_wait_ns"], steps[2]["idle_kernel_wait_ns"], steps[2]["idle_other_ns"]) == (90 * US, 0, 0)
+    assert (steps[1]["idle_host_wait_ns"], steps[1]["idle_kernel_wait_ns"], steps[1]["idle_other_ns"]) == (
+        0,
+        5 * US,
+        80 * US,
+    )
+    assert (steps[2]["idle_host_wait_ns"], steps[2]["idle_kernel_wait_ns"], steps[2]["idle_other_ns"]) == (
+        90 * US,
+        0,
+        0,
+    )
 
 
 def test_idle_negative_gap_clipped_by_us_summed_by_hta():
@@ -166,19 +227,22 @@ def test_idle_hta_joins_trace_event_0_for_kernels_without_launch():
     the row with index 0: trace event 0's start becomes the 'runtime' start. Here event 0 is a
     cpu_op at 500 µs, after the previous kernel's end, so HTA calls the gap host_wait. We do not:
     without a launch call the gap is kernel_wait/other."""
-    t = Trace().cpu("late_op", 500, 1)          # event_id 0
+    t = Trace().cpu("late_op", 500, 1)  # event_id 0
     t.launch(1, 0).kernel("a", 10, 10, 1)
-    t.kernel("nccl_no_launch", 25, 5, 99)        # correlation 99: no host row
+    t.kernel("nccl_no_launch", 25, 5, 99)  # correlation 99: no host row
     view = _view(t)
-    assert idle_gaps(view, view.loaded, hta_compat=True).sum_by_category() == \
-        {"host_wait": 5 * US, "kernel_wait": 0, "other": 0}
+    assert idle_gaps(view, view.loaded, hta_compat=True).sum_by_category() == {
+        "host_wait": 5 * US,
+        "kernel_wait": 0,
+        "other": 0,
+    }
     assert idle_gaps(view, view.loaded).sum_by_category() == {"host_wait": 0, "kernel_wait": 5 * US, "other": 0}
 
 
 def test_idle_two_devices_same_stream_id_are_two_streams_for_us():
     t = Trace().launch(1, 0).kernel("a", 10, 10, 1, pid=0).launch(2, 1).kernel("b", 15, 10, 2, pid=1)
     view = _view(t)
-    assert idle_gaps(view, view.loaded).row.size == 0                  # one kernel per (device, stream)
+    assert idle_gaps(view, view.loaded).row.size == 0  # one kernel per (device, stream)
     assert idle_gaps(view, view.loaded, hta_compat=True).row.size == 1  # HTA: same stream 7 → a gap of −5
 
 
@@ -188,11 +252,12 @@ def test_idle_two_devices_same_stream_id_are_two_streams_for_us():
 
 def _launch_trace() -> Trace:
     t = Trace().step(1, 0, 1000)
-    t.launch(1, 0, dur_us=5, step=1).kernel("short", 6, 2, 1, step=1)           # delay 1, short (2 < 5 ≤ 50)
+    t.launch(1, 0, dur_us=5, step=1).kernel("short", 6, 2, 1, step=1)  # delay 1, short (2 < 5 ≤ 50)
     t.launch(2, 10, dur_us=60, step=1).kernel("rt_outlier", 75, 100, 2, step=1)  # runtime outlier, delay 5
-    t.launch(3, 80, dur_us=4, step=1).kernel("late", 300, 10, 3, step=1)         # delay 216 > 100: outlier
-    t.launch(4, 90, dur_us=10, name="cudaMemcpyAsync", step=1).kernel("Memcpy HtoD", 95, 3, 4, step=1,
-                                                                          cat="gpu_memcpy")  # kernel starts before the call ends: delay 0
+    t.launch(3, 80, dur_us=4, step=1).kernel("late", 300, 10, 3, step=1)  # delay 216 > 100: outlier
+    t.launch(4, 90, dur_us=10, name="cudaMemcpyAsync", step=1).kernel(
+        "Memcpy HtoD", 95, 3, 4, step=1, cat="gpu_memcpy"
+    )  # kernel starts before the call ends: delay 0
     return t
 
 
@@ -210,7 +275,7 @@ def test_launch_stats_step_columns():
     s = _steps(_launch_trace().table(shuffle_seed=1))[1]
     assert s["n_launches"] == 4
     assert s["launch_runtime_ns"] == 79 * US and s["launch_delay_sum_ns"] == 222 * US
-    assert s["launch_delay_p50_ns"] == 3 * US           # median of 0, 1, 5, 216
+    assert s["launch_delay_p50_ns"] == 3 * US  # median of 0, 1, 5, 216
     assert s["launch_delay_max_ns"] == 216 * US
     assert (s["n_short_kernels"], s["n_runtime_outliers"], s["n_launch_delay_outliers"]) == (2, 1, 1)
 
@@ -225,7 +290,7 @@ def test_graph_launch_is_one_launch_with_many_kernels():
     # HTA: not a launch name in 0.5.0 → no rows
     assert launches(view, view.loaded, hta_compat=True).cpu_row.size == 0
     q = queue_points(view, view.loaded)
-    assert q.queue_length.tolist() == [1, 2, 3, 2, 1, 0]     # +3 at the call, −1 at each kernel
+    assert q.queue_length.tolist() == [1, 2, 3, 2, 1, 0]  # +3 at the call, −1 at each kernel
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +323,7 @@ def test_b15_cpu_only_trace():
     s = _steps(t.table())[1]
     assert s["n_kernels"] == 0 and s["n_launches"] == 0 and s["memory_time_ns"] == 0
     assert s["idle_host_wait_ns"] == s["idle_kernel_wait_ns"] == s["idle_other_ns"] == 0
-    assert s["cpu_bound_time_ns"] == 50 * US   # host busy, no GPU activity at all
+    assert s["cpu_bound_time_ns"] == 50 * US  # host busy, no GPU activity at all
     assert s["dataloader_time_ns"] == 0
     assert kernel_table(t.table()).num_rows == 0
 
@@ -269,7 +334,7 @@ def test_b15_cpu_only_trace():
 
 def _comm_trace(comm_name, collective=None) -> Trace:
     t = Trace().step(1, 0, 100)
-    t.launch(1, 0, step=1).kernel("ampere_sgemm_128x64_nn", 10, 40, 1, stream=7, step=1)   # [10, 50)
+    t.launch(1, 0, step=1).kernel("ampere_sgemm_128x64_nn", 10, 40, 1, stream=7, step=1)  # [10, 50)
     t.launch(2, 1, step=1).kernel(comm_name, 30, 40, 2, stream=20, step=1, collective=collective)  # [30, 70)
     return t
 
@@ -279,7 +344,7 @@ def test_b16_nccl_dev_kernel_is_communication():
     kt = {r["name"]: r for r in kernel_table(_comm_trace(name).table()).to_pylist()}
     assert kt[name]["kernel_type"] == "COMMUNICATION"
     s = _steps(_comm_trace(name).table())[1]
-    assert s["exposed_comm_ns"] == 20 * US          # comm [30,70) minus compute [10,50)
+    assert s["exposed_comm_ns"] == 20 * US  # comm [30,70) minus compute [10,50)
     assert s["overlap_pct"] == pytest.approx(50.0)  # HTA overlap: finite, > 0
 
 
@@ -291,13 +356,17 @@ def test_b16_lowercase_and_metadata_only_comm_kernels():
     kt = {r["name"]: r for r in kernel_table(_comm_trace("my_fused_ar", collective="allreduce").table()).to_pylist()}
     assert kt["my_fused_ar"]["kernel_type"] == "COMMUNICATION"
     # ... or by a configured pattern
-    kt = {r["name"]: r for r in kernel_table(_comm_trace("custom_allreduce_kernel").table(),
-                                             extra_comm_patterns=[r"custom_allreduce"]).to_pylist()}
+    kt = {
+        r["name"]: r
+        for r in kernel_table(
+            _comm_trace("custom_allreduce_kernel").table(), extra_comm_patterns=[r"custom_allreduce"]
+        ).to_pylist()
+    }
     assert kt["custom_allreduce_kernel"]["kernel_type"] == "COMMUNICATION"
     steps, _ = analyze_rank(_comm_trace("custom_allreduce_kernel").table(), extra_comm_patterns=[r"custom_allreduce"])
     assert steps.to_pylist()[0]["exposed_comm_ns"] == 20 * US
     steps, _ = analyze_rank(_comm_trace("custom_allreduce_kernel").table())
-    assert steps.to_pylist()[0]["exposed_comm_ns"] == 0   # not configured: computation
+    assert steps.to_pylist()[0]["exposed_comm_ns"] == 0  # not configured: computation
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,16 +384,16 @@ def _b18_trace(ext_kernel=42, ext_launch=42, extra_launch_ext=None) -> Trace:
 
 def test_b18_join_on_unique_external_id():
     view = _view(_b18_trace())
-    assert view.launcher[2] == 1                      # kernel row → hipLaunchKernel row
+    assert view.launcher[2] == 1  # kernel row → hipLaunchKernel row
     la = launches(view, view.loaded)
     assert la.cpu_row.tolist() == [1] and int(la.delay_ns[0]) == 10 * US and bool(la.short[0])
     q = queue_points(view, view.loaded)
     assert q.queue_length.tolist() == [1, 0]
-    assert launches(view, view.loaded, hta_compat=True).cpu_row.size == 0    # HTA: 0 rows
+    assert launches(view, view.loaded, hta_compat=True).cpu_row.size == 0  # HTA: 0 rows
 
 
 def test_b18_ambiguous_external_id_is_not_joined():
-    view = _view(_b18_trace(extra_launch_ext=42))     # two launch calls share External id 42
+    view = _view(_b18_trace(extra_launch_ext=42))  # two launch calls share External id 42
     assert view.launcher[3] == -1
     assert launches(view, view.loaded).cpu_row.size == 0
 
@@ -344,7 +413,7 @@ def test_queue_length_by_hand():
     q = queue_points(view, view.loaded)
     assert q.queue_length.tolist() == [1, 2, 3, 2, 1, 0]
     assert (q.dur_to_next_ns // US).tolist() == [1, 1, 8, 10, 10, 0]
-    assert (q.blocked(max_queue_length=2) // US).tolist() == [0, 1, 8, 10, 0, 0]   # 19 µs at ≥ 2
+    assert (q.blocked(max_queue_length=2) // US).tolist() == [0, 1, 8, 10, 0, 0]  # 19 µs at ≥ 2
 
 
 def test_queue_tie_order():
@@ -377,21 +446,29 @@ def test_memcpy_bytes_time_and_bandwidth():
     t = Trace().step(1, 0, 100)
     # 4000 bytes in a copy written as 1 µs whose Kineto bandwidth says 2.5 GB/s → exact 1.6 µs
     t.launch(1, 0, name="cudaMemcpyAsync", step=1).kernel(
-        "Memcpy HtoD (Pageable -> Device)", 10, 1, 1, cat="gpu_memcpy", step=1,
-        args={"bytes": 4000, "memory bandwidth (GB/s)": 2.5})
+        "Memcpy HtoD (Pageable -> Device)",
+        10,
+        1,
+        1,
+        cat="gpu_memcpy",
+        step=1,
+        args={"bytes": 4000, "memory bandwidth (GB/s)": 2.5},
+    )
     # 6000 bytes in 3 µs, no bandwidth arg → dur
     t.launch(2, 1, name="cudaMemcpyAsync", step=1).kernel(
-        "Memcpy DtoH (Device -> Pinned)", 20, 3, 2, cat="gpu_memcpy", step=1, args={"bytes": 6000})
+        "Memcpy DtoH (Device -> Pinned)", 20, 3, 2, cat="gpu_memcpy", step=1, args={"bytes": 6000}
+    )
     # a copy without size: time counts, bandwidth ignores it
     t.launch(3, 2, name="cudaMemcpyAsync", step=1).kernel("Memcpy DtoD", 30, 4, 3, cat="gpu_memcpy", step=1)
     # a memset is not a copy
-    t.launch(4, 3, name="cudaMemsetAsync", step=1).kernel("Memset (Device)", 40, 2, 4, cat="gpu_memset", step=1,
-                                                          args={"bytes": 100})
+    t.launch(4, 3, name="cudaMemsetAsync", step=1).kernel(
+        "Memset (Device)", 40, 2, 4, cat="gpu_memset", step=1, args={"bytes": 100}
+    )
     s = _steps(t.table())[1]
     assert s["memcpy_bytes"] == 10_000
     assert s["memcpy_time_ns"] == 8 * US
-    assert s["memcpy_bw_gbps"] == pytest.approx(10_000 / 4_600)   # bytes / (1.6 µs + 3 µs) in bytes/ns
-    assert s["memory_time_ns"] == 10 * US                         # merged MEMORY: copies + memset
+    assert s["memcpy_bw_gbps"] == pytest.approx(10_000 / 4_600)  # bytes / (1.6 µs + 3 µs) in bytes/ns
+    assert s["memory_time_ns"] == 10 * US  # merged MEMORY: copies + memset
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,9 +490,16 @@ def test_host_time_by_hand():
 
 
 def test_dataloader_names():
-    names = pa.array(["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-                      "torch/utils/data/dataloader.py(628): __next__", "_MultiProcessingDataLoaderIter._next_data",
-                      "aten::mm", None, "my_loader"])
+    names = pa.array(
+        [
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            "torch/utils/data/dataloader.py(628): __next__",
+            "_MultiProcessingDataLoaderIter._next_data",
+            "aten::mm",
+            None,
+            "my_loader",
+        ]
+    )
     assert dataloader_mask(names).tolist() == [True, True, True, False, False, False]
     assert dataloader_mask(names, [r"^my_loader$"]).tolist()[-1]
 
@@ -430,15 +514,19 @@ def test_kernel_table_stats_and_schema():
     t.launch(2, 1, step=1).kernel("gemm", 20, 8, 2, step=1)
     t.launch(3, 2, step=1).kernel("add", 30, 1, 3, step=1)
     t.launch(4, 100, step=2).kernel("gemm", 110, 6, 4, step=2)
-    t.kernel("outside", 300, 2, 99)                       # launched outside any step
+    t.kernel("outside", 300, 2, 99)  # launched outside any step
     t.add(name="Stream Wait Event", cat="cuda_sync", ts_us=50, dur_us=0, stream=7, is_gpu=True, correlation=5)
     tbl = kernel_table(t.table(shuffle_seed=5))
     assert tbl.schema == KERNELS.arrow_schema()
     rows = [(r["step"], r["name"], r["n"], r["total_ns"], r["min_ns"], r["max_ns"]) for r in tbl.to_pylist()]
-    assert rows == [(-1, "outside", 1, 2 * US, 2 * US, 2 * US), (1, "add", 1, US, US, US),
-                    (1, "gemm", 2, 12 * US, 4 * US, 8 * US), (2, "gemm", 1, 6 * US, 6 * US, 6 * US)]
+    assert rows == [
+        (-1, "outside", 1, 2 * US, 2 * US, 2 * US),
+        (1, "add", 1, US, US, US),
+        (1, "gemm", 2, 12 * US, 4 * US, 8 * US),
+        (2, "gemm", 1, 6 * US, 6 * US, 6 * US),
+    ]
     g = [r for r in tbl.to_pylist() if r["step"] == 1 and r["name"] == "gemm"][0]
-    assert g["mean_ns"] == 6 * US and g["std_ns"] == pytest.approx(2 * US)   # population std of 4, 8 µs
+    assert g["mean_ns"] == 6 * US and g["std_ns"] == pytest.approx(2 * US)  # population std of 4, 8 µs
     assert g["kernel_type"] == g["hta_kernel_type"] == "COMPUTATION"
     assert kernel_table(EVENTS.empty()).schema == KERNELS.arrow_schema()
 
@@ -471,11 +559,11 @@ def test_covered_not_excluded_and_windows_match_brute_force():
             got[p:q] = True
         want = cover & ~excl
         assert (got == want).all()
-        assert (s[1:] > e[:-1]).all() and (e > s).all()   # disjoint, non-touching, non-empty
+        assert (s[1:] > e[:-1]).all() and (e > s).all()  # disjoint, non-touching, non-empty
         ws = rng.integers(0, 230, 5)
         we = ws + rng.integers(0, 60, 5)
         assert length_in_windows(s, e, ws, we).tolist() == [int(want[p:q].sum()) for p, q in zip(ws, we)]
-    s, e = covered_not_excluded([5, 9], [5, 9])            # zero-length intervals cover nothing
+    s, e = covered_not_excluded([5, 9], [5, 9])  # zero-length intervals cover nothing
     assert s.size == 0
 
 
@@ -496,8 +584,11 @@ def test_analyze_rank_fills_stat_columns():
     # kept on stream 7: k1, k2 (gap 5 → kernel_wait), k4 (gap 200 − 20 = 180; its launch at 30
     # is after k2's end at 20 → host_wait); stream 9: k6 (gap 0 → kernel_wait).
     g = idle_gaps(view, keep).sum_by_category()
-    assert (r["idle_host_wait_ns"], r["idle_kernel_wait_ns"], r["idle_other_ns"]) == \
-        (g["host_wait"], g["kernel_wait"], g["other"]) == (180 * US, 5 * US, 0)
+    assert (
+        (r["idle_host_wait_ns"], r["idle_kernel_wait_ns"], r["idle_other_ns"])
+        == (g["host_wait"], g["kernel_wait"], g["other"])
+        == (180 * US, 5 * US, 0)
+    )
     steps_by_n = {s["step"]: s for s in steps.to_pylist()}
     assert sum(s["n_launches"] for s in steps_by_n.values()) == 6
 
@@ -510,7 +601,9 @@ def test_memory_type_by_category_not_by_a_substring():
     t.launch(2, 1, name="hipMemcpyAsync", step=1).kernel("CopyDeviceToDevice", 20, 2, 2, cat="gpu_memcpy", step=1)
     t.launch(3, 2, step=1).kernel("hipMemsetD32_kernel", 30, 2, 3, step=1)
     kt = {r["name"]: (r["kernel_type"], r["hta_kernel_type"]) for r in kernel_table(t.table()).to_pylist()}
-    assert kt == {"_combined_routing_memset": ("COMPUTATION", "COMPUTATION"),
-                  "CopyDeviceToDevice": ("MEMORY", "COMPUTATION"),
-                  "hipMemsetD32_kernel": ("MEMORY", "COMPUTATION")}
+    assert kt == {
+        "_combined_routing_memset": ("COMPUTATION", "COMPUTATION"),
+        "CopyDeviceToDevice": ("MEMORY", "COMPUTATION"),
+        "hipMemsetD32_kernel": ("MEMORY", "COMPUTATION"),
+    }
     assert _steps(t.table())[1]["memory_time_ns"] == 4 * US

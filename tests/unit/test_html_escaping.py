@@ -34,11 +34,52 @@ PAYLOADS = (SCRIPT, ATTR, STYLE, JINJA, JINJA_PROBE, JS_URL, SVG, COMMENT)
 
 
 #: What the template itself emits (templates/report.html.j2); anything else came from data.
-TEMPLATE_TAGS = {"html", "head", "meta", "title", "style", "body", "header", "h1", "p", "main", "div", "section",
-                 "h2", "span", "figure", "img", "figcaption", "table", "caption", "thead", "tbody", "tr", "th", "td",
-                 "details", "summary", "pre", "footer", "script"}
-TEMPLATE_ATTRS = {"lang", "charset", "http-equiv", "content", "name", "class", "id", "data-section", "data-unavailable",
-                  "data-plot", "data-table", "src", "alt"}
+TEMPLATE_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "header",
+    "h1",
+    "p",
+    "main",
+    "div",
+    "section",
+    "h2",
+    "span",
+    "figure",
+    "img",
+    "figcaption",
+    "table",
+    "caption",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "details",
+    "summary",
+    "pre",
+    "footer",
+    "script",
+}
+TEMPLATE_ATTRS = {
+    "lang",
+    "charset",
+    "http-equiv",
+    "content",
+    "name",
+    "class",
+    "id",
+    "data-section",
+    "data-unavailable",
+    "data-plot",
+    "data-table",
+    "src",
+    "alt",
+}
 
 
 class _Page(HTMLParser):
@@ -128,28 +169,85 @@ def hostile_job(base: dict, job_id: str = "trace_filter") -> dict:
     for k in ("captures", "ranks", "steps"):
         t[k]["job_id"] = job_id
     t["ranks"]["device_name"] = SCRIPT  # job subtitle
-    t["kernels"] = pd.DataFrame([
-        {**ident, "rank": i % 2, "capture_id": f"c{i % 2}", "step": 551, "name": p,
-         "kernel_type": ("COMPUTATION", "COMMUNICATION", "MEMORY", ATTR)[i % 4], "n": 1 + i,
-         "total_ns": 1_000_000 * (len(PAYLOADS) - i), "mean_ns": 1e6} for i, p in enumerate(PAYLOADS)])
+    t["kernels"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "rank": i % 2,
+                "capture_id": f"c{i % 2}",
+                "step": 551,
+                "name": p,
+                "kernel_type": ("COMPUTATION", "COMMUNICATION", "MEMORY", ATTR)[i % 4],
+                "n": 1 + i,
+                "total_ns": 1_000_000 * (len(PAYLOADS) - i),
+                "mean_ns": 1e6,
+            }
+            for i, p in enumerate(PAYLOADS)
+        ]
+    )
     rows = []
     for call, p in enumerate(PAYLOADS):
         for rank in (0, 1):
             wait = 1000 * (call + 1) if rank == 0 else 0
-            rows.append({**ident, "rank": rank, "capture_id": f"c{rank}", "step": 551, "event_id": 10 * call + rank,
-                         "pg_name": p, "collective": _cycle(call + 1), "call_index": call, "match_key": f"{p}/{call}",
-                         "aligned_start_ns": 1000 * call - wait, "wait_ns": wait, "skew_ns": 1000 * (call + 1),
-                         "is_last_arrival": rank == 1, "msg_bytes": 1 << 20, "busbw_gbps": 10.0})
+            rows.append(
+                {
+                    **ident,
+                    "rank": rank,
+                    "capture_id": f"c{rank}",
+                    "step": 551,
+                    "event_id": 10 * call + rank,
+                    "pg_name": p,
+                    "collective": _cycle(call + 1),
+                    "call_index": call,
+                    "match_key": f"{p}/{call}",
+                    "aligned_start_ns": 1000 * call - wait,
+                    "wait_ns": wait,
+                    "skew_ns": 1000 * (call + 1),
+                    "is_last_arrival": rank == 1,
+                    "msg_bytes": 1 << 20,
+                    "busbw_gbps": 10.0,
+                }
+            )
     t["collectives"] = pd.DataFrame(rows)
-    t["critical_path"] = pd.DataFrame([
-        {**ident, "step": 551, "scope": "job", "path_rank": -1, "segment": i, "rank": i % 2, "name": p,
-         "start_ns": 0, "end_ns": 10, "dur_ns": 1_000_000 * (i + 1), "bound_by": _cycle(i + 3),
-         "path_length_ns": 40_000_000} for i, p in enumerate(PAYLOADS)])
-    t["findings"] = pd.DataFrame([
-        {**ident, "finding_id": f"{p}/rank=1", "rule": _cycle(i + 1), "rank_order": i + 1, "title": p,
-         "metric": _cycle(i + 2), "value": 3.5, "est_time_lost_per_step_ns": 2_000_000 - i, "confidence": 0.8,
-         "ranks": [1], "steps": [551], "evidence_json": f'{{"kernel": {json.dumps(p)}}}',
-         "recommendation": _cycle(i + 4)} for i, p in enumerate(PAYLOADS)])
+    t["critical_path"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "step": 551,
+                "scope": "job",
+                "path_rank": -1,
+                "segment": i,
+                "rank": i % 2,
+                "name": p,
+                "start_ns": 0,
+                "end_ns": 10,
+                "dur_ns": 1_000_000 * (i + 1),
+                "bound_by": _cycle(i + 3),
+                "path_length_ns": 40_000_000,
+            }
+            for i, p in enumerate(PAYLOADS)
+        ]
+    )
+    t["findings"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "finding_id": f"{p}/rank=1",
+                "rule": _cycle(i + 1),
+                "rank_order": i + 1,
+                "title": p,
+                "metric": _cycle(i + 2),
+                "value": 3.5,
+                "est_time_lost_per_step_ns": 2_000_000 - i,
+                "confidence": 0.8,
+                "ranks": [1],
+                "steps": [551],
+                "evidence_json": f'{{"kernel": {json.dumps(p)}}}',
+                "recommendation": _cycle(i + 4),
+            }
+            for i, p in enumerate(PAYLOADS)
+        ]
+    )
     caps = t["captures"]
     caps.loc[0, "uri"] = "/landing/" + SCRIPT + ".json"
     caps.loc[1, "status"] = "quarantined"
@@ -163,13 +261,26 @@ def hostile_job(base: dict, job_id: str = "trace_filter") -> dict:
 def hostile_validation(job_id: str):
     from jobs.validate.report import CheckResult, TableValidation, ValidationReport
 
-    checks = [CheckResult(id=p, expectation=_cycle(i + 1), columns=[p], success=i % 2 == 1, doc=_cycle(i + 2),
-                          unexpected_count=i, partial_unexpected=[_cycle(i + 3), _cycle(i + 5)],
-                          jobs={job_id: 1, _cycle(i + 4): 2}, error=_cycle(i + 6) if i == 2 else None)
-              for i, p in enumerate(PAYLOADS)]
-    tables = {f"analyze/{SCRIPT}": TableValidation(table=SCRIPT, stage="analyze", status="failed", n_rows=3,
-                                                  checks=checks, engine=ATTR, jobs=[job_id]),
-              f"normalize/{ATTR}": TableValidation(table=ATTR, stage="normalize", status="missing")}
+    checks = [
+        CheckResult(
+            id=p,
+            expectation=_cycle(i + 1),
+            columns=[p],
+            success=i % 2 == 1,
+            doc=_cycle(i + 2),
+            unexpected_count=i,
+            partial_unexpected=[_cycle(i + 3), _cycle(i + 5)],
+            jobs={job_id: 1, _cycle(i + 4): 2},
+            error=_cycle(i + 6) if i == 2 else None,
+        )
+        for i, p in enumerate(PAYLOADS)
+    ]
+    tables = {
+        f"analyze/{SCRIPT}": TableValidation(
+            table=SCRIPT, stage="analyze", status="failed", n_rows=3, checks=checks, engine=ATTR, jobs=[job_id]
+        ),
+        f"normalize/{ATTR}": TableValidation(table=ATTR, stage="normalize", status="missing"),
+    }
     return ValidationReport(stages=["normalize", JINJA], job_ids=[job_id, SVG], tables=tables, validated_at=STYLE)
 
 
@@ -209,7 +320,9 @@ def test_fleet_report_renders_job_ids_dates_and_findings_as_text(job_tables):
     html = render_fleet_report(ranks, caps, findings=findings, top=len(PAYLOADS) * 2, title=SCRIPT)
     page = assert_inert(html)
     assert any(a.get("data-plot") == "fleet_trends" for _, a in page.elements)
-    assert {"worst-idle", "stragglers", "quarantined", "top-findings"} <= {a.get("data-table") for _, a in page.elements}
+    assert {"worst-idle", "stragglers", "quarantined", "top-findings"} <= {
+        a.get("data-table") for _, a in page.elements
+    }
 
 
 def test_validation_report_renders_check_names_samples_and_jobs_as_text():
@@ -225,9 +338,20 @@ def test_validation_report_renders_check_names_samples_and_jobs_as_text():
 def _events(rows):
     out = []
     for i, (rank, step, name, kind, dur_us) in enumerate(rows):
-        out.append({"job_id": "j", "attempt": 0, "rank": rank, "event_id": i, "ph": "X", "name": name,
-                    "category": {"kernel": "kernel", "op": "cpu_op"}[kind], "is_gpu": kind == "kernel",
-                    "dur_ns": dur_us * 1000, "step": step})
+        out.append(
+            {
+                "job_id": "j",
+                "attempt": 0,
+                "rank": rank,
+                "event_id": i,
+                "ph": "X",
+                "name": name,
+                "category": {"kernel": "kernel", "op": "cpu_op"}[kind],
+                "is_gpu": kind == "kernel",
+                "dur_ns": dur_us * 1000,
+                "step": step,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -235,21 +359,61 @@ def test_comparison_report_renders_labels_names_and_findings_as_text():
     from jobs.publish.compare import compare_jobs
     from jobs.publish.report.html import render_comparison_report
 
-    a_rows = [(r, s, p, kind, 100 + 10 * i) for r in (0, 1) for s in (1, 2)
-              for i, (p, kind) in enumerate(zip(PAYLOADS, ("kernel", "op") * 4)) if i % 3 != 0]
-    b_rows = [(r, s, p, kind, 300 + 40 * i) for r in (0, 1) for s in (1, 2)
-              for i, (p, kind) in enumerate(zip(PAYLOADS, ("kernel", "op") * 4)) if i % 3 != 1]
-    ranks = pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": r, "idle_pct": 10.0, "compute_pct": 90.0,
-                           "non_compute_pct": 0.0, "overlap_pct": None} for r in (0, 1)])
-    steps = pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": r, "step": s, "step_time_ns": 10_000_000}
-                          for r in (0, 1) for s in (1, 2)])
-    fa = pd.DataFrame([{"finding_id": p, "rule": _cycle(i + 1), "title": _cycle(i + 2), "est_time_lost_per_step_ns": 1e6}
-                       for i, p in enumerate(PAYLOADS) if i % 2 == 0])
-    fb = pd.DataFrame([{"finding_id": p, "rule": _cycle(i + 1), "title": _cycle(i + 2), "est_time_lost_per_step_ns": 2e6}
-                       for i, p in enumerate(PAYLOADS) if i % 3 != 2])
-    c = compare_jobs({"events": _events(a_rows), "ranks": ranks, "steps": steps, "findings": fa},
-                     {"events": _events(b_rows), "ranks": ranks, "steps": steps, "findings": fb},
-                     a_label=SCRIPT + "#0", b_label=ATTR + "#1")
+    a_rows = [
+        (r, s, p, kind, 100 + 10 * i)
+        for r in (0, 1)
+        for s in (1, 2)
+        for i, (p, kind) in enumerate(zip(PAYLOADS, ("kernel", "op") * 4))
+        if i % 3 != 0
+    ]
+    b_rows = [
+        (r, s, p, kind, 300 + 40 * i)
+        for r in (0, 1)
+        for s in (1, 2)
+        for i, (p, kind) in enumerate(zip(PAYLOADS, ("kernel", "op") * 4))
+        if i % 3 != 1
+    ]
+    ranks = pd.DataFrame(
+        [
+            {
+                "job_id": "j",
+                "attempt": 0,
+                "rank": r,
+                "idle_pct": 10.0,
+                "compute_pct": 90.0,
+                "non_compute_pct": 0.0,
+                "overlap_pct": None,
+            }
+            for r in (0, 1)
+        ]
+    )
+    steps = pd.DataFrame(
+        [
+            {"job_id": "j", "attempt": 0, "rank": r, "step": s, "step_time_ns": 10_000_000}
+            for r in (0, 1)
+            for s in (1, 2)
+        ]
+    )
+    fa = pd.DataFrame(
+        [
+            {"finding_id": p, "rule": _cycle(i + 1), "title": _cycle(i + 2), "est_time_lost_per_step_ns": 1e6}
+            for i, p in enumerate(PAYLOADS)
+            if i % 2 == 0
+        ]
+    )
+    fb = pd.DataFrame(
+        [
+            {"finding_id": p, "rule": _cycle(i + 1), "title": _cycle(i + 2), "est_time_lost_per_step_ns": 2e6}
+            for i, p in enumerate(PAYLOADS)
+            if i % 3 != 2
+        ]
+    )
+    c = compare_jobs(
+        {"events": _events(a_rows), "ranks": ranks, "steps": steps, "findings": fa},
+        {"events": _events(b_rows), "ranks": ranks, "steps": steps, "findings": fb},
+        a_label=SCRIPT + "#0",
+        b_label=ATTR + "#1",
+    )
     assert set(c.ops["status"]) >= {"added", "removed", "slower"}
     c.notes.append(f"{COMMENT} {JS_URL} {STYLE}")
     html = render_comparison_report(c)
@@ -273,12 +437,23 @@ def test_plot_labels_are_pixels_even_with_latex_enabled(job_tables):
     t["kernels"].loc[0, "name"] = latexy
     top, _ = S.top_kernels_frame(t)
     ops = pd.DataFrame({"group": ["kernel", "op"], "name": [latexy, ATTR], "delta_ns_per_step": [5e5, -2e5]})
-    daily = pd.DataFrame({"date": [latexy, JINJA], "n_jobs": [1, 2], "idle_pct_median": [10.0, 20.0],
-                          "step_time_p50_ms_median": [1.0, 2.0]})
+    daily = pd.DataFrame(
+        {
+            "date": [latexy, JINJA],
+            "n_jobs": [1, 2],
+            "idle_pct_median": [10.0, 20.0],
+            "step_time_p50_ms_median": [1.0, 2.0],
+        }
+    )
     share = pd.DataFrame({"bound_by": [latexy, SCRIPT], "dur_ns": [2e6, 1e6], "pct": [66.7, 33.3]})
     with matplotlib.rc_context({"text.usetex": True}):
-        plots = [P.top_kernels(top), P.collective_wait_heatmap(t["collectives"]), P.critical_path_attribution(share),
-                 P.fleet_trends(daily), P.op_deltas(ops)]
+        plots = [
+            P.top_kernels(top),
+            P.collective_wait_heatmap(t["collectives"]),
+            P.critical_path_attribution(share),
+            P.fleet_trends(daily),
+            P.op_deltas(ops),
+        ]
     for plot in plots:
         assert plot is not None
         assert plot.data_uri.startswith("data:image/png;base64,")
@@ -291,19 +466,68 @@ def _fleet_tables() -> dict:
     """``fleet_stats``/``fleet_kernels``/``regressions`` (jobs.fleet) whose group values (job names, models,
     hardware, torch versions: manifest tags and trace metadata), kernel names and run ids are payloads."""
     dims = ("job_name", "model", "hardware", "torch_version")
-    stats = pd.DataFrame([{"dimension": dims[i % 4], "value": p, "date": "all", "n_runs": 2, "n_ranks": 4, "n_steps": 10 + i,
-                           "n_rank_steps": 40, "step_time_p50_ns": 10_000_000, "step_time_p90_ns": 12_000_000,
-                           "step_time_p99_ns": 13_000_000, "step_time_mean_ns": 1.1e7, "idle_pct": 10.0,
-                           "compute_pct": 80.0, "exposed_comm_pct": 5.0, "cpu_bound_pct": 1.0, "dataloader_pct": 0.5}
-                          for i, p in enumerate(PAYLOADS)])
-    kernels = pd.DataFrame([{"dimension": "fleet", "value": "all", "date": "all", "kernel_rank": i + 1, "name": p,
-                             "kernel_type": _cycle(i + 1), "n": 5, "total_ns": 1_000_000, "share_pct": 10.0, "n_runs": 2}
-                            for i, p in enumerate(PAYLOADS)])
-    regressions = pd.DataFrame([{"job_name": p, "job_id": _cycle(i + 1), "attempt": 0, "date": "2026-01-01", "run_index": 3,
-                                 "metric": _cycle(i + 2), "value": 12.0, "baseline": 10.0, "change_pct": 20.0,
-                                 "delta": 2.0, "p_value": 0.001, "verdict": ("regression", "improvement")[i % 2],
-                                 "baseline_runs": [_cycle(i + 3), _cycle(i + 4)], "n_steps": 10, "n_baseline_steps": 40}
-                                for i, p in enumerate(PAYLOADS)])
+    stats = pd.DataFrame(
+        [
+            {
+                "dimension": dims[i % 4],
+                "value": p,
+                "date": "all",
+                "n_runs": 2,
+                "n_ranks": 4,
+                "n_steps": 10 + i,
+                "n_rank_steps": 40,
+                "step_time_p50_ns": 10_000_000,
+                "step_time_p90_ns": 12_000_000,
+                "step_time_p99_ns": 13_000_000,
+                "step_time_mean_ns": 1.1e7,
+                "idle_pct": 10.0,
+                "compute_pct": 80.0,
+                "exposed_comm_pct": 5.0,
+                "cpu_bound_pct": 1.0,
+                "dataloader_pct": 0.5,
+            }
+            for i, p in enumerate(PAYLOADS)
+        ]
+    )
+    kernels = pd.DataFrame(
+        [
+            {
+                "dimension": "fleet",
+                "value": "all",
+                "date": "all",
+                "kernel_rank": i + 1,
+                "name": p,
+                "kernel_type": _cycle(i + 1),
+                "n": 5,
+                "total_ns": 1_000_000,
+                "share_pct": 10.0,
+                "n_runs": 2,
+            }
+            for i, p in enumerate(PAYLOADS)
+        ]
+    )
+    regressions = pd.DataFrame(
+        [
+            {
+                "job_name": p,
+                "job_id": _cycle(i + 1),
+                "attempt": 0,
+                "date": "2026-01-01",
+                "run_index": 3,
+                "metric": _cycle(i + 2),
+                "value": 12.0,
+                "baseline": 10.0,
+                "change_pct": 20.0,
+                "delta": 2.0,
+                "p_value": 0.001,
+                "verdict": ("regression", "improvement")[i % 2],
+                "baseline_runs": [_cycle(i + 3), _cycle(i + 4)],
+                "n_steps": 10,
+                "n_baseline_steps": 40,
+            }
+            for i, p in enumerate(PAYLOADS)
+        ]
+    )
     return {"fleet_stats": stats, "fleet_kernels": kernels, "regressions": regressions}
 
 
@@ -328,8 +552,12 @@ def test_fleet_metric_names_from_group_values_are_valid_mlflow_names():
     from jobs.publish.report.fleet_tables import fleet_stats_metrics
 
     stats = _fleet_tables()["fleet_stats"]
-    extra = pd.DataFrame([{**stats.iloc[0].to_dict(), "dimension": "model", "value": v}
-                          for v in ("..", ".", "", " ", "../..", "a/../b", "./x", "x" * 500, None)])
+    extra = pd.DataFrame(
+        [
+            {**stats.iloc[0].to_dict(), "dimension": "model", "value": v}
+            for v in ("..", ".", "", " ", "../..", "a/../b", "./x", "x" * 500, None)
+        ]
+    )
     metrics = fleet_stats_metrics(pd.concat([stats, extra], ignore_index=True))
     assert len({k.rsplit("/", 1)[0] for k in metrics}) >= 10
     for k in metrics:
@@ -348,10 +576,18 @@ def test_compare_terminal_output_prints_names_as_text():
 
     markup = ["[/]", "[link=file:///etc/passwd]click[/link]", "[bold red]x", "a\\[/b]", "\\"]
     names = markup + [SCRIPT, JINJA]
-    a = {"events": _events([(0, 1, "gemm", "kernel", 10)]),
-         "findings": pd.DataFrame([{"finding_id": "[/]f", "rule": "r", "title": "[/]", "est_time_lost_per_step_ns": 1e6}])}
-    b = {"events": _events([(0, 1, n, "kernel", 10 + i) for i, n in enumerate(names)]),
-         "findings": pd.DataFrame([{"finding_id": "[link=x]g", "rule": "r", "title": "[/]t", "est_time_lost_per_step_ns": 1e6}])}
+    a = {
+        "events": _events([(0, 1, "gemm", "kernel", 10)]),
+        "findings": pd.DataFrame(
+            [{"finding_id": "[/]f", "rule": "r", "title": "[/]", "est_time_lost_per_step_ns": 1e6}]
+        ),
+    }
+    b = {
+        "events": _events([(0, 1, n, "kernel", 10 + i) for i, n in enumerate(names)]),
+        "findings": pd.DataFrame(
+            [{"finding_id": "[link=x]g", "rule": "r", "title": "[/]t", "est_time_lost_per_step_ns": 1e6}]
+        ),
+    }
     c = compare_jobs(a, b, a_label="[/]a#0", b_label="[bold]b#1")
     c.notes.append("[/] note")
     out = io.StringIO()
@@ -369,12 +605,37 @@ def test_cli_terminal_output_prints_names_and_reasons_as_text(capsys):
     from jobs import cli
 
     cli._print_frame(pd.DataFrame({"[/]col": ["[/]gemm", "[link=file:///etc/passwd]x"], "n": [1, 2]}), "table")
-    caps = pd.DataFrame([{"job_id": "j", "rank": 0, "status": "quarantined", "n_events": 0,
-                          "reason": "/raw/t[/].json: invalid manifest [bold]x"}])
+    caps = pd.DataFrame(
+        [
+            {
+                "job_id": "j",
+                "rank": 0,
+                "status": "quarantined",
+                "n_events": 0,
+                "reason": "/raw/t[/].json: invalid manifest [bold]x",
+            }
+        ]
+    )
     validation = hostile_validation("[/]j")
-    cli.print_summary(SimpleNamespace(captures=caps, ranks=pd.DataFrame(columns=["job_id", "rank"]), steps=pd.DataFrame(),
-                                      pending=[], warehouse="s3://w", tracking_uri=None, run_ids={}, validation=validation))
+    cli.print_summary(
+        SimpleNamespace(
+            captures=caps,
+            ranks=pd.DataFrame(columns=["job_id", "rank"]),
+            steps=pd.DataFrame(),
+            pending=[],
+            warehouse="s3://w",
+            tracking_uri=None,
+            run_ids={},
+            validation=validation,
+        )
+    )
     out = capsys.readouterr().out
-    for s in ("[/]col", "[/]gemm", "[link=file:///etc/passwd]x", "/raw/t[/].json: invalid manifest [bold]x",
-              f"[{ATTR}]", "[/]j"):  # the summary's "[<expectation>]" is printed, not swallowed as a style tag
+    for s in (
+        "[/]col",
+        "[/]gemm",
+        "[link=file:///etc/passwd]x",
+        "/raw/t[/].json: invalid manifest [bold]x",
+        f"[{ATTR}]",
+        "[/]j",
+    ):  # the summary's "[<expectation>]" is printed, not swallowed as a style tag
         assert s in out, s

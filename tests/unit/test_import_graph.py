@@ -46,8 +46,24 @@ LAYERS = (
 DAG_ENTRY_POINTS = frozenset({"jobs.pipeline.stages", "jobs.pipeline.settings", "jobs.pipeline.operators"})
 #: Libraries a function-local import may load without saying why (heavy, or kept off light paths),
 #: plus the optional C extension of the Kineto scanner.
-HEAVY = frozenset({"pyspark", "mlflow", "great_expectations", "torch", "matplotlib", "airflow", "jinja2", "boto3",
-                   "s3fs", "scipy", "sklearn", "psutil", "xprof", "jobs.normalize.kineto._kineto_scan"})
+HEAVY = frozenset(
+    {
+        "pyspark",
+        "mlflow",
+        "great_expectations",
+        "torch",
+        "matplotlib",
+        "airflow",
+        "jinja2",
+        "boto3",
+        "s3fs",
+        "scipy",
+        "sklearn",
+        "psutil",
+        "xprof",
+        "jobs.normalize.kineto._kineto_scan",
+    }
+)
 
 # ----------------------------------------------------------------------------- pending (other branches)
 
@@ -105,8 +121,13 @@ class Import:
 
 def _imports(name: str) -> list[Import]:
     tree = ast.parse("\n".join(SOURCES[name]), str(MODULES[name]))
-    local = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-             for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    local = {
+        id(n)
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for n in ast.walk(f)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+    }
     package = name if _is_package(name) else name.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
@@ -140,8 +161,15 @@ class Edge:
         return f"{self.src}:{self.line} → {self.dst}"
 
 
-EDGES: list[Edge] = sorted({Edge(i.module, _ours(i.target), i.line) for imps in IMPORTS.values() for i in imps
-                            if _ours(i.target) not in (None, i.module)}, key=lambda e: (e.src, e.line, e.dst))
+EDGES: list[Edge] = sorted(
+    {
+        Edge(i.module, _ours(i.target), i.line)
+        for imps in IMPORTS.values()
+        for i in imps
+        if _ours(i.target) not in (None, i.module)
+    },
+    key=lambda e: (e.src, e.line, e.dst),
+)
 
 
 def _pending_edge(e: Edge) -> tuple[str, str] | None:
@@ -213,8 +241,11 @@ def _cycles(edges: list[Edge], node_of) -> dict[frozenset, str]:
     nodes = set(succ) | {d for ds in succ.values() for d in ds}
     out = {}
     for comp in _sccs(nodes, succ):
-        lines = [f"{a} → {b}: " + ", ".join(str(e) for e in es[:4]) + (f" (+{len(es) - 4} more)" if len(es) > 4 else "")
-                 for (a, b), es in sorted(via.items()) if a in comp and b in comp]
+        lines = [
+            f"{a} → {b}: " + ", ".join(str(e) for e in es[:4]) + (f" (+{len(es) - 4} more)" if len(es) > 4 else "")
+            for (a, b), es in sorted(via.items())
+            if a in comp and b in comp
+        ]
         out[frozenset(comp)] = "cycle among " + ", ".join(comp) + ":\n      " + "\n      ".join(lines)
     return out
 
@@ -229,8 +260,10 @@ def _check_cycles(node_of, what: str, pending_sets=frozenset()) -> list[str]:
     kept = _cycles([e for e in EDGES if _pending_edge(e) is None], node_of)
     stale = [sorted(p) for p in pending_sets if not any(p & c for c in every)]
     assert not stale, f"pending {what}s that no longer occur (remove them from the PENDING list): {stale}"
-    _warn(f"{what} closed by a pending edge", [every[c] for c in sorted(every, key=sorted)
-                                               if not any(c <= k for k in kept)])
+    _warn(
+        f"{what} closed by a pending edge",
+        [every[c] for c in sorted(every, key=sorted) if not any(c <= k for k in kept)],
+    )
     inside = [c for c in sorted(kept, key=sorted) if any(c <= p for p in pending_sets)]
     _warn(what, [kept[c] for c in inside])
     return [kept[c] for c in sorted(kept, key=sorted) if c not in inside]
@@ -280,7 +313,7 @@ def local_imports_without_reason() -> dict[str, list[str]]:
     for name, imps in IMPORTS.items():
         for line in sorted({i.line for i in imps if i.local and not any(_under(i.target, h) for h in HEAVY)}):
             imp = next(i for i in imps if i.line == line)
-            text = SOURCES[name][imp.line - 1: imp.end_line]
+            text = SOURCES[name][imp.line - 1 : imp.end_line]
             if not any("#" in t for t in text):
                 out[name].append(f"{name}:{imp.line}: {text[0].strip()}")
     return out
@@ -303,16 +336,23 @@ def test_no_folder_cycles():
 
 def test_capture_hooks_and_schemas_import_nothing_above_them():
     """(c)"""
-    bad = [e for e in EDGES if (_under(e.src, "capture_hooks") and not _under(e.dst, "capture_hooks"))
-           or (_under(e.src, "schemas") and _under(e.dst, "jobs"))]
-    assert not bad, ("capture_hooks may import only capture_hooks, schemas nothing of jobs:\n  "
-                     + "\n  ".join(map(str, bad)))
+    bad = [
+        e
+        for e in EDGES
+        if (_under(e.src, "capture_hooks") and not _under(e.dst, "capture_hooks"))
+        or (_under(e.src, "schemas") and _under(e.dst, "jobs"))
+    ]
+    assert not bad, "capture_hooks may import only capture_hooks, schemas nothing of jobs:\n  " + "\n  ".join(
+        map(str, bad)
+    )
 
 
 def test_dags_import_only_pipeline_entry_points():
     """(d)"""
-    bad = _check_edges([e for e in EDGES if _under(e.src, "dags") and _under(e.dst, "jobs")
-                        and e.dst not in DAG_ENTRY_POINTS], "DAG import")
+    bad = _check_edges(
+        [e for e in EDGES if _under(e.src, "dags") and _under(e.dst, "jobs") and e.dst not in DAG_ENTRY_POINTS],
+        "DAG import",
+    )
     assert not bad, f"dags/ may import of jobs only {sorted(DAG_ENTRY_POINTS)}:\n  " + "\n  ".join(bad)
 
 
@@ -345,9 +385,16 @@ def test_function_local_imports_say_why():
     found = local_imports_without_reason()
     stale = sorted(PENDING_LOCAL_IMPORTS - set(found))
     assert not stale, f"PENDING_LOCAL_IMPORTS modules without such imports any more (remove them): {stale}"
-    _warn("function-local imports without a reason", [f"{m}: {len(found[m])} (lines "
-          + ", ".join(x.split(":")[1] for x in found[m]) + ")" for m in sorted(found) if m in PENDING_LOCAL_IMPORTS])
+    _warn(
+        "function-local imports without a reason",
+        [
+            f"{m}: {len(found[m])} (lines " + ", ".join(x.split(":")[1] for x in found[m]) + ")"
+            for m in sorted(found)
+            if m in PENDING_LOCAL_IMPORTS
+        ],
+    )
     bad = [x for m in sorted(found) if m not in PENDING_LOCAL_IMPORTS for x in found[m]]
-    assert not bad, ("function-local imports of a light module without a trailing '# why' comment (import them "
-                     "at the top, or say why they are local, e.g. '# heavy: pyspark', '# cycle: …'):\n  "
-                     + "\n  ".join(bad))
+    assert not bad, (
+        "function-local imports of a light module without a trailing '# why' comment (import them "
+        "at the top, or say why they are local, e.g. '# heavy: pyspark', '# cycle: …'):\n  " + "\n  ".join(bad)
+    )

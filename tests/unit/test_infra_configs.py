@@ -58,15 +58,20 @@ def _load(path: Path) -> list:
 
 
 def _docs(kind: str) -> list[tuple[Path, dict]]:
-    return [(p, d) for p in _config_files() if p.suffix in (".yaml", ".yml") for d in _load(p)
-            if isinstance(d, dict) and d.get("kind") == kind]
+    return [
+        (p, d)
+        for p in _config_files()
+        if p.suffix in (".yaml", ".yml")
+        for d in _load(p)
+        if isinstance(d, dict) and d.get("kind") == kind
+    ]
 
 
 def _repo_file_of(container_path: str, venv: str) -> Path:
     """The repository file installed at ``container_path`` (``<venv>/lib/python3.11/site-packages/<rel>``)."""
     prefix = venv + SITE
     assert container_path.startswith(prefix), f"{container_path}: not under {prefix}"
-    return REPO / container_path[len(prefix):]
+    return REPO / container_path[len(prefix) :]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,7 +104,9 @@ def _check_application(app_file: Path, args: list[str], monkeypatch) -> dict:
     ``settings`` as the :class:`~jobs.pipeline.stages.RunSettings` the application builds from its JSON."""
     assert app_file.is_file(), f"{app_file.relative_to(REPO)} does not exist"
     rel = app_file.relative_to(REPO).with_suffix("")
-    assert rel.as_posix() == "jobs/pipeline/submit", f"{rel}: the one spark-submit application is jobs/pipeline/submit.py"
+    assert rel.as_posix() == "jobs/pipeline/submit", (
+        f"{rel}: the one spark-submit application is jobs/pipeline/submit.py"
+    )
     module = importlib.import_module(".".join(rel.parts))
     params = vars(_argparse_namespace(module.main, args, monkeypatch))
     params["settings"] = RunSettings(**json.loads(params["settings"]))  # what main() does next
@@ -112,8 +119,14 @@ def _check_application(app_file: Path, args: list[str], monkeypatch) -> dict:
 
 def test_there_are_config_files():
     names = {p.relative_to(CLUSTER).as_posix() for p in _config_files()}
-    assert {"emr/configurations.json", "emr/steps-ingest.json", "emr/steps-run.json", "k8s/rbac.yaml",
-            "k8s/sparkapplication-run.yaml", "k8s/airflow-spark-conf.json"} <= names
+    assert {
+        "emr/configurations.json",
+        "emr/steps-ingest.json",
+        "emr/steps-run.json",
+        "k8s/rbac.yaml",
+        "k8s/sparkapplication-run.yaml",
+        "k8s/airflow-spark-conf.json",
+    } <= names
 
 
 @pytest.mark.parametrize("path", _config_files(), ids=lambda p: p.relative_to(CLUSTER).as_posix())
@@ -137,7 +150,7 @@ def test_sparkapplication_matches_the_image_and_the_code(monkeypatch):
         assert str(spec["sparkVersion"]) == pyspark, f"{path}: sparkVersion != pyspark pin {pyspark}"
         main = spec["mainApplicationFile"]
         assert main.startswith("local://"), f"{path}: the application is in the image (local://)"
-        params = _check_application(_repo_file_of(main[len("local://"):], IMAGE_VENV), spec["arguments"], monkeypatch)
+        params = _check_application(_repo_file_of(main[len("local://") :], IMAGE_VENV), spec["arguments"], monkeypatch)
         assert params["pipeline"] == "ingest" and params["stage"] is None, "the main job: every declared stage"
         _assert_remote(params["settings"], path)
         for section in ("sparkConf", "hadoopConf"):
@@ -154,12 +167,15 @@ def test_sparkapplication_matches_the_image_and_the_code(monkeypatch):
 
 
 def test_rbac_binds_the_role_to_the_service_account():
-    (_, sa), = _docs("ServiceAccount")
-    (_, binding), = _docs("RoleBinding")
-    (_, role), = _docs("Role")
+    ((_, sa),) = _docs("ServiceAccount")
+    ((_, binding),) = _docs("RoleBinding")
+    ((_, role),) = _docs("Role")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert {"name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"], "kind": "ServiceAccount"} \
-        in binding["subjects"]
+    assert {
+        "name": sa["metadata"]["name"],
+        "namespace": sa["metadata"]["namespace"],
+        "kind": "ServiceAccount",
+    } in binding["subjects"]
     verbs = {v for r in role["rules"] for v in r["verbs"]}
     resources = {x for r in role["rules"] for x in r["resources"]}
     assert {"create", "delete", "get", "list", "watch"} <= verbs and {"pods", "services", "configmaps"} <= resources
@@ -170,7 +186,7 @@ def test_airflow_spark_conf_is_a_flat_map_of_spark_properties():
     assert isinstance(conf, dict) and conf
     for k, v in conf.items():
         assert isinstance(k, str) and k.startswith("spark.") and isinstance(v, str), (k, v)
-    (_, app), = _docs("SparkApplication")
+    ((_, app),) = _docs("SparkApplication")
     spec = app["spec"]
     assert conf["spark.kubernetes.container.image"] == spec["image"]
     assert conf["spark.kubernetes.namespace"] == app["metadata"]["namespace"]
@@ -199,15 +215,16 @@ def _steps(name: str) -> list[dict]:
 def _assert_remote(s, where) -> None:
     """Settings of a cluster run: S3 landing zone and warehouse, and an MLflow server."""
     assert s.raw.startswith("s3://") and s.warehouse.startswith("s3://"), where
-    assert s.tracking_uri and not s.tracking_uri.startswith("sqlite:"), \
+    assert s.tracking_uri and not s.tracking_uri.startswith("sqlite:"), (
         f"{where}: a remote warehouse needs a tracking server (the sqlite default is for local warehouses)"
+    )
 
 
 def _spark_step(step: dict) -> tuple[Path, list[str]]:
     args = step["Args"]
     assert args[0] == "spark-submit"
     i = next(i for i, a in enumerate(args) if a.endswith(".py"))
-    return _repo_file_of(args[i], EMR_VENV), args[i + 1:]
+    return _repo_file_of(args[i], EMR_VENV), args[i + 1 :]
 
 
 def _python_step(step: dict, monkeypatch) -> tuple[str, dict]:
@@ -225,15 +242,21 @@ def _python_step(step: dict, monkeypatch) -> tuple[str, dict]:
     code, settings_json = rest
     ast.parse(code)  # valid Python
     calls = []
-    monkeypatch.setattr(stages, "run_stage", lambda name, settings, **kw: calls.append(("run_stage", name, settings))
-                        or {"stages": {name: {"status": "done"}}})
+    monkeypatch.setattr(
+        stages,
+        "run_stage",
+        lambda name, settings, **kw: (
+            calls.append(("run_stage", name, settings)) or {"stages": {name: {"status": "done"}}}
+        ),
+    )
     monkeypatch.setattr(stages, "check_validation", lambda record: calls.append(("check_validation", record)))
     monkeypatch.setattr(sys, "argv", ["-c", settings_json])
     exec(compile(code, step["Name"], "exec"), {"__name__": "__main__"})
     (_, name, settings), *after = calls
     assert calls[0][0] == "run_stage" and name in STAGES, f"{step['Name']}: calls no declared stage"
-    assert after == [("check_validation", {"stages": {name: {"status": "done"}}})], \
+    assert after == [("check_validation", {"stages": {name: {"status": "done"}}})], (
         f"{step['Name']}: the step must fail, after publishing, when a job failed validation (as the DAG's last task)"
+    )
     return name, RunSettings(**settings).model_dump()
 
 
@@ -244,8 +267,9 @@ def test_emr_spark_steps_parse_with_their_applications(name, monkeypatch):
     for step in spark_steps:
         app, args = _spark_step(step)
         params = _check_application(app, args, monkeypatch)
-        assert params["pipeline"] == "ingest" or STAGES[params["stage"]].spark, \
+        assert params["pipeline"] == "ingest" or STAGES[params["stage"]].spark, (
             f"{step['Name']}: a non-Spark stage needs no spark-submit (it runs with the venv's Python)"
+        )
         _assert_remote(params["settings"], step["Name"])
         assert "--deploy-mode" in step["Args"] and step["Args"][step["Args"].index("--deploy-mode") + 1] == "cluster"
 
@@ -264,8 +288,9 @@ def test_emr_ingest_steps_follow_the_dag_and_share_one_run_record(monkeypatch):
             name, s = params["stage"], params["settings"].model_dump()
         else:
             name, s = _python_step(step, monkeypatch)
-        assert STAGES[name].spark == (step["Args"][0] == "spark-submit"), \
+        assert STAGES[name].spark == (step["Args"][0] == "spark-submit"), (
             f"{step['Name']}: Spark stages are spark-submit steps, the others plain Python"
+        )
         assert step["Name"] == "tracelake-" + name.replace("_", "-")
         names.append(name)
         settings.append(s)
@@ -275,8 +300,9 @@ def test_emr_ingest_steps_follow_the_dag_and_share_one_run_record(monkeypatch):
     assert all(s == first for s in settings), "every step runs on the same settings, hence the same run record"
     s = RunSettings(**first)
     assert s.since and s.until, "one interval"
-    assert s.record == record_uri(s.warehouse, as_utc(s.since), as_utc(s.until)), \
+    assert s.record == record_uri(s.warehouse, as_utc(s.since), as_utc(s.until)), (
         "the record path the DAG uses for this interval"
+    )
     assert s.record.startswith(s.warehouse + "/_runs/ingest/")
     _assert_remote(s, "steps-ingest.json")
     # a failed stage stops the interval; the fleet report (a separate pipeline) is best effort
@@ -295,14 +321,22 @@ def test_emr_bootstrap_imports_the_application_without_pyspark():
     text = (CLUSTER / "emr" / "bootstrap.sh").read_text()
     code = re.search(r'"\$VENV/bin/python" -c "([^"]+)"', text).group(1)
     assert "jobs.pipeline.submit" in code
-    block = ("import sys, importlib.abc\n"
-             "class _NoPyspark(importlib.abc.MetaPathFinder):\n"
-             "    def find_spec(self, name, path, target=None):\n"
-             "        if name.split('.')[0] in ('pyspark', 'torch'):\n"
-             "            raise ImportError('not in the EMR venv: ' + name)\n"
-             "sys.meta_path.insert(0, _NoPyspark())\n")
-    out = subprocess.run([sys.executable, "-c", block + code], cwd=REPO, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
+    block = (
+        "import sys, importlib.abc\n"
+        "class _NoPyspark(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in ('pyspark', 'torch'):\n"
+        "            raise ImportError('not in the EMR venv: ' + name)\n"
+        "sys.meta_path.insert(0, _NoPyspark())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", block + code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert out.returncode == 0 and "tracelake ok" in out.stdout, out.stderr
 
 

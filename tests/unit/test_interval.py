@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -24,13 +24,19 @@ from jobs.pipeline.record import build_record
 from jobs.pipeline.stages import run_stage
 from jobs.validate import suites
 
-H = datetime(2026, 3, 1, 10, tzinfo=timezone.utc)
+H = datetime(2026, 3, 1, 10, tzinfo=UTC)
 
 
 def _cap(job, rank, manifest=True):
     folder = f"/lz/date=2026-03-01/job={job}/attempt=0/rank={rank:05d}/c{rank}"
-    return CaptureFile(uri=f"{folder}/trace.json.gz", capture_id=f"c{rank}", job_id=job, rank=rank,
-                       manifest_uri=f"{folder}/manifest.json" if manifest else None, bare=not manifest)
+    return CaptureFile(
+        uri=f"{folder}/trace.json.gz",
+        capture_id=f"c{rank}",
+        job_id=job,
+        rank=rank,
+        manifest_uri=f"{folder}/manifest.json" if manifest else None,
+        bare=not manifest,
+    )
 
 
 def test_as_utc_accepts_iso_z_offsets_naive_and_epoch():
@@ -67,10 +73,12 @@ def test_manifest_created_at():
 
 def test_selects_whole_jobs_touched_in_the_interval():
     a0, a1, b0, c0 = _cap("a", 0), _cap("a", 1), _cap("b", 0), _cap("c", 0, manifest=False)
-    times = {commit_key(a0): H - timedelta(minutes=5),       # a: rank 0 before the interval
-             commit_key(a1): H + timedelta(minutes=59),      # a: rank 1 inside
-             commit_key(b0): H + timedelta(hours=1),         # b: exactly at until → outside
-             commit_key(c0): H}                              # c: bare file, mtime = since → inside
+    times = {
+        commit_key(a0): H - timedelta(minutes=5),  # a: rank 0 before the interval
+        commit_key(a1): H + timedelta(minutes=59),  # a: rank 1 inside
+        commit_key(b0): H + timedelta(hours=1),  # b: exactly at until → outside
+        commit_key(c0): H,
+    }  # c: bare file, mtime = since → inside
     sel = select_committed([a0, a1, b0, c0], times, H, H + timedelta(hours=1))
     assert sel.job_ids == ["a", "c"]
     assert [f.uri for f in sel.new] == [a1.uri, c0.uri]
@@ -134,23 +142,34 @@ def test_ingest_schedule_defaults_to_hourly_and_reads_the_environment():
     from jobs.pipeline.settings import INGEST_START, ingest_schedule
 
     assert ingest_schedule({}) == ("@hourly", INGEST_START, None)
-    cron, start, end = ingest_schedule({"TRACELAKE_INGEST_SCHEDULE": "*/15 * * * *",
-                                        "TRACELAKE_INGEST_START": "2026-03-01T10:00:00Z",
-                                        "TRACELAKE_INGEST_END": "2026-03-01T12:00:00"})  # naive: UTC
-    assert (cron, start, end) == ("*/15 * * * *", datetime(2026, 3, 1, 10, tzinfo=timezone.utc),
-                                  datetime(2026, 3, 1, 12, tzinfo=timezone.utc))
+    cron, start, end = ingest_schedule(
+        {
+            "TRACELAKE_INGEST_SCHEDULE": "*/15 * * * *",
+            "TRACELAKE_INGEST_START": "2026-03-01T10:00:00Z",
+            "TRACELAKE_INGEST_END": "2026-03-01T12:00:00",
+        }
+    )  # naive: UTC
+    assert (cron, start, end) == (
+        "*/15 * * * *",
+        datetime(2026, 3, 1, 10, tzinfo=UTC),
+        datetime(2026, 3, 1, 12, tzinfo=UTC),
+    )
     with pytest.raises(ValueError, match=r"\$TRACELAKE_INGEST_START must be an ISO 8601 time, got 'yesterday'"):
         ingest_schedule({"TRACELAKE_INGEST_START": "yesterday"})
     with pytest.raises(ValueError, match=r"\$TRACELAKE_INGEST_END .* must be after"):
-        ingest_schedule({"TRACELAKE_INGEST_START": "2026-03-01T12:00:00Z", "TRACELAKE_INGEST_END": "2026-03-01T10:00:00Z"})
+        ingest_schedule(
+            {"TRACELAKE_INGEST_START": "2026-03-01T12:00:00Z", "TRACELAKE_INGEST_END": "2026-03-01T10:00:00Z"}
+        )
 
 
 def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
     """The record built from the captures gives validate_normalize every job of the run (quarantined-only ones
     too: their captures rows are checked), analyze and validate_analyze the jobs with an ingested capture, and
     skips those two when there is none."""
-    caps = [{"job_id": "a", "capture_id": "a0", "status": "ingested"},
-            {"job_id": "b", "capture_id": "b0", "status": "quarantined", "reason": "/lz/b0: not JSON"}]
+    caps = [
+        {"job_id": "a", "capture_id": "a0", "status": "ingested"},
+        {"job_id": "b", "capture_id": "b0", "status": "quarantined", "reason": "/lz/b0: not JSON"},
+    ]
     rec = build_record(caps, ["/lz/p"], "/lz", "2026-03-01T10:00:00+00:00", "")
     assert rec["job_ids"] == ["a", "b"] and rec["ingested_job_ids"] == ["a"]
     assert rec["n_quarantined"] == 1 and rec["quarantined"][0]["reason"] == "/lz/b0: not JSON"
@@ -179,8 +198,11 @@ def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
     settings = {"raw": "/lz", "warehouse": "/wh"}
     for name in ("validate_normalize", "analyze", "validate_analyze"):
         rec = run_stage(name, settings, engine=object(), record=rec, save=False)
-    assert calls == [("validate", "normalize", ["a", "b"], "/wh"), ("analyze", None, ["a"], "/wh"),
-                     ("validate", "analyze", ["a"], "/wh")]
+    assert calls == [
+        ("validate", "normalize", ["a", "b"], "/wh"),
+        ("analyze", None, ["a"], "/wh"),
+        ("validate", "analyze", ["a"], "/wh"),
+    ]
     assert set(rec["validation"]) == {"normalize", "analyze"}
 
     calls.clear()

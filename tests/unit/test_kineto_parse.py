@@ -56,8 +56,14 @@ def tiny(events, **top) -> bytes:
     return json.dumps({"schemaVersion": 1, "traceEvents": events, **top}).encode()
 
 
-_ALIASES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
-            "Memset": "gpu_memset", "gpu_user_Annotation": "gpu_user_annotation"}
+_ALIASES = {
+    "Operator": "cpu_op",
+    "Runtime": "cuda_runtime",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "gpu_user_Annotation": "gpu_user_annotation",
+}
 _GPU = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "mtia_ccp_events", "hpu_op"}
 
 
@@ -82,10 +88,22 @@ def reference_rows(doc) -> dict:
             dur = exact_ns(e["dur"]) if e["ph"] == "X" and e.get("dur") is not None else None
             cat = _ALIASES.get(e.get("cat"), e.get("cat"))
             corr = (e.get("args") or {}).get("correlation")
-            rows[i] = dict(ts_ns=ts, dur_ns=dur, end=ts + max(dur or 0, 0), ph=e["ph"], name=e.get("name"),
-                           track=(_key(e.get("pid")), _key(e.get("tid"), True)), is_gpu=cat in _GPU, category=cat,
-                           correlation=corr if isinstance(corr, int) else None, parent=None, depth=0, step=None,
-                           flow_id=None, fwdbwd_flow_id=None)
+            rows[i] = dict(
+                ts_ns=ts,
+                dur_ns=dur,
+                end=ts + max(dur or 0, 0),
+                ph=e["ph"],
+                name=e.get("name"),
+                track=(_key(e.get("pid")), _key(e.get("tid"), True)),
+                is_gpu=cat in _GPU,
+                category=cat,
+                correlation=corr if isinstance(corr, int) else None,
+                parent=None,
+                depth=0,
+                step=None,
+                flow_id=None,
+                fwdbwd_flow_id=None,
+            )
     tracks: dict = {}
     for i, r in rows.items():
         if r["ph"] == "X":
@@ -116,8 +134,13 @@ def reference_rows(doc) -> dict:
         if e.get("ph") not in ("s", "f"):
             continue
         c = e.get("cat")
-        kind = ("flow_id" if c in ("ac2g", "async_cpu_to_gpu") or (c == "async" and e.get("name") == "launch")
-                else "fwdbwd_flow_id" if c in ("fwdbwd", "forward_backward") else None)
+        kind = (
+            "flow_id"
+            if c in ("ac2g", "async_cpu_to_gpu") or (c == "async" and e.get("name") == "launch")
+            else "fwdbwd_flow_id"
+            if c in ("fwdbwd", "forward_backward")
+            else None
+        )
         if kind is None:
             continue
         track, ts = (_key(e.get("pid")), _key(e.get("tid"), True)), base + exact_ns(e["ts"])
@@ -129,8 +152,11 @@ def reference_rows(doc) -> dict:
             tgt = ids[k] if k < len(ids) else None
         if tgt is not None and rows[tgt][kind] is None:
             rows[tgt][kind] = int(e["id"])
-    steps = sorted((r["ts_ns"], r["end"], int(r["name"][13:])) for r in rows.values()
-                   if r["ph"] == "X" and not r["is_gpu"] and str(r["name"]).startswith("ProfilerStep#"))
+    steps = sorted(
+        (r["ts_ns"], r["end"], int(r["name"][13:]))
+        for r in rows.values()
+        if r["ph"] == "X" and not r["is_gpu"] and str(r["name"]).startswith("ProfilerStep#")
+    )
     for r in rows.values():
         if not r["is_gpu"]:
             k = bisect.bisect_right([s[0] for s in steps], r["ts_ns"]) - 1
@@ -174,17 +200,30 @@ def test_corpus_has_28_traces():
     assert len(ALL_TRACES) == 28
 
 
-@pytest.mark.parametrize("rel", [
-    "param/dlrm_kineto/worker0_step_12.1694128201545.pt.trace.json",      # absolute int µs, ac2g
-    "HolisticTraceAnalysis/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # relative + base, fwdbwd
-    "HolisticTraceAnalysis/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
-    "TraceLens/inference/vllm_decode_full/graph_execution.json.gz",
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "param/dlrm_kineto/worker0_step_12.1694128201545.pt.trace.json",  # absolute int µs, ac2g
+        "HolisticTraceAnalysis/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # relative + base, fwdbwd
+        "HolisticTraceAnalysis/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+        "TraceLens/inference/vllm_decode_full/graph_execution.json.gz",
+    ],
+)
 def test_matches_naive_reference_on_small_traces(CORPUS, rel):
     ref = reference_rows(load_json(CORPUS / "torch" / rel))
     _, cols = parse_file(CORPUS, rel)
-    for col in ("ts_ns", "dur_ns", "parent", "depth", "step", "flow_id", "fwdbwd_flow_id", "correlation",
-                "category", "is_gpu"):
+    for col in (
+        "ts_ns",
+        "dur_ns",
+        "parent",
+        "depth",
+        "step",
+        "flow_id",
+        "fwdbwd_flow_id",
+        "correlation",
+        "category",
+        "is_gpu",
+    ):
         got = dict(zip(cols["event_id"], cols[col]))
         diff = [(i, got[i], r[col]) for i, r in ref.items() if got[i] != r[col]]
         assert not diff, (col, diff[:5])
@@ -345,10 +384,12 @@ def _x(name, ts, dur, pid=1, tid=1, **kw):
 
 
 def test_exponent_notation_and_16_digit_float_exactness():
-    raw = (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, '
-           b'"ts": 1713832237123456.789, "dur": 1.5e3},'
-           b'{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 1.713832237123457E15, "dur": 2E-3},'
-           b'{"ph": "i", "name": "c", "pid": 1, "tid": 1, "ts": 17138322371234567e-1, "s": "t"}]}')
+    raw = (
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, '
+        b'"ts": 1713832237123456.789, "dur": 1.5e3},'
+        b'{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 1.713832237123457E15, "dur": 2E-3},'
+        b'{"ph": "i", "name": "c", "pid": 1, "tid": 1, "ts": 17138322371234567e-1, "s": "t"}]}'
+    )
     cols = parse_kineto(raw, "x.json").events.to_pydict()
     assert cols["ts_ns"] == [1713832237123456789, 1713832237123457000, 1713832237123456700]
     assert cols["dur_ns"] == [1500000, 2, None]
@@ -365,17 +406,35 @@ def test_relative_float_ts_with_base_time_exact():
 
 
 def test_bare_list_and_string_tids():
-    raw = json.dumps([
-        {"ph": "X", "cat": "Operator", "name": "ProfilerStep#3", "pid": 9, "tid": "140", "ts": 100, "dur": 50},
-        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": "140", "ts": 110, "dur": 5,
-         "args": {"correlation": 77, "external id": 5}},
-        {"ph": "s", "id": 77, "pid": 9, "tid": 140, "ts": 110, "cat": "async", "name": "launch"},
-        {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 200, "dur": 10,
-         "args": {"device": 0, "stream": 7}},
-        {"ph": "f", "id": 77, "pid": 0, "tid": "stream 7", "ts": 200, "cat": "async", "name": "launch", "bp": "e"},
-        {"ph": "M", "name": "thread_name", "pid": 0, "tid": "stream 7", "args": {"name": "stream 7"}},
-        {"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "python"}},
-    ]).encode()
+    raw = json.dumps(
+        [
+            {"ph": "X", "cat": "Operator", "name": "ProfilerStep#3", "pid": 9, "tid": "140", "ts": 100, "dur": 50},
+            {
+                "ph": "X",
+                "cat": "Runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 9,
+                "tid": "140",
+                "ts": 110,
+                "dur": 5,
+                "args": {"correlation": 77, "external id": 5},
+            },
+            {"ph": "s", "id": 77, "pid": 9, "tid": 140, "ts": 110, "cat": "async", "name": "launch"},
+            {
+                "ph": "X",
+                "cat": "Kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": "stream 7",
+                "ts": 200,
+                "dur": 10,
+                "args": {"device": 0, "stream": 7},
+            },
+            {"ph": "f", "id": 77, "pid": 0, "tid": "stream 7", "ts": 200, "cat": "async", "name": "launch", "bp": "e"},
+            {"ph": "M", "name": "thread_name", "pid": 0, "tid": "stream 7", "args": {"name": "stream 7"}},
+            {"ph": "M", "name": "process_name", "pid": 9, "tid": 0, "args": {"name": "python"}},
+        ]
+    ).encode()
     p = parse_kineto(raw, "worker0.pt.trace.json")
     c = p.events.to_pydict()
     assert p.meta["format"] == "list-2020" and c["event_id"] == [0, 1, 3]
@@ -393,9 +452,10 @@ def test_bare_list_and_string_tids():
 def test_nesting_ties_and_partial_overlap_are_deterministic():
     ev = [
         _x("outer", 0, 100),
-        _x("same_end_child", 50, 50),     # ends exactly at the parent's end -> nested
-        _x("twin_a", 10, 10), _x("twin_b", 10, 10),  # identical intervals: the earlier one is the parent
-        _x("partial", 90, 20),            # overlaps outer's end -> not enclosed by outer
+        _x("same_end_child", 50, 50),  # ends exactly at the parent's end -> nested
+        _x("twin_a", 10, 10),
+        _x("twin_b", 10, 10),  # identical intervals: the earlier one is the parent
+        _x("partial", 90, 20),  # overlaps outer's end -> not enclosed by outer
         _x("other_track", 10, 5, tid=2),
     ]
     c = parse_kineto(tiny(ev), "x.json").events.to_pydict()
@@ -405,19 +465,29 @@ def test_nesting_ties_and_partial_overlap_are_deterministic():
 
 def test_fwdbwd_binding_s_enclosing_and_f_next_slice():
     ev = [
-        _x("fwd_outer", 0, 100), _x("fwd_inner", 10, 20),
+        _x("fwd_outer", 0, 100),
+        _x("fwd_inner", 10, 20),
         {"ph": "s", "id": 5, "pid": 1, "tid": 1, "ts": 15, "cat": "fwdbwd", "name": "fwdbwd"},
         {"ph": "f", "id": 5, "pid": 1, "tid": 2, "ts": 300, "cat": "fwdbwd", "name": "fwdbwd"},
-        _x("bwd_before", 290, 5, tid=2), _x("bwd", 305, 10, tid=2),
+        _x("bwd_before", 290, 5, tid=2),
+        _x("bwd", 305, 10, tid=2),
         {"ph": "s", "id": 6, "pid": 1, "tid": 1, "ts": 500, "cat": "fwdbwd", "name": "fwdbwd"},  # no slice: unbound
     ]
     c = parse_kineto(tiny(ev), "x.json").events.to_pydict()
-    assert dict(zip(c["name"], c["fwdbwd_flow_id"])) == {"fwd_outer": None, "fwd_inner": 5, "bwd_before": None, "bwd": 5}
+    assert dict(zip(c["name"], c["fwdbwd_flow_id"])) == {
+        "fwd_outer": None,
+        "fwd_inner": 5,
+        "bwd_before": None,
+        "bwd": 5,
+    }
 
 
 def test_counter_and_instant_events_are_rows_and_negative_duration_is_flagged():
-    ev = [_x("neg", 10, -3), {"ph": "C", "name": "Queue", "pid": 0, "tid": 0, "ts": 5, "args": {"len": 3}},
-          {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 9, "s": "t"}]
+    ev = [
+        _x("neg", 10, -3),
+        {"ph": "C", "name": "Queue", "pid": 0, "tid": 0, "ts": 5, "args": {"len": 3}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 9, "s": "t"},
+    ]
     p = parse_kineto(tiny(ev), "x.json")
     c = p.events.to_pydict()
     assert c["ph"] == ["X", "C", "i"] and c["dur_ns"] == [None, None, None]  # dur < 0 is invalid: null (B06)
@@ -426,20 +496,26 @@ def test_counter_and_instant_events_are_rows_and_negative_duration_is_flagged():
 
 
 def test_args_json_is_compact_and_faithful():
-    raw = (b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1,\n'
-           b'  "args": {\n    "External id": 7, "Call stack": "a.py(1): f; b.py(2): g",\n'
-           b'    "Input Dims": [[1, 2], []], "big": 123456789012345678901234567890, "u": "\\u00e9 \xc3\xa9"\n  }}]}')
+    raw = (
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1,\n'
+        b'  "args": {\n    "External id": 7, "Call stack": "a.py(1): f; b.py(2): g",\n'
+        b'    "Input Dims": [[1, 2], []], "big": 123456789012345678901234567890, "u": "\\u00e9 \xc3\xa9"\n  }}]}'
+    )
     c = parse_kineto(raw, "x.json").events.to_pydict()
-    assert c["args_json"][0] == ('{"External id":7,"Call stack":"a.py(1): f; b.py(2): g","Input Dims":[[1,2],[]],'
-                                 '"big":123456789012345678901234567890,"u":"\\u00e9 \u00e9"}')
+    assert c["args_json"][0] == (
+        '{"External id":7,"Call stack":"a.py(1): f; b.py(2): g","Input Dims":[[1,2],[]],'
+        '"big":123456789012345678901234567890,"u":"\\u00e9 \u00e9"}'
+    )
     assert c["external_id"] == [7]
     verbatim = parse_kineto(raw, "x.json", compact_args=False).events.column("args_json")[0].as_py()
     assert json.loads(verbatim) == json.loads(c["args_json"][0])
 
 
 def test_nonfinite_numbers_and_control_characters_are_repaired_and_flagged():
-    raw = (b'{"traceEvents": [{"ph": "X", "name": "a\tb", "pid": 1, "tid": 1, "ts": 1, "dur": 2,'
-           b' "args": {"bw": NaN, "x": -Infinity, "y": inf, "s": "NaN inside a string"}}]}')
+    raw = (
+        b'{"traceEvents": [{"ph": "X", "name": "a\tb", "pid": 1, "tid": 1, "ts": 1, "dur": 2,'
+        b' "args": {"bw": NaN, "x": -Infinity, "y": inf, "s": "NaN inside a string"}}]}'
+    )
     p = parse_kineto(raw, "x.json")
     c = p.events.to_pydict()
     assert c["name"] == ["a\tb"]
@@ -456,9 +532,12 @@ def test_gzip_bytes_named_json_and_multi_member_gzip():
 
 
 def test_distributed_info_and_device_properties_meta():
-    raw = tiny([_x("ProfilerStep#12", 0, 10, cat="user_annotation")],
-               distributedInfo={"backend": "nccl", "rank": "5", "world_size": 8},
-               deviceProperties=[{"id": 0, "name": "NVIDIA H100"}], host_name="node-1")
+    raw = tiny(
+        [_x("ProfilerStep#12", 0, 10, cat="user_annotation")],
+        distributedInfo={"backend": "nccl", "rank": "5", "world_size": 8},
+        deviceProperties=[{"id": 0, "name": "NVIDIA H100"}],
+        host_name="node-1",
+    )
     m = parse_kineto(raw, "x.json").meta
     assert (m["rank"], m["world_size"], m["distributed_backend"]) == (5, 8, "nccl")
     assert (m["device_name"], m["host_name"], m["n_profiler_steps"]) == ("NVIDIA H100", "node-1", 1)
@@ -473,19 +552,24 @@ def test_empty_event_list_is_a_valid_empty_trace():
 # --------------------------------------------------------------------------- quarantine reasons
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"", "empty file"),
-    (b"   \n", "empty file"),
-    (b'{"traceEvents": [{"ph": "X",, "ts": 1}]}', r"not valid JSON at byte 28"),
-    (b'{"traceEvents": [{"ph": "X", "ts": 1', "truncated JSON"),
-    (gzip.compress(tiny([{"ph": "X", "name": f"op{i}", "ts": i, "dur": i % 7} for i in range(3000)]))[:3000],
-     "truncated gzip stream"),
-    (b'{"a": 1}', "not a Chrome trace: top-level object has no traceEvents"),
-    (b"[1, 2, 3]", "not a Chrome trace"),
-    (b'"just a string"', "not a Chrome trace"),
-    (b'{"traceEvents": {"ph": "X"}}', "not a Chrome trace"),
-    (b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1}]}', "has no valid numeric ts"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty file"),
+        (b"   \n", "empty file"),
+        (b'{"traceEvents": [{"ph": "X",, "ts": 1}]}', r"not valid JSON at byte 28"),
+        (b'{"traceEvents": [{"ph": "X", "ts": 1', "truncated JSON"),
+        (
+            gzip.compress(tiny([{"ph": "X", "name": f"op{i}", "ts": i, "dur": i % 7} for i in range(3000)]))[:3000],
+            "truncated gzip stream",
+        ),
+        (b'{"a": 1}', "not a Chrome trace: top-level object has no traceEvents"),
+        (b"[1, 2, 3]", "not a Chrome trace"),
+        (b'"just a string"', "not a Chrome trace"),
+        (b'{"traceEvents": {"ph": "X"}}', "not a Chrome trace"),
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1}]}', "has no valid numeric ts"),
+    ],
+)
 def test_quarantine_reasons(data, reason):
     with pytest.raises(TraceError, match=reason):
         parse_kineto(data, "bad.json")
@@ -502,11 +586,20 @@ def test_trace_error_is_a_value_error_with_reason():
     assert ei.value.reason == str(ei.value)
 
 
-@pytest.mark.parametrize("name, rank", [
-    ("rank-3.Apr_03.pt.trace.json.gz", 3), ("rank3.json", 3), ("trace_rank_12.json", 12), ("worker7.pt.trace.json", 7),
-    ("s3://b/job/worker0_step_12.1694128201545.pt.trace.json", 0), ("RANK-2.json", 2),
-    ("trace.json", None), ("frankly.json", None), ("host_123.pt.trace.json", None),
-])
+@pytest.mark.parametrize(
+    "name, rank",
+    [
+        ("rank-3.Apr_03.pt.trace.json.gz", 3),
+        ("rank3.json", 3),
+        ("trace_rank_12.json", 12),
+        ("worker7.pt.trace.json", 7),
+        ("s3://b/job/worker0_step_12.1694128201545.pt.trace.json", 0),
+        ("RANK-2.json", 2),
+        ("trace.json", None),
+        ("frankly.json", None),
+        ("host_123.pt.trace.json", None),
+    ],
+)
 def test_rank_from_filename(name, rank):
     assert rank_from_filename(name) == rank
 
@@ -535,11 +628,14 @@ def _both_paths(monkeypatch, data: bytes, chunk_bytes: int = 512):
     return chunked, whole
 
 
-@pytest.mark.parametrize("rel", [
-    "param/dlrm_kineto/worker1_step_12.1694128201556.pt.trace.json",
-    "HolisticTraceAnalysis/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz",
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "param/dlrm_kineto/worker1_step_12.1694128201556.pt.trace.json",
+        "HolisticTraceAnalysis/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz",
+    ],
+)
 def test_chunked_decoding_equals_whole_document_decoding(CORPUS, monkeypatch, rel):
     data = (CORPUS / "torch" / rel).read_bytes()
     chunked, whole = _both_paths(monkeypatch, data, chunk_bytes=16 << 10)
@@ -550,14 +646,33 @@ def test_chunked_decoding_equals_whole_document_decoding(CORPUS, monkeypatch, re
 def test_chunk_boundaries_inside_args_strings_and_trailer_are_handled(monkeypatch):
     ev = []
     for i in range(60):
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "op},{" + str(i), "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
-                   "args": {"shapes": [{"a": i}, {"b": [i, {"c": "}, {"}]}], "External id": i}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "op},{" + str(i),
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 * i,
+                "dur": 5,
+                "args": {"shapes": [{"a": i}, {"b": [i, {"c": "}, {"}]}], "External id": i},
+            }
+        )
         ev.append({"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 10 * i + 1, "s": "t", "args": {"Bytes": i}})
-    trailer = {"distributedInfo": {"backend": "nccl", "rank": 2, "world_size": 4,
-                                   "pg_config": [{"pg_name": "0", "ranks": [0, 1]}]}, "traceName": "t}]"}
-    for text in (json.dumps({"schemaVersion": 1, "traceEvents": ev, **trailer}, indent=1).encode(),
-                 json.dumps({"schemaVersion": 1, "traceEvents": ev, **trailer}, separators=(",", ":")).encode(),
-                 json.dumps(ev).encode()):
+    trailer = {
+        "distributedInfo": {
+            "backend": "nccl",
+            "rank": 2,
+            "world_size": 4,
+            "pg_config": [{"pg_name": "0", "ranks": [0, 1]}],
+        },
+        "traceName": "t}]",
+    }
+    for text in (
+        json.dumps({"schemaVersion": 1, "traceEvents": ev, **trailer}, indent=1).encode(),
+        json.dumps({"schemaVersion": 1, "traceEvents": ev, **trailer}, separators=(",", ":")).encode(),
+        json.dumps(ev).encode(),
+    ):
         chunked, whole = _both_paths(monkeypatch, gzip.compress(text), chunk_bytes=300)
         assert chunked.events.equals(whole.events)
         assert chunked.meta == whole.meta
@@ -579,7 +694,7 @@ def test_invalid_json_late_in_a_chunked_document_names_the_byte(monkeypatch):
 
     good = json.dumps({"traceEvents": [_x(f"op{i}", i, 1) for i in range(200)]}).encode()
     pos = good.index(b'"op150"')
-    bad = good[:pos] + b"@" + good[pos + 1:]
+    bad = good[:pos] + b"@" + good[pos + 1 :]
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 512)
     with pytest.raises(TraceError, match=f"not valid JSON at byte {pos}"):
         parse_kineto(gzip.compress(bad), "x.json.gz")
@@ -587,12 +702,14 @@ def test_invalid_json_late_in_a_chunked_document_names_the_byte(monkeypatch):
 
 def test_float_paths_are_exact_at_the_fast_path_limit_and_near_ties():
     # 2**42 µs is the fast float path's limit; sub-ns digits at a tie are decided from the text (half to even)
-    raw = (b'{"traceEvents": ['
-           b'{"ph": "i", "name": "a", "pid": 1, "tid": 1, "ts": 4398046511103.999},'
-           b'{"ph": "i", "name": "b", "pid": 1, "tid": 1, "ts": 4398046511104.001},'
-           b'{"ph": "i", "name": "c", "pid": 1, "tid": 1, "ts": 0.0025},'
-           b'{"ph": "i", "name": "d", "pid": 1, "tid": 1, "ts": 0.0035},'
-           b'{"ph": "i", "name": "e", "pid": 1, "tid": 1, "ts": -1.5}]}')
+    raw = (
+        b'{"traceEvents": ['
+        b'{"ph": "i", "name": "a", "pid": 1, "tid": 1, "ts": 4398046511103.999},'
+        b'{"ph": "i", "name": "b", "pid": 1, "tid": 1, "ts": 4398046511104.001},'
+        b'{"ph": "i", "name": "c", "pid": 1, "tid": 1, "ts": 0.0025},'
+        b'{"ph": "i", "name": "d", "pid": 1, "tid": 1, "ts": 0.0035},'
+        b'{"ph": "i", "name": "e", "pid": 1, "tid": 1, "ts": -1.5}]}'
+    )
     ts = parse_kineto(raw, "x.json").events.column("ts_ns").to_pylist()
     assert ts == [4398046511103999, 4398046511104001, 2, 4, -1500]
     assert ts == [exact_ns(Decimal(v)) for v in ("4398046511103.999", "4398046511104.001", "0.0025", "0.0035", "-1.5")]

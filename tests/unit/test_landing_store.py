@@ -7,11 +7,11 @@ import json
 import fsspec
 import pyarrow as pa
 import pytest
+from test_discover import _capture, _manifest
 
 from jobs.landing.discover import discover
 from jobs.landing.store import LandingUnavailable, read_problem
 from jobs.normalize.job import make_partition_parser
-from test_discover import _capture, _manifest
 
 
 @pytest.mark.parametrize("exc", [FileNotFoundError("gone"), PermissionError("403 Forbidden"), IsADirectoryError("d")])
@@ -19,8 +19,15 @@ def test_the_objects_own_problem_is_a_quarantine_reason(exc):
     assert read_problem("s3://b/raw/t.json", exc) == f"cannot read file: {type(exc).__name__}: {exc}"
 
 
-@pytest.mark.parametrize("exc", [ConnectionRefusedError("refused"), TimeoutError("read timed out"),
-                                 OSError("503 Slow Down"), RuntimeError("aiohttp payload error")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConnectionRefusedError("refused"),
+        TimeoutError("read timed out"),
+        OSError("503 Slow Down"),
+        RuntimeError("aiohttp payload error"),
+    ],
+)
 def test_a_failing_store_raises_naming_the_uri(exc):
     with pytest.raises(LandingUnavailable, match=r"s3://b/raw/t\.json: the landing zone cannot be read") as info:
         read_problem("s3://b/raw/t.json", exc)
@@ -40,8 +47,12 @@ def _parse(tasks: list[dict]) -> list[dict]:
 def test_a_vanished_file_is_quarantined_and_the_batch_goes_on(tmp_path):
     ok = tmp_path / "ok.json"
     ok.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}))
-    rows = _parse([{"job_id": "j", "capture_id": "gone", "uri": str(tmp_path / "gone.json")},
-                   {"job_id": "j", "capture_id": "ok", "uri": str(ok)}])
+    rows = _parse(
+        [
+            {"job_id": "j", "capture_id": "gone", "uri": str(tmp_path / "gone.json")},
+            {"job_id": "j", "capture_id": "ok", "uri": str(ok)},
+        ]
+    )
     by_id = {r["capture_id"]: r for r in rows}
     assert by_id["gone"]["status"] == "quarantined"
     assert "gone.json: cannot read file: FileNotFoundError" in by_id["gone"]["reason"]

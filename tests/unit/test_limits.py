@@ -17,9 +17,9 @@ import zlib
 
 import pytest
 
-from jobs.normalize.kineto import native
 from jobs.landing.discover import CaptureFile
 from jobs.normalize.job import normalize_file
+from jobs.normalize.kineto import native
 from jobs.normalize.kineto.parse import parse_kineto
 from jobs.normalize.limits import (
     DEFAULT_MAX_DEPTH,
@@ -30,7 +30,10 @@ from jobs.normalize.limits import (
     string_reason,
 )
 
-ENGINES = ["python", pytest.param("native", marks=pytest.mark.skipif(not native.AVAILABLE, reason="native scanner not built"))]
+ENGINES = [
+    "python",
+    pytest.param("native", marks=pytest.mark.skipif(not native.AVAILABLE, reason="native scanner not built")),
+]
 GOOD = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
 
 
@@ -109,10 +112,12 @@ def test_limits_are_configurable_and_checked(engine):
 @pytest.mark.parametrize("engine", ["python", "auto"])
 def test_file_over_a_limit_is_quarantined_naming_file_and_limit_others_unaffected(engine, monkeypatch):
     monkeypatch.setenv("TRACELAKE_KINETO_ENGINE", engine)
-    batch = {"landing/j/good.json": json.dumps({"traceEvents": [GOOD]}).encode(),
-             "landing/j/deep.json": nested_args_doc(400),
-             "landing/j/long.json.gz": gzip.compress(string_doc(DEFAULT_MAX_STRING_BYTES + 10, "name"), 1),
-             "landing/j/good2.json": json.dumps({"traceEvents": [GOOD, GOOD]}).encode()}
+    batch = {
+        "landing/j/good.json": json.dumps({"traceEvents": [GOOD]}).encode(),
+        "landing/j/deep.json": nested_args_doc(400),
+        "landing/j/long.json.gz": gzip.compress(string_doc(DEFAULT_MAX_STRING_BYTES + 10, "name"), 1),
+        "landing/j/good2.json": json.dumps({"traceEvents": [GOOD, GOOD]}).encode(),
+    }
     rows = {}
     for uri, data in batch.items():
         task = CaptureFile(uri=uri, capture_id=uri, job_id="j").to_dict()
@@ -126,6 +131,7 @@ def test_file_over_a_limit_is_quarantined_naming_file_and_limit_others_unaffecte
 
 def test_limit_scanner_agrees_with_a_byte_by_byte_reference_on_any_split():
     """The vectorized scanner against an obvious state machine, on random JSON cut anywhere."""
+
     def ref(doc):
         depth = maxd = slen = maxs = 0
         ins = esc = False
@@ -176,8 +182,14 @@ def test_limit_scanner_agrees_with_a_byte_by_byte_reference_on_any_split():
             assert ok == (maxd <= lim_d and maxs <= lim_s), (doc, lim_d, lim_s)
 
 
-@pytest.mark.parametrize("engine", ["python", "auto", pytest.param("native", marks=pytest.mark.skipif(
-    not native.AVAILABLE, reason="native scanner not built"))])
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "python",
+        "auto",
+        pytest.param("native", marks=pytest.mark.skipif(not native.AVAILABLE, reason="native scanner not built")),
+    ],
+)
 def test_gzip_bomb_is_quarantined_without_inflating_it(engine):
     """~64 KB of gzip that inflates to 64 MiB (valid start, then whitespace), against a 1 MiB cap."""
     c = zlib.compressobj(9, zlib.DEFLATED, 31)

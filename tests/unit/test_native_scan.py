@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from jobs.normalize.kineto import native
-from jobs.normalize.kineto.parse import TraceError, parse_kineto
 from jobs.normalize.kineto.native import NativeBail
+from jobs.normalize.kineto.parse import TraceError, parse_kineto
 
 TORCH = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "torch"
 ALL_TRACES = sorted(p.relative_to(TORCH).as_posix() for p in TORCH.rglob("*.json*")) if TORCH.is_dir() else []
@@ -59,10 +59,13 @@ def test_native_equals_python_on_every_corpus_trace(CORPUS, rel):
     assert nat.events.num_rows > 0
 
 
-@pytest.mark.parametrize("rel", [
-    "HolisticTraceAnalysis/nccl_parser_config/nccl_data.json.gz",  # collectives, relative ts + base
-    "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz",  # bare list, string tids
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "HolisticTraceAnalysis/nccl_parser_config/nccl_data.json.gz",  # collectives, relative ts + base
+        "kineto/tb_plugin_2021-01/resnet50_num_workers_0/worker0.pt.trace.json.gz",  # bare list, string tids
+    ],
+)
 def test_verbatim_args_and_small_gunzip_pieces(CORPUS, monkeypatch, rel):
     import jobs.normalize.kineto.parse as kineto
 
@@ -83,10 +86,26 @@ def test_corpus_has_28_traces_for_the_equality_test():
 
 def test_escapes_unicode_and_string_ids():
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": 'a "quoted" \\ name\n\u00e9\U0001f600', "pid": "Spans", "tid": "7",
-         "ts": 1, "dur": 2, "args": {"External id": "12", "correlation": 5, "s": "\u2028 \t"}},
-        {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 2, "dur": 1,
-         "args": {"device": 0, "stream": "7", "external id": 9}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": 'a "quoted" \\ name\n\u00e9\U0001f600',
+            "pid": "Spans",
+            "tid": "7",
+            "ts": 1,
+            "dur": 2,
+            "args": {"External id": "12", "correlation": 5, "s": "\u2028 \t"},
+        },
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 2,
+            "dur": 1,
+            "args": {"device": 0, "stream": "7", "external id": 9},
+        },
         {"ph": "i", "cat": None, "name": None, "pid": None, "ts": 3, "s": "t"},
         {"ph": "M", "name": "process_name", "pid": "Spans", "tid": 0, "args": {"name": "spans \u00e9"}},
         {"ph": "M", "name": "thread_name", "pid": 0, "tid": "stream 7", "args": {"name": "s7", "name2": 1}},
@@ -107,13 +126,15 @@ def test_escapes_unicode_and_string_ids():
 
 
 def test_key_escapes_duplicate_keys_and_odd_args():
-    raw = (b'{"traceEvents": [{"p\\u0068": "X", "ph": "i", "ph": "X", "name": "a", "pid": 1, "tid": 1,'
-           b' "ts": 1, "ts": 2, "dur": 1, "args": {"x": 1}, "args": {"correlation": 3, "correlation": 4}},'
-           b'{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": null},'
-           b'{"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 6, "dur": 1, "args": [1, {"a": [ ]}]},'
-           b'{"ph": "X", "name": "d", "pid": 1, "tid": 1, "ts": 7, "dur": 1, "args": {}},'
-           b'{"ph": "X", "name": "e", "pid": 1, "tid": 1, "ts": 8, "dur": 1, "args": {"n": {"d": [1, 2.5e3, true]}}}'
-           b']}')
+    raw = (
+        b'{"traceEvents": [{"p\\u0068": "X", "ph": "i", "ph": "X", "name": "a", "pid": 1, "tid": 1,'
+        b' "ts": 1, "ts": 2, "dur": 1, "args": {"x": 1}, "args": {"correlation": 3, "correlation": 4}},'
+        b'{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": null},'
+        b'{"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 6, "dur": 1, "args": [1, {"a": [ ]}]},'
+        b'{"ph": "X", "name": "d", "pid": 1, "tid": 1, "ts": 7, "dur": 1, "args": {}},'
+        b'{"ph": "X", "name": "e", "pid": 1, "tid": 1, "ts": 8, "dur": 1, "args": {"n": {"d": [1, 2.5e3, true]}}}'
+        b']}'
+    )
     verbatim, _ = both(raw, compact_args=False)
     assert_same(verbatim, _)
     nat, ref = both(raw)
@@ -124,16 +145,46 @@ def test_key_escapes_duplicate_keys_and_odd_args():
     assert verbatim.events.column("args_json")[2].as_py() == '[1, {"a": [ ]}]'
 
 
-
 def test_collective_args_rows():
     events = [
-        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL", "pid": 0, "tid": 7, "ts": 1,
-         "dur": 1, "args": {"Collective name": "_allgather_base", "Process Group Name": "3", "Group size": 8,
-                            "In msg nelems": 25136, "Out msg nelems": 201088, "dtype": "BFloat16", "Seq": "4"}},
-        {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float", "pid": 0, "tid": 7,
-         "ts": 3, "dur": 1, "args": {"Group size": 2}},
-        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 3, "dur": 1,
-         "args": {"note": "\"Collective name\" inside a string"}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclDevKernel_AllGather_RING_LL",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1,
+            "dur": 1,
+            "args": {
+                "Collective name": "_allgather_base",
+                "Process Group Name": "3",
+                "Group size": 8,
+                "In msg nelems": 25136,
+                "Out msg nelems": 201088,
+                "dtype": "BFloat16",
+                "Seq": "4",
+            },
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "ncclKernel_AllReduce_RING_LL_Sum_float",
+            "pid": 0,
+            "tid": 7,
+            "ts": 3,
+            "dur": 1,
+            "args": {"Group size": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "op",
+            "pid": 1,
+            "tid": 1,
+            "ts": 3,
+            "dur": 1,
+            "args": {"note": "\"Collective name\" inside a string"},
+        },
     ]
     nat, ref = both(doc(events))
     assert_same(nat, ref)
@@ -144,9 +195,26 @@ def test_collective_args_rows():
 
 def test_exact_ns_from_number_text():
     rng = random.Random(7)
-    texts = ["0.0025", "0.0035", "-0.0025", "4398046511103.999", "4398046511104.001", "1e-30", "0e5", "-0",
-             "0.0", "1E3", "12.3456e2", "0.000000000000000000001", "1713832237123456.789", "1.713832237123457E15",
-             "17138322371234567e-1", "1234567.890123456789", "123456789.000000000", "9007199254740.9915"]
+    texts = [
+        "0.0025",
+        "0.0035",
+        "-0.0025",
+        "4398046511103.999",
+        "4398046511104.001",
+        "1e-30",
+        "0e5",
+        "-0",
+        "0.0",
+        "1E3",
+        "12.3456e2",
+        "0.000000000000000000001",
+        "1713832237123456.789",
+        "1.713832237123457E15",
+        "17138322371234567e-1",
+        "1234567.890123456789",
+        "123456789.000000000",
+        "9007199254740.9915",
+    ]
     while len(texts) < 3000:
         s = str(rng.randint(0, 10 ** rng.randint(0, 15)))
         if rng.random() < 0.7:
@@ -155,10 +223,14 @@ def test_exact_ns_from_number_text():
             s += rng.choice("eE") + rng.choice(["", "+", "-"]) + str(rng.randint(0, 6))
         if rng.random() < 0.2:
             s = "-" + s
-        if abs(Decimal(s)) < Decimal("9e15") and len(s.replace("-", "").replace(".", "").split("e")[0].split("E")[0].lstrip("0")) <= 19:
+        if (
+            abs(Decimal(s)) < Decimal("9e15")
+            and len(s.replace("-", "").replace(".", "").split("e")[0].split("E")[0].lstrip("0")) <= 19
+        ):
             texts.append(s)
-    body = ",".join('{"ph":"X","name":"a","pid":1,"tid":1,"ts":%s,"dur":%s}' % (t, texts[-1 - i])
-                    for i, t in enumerate(texts))
+    body = ",".join(
+        '{"ph":"X","name":"a","pid":1,"tid":1,"ts":%s,"dur":%s}' % (t, texts[-1 - i]) for i, t in enumerate(texts)
+    )
     raw = ('{"traceEvents":[' + body + "]}").encode()
     nat, ref = both(raw)
     assert_same(nat, ref)
@@ -171,8 +243,18 @@ def test_chunk_boundaries_in_every_position(monkeypatch):
 
     events = []
     for i in range(40):
-        events.append({"ph": "X", "cat": "cpu_op", "name": "op},{" + str(i), "pid": 1, "tid": 1, "ts": 10 * i + 0.125,
-                       "dur": 5, "args": {"shapes": [{"a": i}, {"b": "}, {"}], "External id": i}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "op},{" + str(i),
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 * i + 0.125,
+                "dur": 5,
+                "args": {"shapes": [{"a": i}, {"b": "}, {"}], "External id": i},
+            }
+        )
         events.append({"ph": "s", "id": i, "pid": 1, "tid": 1, "ts": 10 * i + 1, "cat": "ac2g", "name": "launch"})
     data = gzip.compress(json.dumps({"traceEvents": events, "traceName": "t}]"}, indent=1).encode())
     ref = parse_kineto(data, "x.json", engine="python")
@@ -182,28 +264,35 @@ def test_chunk_boundaries_in_every_position(monkeypatch):
 
 
 def test_empty_and_bare_list_documents():
-    for data in (doc([]), b"[]", b'  [ {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1} ]  ',
-                 b'{"traceEvents": [], "baseTimeNanoseconds": 1700000000000000000}'):
+    for data in (
+        doc([]),
+        b"[]",
+        b'  [ {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1} ]  ',
+        b'{"traceEvents": [], "baseTimeNanoseconds": 1700000000000000000}',
+    ):
         assert_same(*both(data))
 
 
 # --------------------------------------------------------------------------- hand-over to the Python path
 
 
-@pytest.mark.parametrize("data", [
-    # non-finite tokens and control characters are repaired by the scanner itself: tests/unit/test_bug_cases.py
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1.5, "tid": 1, "ts": 1, "dur": 2}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "1", "dur": 2}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1e300, "dur": 2}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"correlation": 1.5}}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a\\ud800", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "\xff", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 01, "dur": 2}]}',
-    b'{"traceEvents": [1, 2]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2},]}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}',
-    b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1}]}',
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        # non-finite tokens and control characters are repaired by the scanner itself: tests/unit/test_bug_cases.py
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1.5, "tid": 1, "ts": 1, "dur": 2}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": "1", "dur": 2}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1e300, "dur": 2}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"correlation": 1.5}}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a\\ud800", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "\xff", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 01, "dur": 2}]}',
+        b'{"traceEvents": [1, 2]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2},]}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}',
+        b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1}]}',
+    ],
+)
 def test_inputs_the_scanner_hands_over(data):
     with pytest.raises(NativeBail):
         parse_kineto(data, "x.json", engine="native")
@@ -217,8 +306,10 @@ def test_inputs_the_scanner_hands_over(data):
 
 
 def test_gzip_problems_are_reported_by_the_python_path():
-    good = gzip.compress(doc([{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)]))
-    for data, reason in ((good[:len(good) // 2], "truncated gzip stream"), (good + b"junk", "trailing data")):
+    good = gzip.compress(
+        doc([{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)])
+    )
+    for data, reason in ((good[: len(good) // 2], "truncated gzip stream"), (good + b"junk", "trailing data")):
         with pytest.raises(TraceError, match=reason):
             parse_kineto(data, "x.json.gz")
     with pytest.raises(TraceError, match="decompressed size exceeds limit"):

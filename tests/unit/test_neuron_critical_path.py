@@ -6,8 +6,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from jobs.normalize.neuron.critical_path import (critical_path_from_events, critical_path_rows, device_critical_path,
-                                               instruction_category)
+from jobs.normalize.neuron.critical_path import (
+    critical_path_from_events,
+    critical_path_rows,
+    device_critical_path,
+    instruction_category,
+)
 from jobs.normalize.neuron.events import profile_events
 from jobs.normalize.neuron.json_view import parse_neuron_json
 
@@ -20,12 +24,14 @@ def _ins(rows):
 
 
 def test_attribution_of_every_kind():
-    ins = _ins([
-        (1, 0, 10, "sync", "DMA_DIRECT2D", 0),       # triggers the load
-        (2, 100, 200, "tensor", "MATMUL", 90),       # waited 10→100 for the DMA
-        (3, 250, 300, "scalar", "ACTIVATE", 0),      # 50 ns dependency gap nobody explains
-        (4, 430, 500, "vector", "TENSOR_TENSOR", 130),  # waited 300→430: collective, then semaphore
-    ])
+    ins = _ins(
+        [
+            (1, 0, 10, "sync", "DMA_DIRECT2D", 0),  # triggers the load
+            (2, 100, 200, "tensor", "MATMUL", 90),  # waited 10→100 for the DMA
+            (3, 250, 300, "scalar", "ACTIVATE", 0),  # 50 ns dependency gap nobody explains
+            (4, 430, 500, "vector", "TENSOR_TENSOR", 130),  # waited 300→430: collective, then semaphore
+        ]
+    )
     flows = pa.table({"in_id": [1, 2, 3], "out_id": [2, 3, 4]})
     dma = pa.table({"start_ts": [10, 40], "end_ts": [60, 100]})
     cc = pa.table({"start_ts": [300], "end_ts": [400]})
@@ -39,11 +45,13 @@ def test_attribution_of_every_kind():
 
 
 def test_semaphore_wait_follows_the_engine_that_released_it():
-    ins = _ins([
-        (1, 0, 1000, "sync", "EVENT_SEMAPHORE", 0),   # barrier: waits for the scalar engine
-        (2, 100, 900, "scalar", "ACTIVATE", 0),
-        (3, 1000, 1010, "sync", "SET_ORDERING_MODE", 0),
-    ])
+    ins = _ins(
+        [
+            (1, 0, 1000, "sync", "EVENT_SEMAPHORE", 0),  # barrier: waits for the scalar engine
+            (2, 100, 900, "scalar", "ACTIVATE", 0),
+            (3, 1000, 1010, "sync", "SET_ORDERING_MODE", 0),
+        ]
+    )
     cp = device_critical_path(ins)
     assert [s[0] for s in cp.segments if s[4] == "compute"] == [2, 3]
     assert cp.by_category["compute"] == 810 and cp.by_category["semaphore_wait"] == 100 and cp.length_ns == 910
@@ -65,8 +73,9 @@ def test_categories():
 
 def test_corpus_path_goes_through_the_matmuls_and_shows_the_startup_gap(CORPUS):
     p = parse_neuron_json((CORPUS / NEURON).read_bytes(), "x")
-    cp = device_critical_path(p.table("Instruction"), p.table("Flow"), p.table("DmaPacketAggregated"),
-                              p.table("DmaPacket"), p.table("CcOp"))
+    cp = device_critical_path(
+        p.table("Instruction"), p.table("Flow"), p.table("DmaPacketAggregated"), p.table("DmaPacket"), p.table("CcOp")
+    )
     names = [s[1] for s in cp.segments]
     assert "MATMUL" in names and "ACTIVATE" in names
     assert sum(cp.by_category.values()) == cp.length_ns

@@ -31,8 +31,11 @@ def test_legacy_tables_follow_the_parquet_crosswalk(raw, doc):
     assert ins.num_rows == len(doc["instruction"]) == 129
     first = doc["instruction"][0]
     row = ins.slice(0, 1).to_pylist()[0]
-    assert (row["start_ts"], row["duration_ns"], row["end_ts"]) == (first["timestamp"], first["duration"],
-                                                                     first["timestamp"] + first["duration"])
+    assert (row["start_ts"], row["duration_ns"], row["end_ts"]) == (
+        first["timestamp"],
+        first["duration"],
+        first["timestamp"] + first["duration"],
+    )
     assert row["evt_wait_time_ns"] == first["evt_wait_time"] and row["timeline_track"] == first["label"]
     packets = [d for d in doc["dma"] if d["aggregated"] == "no"]
     assert p.tables["DmaPacket"].num_rows == len(packets) == 227
@@ -43,7 +46,11 @@ def test_legacy_tables_follow_the_parquet_crosswalk(raw, doc):
     assert p.tables["Flow"].num_rows == n_edges == 21
     assert min(p.column("Flow", "gap_time")) >= 0  # predecessors end before their successors start
     md = p.metadata
-    assert (md["tensor_engine_num_rows"], md["tensor_engine_clock_freq"], md["neuroncore_clock_freq"]) == (128, 2.8, 1.4)
+    assert (md["tensor_engine_num_rows"], md["tensor_engine_clock_freq"], md["neuroncore_clock_freq"]) == (
+        128,
+        2.8,
+        1.4,
+    )
     assert md["instance_type"] == "inf2.xlarge" and md["profiler_version"].startswith("2.27.33")
     assert p.summary["total_time"] == doc["summary"][0]["total_time"]
 
@@ -65,7 +72,9 @@ def test_events_rows(raw, doc):
     ids = {i["id"] for i in doc["instruction"]}
     ext = ev.column("external_id").to_pylist()[: len(ins)]  # instructions come first, exact int64 (not via float)
     assert set(ext) == ids
-    assert len(df[df["category"] == "neuron_dma"]) == 227 and df[df["category"] == "neuron_dma"]["msg_bytes"].notna().all()
+    assert (
+        len(df[df["category"] == "neuron_dma"]) == 227 and df[df["category"] == "neuron_dma"]["msg_bytes"].notna().all()
+    )
     sem = df[df["category"] == "neuron_semaphore"]
     assert len(sem) == 328 and set(sem["ph"]) == {"C"} and sem["dur_ns"].isna().all()
     assert df["is_gpu"].all() and set(df["device"]) == {0}

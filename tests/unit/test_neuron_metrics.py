@@ -8,18 +8,37 @@ import math
 import numpy as np
 import pytest
 
-from jobs.normalize.neuron.metrics import (golden_metrics, hardware_constants, largest_gap, merge_intervals,
-                                         neuron_metrics_for_mlflow, overlap_ns, union_ns)
 from jobs.normalize.neuron.json_view import parse_neuron_json
+from jobs.normalize.neuron.metrics import (
+    golden_metrics,
+    hardware_constants,
+    largest_gap,
+    merge_intervals,
+    neuron_metrics_for_mlflow,
+    overlap_ns,
+    union_ns,
+)
 from jobs.normalize.neuron.summary import summary_row
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul"
-FILES = ("neuron_profile_results/profile_128x128x1024.json", "neuron_profile_results/profile_128x128x520.json",
-         "neuron_profile_results_bucketed/profile_bucketed_128x128x2048.json")
-GOLDEN_KEYS = ("mfu_estimated_percent", "hfu_estimated_percent", "mbu_estimated_percent", "mm_arithmetic_intensity",
-               "peak_flops_bandwidth_ratio", "total_active_time_percent", "tensor_engine_active_time_percent",
-               "vector_engine_active_time_percent", "scalar_engine_active_time_percent",
-               "gpsimd_engine_active_time_percent", "sync_engine_active_time_percent")
+FILES = (
+    "neuron_profile_results/profile_128x128x1024.json",
+    "neuron_profile_results/profile_128x128x520.json",
+    "neuron_profile_results_bucketed/profile_bucketed_128x128x2048.json",
+)
+GOLDEN_KEYS = (
+    "mfu_estimated_percent",
+    "hfu_estimated_percent",
+    "mbu_estimated_percent",
+    "mm_arithmetic_intensity",
+    "peak_flops_bandwidth_ratio",
+    "total_active_time_percent",
+    "tensor_engine_active_time_percent",
+    "vector_engine_active_time_percent",
+    "scalar_engine_active_time_percent",
+    "gpsimd_engine_active_time_percent",
+    "sync_engine_active_time_percent",
+)
 
 
 @pytest.fixture(scope="module", params=FILES)
@@ -60,8 +79,15 @@ def test_event_derived_counts_agree_with_the_summary(profile):
 
     d = _derived_summary(profile, [])
     s = profile.summary
-    for k in ("hbm_read_bytes", "hbm_write_bytes", "spill_save_bytes", "spill_reload_bytes", "hardware_flops",
-              "transpose_flops", "model_flops"):
+    for k in (
+        "hbm_read_bytes",
+        "hbm_write_bytes",
+        "spill_save_bytes",
+        "spill_reload_bytes",
+        "hardware_flops",
+        "transpose_flops",
+        "model_flops",
+    ):
         assert d[k] == s[k], k
     engines = profile.column("ActiveTime", "engine")
     for e in ("tensor", "vector", "scalar", "gpsimd", "sync"):

@@ -20,8 +20,11 @@ from jobs.normalize.neuron.parquet import parse_neuron_parquet
 from jobs.normalize.neuron.summary import summary_row
 
 NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul"
-FILES = ("neuron_profile_results/profile_128x128x1024.json", "neuron_profile_results/profile_128x128x520.json",
-         "neuron_profile_results_bucketed/profile_bucketed_128x128x2048.json")
+FILES = (
+    "neuron_profile_results/profile_128x128x1024.json",
+    "neuron_profile_results/profile_128x128x520.json",
+    "neuron_profile_results_bucketed/profile_bucketed_128x128x2048.json",
+)
 #: columns that legitimately differ between the two formats
 FORMAT_COLUMNS = {"source_format", "schema_version", "profile_id"}
 
@@ -67,8 +70,15 @@ def test_generated_schema_is_appendix_a(gen):
     assert {f[0]: f for f in s["Flow"]}["gap_time"][3] == "nanoseconds"
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(lnc=2, spill=True), dict(collectives=True, small_dma=True),
-                                dict(platform="trn2", startup_idle_ns=1_000_000, percent_scale=100.0)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(lnc=2, spill=True),
+        dict(collectives=True, small_dma=True),
+        dict(platform="trn2", startup_idle_ns=1_000_000, percent_scale=100.0),
+    ],
+)
 def test_synthetic_profiles_keep_the_spec_invariants(gen, kw):
     rows = gen.synthetic_profile(7, **kw)
     assert gen.check_invariants(rows) == []
@@ -78,8 +88,10 @@ def test_synthetic_profiles_keep_the_spec_invariants(gen, kw):
     assert any(r["evt_wait_time_ns"] > 0 for r in rows["Instruction"])
     # TensorE pipelines: a MATMUL starts before the LDWEIGHTS it follows has finished (§3.1 item 2)
     tensor = sorted((r for r in rows["Instruction"] if r["engine"] == "tensor"), key=lambda r: r["start_ts"])
-    assert any(a["opcode"] == "LDWEIGHTS" and b["opcode"] == "MATMUL" and b["start_ts"] < a["end_ts"]
-               for a, b in zip(tensor, tensor[1:]))
+    assert any(
+        a["opcode"] == "LDWEIGHTS" and b["opcode"] == "MATMUL" and b["start_ts"] < a["end_ts"]
+        for a, b in zip(tensor, tensor[1:])
+    )
     if kw.get("collectives"):
         assert all(r["cc_trigger_start_delay"] > 0 for r in rows["CcOp"])
 
@@ -88,7 +100,9 @@ def test_synthetic_profiles_keep_the_spec_invariants(gen, kw):
 def test_corpus_json_and_its_parquet_twin_give_the_same_summary(gen, CORPUS, tmp_path, rel):
     raw = (CORPUS / NEURON / rel).read_bytes()
     from_json = summary_row(parse_neuron_json(raw, "p"))
-    d = gen.write_parquet_profile(gen.legacy_json_to_rows(json.loads(raw)), tmp_path / "p", split=("Instruction", "DmaPacket"))
+    d = gen.write_parquet_profile(
+        gen.legacy_json_to_rows(json.loads(raw)), tmp_path / "p", split=("Instruction", "DmaPacket")
+    )
     assert (d / "Instruction_0.parquet").exists() and (d / "Instruction_1.parquet").exists()
     prof = parse_neuron_parquet(_read_dir(d), "p")
     assert prof.metadata["profile_schema_version"] == "7.4.0"
@@ -98,8 +112,15 @@ def test_corpus_json_and_its_parquet_twin_give_the_same_summary(gen, CORPUS, tmp
     assert_same_metrics(from_json, from_parquet)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(lnc=2, spill=True, throttle=True), dict(small_dma=True, platform="trn2"),
-                                dict(percent_scale=100.0, startup_idle_ns=1_500_000)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(lnc=2, spill=True, throttle=True),
+        dict(small_dma=True, platform="trn2"),
+        dict(percent_scale=100.0, startup_idle_ns=1_500_000),
+    ],
+)
 def test_synthetic_parquet_and_legacy_twin_give_the_same_summary(gen, tmp_path, kw):
     rows = gen.synthetic_profile(11, **kw)
     from_json = summary_row(parse_neuron_json(json.dumps(gen.rows_to_legacy_json(rows)).encode(), "p"))
@@ -136,10 +157,17 @@ def test_collectives_and_system_tables_from_parquet(gen, tmp_path):
 def test_later_schema_version_is_read_by_field_presence(gen, tmp_path):
     rows = gen.synthetic_profile(5)
     base = summary_row(parse_neuron_parquet(_read_dir(gen.write_parquet_profile(rows, tmp_path / "a")), "p"))
-    d = gen.write_parquet_profile(rows, tmp_path / "b", version="12.0.1",
-                                  rename={"Instruction.start_ts": "timestamp", "Instruction.evt_wait_time_ns": "evt_wait_time",
-                                          "DmaPacket.transfer_bytes": "transfer_size"},
-                                  drop=("Instruction.end_ts", "Instruction.compiler_pc"))
+    d = gen.write_parquet_profile(
+        rows,
+        tmp_path / "b",
+        version="12.0.1",
+        rename={
+            "Instruction.start_ts": "timestamp",
+            "Instruction.evt_wait_time_ns": "evt_wait_time",
+            "DmaPacket.transfer_bytes": "transfer_size",
+        },
+        drop=("Instruction.end_ts", "Instruction.compiler_pc"),
+    )
     prof = parse_neuron_parquet(_read_dir(d), "p")
     assert "schema_12.0.1_by_field_presence" in prof.flags and "renamed_fields_read_by_alias" in prof.flags
     later = summary_row(prof)

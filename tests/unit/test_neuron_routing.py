@@ -17,8 +17,10 @@ from jobs.landing.discover import discover, route_files
 from jobs.landing.formats import head_text, kind_from_name, pair_key, sniff_json
 from jobs.normalize.job import _read_task, disambiguate_bare_jobs, neuron_summary_rows, normalize_file
 
-KINETO = {"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-                                               "ts": 10, "dur": 5}]}
+KINETO = {
+    "schemaVersion": 1,
+    "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5}],
+}
 XPLANE = "neuron/generated__jax_cpu_xplane_sample/plugins/profile/2026_11_30_06_33_40"
 
 
@@ -100,15 +102,33 @@ def test_raw_capture_without_converted_form_is_quarantined_with_pairing(tmp_path
     assert "paired with neff_14382885777943380728.neff" in rows["14382885777943380728_instid_0_vnc_0.ntff"]["reason"]
     assert "paired with 14382885777943380728_instid_0_vnc_0.ntff" in rows["neff_14382885777943380728.neff"]["reason"]
     assert rows["99999999_instid_0_vnc_1.ntff"]["flags"] == ["ntff_without_neff"]
-    assert rows["ntrace.pb"]["format"] == "neuron-system-pb" and rows["neff_14382885777943380728.neff"]["format"] == "neff"
+    assert (
+        rows["ntrace.pb"]["format"] == "neuron-system-pb" and rows["neff_14382885777943380728.neff"]["format"] == "neff"
+    )
     assert rows["14382885777943380728_instid_0_vnc_0.ntff"]["size_bytes"] == 400
 
 
 def _manifest(files, **over):
-    m = {"schema_version": "1", "job_id": "llm", "attempt": 0, "rank": 2, "local_rank": 2, "world_size": 4, "node": 0,
-         "host": "h1", "accelerator": "neuron", "device_name": None, "torch_version": "2.13.0", "cuda_version": None,
-         "created_at": "2026-11-30T10:00:00Z", "step_range": {"first": 1, "last": 2}, "capture_id": "c1",
-         "profiler": {"name": "torch.profiler"}, "tags": {}, "files": files}
+    m = {
+        "schema_version": "1",
+        "job_id": "llm",
+        "attempt": 0,
+        "rank": 2,
+        "local_rank": 2,
+        "world_size": 4,
+        "node": 0,
+        "host": "h1",
+        "accelerator": "neuron",
+        "device_name": None,
+        "torch_version": "2.13.0",
+        "cuda_version": None,
+        "created_at": "2026-11-30T10:00:00Z",
+        "step_range": {"first": 1, "last": 2},
+        "capture_id": "c1",
+        "profiler": {"name": "torch.profiler"},
+        "tags": {},
+        "files": files,
+    }
     m.update(over)
     return m
 
@@ -130,11 +150,27 @@ def test_committed_capture_with_neuron_and_xla_files(tmp_path, gen, CORPUS):
     for p in sorted(cap.rglob("*")):
         if p.is_file():
             rel = p.relative_to(cap).as_posix()
-            kind = ("kineto_trace" if rel == "trace.json.gz" else "neuron_raw" if "/raw/" in rel
-                    else "neuron_parquet" if rel.endswith(".parquet") else "neuron_summary_json" if rel.endswith("summary.json")
-                    else "xplane" if rel.endswith(".xplane.pb") else "xla_trace_json")
-            files.append({"path": rel, "size_bytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
-                          "kind": kind})
+            kind = (
+                "kineto_trace"
+                if rel == "trace.json.gz"
+                else "neuron_raw"
+                if "/raw/" in rel
+                else "neuron_parquet"
+                if rel.endswith(".parquet")
+                else "neuron_summary_json"
+                if rel.endswith("summary.json")
+                else "xplane"
+                if rel.endswith(".xplane.pb")
+                else "xla_trace_json"
+            )
+            files.append(
+                {
+                    "path": rel,
+                    "size_bytes": p.stat().st_size,
+                    "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                    "kind": kind,
+                }
+            )
     (cap / "manifest.json").write_text(json.dumps(_manifest(files)))
     found = discover(str(tmp_path))
     assert found.pending == []
@@ -158,7 +194,11 @@ def test_committed_capture_with_neuron_and_xla_files(tmp_path, gen, CORPUS):
     assert out["xla_trace"][0]["source"] == "xla" and out["xla_trace"][0]["status"] == "ingested"
     caps = [r for r, _ in out.values()]
     (ns,) = neuron_summary_rows(caps)
-    assert (ns["job_id"], ns["rank"], ns["capture_id"]) == ("llm", 2, prow["capture_id"]) and "_neuron_summary" not in prow
+    assert (ns["job_id"], ns["rank"], ns["capture_id"]) == (
+        "llm",
+        2,
+        prow["capture_id"],
+    ) and "_neuron_summary" not in prow
 
 
 def test_uncommitted_capture_with_subfolders_is_one_pending_entry(tmp_path):
@@ -171,8 +211,18 @@ def test_uncommitted_capture_with_subfolders_is_one_pending_entry(tmp_path):
 
 
 def test_bare_neuron_profiles_of_one_folder_stay_one_job(tmp_path):
-    caps = [{"capture_id": c, "job_id": "sweep", "attempt": 0, "rank": 0, "status": "ingested", "source": "neuron",
-             "uri": f"/x/{c}.json"} for c in ("a", "b")]
+    caps = [
+        {
+            "capture_id": c,
+            "job_id": "sweep",
+            "attempt": 0,
+            "rank": 0,
+            "status": "ingested",
+            "source": "neuron",
+            "uri": f"/x/{c}.json",
+        }
+        for c in ("a", "b")
+    ]
     tasks = {c["capture_id"]: {"bare": True} for c in caps}
     assert disambiguate_bare_jobs(caps, tasks) == {}
     for c in caps:
@@ -181,8 +231,21 @@ def test_bare_neuron_profiles_of_one_folder_stay_one_job(tmp_path):
 
 
 def test_route_files_links_converted_forms():
-    r = {x.rel: x for x in route_files(["p/a.ntff", "p/a.json", "p/b.ntff", "h.xplane.pb", "h.trace.json.gz",
-                                        "q/Metadata.parquet", "q/Summary.parquet", "stray/x.parquet"])}
+    r = {
+        x.rel: x
+        for x in route_files(
+            [
+                "p/a.ntff",
+                "p/a.json",
+                "p/b.ntff",
+                "h.xplane.pb",
+                "h.trace.json.gz",
+                "q/Metadata.parquet",
+                "q/Summary.parquet",
+                "stray/x.parquet",
+            ]
+        )
+    }
     assert r["p/a.ntff"].converted == "p/a.json" and r["p/b.ntff"].converted is None
     assert r["h.xplane.pb"].converted == "h.trace.json.gz"
     assert r["q"].kind == "neuron_parquet" and r["q"].members == ["Metadata.parquet", "Summary.parquet"]

@@ -32,15 +32,47 @@ def test_system_timestamps_are_epoch_ns():
     from jobs.normalize.job import normalize_file
 
     t0 = 1_729_888_371_056_597_613  # docs example (2024-10-25)
-    doc = {"trace_events": [
-        {"duration": 5000, "group": "nrt-nc-000", "id": 1, "instance_id": "i-1", "lnc_idx": "0", "name": "nrt_tensor_write",
-         "parent_id": 0, "process_id": "4242", "thread_id": 7, "timestamp": t0, "type": 11},
-        {"duration": 2000, "group": "nc-000", "id": 2, "instance_id": "i-1", "lnc_idx": "0", "name": "nc_exec_running",
-         "process_id": "4242", "thread_id": 0, "timestamp": t0 + 6000, "type": 3},
-        {"duration": 9000, "group": "framework-7", "instance_id": "i-1", "name": "PjitFunction(f)", "process_id": "4242",
-         "thread_id": 7, "timestamp": t0 - 1000, "type": 99999}],
+    doc = {
+        "trace_events": [
+            {
+                "duration": 5000,
+                "group": "nrt-nc-000",
+                "id": 1,
+                "instance_id": "i-1",
+                "lnc_idx": "0",
+                "name": "nrt_tensor_write",
+                "parent_id": 0,
+                "process_id": "4242",
+                "thread_id": 7,
+                "timestamp": t0,
+                "type": 11,
+            },
+            {
+                "duration": 2000,
+                "group": "nc-000",
+                "id": 2,
+                "instance_id": "i-1",
+                "lnc_idx": "0",
+                "name": "nc_exec_running",
+                "process_id": "4242",
+                "thread_id": 0,
+                "timestamp": t0 + 6000,
+                "type": 3,
+            },
+            {
+                "duration": 9000,
+                "group": "framework-7",
+                "instance_id": "i-1",
+                "name": "PjitFunction(f)",
+                "process_id": "4242",
+                "thread_id": 7,
+                "timestamp": t0 - 1000,
+                "type": 99999,
+            },
+        ],
         "cpu_util": [{"cpu_id": "3", "duration": 1, "instance_id": "i-1", "timestamp": t0, "util": 42.0}],
-        "mem_usage": [{"duration": 1, "instance_id": "i-1", "percent_usage": 12.5, "timestamp": t0, "usage": 1 << 30}]}
+        "mem_usage": [{"duration": 1, "instance_id": "i-1", "percent_usage": 12.5, "timestamp": t0, "usage": 1 << 30}],
+    }
     task = {"uri": "/lz/sys/system_profile.json", "capture_id": "c", "job_id": "j", "kind": "auto"}
     row, ev = normalize_file(task, json.dumps(doc).encode())
     assert row["status"] == "ingested" and row["format"] == "neuron-system-json" and row["time_base"] == "epoch-ns"
@@ -74,14 +106,27 @@ def test_percent_fields_are_fractions_in_legacy_json(doc):
 
 def test_engine_names_are_normalized_across_outputs(doc):
     # hardware aliases (PE=Tensor, ACT=Scalar, DVE=Vector, POOL=GpSimd, SP=Sync), any case, timeline rows
-    for alias, engine in (("PE", "tensor"), ("ACT", "scalar"), ("DVE", "vector"), ("POOL", "gpsimd"), ("SP", "sync"),
-                          ("Tensor", "tensor"), ("TensorMatrix", "tensor"), ("tensor", "tensor"), ("GpSimd", "gpsimd"),
-                          ("Pool", "gpsimd"), ("Activation", "scalar")):
+    for alias, engine in (
+        ("PE", "tensor"),
+        ("ACT", "scalar"),
+        ("DVE", "vector"),
+        ("POOL", "gpsimd"),
+        ("SP", "sync"),
+        ("Tensor", "tensor"),
+        ("TensorMatrix", "tensor"),
+        ("tensor", "tensor"),
+        ("GpSimd", "gpsimd"),
+        ("Pool", "gpsimd"),
+        ("Activation", "scalar"),
+    ):
         assert engine_name(alias) == engine, alias
     assert engine_name("NewEngine") == "newengine" and engine_name("") is None
     assert set(ENGINE_ALIASES.values()) == {"tensor", "vector", "scalar", "gpsimd", "sync"}
     # the corpus uses Title-case labels for instructions and lower case in active_time: one vocabulary after parsing
     p = parse_neuron_json(json.dumps(doc).encode(), "x")
     assert {i["label"] for i in doc["instruction"]} >= {"TensorMatrix", "GpSimd"}
-    assert set(p.column("Instruction", "engine")) == set(p.column("ActiveTime", "engine")) == \
-        {"tensor", "vector", "scalar", "gpsimd", "sync"}
+    assert (
+        set(p.column("Instruction", "engine"))
+        == set(p.column("ActiveTime", "engine"))
+        == {"tensor", "vector", "scalar", "gpsimd", "sync"}
+    )

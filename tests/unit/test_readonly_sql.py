@@ -92,8 +92,10 @@ HOSTILE = [
     ("SELECT * FROM spark_catalog.default.steps", r"qualified table reference spark_catalog\.default\.steps"),
     ("SELECT * FROM global_temp.steps", r"qualified table reference global_temp\.steps"),
     # a CTE is visible only in its own scope: `secrets` below is the catalog's, not the CTE
-    ("SELECT * FROM (WITH secrets AS (SELECT 1) SELECT * FROM secrets) t, secrets",
-     r"table `secrets` is not a warehouse view"),
+    (
+        "SELECT * FROM (WITH secrets AS (SELECT 1) SELECT * FROM secrets) t, secrets",
+        r"table `secrets` is not a warehouse view",
+    ),
     ("WITH a AS (SELECT * FROM b), b AS (SELECT 1) SELECT * FROM a", r"table `b` is not a warehouse view"),
 ]
 
@@ -141,11 +143,14 @@ def test_ordinary_query_accepted(query):
     assert check_query(query, VIEWS) == query
 
 
-@pytest.mark.parametrize("text,expect", [
-    ("SELECT 1;", "SELECT 1"),
-    ("  SELECT * FROM steps ;  \n", "SELECT * FROM steps"),
-    ("\nSELECT job_id\nFROM steps\n", "SELECT job_id\nFROM steps"),
-])
+@pytest.mark.parametrize(
+    "text,expect",
+    [
+        ("SELECT 1;", "SELECT 1"),
+        ("  SELECT * FROM steps ;  \n", "SELECT * FROM steps"),
+        ("\nSELECT job_id\nFROM steps\n", "SELECT job_id\nFROM steps"),
+    ],
+)
 def test_stripped_of_one_trailing_semicolon(text, expect):
     assert check_query(text, VIEWS) == expect
 
@@ -187,19 +192,22 @@ def test_json_safe_struct_rows():
     assert _json_safe(Row(a=1, b=Row(c=float("inf"), d=[Decimal("0.25")]))) == {"a": 1, "b": {"c": None, "d": [0.25]}}
 
 
-@pytest.mark.parametrize("root,path,inside", [
-    ("/wh", "file:///wh/steps/date=x/part-0.parquet", True),
-    ("/wh/", "file:/wh/steps/part-0.parquet", True),
-    ("/wh", "/wh/steps/part-0.parquet", True),
-    ("/wh", "file:///wh2/steps/part-0.parquet", False),
-    ("/wh", "file:///wh/../etc/passwd", False),
-    ("/wh", "file:///etc/passwd", False),
-    ("/w h", "file:///w%20h/steps/part-0.parquet", True),
-    ("s3a://bucket/wh", "s3a://bucket/wh/steps/part-0.parquet", True),
-    ("s3://bucket/wh", "s3a://bucket/wh/steps/part-0.parquet", True),
-    ("s3a://bucket/wh", "s3a://other/wh/steps/part-0.parquet", False),
-    ("s3a://bucket/wh", "s3a://bucket/whx/part-0.parquet", False),
-    ("/wh", "s3a://bucket/wh/part-0.parquet", False),
-])
+@pytest.mark.parametrize(
+    "root,path,inside",
+    [
+        ("/wh", "file:///wh/steps/date=x/part-0.parquet", True),
+        ("/wh/", "file:/wh/steps/part-0.parquet", True),
+        ("/wh", "/wh/steps/part-0.parquet", True),
+        ("/wh", "file:///wh2/steps/part-0.parquet", False),
+        ("/wh", "file:///wh/../etc/passwd", False),
+        ("/wh", "file:///etc/passwd", False),
+        ("/w h", "file:///w%20h/steps/part-0.parquet", True),
+        ("s3a://bucket/wh", "s3a://bucket/wh/steps/part-0.parquet", True),
+        ("s3://bucket/wh", "s3a://bucket/wh/steps/part-0.parquet", True),
+        ("s3a://bucket/wh", "s3a://other/wh/steps/part-0.parquet", False),
+        ("s3a://bucket/wh", "s3a://bucket/whx/part-0.parquet", False),
+        ("/wh", "s3a://bucket/wh/part-0.parquet", False),
+    ],
+)
 def test_within_warehouse(root, path, inside):
     assert _within(root, path) is inside

@@ -16,9 +16,21 @@ def _run(job_id: str, key: str, step_ms, idle_frac=0.1, exposed_frac=0.05, name=
     rows = []
     for i, t in enumerate(step_ms):
         st = int(t * MS)
-        rows.append({"job_name": name, "job_id": job_id, "attempt": 0, "run_key": key, "run_date": key[:10],
-                     "step": i, "step_time_ns": st, "rank_step_time_ns": 2 * st, "kernel_time_ns": 2 * st,
-                     "idle_time_ns": int(2 * st * idle_frac), "exposed_comm_ns": int(2 * st * exposed_frac)})
+        rows.append(
+            {
+                "job_name": name,
+                "job_id": job_id,
+                "attempt": 0,
+                "run_key": key,
+                "run_date": key[:10],
+                "step": i,
+                "step_time_ns": st,
+                "rank_step_time_ns": 2 * st,
+                "kernel_time_ns": 2 * st,
+                "idle_time_ns": int(2 * st * idle_frac),
+                "exposed_comm_ns": int(2 * st * exposed_frac),
+            }
+        )
     return rows
 
 
@@ -37,11 +49,13 @@ def _verdicts(out, job):
 
 
 def test_step_time_regression_is_found_against_previous_runs():
-    out = find_regressions(_frame(
-        _run("r0", "2026-11-01T00:00:00Z", _jitter(100, seed=0)),
-        _run("r1", "2026-11-02T00:00:00Z", _jitter(100, seed=1)),
-        _run("r2", "2026-11-03T00:00:00Z", _jitter(130, seed=2)),  # 30 % slower
-    ))
+    out = find_regressions(
+        _frame(
+            _run("r0", "2026-11-01T00:00:00Z", _jitter(100, seed=0)),
+            _run("r1", "2026-11-02T00:00:00Z", _jitter(100, seed=1)),
+            _run("r2", "2026-11-03T00:00:00Z", _jitter(130, seed=2)),  # 30 % slower
+        )
+    )
     assert set(out["metric"]) == set(METRICS) and len(out) == 3 * len(METRICS)
     assert set(_verdicts(out, "r0").values()) == {"no_baseline"}
     assert _verdicts(out, "r1")["step_time_p50_ns"] == "unchanged"
@@ -55,10 +69,12 @@ def test_step_time_regression_is_found_against_previous_runs():
 
 
 def test_improvement_and_idle_regression():
-    out = find_regressions(_frame(
-        _run("a", "2026-11-01", _jitter(100, seed=3), idle_frac=0.10),
-        _run("b", "2026-11-02", _jitter(80, seed=4), idle_frac=0.25),
-    ))
+    out = find_regressions(
+        _frame(
+            _run("a", "2026-11-01", _jitter(100, seed=3), idle_frac=0.10),
+            _run("b", "2026-11-02", _jitter(80, seed=4), idle_frac=0.25),
+        )
+    )
     v = _verdicts(out, "b")
     assert v["step_time_p50_ns"] == "improvement" and v["step_time_p90_ns"] == "improvement"
     assert v["idle_pct"] == "regression"
@@ -67,11 +83,13 @@ def test_improvement_and_idle_regression():
 
 
 def test_small_change_or_few_steps_is_not_a_regression():
-    out = find_regressions(_frame(
-        _run("a", "2026-11-01", _jitter(100, seed=5)),
-        _run("b", "2026-11-02", _jitter(103, seed=6)),  # 3 % < 5 % threshold, even if significant
-        _run("c", "2026-11-03", [200, 210]),  # 2 steps: too few for a test
-    ))
+    out = find_regressions(
+        _frame(
+            _run("a", "2026-11-01", _jitter(100, seed=5)),
+            _run("b", "2026-11-02", _jitter(103, seed=6)),  # 3 % < 5 % threshold, even if significant
+            _run("c", "2026-11-03", [200, 210]),  # 2 steps: too few for a test
+        )
+    )
     assert _verdicts(out, "b")["step_time_p50_ns"] == "unchanged"
     c = out[(out["job_id"] == "c") & (out["metric"] == "step_time_p50_ns")].iloc[0]
     assert c["verdict"] == "no_baseline" and pd.isna(c["p_value"]) and c["value"] == pytest.approx(205 * MS)

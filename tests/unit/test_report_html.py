@@ -25,32 +25,105 @@ def job_tables(trace_filter_tables):
 def _hostile_tables(base: dict) -> dict:
     t = {k: v.copy() for k, v in base.items() if k != "events"}
     ident = dict(date="2023-04-28", job_id="trace_filter", attempt=0)
-    t["kernels"] = pd.DataFrame([
-        {**ident, "rank": 0, "capture_id": "c0", "step": 551, "name": HOSTILE, "kernel_type": "COMPUTATION",
-         "n": 3, "total_ns": 9_000_000, "mean_ns": 3e6},
-        {**ident, "rank": 1, "capture_id": "c1", "step": 551, "name": HOSTILE_ATTR, "kernel_type": "COMMUNICATION",
-         "n": 2, "total_ns": 4_000_000, "mean_ns": 2e6},
-        {**ident, "rank": 1, "capture_id": "c1", "step": 552, "name": MATH, "kernel_type": "OTHER",
-         "n": 1, "total_ns": 1_000_000, "mean_ns": 1e6}])
+    t["kernels"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "rank": 0,
+                "capture_id": "c0",
+                "step": 551,
+                "name": HOSTILE,
+                "kernel_type": "COMPUTATION",
+                "n": 3,
+                "total_ns": 9_000_000,
+                "mean_ns": 3e6,
+            },
+            {
+                **ident,
+                "rank": 1,
+                "capture_id": "c1",
+                "step": 551,
+                "name": HOSTILE_ATTR,
+                "kernel_type": "COMMUNICATION",
+                "n": 2,
+                "total_ns": 4_000_000,
+                "mean_ns": 2e6,
+            },
+            {
+                **ident,
+                "rank": 1,
+                "capture_id": "c1",
+                "step": 552,
+                "name": MATH,
+                "kernel_type": "OTHER",
+                "n": 1,
+                "total_ns": 1_000_000,
+                "mean_ns": 1e6,
+            },
+        ]
+    )
     rows = []
     for call in range(4):
         for rank in (0, 1):
             wait = 1000 * (call + 1) if rank == 0 else 0
-            rows.append({**ident, "rank": rank, "capture_id": f"c{rank}", "step": 551, "event_id": 10 * call + rank,
-                         "pg_name": HOSTILE, "collective": "allreduce", "call_index": call,
-                         "match_key": f"{HOSTILE}/{call}", "aligned_start_ns": 1000 * call - wait, "wait_ns": wait,
-                         "skew_ns": 1000 * (call + 1), "is_last_arrival": rank == 1, "msg_bytes": 1 << 20,
-                         "busbw_gbps": 10.0})
+            rows.append(
+                {
+                    **ident,
+                    "rank": rank,
+                    "capture_id": f"c{rank}",
+                    "step": 551,
+                    "event_id": 10 * call + rank,
+                    "pg_name": HOSTILE,
+                    "collective": "allreduce",
+                    "call_index": call,
+                    "match_key": f"{HOSTILE}/{call}",
+                    "aligned_start_ns": 1000 * call - wait,
+                    "wait_ns": wait,
+                    "skew_ns": 1000 * (call + 1),
+                    "is_last_arrival": rank == 1,
+                    "msg_bytes": 1 << 20,
+                    "busbw_gbps": 10.0,
+                }
+            )
     t["collectives"] = pd.DataFrame(rows)
-    t["critical_path"] = pd.DataFrame([
-        {**ident, "step": 551, "scope": "job", "path_rank": -1, "segment": i, "rank": i % 2, "name": HOSTILE,
-         "start_ns": 0, "end_ns": 10, "dur_ns": d, "bound_by": b, "path_length_ns": 6_000_000}
-        for i, (d, b) in enumerate([(4_000_000, "compute"), (2_000_000, "collective_wait")])])
-    t["findings"] = pd.DataFrame([{**ident, "finding_id": "straggler_rank/rank=1", "rule": "straggler_rank", "rank_order": 1,
-                                   "title": HOSTILE, "metric": "wait_ms", "value": 3.5, "est_time_lost_per_step_ns": 2_000_000,
-                                   "confidence": 0.8, "ranks": [1], "steps": [551],
-                                   "evidence_json": '{"note": "' + HOSTILE.replace('"', "") + '"}',
-                                   "recommendation": HOSTILE_ATTR}])
+    t["critical_path"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "step": 551,
+                "scope": "job",
+                "path_rank": -1,
+                "segment": i,
+                "rank": i % 2,
+                "name": HOSTILE,
+                "start_ns": 0,
+                "end_ns": 10,
+                "dur_ns": d,
+                "bound_by": b,
+                "path_length_ns": 6_000_000,
+            }
+            for i, (d, b) in enumerate([(4_000_000, "compute"), (2_000_000, "collective_wait")])
+        ]
+    )
+    t["findings"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "finding_id": "straggler_rank/rank=1",
+                "rule": "straggler_rank",
+                "rank_order": 1,
+                "title": HOSTILE,
+                "metric": "wait_ms",
+                "value": 3.5,
+                "est_time_lost_per_step_ns": 2_000_000,
+                "confidence": 0.8,
+                "ranks": [1],
+                "steps": [551],
+                "evidence_json": '{"note": "' + HOSTILE.replace('"', "") + '"}',
+                "recommendation": HOSTILE_ATTR,
+            }
+        ]
+    )
     t["captures"].loc[0, "uri"] = "/landing/" + HOSTILE + ".json"
     return t
 
@@ -87,8 +160,14 @@ def test_job_report_with_missing_tables_says_not_available(job_tables):
     html = render_job_report({})
     for key in ("step-time", "idle-time", "top-kernels", "collectives", "critical-path", "findings", "captures"):
         assert f'data-unavailable="{key}"' in html, key
-    partial = render_job_report({"captures": job_tables["captures"], "steps": job_tables["steps"],
-                                 "ranks": job_tables["ranks"], "kernels": pd.DataFrame()})
+    partial = render_job_report(
+        {
+            "captures": job_tables["captures"],
+            "steps": job_tables["steps"],
+            "ranks": job_tables["ranks"],
+            "kernels": pd.DataFrame(),
+        }
+    )
     assert 'data-plot="step_breakdown"' in partial and 'data-unavailable="collectives"' in partial
     assert 'data-unavailable="top-kernels"' in partial
     # with events and no kernels table, top kernels come from the events
@@ -101,7 +180,7 @@ def test_job_report_numbers_match_the_tables(job_tables):
 
     html = render_job_report(job_tables)
     steps = job_tables["steps"]
-    for r, s in steps.groupby("rank"):
+    for _rank, s in steps.groupby("rank"):
         assert f"{s['step_time_ns'].median() / 1e6:,.2f}" in html
     assert f"{len(job_tables['captures'])} capture(s), 0 quarantined" in html
 
@@ -127,14 +206,32 @@ def test_fleet_report_trends_and_worst_offenders(job_tables):
 def test_job_report_opens_with_the_verdict(job_tables):
     from jobs.publish.report.html import render_job_report
 
-    findings = pd.DataFrame([{"job_id": "j", "attempt": 0, "rule": "straggler_rank", "rank_order": 1,
-                              "title": "Rank 1 arrives last", "est_time_lost_per_step_ns": 2_500_000,
-                              "recommendation": "Find why rank 1 is late", "ranks": [1]},
-                             {"job_id": "j", "attempt": 0, "rule": "blocking_sync", "rank_order": 2,
-                              "title": "blocking syncs", "est_time_lost_per_step_ns": 500_000,
-                              "recommendation": "remove them", "ranks": [0, 1]}])
+    findings = pd.DataFrame(
+        [
+            {
+                "job_id": "j",
+                "attempt": 0,
+                "rule": "straggler_rank",
+                "rank_order": 1,
+                "title": "Rank 1 arrives last",
+                "est_time_lost_per_step_ns": 2_500_000,
+                "recommendation": "Find why rank 1 is late",
+                "ranks": [1],
+            },
+            {
+                "job_id": "j",
+                "attempt": 0,
+                "rule": "blocking_sync",
+                "rank_order": 2,
+                "title": "blocking syncs",
+                "est_time_lost_per_step_ns": 500_000,
+                "recommendation": "remove them",
+                "ranks": [0, 1],
+            },
+        ]
+    )
     html = render_job_report({**job_tables, "findings": findings})
-    body = html[html.index("<body"):]
+    body = html[html.index("<body") :]
     assert body.index('id="verdict"') < body.index('id="findings"') < body.index('id="step-time"')
     assert "Top bottleneck: Rank 1 arrives last. It costs about 2.50 ms per step" in html
     assert "What to do: Find why rank 1 is late" in html and "blocking syncs" in html
@@ -146,7 +243,7 @@ def test_job_report_opens_with_the_verdict(job_tables):
 
 def _ranks_table(html: str) -> str:
     start = html.index('data-table="ranks"')
-    return html[html.rindex("<", 0, start):html.index("</table>", start)]
+    return html[html.rindex("<", 0, start) : html.index("</table>", start)]
 
 
 def test_cpu_only_job_report_leaves_out_the_gpu_columns_and_says_why(CORPUS, job_tables):

@@ -15,12 +15,33 @@ def _calls():
     for call in range(3):
         for rank in range(3):
             is_last = rank == last[call]
-            rows.append({"job_id": "j", "attempt": 0, "rank": rank, "match_key": f"pg0/allreduce/{call}",
-                         "wait_ns": 0 if is_last else 4_000_000, "skew_ns": 4_000_000 + call,
-                         "is_last_arrival": is_last, "n_ranks_matched": 3, "busbw_gbps": 10.0 * (rank + 1)})
+            rows.append(
+                {
+                    "job_id": "j",
+                    "attempt": 0,
+                    "rank": rank,
+                    "match_key": f"pg0/allreduce/{call}",
+                    "wait_ns": 0 if is_last else 4_000_000,
+                    "skew_ns": 4_000_000 + call,
+                    "is_last_arrival": is_last,
+                    "n_ranks_matched": 3,
+                    "busbw_gbps": 10.0 * (rank + 1),
+                }
+            )
     # an unmatched call (seen on one rank only) must not count toward the straggler
-    rows.append({"job_id": "j", "attempt": 0, "rank": 1, "match_key": "pg0/allreduce/9", "wait_ns": 0, "skew_ns": 0,
-                 "is_last_arrival": True, "n_ranks_matched": 1, "busbw_gbps": None})
+    rows.append(
+        {
+            "job_id": "j",
+            "attempt": 0,
+            "rank": 1,
+            "match_key": "pg0/allreduce/9",
+            "wait_ns": 0,
+            "skew_ns": 0,
+            "is_last_arrival": True,
+            "n_ranks_matched": 1,
+            "busbw_gbps": None,
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -48,14 +69,23 @@ def test_no_collectives_gives_no_straggler():
 
 
 def test_regression_metrics_and_overall_verdict():
-    regs = pd.DataFrame([
-        {"metric": "step_time_p50_ns", "change_pct": 12.0, "delta": 1.2e6, "p_value": 1e-5, "verdict": "regression"},
-        {"metric": "idle_pct", "change_pct": None, "delta": -3.0, "p_value": 0.001, "verdict": "improvement"},
-    ])
+    regs = pd.DataFrame(
+        [
+            {
+                "metric": "step_time_p50_ns",
+                "change_pct": 12.0,
+                "delta": 1.2e6,
+                "p_value": 1e-5,
+                "verdict": "regression",
+            },
+            {"metric": "idle_pct", "change_pct": None, "delta": -3.0, "p_value": 0.001, "verdict": "improvement"},
+        ]
+    )
     m, tags = regression_metrics(regs)
     assert tags == {"tracelake.regression": "regression"}
     assert m["regression/step_time_p50_ns/change_pct"] == 12.0 and m["regression/idle_pct/delta"] == -3.0
     assert "regression/idle_pct/change_pct" not in m
-    first = pd.DataFrame([{"metric": "idle_pct", "change_pct": None, "delta": None, "p_value": None,
-                           "verdict": "no_baseline"}])
+    first = pd.DataFrame(
+        [{"metric": "idle_pct", "change_pct": None, "delta": None, "p_value": None, "verdict": "no_baseline"}]
+    )
     assert regression_metrics(first) == ({}, {"tracelake.regression": "no_baseline"})

@@ -18,9 +18,16 @@ import pytest
 from schemas.expectations import STAGE_TABLES, checks_for, is_duration
 from schemas.tables import TABLES
 
-TRACES = ("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
-          "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz")
-INTS = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+TRACES = (
+    "HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz",
+    "HolisticTraceAnalysis/trace_filter/sampled_rank-1.json.gz",
+)
+INTS = {
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+}
 
 
 def _pd(t: pa.Table) -> pd.DataFrame:
@@ -30,11 +37,10 @@ def _pd(t: pa.Table) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def real_tables(CORPUS):
     """captures, events, steps, ranks of two real ranks, as jobs ``job_a`` (rank 0) and ``job_b`` (rank 1)."""
+    from jobs.analyze.critical_path.rank import rank_critical_path
     from jobs.analyze.hta.breakdown import analyze_rank
     from jobs.landing.discover import CaptureFile
     from jobs.normalize.job import captures_table, normalize_file
-
-    from jobs.analyze.critical_path.rank import rank_critical_path
 
     caps, events, steps, ranks, cps = [], [], [], [], []
     for job, rel in zip(("job_a", "job_b"), TRACES):
@@ -48,9 +54,13 @@ def real_tables(CORPUS):
         steps.append(s)
         ranks.append(r)
         cps.append(rank_critical_path(ev)[0])
-    return {"captures": _pd(captures_table(caps)), "events": _pd(pa.concat_tables(events)),
-            "steps": _pd(pa.concat_tables(steps)), "ranks": _pd(pa.concat_tables(ranks)),
-            "critical_path": _pd(pa.concat_tables(cps))}
+    return {
+        "captures": _pd(captures_table(caps)),
+        "events": _pd(pa.concat_tables(events)),
+        "steps": _pd(pa.concat_tables(steps)),
+        "ranks": _pd(pa.concat_tables(ranks)),
+        "critical_path": _pd(pa.concat_tables(cps)),
+    }
 
 
 def _validate(frames: dict, stage: str, **kw):
@@ -138,14 +148,17 @@ def _corrupt_steps(steps: pd.DataFrame, how: str) -> pd.DataFrame:
     return s
 
 
-@pytest.mark.parametrize("how, check_id, unexpected", [
-    ("null key", "not_null:capture_id", 1),
-    ("duplicate key", "unique:key", 2),  # both copies of the key are unexpected
-    ("negative duration", "non_negative:idle_host_wait_ns", 1),
-    ("pct 150", "pct_range:idle_pct", 1),
-    ("breakdown does not add up", "consistent:breakdown_sum", 1),
-    ("host time longer than the step", "consistent:host_busy_within_step", 1),
-])
+@pytest.mark.parametrize(
+    "how, check_id, unexpected",
+    [
+        ("null key", "not_null:capture_id", 1),
+        ("duplicate key", "unique:key", 2),  # both copies of the key are unexpected
+        ("negative duration", "non_negative:idle_host_wait_ns", 1),
+        ("pct 150", "pct_range:idle_pct", 1),
+        ("breakdown does not add up", "consistent:breakdown_sum", 1),
+        ("host time longer than the step", "consistent:host_busy_within_step", 1),
+    ],
+)
 def test_corrupted_steps_are_caught_and_attributed(real_tables, how, check_id, unexpected):
     bad = _corrupt_steps(real_tables["steps"], how)
     report = _validate({"steps": bad, "ranks": real_tables["ranks"]}, "analyze")
@@ -185,7 +198,9 @@ def test_critical_path_segments_must_add_up_to_their_path(real_tables):
     failed = _failed(_validate({"critical_path": bad}, "analyze"), "critical_path")
     # every segment of the edited path now disagrees with its path_length
     assert failed["consistent:segments_sum_to_path"].jobs == {"job_b": int(path.sum())}
-    assert failed["in_set:bound_by"].jobs == {"job_a": 1} and failed["in_set:bound_by"].partial_unexpected == ["gremlins"]
+    assert failed["in_set:bound_by"].jobs == {"job_a": 1} and failed["in_set:bound_by"].partial_unexpected == [
+        "gremlins"
+    ]
 
 
 def test_enumerated_values_come_from_the_column_docs():
@@ -199,7 +214,9 @@ def test_enumerated_values_come_from_the_column_docs():
 
 def test_every_raw_file_must_be_accounted_for(real_tables):
     # discovery found 3 files but captures has 2 rows: one file was lost between discovery and load
-    norm = _validate({"captures": real_tables["captures"], "events": real_tables["events"]}, "normalize", n_discovered=3)
+    norm = _validate(
+        {"captures": real_tables["captures"], "events": real_tables["events"]}, "normalize", n_discovered=3
+    )
     c = _failed(norm, "captures")["row_count:discovered"]
     assert c.observed == "2"
     assert set(c.jobs) == {"job_a", "job_b"}  # not attributable to rows: the whole batch fails
@@ -251,30 +268,66 @@ def _answers(report, jobs=("job_a", "job_b", "other")) -> tuple:
 
     extra = ValidationReport(["fleet"], ["job_c"], {"fleet/x": TableValidation("x", "fleet", "missing")}, "9999")
     merged = report.merge(extra)
-    return (report.failed_jobs(), {j: report.job_success(j) for j in jobs}, report.summary(), report.success,
-            merged.failed_jobs(), merged.job_ids, merged.validated_at, merged.summary())
+    return (
+        report.failed_jobs(),
+        {j: report.job_success(j) for j in jobs},
+        report.summary(),
+        report.success,
+        merged.failed_jobs(),
+        merged.job_ids,
+        merged.validated_at,
+        merged.summary(),
+    )
 
 
 def test_report_round_trips_through_to_dict():
     from jobs.validate.report import CheckResult, TableValidation, ValidationReport
 
-    bad = [CheckResult("pct_range:idle_pct", "expect_column_values_to_be_between", ["idle_pct"], False, "≤ 100",
-                       unexpected_count=3, element_count=40, partial_unexpected=["150.0", "101.5"],
-                       jobs={"job_a": 1, "job_b": 2}),
-           CheckResult("row_count:discovered", "expect_table_row_count_to_equal", [], False, observed="3",
-                       jobs={"job_a": 0, "job_b": 0}),
-           CheckResult("not_null:x", "(not run)", ["x"], False, error="column(s) missing: ['x']", jobs={"*": 0})]
+    bad = [
+        CheckResult(
+            "pct_range:idle_pct",
+            "expect_column_values_to_be_between",
+            ["idle_pct"],
+            False,
+            "≤ 100",
+            unexpected_count=3,
+            element_count=40,
+            partial_unexpected=["150.0", "101.5"],
+            jobs={"job_a": 1, "job_b": 2},
+        ),
+        CheckResult(
+            "row_count:discovered",
+            "expect_table_row_count_to_equal",
+            [],
+            False,
+            observed="3",
+            jobs={"job_a": 0, "job_b": 0},
+        ),
+        CheckResult("not_null:x", "(not run)", ["x"], False, error="column(s) missing: ['x']", jobs={"*": 0}),
+    ]
     ok = [CheckResult("schema:columns", "(schema)", [], True, observed="all declared columns present")]
-    norm = ValidationReport(["normalize"], ["job_a", "job_b"], {
-        "normalize/captures": TableValidation("captures", "normalize", "failed", 3, bad[1:2] + ok, engine="pandas",
-                                              jobs=["job_a", "job_b"]),
-        "normalize/neuron_summary": TableValidation("neuron_summary", "normalize", "missing")},
-        "2026-01-02T03:04:05+00:00")
-    ana = ValidationReport(["analyze"], None, {
-        "analyze/steps": TableValidation("steps", "analyze", "failed", 40, ok + bad[:1] + bad[2:], engine="spark",
-                                         jobs=["job_a", "job_b"]),
-        "analyze/ranks": TableValidation("ranks", "analyze", "passed", 2, ok, engine="pandas", jobs=["job_a"])},
-        "2026-01-02T03:05:00+00:00")
+    norm = ValidationReport(
+        ["normalize"],
+        ["job_a", "job_b"],
+        {
+            "normalize/captures": TableValidation(
+                "captures", "normalize", "failed", 3, bad[1:2] + ok, engine="pandas", jobs=["job_a", "job_b"]
+            ),
+            "normalize/neuron_summary": TableValidation("neuron_summary", "normalize", "missing"),
+        },
+        "2026-01-02T03:04:05+00:00",
+    )
+    ana = ValidationReport(
+        ["analyze"],
+        None,
+        {
+            "analyze/steps": TableValidation(
+                "steps", "analyze", "failed", 40, ok + bad[:1] + bad[2:], engine="spark", jobs=["job_a", "job_b"]
+            ),
+            "analyze/ranks": TableValidation("ranks", "analyze", "passed", 2, ok, engine="pandas", jobs=["job_a"]),
+        },
+        "2026-01-02T03:05:00+00:00",
+    )
     for r in (norm, ana, norm.merge(ana)):
         assert ValidationReport.from_dict(r.to_dict()) == r
         assert ValidationReport.from_dict(json.loads(json.dumps(r.to_dict(), default=str))) == r
@@ -296,18 +349,26 @@ def test_real_report_round_trips_through_json(real_tables):
     # to_dict() (what is logged to MLflow) leaves out only GX's raw results, which no answer needs
     back = ValidationReport.from_dict(json.loads(json.dumps(report.to_dict(), default=str)))
     assert back.to_dict() == report.to_dict() and _answers(back) == _answers(report)
-    assert back == dataclasses.replace(report, tables={k: dataclasses.replace(t, gx_result={})
-                                                       for k, t in report.tables.items()})
+    assert back == dataclasses.replace(
+        report, tables={k: dataclasses.replace(t, gx_result={}) for k, t in report.tables.items()}
+    )
 
 
 def test_gate_imports_nothing_of_publish_nor_mlflow():
     import subprocess
     import sys
 
-    code = ("import sys, jobs.validate.report, jobs.validate.suites, jobs.validate.marks, jobs.validate.__main__; "
-            "print(sorted(m for m in sys.modules if m.startswith(('jobs.publish', 'mlflow', 'great_expectations'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2]).stdout
+    code = (
+        "import sys, jobs.validate.report, jobs.validate.suites, jobs.validate.marks, jobs.validate.__main__; "
+        "print(sorted(m for m in sys.modules if m.startswith(('jobs.publish', 'mlflow', 'great_expectations'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
     assert out.strip() == "[]"  # GX loads only when a suite runs; publishing is jobs.publish.validation
 
 
@@ -326,10 +387,18 @@ def test_validation_page_escapes_and_lists_failures(real_tables):
 
 
 @pytest.mark.parametrize("dtype", ["Int64", "Int32", "Float64"])
-@pytest.mark.parametrize("lo, hi, strict_min, strict_max", [
-    (0, None, False, False), (1, None, False, False), (None, 100, False, False), (0, 100, False, False),
-    (0, 100, True, True), (0, 0, False, False), (1, None, True, False),
-])
+@pytest.mark.parametrize(
+    "lo, hi, strict_min, strict_max",
+    [
+        (0, None, False, False),
+        (1, None, False, False),
+        (None, 100, False, False),
+        (0, 100, False, False),
+        (0, 100, True, True),
+        (0, 0, False, False),
+        (1, None, True, False),
+    ],
+)
 def test_nullable_between_agrees_with_gx_on_every_value(dtype, lo, hi, strict_min, strict_max):
     """jobs.validate.gx_engine.nullable_between (numpy) and GX 1.x's own per-value condition give the same mask."""
     import inspect
@@ -339,8 +408,13 @@ def test_nullable_between_agrees_with_gx_on_every_value(dtype, lo, hi, strict_mi
     from jobs.validate.gx_engine import nullable_between
 
     values = [0, -7, 1, 100, 101, 2**40, -(2**40), 50, 99, 1] if dtype != "Int32" else [0, -7, 1, 100, 101, 50, 99, 1]
-    s = pd.Series(pd.array(values, dtype=dtype)) if dtype != "Float64" else pd.Series(
-        pd.array([v + 0.5 if i % 3 == 0 else v for i, v in enumerate(values)] + [float("nan")], dtype=dtype))
+    s = (
+        pd.Series(pd.array(values, dtype=dtype))
+        if dtype != "Float64"
+        else pd.Series(
+            pd.array([v + 0.5 if i % 3 == 0 else v for i, v in enumerate(values)] + [float("nan")], dtype=dtype)
+        )
+    )
     s = s[s.notna()]  # GX drops nulls before the condition
     gx_fn = inspect.unwrap(ColumnValuesBetween._pandas)
     want = gx_fn(ColumnValuesBetween, s, min_value=lo, max_value=hi, strict_min=strict_min, strict_max=strict_max)
@@ -368,8 +442,12 @@ def _comparable(report) -> dict:
     for key, t in report.tables.items():
         for r in (t.gx_result or {}).get("results", []):
             cfg = r["expectation_config"]
-            gx[(key, cfg["meta"]["check_id"])] = (cfg["type"], {k: v for k, v in cfg["kwargs"].items() if k != "batch_id"},
-                                                  r["success"], r["result"])
+            gx[(key, cfg["meta"]["check_id"])] = (
+                cfg["type"],
+                {k: v for k, v in cfg["kwargs"].items() if k != "batch_id"},
+                r["success"],
+                r["result"],
+            )
     return {"report": d, "gx": gx}
 
 
@@ -382,8 +460,14 @@ def test_narrow_batches_report_what_one_gx_batch_reports(real_tables, monkeypatc
     cases = [
         ({"captures": real_tables["captures"], "events": _broken_events(real_tables["events"])}, "normalize", 3),
         ({"captures": real_tables["captures"], "events": real_tables["events"]}, "normalize", 2),
-        ({"steps": _corrupt_steps(real_tables["steps"], "breakdown does not add up"),
-          "critical_path": real_tables["critical_path"]}, "analyze", None),
+        (
+            {
+                "steps": _corrupt_steps(real_tables["steps"], "breakdown does not add up"),
+                "critical_path": real_tables["critical_path"],
+            },
+            "analyze",
+            None,
+        ),
     ]
     for frames, stage, n in cases:
         monkeypatch.setattr(gx_engine, "NARROW_MIN_CELLS", 0)  # every frame in narrow, compact batches

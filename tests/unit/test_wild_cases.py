@@ -14,15 +14,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
+from kineto_engines import parse_both
 
 from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.landing.discover import CaptureFile
 from jobs.normalize.job import normalize_file
 from jobs.normalize.kineto import native
 from jobs.normalize.kineto.parse import parse_kineto
-from kineto_engines import parse_both
 
-_spec = importlib.util.spec_from_file_location("wild_cases", Path(__file__).resolve().parents[1] / "fixtures" / "wild_cases.py")
+_spec = importlib.util.spec_from_file_location(
+    "wild_cases", Path(__file__).resolve().parents[1] / "fixtures" / "wild_cases.py"
+)
 wc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(wc)
 
@@ -30,11 +32,9 @@ US = 1000
 T = wc.EPOCH_US * US
 
 
-
 def by_name(parsed) -> dict:
     d = parsed.events.to_pydict()
     return {d["name"][i]: {k: v[i] for k, v in d.items()} for i in range(parsed.events.num_rows)}
-
 
 
 def analyzed(data: bytes, uri: str = "landing/job/trace.json"):
@@ -91,13 +91,18 @@ def test_W2_damage_inside_strings_is_repaired_every_event_kept(n_filler, gz):
     p = parse_kineto(raw, "x.json", engine="python")
     assert p.events.num_rows == 5 + n_filler
     r = by_name(p)
-    assert "gemm\ufffd_kernel" in r and r["gemm\ufffd_kernel"]["correlation"] == 3 and r["gemm\ufffd_kernel"]["step"] == 1
+    assert (
+        "gemm\ufffd_kernel" in r and r["gemm\ufffd_kernel"]["correlation"] == 3 and r["gemm\ufffd_kernel"]["step"] == 1
+    )
     assert '"C:\\\\Users\\\\q"' in r["aten::load"]["args_json"]  # the backslashes kept as written
     assert "f\ufffd" in r
     c = p.meta["flag_counts"]
     assert (c["invalid_utf8"], c["invalid_escape"], c["lone_surrogate"]) == (1, 2, 1)
-    assert p.meta["repair_offsets"] == {"invalid_utf8": [at["ff"]], "invalid_escape": [at["escape"], at["escape"] + 6],
-                                        "lone_surrogate": [at["surrogate"]]}
+    assert p.meta["repair_offsets"] == {
+        "invalid_utf8": [at["ff"]],
+        "invalid_escape": [at["escape"], at["escape"] + 6],
+        "lone_surrogate": [at["surrogate"]],
+    }
     assert p.meta["repair_offset"] == min(at.values())
     # the C scanner hands string damage to the reference path: "auto" gives the same table and metadata
     auto = parse_kineto(raw, "x.json", engine="auto")
@@ -253,7 +258,8 @@ def test_W6_the_corpus_b200_trace_is_clipped_and_hta_mode_reads_the_raw_duration
         a = e.get("args") or {}
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "stream" in a:
             streams.setdefault((a.get("device", e.get("pid")), a["stream"]), []).append(
-                (int(Decimal(e["ts"]) * 1000), int(Decimal(e["dur"]) * 1000)))
+                (int(Decimal(e["ts"]) * 1000), int(Decimal(e["dur"]) * 1000))
+            )
     n, removed = 0, 0
     for rows in streams.values():
         rows.sort()
@@ -271,8 +277,11 @@ def test_W6_the_corpus_b200_trace_is_clipped_and_hta_mode_reads_the_raw_duration
     assert raw.null_count == ev.num_rows - n
     # HTA's reading (hta_us_rounding) takes the raw durations, rounded as HTA rounds them
     ts = ev.column("ts_ns").to_numpy(zero_copy_only=False)
-    dur = np.where(pa.compute.is_valid(raw).to_numpy(zero_copy_only=False), raw.fill_null(0).to_numpy(),
-                   ev.column("dur_ns").fill_null(0).to_numpy())
+    dur = np.where(
+        pa.compute.is_valid(raw).to_numpy(zero_copy_only=False),
+        raw.fill_null(0).to_numpy(),
+        ev.column("dur_ns").fill_null(0).to_numpy(),
+    )
     base = p.meta["base_time_ns"] or 0
     assert (build_rank_trace(ev, hta_us_rounding=True, time_base_ns=base).dur == hta_round_us(ts, dur, base)[1]).all()
 
@@ -283,8 +292,10 @@ def test_W5_launch_flows_bind_across_the_shared_pid_tid():
 
     d = json.loads(wc.w5_shared_pid_tid())
     t = wc.EPOCH_US
-    d["traceEvents"] += [{"ph": "s", "id": 1, "pid": 0, "tid": 0, "ts": t + 150, "cat": "ac2g", "name": "ac2g"},
-                         {"ph": "f", "id": 1, "pid": 0, "tid": 0, "ts": t + 200, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
+    d["traceEvents"] += [
+        {"ph": "s", "id": 1, "pid": 0, "tid": 0, "ts": t + 150, "cat": "ac2g", "name": "ac2g"},
+        {"ph": "f", "id": 1, "pid": 0, "tid": 0, "ts": t + 200, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    ]
     r = by_name(parse_both(json.dumps(d).encode()))
     assert r["cudaLaunchKernel"]["flow_id"] == 1 and r["gemm"]["flow_id"] == 1
     assert r["aten::mm"]["flow_id"] is None

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from jobs.normalize.xla import xplane
 from jobs.normalize.errors import TraceError
 from jobs.normalize.job import normalize_file
+from jobs.normalize.xla import xplane
 
 SAMPLE = "neuron/generated__jax_cpu_xplane_sample"
 RUN = f"{SAMPLE}/plugins/profile/2026_11_30_06_33_40"
@@ -42,8 +42,12 @@ def test_convert_sets_the_event_cap_and_flags_truncation(monkeypatch):
     seen = {}
 
     def fake(paths, tool, params):
-        seen.update(cap=os.environ.get("TF_PROFILER_TRACE_VIEWER_MAX_EVENTS"), tool=tool, path=paths[0],
-                    exists=os.path.exists(paths[0]))
+        seen.update(
+            cap=os.environ.get("TF_PROFILER_TRACE_VIEWER_MAX_EVENTS"),
+            tool=tool,
+            path=paths[0],
+            exists=os.path.exists(paths[0]),
+        )
         n = int(seen["cap"])
         events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}}]
         events += [{"ph": "X", "pid": 1, "tid": 1, "ts": i, "dur": 1, "name": "op"} for i in range(min(n, 5))]
@@ -86,8 +90,11 @@ def test_lone_xplane_is_converted_with_a_converter(CORPUS, monkeypatch):
     """With a converter the xplane takes the Kineto path (here a stand-in returning the corpus xprof output)."""
     out = (CORPUS / SAMPLE / "xprof_trace_viewer_output.json").read_text()
     real = xplane.convert_xplane
-    monkeypatch.setattr(xplane, "convert_xplane",
-                        lambda data, name, **kw: real(data, name, _convert=lambda *a: (out, "application/json")))
+    monkeypatch.setattr(
+        xplane,
+        "convert_xplane",
+        lambda data, name, **kw: real(data, name, _convert=lambda *a: (out, "application/json")),
+    )
     task = {"uri": "/lz/r/vm.xplane.pb", "capture_id": "c", "job_id": "j", "kind": "xplane"}
     row, ev = normalize_file(task, (CORPUS / RUN / "vm.xplane.pb").read_bytes())
     assert row["status"] == "ingested" and row["source"] == "xla" and "xprof_converted" in row["flags"]
@@ -100,6 +107,8 @@ def test_real_xprof_conversion(CORPUS):
     ref = json.loads((CORPUS / SAMPLE / "xprof_trace_viewer_output.json").read_text())
     got = json.loads(doc)
     assert flags == ["xprof_converted"]
-    assert sorted(e.get("name", "") for e in got["traceEvents"]) == sorted(e.get("name", "") for e in ref["traceEvents"])
+    assert sorted(e.get("name", "") for e in got["traceEvents"]) == sorted(
+        e.get("name", "") for e in ref["traceEvents"]
+    )
     _, flags = xplane.convert_xplane((CORPUS / RUN / "vm.xplane.pb").read_bytes(), "vm.xplane.pb", limit=10)
     assert "xprof_truncated" in flags

@@ -56,48 +56,123 @@ from jobs.analyze.trace.model import IDENTITY, RankTrace, as_rank_trace
 from jobs.common.intervals import merge_intervals
 from schemas.tables import COLLECTIVES
 
-__all__ = ["CALLS_SCHEMA", "comm_calls", "match_collectives", "estimate_clock_offsets", "bus_bandwidth_factor",
-           "collective_summary", "clock_skew", "SUMMARY_SCHEMA", "SKEW_SCHEMA", "normalize_collective"]
+__all__ = [
+    "CALLS_SCHEMA",
+    "comm_calls",
+    "match_collectives",
+    "estimate_clock_offsets",
+    "bus_bandwidth_factor",
+    "collective_summary",
+    "clock_skew",
+    "SUMMARY_SCHEMA",
+    "SKEW_SCHEMA",
+    "normalize_collective",
+]
 
 #: EVENTS columns :func:`comm_calls` reads (``collective``, ``parent``, ``pg_name``, ``group_size``,
 #: ``msg_bytes``, ``seq``, ``args_json`` used when present).
 _NEED = (*IDENTITY, "event_id", "category", "name", "ts_ns", "dur_ns", "stream", "is_gpu", "correlation", "step")
 #: Schema of :func:`comm_calls` (input of :func:`match_collectives`).
-CALLS_SCHEMA = pa.schema([
-    pa.field("date", pa.string()), pa.field("job_id", pa.string()), pa.field("attempt", pa.int32()),
-    pa.field("rank", pa.int32()), pa.field("capture_id", pa.string()), pa.field("step", pa.int64()),
-    pa.field("event_id", pa.int64()), pa.field("name", pa.string()), pa.field("pg_name", pa.string()),
-    pa.field("pg_inferred", pa.bool_()), pa.field("collective", pa.string()), pa.field("call_index", pa.int64()),
-    pa.field("match_key", pa.string()), pa.field("seq", pa.int64()), pa.field("stream", pa.int64()),
-    pa.field("start_ns", pa.int64()), pa.field("end_ns", pa.int64()), pa.field("dur_ns", pa.int64()),
-    pa.field("msg_bytes", pa.int64()), pa.field("group_size", pa.int32()), pa.field("exposed_ns", pa.int64()),
-])
+CALLS_SCHEMA = pa.schema(
+    [
+        pa.field("date", pa.string()),
+        pa.field("job_id", pa.string()),
+        pa.field("attempt", pa.int32()),
+        pa.field("rank", pa.int32()),
+        pa.field("capture_id", pa.string()),
+        pa.field("step", pa.int64()),
+        pa.field("event_id", pa.int64()),
+        pa.field("name", pa.string()),
+        pa.field("pg_name", pa.string()),
+        pa.field("pg_inferred", pa.bool_()),
+        pa.field("collective", pa.string()),
+        pa.field("call_index", pa.int64()),
+        pa.field("match_key", pa.string()),
+        pa.field("seq", pa.int64()),
+        pa.field("stream", pa.int64()),
+        pa.field("start_ns", pa.int64()),
+        pa.field("end_ns", pa.int64()),
+        pa.field("dur_ns", pa.int64()),
+        pa.field("msg_bytes", pa.int64()),
+        pa.field("group_size", pa.int32()),
+        pa.field("exposed_ns", pa.int64()),
+    ]
+)
 #: Schema of :func:`collective_summary` (one row per job, attempt, rank).
-SUMMARY_SCHEMA = pa.schema([
-    pa.field("job_id", pa.string()), pa.field("attempt", pa.int32()), pa.field("rank", pa.int32()),
-    pa.field("n_calls", pa.int64()), pa.field("n_multi_rank_calls", pa.int64()),
-    pa.field("n_last_arrivals", pa.int64()), pa.field("last_arrival_share", pa.float64()),
-    pa.field("is_straggler", pa.bool_()), pa.field("wait_ns", pa.int64()), pa.field("comm_ns", pa.int64()),
-    pa.field("net_comm_ns", pa.int64()), pa.field("exposed_comm_ns", pa.int64()),
-    pa.field("clock_offset_ns", pa.int64()),
-])
+SUMMARY_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string()),
+        pa.field("attempt", pa.int32()),
+        pa.field("rank", pa.int32()),
+        pa.field("n_calls", pa.int64()),
+        pa.field("n_multi_rank_calls", pa.int64()),
+        pa.field("n_last_arrivals", pa.int64()),
+        pa.field("last_arrival_share", pa.float64()),
+        pa.field("is_straggler", pa.bool_()),
+        pa.field("wait_ns", pa.int64()),
+        pa.field("comm_ns", pa.int64()),
+        pa.field("net_comm_ns", pa.int64()),
+        pa.field("exposed_comm_ns", pa.int64()),
+        pa.field("clock_offset_ns", pa.int64()),
+    ]
+)
 #: Schema of :func:`clock_skew` / :func:`estimate_clock_offsets` (one row per job, attempt, rank).
-SKEW_SCHEMA = pa.schema([
-    pa.field("job_id", pa.string()), pa.field("attempt", pa.int32()), pa.field("rank", pa.int32()),
-    pa.field("clock_offset_ns", pa.int64()), pa.field("n_calls_used", pa.int64()),
-    pa.field("residual_p50_ns", pa.int64()),
-])
+SKEW_SCHEMA = pa.schema(
+    [
+        pa.field("job_id", pa.string()),
+        pa.field("attempt", pa.int32()),
+        pa.field("rank", pa.int32()),
+        pa.field("clock_offset_ns", pa.int64()),
+        pa.field("n_calls_used", pa.int64()),
+        pa.field("residual_p50_ns", pa.int64()),
+    ]
+)
 
-_FACTOR = {"allreduce": "2(n-1)/n", "allgather": "(n-1)/n", "reduce_scatter": "(n-1)/n", "all_to_all": "(n-1)/n",
-           "broadcast": "1", "reduce": "1", "sendrecv": "1", "send": "1", "recv": "1"}
+_FACTOR = {
+    "allreduce": "2(n-1)/n",
+    "allgather": "(n-1)/n",
+    "reduce_scatter": "(n-1)/n",
+    "all_to_all": "(n-1)/n",
+    "broadcast": "1",
+    "reduce": "1",
+    "sendrecv": "1",
+    "send": "1",
+    "recv": "1",
+}
 _SYNCHRONIZING = ("allreduce", "allgather", "reduce_scatter", "all_to_all", "barrier")
 #: C++ type names of record_function ``Input type`` and c10 dtype names -> bytes per element.
 TYPE_BYTES = {
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long long": 8, "int": 4,
-    "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "char": 1, "bool": 1,
-    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
-    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
-    "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "long long": 8,
+    "int": 4,
+    "short int": 2,
+    "short": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "char": 1,
+    "bool": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
 }
 _ANNOT = re.compile(r"^nccl:(\w+)$")
 _json = msgspec.json.Decoder()
@@ -110,10 +185,20 @@ def normalize_collective(name: str | None) -> str | None:
     if not name:
         return None
     k = re.sub(r"[^a-z]", "", name.lower())
-    for pat, out in (("alltoall", "all_to_all"), ("allreduce", "allreduce"), ("allgather", "allgather"),
-                     ("reducescatter", "reduce_scatter"), ("broadcast", "broadcast"), ("sendrecv", "sendrecv"),
-                     ("barrier", "barrier"), ("reduce", "reduce"), ("send", "send"), ("recv", "recv"),
-                     ("gather", "gather"), ("scatter", "scatter")):
+    for pat, out in (
+        ("alltoall", "all_to_all"),
+        ("allreduce", "allreduce"),
+        ("allgather", "allgather"),
+        ("reducescatter", "reduce_scatter"),
+        ("broadcast", "broadcast"),
+        ("sendrecv", "sendrecv"),
+        ("barrier", "barrier"),
+        ("reduce", "reduce"),
+        ("send", "send"),
+        ("recv", "recv"),
+        ("gather", "gather"),
+        ("scatter", "scatter"),
+    ):
         if pat in k:
             return out
     return name.lower()
@@ -149,8 +234,11 @@ def _launch_meta(trace: RankTrace, kernels: np.ndarray) -> list[dict]:
     events = trace.events
     n = trace.n
     eid = trace.event_id
-    parent = (pc.fill_null(events.column("parent"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-              if "parent" in events.column_names else np.full(n, -1))
+    parent = (
+        pc.fill_null(events.column("parent"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        if "parent" in events.column_names
+        else np.full(n, -1)
+    )
     dnames, code = trace.symbols, trace.name_code
     annot_of = [(_ANNOT.match(nm).group(1) if _ANNOT.match(nm) else None) for nm in dnames]
     useful = np.array([a is not None or nm == "record_param_comms" for a, nm in zip(annot_of, dnames)], bool)
@@ -178,7 +266,9 @@ def _launch_meta(trace: RankTrace, kernels: np.ndarray) -> list[dict]:
     if not hits:
         return out
     hits.sort()
-    texts = args.take(pa.array([h[2] for h in hits], pa.int64())).to_pylist() if args is not None else [None] * len(hits)
+    texts = (
+        args.take(pa.array([h[2] for h in hits], pa.int64())).to_pylist() if args is not None else [None] * len(hits)
+    )
     for (ki, _, row), t in zip(hits, texts):
         meta = out[ki]
         try:
@@ -189,8 +279,12 @@ def _launch_meta(trace: RankTrace, kernels: np.ndarray) -> list[dict]:
         ann = annot_of[code[row]]
         if ann and "collective" not in meta:
             meta["collective"] = ann
-        for key, field in (("Collective name", "collective"), ("Process Group Name", "pg_name"),
-                           ("Group size", "group_size"), ("Seq", "seq")):
+        for key, field in (
+            ("Collective name", "collective"),
+            ("Process Group Name", "pg_name"),
+            ("Group size", "group_size"),
+            ("Seq", "seq"),
+        ):
             if key in a and field not in meta and a[key] not in (None, ""):
                 meta[field] = a[key]
         if "msg_bytes" not in meta:
@@ -226,8 +320,11 @@ def _host_collectives(trace: RankTrace) -> np.ndarray:
     """Indices of host-side collective calls: ``gloo:<op>`` (also ``mpi:``/``ucc:``) annotations that
     torch.distributed's CPU backends record around each collective (``user_annotation``/``cpu_op``,
     on the backend's worker threads), with a duration."""
-    per_name = pc.match_substring_regex(pa.array(trace.symbols, pa.string()), r"^(gloo|mpi|ucc):\w+$",
-                                        ignore_case=True).to_numpy(zero_copy_only=False).astype(bool)
+    per_name = (
+        pc.match_substring_regex(pa.array(trace.symbols, pa.string()), r"^(gloo|mpi|ucc):\w+$", ignore_case=True)
+        .to_numpy(zero_copy_only=False)
+        .astype(bool)
+    )
     mask = np.append(per_name, False)[trace.name_code]
     host_cat = trace.category_in(("user_annotation", "cpu_op", "gpu_user_annotation"))
     return np.flatnonzero(mask & host_cat & ~trace.is_gpu & trace.has_dur)
@@ -301,8 +398,10 @@ def comm_calls(trace: RankTrace | pa.Table) -> pa.Table:
     coll = [normalize_collective(c or m.get("collective") or None) for c, m in zip(col("collective"), meta)]
     # prefer the CPU-side call name (nccl:all_to_all runs as SendRecv kernels)
     coll = [normalize_collective(m["collective"]) if m.get("collective") else c for c, m in zip(coll, meta)]
-    pg = [p if p else (str(m["pg_name"]) if m.get("pg_name") not in (None, "") else None)
-          for p, m in zip(col("pg_name"), meta)]
+    pg = [
+        p if p else (str(m["pg_name"]) if m.get("pg_name") not in (None, "") else None)
+        for p, m in zip(col("pg_name"), meta)
+    ]
     gsize = [g if g is not None else _int(m.get("group_size")) for g, m in zip(col("group_size"), meta)]
     msg = [b if b is not None else _int(m.get("msg_bytes")) for b, m in zip(col("msg_bytes"), meta)]
     seq = [s if s is not None else _int(m.get("seq")) for s, m in zip(col("seq"), meta)]
@@ -314,8 +413,10 @@ def comm_calls(trace: RankTrace | pa.Table) -> pa.Table:
         first_use.setdefault(s, len(first_use))
     pg_inferred = [p is None for p in pg]
     # host calls run on a pool of Gloo threads (one call per thread, alternating): one group per backend
-    group = [p if p is not None else (f"host:{meta_i.get('backend', 'gloo')}" if on_host[k] else f"stream#{first_use[s]}")
-             for p, s, k, meta_i in zip(pg, stream, comm, meta)]
+    group = [
+        p if p is not None else (f"host:{meta_i.get('backend', 'gloo')}" if on_host[k] else f"stream#{first_use[s]}")
+        for p, s, k, meta_i in zip(pg, stream, comm, meta)
+    ]
     # call_index: order among the rank's calls of (step, group); ordinal per collective for the key
     call_index, keys = [], []
     cnt_group: dict = {}
@@ -338,14 +439,23 @@ def comm_calls(trace: RankTrace | pa.Table) -> pa.Table:
     n = len(comm)
     cols = {
         **{c: pa.array([ident[c]] * n, CALLS_SCHEMA.field(c).type) for c in IDENTITY},
-        "step": pa.array(step, pa.int64()), "event_id": events.column("event_id").take(take).combine_chunks()
-        if isinstance(events.column("event_id"), pa.ChunkedArray) else events.column("event_id").take(take),
-        "name": pa.array(kname, pa.string()), "pg_name": pa.array(group, pa.string()),
-        "pg_inferred": pa.array(pg_inferred, pa.bool_()), "collective": pa.array(coll, pa.string()),
-        "call_index": pa.array(call_index, pa.int64()), "match_key": pa.array(keys, pa.string()),
-        "seq": pa.array(seq, pa.int64()), "stream": pa.array(stream, pa.int64()),
-        "start_ns": pa.array(start), "end_ns": pa.array(end), "dur_ns": pa.array(dur[comm]),
-        "msg_bytes": pa.array(msg, pa.int64()), "group_size": pa.array(gsize, pa.int32()),
+        "step": pa.array(step, pa.int64()),
+        "event_id": events.column("event_id").take(take).combine_chunks()
+        if isinstance(events.column("event_id"), pa.ChunkedArray)
+        else events.column("event_id").take(take),
+        "name": pa.array(kname, pa.string()),
+        "pg_name": pa.array(group, pa.string()),
+        "pg_inferred": pa.array(pg_inferred, pa.bool_()),
+        "collective": pa.array(coll, pa.string()),
+        "call_index": pa.array(call_index, pa.int64()),
+        "match_key": pa.array(keys, pa.string()),
+        "seq": pa.array(seq, pa.int64()),
+        "stream": pa.array(stream, pa.int64()),
+        "start_ns": pa.array(start),
+        "end_ns": pa.array(end),
+        "dur_ns": pa.array(dur[comm]),
+        "msg_bytes": pa.array(msg, pa.int64()),
+        "group_size": pa.array(gsize, pa.int32()),
         "exposed_ns": exposed,
     }
     return pa.table([cols[f.name].cast(f.type) for f in CALLS_SCHEMA], schema=CALLS_SCHEMA)
@@ -428,8 +538,16 @@ def estimate_clock_offsets(calls: pa.Table) -> pa.Table:
                 if r in ab.index:
                     resid[r] = int(round(ab[r]))
         for r in ranks:
-            rows.append({"job_id": job, "attempt": int(att), "rank": int(r), "clock_offset_ns": off[r],
-                         "n_calls_used": used[r], "residual_p50_ns": resid[r]})
+            rows.append(
+                {
+                    "job_id": job,
+                    "attempt": int(att),
+                    "rank": int(r),
+                    "clock_offset_ns": off[r],
+                    "n_calls_used": used[r],
+                    "residual_p50_ns": resid[r],
+                }
+            )
     return pa.Table.from_pylist(rows, schema=SKEW_SCHEMA)
 
 
@@ -468,10 +586,14 @@ def match_collectives(calls: pa.Table, offsets: pa.Table | None = None) -> pa.Ta
     d = d.merge(winner, on=gk, how="left")
     d["is_last_arrival"] = d["rank"] == d["_last_rank"]
     n_for_bw = d["group_size"].where(d["group_size"].notna(), d["n_ranks_matched"])
-    d["algbw_gbps"] = np.where((d["net_dur_ns"] > 0) & d["msg_bytes"].notna(),
-                               d["msg_bytes"].astype("float64") / d["net_dur_ns"].clip(lower=1), np.nan)
-    fac = [bus_bandwidth_factor(c, int(n) if n == n and n is not None else None)
-           for c, n in zip(d["collective"], n_for_bw)]
+    d["algbw_gbps"] = np.where(
+        (d["net_dur_ns"] > 0) & d["msg_bytes"].notna(),
+        d["msg_bytes"].astype("float64") / d["net_dur_ns"].clip(lower=1),
+        np.nan,
+    )
+    fac = [
+        bus_bandwidth_factor(c, int(n) if n == n and n is not None else None) for c, n in zip(d["collective"], n_for_bw)
+    ]
     d["busbw_gbps"] = d["algbw_gbps"] * np.array([f if f is not None else np.nan for f in fac], float)
     d = d.sort_values(["job_id", "attempt", "rank", "start_ns", "event_id"], kind="stable")
     out = pa.Table.from_pandas(d[COLLECTIVES.names], preserve_index=False)
@@ -488,8 +610,20 @@ def collective_summary(collectives: pa.Table, calls: pa.Table | None = None) -> 
     """
     if collectives.num_rows == 0:
         return SUMMARY_SCHEMA.empty_table()
-    d = collectives.select(["job_id", "attempt", "rank", "event_id", "n_ranks_matched", "is_last_arrival",
-                            "wait_ns", "dur_ns", "net_dur_ns", "clock_offset_ns"]).to_pandas()
+    d = collectives.select(
+        [
+            "job_id",
+            "attempt",
+            "rank",
+            "event_id",
+            "n_ranks_matched",
+            "is_last_arrival",
+            "wait_ns",
+            "dur_ns",
+            "net_dur_ns",
+            "clock_offset_ns",
+        ]
+    ).to_pandas()
     if calls is not None and calls.num_rows:
         e = calls.select(["job_id", "attempt", "rank", "event_id", "exposed_ns"]).to_pandas()
         d = d.merge(e, on=["job_id", "attempt", "rank", "event_id"], how="left")
@@ -505,14 +639,23 @@ def collective_summary(collectives: pa.Table, calls: pa.Table | None = None) -> 
         for r, h in per:
             nm = int(h["multi"].sum())
             nl = int(n_last[r])
-            rows.append({
-                "job_id": job, "attempt": int(att), "rank": int(r), "n_calls": int(len(h)), "n_multi_rank_calls": nm,
-                "n_last_arrivals": nl, "last_arrival_share": (nl / nm) if nm else None,
-                "is_straggler": bool(top > 0 and nl == top), "wait_ns": int(h["wait_ns"].sum()),
-                "comm_ns": int(h["dur_ns"].sum()), "net_comm_ns": int(h["net_dur_ns"].sum()),
-                "exposed_comm_ns": int(h["exposed_ns"].sum()) if h["exposed_ns"].notna().any() else None,
-                "clock_offset_ns": int(h["clock_offset_ns"].iloc[0]),
-            })
+            rows.append(
+                {
+                    "job_id": job,
+                    "attempt": int(att),
+                    "rank": int(r),
+                    "n_calls": int(len(h)),
+                    "n_multi_rank_calls": nm,
+                    "n_last_arrivals": nl,
+                    "last_arrival_share": (nl / nm) if nm else None,
+                    "is_straggler": bool(top > 0 and nl == top),
+                    "wait_ns": int(h["wait_ns"].sum()),
+                    "comm_ns": int(h["dur_ns"].sum()),
+                    "net_comm_ns": int(h["net_dur_ns"].sum()),
+                    "exposed_comm_ns": int(h["exposed_ns"].sum()) if h["exposed_ns"].notna().any() else None,
+                    "clock_offset_ns": int(h["clock_offset_ns"].iloc[0]),
+                }
+            )
     return pa.Table.from_pylist(rows, schema=SUMMARY_SCHEMA)
 
 
@@ -523,8 +666,14 @@ def clock_skew(collectives: pa.Table) -> pa.Table:
     d = collectives.select(["job_id", "attempt", "rank", "clock_offset_ns", "n_ranks_matched"]).to_pandas()
     rows = []
     for (job, att, r), h in d.groupby(["job_id", "attempt", "rank"], sort=True):
-        rows.append({"job_id": job, "attempt": int(att), "rank": int(r),
-                     "clock_offset_ns": int(h["clock_offset_ns"].iloc[0]),
-                     "n_calls_used": int((h["n_ranks_matched"] >= 2).sum()), "residual_p50_ns": 0})
+        rows.append(
+            {
+                "job_id": job,
+                "attempt": int(att),
+                "rank": int(r),
+                "clock_offset_ns": int(h["clock_offset_ns"].iloc[0]),
+                "n_calls_used": int((h["n_ranks_matched"] >= 2).sum()),
+                "residual_p50_ns": 0,
+            }
+        )
     return pa.Table.from_pylist(rows, schema=SKEW_SCHEMA)
-

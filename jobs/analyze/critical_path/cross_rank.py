@@ -123,14 +123,22 @@ class _Stitch:
             seen.add(id(cur))
             r = cur["rank"]
             span = (cur["from_ts_ns"] + self.off[r], cur["to_ts_ns"] + self.off[r])
-            leg_rows = [self._row(cur, r, cur["to_event_id"], f"{cur['from_name']} -> {cur['to_name']}", span,
-                                  cur[f"{c}_ns"], c) for c in _CATS if (cur.get(f"{c}_ns") or 0) > 0]
+            leg_rows = [
+                self._row(
+                    cur, r, cur["to_event_id"], f"{cur['from_name']} -> {cur['to_name']}", span, cur[f"{c}_ns"], c
+                )
+                for c in _CATS
+                if (cur.get(f"{c}_ns") or 0) > 0
+            ]
             rev.extend(reversed(leg_rows))
             p = self._pred(cur)
             if p[0] == "origin":
                 if p[1] > 0:
-                    rev.append(self._row(cur, r, None, f"late start of rank {r}", (self.j0, self.j0 + p[1]), p[1],
-                                         "late_start"))
+                    rev.append(
+                        self._row(
+                            cur, r, None, f"late start of rank {r}", (self.j0, self.j0 + p[1]), p[1], "late_start"
+                        )
+                    )
                 break
             _, via, call, own = p
             vr = via["rank"]
@@ -145,11 +153,29 @@ class _Stitch:
         rows = list(reversed(rev))
         total = sum(x["dur_ns"] for x in rows)
         for i, x in enumerate(rows):
-            x.update({"date": self.legs[0]["date"], "job_id": self.job, "attempt": self.att, "step": step,
-                      "scope": "job", "path_rank": -1, "segment": i, "path_length_ns": total})
+            x.update(
+                {
+                    "date": self.legs[0]["date"],
+                    "job_id": self.job,
+                    "attempt": self.att,
+                    "step": step,
+                    "scope": "job",
+                    "path_rank": -1,
+                    "segment": i,
+                    "path_length_ns": total,
+                }
+            )
         return rows
 
     @staticmethod
     def _row(leg, rank, event_id, name, span, dur, bound_by) -> dict:
-        return {"rank": rank, "capture_id": leg["capture_id"], "event_id": event_id, "name": name,
-                "start_ns": int(span[0]), "end_ns": int(span[1]), "dur_ns": int(dur), "bound_by": bound_by}
+        return {
+            "rank": rank,
+            "capture_id": leg["capture_id"],
+            "event_id": event_id,
+            "name": name,
+            "start_ns": int(span[0]),
+            "end_ns": int(span[1]),
+            "dur_ns": int(dur),
+            "bound_by": bound_by,
+        }

@@ -44,13 +44,27 @@ import numpy as np
 
 from jobs.analyze.critical_path.trace import PathTrace
 
-__all__ = ["CPGraph", "build_graph", "clip_window", "OPERATOR", "DEPENDENCY", "LAUNCH", "KERNEL_KERNEL", "SYNC",
-           "EDGE_TYPES"]
+__all__ = [
+    "CPGraph",
+    "build_graph",
+    "clip_window",
+    "OPERATOR",
+    "DEPENDENCY",
+    "LAUNCH",
+    "KERNEL_KERNEL",
+    "SYNC",
+    "EDGE_TYPES",
+]
 
 OPERATOR, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC = range(5)
 #: HTA ``CPEdgeType`` values, indexed by our edge type code.
-EDGE_TYPES = ("critical_path_operator", "critical_path_dependency", "critical_path_kernel_launch_delay",
-              "critical_path_kernel_kernel_delay", "critical_path_sync_dependency")
+EDGE_TYPES = (
+    "critical_path_operator",
+    "critical_path_dependency",
+    "critical_path_kernel_launch_delay",
+    "critical_path_kernel_kernel_delay",
+    "critical_path_sync_dependency",
+)
 _CPU_ORDER_BASE = 0
 _GPU_ORDER_BASE = 1 << 40
 
@@ -157,13 +171,31 @@ def build_graph(rt: PathTrace, start: int, end: int) -> CPGraph:
     raw = np.concatenate((cpu_raw, g["raw"], np.zeros(len(lone), np.int64)))
     ctype = np.concatenate((cpu_type, g["type"], np.zeros(len(lone), np.int8)))
     cattr = np.concatenate((cpu_attr, g["attr"], np.full(len(lone), -1, np.int64)))
-    corder = np.concatenate((_CPU_ORDER_BASE + np.arange(len(cpu_nodes), dtype=np.int64), g["order"],
-                             np.zeros(len(lone), np.int64)))
+    corder = np.concatenate(
+        (_CPU_ORDER_BASE + np.arange(len(cpu_nodes), dtype=np.int64), g["order"], np.zeros(len(lone), np.int64))
+    )
     return CPGraph(
-        rt=rt, window=(int(start), int(end)), ev_row=ev_row, node_ts=node_ts, chain=chain, pred_chain=pred,
-        cw=np.where(pred, np.maximum(raw, 0), 0), cw_raw=np.where(pred, raw, 0), ctype=ctype, cattr=cattr,
-        corder=corder, x_src=g["x_src"], x_dst=g["x_dst"], x_w=np.maximum(g["x_raw"], 0), x_raw=g["x_raw"],
-        x_type=g["x_type"], x_attr=g["x_attr"], x_order=g["x_order"], parent_row=parent_row, flags=flags)
+        rt=rt,
+        window=(int(start), int(end)),
+        ev_row=ev_row,
+        node_ts=node_ts,
+        chain=chain,
+        pred_chain=pred,
+        cw=np.where(pred, np.maximum(raw, 0), 0),
+        cw_raw=np.where(pred, raw, 0),
+        ctype=ctype,
+        cattr=cattr,
+        corder=corder,
+        x_src=g["x_src"],
+        x_dst=g["x_dst"],
+        x_w=np.maximum(g["x_raw"], 0),
+        x_raw=g["x_raw"],
+        x_type=g["x_type"],
+        x_attr=g["x_attr"],
+        x_order=g["x_order"],
+        parent_row=parent_row,
+        flags=flags,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -178,8 +210,14 @@ def _cpu_chains(rt: PathTrace, clip: np.ndarray, ev_of_row: np.ndarray):
     """
     n = rt.n
     parent_row = np.full(n, -1, np.int64)
-    empty = (np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.int8),
-             np.zeros(0, np.int64), parent_row)
+    empty = (
+        np.zeros(0, np.int64),
+        np.zeros(0, bool),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int8),
+        np.zeros(0, np.int64),
+        parent_row,
+    )
     rows = np.flatnonzero(clip)
     if not len(rows):
         return empty
@@ -206,8 +244,8 @@ def _cpu_chains(rt: PathTrace, clip: np.ndarray, ev_of_row: np.ndarray):
     M = 2 * m + 1
     pos = np.empty(2 * m, np.int64)
     pos[o] = np.arange(2 * m)
-    spos = pos[:m]                      # position of each row's start
-    depth = cum[spos]                   # stack depth after the push (1 = top level)
+    spos = pos[:m]  # position of each row's start
+    depth = cum[spos]  # stack depth after the push (1 = top level)
     # parent: the last start before it with depth-1 (balanced-parenthesis matching)
     skeys = np.sort(depth * M + spos)
     q = (depth - 1) * M + spos
@@ -361,8 +399,13 @@ def _gpu_edges(rt: PathTrace, clip: np.ndarray, ev_of_row: np.ndarray, flags: di
     has_sync = ssrc >= 0
     se = np.where(has_sync, rt.end[np.maximum(ssrc, 0)], 0)
     rt_node_ok = (rtr >= 0) & (ev_of_row[np.maximum(rtr, 0)] >= 0)
-    launch = ((rt.q_runtime[K] == 1) & (rt.q_kernel[K] == 0) & (~has_prev | (pe < rts))
-              & (~has_sync | (se < rts)) & (rtr >= 0))
+    launch = (
+        (rt.q_runtime[K] == 1)
+        & (rt.q_kernel[K] == 0)
+        & (~has_prev | (pe < rts))
+        & (~has_sync | (se < rts))
+        & (rtr >= 0)
+    )
     if (launch & ~rt_node_ok).any():
         flags["launch_without_node"] = int((launch & ~rt_node_ok).sum())
     launch &= rt_node_ok
@@ -399,6 +442,17 @@ def _gpu_edges(rt: PathTrace, clip: np.ndarray, ev_of_row: np.ndarray, flags: di
     order = np.empty(2 * nK, i64)
     order[0::2] = _GPU_ORDER_BASE + 4 * spos[Ks] + 2
     order[1::2] = _GPU_ORDER_BASE + 4 * spos[Ks]
-    return {"nodes": nodes, "pred": pred, "raw": raw, "type": etype, "attr": attr, "order": order,
-            "x_src": np.array(xs, i64), "x_dst": np.array(xd, i64), "x_raw": np.array(xr, i64),
-            "x_type": np.array(xt, np.int8), "x_attr": np.array(xa, i64), "x_order": np.array(xo, i64)}
+    return {
+        "nodes": nodes,
+        "pred": pred,
+        "raw": raw,
+        "type": etype,
+        "attr": attr,
+        "order": order,
+        "x_src": np.array(xs, i64),
+        "x_dst": np.array(xd, i64),
+        "x_raw": np.array(xr, i64),
+        "x_type": np.array(xt, np.int8),
+        "x_attr": np.array(xa, i64),
+        "x_order": np.array(xo, i64),
+    }

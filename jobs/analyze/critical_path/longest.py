@@ -104,7 +104,7 @@ class LongestPath:
         seq.reverse()
         return seq, start
 
-    def path_to(self, node: int, stop_at_reset: bool = True) -> tuple["PathEdges", int]:
+    def path_to(self, node: int, stop_at_reset: bool = True) -> tuple[PathEdges, int]:
         """Edges (path order) of the best path ending at ``node``, and the node it starts at."""
         seq, start = self.walk(node, stop_at_reset)
         return self._edges(seq), start
@@ -167,12 +167,14 @@ def longest_path(g: CPGraph, resets: np.ndarray | None = None) -> LongestPath:
     if selfloop.any():
         flags["cycle_broken"] = int(selfloop.sum())
         keep = ~selfloop
-        inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg = (a[keep] for a in (
-            inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg))
+        inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg = (
+            a[keep] for a in (inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg)
+        )
     # CSR by destination segment, with entries sorted by insertion order inside each
     o = np.lexsort((inc_order, inc_seg))
-    inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg = (a[o] for a in (
-        inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg))
+    inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg = (
+        a[o] for a in (inc_seg, inc_src, inc_w, inc_order, inc_kind, src_seg)
+    )
     dptr = np.searchsorted(inc_seg, np.arange(S + 1))
     # CSR by source segment (destination segments to decrement)
     so = np.argsort(src_seg, kind="stable")
@@ -233,5 +235,17 @@ def longest_path(g: CPGraph, resets: np.ndarray | None = None) -> LongestPath:
         end = int(cand[np.lexsort((cand, g.node_ts[cand]))[0]])
     else:
         end = -1
-    return LongestPath(g=g, dist=dist_node, pos=pos, seg=seg, headpos=headpos, best_inc=best_inc,
-                       inc_src=inc_src, inc_kind=inc_kind, is_reset=is_reset, W=W, end=end, flags=flags)
+    return LongestPath(
+        g=g,
+        dist=dist_node,
+        pos=pos,
+        seg=seg,
+        headpos=headpos,
+        best_inc=best_inc,
+        inc_src=inc_src,
+        inc_kind=inc_kind,
+        is_reset=is_reset,
+        W=W,
+        end=end,
+        flags=flags,
+    )

@@ -58,42 +58,77 @@ from jobs.analyze.critical_path.trace import PathTrace, path_trace
 from jobs.analyze.trace.model import IDENTITY, RankTrace, as_rank_trace
 from schemas.tables import CRITICAL_PATH
 
-__all__ = ["BOUND_BY", "HTA_BOUND_BY", "BOUNDARIES_SCHEMA", "CriticalPath", "critical_path", "hta_critical_path",
-           "hta_window", "rank_critical_path", "profiler_steps", "edge_bound_by"]
+__all__ = [
+    "BOUND_BY",
+    "HTA_BOUND_BY",
+    "BOUNDARIES_SCHEMA",
+    "CriticalPath",
+    "critical_path",
+    "hta_critical_path",
+    "hta_window",
+    "rank_critical_path",
+    "profiler_steps",
+    "edge_bound_by",
+]
 
 #: ``bound_by`` categories (codes are indices).
-BOUND_BY = ("cpu_bound", "launch_overhead", "kernel_kernel_gap", "compute", "communication", "data_loading", "sync",
-            "collective_wait", "late_start")
+BOUND_BY = (
+    "cpu_bound",
+    "launch_overhead",
+    "kernel_kernel_gap",
+    "compute",
+    "communication",
+    "data_loading",
+    "sync",
+    "collective_wait",
+    "late_start",
+)
 _CPU, _LAUNCH, _KK, _COMP, _COMM, _DL, _SYNC, _WAIT = range(8)
 _DEP = -1
 #: Our category -> HTA 0.5.0 ``bound_by`` (for comparisons).
-HTA_BOUND_BY = {"cpu_bound": "cpu_bound", "data_loading": "cpu_bound", "sync": "", "launch_overhead":
-                "gpu_kernel_launch_overhead", "kernel_kernel_gap": "gpu_kernel_kernel_overhead",
-                "compute": "gpu_compute_bound", "communication": "gpu_communication_bound"}
-_EDGE_NAMES = {LAUNCH: "kernel_launch_delay", KERNEL_KERNEL: "kernel_kernel_gap", SYNC: "sync_dependency",
-               DEPENDENCY: "dependency"}
+HTA_BOUND_BY = {
+    "cpu_bound": "cpu_bound",
+    "data_loading": "cpu_bound",
+    "sync": "",
+    "launch_overhead": "gpu_kernel_launch_overhead",
+    "kernel_kernel_gap": "gpu_kernel_kernel_overhead",
+    "compute": "gpu_compute_bound",
+    "communication": "gpu_communication_bound",
+}
+_EDGE_NAMES = {
+    LAUNCH: "kernel_launch_delay",
+    KERNEL_KERNEL: "kernel_kernel_gap",
+    SYNC: "sync_dependency",
+    DEPENDENCY: "dependency",
+}
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 #: Schema of the per-rank boundaries (legs) consumed by
 #: :func:`jobs.analyze.critical_path.cross_rank.job_critical_path`.
-BOUNDARIES_SCHEMA = pa.schema([
-    pa.field("date", pa.string()), pa.field("job_id", pa.string()), pa.field("attempt", pa.int32()),
-    pa.field("rank", pa.int32()), pa.field("capture_id", pa.string()), pa.field("step", pa.int64()),
-    pa.field("window_start_ns", pa.int64()),     # rank clock: start of the step window (ProfilerStep#N)
-    pa.field("leg", pa.int64()),                 # 0-based, by to_ts_ns
-    pa.field("to_kind", pa.string()),            # "collective" (arrival at a comm kernel) | "step_end"
-    pa.field("to_event_id", pa.int64()),         # comm kernel / event at the end of the rank's path
-    pa.field("to_name", pa.string()),
-    pa.field("to_ts_ns", pa.int64()),            # rank clock: kernel start / path end
-    pa.field("to_end_ns", pa.int64()),           # rank clock: kernel end (collective legs)
-    pa.field("from_kind", pa.string()),          # "collective" (end of an earlier comm kernel) | "origin"
-    pa.field("from_event_id", pa.int64()),
-    pa.field("from_name", pa.string()),
-    pa.field("from_ts_ns", pa.int64()),          # rank clock
-    pa.field("length_ns", pa.int64()),           # local longest path from -> to, HTA weights
-    *[pa.field(f"{c}_ns", pa.int64()) for c in BOUND_BY[:7]],
-    pa.field("rank_path_length_ns", pa.int64()),  # the rank's own critical path length for the step
-])
+BOUNDARIES_SCHEMA = pa.schema(
+    [
+        pa.field("date", pa.string()),
+        pa.field("job_id", pa.string()),
+        pa.field("attempt", pa.int32()),
+        pa.field("rank", pa.int32()),
+        pa.field("capture_id", pa.string()),
+        pa.field("step", pa.int64()),
+        pa.field("window_start_ns", pa.int64()),  # rank clock: start of the step window (ProfilerStep#N)
+        pa.field("leg", pa.int64()),  # 0-based, by to_ts_ns
+        pa.field("to_kind", pa.string()),  # "collective" (arrival at a comm kernel) | "step_end"
+        pa.field("to_event_id", pa.int64()),  # comm kernel / event at the end of the rank's path
+        pa.field("to_name", pa.string()),
+        pa.field("to_ts_ns", pa.int64()),  # rank clock: kernel start / path end
+        pa.field("to_end_ns", pa.int64()),  # rank clock: kernel end (collective legs)
+        pa.field("from_kind", pa.string()),  # "collective" (end of an earlier comm kernel) | "origin"
+        pa.field("from_event_id", pa.int64()),
+        pa.field("from_name", pa.string()),
+        pa.field("from_ts_ns", pa.int64()),  # rank clock
+        pa.field("length_ns", pa.int64()),  # local longest path from -> to, HTA weights
+        *[pa.field(f"{c}_ns", pa.int64()) for c in BOUND_BY[:7]],
+        pa.field("rank_path_length_ns", pa.int64()),  # the rank's own critical path length for the step
+    ]
+)
 
 
 @dataclass
@@ -142,16 +177,21 @@ def _under(flag: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return out
 
 
-def edge_bound_by(g: CPGraph, etype: np.ndarray, attr: np.ndarray, w: np.ndarray, dl_under: np.ndarray
-                  ) -> np.ndarray:
+def edge_bound_by(g: CPGraph, etype: np.ndarray, attr: np.ndarray, w: np.ndarray, dl_under: np.ndarray) -> np.ndarray:
     """``bound_by`` code of edges (module table); -1 for dependency edges."""
     rt = g.rt
     a = np.maximum(attr, 0)
     cpu = rt.stream[a] < 0
-    op = np.where(cpu, np.where(dl_under[a], _DL, np.where((w == 0) & rt.is_blocking[a], _SYNC, _CPU)),
-                  np.where(rt.comm[a], _COMM, _COMP))
-    return np.select([etype == KERNEL_KERNEL, etype == LAUNCH, etype == SYNC, etype == DEPENDENCY,
-                      attr < 0], [_KK, _LAUNCH, _SYNC, _DEP, _CPU], op).astype(np.int8)
+    op = np.where(
+        cpu,
+        np.where(dl_under[a], _DL, np.where((w == 0) & rt.is_blocking[a], _SYNC, _CPU)),
+        np.where(rt.comm[a], _COMM, _COMP),
+    )
+    return np.select(
+        [etype == KERNEL_KERNEL, etype == LAUNCH, etype == SYNC, etype == DEPENDENCY, attr < 0],
+        [_KK, _LAUNCH, _SYNC, _DEP, _CPU],
+        op,
+    ).astype(np.int8)
 
 
 def critical_path(rt: PathTrace, start: int, end: int) -> CriticalPath:
@@ -188,12 +228,18 @@ def hta_window(rt: PathTrace, annotation: str, instance_id=0) -> tuple[int, int]
     if not len(rows):
         raise ValueError(f"critical path: no event name contains {annotation!r}")
     lo, hi = instance_id if isinstance(instance_id, tuple) else (instance_id or 0, instance_id or 0)
-    sel = rows[lo:hi + 1]
+    sel = rows[lo : hi + 1]
     return int(rt.ts[sel].min()), int(rt.end[sel].max())
 
 
-def hta_critical_path(trace: RankTrace | pa.Table, annotation: str = "ProfilerStep", instance_id=0, *,
-                      hta_us_rounding: bool = False, time_base_ns: int = 0) -> CriticalPath:
+def hta_critical_path(
+    trace: RankTrace | pa.Table,
+    annotation: str = "ProfilerStep",
+    instance_id=0,
+    *,
+    hta_us_rounding: bool = False,
+    time_base_ns: int = 0,
+) -> CriticalPath:
     """HTA 0.5.0 ``critical_path_analysis(rank, annotation, instance_id)`` on one rank.
 
     Same graph, weights and path length as HTA (``hta_compat`` mode of
@@ -322,19 +368,30 @@ def _legs(cp: CriticalPath, ident: dict, step: int) -> list[dict]:
     rank_len = cp.length_ns
     sums = _category_sums(g, [w[0] for w in walks])
     rows = []
-    for (node, kind), (seq, origin), cat in zip(targets, walks, sums):
+    for (node, kind), (_seq, origin), cat in zip(targets, walks, sums):
         ev_to = int(g.ev_row[node // 2])
         ev_from = int(g.ev_row[origin // 2])
         from_coll = bool(lp.is_reset[origin])
-        rows.append({
-            **ident, "step": step, "window_start_ns": int(g.window[0]), "leg": 0, "to_kind": kind, "to_event_id": int(rt.event_id[ev_to]),
-            "to_name": rt.names[int(rt.name_code[ev_to])], "to_ts_ns": int(g.node_ts[node]),
-            "to_end_ns": int(rt.end[ev_to]) if kind == "collective" else int(g.node_ts[node]),
-            "from_kind": "collective" if from_coll else "origin", "from_event_id": int(rt.event_id[ev_from]),
-            "from_name": rt.names[int(rt.name_code[ev_from])], "from_ts_ns": int(g.node_ts[origin]),
-            "length_ns": int(lp.dist[node]), **{f"{c}_ns": int(v) for c, v in zip(BOUND_BY[:7], cat)},
-            "rank_path_length_ns": rank_len,
-        })
+        rows.append(
+            {
+                **ident,
+                "step": step,
+                "window_start_ns": int(g.window[0]),
+                "leg": 0,
+                "to_kind": kind,
+                "to_event_id": int(rt.event_id[ev_to]),
+                "to_name": rt.names[int(rt.name_code[ev_to])],
+                "to_ts_ns": int(g.node_ts[node]),
+                "to_end_ns": int(rt.end[ev_to]) if kind == "collective" else int(g.node_ts[node]),
+                "from_kind": "collective" if from_coll else "origin",
+                "from_event_id": int(rt.event_id[ev_from]),
+                "from_name": rt.names[int(rt.name_code[ev_from])],
+                "from_ts_ns": int(g.node_ts[origin]),
+                "length_ns": int(lp.dist[node]),
+                **{f"{c}_ns": int(v) for c, v in zip(BOUND_BY[:7], cat)},
+                "rank_path_length_ns": rank_len,
+            }
+        )
     rows.sort(key=lambda r: (r["to_ts_ns"], r["to_kind"] == "step_end", r["to_event_id"]))
     for i, r in enumerate(rows):
         r["leg"] = i

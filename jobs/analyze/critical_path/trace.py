@@ -42,21 +42,48 @@ from jobs.analyze.trace.kernel_types import COMMUNICATION, KERNEL_TYPES, hta_ker
 from jobs.analyze.trace.model import RankTrace, as_rank_trace
 from jobs.normalize.kineto.linkage import correlation_link_keys, track_codes
 
-__all__ = ["PathTrace", "path_trace", "CPU_NODE_CATEGORIES", "HTA_LAUNCH_NAMES", "BLOCKING_CALLS",
-           "REQUIRED_COLUMNS"]
+__all__ = ["PathTrace", "path_trace", "CPU_NODE_CATEGORIES", "HTA_LAUNCH_NAMES", "BLOCKING_CALLS", "REQUIRED_COLUMNS"]
 
 #: EVENTS columns read (``args_json`` optional: without it ``cuda_sync`` wait links are unknown).
-REQUIRED_COLUMNS = ("event_id", "ph", "category", "raw_category", "name", "ts_ns", "dur_ns", "pid", "tid",
-                    "stream", "is_gpu", "correlation")
+REQUIRED_COLUMNS = (
+    "event_id",
+    "ph",
+    "category",
+    "raw_category",
+    "name",
+    "ts_ns",
+    "dur_ns",
+    "pid",
+    "tid",
+    "stream",
+    "is_gpu",
+    "correlation",
+)
 #: Categories whose rows become graph nodes on CPU threads (HTA ``get_operator_or_cuda_runtime_query``).
 CPU_NODE_CATEGORIES = ("cpu_op", "cuda_runtime", "cuda_driver")
 #: HTA 0.5.0 ``get_runtime_launch_events_query`` names.
-HTA_LAUNCH_NAMES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
-                    "cudaMemsetAsync", "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel",
-                    "hipExtModuleLaunchKernel", "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream")
+HTA_LAUNCH_NAMES = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
+    "runFunction - job_prep_and_submit_for_execution",
+    "hipLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipMemsetAsync",
+    "hipMemcpyAsync",
+    "hipMemcpyWithStream",
+)
 #: HTA ``CPGraph.BLOCKING_SYNC_CALLS``: their own duration gets weight 0 on the path.
-BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery", "cudaEventSynchronize",
-                  "cudaMemcpy", "cudaMemcpyAsync")
+BLOCKING_CALLS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventQuery",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpyAsync",
+)
 _GPU_SIDE_SYNC = ("Event Sync", "Context Sync")  # cuda_sync rows on stream -1 that HTA puts on the GPU side
 _json = msgspec.json.Decoder()
 _NO_ID = -(2**40)  # pid/tid key of a row whose pid/tid is null (before the process/thread name fallback)
@@ -147,8 +174,9 @@ def _name_mask(code: np.ndarray, names: list, wanted) -> np.ndarray:
     return per[code]
 
 
-def path_trace(trace: RankTrace | pa.Table, *, hta_compat: bool = False, hta_us_rounding: bool = False,
-               time_base_ns: int = 0) -> PathTrace:
+def path_trace(
+    trace: RankTrace | pa.Table, *, hta_compat: bool = False, hta_us_rounding: bool = False, time_base_ns: int = 0
+) -> PathTrace:
     """The :class:`PathTrace` of one rank, derived from its :class:`~jobs.analyze.trace.model.RankTrace`.
 
     The columns the model already holds (times, stream, correlation, names, categories, HTA's
@@ -197,7 +225,8 @@ def path_trace(trace: RankTrace | pa.Table, *, hta_compat: bool = False, hta_us_
     keep = trace.hta_keep if hta_compat else loaded
     # event_id order from here on
     loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all, link_key = (
-        a[order] for a in (loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all, link_key))
+        a[order] for a in (loaded, keep, stream_all, corr_all, ts_all, dur_all, code_all, link_key)
+    )
 
     # HTA links launches and GPU rows over the loaded rows, before its last-step filter.
     gside_all = ((stream_all >= 0) & (corr_all >= 0)) | _name_mask(code_all, names, _GPU_SIDE_SYNC)
@@ -230,8 +259,12 @@ def path_trace(trace: RankTrace | pa.Table, *, hta_compat: bool = False, hta_us_
     tid = _np(tid_col, np.int64, _NO_ID).copy()
     for isnull, key, arr in ((trace.pid_null, "process_name", pid), (_bool(pc.is_null(tid_col)), "thread_name", tid)):
         if isnull.any() and key in events.column_names:
-            nc = pc.dictionary_encode(pc.fill_null(events.column(key), "")).combine_chunks().indices.to_numpy(
-                zero_copy_only=False).astype(np.int64)
+            nc = (
+                pc.dictionary_encode(pc.fill_null(events.column(key), ""))
+                .combine_chunks()
+                .indices.to_numpy(zero_copy_only=False)
+                .astype(np.int64)
+            )
             arr[isnull] = -(2**41) - nc[isnull]
     pid, tid = pid[src], tid[src]
     thread = track_codes(track_codes(pid, tid), trace.is_gpu[src].astype(np.int64))  # host and device never share
@@ -286,16 +319,54 @@ def path_trace(trace: RankTrace | pa.Table, *, hta_compat: bool = False, hta_us_
         q_runtime, q_kernel = _queue_lengths(ts, stream, gq, launch_of[gq], per_launch_group=True)
 
     is_wait_row = (sync_kind == 4) & (stream != -1)
-    prev_rec, next_wait = _event_tables(ts, stream, pid, thread, corr, link, launch_of, is_launch, wait_stream,
-                                        wait_corr, code, names, gpu_side, sync_cat, hta_compat)
+    prev_rec, next_wait = _event_tables(
+        ts,
+        stream,
+        pid,
+        thread,
+        corr,
+        link,
+        launch_of,
+        is_launch,
+        wait_stream,
+        wait_corr,
+        code,
+        names,
+        gpu_side,
+        sync_cat,
+        hta_compat,
+    )
     return PathTrace(
-        n=n, event_id=eid_orig[src], ts=ts, dur=dur, end=ts + dur, stream=stream,
-        corr=corr, pid=pid, thread=thread, name_code=code, names=names, node_cat=node_cat, sync_cat=sync_cat,
-        sync_kind=sync_kind, is_blocking=is_blocking, gpu_side=gpu_side, link=link, launch_of=launch_of,
-        q_runtime=q_runtime, q_kernel=q_kernel, prev_launch_of_record=prev_rec, next_kernel_of_wait=next_wait,
-        wait_corr=wait_corr, comm=comm, data_loading=data_loading, is_wait_event_row=is_wait_row,
+        n=n,
+        event_id=eid_orig[src],
+        ts=ts,
+        dur=dur,
+        end=ts + dur,
+        stream=stream,
+        corr=corr,
+        pid=pid,
+        thread=thread,
+        name_code=code,
+        names=names,
+        node_cat=node_cat,
+        sync_cat=sync_cat,
+        sync_kind=sync_kind,
+        is_blocking=is_blocking,
+        gpu_side=gpu_side,
+        link=link,
+        launch_of=launch_of,
+        q_runtime=q_runtime,
+        q_kernel=q_kernel,
+        prev_launch_of_record=prev_rec,
+        next_kernel_of_wait=next_wait,
+        wait_corr=wait_corr,
+        comm=comm,
+        data_loading=data_loading,
+        is_wait_event_row=is_wait_row,
         is_gpu=trace.is_gpu[src],
-        hta_compat=hta_compat, flags=flags)
+        hta_compat=hta_compat,
+        flags=flags,
+    )
 
 
 def _as_int(v) -> int:
@@ -389,8 +460,23 @@ def _queue_lengths(ts, stream, gq, lq, per_launch_group: bool):
     return q_rt, q_k
 
 
-def _event_tables(ts, stream, pid, thread, corr, link, launch_of, is_launch, wait_stream, wait_corr, code,
-                  names, gpu_side, sync_cat, hta_compat):
+def _event_tables(
+    ts,
+    stream,
+    pid,
+    thread,
+    corr,
+    link,
+    launch_of,
+    is_launch,
+    wait_stream,
+    wait_corr,
+    code,
+    names,
+    gpu_side,
+    sync_cat,
+    hta_compat,
+):
     """HTA ``_get_cuda_event_record_df`` and ``_get_cuda_stream_wait_event_df``.
 
     Returns:
@@ -408,7 +494,7 @@ def _event_tables(ts, stream, pid, thread, corr, link, launch_of, is_launch, wai
     # one entry per launch: its (last) linked GPU row; product mode: per GPU row of the launch
     if hta_compat:
         l_launch, l_kernel = lrows, link[lrows]
-        okk = (stream[l_kernel] != -1)
+        okk = stream[l_kernel] != -1
         l_launch, l_kernel = l_launch[okk], l_kernel[okk]
     else:
         k = np.flatnonzero(launch_of >= 0)

@@ -67,20 +67,40 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from jobs.analyze.findings.rules import RULES, SYNC_NAMES, THRESHOLDS, JobTables
 from jobs.analyze.findings.neuron import RULES as NEURON_RULES
 from jobs.analyze.findings.neuron import neuron_findings
+from jobs.analyze.findings.rules import RULES, SYNC_NAMES, THRESHOLDS, JobTables
 from schemas.tables import FINDINGS
 
-__all__ = ["job_findings", "findings_document", "rank_findings", "SCHEMA_PATH", "SCHEMA_VERSION", "EVENTS_COLUMNS",
-           "RULE_NAMES", "SYNC_NAMES", "validate_document"]
+__all__ = [
+    "job_findings",
+    "findings_document",
+    "rank_findings",
+    "SCHEMA_PATH",
+    "SCHEMA_VERSION",
+    "EVENTS_COLUMNS",
+    "RULE_NAMES",
+    "SYNC_NAMES",
+    "validate_document",
+]
 
 #: JSON Schema of findings.json.
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "findings.v1.json"
 SCHEMA_VERSION = "1"
 #: Columns of the reduced ``events`` frame ``blocking_sync`` reads (``capture_id``, ``tid``, ``event_id`` optional).
-EVENTS_COLUMNS = ("job_id", "attempt", "rank", "capture_id", "step", "event_id", "category", "name", "ts_ns",
-                  "dur_ns", "tid")
+EVENTS_COLUMNS = (
+    "job_id",
+    "attempt",
+    "rank",
+    "capture_id",
+    "step",
+    "event_id",
+    "category",
+    "name",
+    "ts_ns",
+    "dur_ns",
+    "tid",
+)
 #: Every rule name (GPU rules, then Neuron rules).
 RULE_NAMES: tuple[str, ...] = (*(r for r, _ in RULES), *NEURON_RULES)
 _REQUIRED = {
@@ -190,8 +210,14 @@ def rank_findings(rows: list[dict]) -> list[dict]:
     out = []
     for key in sorted(groups, key=lambda k: (str(k[0]), int(k[1]))):
         fs = groups[key]
-        fs.sort(key=lambda f: (f["est_time_lost_per_step_ns"] is None, -(f["est_time_lost_per_step_ns"] or 0),
-                               -(f["confidence"] or 0), f["finding_id"]))
+        fs.sort(
+            key=lambda f: (
+                f["est_time_lost_per_step_ns"] is None,
+                -(f["est_time_lost_per_step_ns"] or 0),
+                -(f["confidence"] or 0),
+                f["finding_id"],
+            )
+        )
         for i, f in enumerate(fs, 1):
             f["rank_order"] = i
         out += fs
@@ -225,28 +251,49 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
     meta = []
     for job_id, attempt in sorted(keys, key=lambda k: (str(k[0]), k[1])):
         job = {n: _of_job(df, job_id, attempt) for n, df in frames.items()}
-        steps = _prepare_steps(job["steps"]) if not job["steps"].empty else _prepare_steps(
-            pd.DataFrame(columns=list(_REQUIRED["steps"])))
-        t = JobTables(job_id=job_id, attempt=int(attempt), steps=steps, kernels=job["kernels"],
-                      collectives=job["collectives"], critical_path=job["critical_path"], events=job["events"])
+        steps = (
+            _prepare_steps(job["steps"])
+            if not job["steps"].empty
+            else _prepare_steps(pd.DataFrame(columns=list(_REQUIRED["steps"])))
+        )
+        t = JobTables(
+            job_id=job_id,
+            attempt=int(attempt),
+            steps=steps,
+            kernels=job["kernels"],
+            collectives=job["collectives"],
+            critical_path=job["critical_path"],
+            events=job["events"],
+        )
         date = _date(frames, job_id, attempt)
         for _rule, fn in RULES:
             for f in fn(t):
                 ev = {"job_id": job_id, "attempt": int(attempt), **f.pop("evidence")}
-                f.update(date=date, job_id=job_id, attempt=int(attempt), rank_order=0,
-                         evidence_json=json.dumps(_clean(ev), sort_keys=True, default=_json_default,
-                                                  allow_nan=False))
+                f.update(
+                    date=date,
+                    job_id=job_id,
+                    attempt=int(attempt),
+                    rank_order=0,
+                    evidence_json=json.dumps(_clean(ev), sort_keys=True, default=_json_default, allow_nan=False),
+                )
                 found.append(f)
-        meta.append({"job_id": job_id, "attempt": int(attempt), "date": date,
-                     "tables": {("events_host_sync" if n == "events" else n): int(len(df)) for n, df in job.items()},
-                     "n_ranks": int(steps["rank"].nunique()) if len(steps) else 0,
-                     "n_rank_steps": int(len(steps))})
+        meta.append(
+            {
+                "job_id": job_id,
+                "attempt": int(attempt),
+                "date": date,
+                "tables": {("events_host_sync" if n == "events" else n): int(len(df)) for n, df in job.items()},
+                "n_ranks": int(steps["rank"].nunique()) if len(steps) else 0,
+                "n_rank_steps": int(len(steps)),
+            }
+        )
     ns = tables.get("neuron_summary")
     if ns is not None and len(ns):
         found += neuron_findings(ns).to_pylist()
     rows = rank_findings(found)
-    tbl = pa.Table.from_pylist([{k: _clean(f[k]) for k in FINDINGS.names} for f in rows],
-                               schema=FINDINGS.arrow_schema())
+    tbl = pa.Table.from_pylist(
+        [{k: _clean(f[k]) for k in FINDINGS.names} for f in rows], schema=FINDINGS.arrow_schema()
+    )
     md = dict(tbl.schema.metadata or {})
     md[_META_KEY] = json.dumps(meta, sort_keys=True).encode()
     return tbl.replace_schema_metadata(md)
@@ -284,21 +331,36 @@ def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generat
     for r in rows:
         if r["job_id"] != job_id or int(r["attempt"]) != int(attempt):
             continue
-        out.append({
-            "finding_id": r["finding_id"], "rule": r["rule"], "rank_order": int(r["rank_order"]),
-            "title": r["title"], "metric": r["metric"], "value": _num_or_none(r["value"]),
-            "est_time_lost_per_step_ns": None if r["est_time_lost_per_step_ns"] is None
-            else int(r["est_time_lost_per_step_ns"]),
-            "confidence": _num_or_none(r["confidence"]),
-            "ranks": [int(x) for x in (r["ranks"] if r["ranks"] is not None else [])],
-            "steps": [int(x) for x in (r["steps"] if r["steps"] is not None else [])],
-            "evidence": json.loads(r["evidence_json"]) if r["evidence_json"] else {"job_id": job_id,
-                                                                                 "attempt": int(attempt)},
-            "recommendation": r["recommendation"],
-        })
+        out.append(
+            {
+                "finding_id": r["finding_id"],
+                "rule": r["rule"],
+                "rank_order": int(r["rank_order"]),
+                "title": r["title"],
+                "metric": r["metric"],
+                "value": _num_or_none(r["value"]),
+                "est_time_lost_per_step_ns": None
+                if r["est_time_lost_per_step_ns"] is None
+                else int(r["est_time_lost_per_step_ns"]),
+                "confidence": _num_or_none(r["confidence"]),
+                "ranks": [int(x) for x in (r["ranks"] if r["ranks"] is not None else [])],
+                "steps": [int(x) for x in (r["steps"] if r["steps"] is not None else [])],
+                "evidence": json.loads(r["evidence_json"])
+                if r["evidence_json"]
+                else {"job_id": job_id, "attempt": int(attempt)},
+                "recommendation": r["recommendation"],
+            }
+        )
     out.sort(key=lambda f: f["rank_order"])
-    return _clean({"schema_version": SCHEMA_VERSION, "job_id": job_id, "attempt": int(attempt),
-                   "generated_from": gen, "findings": out})
+    return _clean(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "job_id": job_id,
+            "attempt": int(attempt),
+            "generated_from": gen,
+            "findings": out,
+        }
+    )
 
 
 def _num_or_none(v):

@@ -46,9 +46,19 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
-    "JobTables", "RULES", "THRESHOLDS", "SYNC_NAMES", "confidence",
-    "host_bound_launch", "many_tiny_kernels", "exposed_communication", "straggler_rank", "dataloader_bound",
-    "blocking_sync", "memcpy_bound", "low_gpu_utilization",
+    "JobTables",
+    "RULES",
+    "THRESHOLDS",
+    "SYNC_NAMES",
+    "confidence",
+    "host_bound_launch",
+    "many_tiny_kernels",
+    "exposed_communication",
+    "straggler_rank",
+    "dataloader_bound",
+    "blocking_sync",
+    "memcpy_bound",
+    "low_gpu_utilization",
 ]
 
 # ------------------------------------------------------------------------------------------------
@@ -105,10 +115,20 @@ SYNC_CALLS_PER_STEP = 10
 (CUDA Best Practices: avoid host-device synchronization), even when it returns at once."""
 
 SYNC_NAMES: tuple[str, ...] = (
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
-    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-    "aten::_local_scalar_dense", "aten::item", "aten::nonzero",
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+    "aten::_local_scalar_dense",
+    "aten::item",
+    "aten::nonzero",
 )
 """Host events that block until the device catches up (exact names): the runtime / driver
 synchronize calls HTA treats as blocking (``CPGraph`` ``is_blocking``: cudaDeviceSynchronize,
@@ -184,16 +204,23 @@ class JobTables:
         if cp.empty or "scope" not in cp:
             return pd.DataFrame(columns=["rank", "step", "bound_by", "dur_ns"])
         cp = cp[cp["scope"] == "rank"]
-        return cp.groupby(["path_rank", "step", "bound_by"], as_index=False)["dur_ns"].sum().rename(
-            columns={"path_rank": "rank"})
+        return (
+            cp.groupby(["path_rank", "step", "bound_by"], as_index=False)["dur_ns"]
+            .sum()
+            .rename(columns={"path_rank": "rank"})
+        )
 
     def cp_events(self, bound_by: tuple[str, ...], ranks) -> list[dict]:
         """The longest rank-scope critical-path segments with an event id of ``bound_by`` on ``ranks``."""
         cp = self.critical_path
         if cp.empty or "scope" not in cp:
             return []
-        m = (cp["scope"] == "rank") & cp["bound_by"].isin(bound_by) & cp["event_id"].notna() & cp["rank"].isin(
-            list(ranks))
+        m = (
+            (cp["scope"] == "rank")
+            & cp["bound_by"].isin(bound_by)
+            & cp["event_id"].notna()
+            & cp["rank"].isin(list(ranks))
+        )
         return event_refs(cp[m])
 
 
@@ -223,8 +250,16 @@ def event_refs(rows: pd.DataFrame, limit: int = MAX_EVIDENCE_EVENTS) -> list[dic
     rows = rows.sort_values("dur_ns", ascending=False, kind="stable").head(limit)
     out = []
     for d in rows.to_dict("records"):
-        out.append({"rank": _ns(d.get("rank")), "capture_id": d.get("capture_id"), "step": _ns(d.get("step")),
-                    "event_id": _ns(d.get("event_id")), "name": d.get("name"), "dur_ns": _ns(d.get("dur_ns"))})
+        out.append(
+            {
+                "rank": _ns(d.get("rank")),
+                "capture_id": d.get("capture_id"),
+                "step": _ns(d.get("step")),
+                "event_id": _ns(d.get("event_id")),
+                "name": d.get("name"),
+                "dur_ns": _ns(d.get("dur_ns")),
+            }
+        )
     return out
 
 
@@ -259,9 +294,9 @@ def confidence(base: float, coverage: float, corroborated: bool | None = None, n
 
 @dataclass
 class _Scope:
-    scope: str                 # "job" or "rank=R"
-    rows: pd.DataFrame         # the scope's rank-steps (with num, loss, hit)
-    per_rank: pd.DataFrame     # rank, n_steps, value, est, steps: the ranks that pass on their own
+    scope: str  # "job" or "rank=R"
+    rows: pd.DataFrame  # the scope's rank-steps (with num, loss, hit)
+    per_rank: pd.DataFrame  # rank, n_steps, value, est, steps: the ranks that pass on their own
     value: float
     est: float
     coverage: float
@@ -272,18 +307,30 @@ def _pct_of_step(rows: pd.DataFrame) -> float:
     return 100.0 * float(rows["num"].sum()) / max(float(rows["step_time_ns"].sum()), 1.0)
 
 
-def _per_rank(rows: pd.DataFrame, metric: Callable[[pd.DataFrame], float],
-              ok: Callable[[pd.DataFrame, float], bool]) -> pd.DataFrame:
+def _per_rank(
+    rows: pd.DataFrame, metric: Callable[[pd.DataFrame], float], ok: Callable[[pd.DataFrame, float], bool]
+) -> pd.DataFrame:
     out = []
     for rank, h in rows.groupby("rank", sort=True):
         v = metric(h)
-        out.append({"rank": int(rank), "n_steps": int(len(h)), "value": v, "est": float(h["loss"].sum()) / len(h),
-                    "steps": sorted({int(x) for x in h.loc[h["hit"], "step"]}), "ok": bool(ok(h, v))})
+        out.append(
+            {
+                "rank": int(rank),
+                "n_steps": int(len(h)),
+                "value": v,
+                "est": float(h["loss"].sum()) / len(h),
+                "steps": sorted({int(x) for x in h.loc[h["hit"], "step"]}),
+                "ok": bool(ok(h, v)),
+            }
+        )
     return pd.DataFrame(out, columns=["rank", "n_steps", "value", "est", "steps", "ok"])
 
 
-def _scopes(rows: pd.DataFrame, ok: Callable[[pd.DataFrame, float], bool],
-            metric: Callable[[pd.DataFrame], float] = _pct_of_step) -> list[_Scope]:
+def _scopes(
+    rows: pd.DataFrame,
+    ok: Callable[[pd.DataFrame, float], bool],
+    metric: Callable[[pd.DataFrame], float] = _pct_of_step,
+) -> list[_Scope]:
     """Scopes where the rule holds (module docstring, "Scope").
 
     Args:
@@ -297,13 +344,29 @@ def _scopes(rows: pd.DataFrame, ok: Callable[[pd.DataFrame, float], bool],
     per_rank = _per_rank(rows, metric, ok)
     value = metric(rows)
     if ok(rows, value):
-        return [_Scope("job", rows, per_rank[per_rank["ok"]], value, float(rows["loss"].sum()) / len(rows),
-                       float(rows["hit"].mean()))]
+        return [
+            _Scope(
+                "job",
+                rows,
+                per_rank[per_rank["ok"]],
+                value,
+                float(rows["loss"].sum()) / len(rows),
+                float(rows["hit"].mean()),
+            )
+        ]
     out = []
     for r in per_rank[per_rank["ok"]].itertuples(index=False):
         sub = rows[rows["rank"] == r.rank]
-        out.append(_Scope(f"rank={int(r.rank)}", sub, per_rank[per_rank["rank"] == r.rank], float(r.value),
-                          float(r.est), float(sub["hit"].mean())))
+        out.append(
+            _Scope(
+                f"rank={int(r.rank)}",
+                sub,
+                per_rank[per_rank["rank"] == r.rank],
+                float(r.value),
+                float(r.est),
+                float(sub["hit"].mean()),
+            )
+        )
     out.sort(key=lambda s: -s.est)
     return out[:MAX_RANK_SCOPED_FINDINGS]
 
@@ -322,21 +385,56 @@ def _steps_of(s: _Scope) -> list[int]:
 
 def _per_rank_evidence(s: _Scope) -> list[dict]:
     pr = s.per_rank.sort_values("est", ascending=False, kind="stable").head(MAX_EVIDENCE_RANKS)
-    return [{"rank": int(r.rank), "n_steps": int(r.n_steps), "value": round(float(r.value), 3),
-             "est_time_lost_per_step_ns": int(round(r.est)), "steps": list(r.steps)} for r in pr.itertuples()]
+    return [
+        {
+            "rank": int(r.rank),
+            "n_steps": int(r.n_steps),
+            "value": round(float(r.value), 3),
+            "est_time_lost_per_step_ns": int(round(r.est)),
+            "steps": list(r.steps),
+        }
+        for r in pr.itertuples()
+    ]
 
 
-def _finding(rule: str, s: _Scope, *, title: str, metric: str, threshold: float, comparison: str, conf: float,
-             recommendation: str, details: dict, events: list[dict] | None = None) -> dict:
+def _finding(
+    rule: str,
+    s: _Scope,
+    *,
+    title: str,
+    metric: str,
+    threshold: float,
+    comparison: str,
+    conf: float,
+    recommendation: str,
+    details: dict,
+    events: list[dict] | None = None,
+) -> dict:
     ranks = _ranks_of(s)
-    evidence = {"scope": "job" if s.scope == "job" else "rank", "rank": ranks[0] if s.scope != "job" else None,
-                "threshold": threshold, "comparison": comparison, "n_rank_steps": int(len(s.rows)),
-                "n_ranks": int(s.rows["rank"].nunique()), "per_rank": _per_rank_evidence(s),
-                "events": events or [], "details": details}
-    return {"finding_id": f"{rule}/{s.scope}", "rule": rule, "title": title, "metric": metric,
-            "value": round(float(s.value), 6), "est_time_lost_per_step_ns": int(round(max(s.est, 0.0))),
-            "confidence": conf, "ranks": ranks, "steps": _steps_of(s), "evidence": evidence,
-            "recommendation": recommendation}
+    evidence = {
+        "scope": "job" if s.scope == "job" else "rank",
+        "rank": ranks[0] if s.scope != "job" else None,
+        "threshold": threshold,
+        "comparison": comparison,
+        "n_rank_steps": int(len(s.rows)),
+        "n_ranks": int(s.rows["rank"].nunique()),
+        "per_rank": _per_rank_evidence(s),
+        "events": events or [],
+        "details": details,
+    }
+    return {
+        "finding_id": f"{rule}/{s.scope}",
+        "rule": rule,
+        "title": title,
+        "metric": metric,
+        "value": round(float(s.value), 6),
+        "est_time_lost_per_step_ns": int(round(max(s.est, 0.0))),
+        "confidence": conf,
+        "ranks": ranks,
+        "steps": _steps_of(s),
+        "evidence": evidence,
+        "recommendation": recommendation,
+    }
 
 
 def _sum(rows: pd.DataFrame, col: str) -> int:
@@ -392,24 +490,38 @@ def host_bound_launch(t: JobTables) -> list[dict]:
         share = _cp_share(t, ranks, ("cpu_bound", "launch_overhead"))
         hw, kw, ow = (_sum(sc.rows, c) for c in ("idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns"))
         host_wait_top = hw > 0 and hw >= max(kw, ow)
-        corr = True if (share is not None and share >= 0.5) or host_wait_top else (
-            False if share is not None and share < 0.2 else None)
-        out.append(_finding(
-            "host_bound_launch", sc,
-            title=f"GPU idle while the host works: {sc.value:.0f}% of the step time ({_ms(sc.est)} per step) is "
-                  f"CPU-bound", metric="cpu_bound_pct_of_step", threshold=HOST_BOUND_PCT, comparison=">=",
-            conf=confidence(0.5, sc.coverage, corr, _n_steps(sc)),
-            recommendation="The host cannot enqueue work fast enough. Capture the step (or its static part) in a CUDA "
-                           "graph (torch.cuda.graphs / torch.compile(mode=\"reduce-overhead\")), fuse small ops with "
-                           "torch.compile, move CPU-side preprocessing out of the step, and raise the batch size per "
-                           "step so that each launch does more work.",
-            details={"cpu_bound_time_ns": _sum(sc.rows, "cpu_bound_time_ns"),
-                     "step_time_ns": _sum(sc.rows, "step_time_ns"),
-                     "idle_host_wait_ns": hw, "idle_kernel_wait_ns": kw, "idle_other_ns": ow,
-                     "launch_runtime_ns": _sum(sc.rows, "launch_runtime_ns"),
-                     "n_launches": _sum(sc.rows, "n_launches"),
-                     "critical_path_cpu_share": None if share is None else round(share, 4)},
-            events=t.cp_events(("cpu_bound",), ranks)))
+        corr = (
+            True
+            if (share is not None and share >= 0.5) or host_wait_top
+            else (False if share is not None and share < 0.2 else None)
+        )
+        out.append(
+            _finding(
+                "host_bound_launch",
+                sc,
+                title=f"GPU idle while the host works: {sc.value:.0f}% of the step time ({_ms(sc.est)} per step) is "
+                f"CPU-bound",
+                metric="cpu_bound_pct_of_step",
+                threshold=HOST_BOUND_PCT,
+                comparison=">=",
+                conf=confidence(0.5, sc.coverage, corr, _n_steps(sc)),
+                recommendation="The host cannot enqueue work fast enough. Capture the step (or its static part) in a CUDA "
+                "graph (torch.cuda.graphs / torch.compile(mode=\"reduce-overhead\")), fuse small ops with "
+                "torch.compile, move CPU-side preprocessing out of the step, and raise the batch size per "
+                "step so that each launch does more work.",
+                details={
+                    "cpu_bound_time_ns": _sum(sc.rows, "cpu_bound_time_ns"),
+                    "step_time_ns": _sum(sc.rows, "step_time_ns"),
+                    "idle_host_wait_ns": hw,
+                    "idle_kernel_wait_ns": kw,
+                    "idle_other_ns": ow,
+                    "launch_runtime_ns": _sum(sc.rows, "launch_runtime_ns"),
+                    "n_launches": _sum(sc.rows, "n_launches"),
+                    "critical_path_cpu_share": None if share is None else round(share, 4),
+                },
+                events=t.cp_events(("cpu_bound",), ranks),
+            )
+        )
     return out
 
 
@@ -435,8 +547,12 @@ def many_tiny_kernels(t: JobTables) -> list[dict]:
     n_launch = _col(s, "n_launches")
     n_short = _col(s, "n_short_kernels")
     frac = (n_short / n_launch.where(n_launch > 0)).fillna(0.0)
-    rows = s.assign(num=0.0, loss=np.minimum(_col(s, "launch_runtime_ns") * frac, s["gpu_idle_ns"]),
-                    _short=n_short, _launch=n_launch)
+    rows = s.assign(
+        num=0.0,
+        loss=np.minimum(_col(s, "launch_runtime_ns") * frac, s["gpu_idle_ns"]),
+        _short=n_short,
+        _launch=n_launch,
+    )
     rows["hit"] = (frac * 100 >= SHORT_KERNEL_PCT) & (n_short >= MIN_SHORT_KERNELS_PER_STEP)
 
     def metric(r: pd.DataFrame) -> float:
@@ -451,21 +567,31 @@ def many_tiny_kernels(t: JobTables) -> list[dict]:
         share = _cp_share(t, ranks, ("launch_overhead", "kernel_kernel_gap", "cpu_bound"))
         corr = None if share is None else (True if share >= 0.5 else (False if share < 0.2 else None))
         n_steps = max(len(sc.rows), 1)
-        out.append(_finding(
-            "many_tiny_kernels", sc,
-            title=f"{sc.value:.0f}% of kernel launches are shorter than their launch "
-                  f"({sc.rows['_short'].sum() / n_steps:.0f} short kernels per step)",
-            metric="short_kernel_pct_of_launches", threshold=SHORT_KERNEL_PCT, comparison=">=",
-            conf=confidence(0.4, sc.coverage, corr, _n_steps(sc)),
-            recommendation="Fuse the small kernels: torch.compile (Inductor fuses pointwise/reduction chains), "
-                           "fused optimizers (foreach=True / fused=True), horizontal fusion of per-table or per-layer "
-                           "ops; or capture the step in a CUDA graph so hundreds of launches cost one.",
-            details={"n_short_kernels": int(sc.rows["_short"].sum()), "n_launches": int(sc.rows["_launch"].sum()),
-                     "launch_runtime_ns": _sum(sc.rows, "launch_runtime_ns"),
-                     "launch_delay_p50_ns_median": _ns(sc.rows["launch_delay_p50_ns"].median())
-                     if "launch_delay_p50_ns" in sc.rows else None,
-                     "top_short_kernels": _top_short_kernels(t, ranks),
-                     "critical_path_launch_share": None if share is None else round(share, 4)}))
+        out.append(
+            _finding(
+                "many_tiny_kernels",
+                sc,
+                title=f"{sc.value:.0f}% of kernel launches are shorter than their launch "
+                f"({sc.rows['_short'].sum() / n_steps:.0f} short kernels per step)",
+                metric="short_kernel_pct_of_launches",
+                threshold=SHORT_KERNEL_PCT,
+                comparison=">=",
+                conf=confidence(0.4, sc.coverage, corr, _n_steps(sc)),
+                recommendation="Fuse the small kernels: torch.compile (Inductor fuses pointwise/reduction chains), "
+                "fused optimizers (foreach=True / fused=True), horizontal fusion of per-table or per-layer "
+                "ops; or capture the step in a CUDA graph so hundreds of launches cost one.",
+                details={
+                    "n_short_kernels": int(sc.rows["_short"].sum()),
+                    "n_launches": int(sc.rows["_launch"].sum()),
+                    "launch_runtime_ns": _sum(sc.rows, "launch_runtime_ns"),
+                    "launch_delay_p50_ns_median": _ns(sc.rows["launch_delay_p50_ns"].median())
+                    if "launch_delay_p50_ns" in sc.rows
+                    else None,
+                    "top_short_kernels": _top_short_kernels(t, ranks),
+                    "critical_path_launch_share": None if share is None else round(share, 4),
+                },
+            )
+        )
     return out
 
 
@@ -531,53 +657,88 @@ def exposed_communication(t: JobTables) -> list[dict]:
         wait_share = waiting / exposed if exposed > 0 else 0.0
         c = t.collectives
         calls = c[c["rank"].isin(sc.rows["rank"].unique())] if not c.empty and "rank" in c else c
-        details = {"exposed_comm_ns": int(exposed), "waiting_in_exposed_ns": int(waiting),
-                   "wait_share_of_exposed": round(wait_share, 4), "comm_time_ns": _sum(sc.rows, "comm_time_ns"),
-                   "overlap_pct_median": _num(sc.rows["overlap_pct"].median()) if "overlap_pct" in sc.rows else None}
+        details = {
+            "exposed_comm_ns": int(exposed),
+            "waiting_in_exposed_ns": int(waiting),
+            "wait_share_of_exposed": round(wait_share, 4),
+            "comm_time_ns": _sum(sc.rows, "comm_time_ns"),
+            "overlap_pct_median": _num(sc.rows["overlap_pct"].median()) if "overlap_pct" in sc.rows else None,
+        }
         advice = []
         if not calls.empty:
             n_steps = max(len(sc.rows), 1)
             msg = pd.to_numeric(calls.get("msg_bytes"), errors="coerce")
             small = int((msg < SMALL_MESSAGE_BYTES).sum())
-            details.update({"n_calls": int(len(calls)), "n_calls_per_rank_step": round(len(calls) / n_steps, 2),
-                            "n_small_calls": small, "msg_bytes_median": _ns(msg.median()),
-                            "busbw_gbps_median": _num(pd.to_numeric(calls.get("busbw_gbps"), errors="coerce").median()),
-                            "by_collective": {str(k): int(v) for k, v in calls["collective"].value_counts().items()}
-                            if "collective" in calls else {}})
+            details.update(
+                {
+                    "n_calls": int(len(calls)),
+                    "n_calls_per_rank_step": round(len(calls) / n_steps, 2),
+                    "n_small_calls": small,
+                    "msg_bytes_median": _ns(msg.median()),
+                    "busbw_gbps_median": _num(pd.to_numeric(calls.get("busbw_gbps"), errors="coerce").median()),
+                    "by_collective": {str(k): int(v) for k, v in calls["collective"].value_counts().items()}
+                    if "collective" in calls
+                    else {},
+                }
+            )
             if small >= max(4, len(calls) // 2):
-                advice.append(f"{small} of {len(calls)} calls move < 1 MiB (latency-bound): coalesce them — larger "
-                              "DDP buckets (bucket_cap_mb), fewer/larger FSDP units, batched all_to_all.")
+                advice.append(
+                    f"{small} of {len(calls)} calls move < 1 MiB (latency-bound): coalesce them — larger "
+                    "DDP buckets (bucket_cap_mb), fewer/larger FSDP units, batched all_to_all."
+                )
             top = calls.sort_values("exposed_ns", ascending=False, kind="stable").head(MAX_EVIDENCE_EVENTS)
-            events = [{"rank": _ns(r.get("rank")), "capture_id": r.get("capture_id"), "step": _ns(r.get("step")),
-                       "event_id": _ns(r.get("event_id")), "name": r.get("name"), "dur_ns": _ns(r.get("dur_ns")),
-                       "exposed_ns": _ns(r.get("exposed_ns")), "wait_ns": _ns(r.get("wait_ns")),
-                       "collective": r.get("collective"), "msg_bytes": _ns(r.get("msg_bytes"))}
-                      for r in top.to_dict("records")]
+            events = [
+                {
+                    "rank": _ns(r.get("rank")),
+                    "capture_id": r.get("capture_id"),
+                    "step": _ns(r.get("step")),
+                    "event_id": _ns(r.get("event_id")),
+                    "name": r.get("name"),
+                    "dur_ns": _ns(r.get("dur_ns")),
+                    "exposed_ns": _ns(r.get("exposed_ns")),
+                    "wait_ns": _ns(r.get("wait_ns")),
+                    "collective": r.get("collective"),
+                    "msg_bytes": _ns(r.get("msg_bytes")),
+                }
+                for r in top.to_dict("records")
+            ]
         else:
             events = []
         if wait_share >= 0.5:
-            advice.append(f"{wait_share:.0%} of the exposed time is waiting for late ranks: fix the straggler first "
-                          "(see straggler_rank).")
-        advice.append("Overlap communication with computation: DDP overlaps gradient all-reduce with backward "
-                      "(keep find_unused_parameters off, tune bucket_cap_mb so the first bucket starts early); FSDP: "
-                      "forward/backward prefetch; launch independent collectives asynchronously (async_op=True) "
-                      "and wait as late as possible.")
+            advice.append(
+                f"{wait_share:.0%} of the exposed time is waiting for late ranks: fix the straggler first "
+                "(see straggler_rank)."
+            )
+        advice.append(
+            "Overlap communication with computation: DDP overlaps gradient all-reduce with backward "
+            "(keep find_unused_parameters off, tune bucket_cap_mb so the first bucket starts early); FSDP: "
+            "forward/backward prefetch; launch independent collectives asynchronously (async_op=True) "
+            "and wait as late as possible."
+        )
         corr_share = _cp_share(t, ranks, ("communication",))
         corr = None if corr_share is None else (True if corr_share >= 0.2 else None)
-        out.append(_finding(
-            "exposed_communication", sc,
-            title=f"Communication exposed for {sc.value:.0f}% of the step time"
-                  + (f"; {wait_share:.0%} of it waiting for late ranks" if wait_share >= 0.1 else "")
-                  + f" (transfers: {_ms(sc.est)} per step)",
-            metric="exposed_comm_pct_of_step", threshold=EXPOSED_COMM_PCT, comparison=">=",
-            conf=confidence(0.55 if not calls.empty else 0.45, sc.coverage, corr, _n_steps(sc)),
-            recommendation=" ".join(advice), details=details, events=events))
+        out.append(
+            _finding(
+                "exposed_communication",
+                sc,
+                title=f"Communication exposed for {sc.value:.0f}% of the step time"
+                + (f"; {wait_share:.0%} of it waiting for late ranks" if wait_share >= 0.1 else "")
+                + f" (transfers: {_ms(sc.est)} per step)",
+                metric="exposed_comm_pct_of_step",
+                threshold=EXPOSED_COMM_PCT,
+                comparison=">=",
+                conf=confidence(0.55 if not calls.empty else 0.45, sc.coverage, corr, _n_steps(sc)),
+                recommendation=" ".join(advice),
+                details=details,
+                events=events,
+            )
+        )
     return out
 
 
 def _binomial_sf(k: int, n: int, p: float) -> float:
     """P(X ≥ k) for X ~ Binomial(n, p)."""
-    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
 
 
 def straggler_rank(t: JobTables) -> list[dict]:
@@ -638,34 +799,67 @@ def straggler_rank(t: JobTables) -> list[dict]:
         steps = sorted({int(x) for x in mine["step"].dropna()}) if "step" in mine else []
         excess = _excess_vs_median(t, int(rank))
         biggest = max(excess.items(), key=lambda kv: kv[1] or 0, default=(None, None))
-        cause = (f" Rank {int(rank)} spends more than the median rank in {biggest[0]} (+{_ms(biggest[1])} per step): "
-                 "start there." if biggest[1] and biggest[1] > 0.1 * est else "")
-        events = [{"rank": int(rank), "capture_id": r.get("capture_id"), "step": _ns(r.get("step")),
-                   "event_id": _ns(r.get("event_id")), "name": r.get("name"), "dur_ns": _ns(r.get("dur_ns")),
-                   "match_key": r.get("match_key"), "collective": r.get("collective"),
-                   "others_wait_median_ns": _ns(r.get("caused_ns")), "skew_ns": _ns(r.get("skew_ns"))}
-                  for r in mine.sort_values("caused_ns", ascending=False).head(MAX_EVIDENCE_EVENTS).to_dict("records")]
-        out.append({
-            "finding_id": f"straggler_rank/rank={int(rank)}", "rule": "straggler_rank",
-            "title": f"Rank {int(rank)} arrives last at {int(k)} of {calls_r} collectives; the other ranks wait "
-                     f"{_ms(est)} per step for it",
-            "metric": "last_arrival_pct", "value": round(100.0 * share, 6),
-            "est_time_lost_per_step_ns": int(round(est)), "confidence": round(max(0.05, conf), 2),
-            "ranks": [int(rank)], "steps": steps,
-            "evidence": {"scope": "rank", "rank": int(rank), "threshold": round(100 * need_share, 3),
-                         "comparison": ">=", "n_rank_steps": int(len(t.steps[t.steps["rank"] == rank]))
-                         if not t.steps.empty else 0, "n_ranks": int(c["rank"].nunique()),
-                         "per_rank": [{"rank": int(r), "value": round(100 * float(v), 3)} for r, v in
-                                      per_rank.sort_values(ascending=False).head(MAX_EVIDENCE_RANKS).items()],
-                         "events": events,
-                         "details": {"n_calls": calls_r, "n_last_arrivals": int(k), "n_job_calls": n_calls,
-                                     "ranks_per_call_median": n, "binomial_p_value": p_value, "n_steps": n_steps,
-                                     "excess_vs_median_rank_ns": excess}},
-            "recommendation": f"Find why rank {int(rank)} is late: compare its step with the others (host/CPU "
-                              "contention, data loading, thermal or clock throttling, a slower GPU or link, uneven "
-                              "work such as embedding-table or sequence-length imbalance); re-balance the work or "
-                              "replace the node." + cause,
-        })
+        cause = (
+            f" Rank {int(rank)} spends more than the median rank in {biggest[0]} (+{_ms(biggest[1])} per step): "
+            "start there."
+            if biggest[1] and biggest[1] > 0.1 * est
+            else ""
+        )
+        events = [
+            {
+                "rank": int(rank),
+                "capture_id": r.get("capture_id"),
+                "step": _ns(r.get("step")),
+                "event_id": _ns(r.get("event_id")),
+                "name": r.get("name"),
+                "dur_ns": _ns(r.get("dur_ns")),
+                "match_key": r.get("match_key"),
+                "collective": r.get("collective"),
+                "others_wait_median_ns": _ns(r.get("caused_ns")),
+                "skew_ns": _ns(r.get("skew_ns")),
+            }
+            for r in mine.sort_values("caused_ns", ascending=False).head(MAX_EVIDENCE_EVENTS).to_dict("records")
+        ]
+        out.append(
+            {
+                "finding_id": f"straggler_rank/rank={int(rank)}",
+                "rule": "straggler_rank",
+                "title": f"Rank {int(rank)} arrives last at {int(k)} of {calls_r} collectives; the other ranks wait "
+                f"{_ms(est)} per step for it",
+                "metric": "last_arrival_pct",
+                "value": round(100.0 * share, 6),
+                "est_time_lost_per_step_ns": int(round(est)),
+                "confidence": round(max(0.05, conf), 2),
+                "ranks": [int(rank)],
+                "steps": steps,
+                "evidence": {
+                    "scope": "rank",
+                    "rank": int(rank),
+                    "threshold": round(100 * need_share, 3),
+                    "comparison": ">=",
+                    "n_rank_steps": int(len(t.steps[t.steps["rank"] == rank])) if not t.steps.empty else 0,
+                    "n_ranks": int(c["rank"].nunique()),
+                    "per_rank": [
+                        {"rank": int(r), "value": round(100 * float(v), 3)}
+                        for r, v in per_rank.sort_values(ascending=False).head(MAX_EVIDENCE_RANKS).items()
+                    ],
+                    "events": events,
+                    "details": {
+                        "n_calls": calls_r,
+                        "n_last_arrivals": int(k),
+                        "n_job_calls": n_calls,
+                        "ranks_per_call_median": n,
+                        "binomial_p_value": p_value,
+                        "n_steps": n_steps,
+                        "excess_vs_median_rank_ns": excess,
+                    },
+                },
+                "recommendation": f"Find why rank {int(rank)} is late: compare its step with the others (host/CPU "
+                "contention, data loading, thermal or clock throttling, a slower GPU or link, uneven "
+                "work such as embedding-table or sequence-length imbalance); re-balance the work or "
+                "replace the node." + cause,
+            }
+        )
     return out
 
 
@@ -718,18 +912,26 @@ def dataloader_bound(t: JobTables) -> list[dict]:
         ranks = _ranks_of(sc)
         share = _cp_share(t, ranks, ("data_loading",))
         corr = None if share is None else share > 0
-        out.append(_finding(
-            "dataloader_bound", sc,
-            title=f"Data loading takes {sc.value:.0f}% of the step time ({_ms(sc.est)} per step with the GPU idle)",
-            metric="dataloader_pct_of_step", threshold=DATALOADER_PCT, comparison=">",
-            conf=confidence(0.55, sc.coverage, corr, _n_steps(sc)),
-            recommendation="Load data ahead of the step: DataLoader(num_workers>0, persistent_workers=True, "
-                           "prefetch_factor≥2, pin_memory=True) and .to(device, non_blocking=True); move decoding/"
-                           "augmentation to the workers or the GPU (e.g. DALI); check the storage read throughput.",
-            details={"dataloader_time_ns": _sum(sc.rows, "dataloader_time_ns"),
-                     "step_time_ns": _sum(sc.rows, "step_time_ns"),
-                     "critical_path_data_loading_share": None if share is None else round(share, 4)},
-            events=t.cp_events(("data_loading",), ranks)))
+        out.append(
+            _finding(
+                "dataloader_bound",
+                sc,
+                title=f"Data loading takes {sc.value:.0f}% of the step time ({_ms(sc.est)} per step with the GPU idle)",
+                metric="dataloader_pct_of_step",
+                threshold=DATALOADER_PCT,
+                comparison=">",
+                conf=confidence(0.55, sc.coverage, corr, _n_steps(sc)),
+                recommendation="Load data ahead of the step: DataLoader(num_workers>0, persistent_workers=True, "
+                "prefetch_factor≥2, pin_memory=True) and .to(device, non_blocking=True); move decoding/"
+                "augmentation to the workers or the GPU (e.g. DALI); check the storage read throughput.",
+                details={
+                    "dataloader_time_ns": _sum(sc.rows, "dataloader_time_ns"),
+                    "step_time_ns": _sum(sc.rows, "step_time_ns"),
+                    "critical_path_data_loading_share": None if share is None else round(share, 4),
+                },
+                events=t.cp_events(("data_loading",), ranks),
+            )
+        )
     return out
 
 
@@ -761,8 +963,15 @@ def _sync_per_step(ev: pd.DataFrame) -> pd.DataFrame:
                 cur_e = max(cur_e, b)
         if cur_e is not None:
             blocked += cur_e - cur_s
-        rows.append({"rank": rank, "step": step, "blocked_ns": int(blocked), "n_calls": int(g["top"].sum()),
-                     "names": g.loc[g["top"], "name"].value_counts().to_dict()})
+        rows.append(
+            {
+                "rank": rank,
+                "step": step,
+                "blocked_ns": int(blocked),
+                "n_calls": int(g["top"].sum()),
+                "names": g.loc[g["top"], "name"].value_counts().to_dict(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -818,21 +1027,31 @@ def blocking_sync(t: JobTables) -> list[dict]:
         calls_per_step = n_calls / max(len(sc.rows), 1)
         sel = ev[ev["rank"].isin(ranks) & ev["step"].notna() & ev["name"].isin(SYNC_NAMES)]
         item = any(k in names for k in ("aten::_local_scalar_dense", "aten::item"))
-        out.append(_finding(
-            "blocking_sync", sc,
-            title=f"{calls_per_step:.0f} blocking host-device synchronizations per step "
-                  f"({', '.join(sorted(names, key=lambda k: -names[k])[:3])}); "
-                  f"host blocked {sc.value:.1f}% of the step",
-            metric="sync_blocked_pct_of_step", threshold=SYNC_PCT, comparison=">=",
-            conf=confidence(0.4 + (0.1 if item else 0.0), sc.coverage, None, _n_steps(sc)),
-            recommendation="Remove synchronizations from the step: keep losses/metrics on the device and read them "
-                           "every N steps (no .item()/.cpu()/print of CUDA tensors, no bool(tensor) in Python "
-                           "control flow), avoid data-dependent shapes (nonzero, masked_select), use non_blocking "
-                           "copies and events instead of cudaStreamSynchronize; find the call sites with "
-                           "torch.cuda.set_sync_debug_mode(\"warn\").",
-            details={"n_calls": n_calls, "calls_per_step": round(calls_per_step, 2), "by_name": names,
-                     "blocked_ns": int(sc.rows["blocked_ns"].sum())},
-            events=event_refs(sel)))
+        out.append(
+            _finding(
+                "blocking_sync",
+                sc,
+                title=f"{calls_per_step:.0f} blocking host-device synchronizations per step "
+                f"({', '.join(sorted(names, key=lambda k: -names[k])[:3])}); "
+                f"host blocked {sc.value:.1f}% of the step",
+                metric="sync_blocked_pct_of_step",
+                threshold=SYNC_PCT,
+                comparison=">=",
+                conf=confidence(0.4 + (0.1 if item else 0.0), sc.coverage, None, _n_steps(sc)),
+                recommendation="Remove synchronizations from the step: keep losses/metrics on the device and read them "
+                "every N steps (no .item()/.cpu()/print of CUDA tensors, no bool(tensor) in Python "
+                "control flow), avoid data-dependent shapes (nonzero, masked_select), use non_blocking "
+                "copies and events instead of cudaStreamSynchronize; find the call sites with "
+                "torch.cuda.set_sync_debug_mode(\"warn\").",
+                details={
+                    "n_calls": n_calls,
+                    "calls_per_step": round(calls_per_step, 2),
+                    "by_name": names,
+                    "blocked_ns": int(sc.rows["blocked_ns"].sum()),
+                },
+                events=event_refs(sel),
+            )
+        )
     return out
 
 
@@ -866,27 +1085,47 @@ def memcpy_bound(t: JobTables) -> list[dict]:
         pageable = False
         if not k.empty and "kernel_type" in k:
             m = k[k["rank"].isin(ranks) & (k["kernel_type"] == "MEMORY")]
-            g = m.groupby("name").agg(n=("n", "sum"), total_ns=("total_ns", "sum")).sort_values(
-                "total_ns", ascending=False).head(5)
+            g = (
+                m.groupby("name")
+                .agg(n=("n", "sum"), total_ns=("total_ns", "sum"))
+                .sort_values("total_ns", ascending=False)
+                .head(5)
+            )
             copies = [{"name": n, "n": int(r.n), "total_ns": int(r.total_ns)} for n, r in g.iterrows()]
             pageable = bool(m["name"].str.contains("Pageable", na=False).any())
-        bw = pd.to_numeric(sc.rows.get("memcpy_bw_gbps"), errors="coerce").median() if "memcpy_bw_gbps" in sc.rows \
+        bw = (
+            pd.to_numeric(sc.rows.get("memcpy_bw_gbps"), errors="coerce").median()
+            if "memcpy_bw_gbps" in sc.rows
             else None
-        rec = ("Overlap or remove the copies: pin host memory (DataLoader(pin_memory=True), tensor.pin_memory()) "
-               "and copy with non_blocking=True on a side stream; keep tensors on the device between steps; "
-               "avoid .cpu()/.to('cpu') round trips and per-step re-uploads of constants.")
+        )
+        rec = (
+            "Overlap or remove the copies: pin host memory (DataLoader(pin_memory=True), tensor.pin_memory()) "
+            "and copy with non_blocking=True on a side stream; keep tensors on the device between steps; "
+            "avoid .cpu()/.to('cpu') round trips and per-step re-uploads of constants."
+        )
         if pageable:
             rec = "Pageable host memory is copied (Memcpy … Pageable): pinned memory is several times faster. " + rec
-        out.append(_finding(
-            "memcpy_bound", sc,
-            title=f"Memory copies not overlapped with compute take {sc.value:.0f}% of the step time "
-                  f"({_ms(sc.est)} per step)",
-            metric="memory_exposed_pct_of_step", threshold=MEMORY_PCT, comparison=">=",
-            conf=confidence(0.45, sc.coverage, None, _n_steps(sc)),
-            recommendation=rec,
-            details={"memory_time_ns": _sum(sc.rows, "memory_time_ns"), "exposed_memory_ns": int(sc.rows["num"].sum()),
-                     "memcpy_bytes": _sum(sc.rows, "memcpy_bytes"), "memcpy_bw_gbps_median": _num(bw),
-                     "pageable_copies": pageable, "top_copies": copies}))
+        out.append(
+            _finding(
+                "memcpy_bound",
+                sc,
+                title=f"Memory copies not overlapped with compute take {sc.value:.0f}% of the step time "
+                f"({_ms(sc.est)} per step)",
+                metric="memory_exposed_pct_of_step",
+                threshold=MEMORY_PCT,
+                comparison=">=",
+                conf=confidence(0.45, sc.coverage, None, _n_steps(sc)),
+                recommendation=rec,
+                details={
+                    "memory_time_ns": _sum(sc.rows, "memory_time_ns"),
+                    "exposed_memory_ns": int(sc.rows["num"].sum()),
+                    "memcpy_bytes": _sum(sc.rows, "memcpy_bytes"),
+                    "memcpy_bw_gbps_median": _num(bw),
+                    "pageable_copies": pageable,
+                    "top_copies": copies,
+                },
+            )
+        )
     return out
 
 
@@ -914,32 +1153,44 @@ def low_gpu_utilization(t: JobTables) -> list[dict]:
     busy = s["busy_ns"].astype(float)
     rows = s.assign(num=busy, loss=unexplained, _unexpl=unexplained)
     rows["hit"] = (busy < LOW_UTIL_PCT / 100 * rows["step_time_ns"]) & (
-        unexplained >= UNEXPLAINED_IDLE_PCT / 100 * rows["step_time_ns"])
+        unexplained >= UNEXPLAINED_IDLE_PCT / 100 * rows["step_time_ns"]
+    )
     out = []
+
     def ok(r: pd.DataFrame, v: float) -> bool:
         return v < LOW_UTIL_PCT and float(r["_unexpl"].sum()) >= UNEXPLAINED_IDLE_PCT / 100 * float(
-            r["step_time_ns"].sum())
+            r["step_time_ns"].sum()
+        )
 
     for sc in _scopes(rows, ok):
         unexpl_pct = 100 * sc.rows["_unexpl"].sum() / max(sc.rows["step_time_ns"].sum(), 1)
-        out.append(_finding(
-            "low_gpu_utilization", sc,
-            title=f"GPU busy only {sc.value:.0f}% of the step; {unexpl_pct:.0f}% of the step "
-                  f"({_ms(sc.est)}) is idle with no traced host work to explain it",
-            metric="gpu_busy_pct_of_step", threshold=LOW_UTIL_PCT, comparison="<",
-            conf=confidence(0.35, sc.coverage, None, _n_steps(sc)),
-            recommendation="Give the GPU more work per launch (larger batch or micro-batch, torch.compile / CUDA "
-                           "graphs to cut Python time between ops) and look at what the host does in the gaps: "
-                           "profile with with_stack=True / record_function ranges, check other threads and "
-                           "processes, and cross-stream waits (HTA idle time 'other').",
-            details={"step_time_ns": _sum(sc.rows, "step_time_ns"), "gpu_busy_ns": int(busy[sc.rows.index].sum()),
-                     "gpu_idle_ns": int(sc.rows["gpu_idle_ns"].sum()),
-                     "cpu_bound_time_ns": _sum(sc.rows, "cpu_bound_time_ns"),
-                     "dataloader_time_ns": _sum(sc.rows, "dataloader_time_ns"),
-                     "unexplained_idle_ns": int(sc.rows["_unexpl"].sum()),
-                     "unexplained_idle_pct_of_step": round(float(unexpl_pct), 3),
-                     "idle_other_ns": _sum(sc.rows, "idle_other_ns")},
-            events=[]))
+        out.append(
+            _finding(
+                "low_gpu_utilization",
+                sc,
+                title=f"GPU busy only {sc.value:.0f}% of the step; {unexpl_pct:.0f}% of the step "
+                f"({_ms(sc.est)}) is idle with no traced host work to explain it",
+                metric="gpu_busy_pct_of_step",
+                threshold=LOW_UTIL_PCT,
+                comparison="<",
+                conf=confidence(0.35, sc.coverage, None, _n_steps(sc)),
+                recommendation="Give the GPU more work per launch (larger batch or micro-batch, torch.compile / CUDA "
+                "graphs to cut Python time between ops) and look at what the host does in the gaps: "
+                "profile with with_stack=True / record_function ranges, check other threads and "
+                "processes, and cross-stream waits (HTA idle time 'other').",
+                details={
+                    "step_time_ns": _sum(sc.rows, "step_time_ns"),
+                    "gpu_busy_ns": int(busy[sc.rows.index].sum()),
+                    "gpu_idle_ns": int(sc.rows["gpu_idle_ns"].sum()),
+                    "cpu_bound_time_ns": _sum(sc.rows, "cpu_bound_time_ns"),
+                    "dataloader_time_ns": _sum(sc.rows, "dataloader_time_ns"),
+                    "unexplained_idle_ns": int(sc.rows["_unexpl"].sum()),
+                    "unexplained_idle_pct_of_step": round(float(unexpl_pct), 3),
+                    "idle_other_ns": _sum(sc.rows, "idle_other_ns"),
+                },
+                events=[],
+            )
+        )
     return out
 
 

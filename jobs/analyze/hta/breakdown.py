@@ -115,8 +115,9 @@ def temporal_breakdown(ts_ns, dur_ns, kernel_type_codes) -> Breakdown:
         return 100.0 * x / kernel_time if kernel_time > 0 else None
 
     overlap = (100.0 * intersection_length(comm_s, comm_e, comp_s, comp_e) / comm) if comm > 0 else None
-    return Breakdown(kernel_time, idle, compute, non_compute, pct(idle), pct(compute), pct(non_compute),
-                     comm, overlap, n)
+    return Breakdown(
+        kernel_time, idle, compute, non_compute, pct(idle), pct(compute), pct(non_compute), comm, overlap, n
+    )
 
 
 def _cpu_profiler_steps(trace: RankTrace):
@@ -142,9 +143,14 @@ def _cpu_profiler_steps(trace: RankTrace):
     return steps
 
 
-def analyze_rank(trace: RankTrace | pa.Table, *, hta_us_rounding: bool = False, time_base_ns: int = 0,
-                 extra_comm_patterns: Sequence[str] = (),
-                 extra_dataloader_patterns: Sequence[str] = ()) -> tuple[pa.Table, pa.Table]:
+def analyze_rank(
+    trace: RankTrace | pa.Table,
+    *,
+    hta_us_rounding: bool = False,
+    time_base_ns: int = 0,
+    extra_comm_patterns: Sequence[str] = (),
+    extra_dataloader_patterns: Sequence[str] = (),
+) -> tuple[pa.Table, pa.Table]:
     """The ``steps`` rows and the ``ranks`` row of one rank's capture.
 
     Args:
@@ -185,13 +191,15 @@ def analyze_rank(trace: RankTrace | pa.Table, *, hta_us_rounding: bool = False, 
         ValueError: a required column is missing, ``events`` mixes several captures/ranks, or a
             model built in another time mode than ``hta_us_rounding`` asks for.
     """
-    trace = as_rank_trace(trace, REQUIRED_COLUMNS, "analyze_rank", hta_us_rounding=hta_us_rounding,
-                          time_base_ns=time_base_ns)
+    trace = as_rank_trace(
+        trace, REQUIRED_COLUMNS, "analyze_rank", hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns
+    )
     if trace.n == 0:
         return STEPS.empty(), RANKS.empty()
     ident, loaded, ts, dur, stream = trace.identity, trace.loaded, trace.ts, trace.dur, trace.hta_stream
-    stat_kw = dict(extra_comm_patterns=tuple(extra_comm_patterns),
-                   extra_dataloader_patterns=tuple(extra_dataloader_patterns))
+    stat_kw = dict(
+        extra_comm_patterns=tuple(extra_comm_patterns), extra_dataloader_patterns=tuple(extra_dataloader_patterns)
+    )
     gpu = loaded & (stream != -1)
 
     # Kernel types of the GPU rows only (few distinct names).
@@ -209,11 +217,17 @@ def analyze_rank(trace: RankTrace | pa.Table, *, hta_us_rounding: bool = False, 
 
     steps = _cpu_profiler_steps(trace)
     step_times = np.array([s[2] for s in steps], dtype=np.int64)
-    rank_row = {**ident, "world_size": None, "device_name": None, "device_index": _device_index(trace),
-                "n_steps": len(steps),
-                "step_time_p50_ns": int(np.round(np.median(step_times))) if len(steps) else None,
-                "step_time_max_ns": int(step_times.max()) if len(steps) else None,
-                **rank_bd.as_dict(), **rank_stats(trace, keep, **stat_kw)}
+    rank_row = {
+        **ident,
+        "world_size": None,
+        "device_name": None,
+        "device_index": _device_index(trace),
+        "n_steps": len(steps),
+        "step_time_p50_ns": int(np.round(np.median(step_times))) if len(steps) else None,
+        "step_time_max_ns": int(step_times.max()) if len(steps) else None,
+        **rank_bd.as_dict(),
+        **rank_stats(trace, keep, **stat_kw),
+    }
     ranks_tbl = pa.Table.from_pylist([rank_row], schema=RANKS.arrow_schema())
 
     # steps: per ProfilerStep#N, GPU rows with step == N; cpu_op rows with step == N.
@@ -229,8 +243,17 @@ def analyze_rank(trace: RankTrace | pa.Table, *, hta_us_rounding: bool = False, 
         c = cpu_by_step.get(n, empty)
         cs, ce = clip_intervals(ts[c], ts[c] + dur[c], start, start + step_dur)
         ms, me = merge_intervals(cs, ce)
-        rows.append({**ident, "step": n, "step_start_ns": start, "step_time_ns": step_dur,
-                     **bd.as_dict(), "cpu_op_time_ns": total_length(ms, me), **st})
+        rows.append(
+            {
+                **ident,
+                "step": n,
+                "step_start_ns": start,
+                "step_time_ns": step_dur,
+                **bd.as_dict(),
+                "cpu_op_time_ns": total_length(ms, me),
+                **st,
+            }
+        )
     steps_tbl = pa.Table.from_pylist(rows, schema=STEPS.arrow_schema()) if rows else STEPS.empty()
     return steps_tbl, ranks_tbl
 
@@ -254,4 +277,4 @@ def _group_rows(step: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:
     idx = idx[order]
     vals, starts = np.unique(step[idx], return_index=True)
     bounds = np.append(starts, idx.size)
-    return {int(v): idx[bounds[k]:bounds[k + 1]] for k, v in enumerate(vals)}
+    return {int(v): idx[bounds[k] : bounds[k + 1]] for k, v in enumerate(vals)}

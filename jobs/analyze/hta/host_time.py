@@ -28,17 +28,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.analyze.trace.model import RankTrace
 from jobs.common.interval_sets import covered_not_excluded, length_in_windows
 from jobs.common.intervals import merge_intervals
-from jobs.analyze.trace.model import RankTrace
 
 __all__ = ["DATALOADER_PATTERNS", "HOST_BUSY_CATEGORIES", "dataloader_mask", "host_time_in_windows"]
 
 #: Data-loading event names (regexes, case-insensitive ``re.search``).
 DATALOADER_PATTERNS: tuple[str, ...] = (
-    r"dataloader",            # enumerate(DataLoader)#_…DataLoaderIter.__next__, dataloader.py frames
+    r"dataloader",  # enumerate(DataLoader)#_…DataLoaderIter.__next__, dataloader.py frames
     r"DataLoaderIter",
-    r"^DataPipe",             # torchdata
+    r"^DataPipe",  # torchdata
 )
 #: Host categories that count as "host busy" for CPU-bound time.
 HOST_BUSY_CATEGORIES = ("cpu_op", "cuda_runtime", "cuda_driver")
@@ -61,8 +61,9 @@ def dataloader_mask(names: pa.Array | pa.ChunkedArray, extra_patterns: Sequence[
     return hit[arr.indices.fill_null(len(arr.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)]
 
 
-def host_time_in_windows(trace: RankTrace, rows: np.ndarray, win_starts, win_ends,
-                         extra_dataloader_patterns: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+def host_time_in_windows(
+    trace: RankTrace, rows: np.ndarray, win_starts, win_ends, extra_dataloader_patterns: Sequence[str] = ()
+) -> tuple[np.ndarray, np.ndarray]:
     """Data-loader time and CPU-bound time inside each window (module docstring), ns.
 
     Args:
@@ -82,6 +83,7 @@ def host_time_in_windows(trace: RankTrace, rows: np.ndarray, win_starts, win_end
     gpu = np.flatnonzero(rows & trace.device_activity)
     dl_s, dl_e = merge_intervals(ts[dl], end[dl])
     dataloader = length_in_windows(dl_s, dl_e, win_starts, win_ends)
-    cb_s, cb_e = covered_not_excluded(ts[busy], end[busy],
-                                      np.concatenate([ts[gpu], dl_s]), np.concatenate([end[gpu], dl_e]))
+    cb_s, cb_e = covered_not_excluded(
+        ts[busy], end[busy], np.concatenate([ts[gpu], dl_s]), np.concatenate([end[gpu], dl_e])
+    )
     return dataloader, length_in_windows(cb_s, cb_e, win_starts, win_ends)

@@ -42,8 +42,16 @@ import numpy as np
 
 from jobs.analyze.trace.model import RankTrace
 
-__all__ = ["IdleGaps", "idle_gaps", "IDLE_CATEGORIES", "HOST_WAIT", "KERNEL_WAIT", "OTHER",
-           "CONSECUTIVE_KERNEL_DELAY_NS", "HTA_IDLE_RAW_CATEGORIES"]
+__all__ = [
+    "IdleGaps",
+    "idle_gaps",
+    "IDLE_CATEGORIES",
+    "HOST_WAIT",
+    "KERNEL_WAIT",
+    "OTHER",
+    "CONSECUTIVE_KERNEL_DELAY_NS",
+    "HTA_IDLE_RAW_CATEGORIES",
+]
 
 HOST_WAIT, KERNEL_WAIT, OTHER = 0, 1, 2
 #: Category names, indexed by the codes above (HTA's names).
@@ -73,8 +81,13 @@ class IdleGaps:
         return {c: int(self.gap_ns[self.category == k].sum()) for k, c in enumerate(IDLE_CATEGORIES)}
 
 
-def idle_gaps(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False,
-              consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS) -> IdleGaps:
+def idle_gaps(
+    trace: RankTrace,
+    rows: np.ndarray,
+    *,
+    hta_compat: bool = False,
+    consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS,
+) -> IdleGaps:
     """Classify the gap before every device event on its stream (HTA idle time breakdown).
 
     Args:

@@ -110,7 +110,9 @@ def kernel_table(trace: RankTrace | pa.Table, extra_comm_patterns: Sequence[str]
     name_code = enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False).astype(np.int64)
     dict_names = enc.dictionary.to_pylist() + [None]
     name_rank = np.empty(len(dict_names), np.int64)
-    name_rank[np.argsort(np.array([x or "" for x in dict_names], dtype=object), kind="stable")] = np.arange(len(dict_names))
+    name_rank[np.argsort(np.array([x or "" for x in dict_names], dtype=object), kind="stable")] = np.arange(
+        len(dict_names)
+    )
     ours = type_codes(trace, idx, extra_comm_patterns)
     hta = hta_kernel_types(names)
     dur = trace.dur[idx]

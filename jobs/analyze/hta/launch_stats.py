@@ -70,9 +70,15 @@ class Launches:
         return self.delay_ns > self.launch_delay_cutoff_ns
 
 
-def launches(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False,
-             launch_names: Sequence[str] = LAUNCH_NAMES, runtime_cutoff_ns: int = RUNTIME_CUTOFF_NS,
-             launch_delay_cutoff_ns: int = LAUNCH_DELAY_CUTOFF_NS) -> Launches:
+def launches(
+    trace: RankTrace,
+    rows: np.ndarray,
+    *,
+    hta_compat: bool = False,
+    launch_names: Sequence[str] = LAUNCH_NAMES,
+    runtime_cutoff_ns: int = RUNTIME_CUTOFF_NS,
+    launch_delay_cutoff_ns: int = LAUNCH_DELAY_CUTOFF_NS,
+) -> Launches:
     """The launches among ``rows`` (see the module docstring for both modes).
 
     Args:
@@ -98,8 +104,11 @@ def launches(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False,
         cpu_dur, gpu_dur = dur[c], dur[g]
         delay = np.maximum(ts[g] - ts[c] - dur[c], 0)
         return Launches(c, cpu_dur, gpu_dur, delay, runtime_cutoff_ns, launch_delay_cutoff_ns)
-    is_launch = trace.host & rows & (trace.launch_call if tuple(launch_names) == LAUNCH_NAMES
-                                     else launch_name_mask(trace.names, launch_names))
+    is_launch = (
+        trace.host
+        & rows
+        & (trace.launch_call if tuple(launch_names) == LAUNCH_NAMES else launch_name_mask(trace.names, launch_names))
+    )
     launcher = trace.launcher
     dev = np.flatnonzero(rows & trace.device_activity & (launcher >= 0))
     dev = dev[is_launch[launcher[dev]]]

@@ -57,8 +57,14 @@ class QueuePoints:
         return np.where(self.queue_length >= max_queue_length, self.dur_to_next_ns, 0)
 
 
-def queue_points(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False,
-                 launch_names: Sequence[str] = LAUNCH_NAMES, enqueue_first: bool = True) -> QueuePoints:
+def queue_points(
+    trace: RankTrace,
+    rows: np.ndarray,
+    *,
+    hta_compat: bool = False,
+    launch_names: Sequence[str] = LAUNCH_NAMES,
+    enqueue_first: bool = True,
+) -> QueuePoints:
     """Queue-length change points of the rank's streams (see the module docstring).
 
     Args:
@@ -83,8 +89,15 @@ def queue_points(trace: RankTrace, rows: np.ndarray, *, hta_compat: bool = False
         major = np.zeros(c.size, np.int64)
         minor = trace.hta_stream[g]
     else:
-        is_launch = trace.host & rows & (trace.launch_call if tuple(launch_names) == LAUNCH_NAMES
-                                         else launch_name_mask(trace.names, launch_names))
+        is_launch = (
+            trace.host
+            & rows
+            & (
+                trace.launch_call
+                if tuple(launch_names) == LAUNCH_NAMES
+                else launch_name_mask(trace.names, launch_names)
+            )
+        )
         g = np.flatnonzero(rows & trace.device_activity & (trace.stream >= 0) & (trace.launcher >= 0))
         g = g[is_launch[trace.launcher[g]]]
         c = trace.launcher[g]

@@ -35,24 +35,38 @@ import numpy as np
 
 from jobs.analyze.hta.host_time import host_time_in_windows
 from jobs.analyze.hta.idle_time import HOST_WAIT, KERNEL_WAIT, OTHER, idle_gaps
-from jobs.common.intervals import intersection_length, merge_intervals, total_length
 from jobs.analyze.hta.kernel_stats import kernel_rows, type_codes
-from jobs.analyze.trace.kernel_types import KERNEL_TYPES
 from jobs.analyze.hta.launch_stats import launches
 from jobs.analyze.hta.memory_bw import memcpys
 from jobs.analyze.hta.queue_length import queue_points
+from jobs.analyze.trace.kernel_types import KERNEL_TYPES
 from jobs.analyze.trace.model import RankTrace
+from jobs.common.intervals import intersection_length, merge_intervals, total_length
 
 __all__ = ["STAT_COLUMNS", "stats_by_group", "step_stats", "rank_stats"]
 
 STAT_COLUMNS = (
-    "memory_time_ns", "exposed_comm_ns",
-    "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns",
-    "n_launches", "launch_runtime_ns", "launch_delay_sum_ns", "launch_delay_p50_ns", "launch_delay_max_ns",
-    "n_short_kernels", "n_runtime_outliers", "n_launch_delay_outliers",
-    "queue_length_max", "queue_length_mean", "blocked_on_full_queue_ns",
-    "memcpy_bytes", "memcpy_time_ns", "memcpy_bw_gbps",
-    "dataloader_time_ns", "cpu_bound_time_ns",
+    "memory_time_ns",
+    "exposed_comm_ns",
+    "idle_host_wait_ns",
+    "idle_kernel_wait_ns",
+    "idle_other_ns",
+    "n_launches",
+    "launch_runtime_ns",
+    "launch_delay_sum_ns",
+    "launch_delay_p50_ns",
+    "launch_delay_max_ns",
+    "n_short_kernels",
+    "n_runtime_outliers",
+    "n_launch_delay_outliers",
+    "queue_length_max",
+    "queue_length_mean",
+    "blocked_on_full_queue_ns",
+    "memcpy_bytes",
+    "memcpy_time_ns",
+    "memcpy_bw_gbps",
+    "dataloader_time_ns",
+    "cpu_bound_time_ns",
 )
 _COMM, _MEM, _COMP = (KERNEL_TYPES.index(t) for t in ("COMMUNICATION", "MEMORY", "COMPUTATION"))
 
@@ -73,7 +87,11 @@ class _Groups:
 
     def sum(self, labels, values) -> np.ndarray:
         gi, ok = self.index(labels)
-        return np.bincount(gi[ok], weights=np.asarray(values, np.float64)[ok], minlength=self.size).round().astype(np.int64)
+        return (
+            np.bincount(gi[ok], weights=np.asarray(values, np.float64)[ok], minlength=self.size)
+            .round()
+            .astype(np.int64)
+        )
 
     def count(self, labels, flags=None) -> np.ndarray:
         gi, ok = self.index(labels)
@@ -88,11 +106,12 @@ class _Groups:
         order = np.argsort(gi, kind="stable")
         gi, vals = gi[order], vals[order]
         bounds = np.searchsorted(gi, np.arange(self.size + 1))
-        return [vals[bounds[k]:bounds[k + 1]] for k in range(self.size)]
+        return [vals[bounds[k] : bounds[k + 1]] for k in range(self.size)]
 
 
-def _exposed_and_memory(trace: RankTrace, rows: np.ndarray, labels: np.ndarray, g: _Groups,
-                        extra_comm_patterns: Sequence[str]) -> tuple[list, list]:
+def _exposed_and_memory(
+    trace: RankTrace, rows: np.ndarray, labels: np.ndarray, g: _Groups, extra_comm_patterns: Sequence[str]
+) -> tuple[list, list]:
     idx = kernel_rows(trace, rows)
     codes = type_codes(trace, idx, extra_comm_patterns)
     mem, exposed = [0] * g.size, [0] * g.size
@@ -107,9 +126,17 @@ def _exposed_and_memory(trace: RankTrace, rows: np.ndarray, labels: np.ndarray, 
     return mem, exposed
 
 
-def stats_by_group(trace: RankTrace, rows: np.ndarray, labels: np.ndarray, groups, win_starts, win_ends, *,
-                   extra_comm_patterns: Sequence[str] = (),
-                   extra_dataloader_patterns: Sequence[str] = ()) -> list[dict]:
+def stats_by_group(
+    trace: RankTrace,
+    rows: np.ndarray,
+    labels: np.ndarray,
+    groups,
+    win_starts,
+    win_ends,
+    *,
+    extra_comm_patterns: Sequence[str] = (),
+    extra_dataloader_patterns: Sequence[str] = (),
+) -> list[dict]:
     """The :data:`STAT_COLUMNS` of each group of rows.
 
     Args:
@@ -169,7 +196,8 @@ def stats_by_group(trace: RankTrace, rows: np.ndarray, labels: np.ndarray, group
     ws = np.asarray(win_starts, np.int64)[order]
     we = np.asarray(win_ends, np.int64)[order]
     out["dataloader_time_ns"], out["cpu_bound_time_ns"] = host_time_in_windows(
-        trace, rows, ws, we, extra_dataloader_patterns)
+        trace, rows, ws, we, extra_dataloader_patterns
+    )
 
     result = [None] * G
     for k in range(G):
@@ -203,5 +231,6 @@ def rank_stats(trace: RankTrace, keep: np.ndarray, **kw) -> dict:
     sel = keep & trace.loaded
     lo = int(trace.ts[sel].min()) if sel.any() else 0
     hi = int(trace.end[sel].max()) if sel.any() else 0
-    return stats_by_group(trace, keep, np.zeros(trace.n, np.int64), np.zeros(1, np.int64),
-                          np.array([lo]), np.array([hi]), **kw)[0]
+    return stats_by_group(
+        trace, keep, np.zeros(trace.n, np.int64), np.zeros(1, np.int64), np.array([lo]), np.array([hi]), **kw
+    )[0]

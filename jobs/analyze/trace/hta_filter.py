@@ -42,8 +42,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["loaded_mask", "hta_stream", "hta_correlation", "last_step_keep_mask", "hta_round_us",
-           "profiler_step_name_mask"]
+__all__ = [
+    "loaded_mask",
+    "hta_stream",
+    "hta_correlation",
+    "last_step_keep_mask",
+    "hta_round_us",
+    "profiler_step_name_mask",
+]
 
 _SYNC_NAMES = ["Event Sync", "Context Sync"]
 _json = msgspec.json.Decoder()
@@ -144,8 +150,9 @@ def profiler_step_name_mask(events: pa.Table) -> np.ndarray:
     return _np(pc.match_substring(pc.fill_null(events.column("name"), ""), "ProfilerStep"), bool)
 
 
-def last_step_keep_mask(events: pa.Table, loaded: np.ndarray, stream: np.ndarray, corr: np.ndarray,
-                        ts_ns: np.ndarray) -> np.ndarray:
+def last_step_keep_mask(
+    events: pa.Table, loaded: np.ndarray, stream: np.ndarray, corr: np.ndarray, ts_ns: np.ndarray
+) -> np.ndarray:
     """HTA's last-step filter (``include_last_profiler_step=False``).
 
     Args:

@@ -44,8 +44,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
-    "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER", "KERNEL_TYPES",
-    "COMM_FAMILY_PATTERNS", "hta_kernel_type", "kernel_type", "hta_kernel_types", "kernel_types",
+    "COMMUNICATION",
+    "MEMORY",
+    "COMPUTATION",
+    "OTHER",
+    "KERNEL_TYPES",
+    "COMM_FAMILY_PATTERNS",
+    "hta_kernel_type",
+    "kernel_type",
+    "hta_kernel_types",
+    "kernel_types",
 ]
 
 COMMUNICATION = "COMMUNICATION"
@@ -63,12 +71,12 @@ _HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 
 #: Communication-kernel name families (case-insensitive ``re.search``), maintained here.
 COMM_FAMILY_PATTERNS: tuple[str, ...] = (
-    r"^nccl.*kernel",          # ncclKernel_*, ncclDevKernel_* (NCCL), also RCCL builds named nccl*
-    r"^rccl",                  # RCCL kernels not renamed to nccl*
-    r"^hccl",                  # Huawei HCCL
-    r"gloo",                   # Gloo collectives on a device stream
-    r"^nccl:",                 # record_param_comms-style names copied on device events
-    r"cross_device_reduce",    # vLLM custom all-reduce
+    r"^nccl.*kernel",  # ncclKernel_*, ncclDevKernel_* (NCCL), also RCCL builds named nccl*
+    r"^rccl",  # RCCL kernels not renamed to nccl*
+    r"^hccl",  # Huawei HCCL
+    r"gloo",  # Gloo collectives on a device stream
+    r"^nccl:",  # record_param_comms-style names copied on device events
+    r"cross_device_reduce",  # vLLM custom all-reduce
 )
 # Anchored: copy/set activities are named "Memcpy HtoD …", "Memset (Device)", "hipMemcpy…", "dma…";
 # a compute kernel that merely mentions memset (vLLM's ``_combined_routing_memset``) is not MEMORY.
@@ -148,9 +156,13 @@ def hta_kernel_types(names: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return codes[idx] if len(idx) else np.zeros(0, np.int8)
 
 
-def kernel_types(names: pa.Array | pa.ChunkedArray, collectives: pa.Array | pa.ChunkedArray | None = None,
-                 extra_comm_patterns: Sequence[str] = ()) -> np.ndarray:
+def kernel_types(
+    names: pa.Array | pa.ChunkedArray,
+    collectives: pa.Array | pa.ChunkedArray | None = None,
+    extra_comm_patterns: Sequence[str] = (),
+) -> np.ndarray:
     """Vectorized :func:`kernel_type` (int8 codes into :data:`KERNEL_TYPES`, shape ``(n,)``)."""
+
     def classify(n):
         return kernel_type(n, None, tuple(extra_comm_patterns))
 

@@ -27,33 +27,78 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["HTA_LAUNCH_STATS_NAMES", "HTA_QUEUE_NAMES", "LAUNCH_NAMES", "launch_name_mask",
-           "is_launch_name", "pairs_on_key"]
+__all__ = [
+    "HTA_LAUNCH_STATS_NAMES",
+    "HTA_QUEUE_NAMES",
+    "LAUNCH_NAMES",
+    "launch_name_mask",
+    "is_launch_name",
+    "pairs_on_key",
+]
 
 _MTIA_LAUNCH = "runFunction - job_prep_and_submit_for_execution"
 
 HTA_LAUNCH_STATS_NAMES: tuple[str, ...] = (
-    "cudaLaunchKernel", "cudaLaunchKernelExC", _MTIA_LAUNCH, "cudaMemcpyAsync", "cudaMemsetAsync",
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    _MTIA_LAUNCH,
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
 )
 HTA_QUEUE_NAMES: tuple[str, ...] = (
-    "cudaMemsetAsync", "cudaMemcpyAsync", "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
-    _MTIA_LAUNCH, "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync",
+    "cudaMemsetAsync",
+    "cudaMemcpyAsync",
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    _MTIA_LAUNCH,
+    "hipLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipMemcpyAsync",
+    "hipMemsetAsync",
     "hipMemcpyWithStream",
 )
-LAUNCH_NAMES: tuple[str, ...] = tuple(dict.fromkeys((
-    *HTA_LAUNCH_STATS_NAMES, *HTA_QUEUE_NAMES,
-    # CUDA runtime
-    "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunchKernelEx",
-    "cudaGraphLaunch", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cudaMemcpyPeerAsync",
-    "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbolAsync", "cudaMemset2DAsync", "cudaMemset3DAsync",
-    # CUDA driver
-    "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch", "cuMemcpyAsync",
-    "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemsetD8Async",
-    "cuMemsetD16Async", "cuMemsetD32Async",
-    # HIP
-    "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchKernelGGL",
-    "hipGraphLaunch", "hipMemcpy2DAsync", "hipMemcpyPeerAsync", "hipMemsetD8Async", "hipMemsetD32Async",
-)))
+LAUNCH_NAMES: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        (
+            *HTA_LAUNCH_STATS_NAMES,
+            *HTA_QUEUE_NAMES,
+            # CUDA runtime
+            "cudaLaunchCooperativeKernel",
+            "cudaLaunchCooperativeKernelMultiDevice",
+            "cudaLaunchKernelEx",
+            "cudaGraphLaunch",
+            "cudaMemcpy2DAsync",
+            "cudaMemcpy3DAsync",
+            "cudaMemcpyPeerAsync",
+            "cudaMemcpyToSymbolAsync",
+            "cudaMemcpyFromSymbolAsync",
+            "cudaMemset2DAsync",
+            "cudaMemset3DAsync",
+            # CUDA driver
+            "cuLaunchKernelEx",
+            "cuLaunchCooperativeKernel",
+            "cuGraphLaunch",
+            "cuMemcpyAsync",
+            "cuMemcpyHtoDAsync",
+            "cuMemcpyDtoHAsync",
+            "cuMemcpyDtoDAsync",
+            "cuMemsetD8Async",
+            "cuMemsetD16Async",
+            "cuMemsetD32Async",
+            # HIP
+            "hipExtLaunchKernel",
+            "hipModuleLaunchKernel",
+            "hipLaunchCooperativeKernel",
+            "hipExtLaunchKernelGGL",
+            "hipGraphLaunch",
+            "hipMemcpy2DAsync",
+            "hipMemcpyPeerAsync",
+            "hipMemsetD8Async",
+            "hipMemsetD32Async",
+        )
+    )
+)
 _SUFFIX = re.compile(r"(?:_ptsz|_ptds|_v\d+)+$")
 
 

@@ -47,18 +47,52 @@ from jobs.analyze.trace.launches import launch_name_mask
 from jobs.normalize.kineto.linkage import correlation_link_keys
 from schemas.tables import EVENTS
 
-__all__ = ["RankTrace", "build_rank_trace", "as_rank_trace", "typed_events", "IDENTITY", "REQUIRED_COLUMNS",
-           "OPTIONAL_COLUMNS", "NO_STEP", "DEVICE_ACTIVITY_CATEGORIES"]
+__all__ = [
+    "RankTrace",
+    "build_rank_trace",
+    "as_rank_trace",
+    "typed_events",
+    "IDENTITY",
+    "REQUIRED_COLUMNS",
+    "OPTIONAL_COLUMNS",
+    "NO_STEP",
+    "DEVICE_ACTIVITY_CATEGORIES",
+]
 
 #: Identity (and partition) columns of one capture.
 IDENTITY = ("date", "job_id", "attempt", "rank", "capture_id")
 #: EVENTS columns :func:`build_rank_trace` needs.
-REQUIRED_COLUMNS = (*IDENTITY, "ph", "category", "raw_category", "name", "ts_ns", "dur_ns",
-                    "stream", "is_gpu", "correlation", "step")
+REQUIRED_COLUMNS = (
+    *IDENTITY,
+    "ph",
+    "category",
+    "raw_category",
+    "name",
+    "ts_ns",
+    "dur_ns",
+    "stream",
+    "is_gpu",
+    "correlation",
+    "step",
+)
 #: EVENTS columns kept when present (launch links, kernel types, memcpy sizes, the critical path's
 #: threads, collective metadata); see the :class:`RankTrace` properties for the defaults when absent.
-OPTIONAL_COLUMNS = ("args_json", "event_id", "external_id", "pid", "collective", "tid", "process_name", "dur_raw_ns",
-                    "thread_name", "parent", "pg_name", "group_size", "msg_bytes", "seq")
+OPTIONAL_COLUMNS = (
+    "args_json",
+    "event_id",
+    "external_id",
+    "pid",
+    "collective",
+    "tid",
+    "process_name",
+    "dur_raw_ns",
+    "thread_name",
+    "parent",
+    "pg_name",
+    "group_size",
+    "msg_bytes",
+    "seq",
+)
 #: ``step`` value of rows outside any ProfilerStep.
 NO_STEP = np.iinfo(np.int64).min
 #: Normalized categories of device *activity* (what occupies a stream): kernels, copies, sets,
@@ -108,8 +142,10 @@ def _identity(events: pa.Table) -> dict:
     for c in IDENTITY:
         vals = pc.unique(events.column(c))
         if len(vals) > 1:
-            raise ValueError(f"rank trace: expected one {c} per call, got {vals.to_pylist()[:5]}"
-                             f" (events of one (job_id, attempt, rank, capture_id) only)")
+            raise ValueError(
+                f"rank trace: expected one {c} per call, got {vals.to_pylist()[:5]}"
+                f" (events of one (job_id, attempt, rank, capture_id) only)"
+            )
         ident[c] = vals[0].as_py() if len(vals) else None
     return ident
 
@@ -129,8 +165,16 @@ class RankTrace:
         hta_us_rounding, time_base_ns: the time mode the model was built with.
     """
 
-    def __init__(self, events: pa.Table, identity: dict, ts_ns: np.ndarray, dur_ns: np.ndarray, *,
-                 hta_us_rounding: bool = False, time_base_ns: int = 0):
+    def __init__(
+        self,
+        events: pa.Table,
+        identity: dict,
+        ts_ns: np.ndarray,
+        dur_ns: np.ndarray,
+        *,
+        hta_us_rounding: bool = False,
+        time_base_ns: int = 0,
+    ):
         self.events = events
         self.identity = identity
         self.n = events.num_rows
@@ -239,7 +283,9 @@ class RankTrace:
     def kernel_type_codes(self) -> np.ndarray:
         """Our kernel type of every row (:func:`jobs.analyze.trace.kernel_types.kernel_types`, no extra
         patterns): int8 codes into :data:`jobs.analyze.trace.kernel_types.KERNEL_TYPES`."""
-        names = pa.DictionaryArray.from_arrays(pa.array(self.name_code, pa.int64()), pa.array(self.symbols, pa.string()))
+        names = pa.DictionaryArray.from_arrays(
+            pa.array(self.name_code, pa.int64()), pa.array(self.symbols, pa.string())
+        )
         coll = self.events.column("collective") if "collective" in self.events.column_names else None
         return kernel_types(names, coll)
 
@@ -264,8 +310,7 @@ class RankTrace:
     def hta_keep(self) -> np.ndarray:
         """Rows HTA keeps after its last-step filter (:func:`jobs.analyze.trace.hta_filter.last_step_keep_mask`,
         on :attr:`ts`)."""
-        return hta_filter.last_step_keep_mask(self.events, self.loaded, self.hta_stream, self.hta_correlation,
-                                              self.ts)
+        return hta_filter.last_step_keep_mask(self.events, self.loaded, self.hta_stream, self.hta_correlation, self.ts)
 
     # -- masks -----------------------------------------------------------------------------------
 
@@ -397,8 +442,14 @@ def build_rank_trace(events: pa.Table, *, hta_us_rounding: bool = False, time_ba
     return RankTrace(events, ident, ts, dur, hta_us_rounding=hta_us_rounding, time_base_ns=time_base_ns)
 
 
-def as_rank_trace(trace: RankTrace | pa.Table, need: Sequence[str] = (), who: str = "rank trace", *,
-                  hta_us_rounding: bool | None = False, time_base_ns: int = 0) -> RankTrace:
+def as_rank_trace(
+    trace: RankTrace | pa.Table,
+    need: Sequence[str] = (),
+    who: str = "rank trace",
+    *,
+    hta_us_rounding: bool | None = False,
+    time_base_ns: int = 0,
+) -> RankTrace:
     """``trace`` itself, or the :class:`RankTrace` of an events table (the convenience of the analyses).
 
     Args:
@@ -416,9 +467,12 @@ def as_rank_trace(trace: RankTrace | pa.Table, need: Sequence[str] = (), who: st
     if missing:
         raise ValueError(f"{who}: events lack column(s) {missing}")
     if isinstance(trace, RankTrace):
-        if hta_us_rounding is not None and (hta_us_rounding != trace.hta_us_rounding
-                                            or (hta_us_rounding and time_base_ns != trace.time_base_ns)):
-            raise ValueError(f"{who}: the rank trace was built with hta_us_rounding={trace.hta_us_rounding}, "
-                             f"time_base_ns={trace.time_base_ns}; build it with the mode wanted")
+        if hta_us_rounding is not None and (
+            hta_us_rounding != trace.hta_us_rounding or (hta_us_rounding and time_base_ns != trace.time_base_ns)
+        ):
+            raise ValueError(
+                f"{who}: the rank trace was built with hta_us_rounding={trace.hta_us_rounding}, "
+                f"time_base_ns={trace.time_base_ns}; build it with the mode wanted"
+            )
         return trace
     return build_rank_trace(trace, hta_us_rounding=bool(hta_us_rounding), time_base_ns=time_base_ns)

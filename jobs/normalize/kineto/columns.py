@@ -9,9 +9,9 @@ comprehension or a vectorized numpy/pyarrow call; no per-event Python branching 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from itertools import repeat
 from operator import is_not, itemgetter
-from typing import Callable
 
 import msgspec
 import numpy as np
@@ -22,7 +22,7 @@ from jobs.normalize.kineto import shapes
 from jobs.normalize.kineto.numbers import micros_to_ns, to_int64
 
 PH_NAMES = ("X", "i", "C", "M", "s", "f", "B", "E")
-X, I, C, M, S, F, B, E = range(8)
+X, I, C, M, S, F, B, E = range(8)  # noqa: E741 - the Chrome trace phase letters
 #: Phases that become rows (``B``/``E`` are paired into ``X`` rows by the passes).
 ROW_PHASES = (X, I, C, B, E)
 _PH_ARR = pa.array(PH_NAMES)
@@ -35,18 +35,40 @@ _LABEL_KEY0 = -(2**62)
 
 #: Bytes per element of collective ``dtype`` names (c10 ScalarType names as written by PyTorch).
 DTYPE_BYTES = {
-    "Float": 4, "float": 4, "Float32": 4, "Double": 8, "double": 8, "Half": 2, "BFloat16": 2,
-    "Int": 4, "int": 4, "Long": 8, "long": 8, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1,
-    "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
-    "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8,
-    "QInt8": 1, "QUInt8": 1, "QInt32": 4,
+    "Float": 4,
+    "float": 4,
+    "Float32": 4,
+    "Double": 8,
+    "double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Int": 4,
+    "int": 4,
+    "Long": 8,
+    "long": 8,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexHalf": 4,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+    "QInt8": 1,
+    "QUInt8": 1,
+    "QInt32": 4,
 }
 
 _PLUCK = {
     # a compiled list comprehension per attribute: ~2x faster than map(attrgetter(...))
     name: eval(f"lambda xs: [x.{name} for x in xs]")  # noqa: S307 - fixed, known attribute names
-    for name in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args",
-                 *shapes.Args.__struct_fields__)
+    for name in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args", *shapes.Args.__struct_fields__)
 }
 
 
@@ -163,7 +185,9 @@ def resolve_id_string(v: str, parse_stream: bool = False) -> tuple[int | None, b
 
 def phase_codes(ph_list: list) -> np.ndarray:
     """Phase strings -> int8 codes (X, i, C, M, s, f, B, E = 0..7), -1 for any other phase."""
-    return pc.index_in(str_array(ph_list), value_set=_PH_ARR).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int8)
+    return (
+        pc.index_in(str_array(ph_list), value_set=_PH_ARR).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int8)
+    )
 
 
 def args_columns(raws: list, compact: bool) -> tuple[pa.Array, list, bytes]:
@@ -229,7 +253,9 @@ def collective_columns(A: list) -> dict[str, pa.Array]:
     :func:`collective_args`); each value depends on its own row only."""
     n = len(A)
     out = {"collective": str_array(pluck(A, "collective"))}
-    out["pg_name"] = str_array([None if v is None else (v if isinstance(v, str) else to_text(v)) for v in pluck(A, "pg_name")])
+    out["pg_name"] = str_array(
+        [None if v is None else (v if isinstance(v, str) else to_text(v)) for v in pluck(A, "pg_name")]
+    )
     out["group_size"] = to_int64(pluck(A, "group_size"))
     out["seq"] = to_int64(pluck(A, "seq"))
     msg = [None] * n
@@ -258,9 +284,30 @@ class EventColumns:
         self.flags: set[str] = set()
         self.ts_is_float = False
         self.label_codes: dict[str, int] = {}
-        self.rows: dict[str, list] = {k: [] for k in (
-            "event_id", "ph", "ts", "dur", "dur_ok", "pid", "pid_ok", "pid_key", "tid", "tid_ok", "tid_key",
-            "name", "raw_category", "args_json", "correlation", "external_id", "stream_arg", "device_arg", "coll")}
+        self.rows: dict[str, list] = {
+            k: []
+            for k in (
+                "event_id",
+                "ph",
+                "ts",
+                "dur",
+                "dur_ok",
+                "pid",
+                "pid_ok",
+                "pid_key",
+                "tid",
+                "tid_ok",
+                "tid_key",
+                "name",
+                "raw_category",
+                "args_json",
+                "correlation",
+                "external_id",
+                "stream_arg",
+                "device_arg",
+                "coll",
+            )
+        }
         self.pid_labels: dict[int, str] = {}
         self.tid_labels: dict[int, str] = {}
         self.tid_streams: dict[int, int] = {}
@@ -449,8 +496,13 @@ class EventColumns:
 
     def collective(self) -> dict[str, pa.Array]:
         """Collective columns over all rows (null where absent)."""
-        types = {"collective": pa.string(), "pg_name": pa.string(), "group_size": pa.int64(),
-                 "msg_bytes": pa.int64(), "seq": pa.int64()}
+        types = {
+            "collective": pa.string(),
+            "pg_name": pa.string(),
+            "group_size": pa.int64(),
+            "msg_bytes": pa.int64(),
+            "seq": pa.int64(),
+        }
         out = {}
         coll = self.rows.pop("coll", [])
         for k, t in types.items():

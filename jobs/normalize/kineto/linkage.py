@@ -240,8 +240,9 @@ def _chain_length(parent: np.ndarray) -> np.ndarray:
     return depth
 
 
-def correlation_link_keys(corr: np.ndarray, valid: np.ndarray, pid: np.ndarray, is_host: np.ndarray
-                          ) -> tuple[np.ndarray, bool]:
+def correlation_link_keys(
+    corr: np.ndarray, valid: np.ndarray, pid: np.ndarray, is_host: np.ndarray
+) -> tuple[np.ndarray, bool]:
     """Keys that join device rows to their host launch rows, safe on merged multi-rank traces.
 
     A correlation id is unique within one profiled process, so it alone links a kernel to its launch.
@@ -294,8 +295,15 @@ def correlation_link_keys(corr: np.ndarray, valid: np.ndarray, pid: np.ndarray, 
     return keys, True
 
 
-def bind_flows(fi: dict, xpos: np.ndarray, slices: SliceIndex, flow_id: np.ndarray, flow_ok: np.ndarray,
-               fb_id: np.ndarray, fb_ok: np.ndarray) -> None:
+def bind_flows(
+    fi: dict,
+    xpos: np.ndarray,
+    slices: SliceIndex,
+    flow_id: np.ndarray,
+    flow_ok: np.ndarray,
+    fb_id: np.ndarray,
+    fb_ok: np.ndarray,
+) -> None:
     """Bind flow points to ``X`` rows, writing the flow ids into the given per-row arrays.
 
     Chrome-trace binding points (Kineto format §2.3: ``ac2g`` ``s`` on the launch, ``f`` with ``bp:"e"``
@@ -339,8 +347,9 @@ def bind_flows(fi: dict, xpos: np.ndarray, slices: SliceIndex, flow_id: np.ndarr
         out_ok[tgt[first]] = True
 
 
-def external_id_links(key: np.ndarray, ext: np.ndarray, ext_ok: np.ndarray, is_gpu: np.ndarray,
-                      launch_cat: np.ndarray) -> np.ndarray:
+def external_id_links(
+    key: np.ndarray, ext: np.ndarray, ext_ok: np.ndarray, is_gpu: np.ndarray, launch_cat: np.ndarray
+) -> np.ndarray:
     """Link keys extended with ``External id`` pairs for device rows that have no correlation.
 
     ``bug_cases.md`` B18 (ROCm traces whose device rows carry only ``External id``): a device row without
@@ -373,8 +382,9 @@ def external_id_links(key: np.ndarray, ext: np.ndarray, ext_ok: np.ndarray, is_g
     return key
 
 
-def time_links(key: np.ndarray, orphans: np.ndarray, launches: np.ndarray, is_gpu: np.ndarray,
-               ts_ns: np.ndarray) -> tuple[np.ndarray, int]:
+def time_links(
+    key: np.ndarray, orphans: np.ndarray, launches: np.ndarray, is_gpu: np.ndarray, ts_ns: np.ndarray
+) -> tuple[np.ndarray, int]:
     """Link keys extended by time for device rows that have neither a correlation nor a unique External id.
 
     ROCm writes correlation id 0 on some device activities (roctracer #100): 0 means absent. Such a row is
@@ -413,8 +423,15 @@ def time_links(key: np.ndarray, orphans: np.ndarray, launches: np.ndarray, is_gp
     return key, n
 
 
-def profiler_steps(name_arr, is_x: np.ndarray, is_gpu: np.ndarray, ts_ns: np.ndarray, end_ns: np.ndarray,
-                   corr: np.ndarray, corr_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def profiler_steps(
+    name_arr,
+    is_x: np.ndarray,
+    is_gpu: np.ndarray,
+    ts_ns: np.ndarray,
+    end_ns: np.ndarray,
+    corr: np.ndarray,
+    corr_ok: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int]:
     """ProfilerStep number of every row, as HTA splits iterations (``kineto_and_hta.md`` §1).
 
     A CPU row gets the ``N`` of the latest-starting CPU ``X`` slice named ``ProfilerStep#N`` (Kineto format
@@ -440,7 +457,7 @@ def profiler_steps(name_arr, is_x: np.ndarray, is_gpu: np.ndarray, ts_ns: np.nda
     sidx = np.flatnonzero(is_step)
     nums, keep = [], []
     for i, nm in zip(sidx.tolist(), take_arrow(name_arr, pa.array(sidx)).to_pylist()):
-        tail = nm[len(_STEP_PREFIX):]
+        tail = nm[len(_STEP_PREFIX) :]
         if tail.isdigit():
             nums.append(int(tail))
             keep.append(i)
@@ -470,8 +487,9 @@ def profiler_steps(name_arr, is_x: np.ndarray, is_gpu: np.ndarray, ts_ns: np.nda
     return step, ok, int(len(np.unique(nums)))
 
 
-def count_early_launches(key: np.ndarray, device: np.ndarray, launch_cat: np.ndarray, ts_ns: np.ndarray,
-                         end_ns: np.ndarray) -> int:
+def count_early_launches(
+    key: np.ndarray, device: np.ndarray, launch_cat: np.ndarray, ts_ns: np.ndarray, end_ns: np.ndarray
+) -> int:
     """Number of device-activity rows that start before the launch call they are linked to ends.
 
     ``bug_cases.md`` B08 (host/device clock skew under CUPTI): HTA's launch delay (kernel start − runtime
@@ -494,8 +512,15 @@ def count_early_launches(key: np.ndarray, device: np.ndarray, launch_cat: np.nda
     return int((ts_ns[dev[ok]] < end_ns[hrow[j[ok]]]).sum())
 
 
-def last_step_truncated(name_arr, is_x: np.ndarray, is_gpu: np.ndarray, category, ts_ns: np.ndarray,
-                        end_ns: np.ndarray, negative: np.ndarray) -> bool:
+def last_step_truncated(
+    name_arr,
+    is_x: np.ndarray,
+    is_gpu: np.ndarray,
+    category,
+    ts_ns: np.ndarray,
+    end_ns: np.ndarray,
+    negative: np.ndarray,
+) -> bool:
     """Does the trace look truncated inside its last ProfilerStep (``bug_cases.md`` B22)?
 
     True when the rows that start inside the last-starting CPU ``ProfilerStep#N`` slice (not annotations

@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.normalize.container import GZIP_MAGIC, iter_decoded
+from jobs.normalize.errors import TraceError
 from jobs.normalize.kineto import shapes
 from jobs.normalize.kineto.columns import (
     _LABEL_KEY0,
@@ -35,8 +37,7 @@ from jobs.normalize.kineto.columns import (
     resolve_id_string,
     to_int64,
 )
-from jobs.normalize.container import GZIP_MAGIC, iter_decoded
-from jobs.normalize.errors import TraceError
+from jobs.normalize.kineto.stream import Repairs, decode_header
 from jobs.normalize.limits import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_STRING_BYTES,
@@ -45,7 +46,6 @@ from jobs.normalize.limits import (
     depth_reason,
     string_reason,
 )
-from jobs.normalize.kineto.stream import Repairs, decode_header
 
 try:  # the extension is optional: without a C compiler the package still works (pure Python)
     from jobs.normalize.kineto import _kineto_scan
@@ -76,8 +76,13 @@ class NativeBail(Exception):
     message); parse it with the pure-Python path."""
 
 
-def scan_trace(data: bytes, max_uncompressed_bytes: int, compact_args: bool, piece_bytes: int = 4 << 20,
-               limits: tuple[int, int] = (DEFAULT_MAX_DEPTH, DEFAULT_MAX_STRING_BYTES)):
+def scan_trace(
+    data: bytes,
+    max_uncompressed_bytes: int,
+    compact_args: bool,
+    piece_bytes: int = 4 << 20,
+    limits: tuple[int, int] = (DEFAULT_MAX_DEPTH, DEFAULT_MAX_STRING_BYTES),
+):
     """Scan one trace file natively.
 
     Args:
@@ -107,8 +112,11 @@ def scan_trace(data: bytes, max_uncompressed_bytes: int, compact_args: bool, pie
         header, is_list = _scan_plain(scanner, data)
         total = len(data)
     else:
-        pieces = (_iter_gunzip(data, max_uncompressed_bytes, piece_bytes) if _gunzip is not None
-                  else iter_decoded(data, max_uncompressed_bytes, piece_bytes))
+        pieces = (
+            _iter_gunzip(data, max_uncompressed_bytes, piece_bytes)
+            if _gunzip is not None
+            else iter_decoded(data, max_uncompressed_bytes, piece_bytes)
+        )
         header, is_list, total = _scan_pieces(scanner, pieces)
     res = scanner.scanner.result()
     repairs = scanner.repairs
@@ -161,7 +169,7 @@ def _events_start(buf) -> tuple[int | None, bool]:
     s = _LEADING_WS.match(buf).end()
     if s == len(buf):
         return None, False
-    first = buf[s:s + 1]
+    first = buf[s : s + 1]
     if first == b"[":
         return s, True
     if first == b"{":
@@ -221,7 +229,7 @@ def _scan_pieces(scanner: _Scan, pieces):
         start, is_list = _events_start(head)
     scanner.start(is_list)
     prefix = bytes(head[:start])
-    carry = bytes(head[start + 1:])  # unconsumed text after the "["
+    carry = bytes(head[start + 1 :])  # unconsumed text after the "["
     carry_off = start + 1  # document offset of carry[0]
     del head
     trailer: list = []
@@ -298,8 +306,9 @@ def _string_array(res: dict, prefix: str, n: int) -> pa.Array:
     ok = _np(res, prefix + "_ok", np.bool_)
     nulls = int(n - np.count_nonzero(ok))
     validity = pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(res[prefix + "_off"]),
-                                                  pa.py_buffer(res[prefix + "_data"])], nulls)
+    return pa.Array.from_buffers(
+        pa.string(), n, [validity, pa.py_buffer(res[prefix + "_off"]), pa.py_buffer(res[prefix + "_data"])], nulls
+    )
 
 
 class _Ids:
@@ -310,7 +319,7 @@ class _Ids:
     def __init__(self, res: dict):
         off = _np(res, "id_off", np.int64)
         data = bytes(res["id_data"])
-        self.strings = [data[off[i]:off[i + 1]].decode() for i in range(len(off) - 1)]
+        self.strings = [data[off[i] : off[i + 1]].decode() for i in range(len(off) - 1)]
         self._lut: dict[bool, tuple] = {}
 
     def lut(self, parse_stream: bool):
@@ -376,7 +385,8 @@ def _columns(res: dict, compact_args: bool) -> EventColumns:
     R["dur_ok"] = _np(res, "dur_ok", np.bool_)
     for f, parse_stream in (("pid", False), ("tid", True)):
         num, valid, key, label_pos, stream_pos = ids.columns(
-            _np(res, f + "_kind", np.int8), _np(res, f, np.int64), parse_stream)
+            _np(res, f + "_kind", np.int8), _np(res, f, np.int64), parse_stream
+        )
         R[f], R[f + "_ok"], R[f + "_key"] = num, valid, key
         if label_pos is not None and len(label_pos):
             codes = _np(res, f, np.int64)[label_pos]
@@ -390,8 +400,10 @@ def _columns(res: dict, compact_args: bool) -> EventColumns:
     R["args_json"] = args_json
 
     # integer args keys: C parsed the integers; string values (state 2) are resolved here
-    ints = {k: [_np(res, k, np.int64), _np(res, k + "_st", np.int8)]
-            for k in ("correlation", "external_id", "external_id_legacy", "stream", "device")}
+    ints = {
+        k: [_np(res, k, np.int64), _np(res, k + "_st", np.int8)]
+        for k in ("correlation", "external_id", "external_id_legacy", "stream", "device")
+    }
     need = np.zeros(n, bool)
     for _, st in ints.values():
         need |= st == 2

@@ -10,7 +10,7 @@ is exact and from the decimal text otherwise.
 from __future__ import annotations
 
 import decimal
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa

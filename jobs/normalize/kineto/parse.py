@@ -49,11 +49,14 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from jobs.normalize.kineto import native
-from jobs.normalize.kineto import shapes
-from jobs.normalize.kineto.columns import EventColumns
 from jobs.normalize.container import DEFAULT_MAX_UNCOMPRESSED_BYTES, GZIP_MAGIC, decode_container, iter_decoded
 from jobs.normalize.errors import TraceError
+from jobs.normalize.kineto import native, shapes
+from jobs.normalize.kineto.columns import EventColumns
+from jobs.normalize.kineto.native import NativeBail
+from jobs.normalize.kineto.passes import EVENT_COLUMNS, normalize_columns
+from jobs.normalize.kineto.repair import REPAIR_FLAGS, repair_text
+from jobs.normalize.kineto.stream import NotSplittable, Repairs, TraceSplitter
 from jobs.normalize.limits import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_STRING_BYTES,
@@ -63,10 +66,6 @@ from jobs.normalize.limits import (
     depth_reason,
     validate_limits,
 )
-from jobs.normalize.kineto.native import NativeBail
-from jobs.normalize.kineto.passes import EVENT_COLUMNS, normalize_columns
-from jobs.normalize.kineto.repair import REPAIR_FLAGS, repair_text
-from jobs.normalize.kineto.stream import NotSplittable, Repairs, TraceSplitter
 
 # EVENT_COLUMNS (the columns of ParsedTrace.events) is defined with the passes that build the table and
 # stays part of this module's API: callers import it from here.
@@ -108,27 +107,27 @@ FLAGS = {
     "control_characters": "raw control characters inside strings kept, read as if escaped (count: characters)",
     "invalid_timestamp": "X/i/C events without a valid numeric ts were dropped (count: events)",
     "negative_duration": "X events with dur < 0: dur_ns is null (never summed as time), the event is left out of "
-                         "the trace span (count: events)",
+    "the trace span (count: events)",
     "missing_duration": "X events without a valid dur",
     "improper_nesting": "slices that start inside another slice of their track and end after it (count: slices)",
     "negative_launch_delay": "device work that starts before its launch call ends (host/device clock skew); "
-                             "launch delays are clamped to 0 in the statistics (count: device events)",
+    "launch delays are clamped to 0 in the statistics (count: device events)",
     "merged_ranks": "host launches of several pids share correlation ids (a file merged from several ranks); "
-                    "launch links are keyed by (pid, correlation)",
+    "launch links are keyed by (pid, correlation)",
     "partial_trace": "the trace looks truncated: events stop well before the last ProfilerStep ends, or the "
-                     "file reports dropped events",
+    "file reports dropped events",
     "invalid_utf8": "invalid UTF-8 bytes inside strings: each invalid sequence read as U+FFFD (count: sequences; "
-                    "offsets in meta repair_offsets)",
+    "offsets in meta repair_offsets)",
     "invalid_escape": "invalid escapes inside strings (\\q, a \\u without 4 hex digits): the backslash read as a "
-                      "literal backslash (count: escapes)",
+    "literal backslash (count: escapes)",
     "lone_surrogate": "lone UTF-16 surrogate escapes inside strings read as U+FFFD (count: escapes)",
     "correlation_zero": "correlation id 0 (ROCm) read as absent (count: rows)",
     "linked_by_time": "device rows with correlation 0 and no unique External id linked to the last free launch call "
-                      "before them; they take its correlation (count: rows)",
+    "before them; they take its correlation (count: rows)",
     "unlinked_device_rows": "device rows with correlation 0 that no launch call could be linked to (count: rows)",
     "stream_overlap_clipped": "device events running past the start of the next one on their stream: dur clipped to "
-                              "that start, the raw value in dur_raw_ns (count: events; the time removed, ns, in "
-                              "flag_counts stream_overlap_clipped_ns)",
+    "that start, the raw value in dur_raw_ns (count: events; the time removed, ns, in "
+    "flag_counts stream_overlap_clipped_ns)",
     "begin_end_pairs": "duration events (ph B/E) paired per (pid, tid) into complete events (count: pairs)",
     "unmatched_begin": "B events never closed by an E on their (pid, tid): kept without a duration (count: events)",
     "unmatched_end": "E events with no open B on their (pid, tid): dropped (count: events)",
@@ -210,8 +209,9 @@ def parse_kineto(
             except Exception:  # a scanner defect must not lose the file: log it, use the reference
                 if engine == "native":
                     raise
-                _LOG.warning("native Kineto scanner failed on %s; using the Python path", uri or "<bytes>",
-                             exc_info=True)
+                _LOG.warning(
+                    "native Kineto scanner failed on %s; using the Python path", uri or "<bytes>", exc_info=True
+                )
         if parsed is None:
             parsed = _parse(data, max_uncompressed_bytes, compact_args, limits)
         _log_repairs(parsed.meta, uri)
@@ -226,9 +226,16 @@ def _log_repairs(meta: dict, uri: str) -> None:
     counts = {k: v for k, v in meta.get("flag_counts", {}).items() if k in REPAIR_FLAGS}
     if counts:
         what = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        where = "; ".join(f"{k} at bytes {', '.join(map(str, v))}" for k, v in sorted(meta.get("repair_offsets", {}).items()))
-        _LOG.warning("%s: repaired %s (first at byte %s of the document%s)", uri or "<bytes>", what,
-                     meta.get("repair_offset"), f"; {where}" if where else "")
+        where = "; ".join(
+            f"{k} at bytes {', '.join(map(str, v))}" for k, v in sorted(meta.get("repair_offsets", {}).items())
+        )
+        _LOG.warning(
+            "%s: repaired %s (first at byte %s of the document%s)",
+            uri or "<bytes>",
+            what,
+            meta.get("repair_offset"),
+            f"; {where}" if where else "",
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,8 +261,9 @@ def _parse_native(data: bytes, max_uncompressed_bytes: int, compact_args: bool, 
     _T.clear()
     _tick("start")
     container = "gzip" if data[:2] == GZIP_MAGIC else "json"
-    cols, header, is_list, size, repairs = native.scan_trace(data, max_uncompressed_bytes, compact_args,
-                                                             _NATIVE_PIECE_BYTES, limits)
+    cols, header, is_list, size, repairs = native.scan_trace(
+        data, max_uncompressed_bytes, compact_args, _NATIVE_PIECE_BYTES, limits
+    )
     _tick("native-scan")
     return _finish(cols, header, is_list, container, size, repairs)
 
@@ -268,8 +276,9 @@ def _checked(pieces, limits):
         yield piece
 
 
-def _parse(data: bytes, max_uncompressed_bytes: int, compact_args: bool,
-           limits=(DEFAULT_MAX_DEPTH, DEFAULT_MAX_STRING_BYTES)) -> ParsedTrace:
+def _parse(
+    data: bytes, max_uncompressed_bytes: int, compact_args: bool, limits=(DEFAULT_MAX_DEPTH, DEFAULT_MAX_STRING_BYTES)
+) -> ParsedTrace:
     """The reference path: msgspec decode in chunks (whole document when not splittable), then the passes."""
     _T.clear()
     _tick("start")
@@ -279,8 +288,12 @@ def _parse(data: bytes, max_uncompressed_bytes: int, compact_args: bool,
     try:
         if not _STREAMING:
             raise NotSplittable("streaming disabled")
-        splitter = TraceSplitter(_checked(iter_decoded(data, max_uncompressed_bytes, _CHUNK_BYTES), limits),
-                                 shapes.EVENT_LIST.decode, shapes.HEADER.decode, _CHUNK_BYTES)
+        splitter = TraceSplitter(
+            _checked(iter_decoded(data, max_uncompressed_bytes, _CHUNK_BYTES), limits),
+            shapes.EVENT_LIST.decode,
+            shapes.HEADER.decode,
+            _CHUNK_BYTES,
+        )
         for chunk in splitter:
             cols.add(chunk.events, _chunk_raw_text(chunk.text))
             del chunk
@@ -382,8 +395,9 @@ def _decode_document(doc: bytes, repairs: Repairs, max_depth: int = DEFAULT_MAX_
 # the shared vectorized passes (jobs.normalize.kineto.passes)
 
 
-def _finish(cols: EventColumns, header, is_list: bool, container: str, size: int,
-            repairs: Repairs | None = None) -> ParsedTrace:
+def _finish(
+    cols: EventColumns, header, is_list: bool, container: str, size: int, repairs: Repairs | None = None
+) -> ParsedTrace:
     """The accumulated columns of either path -> :class:`ParsedTrace`
     (:func:`~jobs.normalize.kineto.passes.normalize_columns`, with the profiling checkpoints)."""
     table, meta = normalize_columns(cols, header, is_list, container, size, repairs, tick=_tick)

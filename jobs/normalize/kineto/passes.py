@@ -21,25 +21,25 @@ flags raised here are listed in :data:`jobs.normalize.kineto.parse.FLAGS`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.normalize.errors import TraceError
-from jobs.normalize.kineto.columns import B, E, X, EventColumns, bool_np, int_and_mask, take_arrow
+from jobs.normalize.kineto.columns import B, E, EventColumns, X, bool_np, int_and_mask, take_arrow
 from jobs.normalize.kineto.linkage import (
     SliceIndex,
     bind_flows,
-    pair_begin_end,
-    time_links,
     correlation_link_keys,
     count_early_launches,
     external_id_links,
     last_step_truncated,
+    pair_begin_end,
     profiler_steps,
+    time_links,
     track_codes,
 )
 from jobs.normalize.kineto.numbers import to_int64
@@ -71,9 +71,16 @@ GPU_CATEGORIES = frozenset(
 )
 #: NCCL/RCCL kernel-name operation -> collective name (used when the kernel has no args).
 _NCCL_OPS = {
-    "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reduce_scatter",
-    "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv", "send": "send",
-    "recv": "recv", "alltoall": "all_to_all", "alltoallv": "all_to_all",
+    "allreduce": "allreduce",
+    "allgather": "allgather",
+    "reducescatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "sendrecv",
+    "send": "send",
+    "recv": "recv",
+    "alltoall": "all_to_all",
+    "alltoallv": "all_to_all",
 }
 _NCCL_RE = r"(?i)^(?:nccl|rccl)(?:dev)?kernel_([a-z]+)"  # any case: nccldevkernel_* too (B16)
 _NCCL_NAME = re.compile(_NCCL_RE)
@@ -88,9 +95,15 @@ def _no_tick(label: str) -> None:
     """Default checkpoint of :func:`normalize_columns`: does nothing."""
 
 
-def normalize_columns(cols: EventColumns, header, is_list: bool, container: str, size: int,
-                      repairs: Repairs | None = None,
-                      tick: Callable[[str], None] = _no_tick) -> tuple[pa.Table, dict]:
+def normalize_columns(
+    cols: EventColumns,
+    header,
+    is_list: bool,
+    container: str,
+    size: int,
+    repairs: Repairs | None = None,
+    tick: Callable[[str], None] = _no_tick,
+) -> tuple[pa.Table, dict]:
     """The accumulated columns of one trace -> ``(events, meta)``, as a sequence of vectorized passes.
 
     Args:
@@ -470,15 +483,21 @@ def _step_attribution(r: _Rows) -> None:
         launches = launch_cat & ~is_gpu & bool_np(pc.match_substring_regex(name_arr, _LAUNCH_CALL, ignore_case=True))
         link_key = _link_zero_correlations(r, link_key, launches, category)
     step, step_ok, n_steps = profiler_steps(name_arr, r.is_x, is_gpu, r.ts_ns, r.end_ns, link_key, link_key >= 0)
-    early = count_early_launches(link_key, is_gpu & bool_np(pc.is_in(category, pa.array(_DEVICE_ACTIVITY))) if n
-                                 else is_gpu, launch_cat, r.ts_ns, r.end_ns)
+    early = count_early_launches(
+        link_key,
+        is_gpu & bool_np(pc.is_in(category, pa.array(_DEVICE_ACTIVITY))) if n else is_gpu,
+        launch_cat,
+        r.ts_ns,
+        r.end_ns,
+    )
     if early:  # B08: device work starts before its launch call ends (clock skew): flagged, clamped in stats
         r.flag("negative_launch_delay", early)
     del link_key, ext_id, ext_ok, launch_cat
     if n_steps == 0:
         r.flag("no_profiler_step")
-    elif (last_step_truncated(name_arr, r.is_x, is_gpu, category, r.ts_ns, r.end_ns, r.negative)
-          or _dropped_events(r.header)):
+    elif last_step_truncated(name_arr, r.is_x, is_gpu, category, r.ts_ns, r.end_ns, r.negative) or _dropped_events(
+        r.header
+    ):
         r.flag("partial_trace")
     r.name_arr, r.ext_arr = name_arr, ext_arr
     r.step, r.step_ok, r.n_steps = step, step_ok, n_steps
@@ -583,8 +602,11 @@ def _event_columns(r: _Rows) -> dict:
     return {
         "event_id": pa.array(r.rows.astype(np.int64, copy=False)),
         "source": _repeat_str(b"kineto", n),
-        "ph": pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32)),
-                                                     pa.py_buffer(_PH_BYTES[r.row_ph.astype(np.intp)])]),
+        "ph": pa.Array.from_buffers(
+            pa.string(),
+            n,
+            [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32)), pa.py_buffer(_PH_BYTES[r.row_ph.astype(np.intp)])],
+        ),
         "category": r.category,
         "raw_category": r.raw_cat,
         "name": r.name_arr,
@@ -623,8 +645,21 @@ def _capture_meta(r: _Rows, container: str, size: int, repairs: Repairs | None) 
     span = ~r.negative
     if r.n and not span.any():
         span = np.ones(r.n, bool)
-    meta = _meta(r.header, r.fmt, container, size, r.has_base, r.base_ns, r.ts_ns[span], r.end_ns[span],
-                 r.cols.ts_is_float, r.ts_rel, r.n, r.n_steps, sorted(r.flags))
+    meta = _meta(
+        r.header,
+        r.fmt,
+        container,
+        size,
+        r.has_base,
+        r.base_ns,
+        r.ts_ns[span],
+        r.end_ns[span],
+        r.cols.ts_is_float,
+        r.ts_rel,
+        r.n,
+        r.n_steps,
+        sorted(r.flags),
+    )
     meta["flag_counts"] = dict(sorted(r.counts.items()))
     meta["repair_offset"] = repairs.first_offset if repairs is not None else None
     meta["repair_offsets"] = dict(sorted(repairs.offsets.items())) if repairs is not None else {}
@@ -656,8 +691,9 @@ def _infer_nccl(collective: pa.Array, name_arr, category: pa.Array) -> pa.Array:
     if not len(idx):
         return collective
     names = take_arrow(name_arr, idx)
-    nccl = pc.or_(pc.starts_with(names, "nccl", ignore_case=True),
-                 pc.starts_with(names, "rccl", ignore_case=True)).fill_null(False)
+    nccl = pc.or_(
+        pc.starts_with(names, "nccl", ignore_case=True), pc.starts_with(names, "rccl", ignore_case=True)
+    ).fill_null(False)
     idx, names = idx.filter(nccl), names.filter(nccl)
     if not len(idx):
         return collective

@@ -159,7 +159,7 @@ def repair_text(doc, base: int = 0, offsets: dict | None = None) -> tuple[bytes,
         sites += found
         if offsets is not None:
             kept = offsets.setdefault(flag, [])
-            kept += [base + a for a, _, _ in found[:MAX_OFFSETS - len(kept)]]
+            kept += [base + a for a, _, _ in found[: MAX_OFFSETS - len(kept)]]
     if not sites:
         return text, counts, None
     sites.sort()
@@ -181,10 +181,16 @@ def repair_json(doc: bytes) -> tuple[bytes, list[str]]:
     return out, sorted(counts)
 
 
-_SUSPECT = re.compile(rb"[\x00-\x1f]|(?<![A-Za-z0-9_.])-?(?:" + "|".join(NONFINITE_TOKENS).encode() + rb")(?![A-Za-z0-9_])")
+_SUSPECT = re.compile(
+    rb"[\x00-\x1f]|(?<![A-Za-z0-9_.])-?(?:" + "|".join(NONFINITE_TOKENS).encode() + rb")(?![A-Za-z0-9_])"
+)
 #: msgspec's messages for the damage inside strings (they carry no byte offset, or one past the escape).
-_STRING_DAMAGE = ("Invalid UTF-8", "invalid escape character", "invalid character in unicode escape",
-                  "invalid utf-16 surrogate pair")
+_STRING_DAMAGE = (
+    "Invalid UTF-8",
+    "invalid escape character",
+    "invalid character in unicode escape",
+    "invalid utf-16 surrogate pair",
+)
 
 
 def worth_repairing(text, exc: Exception) -> bool:
@@ -202,4 +208,4 @@ def worth_repairing(text, exc: Exception) -> bool:
     if not m:
         return False
     i = int(m.group(1))
-    return _SUSPECT.search(bytes(text[max(0, i - 64):i + 16])) is not None
+    return _SUSPECT.search(bytes(text[max(0, i - 64) : i + 16])) is not None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any
 
 import msgspec
 
@@ -25,7 +25,7 @@ class Event(msgspec.Struct, gc=False):
 class Header(msgspec.Struct, gc=False):
     """Top-level object of a trace (the capture-level keys we use)."""
 
-    traceEvents: Optional[list[Event]] = None
+    traceEvents: list[Event] | None = None
     baseTimeNanoseconds: Any = None
     deviceProperties: Any = None
     distributedInfo: Any = None
@@ -44,7 +44,7 @@ class TimeEvent(msgspec.Struct, gc=False):
 
 
 class TimeHeader(msgspec.Struct, gc=False):
-    traceEvents: Optional[list[TimeEvent]] = None
+    traceEvents: list[TimeEvent] | None = None
 
 
 class Args(msgspec.Struct, gc=False):
@@ -66,10 +66,10 @@ class Args(msgspec.Struct, gc=False):
     seq: Any = msgspec.field(default=None, name="Seq")
 
 
-DOCUMENT = msgspec.json.Decoder(Union[Header, list[Event]])
+DOCUMENT = msgspec.json.Decoder(Header | list[Event])
 HEADER = msgspec.json.Decoder(Header)
 EVENT_LIST = msgspec.json.Decoder(list[Event])
-TIME_DOCUMENT = msgspec.json.Decoder(Union[TimeHeader, list[TimeEvent]])
+TIME_DOCUMENT = msgspec.json.Decoder(TimeHeader | list[TimeEvent])
 TIME_LIST = msgspec.json.Decoder(list[TimeEvent])
 ARGS_LIST = msgspec.json.Decoder(list[Args])
 ARGS_ONE = msgspec.json.Decoder(Args)

@@ -24,7 +24,7 @@ bounded memory (``bug_cases.md`` B01, B02); :attr:`TraceSplitter.repairs` counts
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
@@ -157,7 +157,7 @@ class TraceSplitter:
             s = len(buf) - len(buf.lstrip(_WS))
             if s == len(buf):
                 continue
-            first = buf[s:s + 1]
+            first = buf[s : s + 1]
             if first == b"[":
                 self.is_list = True
                 start = s
@@ -198,7 +198,7 @@ class TraceSplitter:
             chunk = None
             # keep "[" + the partial next event; the consumer is done with the previous chunk
             tail = work[nxt:used]
-            work[1:1 + len(tail)] = tail
+            work[1 : 1 + len(tail)] = tail
             used = 1 + len(tail)
             self._base += nxt - 1
 
@@ -249,7 +249,7 @@ class TraceSplitter:
                 if text is not view:
                     view.release()
                     view = memoryview(text)
-            trailer = bytes(work[q + 1:used])
+            trailer = bytes(work[q + 1 : used])
             if self.is_list:
                 if prefix.strip(_WS) or trailer.strip(_WS):
                     raise NotSplittable("data around the top-level array")
@@ -277,9 +277,13 @@ def decode_header(decode: Callable, prefix: bytes, trailer: bytes, repairs: Repa
     local = Repairs()
     value, _ = decode_repairing(decode, prefix + b"[]" + trailer, 0, local)
     first = local.first_offset
+
     def doc_offset(o: int) -> int:  # offsets past the "[]" are in the trailer
         return trailer_offset + o - len(prefix) - 2 if o >= len(prefix) + 2 else o
 
-    repairs.add(local.counts, None if first is None else doc_offset(first),
-                {k: [doc_offset(o) for o in v] for k, v in local.offsets.items()})
+    repairs.add(
+        local.counts,
+        None if first is None else doc_offset(first),
+        {k: [doc_offset(o) for o in v] for k, v in local.offsets.items()},
+    )
     return value

@@ -37,8 +37,15 @@ import pyarrow as pa
 
 from jobs.normalize.neuron.metrics import merge_intervals, overlap_ns
 
-__all__ = ["CriticalPath", "device_critical_path", "instruction_category", "CATEGORIES", "critical_path_rows",
-           "critical_path_from_events", "BOUND_BY"]
+__all__ = [
+    "CriticalPath",
+    "device_critical_path",
+    "instruction_category",
+    "CATEGORIES",
+    "critical_path_rows",
+    "critical_path_from_events",
+    "BOUND_BY",
+]
 
 CATEGORIES = ("compute", "dma", "semaphore_wait", "collective", "idle")
 
@@ -79,9 +86,13 @@ def _col(t: pa.Table | None, name: str, default=None) -> list:
     return [default] * t.num_rows
 
 
-def device_critical_path(instructions: pa.Table | None, flows: pa.Table | None = None,
-                         dma_blocks: pa.Table | None = None, dma_packets: pa.Table | None = None,
-                         cc_ops: pa.Table | None = None) -> CriticalPath:
+def device_critical_path(
+    instructions: pa.Table | None,
+    flows: pa.Table | None = None,
+    dma_blocks: pa.Table | None = None,
+    dma_packets: pa.Table | None = None,
+    cc_ops: pa.Table | None = None,
+) -> CriticalPath:
     """Critical path of one device profile (see the module docstring for the rules).
 
     Args:
@@ -110,8 +121,9 @@ def device_critical_path(instructions: pa.Table | None, flows: pa.Table | None =
     for i in range(len(ids)):
         if start[i] is None or end[i] is None:
             continue
-        nodes.append((int(start[i]), int(end[i]), ids[i], name[i], cat[i], int(wait[i] or 0),
-                      (pcore[i] or 0, engine[i])))
+        nodes.append(
+            (int(start[i]), int(end[i]), ids[i], name[i], cat[i], int(wait[i] or 0), (pcore[i] or 0, engine[i]))
+        )
     for bid, bs, be in zip(_col(dma_blocks, "id"), _col(dma_blocks, "start_ts"), _col(dma_blocks, "end_ts")):
         if bs is not None and be is not None:
             nodes.append((int(bs), int(be), bid, "dma_block", "dma", 0, None))
@@ -138,10 +150,16 @@ def device_critical_path(instructions: pa.Table | None, flows: pa.Table | None =
         if ka is not None and kb is not None and ka != kb and rank[ka] < rank[kb]:
             preds[kb].append(ka)
 
-    dma_iv = merge_intervals(_col(dma_packets, "start_ts", 0), _col(dma_packets, "end_ts", 0)) \
-        if dma_packets is not None and dma_packets.num_rows else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    cc_iv = merge_intervals(_col(cc_ops, "start_ts", 0), _col(cc_ops, "end_ts", 0)) \
-        if cc_ops is not None and cc_ops.num_rows else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    dma_iv = (
+        merge_intervals(_col(dma_packets, "start_ts", 0), _col(dma_packets, "end_ts", 0))
+        if dma_packets is not None and dma_packets.num_rows
+        else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    )
+    cc_iv = (
+        merge_intervals(_col(cc_ops, "start_ts", 0), _col(cc_ops, "end_ts", 0))
+        if cc_ops is not None and cc_ops.num_rows
+        else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    )
 
     by_end = sorted(range(n), key=lambda k: (nodes[k][1], rank[k]))
     ends_sorted = np.array([nodes[k][1] for k in by_end], np.int64)
@@ -153,7 +171,11 @@ def device_critical_path(instructions: pa.Table | None, flows: pa.Table | None =
         steps = 0
         while i >= 0 and ends_sorted[i] > after and steps < 64:
             k = by_end[i]
-            if k not in visited and nodes[k][4] != "semaphore_wait" and (nodes[k][6] is None or nodes[k][6] != engine_key):
+            if (
+                k not in visited
+                and nodes[k][4] != "semaphore_wait"
+                and (nodes[k][6] is None or nodes[k][6] != engine_key)
+            ):
                 return k
             i -= 1
             steps += 1
@@ -208,8 +230,9 @@ def device_critical_path(instructions: pa.Table | None, flows: pa.Table | None =
     return cp
 
 
-def _attribute_gap(cp: CriticalPath, segs: list, a: int, b: int, wait_from: int, dma_iv, cc_iv,
-                   node_id=None, name: str = "gap") -> None:
+def _attribute_gap(
+    cp: CriticalPath, segs: list, a: int, b: int, wait_from: int, dma_iv, cc_iv, node_id=None, name: str = "gap"
+) -> None:
     """Split the gap ``[a, b)``: inside the wait window → collective / dma / semaphore_wait; rest idle."""
     w0 = max(a, min(wait_from, b))
     idle = w0 - a
@@ -229,8 +252,13 @@ def _attribute_gap(cp: CriticalPath, segs: list, a: int, b: int, wait_from: int,
 #: Path categories → ``critical_path.bound_by`` vocabulary of the table contract (schemas/expectations.py):
 #: device data movement is the device's data loading, semaphore waits are synchronization, unexplained
 #: dependency gaps are gaps between device work.
-BOUND_BY = {"compute": "compute", "dma": "data_loading", "semaphore_wait": "sync", "collective": "communication",
-            "idle": "kernel_kernel_gap"}
+BOUND_BY = {
+    "compute": "compute",
+    "dma": "data_loading",
+    "semaphore_wait": "sync",
+    "collective": "communication",
+    "idle": "kernel_kernel_gap",
+}
 
 
 def critical_path_rows(cp: CriticalPath, identity: dict, event_ids: dict | None = None) -> list[dict]:
@@ -248,15 +276,26 @@ def critical_path_rows(cp: CriticalPath, identity: dict, event_ids: dict | None 
     """
     rows = []
     for i, (nid, nm, s, e, c) in enumerate(cp.segments):
-        rows.append({
-            "date": identity["date"], "job_id": identity["job_id"], "attempt": int(identity["attempt"]),
-            "step": int(identity.get("step", -1)), "scope": "rank", "path_rank": int(identity["rank"]),
-            "segment": i, "rank": int(identity["rank"]), "capture_id": identity["capture_id"],
-            "event_id": (event_ids or {}).get(nid) if nid is not None else None,
-            "name": nm if nid is not None else f"gap:{c}",
-            "start_ns": int(s), "end_ns": int(e), "dur_ns": int(e - s), "bound_by": BOUND_BY[c],
-            "path_length_ns": int(cp.length_ns),
-        })
+        rows.append(
+            {
+                "date": identity["date"],
+                "job_id": identity["job_id"],
+                "attempt": int(identity["attempt"]),
+                "step": int(identity.get("step", -1)),
+                "scope": "rank",
+                "path_rank": int(identity["rank"]),
+                "segment": i,
+                "rank": int(identity["rank"]),
+                "capture_id": identity["capture_id"],
+                "event_id": (event_ids or {}).get(nid) if nid is not None else None,
+                "name": nm if nid is not None else f"gap:{c}",
+                "start_ns": int(s),
+                "end_ns": int(e),
+                "dur_ns": int(e - s),
+                "bound_by": BOUND_BY[c],
+                "path_length_ns": int(cp.length_ns),
+            }
+        )
     return rows
 
 
@@ -276,7 +315,11 @@ def critical_path_from_events(events: pa.Table) -> tuple[CriticalPath, dict]:
     cat = events.column("category").to_pylist()
     ts, dur = events.column("ts_ns").to_pylist(), events.column("dur_ns").to_pylist()
     ext, eid = events.column("external_id").to_pylist(), events.column("event_id").to_pylist()
-    names, pids, args = events.column("name").to_pylist(), events.column("pid").to_pylist(), events.column("args_json").to_pylist()
+    names, pids, args = (
+        events.column("name").to_pylist(),
+        events.column("pid").to_pylist(),
+        events.column("args_json").to_pylist(),
+    )
     ins = {k: [] for k in ("id", "start_ts", "end_ts", "engine", "opcode", "pcore_idx", "evt_wait_time_ns")}
     flows = {"in_id": [], "out_id": []}
     blocks = {"id": [], "start_ts": [], "end_ts": []}
@@ -306,6 +349,9 @@ def critical_path_from_events(events: pa.Table) -> tuple[CriticalPath, dict]:
             d["start_ts"].append(ts[i])
             d["end_ts"].append(ts[i] + (dur[i] or 0))
     t = lambda d: pa.table(d) if d and len(next(iter(d.values()))) else None  # noqa: E731
-    ins_t = pa.table({k: pa.array(v, pa.string() if k in ("engine", "opcode") else pa.int64()) for k, v in ins.items()}) \
-        if ins["id"] else None
+    ins_t = (
+        pa.table({k: pa.array(v, pa.string() if k in ("engine", "opcode") else pa.int64()) for k, v in ins.items()})
+        if ins["id"]
+        else None
+    )
     return device_critical_path(ins_t, t(flows), t(blocks), t(pk), t(cc)), ids

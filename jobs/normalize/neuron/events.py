@@ -56,10 +56,20 @@ _ENGINE_TRACK = {"tensor": "Tensor", "vector": "Vector", "scalar": "Scalar", "gp
 _TRACK_LOWER = {k.lower(): k for k in TRACK_TIDS}
 _SCHEMA = pa.schema([EVENTS.arrow_schema().field(n) for n in EVENT_COLUMNS])
 _QUEUE_SUFFIX = re.compile(r"-Q\d+-E\d+$")
-_COLLECTIVES = {"allgather": "allgather", "allreduce": "allreduce", "reducescatter": "reduce_scatter",
-                "alltoall": "all_to_all", "alltoallv": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
-                "permute": "permute", "collectivepermute": "permute", "sendrecv": "sendrecv", "send": "send",
-                "recv": "recv"}
+_COLLECTIVES = {
+    "allgather": "allgather",
+    "allreduce": "allreduce",
+    "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "alltoallv": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "permute": "permute",
+    "collectivepermute": "permute",
+    "sendrecv": "sendrecv",
+    "send": "send",
+    "recv": "recv",
+}
 _enc = msgspec.json.Encoder()
 
 
@@ -123,9 +133,18 @@ def _instruction_block(t: pa.Table, flows: pa.Table | None) -> EventBlock:
     tid = [TRACK_TIDS.get(tr, 6 + zlib.crc32(tr.encode()) % 90) for tr in tracks]
     extra = {"predecessors": [preds.get(i) for i in ids]}
     return EventBlock(
-        t.num_rows, ph="X", category="neuron_instruction", raw_category="Instruction", name=_col(t, "opcode"),
-        ts_ns=_i(t, "start_ts"), dur_ns=_i(t, "duration_ns"), pid=_pcore(t), tid=tid, thread_name=tracks,
-        is_gpu=True, external_id=ids,
+        t.num_rows,
+        ph="X",
+        category="neuron_instruction",
+        raw_category="Instruction",
+        name=_col(t, "opcode"),
+        ts_ns=_i(t, "start_ts"),
+        dur_ns=_i(t, "duration_ns"),
+        pid=_pcore(t),
+        tid=tid,
+        thread_name=tracks,
+        is_gpu=True,
+        external_id=ids,
         args_json=_args(t, {"start_ts", "end_ts", "duration_ns", "opcode", "id", "timeline_track", "pcore_idx"}, extra),
     )
 
@@ -147,11 +166,19 @@ def _dma_block(t: pa.Table, aggregated: bool) -> EventBlock:
     else:
         names = [_queue_family(q, ty) for q, ty in zip(qn, qt)]
     return EventBlock(
-        t.num_rows, ph="X", category="neuron_dma_block" if aggregated else "neuron_dma",
-        raw_category="DmaPacketAggregated" if aggregated else "DmaPacket", name=names, ts_ns=_i(t, "start_ts"),
-        dur_ns=_i(t, "duration_ns"), pid=_pcore(t), tid=_queue_tid(t),
+        t.num_rows,
+        ph="X",
+        category="neuron_dma_block" if aggregated else "neuron_dma",
+        raw_category="DmaPacketAggregated" if aggregated else "DmaPacket",
+        name=names,
+        ts_ns=_i(t, "start_ts"),
+        dur_ns=_i(t, "duration_ns"),
+        pid=_pcore(t),
+        tid=_queue_tid(t),
         thread_name=[q or f"Q{qi}-E{e}" for q, qi, e in zip(qn, _col(t, "queue_idx"), _col(t, "engine_idx"))],
-        is_gpu=True, external_id=_col(t, "id"), msg_bytes=_col(t, "transfer_bytes"),
+        is_gpu=True,
+        external_id=_col(t, "id"),
+        msg_bytes=_col(t, "transfer_bytes"),
         args_json=_args(t, {"start_ts", "end_ts", "duration_ns", "id", "pcore_idx", "queue_name"}),
     )
 
@@ -170,30 +197,65 @@ def _group_size(replica_group) -> int | None:
 
 def _cc_block(t: pa.Table) -> EventBlock:
     ops = _col(t, "operation")
-    msg = [max(x for x in (a, b) if x is not None) if (a is not None or b is not None) else None
-           for a, b in zip(_col(t, "input_size"), _col(t, "output_size"))]
+    msg = [
+        max(x for x in (a, b) if x is not None) if (a is not None or b is not None) else None
+        for a, b in zip(_col(t, "input_size"), _col(t, "output_size"))
+    ]
     return EventBlock(
-        t.num_rows, ph="X", category="neuron_collective", raw_category="CcOp", name=ops, ts_ns=_i(t, "start_ts"),
-        dur_ns=_i(t, "duration_ns"), pid=_pcore(t), tid=2000 + _i(t, "stream_id", 0),
-        thread_name=[f"collective stream {s}" for s in _col(t, "stream_id", 0)], is_gpu=True,
-        collective=[normalize_collective(o) for o in ops], msg_bytes=msg, seq=_col(t, "op_id"),
+        t.num_rows,
+        ph="X",
+        category="neuron_collective",
+        raw_category="CcOp",
+        name=ops,
+        ts_ns=_i(t, "start_ts"),
+        dur_ns=_i(t, "duration_ns"),
+        pid=_pcore(t),
+        tid=2000 + _i(t, "stream_id", 0),
+        thread_name=[f"collective stream {s}" for s in _col(t, "stream_id", 0)],
+        is_gpu=True,
+        collective=[normalize_collective(o) for o in ops],
+        msg_bytes=msg,
+        seq=_col(t, "op_id"),
         group_size=[_group_size(g) for g in _col(t, "replica_group")],
         pg_name=[None if g is None else f"replica_group_{g}" for g in _col(t, "replica_group_id")],
         args_json=_args(t, {"start_ts", "end_ts", "duration_ns", "operation", "pcore_idx"}),
     )
 
 
-def _simple_x(t: pa.Table, category: str, raw: str, names, tid, thread, start="start_ts", dur="duration_ns",
-              skip=()) -> EventBlock:
-    return EventBlock(t.num_rows, ph="X", category=category, raw_category=raw, name=names, ts_ns=_i(t, start),
-                      dur_ns=_i(t, dur), pid=_pcore(t), tid=tid, thread_name=thread, is_gpu=True,
-                      args_json=_args(t, {start, dur, "pcore_idx", *skip}))
+def _simple_x(
+    t: pa.Table, category: str, raw: str, names, tid, thread, start="start_ts", dur="duration_ns", skip=()
+) -> EventBlock:
+    return EventBlock(
+        t.num_rows,
+        ph="X",
+        category=category,
+        raw_category=raw,
+        name=names,
+        ts_ns=_i(t, start),
+        dur_ns=_i(t, dur),
+        pid=_pcore(t),
+        tid=tid,
+        thread_name=thread,
+        is_gpu=True,
+        args_json=_args(t, {start, dur, "pcore_idx", *skip}),
+    )
 
 
 def _counter(t: pa.Table, name, raw: str, category: str, tid: int, thread: str, skip=()) -> EventBlock:
-    return EventBlock(t.num_rows, ph="C", category=category, raw_category=raw, name=name, ts_ns=_i(t, "timestamp"),
-                      dur_ns=None, pid=_pcore(t), tid=tid, thread_name=thread, is_gpu=True,
-                      args_json=_args(t, {"timestamp", "pcore_idx", *skip}))
+    return EventBlock(
+        t.num_rows,
+        ph="C",
+        category=category,
+        raw_category=raw,
+        name=name,
+        ts_ns=_i(t, "timestamp"),
+        dur_ns=None,
+        pid=_pcore(t),
+        tid=tid,
+        thread_name=thread,
+        is_gpu=True,
+        args_json=_args(t, {"timestamp", "pcore_idx", *skip}),
+    )
 
 
 def device_blocks(p: NeuronProfile) -> list[EventBlock]:
@@ -212,19 +274,41 @@ def device_blocks(p: NeuronProfile) -> list[EventBlock]:
     t = p.table("CcInstruction")
     if t is not None:
         cores = _i(t, "core_idx", 0)
-        blocks.append(_simple_x(t, "neuron_cc_instruction", "CcInstruction", _col(t, "description"), 3000 + cores,
-                                [f"CC-core {c}" for c in cores], skip={"description"}))
+        blocks.append(
+            _simple_x(
+                t,
+                "neuron_cc_instruction",
+                "CcInstruction",
+                _col(t, "description"),
+                3000 + cores,
+                [f"CC-core {c}" for c in cores],
+                skip={"description"},
+            )
+        )
     t = p.table("Throttle")
     if t is not None:
-        blocks.append(_simple_x(t, "neuron_throttle", "Throttle", [f"throttle {ty}" for ty in _col(t, "type")], 901,
-                                "Throttle", start="timestamp", dur="duration"))
+        blocks.append(
+            _simple_x(
+                t,
+                "neuron_throttle",
+                "Throttle",
+                [f"throttle {ty}" for ty in _col(t, "type")],
+                901,
+                "Throttle",
+                start="timestamp",
+                dur="duration",
+            )
+        )
     t = p.table("LayerSummary")
     if t is not None:
         blocks.append(_simple_x(t, "neuron_layer", "LayerSummary", _col(t, "name"), 903, "Layers", skip={"name"}))
     t = p.table("SemaphoreUpdate")
     if t is not None:
-        blocks.append(_counter(t, [f"semaphore {i}" for i in _col(t, "id")], "SemaphoreUpdate", "neuron_semaphore", 900,
-                               "Semaphores"))
+        blocks.append(
+            _counter(
+                t, [f"semaphore {i}" for i in _col(t, "id")], "SemaphoreUpdate", "neuron_semaphore", 900, "Semaphores"
+            )
+        )
     for name, label in (("PendingDma", "pending_dma"), ("DmaUsage", "dma_throughput"), ("HbmUsage", "hbm_throughput")):
         t = p.table(name)
         if t is not None:
@@ -232,8 +316,9 @@ def device_blocks(p: NeuronProfile) -> list[EventBlock]:
     return blocks
 
 
-def events_from_blocks(blocks: list[EventBlock], process_name: str | None, device: int | None,
-                       first_event_id: int = 0) -> pa.Table:
+def events_from_blocks(
+    blocks: list[EventBlock], process_name: str | None, device: int | None, first_event_id: int = 0
+) -> pa.Table:
     """Concatenate event blocks into a table with the :data:`jobs.normalize.kineto.parse.EVENT_COLUMNS` schema.
 
     ``event_id`` numbers rows from ``first_event_id`` in block order; ``process_name``/``device`` fill

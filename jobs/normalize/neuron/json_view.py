@@ -43,12 +43,30 @@ import pyarrow as pa
 from jobs.normalize.errors import TraceError
 from jobs.normalize.neuron.profile import NeuronProfile, UnsupportedFormatVersion, engine_name, nth_exec_from_name
 
-__all__ = ["parse_neuron_json", "parse_summary_json", "is_legacy_profile", "is_summary_json",
-           "LEGACY_KEYS", "legacy_to_tables", "metadata_from_legacy"]
+__all__ = [
+    "parse_neuron_json",
+    "parse_summary_json",
+    "is_legacy_profile",
+    "is_summary_json",
+    "LEGACY_KEYS",
+    "legacy_to_tables",
+    "metadata_from_legacy",
+]
 
 #: Top-level keys that identify a legacy full-profile JSON (any two suffice).
-LEGACY_KEYS = ("instruction", "dma", "semaphore_update", "active_time", "metadata", "profile_info", "model_info",
-               "neff_header", "dma_queues_info", "summary_groups", "terminology")
+LEGACY_KEYS = (
+    "instruction",
+    "dma",
+    "semaphore_update",
+    "active_time",
+    "metadata",
+    "profile_info",
+    "model_info",
+    "neff_header",
+    "dma_queues_info",
+    "summary_groups",
+    "terminology",
+)
 _I64, _F64, _STR, _I32 = pa.int64(), pa.float64(), pa.string(), pa.int32()
 _U64_WRAP = 1 << 64
 
@@ -119,70 +137,143 @@ def _flops_transpose(r):
 
 
 _INSTRUCTION = [
-    ("start_ts", _g("timestamp", _i64), _I64), ("end_ts", _end, _I64), ("duration_ns", _g("duration", _i64), _I64),
+    ("start_ts", _g("timestamp", _i64), _I64),
+    ("end_ts", _end, _I64),
+    ("duration_ns", _g("duration", _i64), _I64),
     ("engine", lambda r: engine_name(r.get("subgroup") or r.get("label")), _STR),
-    ("timeline_track", _g("label", _s), _STR), ("pcore_idx", _g("pcore_idx", _i64), _I64),
-    ("opcode", _g("opcode", _s), _STR), ("operands", _g("operands", _s), _STR),
-    ("compiler_opcode", _g("compiler_opcode", _s), _STR), ("compiler_operands", _g("compiler_operands", _s), _STR),
-    ("id", _g("id", _i64), _I64), ("pc", _g("pc", _i64), _I64), ("compiler_pc", _g("compiler_pc", _i64), _I64),
-    ("penguin_id", _g("penguin_id", _s), _STR), ("raw_penguin_id", _g("raw_penguin_id", _i64), _I64),
-    ("bir_id", _g("bir_id", _s), _STR), ("raw_bir_id", _g("raw_bir_id", _i64), _I64),
+    ("timeline_track", _g("label", _s), _STR),
+    ("pcore_idx", _g("pcore_idx", _i64), _I64),
+    ("opcode", _g("opcode", _s), _STR),
+    ("operands", _g("operands", _s), _STR),
+    ("compiler_opcode", _g("compiler_opcode", _s), _STR),
+    ("compiler_operands", _g("compiler_operands", _s), _STR),
+    ("id", _g("id", _i64), _I64),
+    ("pc", _g("pc", _i64), _I64),
+    ("compiler_pc", _g("compiler_pc", _i64), _I64),
+    ("penguin_id", _g("penguin_id", _s), _STR),
+    ("raw_penguin_id", _g("raw_penguin_id", _i64), _I64),
+    ("bir_id", _g("bir_id", _s), _STR),
+    ("raw_bir_id", _g("raw_bir_id", _i64), _I64),
     ("bir_instruction_name", _g("bir_instruction_name", _s), _STR),
     ("evt_wait_time_ns", _g("evt_wait_time", _i64), _I64),
-    ("hlo_attrs", _g("hlo_attrs", _s), _STR), ("hlo_name", _g("hlo_name", _s), _STR),
-    ("raw_hlo_id", _g("raw_hlo_id", _i64), _I64), ("raw_framework_id", _g("raw_framework_id", _i64), _I64),
+    ("hlo_attrs", _g("hlo_attrs", _s), _STR),
+    ("hlo_name", _g("hlo_name", _s), _STR),
+    ("raw_hlo_id", _g("raw_hlo_id", _i64), _I64),
+    ("raw_framework_id", _g("raw_framework_id", _i64), _I64),
     ("layer", _g("layer", _s), _STR),
-    *[(k, _g(k, _i64), _I64) for k in ("hbm_read_bytes", "hbm_write_bytes", "sbuf_read_bytes", "sbuf_write_bytes",
-                                      "spill_save_bytes", "spill_reload_bytes", "psum_read_bytes", "psum_write_bytes",
-                                      "psum_read_sbuf_write_bytes", "input_queue_bytes", "output_queue_bytes",
-                                      "weight_queue_bytes")],
+    *[
+        (k, _g(k, _i64), _I64)
+        for k in (
+            "hbm_read_bytes",
+            "hbm_write_bytes",
+            "sbuf_read_bytes",
+            "sbuf_write_bytes",
+            "spill_save_bytes",
+            "spill_reload_bytes",
+            "psum_read_bytes",
+            "psum_write_bytes",
+            "psum_read_sbuf_write_bytes",
+            "input_queue_bytes",
+            "output_queue_bytes",
+            "weight_queue_bytes",
+        )
+    ],
     ("tensor_instruction_type", _g("instruction_type", _s), _STR),
-    ("tensor_elements", _g("elements", _i64), _I64), ("raw_flops", _raw_flops, _I64),
+    ("tensor_elements", _g("elements", _i64), _I64),
+    ("raw_flops", _raw_flops, _I64),
     ("flops_transpose", _flops_transpose, _I64),
     ("scalar_activation_fn", _g("activation_fn", _s), _STR),
 ]
 
 _DMA_PACKET = [
-    ("start_ts", _g("timestamp", _i64), _I64), ("end_ts", _end, _I64), ("duration_ns", _g("duration", _i64), _I64),
-    ("pcore_idx", _g("pcore_idx", _i64), _I64), ("id", _g("id", _i64), _I64),
-    ("packet_idx", _g("packet_idx", _i64), _I64), ("packet_aggregation_id", _g("packet_aggregation_id", _i64), _I64),
+    ("start_ts", _g("timestamp", _i64), _I64),
+    ("end_ts", _end, _I64),
+    ("duration_ns", _g("duration", _i64), _I64),
+    ("pcore_idx", _g("pcore_idx", _i64), _I64),
+    ("id", _g("id", _i64), _I64),
+    ("packet_idx", _g("packet_idx", _i64), _I64),
+    ("packet_aggregation_id", _g("packet_aggregation_id", _i64), _I64),
     ("engine_idx", _g("dma_engine", _i64), _I64),
-    ("read_bytes", _g("read_size", _i64), _I64), ("write_bytes", _g("write_size", _i64), _I64),
-    ("transfer_bytes", _g("transfer_size", _i64), _I64), ("throughput", _g("transfer_rate", _f64), _F64),
-    ("queue_type", _g("queue_type", _s), _STR), ("variable", _g("variable", _s), _STR),
-    ("queue_name", _g("subgroup", _s), _STR), ("queue_idx", _g("dma_queue", _i64), _I64), ("crc", _g("crc", _i64), _I64),
-    ("is_cc_dma", lambda r: None if r.get("is_cc_dma") is None else str(r.get("is_cc_dma")).lower() == "yes", pa.bool_()),
+    ("read_bytes", _g("read_size", _i64), _I64),
+    ("write_bytes", _g("write_size", _i64), _I64),
+    ("transfer_bytes", _g("transfer_size", _i64), _I64),
+    ("throughput", _g("transfer_rate", _f64), _F64),
+    ("queue_type", _g("queue_type", _s), _STR),
+    ("variable", _g("variable", _s), _STR),
+    ("queue_name", _g("subgroup", _s), _STR),
+    ("queue_idx", _g("dma_queue", _i64), _I64),
+    ("crc", _g("crc", _i64), _I64),
+    (
+        "is_cc_dma",
+        lambda r: None if r.get("is_cc_dma") is None else str(r.get("is_cc_dma")).lower() == "yes",
+        pa.bool_(),
+    ),
 ]
 
 _DMA_AGGREGATED = [
-    ("start_ts", _g("timestamp", _i64), _I64), ("end_ts", _end, _I64), ("duration_ns", _g("duration", _i64), _I64),
-    ("id", _g("id", _i64), _I64), ("pcore_idx", _g("pcore_idx", _i64), _I64), ("block_id", _g("block_id", _i64), _I64),
-    ("queue_idx", _g("dma_queue", _i64), _I64), ("queue_name", _g("subgroup", _s), _STR),
-    ("queue_type", _g("queue_type", _s), _STR), ("op", _g("op", _s), _STR), ("variable", _g("variable", _s), _STR),
-    ("read_bytes", _g("read_size", _i64), _I64), ("write_bytes", _g("write_size", _i64), _I64),
-    ("transfer_bytes", _g("transfer_size", _i64), _I64), ("throughput", _g("transfer_rate", _f64), _F64),
-    ("source", _g("source", _s), _STR), ("dest", _g("dest", _s), _STR), ("semaphore_id", _g("semaphore_id", _s), _STR),
-    ("trigger", _g("trigger", _i64), _I64), ("engine_idx", _g("dma_engine", _i64), _I64),
+    ("start_ts", _g("timestamp", _i64), _I64),
+    ("end_ts", _end, _I64),
+    ("duration_ns", _g("duration", _i64), _I64),
+    ("id", _g("id", _i64), _I64),
+    ("pcore_idx", _g("pcore_idx", _i64), _I64),
+    ("block_id", _g("block_id", _i64), _I64),
+    ("queue_idx", _g("dma_queue", _i64), _I64),
+    ("queue_name", _g("subgroup", _s), _STR),
+    ("queue_type", _g("queue_type", _s), _STR),
+    ("op", _g("op", _s), _STR),
+    ("variable", _g("variable", _s), _STR),
+    ("read_bytes", _g("read_size", _i64), _I64),
+    ("write_bytes", _g("write_size", _i64), _I64),
+    ("transfer_bytes", _g("transfer_size", _i64), _I64),
+    ("throughput", _g("transfer_rate", _f64), _F64),
+    ("source", _g("source", _s), _STR),
+    ("dest", _g("dest", _s), _STR),
+    ("semaphore_id", _g("semaphore_id", _s), _STR),
+    ("trigger", _g("trigger", _i64), _I64),
+    ("engine_idx", _g("dma_engine", _i64), _I64),
 ]
 
-_SEMAPHORE = [("timestamp", _g("timestamp", _i64), _I64), ("id", _g("id", _s), _STR), ("value", _g("value", _i64), _I64),
-              ("pcore_idx", _g("pcore_idx", _i64), _I64)]
-_ACTIVE = [("start_ts", _g("start_ts", _i64), _I64), ("end_ts", _g("end_ts", _i64), _I64),
-           ("engine", lambda r: engine_name(r.get("engine")), _STR), ("pcore_idx", _g("pcore_idx", _i64), _I64),
-           ("duration_ns", _g("duration_ns", _i64), _I64)]
-_THROTTLE = [("duration", _g("duration", _i64), _I64), ("k", _g("k", _i64), _I64), ("n", _g("n", _i64), _I64),
-             ("timestamp", _g("timestamp", _i64), _I64), ("type", _g("type", _s), _STR),
-             ("pcore_idx", _g("pcore_idx", _i64), _I64)]
+_SEMAPHORE = [
+    ("timestamp", _g("timestamp", _i64), _I64),
+    ("id", _g("id", _s), _STR),
+    ("value", _g("value", _i64), _I64),
+    ("pcore_idx", _g("pcore_idx", _i64), _I64),
+]
+_ACTIVE = [
+    ("start_ts", _g("start_ts", _i64), _I64),
+    ("end_ts", _g("end_ts", _i64), _I64),
+    ("engine", lambda r: engine_name(r.get("engine")), _STR),
+    ("pcore_idx", _g("pcore_idx", _i64), _I64),
+    ("duration_ns", _g("duration_ns", _i64), _I64),
+]
+_THROTTLE = [
+    ("duration", _g("duration", _i64), _I64),
+    ("k", _g("k", _i64), _I64),
+    ("n", _g("n", _i64), _I64),
+    ("timestamp", _g("timestamp", _i64), _I64),
+    ("type", _g("type", _s), _STR),
+    ("pcore_idx", _g("pcore_idx", _i64), _I64),
+]
 _PENDING = [("timestamp", _g("timestamp", _i64), _I64), ("value", _g("value", _i64), _I64)]
-_DMA_USAGE = [("timestamp", _g("timestamp", _i64), _I64), ("current_throughput", _g("transfer_rate", _f64), _F64),
-              ("total_transfer_bytes", _g("total_transfer_bytes", _i64), _I64)]
-_HBM_USAGE = [("timestamp", _g("timestamp", _i64), _I64), ("current_throughput", _g("hbm_transfer_rate", _f64), _F64),
-              ("total_transfer_bytes", _g("hbm_total_transfer_bytes", _i64), _I64)]
-_LAYER = [("name", _g("name", _s), _STR), ("start_ts", _g("start", _i64), _I64), ("end_ts", _g("end", _i64), _I64),
-          ("duration_ns", _g("duration", _i64), _I64),
-          ("tensor_engine_flop_count", _g("tensor_engine_flop_count", _i64), _I64),
-          ("tensor_engine_model_flop_count", _g("tensor_engine_model_flop_count", _i64), _I64),
-          ("tensor_engine_mfu", _g("tensor_engine_mfu", _f64), _F64)]
+_DMA_USAGE = [
+    ("timestamp", _g("timestamp", _i64), _I64),
+    ("current_throughput", _g("transfer_rate", _f64), _F64),
+    ("total_transfer_bytes", _g("total_transfer_bytes", _i64), _I64),
+]
+_HBM_USAGE = [
+    ("timestamp", _g("timestamp", _i64), _I64),
+    ("current_throughput", _g("hbm_transfer_rate", _f64), _F64),
+    ("total_transfer_bytes", _g("hbm_total_transfer_bytes", _i64), _I64),
+]
+_LAYER = [
+    ("name", _g("name", _s), _STR),
+    ("start_ts", _g("start", _i64), _I64),
+    ("end_ts", _g("end", _i64), _I64),
+    ("duration_ns", _g("duration", _i64), _I64),
+    ("tensor_engine_flop_count", _g("tensor_engine_flop_count", _i64), _I64),
+    ("tensor_engine_model_flop_count", _g("tensor_engine_model_flop_count", _i64), _I64),
+    ("tensor_engine_mfu", _g("tensor_engine_mfu", _f64), _F64),
+]
 _WARNING = [("message", _g("message", _s), _STR), ("category", _g("category", _s), _STR)]
 
 
@@ -214,13 +305,21 @@ def _flows(instructions: list[dict]) -> pa.Table:
             e = ends.get(pid)
             gap.append(None if e is None or start is None else start - e)
     n = len(in_id)
-    return pa.table({"in_id": pa.array(in_id, _I64), "out_id": pa.array(out_id, _I64),
-                     "in_table": pa.array(["instruction"] * n, _STR), "out_table": pa.array(["instruction"] * n, _STR),
-                     "dependency_type": pa.array(dep, _STR), "gap_time": pa.array(gap, _I64)})
+    return pa.table(
+        {
+            "in_id": pa.array(in_id, _I64),
+            "out_id": pa.array(out_id, _I64),
+            "in_table": pa.array(["instruction"] * n, _STR),
+            "out_table": pa.array(["instruction"] * n, _STR),
+            "dependency_type": pa.array(dep, _STR),
+            "gap_time": pa.array(gap, _I64),
+        }
+    )
 
 
 def legacy_to_tables(doc: dict) -> dict[str, pa.Table]:
     """The Parquet-named tables of one legacy JSON document (see the module crosswalk)."""
+
     def rows(key):
         v = doc.get(key)
         return [r for r in v if isinstance(r, dict)] if isinstance(v, list) else []
@@ -261,11 +360,16 @@ def metadata_from_legacy(doc: dict) -> dict:
     ``_num_cols``/``_clock_freq`` (GHz); ``pe_clock_others`` → ``neuroncore_clock_freq`` (GHz, the
     base clock: ``neuroncore_cycle_count`` = ``total_time`` × 1.4e9 on the corpus).
     """
-    md, info, model, neff, summ = (_first(doc, k) for k in ("metadata", "profile_info", "model_info", "neff_header",
-                                                            "summary"))
+    md, info, model, neff, summ = (
+        _first(doc, k) for k in ("metadata", "profile_info", "model_info", "neff_header", "summary")
+    )
     out = dict(md)
-    ren = {"pe_num_rows": "tensor_engine_num_rows", "pe_num_cols": "tensor_engine_num_cols",
-           "pe_clock_freq": "tensor_engine_clock_freq", "pe_clock_others": "neuroncore_clock_freq"}
+    ren = {
+        "pe_num_rows": "tensor_engine_num_rows",
+        "pe_num_cols": "tensor_engine_num_cols",
+        "pe_clock_freq": "tensor_engine_clock_freq",
+        "pe_clock_others": "neuroncore_clock_freq",
+    }
     for old, new in ren.items():
         if old in md and new not in out:
             out[new] = md[old]
@@ -342,8 +446,13 @@ def parse_neuron_json(data: bytes, profile_id: str) -> NeuronProfile:
         raise TraceError("not a neuron-profile JSON: no instruction/metadata/profile_info lists")
     check_format_version(doc)
     summary = _first(doc, "summary")
-    prof = NeuronProfile(profile_id=profile_id, source_format="neuron-json", tables=legacy_to_tables(doc),
-                         summary=dict(summary), metadata=metadata_from_legacy(doc))
+    prof = NeuronProfile(
+        profile_id=profile_id,
+        source_format="neuron-json",
+        tables=legacy_to_tables(doc),
+        summary=dict(summary),
+        metadata=metadata_from_legacy(doc),
+    )
     if not summary:
         prof.flags.append("no_summary")
     if not _first(doc, "metadata"):
@@ -375,11 +484,22 @@ def parse_summary_json(data: bytes, uri: str = "") -> list[NeuronProfile]:
     for key, summ in items:
         if not isinstance(summ, dict):
             continue
-        md = {"profiler_version": summ.get("profiler_version"), "instance_type": summ.get("instance_type"),
-              "neuroncore_idx": _i64(summ.get("nc_idx")), "neuron_device_idx": _i64(summ.get("nd_idx"))}
+        md = {
+            "profiler_version": summ.get("profiler_version"),
+            "instance_type": summ.get("instance_type"),
+            "neuroncore_idx": _i64(summ.get("nc_idx")),
+            "neuron_device_idx": _i64(summ.get("nd_idx")),
+        }
         for k in ("runtime_version", "compiler_version", "driver_version", "collectives_version"):
             if summ.get(k) is not None:
                 md[k] = summ[k]
-        out.append(NeuronProfile(profile_id=str(key), source_format="neuron-summary-json", summary=dict(summ),
-                                 metadata=md, flags=["summary_only"]))
+        out.append(
+            NeuronProfile(
+                profile_id=str(key),
+                source_format="neuron-summary-json",
+                summary=dict(summ),
+                metadata=md,
+                flags=["summary_only"],
+            )
+        )
     return out

@@ -24,14 +24,23 @@ Interval helpers work on int64 ns arrays.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
 from jobs.common.floats import finite_float
 
-__all__ = ["hardware_constants", "golden_metrics", "merge_intervals", "union_ns", "overlap_ns", "largest_gap",
-           "neuron_metrics_for_mlflow", "INSTANCE_DEFAULTS", "SMALL_DMA_BYTES", "safe_div"]
+__all__ = [
+    "hardware_constants",
+    "golden_metrics",
+    "merge_intervals",
+    "union_ns",
+    "overlap_ns",
+    "largest_gap",
+    "neuron_metrics_for_mlflow",
+    "INSTANCE_DEFAULTS",
+    "SMALL_DMA_BYTES",
+    "safe_div",
+]
 
 #: Packets below this size move data inefficiently (DMA descriptor overhead dominates); our threshold,
 #: in line with Explorer's "small DMA transfers" insight (it publishes no number).
@@ -41,14 +50,34 @@ SMALL_DMA_BYTES = 512
 #: trn1/inf2 (NeuronCore-v2) are verified against the corpus Metadata; trn2/trn3 TensorE values are
 #: from the Neuron architecture docs (§6.1), their per-stack HBM bandwidth is not documented.
 INSTANCE_DEFAULTS = {
-    "trn1": {"tensor_engine_num_rows": 128, "tensor_engine_num_cols": 128, "tensor_engine_clock_freq": 2.8,
-             "neuroncore_clock_freq": 1.4, "hbm_ddr_bandwidth": 410e9, "dma_ddr_bandwidth": 435e9},
-    "inf2": {"tensor_engine_num_rows": 128, "tensor_engine_num_cols": 128, "tensor_engine_clock_freq": 2.8,
-             "neuroncore_clock_freq": 1.4, "hbm_ddr_bandwidth": 410e9, "dma_ddr_bandwidth": 435e9},
-    "trn2": {"tensor_engine_num_rows": 128, "tensor_engine_num_cols": 128, "tensor_engine_clock_freq": 2.4,
-             "neuroncore_clock_freq": 1.2},
-    "trn3": {"tensor_engine_num_rows": 128, "tensor_engine_num_cols": 128, "tensor_engine_clock_freq": 2.4,
-             "neuroncore_clock_freq": 1.2},
+    "trn1": {
+        "tensor_engine_num_rows": 128,
+        "tensor_engine_num_cols": 128,
+        "tensor_engine_clock_freq": 2.8,
+        "neuroncore_clock_freq": 1.4,
+        "hbm_ddr_bandwidth": 410e9,
+        "dma_ddr_bandwidth": 435e9,
+    },
+    "inf2": {
+        "tensor_engine_num_rows": 128,
+        "tensor_engine_num_cols": 128,
+        "tensor_engine_clock_freq": 2.8,
+        "neuroncore_clock_freq": 1.4,
+        "hbm_ddr_bandwidth": 410e9,
+        "dma_ddr_bandwidth": 435e9,
+    },
+    "trn2": {
+        "tensor_engine_num_rows": 128,
+        "tensor_engine_num_cols": 128,
+        "tensor_engine_clock_freq": 2.4,
+        "neuroncore_clock_freq": 1.2,
+    },
+    "trn3": {
+        "tensor_engine_num_rows": 128,
+        "tensor_engine_num_cols": 128,
+        "tensor_engine_clock_freq": 2.4,
+        "neuroncore_clock_freq": 1.2,
+    },
 }
 
 
@@ -78,8 +107,14 @@ def hardware_constants(metadata: dict, instance_type: str | None = None) -> tupl
         ``num_physical_cores`` multiplies the peak (a LNC2 logical core has two TensorEs; Explorer's
         corpus profiles are LNC1, so that factor is not verified against stored values).
     """
-    keys = ("tensor_engine_num_rows", "tensor_engine_num_cols", "tensor_engine_clock_freq", "neuroncore_clock_freq",
-            "hbm_ddr_bandwidth", "dma_ddr_bandwidth")
+    keys = (
+        "tensor_engine_num_rows",
+        "tensor_engine_num_cols",
+        "tensor_engine_clock_freq",
+        "neuroncore_clock_freq",
+        "hbm_ddr_bandwidth",
+        "dma_ddr_bandwidth",
+    )
     out = {k: _num(metadata.get(k)) for k in keys}
     flags = []
     family = (instance_type or metadata.get("instance_type") or "").split(".")[0].lower()
@@ -199,14 +234,35 @@ def largest_gap(merged: tuple[np.ndarray, np.ndarray], t0: int, t1: int) -> tupl
 # MLflow
 
 
-_MLFLOW_COLUMNS = ("mfu_pct", "hfu_pct", "mbu_pct", "active_pct", "tensor_active_pct", "vector_active_pct",
-                   "scalar_active_pct", "gpsimd_active_pct", "sync_active_pct", "dma_active_pct",
-                   "dma_efficiency_pct", "dma_small_packet_pct", "arithmetic_intensity", "throttle_pct",
-                   "spill_reload_pct_of_hbm_read", "cc_op_active_pct")
-_MLFLOW_SUMS = {"total_time_ns": "total_time_ms", "total_active_time_ns": "total_active_time_ms",
-                "cc_trigger_delay_ns": "cc_trigger_delay_ms", "critical_path_ns": "critical_path_ms",
-                "spill_reload_bytes": "spill_reload_bytes", "spill_save_bytes": "spill_save_bytes",
-                "dma_bytes": "dma_bytes", "hbm_read_bytes": "hbm_read_bytes", "hbm_write_bytes": "hbm_write_bytes"}
+_MLFLOW_COLUMNS = (
+    "mfu_pct",
+    "hfu_pct",
+    "mbu_pct",
+    "active_pct",
+    "tensor_active_pct",
+    "vector_active_pct",
+    "scalar_active_pct",
+    "gpsimd_active_pct",
+    "sync_active_pct",
+    "dma_active_pct",
+    "dma_efficiency_pct",
+    "dma_small_packet_pct",
+    "arithmetic_intensity",
+    "throttle_pct",
+    "spill_reload_pct_of_hbm_read",
+    "cc_op_active_pct",
+)
+_MLFLOW_SUMS = {
+    "total_time_ns": "total_time_ms",
+    "total_active_time_ns": "total_active_time_ms",
+    "cc_trigger_delay_ns": "cc_trigger_delay_ms",
+    "critical_path_ns": "critical_path_ms",
+    "spill_reload_bytes": "spill_reload_bytes",
+    "spill_save_bytes": "spill_save_bytes",
+    "dma_bytes": "dma_bytes",
+    "hbm_read_bytes": "hbm_read_bytes",
+    "hbm_write_bytes": "hbm_write_bytes",
+}
 
 
 def neuron_metrics_for_mlflow(summary_rows) -> dict[str, float]:

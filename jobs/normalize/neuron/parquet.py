@@ -33,32 +33,85 @@ from jobs.normalize.neuron.profile import NeuronProfile, engine_name, nth_exec_f
 __all__ = ["parse_neuron_parquet", "TABLES_READ", "FIELD_ALIASES", "KNOWN_SCHEMA_MAJOR"]
 
 #: Tables read (the others, e.g. hierarchy and SBUF tables, are not needed for events or metrics).
-TABLES_READ = ("Metadata", "Summary", "ExecutionInfo", "Instruction", "Flow", "DmaPacket", "DmaPacketAggregated",
-               "SemaphoreUpdate", "ActiveTime", "Throttle", "ThrottleSummary", "CcOp", "CcInstruction", "PendingDma",
-               "DmaUsage", "HbmUsage", "Warning", "SystemProfileEvents", "CpuUsage", "HostMemUsage",
-               "SystemProfileMetadata", "DeviceProfileList", "NeffHeader")
+TABLES_READ = (
+    "Metadata",
+    "Summary",
+    "ExecutionInfo",
+    "Instruction",
+    "Flow",
+    "DmaPacket",
+    "DmaPacketAggregated",
+    "SemaphoreUpdate",
+    "ActiveTime",
+    "Throttle",
+    "ThrottleSummary",
+    "CcOp",
+    "CcInstruction",
+    "PendingDma",
+    "DmaUsage",
+    "HbmUsage",
+    "Warning",
+    "SystemProfileEvents",
+    "CpuUsage",
+    "HostMemUsage",
+    "SystemProfileMetadata",
+    "DeviceProfileList",
+    "NeffHeader",
+)
 KNOWN_SCHEMA_MAJOR = 7
 #: 7.4.0 field → other spellings accepted by field presence (table → {field: aliases}).
 FIELD_ALIASES = {
-    "Instruction": {"start_ts": ("timestamp",), "duration_ns": ("duration",), "engine": ("subgroup",),
-                    "timeline_track": ("label",), "evt_wait_time_ns": ("evt_wait_time",),
-                    "tensor_instruction_type": ("instruction_type",), "tensor_elements": ("elements",),
-                    "scalar_activation_fn": ("activation_fn",)},
-    "DmaPacket": {"start_ts": ("timestamp",), "duration_ns": ("duration",), "transfer_bytes": ("transfer_size",),
-                  "read_bytes": ("read_size",), "write_bytes": ("write_size",), "throughput": ("transfer_rate",),
-                  "engine_idx": ("dma_engine",), "queue_idx": ("dma_queue",), "queue_name": ("subgroup",)},
-    "DmaPacketAggregated": {"start_ts": ("timestamp",), "duration_ns": ("duration",),
-                            "transfer_bytes": ("transfer_size",), "queue_name": ("subgroup",)},
+    "Instruction": {
+        "start_ts": ("timestamp",),
+        "duration_ns": ("duration",),
+        "engine": ("subgroup",),
+        "timeline_track": ("label",),
+        "evt_wait_time_ns": ("evt_wait_time",),
+        "tensor_instruction_type": ("instruction_type",),
+        "tensor_elements": ("elements",),
+        "scalar_activation_fn": ("activation_fn",),
+    },
+    "DmaPacket": {
+        "start_ts": ("timestamp",),
+        "duration_ns": ("duration",),
+        "transfer_bytes": ("transfer_size",),
+        "read_bytes": ("read_size",),
+        "write_bytes": ("write_size",),
+        "throughput": ("transfer_rate",),
+        "engine_idx": ("dma_engine",),
+        "queue_idx": ("dma_queue",),
+        "queue_name": ("subgroup",),
+    },
+    "DmaPacketAggregated": {
+        "start_ts": ("timestamp",),
+        "duration_ns": ("duration",),
+        "transfer_bytes": ("transfer_size",),
+        "queue_name": ("subgroup",),
+    },
     "ActiveTime": {"start_ts": ("timestamp",)},
     "CcOp": {"start_ts": ("timestamp",), "duration_ns": ("duration",)},
     "CcInstruction": {"start_ts": ("timestamp",), "duration_ns": ("duration",)},
     "SystemProfileEvents": {"start_ts": ("timestamp",), "duration_ns": ("duration",)},
     "Throttle": {"timestamp": ("start_ts",), "duration": ("duration_ns",)},
 }
-_START = {"Throttle": "timestamp", "SemaphoreUpdate": "timestamp", "PendingDma": "timestamp", "DmaUsage": "timestamp",
-          "HbmUsage": "timestamp", "CpuUsage": "timestamp", "HostMemUsage": "timestamp"}
-_TIMELINE = ("Instruction", "DmaPacket", "DmaPacketAggregated", "ActiveTime", "CcOp", "CcInstruction",
-             "SystemProfileEvents")
+_START = {
+    "Throttle": "timestamp",
+    "SemaphoreUpdate": "timestamp",
+    "PendingDma": "timestamp",
+    "DmaUsage": "timestamp",
+    "HbmUsage": "timestamp",
+    "CpuUsage": "timestamp",
+    "HostMemUsage": "timestamp",
+}
+_TIMELINE = (
+    "Instruction",
+    "DmaPacket",
+    "DmaPacketAggregated",
+    "ActiveTime",
+    "CcOp",
+    "CcInstruction",
+    "SystemProfileEvents",
+)
 
 
 def _widen_float32(t: pa.Table) -> pa.Table:
@@ -190,7 +243,13 @@ def parse_neuron_parquet(files: dict[str, bytes], profile_id: str, uri: str = ""
         flags.append("profiler_warnings")
     if device and system:
         flags.append("device_and_system_clocks_not_aligned")
-    prof = NeuronProfile(profile_id=profile_id, source_format="neuron-parquet", tables=tables, summary=summary,
-                         metadata=md, time_base="epoch-ns" if system and not device else "device-relative-ns",
-                         flags=flags)
+    prof = NeuronProfile(
+        profile_id=profile_id,
+        source_format="neuron-parquet",
+        tables=tables,
+        summary=summary,
+        metadata=md,
+        time_base="epoch-ns" if system and not device else "device-relative-ns",
+        flags=flags,
+    )
     return prof

@@ -32,8 +32,17 @@ import pyarrow as pa
 from jobs.common.floats import finite_float
 from jobs.normalize.errors import TraceError
 
-__all__ = ["NeuronProfile", "UnsupportedFormatVersion", "ENGINES", "ENGINE_ALIASES", "engine_name", "percent_scale", "seconds_to_ns",
-           "SETUP_OPCODES", "nth_exec_from_name"]
+__all__ = [
+    "NeuronProfile",
+    "UnsupportedFormatVersion",
+    "ENGINES",
+    "ENGINE_ALIASES",
+    "engine_name",
+    "percent_scale",
+    "seconds_to_ns",
+    "SETUP_OPCODES",
+    "nth_exec_from_name",
+]
 
 #: Compute engines of a NeuronCore, in Summary naming (docs FrameworkInstruction.*_engine_instruction_count).
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
@@ -43,17 +52,42 @@ ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
 #: ``TensorMatrix`` (MultiplyMoving) and ``Tensor`` (LoadStationary) are both the tensor engine;
 #: ``Activation``/``Pool``/``Dve`` appear in CcOp.trigger_engine and queue names.
 ENGINE_ALIASES = {
-    "tensor": "tensor", "tensormatrix": "tensor", "pe": "tensor", "tensore": "tensor", "te": "tensor",
-    "vector": "vector", "dve": "vector", "vectore": "vector",
-    "scalar": "scalar", "act": "scalar", "activation": "scalar", "scalare": "scalar",
-    "gpsimd": "gpsimd", "pool": "gpsimd", "gpsimde": "gpsimd",
-    "sync": "sync", "sp": "sync", "synce": "sync",
+    "tensor": "tensor",
+    "tensormatrix": "tensor",
+    "pe": "tensor",
+    "tensore": "tensor",
+    "te": "tensor",
+    "vector": "vector",
+    "dve": "vector",
+    "vectore": "vector",
+    "scalar": "scalar",
+    "act": "scalar",
+    "activation": "scalar",
+    "scalare": "scalar",
+    "gpsimd": "gpsimd",
+    "pool": "gpsimd",
+    "gpsimde": "gpsimd",
+    "sync": "sync",
+    "sp": "sync",
+    "synce": "sync",
 }
 
 #: Opcodes that set up or synchronize rather than compute (Summary ``total_exec_time`` definition,
 #: ``reference/neuron_profiles.md`` §2.2).
-SETUP_OPCODES = frozenset({"NOP", "SET_ORDERING_MODE", "EVENT_SEMAPHORE", "EVENT_SEMAPHORE_RANGE_CLEAR", "NOTIFY",
-                           "COMPARE_BRANCH", "DRAIN", "WRITE", "TENSOR_LOAD", "MODIFY_POOL_CONFIG"})
+SETUP_OPCODES = frozenset(
+    {
+        "NOP",
+        "SET_ORDERING_MODE",
+        "EVENT_SEMAPHORE",
+        "EVENT_SEMAPHORE_RANGE_CLEAR",
+        "NOTIFY",
+        "COMPARE_BRANCH",
+        "DRAIN",
+        "WRITE",
+        "TENSOR_LOAD",
+        "MODIFY_POOL_CONFIG",
+    }
+)
 
 _NTH_EXEC = re.compile(r"profile_exec_(\d+)\.ntff$")
 
@@ -166,5 +200,6 @@ class NeuronProfile:
     @property
     def has_device_data(self) -> bool:
         """True when the profile has device content (a Summary or device timeline tables)."""
-        return bool(self.summary) or any(self.table(n) is not None for n in
-                                         ("Instruction", "DmaPacket", "ActiveTime", "CcOp"))
+        return bool(self.summary) or any(
+            self.table(n) is not None for n in ("Instruction", "DmaPacket", "ActiveTime", "CcOp")
+        )

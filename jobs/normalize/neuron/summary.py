@@ -29,8 +29,15 @@ import pyarrow as pa
 
 from jobs.common.floats import finite_float
 from jobs.normalize.neuron.critical_path import device_critical_path
-from jobs.normalize.neuron.metrics import (SMALL_DMA_BYTES, golden_metrics, hardware_constants, largest_gap,
-                                         merge_intervals, safe_div, union_ns)
+from jobs.normalize.neuron.metrics import (
+    SMALL_DMA_BYTES,
+    golden_metrics,
+    hardware_constants,
+    largest_gap,
+    merge_intervals,
+    safe_div,
+    union_ns,
+)
 from jobs.normalize.neuron.profile import ENGINES, NeuronProfile, percent_scale, seconds_to_ns
 from schemas.tables import NEURON_SUMMARY
 
@@ -155,27 +162,39 @@ def summary_row(p: NeuronProfile) -> dict:
     tt_ns = seconds_to_ns(summ.get("total_time"))
     row = dict.fromkeys(SUMMARY_COLUMNS)
     row.update(
-        profile_id=p.profile_id, source_format=p.source_format,
+        profile_id=p.profile_id,
+        source_format=p.source_format,
         schema_version=md.get("profile_schema_version"),
         profiler_version=md.get("explorer_version") or md.get("profiler_version") or summ.get("profiler_version"),
         instance_type=md.get("instance_type") or summ.get("instance_type"),
-        neuron_device_idx=_int(md.get("neuron_device_idx")), neuroncore_idx=_int(md.get("neuroncore_idx")),
-        num_physical_cores=_int(hw.get("num_physical_cores")), neff_name=md.get("neff_name"),
+        neuron_device_idx=_int(md.get("neuron_device_idx")),
+        neuroncore_idx=_int(md.get("neuroncore_idx")),
+        num_physical_cores=_int(hw.get("num_physical_cores")),
+        neff_name=md.get("neff_name"),
         nth_exec=md.get("nth_exec"),
-        tensor_engine_num_rows=_int(hw["tensor_engine_num_rows"]), tensor_engine_num_cols=_int(hw["tensor_engine_num_cols"]),
-        tensor_engine_clock_ghz=hw["tensor_engine_clock_freq"], neuroncore_clock_ghz=hw["neuroncore_clock_freq"],
-        peak_flops_per_s=hw["peak_flops_per_s"], hbm_bandwidth_bytes_per_s=hw["hbm_ddr_bandwidth"],
+        tensor_engine_num_rows=_int(hw["tensor_engine_num_rows"]),
+        tensor_engine_num_cols=_int(hw["tensor_engine_num_cols"]),
+        tensor_engine_clock_ghz=hw["tensor_engine_clock_freq"],
+        neuroncore_clock_ghz=hw["neuroncore_clock_freq"],
+        peak_flops_per_s=hw["peak_flops_per_s"],
+        hbm_bandwidth_bytes_per_s=hw["hbm_ddr_bandwidth"],
         dma_bandwidth_bytes_per_s=hw["dma_ddr_bandwidth"],
-        total_time_ns=tt_ns, total_active_time_ns=seconds_to_ns(summ.get("total_active_time")),
+        total_time_ns=tt_ns,
+        total_active_time_ns=seconds_to_ns(summ.get("total_active_time")),
         active_pct=_pct(g["total_active_time_percent"]),
-        model_flops=_int(summ.get("model_flops")), hardware_flops=_int(summ.get("hardware_flops")),
+        model_flops=_int(summ.get("model_flops")),
+        hardware_flops=_int(summ.get("hardware_flops")),
         transpose_flops=_int(summ.get("transpose_flops")),
-        mfu_pct=_pct(g["mfu_estimated_percent"]), hfu_pct=_pct(g["hfu_estimated_percent"]),
+        mfu_pct=_pct(g["mfu_estimated_percent"]),
+        hfu_pct=_pct(g["hfu_estimated_percent"]),
         mbu_pct=_pct(g["mbu_estimated_percent"]),
-        arithmetic_intensity=g["mm_arithmetic_intensity"], peak_flops_bandwidth_ratio=g["peak_flops_bandwidth_ratio"],
+        arithmetic_intensity=g["mm_arithmetic_intensity"],
+        peak_flops_bandwidth_ratio=g["peak_flops_bandwidth_ratio"],
         dma_active_ns=seconds_to_ns(summ.get("dma_active_time")),
-        dma_transfer_count=_int(summ.get("dma_transfer_count")), dma_transfer_bytes=_int(summ.get("dma_transfer_total_bytes")),
-        cc_op_count=_int(summ.get("cc_op_count")), cc_op_time_ns=seconds_to_ns(summ.get("cc_op_time")),
+        dma_transfer_count=_int(summ.get("dma_transfer_count")),
+        dma_transfer_bytes=_int(summ.get("dma_transfer_total_bytes")),
+        cc_op_count=_int(summ.get("cc_op_count")),
+        cc_op_time_ns=seconds_to_ns(summ.get("cc_op_time")),
     )
     for k in _BYTE_FIELDS:
         row[k] = _int(summ.get(k))
@@ -183,7 +202,11 @@ def summary_row(p: NeuronProfile) -> dict:
         row[f"{e}_active_ns"] = seconds_to_ns(summ.get(f"{e}_engine_active_time"))
         row[f"{e}_active_pct"] = _pct(g[f"{e}_engine_active_time_percent"])
         row[f"{e}_instruction_count"] = _int(summ.get(f"{e}_engine_instruction_count"))
-    for name, key in (("mfu", "mfu_estimated_percent"), ("hfu", "hfu_estimated_percent"), ("mbu", "mbu_estimated_percent")):
+    for name, key in (
+        ("mfu", "mfu_estimated_percent"),
+        ("hfu", "hfu_estimated_percent"),
+        ("mbu", "mbu_estimated_percent"),
+    ):
         rep = _num(p.summary.get(key))
         row[f"{name}_reported_pct"] = None if rep is None else rep / scale * 100.0
         mine = g[key]
@@ -288,5 +311,6 @@ def _event_metrics(p: NeuronProfile, row: dict, tt_ns: int | None) -> None:
 
 def summary_table(rows: list[dict]) -> pa.Table:
     """``neuron_summary`` rows (dicts with identity and :data:`SUMMARY_COLUMNS`) as an Arrow table."""
-    return pa.Table.from_pylist([{k: r.get(k) for k in NEURON_SUMMARY.names} for r in rows],
-                                schema=NEURON_SUMMARY.arrow_schema())
+    return pa.Table.from_pylist(
+        [{k: r.get(k) for k in NEURON_SUMMARY.names} for r in rows], schema=NEURON_SUMMARY.arrow_schema()
+    )

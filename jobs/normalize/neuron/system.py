@@ -41,8 +41,17 @@ from jobs.normalize.neuron.profile import NeuronProfile
 __all__ = ["system_blocks", "parse_system_json", "is_system_json", "HW_EVENT_NAMES", "SOURCE_CATEGORY"]
 
 #: Hardware event group (docs ``NEURON_RT_INSPECT_EVENT_FILTER_TYPE`` = ``hardware``).
-HW_EVENT_NAMES = frozenset({"nc_exec_running", "cc_running", "cc_exec_barrier", "numerical_err", "nrt_model_switch",
-                            "timestamp_sync_point", "hw_notify"})
+HW_EVENT_NAMES = frozenset(
+    {
+        "nc_exec_running",
+        "cc_running",
+        "cc_exec_barrier",
+        "numerical_err",
+        "nrt_model_switch",
+        "timestamp_sync_point",
+        "hw_notify",
+    }
+)
 #: ``trace_event_source`` → ``events.category``.
 SOURCE_CATEGORY = {"neuron_rt": "neuron_runtime", "neuron_hw": "neuron_hardware", "framework": "framework"}
 
@@ -82,41 +91,53 @@ def parse_system_json(data: bytes, profile_id: str) -> NeuronProfile:
         raise TraceError("not a Neuron system_profile.json: no trace_events list")
     ev = [e for e in doc["trace_events"] if isinstance(e, dict)]
     known = {"timestamp", "duration", "name", "id", "instance_id", "process_id", "thread_id", "lnc_idx"}
-    events = pa.table({
-        "id": pa.array([_int(e.get("id")) for e in ev], pa.int64()),
-        "name": pa.array([str(e.get("name")) if e.get("name") is not None else None for e in ev], pa.string()),
-        "start_ts": pa.array([_int(e.get("timestamp")) for e in ev], pa.int64()),
-        "duration_ns": pa.array([_int(e.get("duration")) or 0 for e in ev], pa.int64()),
-        "trace_event_source": pa.array([_source(e) for e in ev], pa.string()),
-        "instance_id": pa.array([e.get("instance_id") for e in ev], pa.string()),
-        "process_id": pa.array([_int(e.get("process_id")) for e in ev], pa.int64()),
-        "thread_id": pa.array([_int(e.get("thread_id")) for e in ev], pa.int64()),
-        "nc_idx": pa.array([_int(e.get("lnc_idx")) for e in ev], pa.int64()),
-        "extra_attributes_json": pa.array([msgspec.json.encode({k: v for k, v in e.items() if k not in known}).decode()
-                                           for e in ev], pa.string()),
-    })
+    events = pa.table(
+        {
+            "id": pa.array([_int(e.get("id")) for e in ev], pa.int64()),
+            "name": pa.array([str(e.get("name")) if e.get("name") is not None else None for e in ev], pa.string()),
+            "start_ts": pa.array([_int(e.get("timestamp")) for e in ev], pa.int64()),
+            "duration_ns": pa.array([_int(e.get("duration")) or 0 for e in ev], pa.int64()),
+            "trace_event_source": pa.array([_source(e) for e in ev], pa.string()),
+            "instance_id": pa.array([e.get("instance_id") for e in ev], pa.string()),
+            "process_id": pa.array([_int(e.get("process_id")) for e in ev], pa.int64()),
+            "thread_id": pa.array([_int(e.get("thread_id")) for e in ev], pa.int64()),
+            "nc_idx": pa.array([_int(e.get("lnc_idx")) for e in ev], pa.int64()),
+            "extra_attributes_json": pa.array(
+                [msgspec.json.encode({k: v for k, v in e.items() if k not in known}).decode() for e in ev], pa.string()
+            ),
+        }
+    )
     if events.num_rows and events.column("start_ts").null_count:
         raise TraceError("system_profile.json: trace_events without a numeric timestamp")
-    events = events.append_column("end_ts", pa.array(
-        np.asarray(events.column("start_ts").to_numpy(zero_copy_only=False), np.int64)
-        + np.asarray(events.column("duration_ns").to_numpy(zero_copy_only=False), np.int64)))
+    events = events.append_column(
+        "end_ts",
+        pa.array(
+            np.asarray(events.column("start_ts").to_numpy(zero_copy_only=False), np.int64)
+            + np.asarray(events.column("duration_ns").to_numpy(zero_copy_only=False), np.int64)
+        ),
+    )
     cpu = [c for c in doc.get("cpu_util") or [] if isinstance(c, dict)]
     mem = [m for m in doc.get("mem_usage") or [] if isinstance(m, dict)]
     tables = {"SystemProfileEvents": events}
     if cpu:
-        tables["CpuUsage"] = pa.table({
-            "timestamp": pa.array([_int(c.get("timestamp")) for c in cpu], pa.int64()),
-            "util_percent": pa.array([c.get("util") for c in cpu], pa.float64()),
-            "cpu_id": pa.array([str(c.get("cpu_id")) for c in cpu], pa.string()),
-            "instance_id": pa.array([c.get("instance_id") for c in cpu], pa.string())})
+        tables["CpuUsage"] = pa.table(
+            {
+                "timestamp": pa.array([_int(c.get("timestamp")) for c in cpu], pa.int64()),
+                "util_percent": pa.array([c.get("util") for c in cpu], pa.float64()),
+                "cpu_id": pa.array([str(c.get("cpu_id")) for c in cpu], pa.string()),
+                "instance_id": pa.array([c.get("instance_id") for c in cpu], pa.string()),
+            }
+        )
     if mem:
-        tables["HostMemUsage"] = pa.table({
-            "timestamp": pa.array([_int(m.get("timestamp")) for m in mem], pa.int64()),
-            "used_bytes": pa.array([_int(m.get("usage")) for m in mem], pa.int64()),
-            "used_percent": pa.array([m.get("percent_usage") for m in mem], pa.float64()),
-            "instance_id": pa.array([m.get("instance_id") for m in mem], pa.string())})
-    return NeuronProfile(profile_id=profile_id, source_format="neuron-system-json", tables=tables,
-                         time_base="epoch-ns")
+        tables["HostMemUsage"] = pa.table(
+            {
+                "timestamp": pa.array([_int(m.get("timestamp")) for m in mem], pa.int64()),
+                "used_bytes": pa.array([_int(m.get("usage")) for m in mem], pa.int64()),
+                "used_percent": pa.array([m.get("percent_usage") for m in mem], pa.float64()),
+                "instance_id": pa.array([m.get("instance_id") for m in mem], pa.string()),
+            }
+        )
+    return NeuronProfile(profile_id=profile_id, source_format="neuron-system-json", tables=tables, time_base="epoch-ns")
 
 
 def _first_flow(v):
@@ -138,29 +159,64 @@ def system_blocks(p: NeuronProfile) -> list[EventBlock]:
         inst, pidv = _col(t, "instance_id"), _col(t, "process_id")
         tid = _col(t, "thread_id")
         nc = _col(t, "nc_idx")
-        blocks.append(EventBlock(
-            t.num_rows, ph="X", category=cat, raw_category="SystemProfileEvents", name=_col(t, "name"),
-            ts_ns=_i(t, "start_ts"), dur_ns=_i(t, "duration_ns"), pid=pidv, tid=tid,
-            process_name=[f"{i or 'host'} pid {p_}" for i, p_ in zip(inst, pidv)],
-            thread_name=[f"NeuronCore {n}" if s == "neuron_hw" and n is not None else f"thread {th}"
-                         for s, n, th in zip(src, nc, tid)],
-            device=[n if s == "neuron_hw" else None for s, n in zip(src, nc)],
-            is_gpu=[s == "neuron_hw" for s in src], external_id=_col(t, "id"),
-            flow_id=[_first_flow(f) for f in _col(t, "flow_id")],
-            args_json=_args(t, {"name", "start_ts", "end_ts", "duration_ns", "id", "process_id", "thread_id"}),
-        ))
+        blocks.append(
+            EventBlock(
+                t.num_rows,
+                ph="X",
+                category=cat,
+                raw_category="SystemProfileEvents",
+                name=_col(t, "name"),
+                ts_ns=_i(t, "start_ts"),
+                dur_ns=_i(t, "duration_ns"),
+                pid=pidv,
+                tid=tid,
+                process_name=[f"{i or 'host'} pid {p_}" for i, p_ in zip(inst, pidv)],
+                thread_name=[
+                    f"NeuronCore {n}" if s == "neuron_hw" and n is not None else f"thread {th}"
+                    for s, n, th in zip(src, nc, tid)
+                ],
+                device=[n if s == "neuron_hw" else None for s, n in zip(src, nc)],
+                is_gpu=[s == "neuron_hw" for s in src],
+                external_id=_col(t, "id"),
+                flow_id=[_first_flow(f) for f in _col(t, "flow_id")],
+                args_json=_args(t, {"name", "start_ts", "end_ts", "duration_ns", "id", "process_id", "thread_id"}),
+            )
+        )
     t = p.table("CpuUsage")
     if t is not None:
         cpu = _col(t, "cpu_id")
-        blocks.append(EventBlock(
-            t.num_rows, ph="C", category="neuron_host", raw_category="CpuUsage", name="cpu_util",
-            ts_ns=_i(t, "timestamp"), pid=None, tid=[10000 + (_int(c) or 0) for c in cpu],
-            process_name=[f"{i or 'host'}" for i in _col(t, "instance_id")], thread_name=[f"cpu {c}" for c in cpu],
-            is_gpu=False, args_json=_args(t, {"timestamp"})))
+        blocks.append(
+            EventBlock(
+                t.num_rows,
+                ph="C",
+                category="neuron_host",
+                raw_category="CpuUsage",
+                name="cpu_util",
+                ts_ns=_i(t, "timestamp"),
+                pid=None,
+                tid=[10000 + (_int(c) or 0) for c in cpu],
+                process_name=[f"{i or 'host'}" for i in _col(t, "instance_id")],
+                thread_name=[f"cpu {c}" for c in cpu],
+                is_gpu=False,
+                args_json=_args(t, {"timestamp"}),
+            )
+        )
     t = p.table("HostMemUsage")
     if t is not None:
-        blocks.append(EventBlock(
-            t.num_rows, ph="C", category="neuron_host", raw_category="HostMemUsage", name="host_memory",
-            ts_ns=_i(t, "timestamp"), pid=None, tid=9999, process_name=[f"{i or 'host'}" for i in _col(t, "instance_id")],
-            thread_name="host memory", is_gpu=False, args_json=_args(t, {"timestamp"})))
+        blocks.append(
+            EventBlock(
+                t.num_rows,
+                ph="C",
+                category="neuron_host",
+                raw_category="HostMemUsage",
+                name="host_memory",
+                ts_ns=_i(t, "timestamp"),
+                pid=None,
+                tid=9999,
+                process_name=[f"{i or 'host'}" for i in _col(t, "instance_id")],
+                thread_name="host memory",
+                is_gpu=False,
+                args_json=_args(t, {"timestamp"}),
+            )
+        )
     return blocks

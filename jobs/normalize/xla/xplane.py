@@ -27,8 +27,15 @@ import threading
 
 from jobs.normalize.errors import TraceError
 
-__all__ = ["convert_xplane", "xprof_available", "XprofUnavailable", "DEFAULT_MAX_EVENTS", "is_xla_trace_path",
-           "count_trace_events", "max_events"]
+__all__ = [
+    "convert_xplane",
+    "xprof_available",
+    "XprofUnavailable",
+    "DEFAULT_MAX_EVENTS",
+    "is_xla_trace_path",
+    "count_trace_events",
+    "max_events",
+]
 
 #: Event cap passed to xprof (``TF_PROFILER_TRACE_VIEWER_MAX_EVENTS``); ~2 GB of JSON.
 DEFAULT_MAX_EVENTS = 10_000_000
@@ -67,7 +74,9 @@ def count_trace_events(doc: bytes) -> int:
     return len(re.findall(rb'"ph"\s*:\s*"[^M"]', doc))
 
 
-def convert_xplane(data: bytes, name: str = "host.xplane.pb", limit: int | None = None, _convert=None) -> tuple[bytes, list[str]]:
+def convert_xplane(
+    data: bytes, name: str = "host.xplane.pb", limit: int | None = None, _convert=None
+) -> tuple[bytes, list[str]]:
     """Convert one XSpace protobuf to Chrome-trace JSON with xprof's ``trace_viewer`` tool.
 
     Args:

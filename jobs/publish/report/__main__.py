@@ -25,8 +25,11 @@ def _job_run(client, exp_name: str, job: str, attempt: int) -> str | None:
     exp = client.get_experiment_by_name(exp_name)
     if exp is None:
         return None
-    found = client.search_runs([exp.experiment_id], filter_string=f"tags.`tracelake.job_id` = '{job}' and "
-                                                                  f"tags.`tracelake.attempt` = '{attempt}'", max_results=1)
+    found = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"tags.`tracelake.job_id` = '{job}' and tags.`tracelake.attempt` = '{attempt}'",
+        max_results=1,
+    )
     return found[0].info.run_id if found else None
 
 

@@ -105,8 +105,9 @@ def fmt_text(v) -> str:
     return "—" if _isnull(v) else str(v)
 
 
-def table_view(key: str, df: pd.DataFrame, spec: list[tuple], caption: str = "", limit: int | None = None,
-               total: int | None = None) -> TableView:
+def table_view(
+    key: str, df: pd.DataFrame, spec: list[tuple], caption: str = "", limit: int | None = None, total: int | None = None
+) -> TableView:
     """Format ``df`` into a :class:`TableView`.
 
     Args:

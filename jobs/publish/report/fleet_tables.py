@@ -14,7 +14,12 @@ from jobs.publish.report.plots import host_job_heatmap, recoverable_hours
 from schemas import HEALTH_KINDS
 
 #: Dimensions shown as "by …" tables, in order, with their headings.
-BREAKDOWNS = (("job_name", "job name"), ("model", "model"), ("hardware", "hardware"), ("torch_version", "torch version"))
+BREAKDOWNS = (
+    ("job_name", "job name"),
+    ("model", "model"),
+    ("hardware", "hardware"),
+    ("torch_version", "torch version"),
+)
 
 
 def _pct(v) -> str:
@@ -27,33 +32,61 @@ def _rows(df: pd.DataFrame | None, dimension: str, date: str = "all") -> pd.Data
     return df[(df["dimension"] == dimension) & (df["date"] == date)]
 
 
-_STATS_SPEC = [("n_runs", "runs", fmt_int, "num"), ("n_ranks", "ranks", fmt_int, "num"),
-               ("n_steps", "steps", fmt_int, "num"), ("step_time_p50_ns", "step p50 ms", fmt_ms, "num"),
-               ("step_time_p90_ns", "p90 ms", fmt_ms, "num"), ("step_time_p99_ns", "p99 ms", fmt_ms, "num"),
-               ("idle_pct", "GPU idle %", _pct, "num"), ("exposed_comm_pct", "exposed comm %", _pct, "num"),
-               ("cpu_bound_pct", "CPU-bound %", _pct, "num")]
+_STATS_SPEC = [
+    ("n_runs", "runs", fmt_int, "num"),
+    ("n_ranks", "ranks", fmt_int, "num"),
+    ("n_steps", "steps", fmt_int, "num"),
+    ("step_time_p50_ns", "step p50 ms", fmt_ms, "num"),
+    ("step_time_p90_ns", "p90 ms", fmt_ms, "num"),
+    ("step_time_p99_ns", "p99 ms", fmt_ms, "num"),
+    ("idle_pct", "GPU idle %", _pct, "num"),
+    ("exposed_comm_pct", "exposed comm %", _pct, "num"),
+    ("cpu_bound_pct", "CPU-bound %", _pct, "num"),
+]
 
 
 def breakdown_section(stats: pd.DataFrame | None, kernels: pd.DataFrame | None = None, top: int = 10) -> Section:
-    """"Fleet by job name, model, hardware, torch version": one table per dimension (all dates) and
+    """ "Fleet by job name, model, hardware, torch version": one table per dimension (all dates) and
     the fleet's top kernels."""
-    sec = Section("fleet-breakdown", "Fleet by job name, model, hardware and torch version",
-                  intro="Job step time = the slowest rank's ProfilerStep per step; percentiles over the job steps "
-                        "of the group. GPU idle % = Σ idle / Σ kernel time (HTA temporal breakdown, time-weighted); "
-                        "exposed communication % and CPU-bound % are shares of the rank step time.")
+    sec = Section(
+        "fleet-breakdown",
+        "Fleet by job name, model, hardware and torch version",
+        intro="Job step time = the slowest rank's ProfilerStep per step; percentiles over the job steps "
+        "of the group. GPU idle % = Σ idle / Σ kernel time (HTA temporal breakdown, time-weighted); "
+        "exposed communication % and CPU-bound % are shares of the rank step time.",
+    )
     for dim, heading in BREAKDOWNS:
         d = _rows(stats, dim)
         if len(d):
             d = d.sort_values(["n_steps", "value"], ascending=[False, True])
-            sec.tables.append(table_view(f"by-{dim}", d, [("value", heading, fmt_text, "name"), *_STATS_SPEC],
-                                         caption=f"By {heading}", limit=top, total=len(d)))
+            sec.tables.append(
+                table_view(
+                    f"by-{dim}",
+                    d,
+                    [("value", heading, fmt_text, "name"), *_STATS_SPEC],
+                    caption=f"By {heading}",
+                    limit=top,
+                    total=len(d),
+                )
+            )
     k = _rows(kernels, "fleet")
     if len(k):
-        sec.tables.append(table_view("fleet-top-kernels", k.sort_values("kernel_rank"), [
-            ("kernel_rank", "#", fmt_int, "num"), ("name", "kernel", fmt_text, "name"),
-            ("kernel_type", "type", fmt_text, ""), ("n_runs", "runs", fmt_int, "num"), ("n", "launches", fmt_int, "num"),
-            ("total_ns", "total ms", fmt_ms, "num"), ("share_pct", "share of kernel time %", _pct, "num")],
-            caption="Top kernels of the fleet by total time"))
+        sec.tables.append(
+            table_view(
+                "fleet-top-kernels",
+                k.sort_values("kernel_rank"),
+                [
+                    ("kernel_rank", "#", fmt_int, "num"),
+                    ("name", "kernel", fmt_text, "name"),
+                    ("kernel_type", "type", fmt_text, ""),
+                    ("n_runs", "runs", fmt_int, "num"),
+                    ("n", "launches", fmt_int, "num"),
+                    ("total_ns", "total ms", fmt_ms, "num"),
+                    ("share_pct", "share of kernel time %", _pct, "num"),
+                ],
+                caption="Top kernels of the fleet by total time",
+            )
+        )
     if not sec.tables:
         sec.note, sec.status = "Not available: the fleet tables are empty (no analyzed steps yet).", "unavailable"
     return sec
@@ -61,9 +94,12 @@ def breakdown_section(stats: pd.DataFrame | None, kernels: pd.DataFrame | None =
 
 def regressions_section(regressions: pd.DataFrame | None, top: int = 20) -> Section:
     """Runs that regressed (or improved) against the previous runs of the same job name."""
-    sec = Section("regressions", "Regressions against previous runs",
-                  intro="Each run against the pooled steps of up to 5 previous runs with the same job name; "
-                        "a verdict needs the change past the threshold and a two-sided Mann-Whitney U test p < 0.01.")
+    sec = Section(
+        "regressions",
+        "Regressions against previous runs",
+        intro="Each run against the pooled steps of up to 5 previous runs with the same job name; "
+        "a verdict needs the change past the threshold and a two-sided Mann-Whitney U test p < 0.01.",
+    )
     r = regressions if isinstance(regressions, pd.DataFrame) else pd.DataFrame()
     moved = r[r["verdict"].isin(["regression", "improvement"])] if len(r) else r
     if not len(r):
@@ -73,16 +109,31 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20) -> Sect
         n = r[["job_id", "attempt"]].drop_duplicates().shape[0]
         sec.note = f"No regression or improvement among {n} run(s)."
         return sec
-    moved = moved.assign(order=(moved["verdict"] != "regression").astype(int),
-                         changed=[changes_summary(v) for v in moved.get("changes_json", [None] * len(moved))]
-                         ).sort_values(["order", "change_pct"], ascending=[True, False])
-    sec.tables.append(table_view("regressions", moved, [
-        ("verdict", "verdict", fmt_text, ""), ("job_name", "job name", fmt_text, "name"),
-        ("job_id", "run", fmt_text, "name"), ("attempt", "attempt", fmt_int, "num"), ("metric", "metric", fmt_text, ""),
-        ("value", "value", lambda v: fmt_num(v, 2), "num"), ("baseline", "baseline", lambda v: fmt_num(v, 2), "num"),
-        ("change_pct", "change %", _pct, "num"), ("p_value", "p", lambda v: "—" if v != v or v is None else f"{v:.1e}", "num"),
-        ("baseline_runs", "baseline runs", fmt_text, "name"), ("changed", "what changed", fmt_text, "name")],
-        limit=top, total=len(moved)))
+    moved = moved.assign(
+        order=(moved["verdict"] != "regression").astype(int),
+        changed=[changes_summary(v) for v in moved.get("changes_json", [None] * len(moved))],
+    ).sort_values(["order", "change_pct"], ascending=[True, False])
+    sec.tables.append(
+        table_view(
+            "regressions",
+            moved,
+            [
+                ("verdict", "verdict", fmt_text, ""),
+                ("job_name", "job name", fmt_text, "name"),
+                ("job_id", "run", fmt_text, "name"),
+                ("attempt", "attempt", fmt_int, "num"),
+                ("metric", "metric", fmt_text, ""),
+                ("value", "value", lambda v: fmt_num(v, 2), "num"),
+                ("baseline", "baseline", lambda v: fmt_num(v, 2), "num"),
+                ("change_pct", "change %", _pct, "num"),
+                ("p_value", "p", lambda v: "—" if v != v or v is None else f"{v:.1e}", "num"),
+                ("baseline_runs", "baseline runs", fmt_text, "name"),
+                ("changed", "what changed", fmt_text, "name"),
+            ],
+            limit=top,
+            total=len(moved),
+        )
+    )
     return sec
 
 
@@ -104,14 +155,17 @@ def changes_summary(changes_json) -> str:
 
 
 def impact_section(impact: pd.DataFrame | None, top: int = 20) -> Section:
-    """"Findings ranked by fleet impact": the fleet rows of ``fleet_findings`` (a bar chart of the
+    """ "Findings ranked by fleet impact": the fleet rows of ``fleet_findings`` (a bar chart of the
     recoverable accelerator-hours per day by rule, and the table), with the estimate's assumptions."""
-    sec = Section("fleet-impact", "Findings ranked by fleet impact",
-                  intro="Per finding rule, over the window's capture dates: the accelerator-hours per day fixing it "
-                        "would recover = Σ over the runs it fired in of its largest estimated time lost per step × "
-                        "the run's captured job steps × its world size, ÷ the window's days. The captured steps are "
-                        "the profiled window, so the hours are a lower bound for runs that trained longer; estimates "
-                        "of different rules overlap (one cause shows in several rules): they rank, they do not add up.")
+    sec = Section(
+        "fleet-impact",
+        "Findings ranked by fleet impact",
+        intro="Per finding rule, over the window's capture dates: the accelerator-hours per day fixing it "
+        "would recover = Σ over the runs it fired in of its largest estimated time lost per step × "
+        "the run's captured job steps × its world size, ÷ the window's days. The captured steps are "
+        "the profiled window, so the hours are a lower bound for runs that trained longer; estimates "
+        "of different rules overlap (one cause shows in several rules): they rank, they do not add up.",
+    )
     f = impact[impact["dimension"] == "fleet"] if isinstance(impact, pd.DataFrame) and len(impact) else pd.DataFrame()
     if not len(f):
         sec.note, sec.status = "Not available: no finding with an estimate in the window.", "unavailable"
@@ -122,75 +176,131 @@ def impact_section(impact: pd.DataFrame | None, top: int = 20) -> Section:
     plot = recoverable_hours(f.head(top))
     if plot is not None:
         sec.plots.append(plot)
-    sec.tables.append(table_view("fleet-impact", f, [
-        ("impact_rank", "#", fmt_int, "num"), ("rule", "rule", fmt_text, "name"), ("n_jobs", "jobs", fmt_int, "num"),
-        ("n_runs", "runs", fmt_int, "num"), ("n_steps", "steps", fmt_int, "num"),
-        ("accelerator_hours_per_day", "accelerator-h / day", lambda v: fmt_num(v, 3), "num"),
-        ("top_jobs", "top runs", fmt_text, "name"), ("example_title", "example", fmt_text, "name")],
-        limit=top, total=len(f)))
+    sec.tables.append(
+        table_view(
+            "fleet-impact",
+            f,
+            [
+                ("impact_rank", "#", fmt_int, "num"),
+                ("rule", "rule", fmt_text, "name"),
+                ("n_jobs", "jobs", fmt_int, "num"),
+                ("n_runs", "runs", fmt_int, "num"),
+                ("n_steps", "steps", fmt_int, "num"),
+                ("accelerator_hours_per_day", "accelerator-h / day", lambda v: fmt_num(v, 3), "num"),
+                ("top_jobs", "top runs", fmt_text, "name"),
+                ("example_title", "example", fmt_text, "name"),
+            ],
+            limit=top,
+            total=len(f),
+        )
+    )
     return sec
 
 
 def host_section(health: pd.DataFrame | None, top: int = 30) -> Section:
-    """"Host health across jobs": ``host_health`` as a host × job heatmap of last-arrival ratios and a table of
+    """ "Host health across jobs": ``host_health`` as a host × job heatmap of last-arrival ratios and a table of
     hosts, devices and links, suspects first in each."""
-    sec = Section("host-health", "Host health across jobs",
-                  intro="Per host and per accelerator, in the runs with two or more of them: how often its ranks arrived "
-                        "last at the collectives matched across ranks, against its fair share (ratio 1), and the "
-                        "step-time excess of its ranks over the other ranks of the same run. Slow in a run: ratio ≥ 1.5 "
-                        "over ≥ 5 matched calls (without collectives: excess ≥ 5 %). Per link (the hosts a process "
-                        "group spans), its bus bandwidth against the run's other links: slow at ≤ 1/1.5 of theirs. "
-                        "Slow in ≥ 2 different jobs and in at least half of its jobs: a hardware suspect; a job slow "
-                        "everywhere blames none of them.")
+    sec = Section(
+        "host-health",
+        "Host health across jobs",
+        intro="Per host and per accelerator, in the runs with two or more of them: how often its ranks arrived "
+        "last at the collectives matched across ranks, against its fair share (ratio 1), and the "
+        "step-time excess of its ranks over the other ranks of the same run. Slow in a run: ratio ≥ 1.5 "
+        "over ≥ 5 matched calls (without collectives: excess ≥ 5 %). Per link (the hosts a process "
+        "group spans), its bus bandwidth against the run's other links: slow at ≤ 1/1.5 of theirs. "
+        "Slow in ≥ 2 different jobs and in at least half of its jobs: a hardware suspect; a job slow "
+        "everywhere blames none of them.",
+    )
     h = health if isinstance(health, pd.DataFrame) and len(health) else pd.DataFrame()
     if not len(h):
         sec.note, sec.status = "Not available: no run on two or more hosts or devices in the window.", "unavailable"
         return sec
     sec.intro += f" Window: {h['window_start'].iloc[0]} … {h['window_end'].iloc[0]}."
-    h = h.assign(_k=h["kind"].map(HEALTH_KINDS.index)).sort_values(["_k", "suspect_hardware", "n_slow_jobs", "target"],
-                                                            ascending=[True, False, False, True], kind="stable")
+    h = h.assign(_k=h["kind"].map(HEALTH_KINDS.index)).sort_values(
+        ["_k", "suspect_hardware", "n_slow_jobs", "target"], ascending=[True, False, False, True], kind="stable"
+    )
     counts = {k: (int(g["suspect_hardware"].sum()), len(g)) for k, g in h.groupby("_k", sort=True)}
-    sec.intro += " Hardware suspects: " + ", ".join(f"{n} of {t} {HEALTH_KINDS[k]}(s)" for k, (n, t) in counts.items()) + "."
+    sec.intro += (
+        " Hardware suspects: " + ", ".join(f"{n} of {t} {HEALTH_KINDS[k]}(s)" for k, (n, t) in counts.items()) + "."
+    )
     hosts = h[h["kind"] == "host"]
-    cells = [{"host_name": r["target"], "job": e["job"], "last_arrival_ratio": e["last_arrival_ratio"]}
-             for r in hosts.head(top).to_dict(orient="records") for e in json.loads(r["evidence_json"] or "[]")]
+    cells = [
+        {"host_name": r["target"], "job": e["job"], "last_arrival_ratio": e["last_arrival_ratio"]}
+        for r in hosts.head(top).to_dict(orient="records")
+        for e in json.loads(r["evidence_json"] or "[]")
+    ]
     plot = host_job_heatmap(pd.DataFrame(cells))
     if plot is not None:
         sec.plots.append(plot)
-    shown = h.assign(suspect=h["suspect_hardware"].map({True: "suspect", False: ""}),
-                     slow_jobs=[", ".join(str(j) for j in (v if v is not None else [])) for v in h["slow_jobs"]])
-    sec.tables.append(table_view("host-health", shown, [
-        ("kind", "kind", fmt_text, ""), ("target", "host / device / link", fmt_text, "name"),
-        ("suspect", "hardware", fmt_text, ""),
-        ("n_jobs", "jobs", fmt_int, "num"), ("n_slow_jobs", "slow in", fmt_int, "num"),
-        ("last_arrival_ratio", "last-arrival ratio", lambda v: fmt_num(v, 2), "num"),
-        ("step_excess_p50_pct", "step excess %", _pct, "num"),
-        ("busbw_ratio", "bus bandwidth ratio", lambda v: fmt_num(v, 2), "num"),
-        ("slow_jobs", "slow jobs", fmt_text, "name")],
-        limit=top, total=len(h)))
+    shown = h.assign(
+        suspect=h["suspect_hardware"].map({True: "suspect", False: ""}),
+        slow_jobs=[", ".join(str(j) for j in (v if v is not None else [])) for v in h["slow_jobs"]],
+    )
+    sec.tables.append(
+        table_view(
+            "host-health",
+            shown,
+            [
+                ("kind", "kind", fmt_text, ""),
+                ("target", "host / device / link", fmt_text, "name"),
+                ("suspect", "hardware", fmt_text, ""),
+                ("n_jobs", "jobs", fmt_int, "num"),
+                ("n_slow_jobs", "slow in", fmt_int, "num"),
+                ("last_arrival_ratio", "last-arrival ratio", lambda v: fmt_num(v, 2), "num"),
+                ("step_excess_p50_pct", "step excess %", _pct, "num"),
+                ("busbw_ratio", "bus bandwidth ratio", lambda v: fmt_num(v, 2), "num"),
+                ("slow_jobs", "slow jobs", fmt_text, "name"),
+            ],
+            limit=top,
+            total=len(h),
+        )
+    )
     return sec
 
 
 def validation_section(marks: dict | None) -> Section:
-    """"Fleet data quality": the Great Expectations result of each fleet table's last validation as a
+    """ "Fleet data quality": the Great Expectations result of each fleet table's last validation as a
     whole (:func:`jobs.validate.marks.read_table_marks`), failed checks named."""
-    sec = Section("fleet-validation", "Fleet data quality",
-                  intro="The fleet stage rebuilds these tables from every job, then validates them whole with Great "
-                        "Expectations (schemas/expectations.py: keys unique, counts and ratios ≥ 0, percentiles "
-                        "ordered, a target slow in at most the jobs it ran in).")
+    sec = Section(
+        "fleet-validation",
+        "Fleet data quality",
+        intro="The fleet stage rebuilds these tables from every job, then validates them whole with Great "
+        "Expectations (schemas/expectations.py: keys unique, counts and ratios ≥ 0, percentiles "
+        "ordered, a target slow in at most the jobs it ran in).",
+    )
     if not marks:
         sec.note, sec.status = "Not available: no fleet table written yet.", "unavailable"
         return sec
-    rows = pd.DataFrame([{"table": t, "status": m.get("status", "unvalidated"), "validated_at": m.get("validated_at"),
-                          "failed": ", ".join(f"{f['id']} ({f.get('unexpected_count')})" for f in m.get("failed", []))}
-                         for t, m in marks.items()])
+    rows = pd.DataFrame(
+        [
+            {
+                "table": t,
+                "status": m.get("status", "unvalidated"),
+                "validated_at": m.get("validated_at"),
+                "failed": ", ".join(f"{f['id']} ({f.get('unexpected_count')})" for f in m.get("failed", [])),
+            }
+            for t, m in marks.items()
+        ]
+    )
     bad = rows[rows["status"] != "passed"]
     sec.status = "failed" if len(bad) else "ok"
-    sec.intro += (f" {len(bad)} of {len(rows)} table(s) not passed: {', '.join(bad['table'])}." if len(bad)
-                  else f" All {len(rows)} passed.")
-    sec.tables.append(table_view("fleet-validation", rows, [
-        ("table", "table", fmt_text, "name"), ("status", "status", fmt_text, ""),
-        ("validated_at", "validated at", fmt_text, ""), ("failed", "failed checks (rows)", fmt_text, "name")]))
+    sec.intro += (
+        f" {len(bad)} of {len(rows)} table(s) not passed: {', '.join(bad['table'])}."
+        if len(bad)
+        else f" All {len(rows)} passed."
+    )
+    sec.tables.append(
+        table_view(
+            "fleet-validation",
+            rows,
+            [
+                ("table", "table", fmt_text, "name"),
+                ("status", "status", fmt_text, ""),
+                ("validated_at", "validated at", fmt_text, ""),
+                ("failed", "failed checks (rows)", fmt_text, "name"),
+            ],
+        )
+    )
     return sec
 
 

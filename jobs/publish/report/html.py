@@ -50,15 +50,30 @@ def _env():
     the pages of a publish run parse and compile ``report.html.j2`` once, not once per page."""
     import jinja2  # heavy: jinja2, only when a page is rendered
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def render_page(title: str, sections: list[Section], subtitle: str = "", cards: list[dict] | None = None) -> str:
     """Render one page from sections (``cards``: ``[{"key": metric name, "value": text}]``)."""
-    return _env().get_template("report.html.j2").render(
-        title=title, subtitle=subtitle, cards=cards or [], sections=sections, script_hash=SCRIPT_HASH,
-        check_script=CHECK_SCRIPT, generated_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    return (
+        _env()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            subtitle=subtitle,
+            cards=cards or [],
+            sections=sections,
+            script_hash=SCRIPT_HASH,
+            check_script=CHECK_SCRIPT,
+            generated_at=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        )
+    )
 
 
 def render_job_report(tables: dict, validation=None, title: str | None = None) -> str:
@@ -76,17 +91,35 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
     idle-time breakdown, top kernels, collective wait heatmap, critical-path summary, data quality, captures.
     """
     job_id, attempt = S.job_identity(tables)
-    secs = [S.verdict_section(tables), S.findings_section(tables), S.step_section(tables), S.idle_section(tables),
-            S.kernels_section(tables), S.collectives_section(tables), S.critical_path_section(tables),
-            S.quality_section(tables, validation), S.captures_section(tables)]
-    return render_page(title or f"tracelake job {job_id} (attempt {attempt})", secs,
-                       subtitle=S.job_subtitle(tables), cards=S.job_cards(tables))
+    secs = [
+        S.verdict_section(tables),
+        S.findings_section(tables),
+        S.step_section(tables),
+        S.idle_section(tables),
+        S.kernels_section(tables),
+        S.collectives_section(tables),
+        S.critical_path_section(tables),
+        S.quality_section(tables, validation),
+        S.captures_section(tables),
+    ]
+    return render_page(
+        title or f"tracelake job {job_id} (attempt {attempt})",
+        secs,
+        subtitle=S.job_subtitle(tables),
+        cards=S.job_cards(tables),
+    )
 
 
-def render_fleet_report(ranks: pd.DataFrame | None, captures: pd.DataFrame | None,
-                        steps: pd.DataFrame | None = None, findings: pd.DataFrame | None = None,
-                        top: int = 10, title: str = "tracelake fleet report", fleet: dict | None = None,
-                        fleet_validation: dict | None = None) -> str:
+def render_fleet_report(
+    ranks: pd.DataFrame | None,
+    captures: pd.DataFrame | None,
+    steps: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+    top: int = 10,
+    title: str = "tracelake fleet report",
+    fleet: dict | None = None,
+    fleet_validation: dict | None = None,
+) -> str:
     """The fleet report: trends over capture date, the worst offenders and, with ``fleet``, the findings
     ranked by fleet impact, host health, the breakdown by job name / model / hardware / torch version and the regressions.
 
@@ -100,9 +133,12 @@ def render_fleet_report(ranks: pd.DataFrame | None, captures: pd.DataFrame | Non
     """
     secs = S.fleet_sections(ranks, captures, steps, findings, top)
     if fleet is not None:
-        secs[1:1] = [FT.impact_section(fleet.get("fleet_findings")), FT.host_section(fleet.get("host_health")),
-                     FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
-                     FT.regressions_section(fleet.get("regressions"))]
+        secs[1:1] = [
+            FT.impact_section(fleet.get("fleet_findings")),
+            FT.host_section(fleet.get("host_health")),
+            FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
+            FT.regressions_section(fleet.get("regressions")),
+        ]
     if fleet_validation is not None:
         secs.append(FT.validation_section(fleet_validation))
     return render_page(title, secs, subtitle=S.fleet_subtitle(ranks, captures), cards=S.fleet_cards(ranks, captures))
@@ -119,37 +155,70 @@ def render_validation_report(report, job_id: str | None = None) -> str:
     secs = []
     for key, t in report.tables.items():
         if t.status == "missing":
-            secs.append(Section(key.replace("/", "-"), f"{key}", note="Not available: table not written yet "
-                                "(nothing to validate).", status="missing"))
+            secs.append(
+                Section(
+                    key.replace("/", "-"),
+                    f"{key}",
+                    note="Not available: table not written yet (nothing to validate).",
+                    status="missing",
+                )
+            )
             continue
-        rows = pd.DataFrame([{
-            "status": "passed" if c.success else "FAILED", "id": c.id, "expectation": c.expectation,
-            "unexpected": c.unexpected_count if c.unexpected_count is not None else c.observed,
-            "sample": "; ".join(c.partial_unexpected[:5]) or (c.error or ""),
-            "jobs": ", ".join(f"{j} ({n})" for j, n in sorted(c.jobs.items())), "doc": c.doc} for c in t.checks])
+        rows = pd.DataFrame(
+            [
+                {
+                    "status": "passed" if c.success else "FAILED",
+                    "id": c.id,
+                    "expectation": c.expectation,
+                    "unexpected": c.unexpected_count if c.unexpected_count is not None else c.observed,
+                    "sample": "; ".join(c.partial_unexpected[:5]) or (c.error or ""),
+                    "jobs": ", ".join(f"{j} ({n})" for j, n in sorted(c.jobs.items())),
+                    "doc": c.doc,
+                }
+                for c in t.checks
+            ]
+        )
         rows = rows.sort_values("status", key=lambda s: s != "FAILED", kind="stable") if len(rows) else rows
-        spec = [("status", "status", fmt_text, ""), ("id", "check", fmt_text, "name"),
-                ("expectation", "GX expectation", fmt_text, "name"), ("unexpected", "unexpected / observed", fmt_text, "num"),
-                ("sample", "sample values", fmt_text, "name"), ("jobs", "jobs (rows)", fmt_text, "name"),
-                ("doc", "why", fmt_text, "")]
+        spec = [
+            ("status", "status", fmt_text, ""),
+            ("id", "check", fmt_text, "name"),
+            ("expectation", "GX expectation", fmt_text, "name"),
+            ("unexpected", "unexpected / observed", fmt_text, "num"),
+            ("sample", "sample values", fmt_text, "name"),
+            ("jobs", "jobs (rows)", fmt_text, "name"),
+            ("doc", "why", fmt_text, ""),
+        ]
         ok = sum(c.success for c in t.checks)
-        secs.append(Section(key.replace("/", "-"), key, intro=f"{t.n_rows:,} rows; {ok} of {len(t.checks)} checks passed "
-                            f"(Great Expectations, {t.engine or 'pandas'} engine).",
-                            tables=[table_view(f"checks-{t.table}", rows, spec)], status=t.status))
+        secs.append(
+            Section(
+                key.replace("/", "-"),
+                key,
+                intro=f"{t.n_rows:,} rows; {ok} of {len(t.checks)} checks passed "
+                f"(Great Expectations, {t.engine or 'pandas'} engine).",
+                tables=[table_view(f"checks-{t.table}", rows, spec)],
+                status=t.status,
+            )
+        )
     status = "PASSED" if report.success else "FAILED"
     sub = f"stages {', '.join(report.stages)}; validated {report.validated_at}; jobs: " + (
-        ", ".join(report.job_ids) if report.job_ids else "all")
+        ", ".join(report.job_ids) if report.job_ids else "all"
+    )
     if job_id is not None:
         sub += f" — job {job_id}: {'passed' if report.job_success(job_id) else 'FAILED'}"
-    cards = [{"key": "validation", "value": status},
-             {"key": "failed jobs", "value": str(len(report.failed_jobs()))},
-             {"key": "checks", "value": str(sum(len(t.checks) for t in report.tables.values()))}]
+    cards = [
+        {"key": "validation", "value": status},
+        {"key": "failed jobs", "value": str(len(report.failed_jobs()))},
+        {"key": "checks", "value": str(sum(len(t.checks) for t in report.tables.values()))},
+    ]
     return render_page(f"tracelake data validation: {status}", secs, subtitle=sub, cards=cards)
 
 
 def render_comparison_report(comparison) -> str:
     """The HTML report of a :class:`jobs.publish.compare.Comparison` (metric deltas, kernels/ops added,
     removed, slower, faster, findings appeared/cleared)."""
-    return render_page(f"tracelake compare: {comparison.a_label} → {comparison.b_label}",
-                       S.comparison_sections(comparison), subtitle=S.comparison_subtitle(comparison),
-                       cards=S.comparison_cards(comparison))
+    return render_page(
+        f"tracelake compare: {comparison.a_label} → {comparison.b_label}",
+        S.comparison_sections(comparison),
+        subtitle=S.comparison_subtitle(comparison),
+        cards=S.comparison_cards(comparison),
+    )

@@ -25,9 +25,18 @@ import pandas as pd
 LABEL_CHARS = 60
 #: Colors per category, shared by every plot (colorblind-safe Okabe–Ito palette).
 COLORS = {
-    "compute": "#0072B2", "non_compute": "#E69F00", "idle": "#999999", "host_busy": "#009E73",
-    "host_other": "#CCCCCC", "host_wait": "#D55E00", "kernel_wait": "#CC79A7", "other": "#56B4E9",
-    "COMPUTATION": "#0072B2", "COMMUNICATION": "#E69F00", "MEMORY": "#009E73", "OTHER": "#999999",
+    "compute": "#0072B2",
+    "non_compute": "#E69F00",
+    "idle": "#999999",
+    "host_busy": "#009E73",
+    "host_other": "#CCCCCC",
+    "host_wait": "#D55E00",
+    "kernel_wait": "#CC79A7",
+    "other": "#56B4E9",
+    "COMPUTATION": "#0072B2",
+    "COMMUNICATION": "#E69F00",
+    "MEMORY": "#009E73",
+    "OTHER": "#999999",
 }
 
 
@@ -107,8 +116,9 @@ def _fit(fig, pad: float = 4.0) -> None:
     floor = max((leg.get_window_extent(renderer).y1 for leg in fig.legends), default=0.0)
     axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]  # insets ride in their parent's tight box
     boxes = [(ax.bbox, ax.get_tightbbox(renderer)) for ax in axes]
-    xtick = max((t.get_window_extent(renderer).width for ax in axes for t in ax.get_xticklabels() if t.get_text()),
-                default=0.0)
+    xtick = max(
+        (t.get_window_extent(renderer).width for ax in axes for t in ax.get_xticklabels() if t.get_text()), default=0.0
+    )
     left = max(a.x0 - t.x0 for a, t in boxes) + pad
     right = max(max(t.x1 - a.x1 for a, t in boxes), xtick / 2) + pad
     top = boxes[0][1].y1 - boxes[0][0].y1 + pad
@@ -116,8 +126,13 @@ def _fit(fig, pad: float = 4.0) -> None:
     gap = max((a.y0 - t.y0 + t2.y1 - a2.y1 for (a, t), (a2, t2) in zip(boxes, boxes[1:])), default=0.0) + pad
     n = len(axes)
     axes_height = (height - top - bottom - (n - 1) * gap) / n
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
-                        hspace=gap / axes_height if n > 1 and axes_height > 0 else None)
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        bottom=bottom / height,
+        top=1 - top / height,
+        hspace=gap / axes_height if n > 1 and axes_height > 0 else None,
+    )
 
 
 def _png(fig, key: str, title: str, alt: str) -> Plot:
@@ -138,6 +153,7 @@ def _has(df: pd.DataFrame | None, *cols: str) -> bool:
 def _plotting(fn):
     """Run a plot function with math-text and LaTeX off (``$`` and ``\\input`` in names stay literal text,
     whatever the matplotlibrc says) and glyph warnings muted."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import matplotlib  # heavy: matplotlib
@@ -158,7 +174,14 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     """
     if not _has(steps, "rank", "step_time_ns"):
         return None
-    cols = ["compute_time_ns", "non_compute_time_ns", "idle_time_ns", "cpu_op_time_ns", "step_time_ns", "kernel_time_ns"]
+    cols = [
+        "compute_time_ns",
+        "non_compute_time_ns",
+        "idle_time_ns",
+        "cpu_op_time_ns",
+        "step_time_ns",
+        "kernel_time_ns",
+    ]
     s = steps.copy()
     for c in cols:
         s[c] = pd.to_numeric(s[c], errors="coerce") if c in s.columns else np.nan
@@ -171,8 +194,11 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     ax = fig.add_subplot()
     gpu = g["kernel_time_ns"].notna()
     left = np.zeros(len(g))
-    parts = [("compute_time_ns", "compute", "GPU compute"), ("non_compute_time_ns", "non_compute", "GPU non-compute"),
-             ("idle_time_ns", "idle", "GPU idle")]
+    parts = [
+        ("compute_time_ns", "compute", "GPU compute"),
+        ("non_compute_time_ns", "non_compute", "GPU non-compute"),
+        ("idle_time_ns", "idle", "GPU idle"),
+    ]
     for col, key, label in parts:
         v = np.where(gpu, np.nan_to_num(g[col].to_numpy() / 1e6), 0.0)
         if v.any():
@@ -189,11 +215,19 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     ax.invert_yaxis()
     ax.set_xlabel("ms per step (mean over steps)")
     _legend_below(fig, ncols=5, fontsize=8)
-    ax.set_title("Step time per rank: GPU temporal breakdown (HTA)" if gpu.any() else
-                 "Step time per rank: host busy time (no GPU activity)")
-    return _png(fig, "step_breakdown", "Step-time breakdown per rank",
-                f"Stacked bars of mean compute, non-compute and idle time per step for {len(ranks)} ranks" if gpu.any()
-                else f"Stacked bars of mean host busy time and the rest of the step for {len(ranks)} ranks")
+    ax.set_title(
+        "Step time per rank: GPU temporal breakdown (HTA)"
+        if gpu.any()
+        else "Step time per rank: host busy time (no GPU activity)"
+    )
+    return _png(
+        fig,
+        "step_breakdown",
+        "Step-time breakdown per rank",
+        f"Stacked bars of mean compute, non-compute and idle time per step for {len(ranks)} ranks"
+        if gpu.any()
+        else f"Stacked bars of mean host busy time and the rest of the step for {len(ranks)} ranks",
+    )
 
 
 @_plotting
@@ -222,8 +256,12 @@ def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None
     ax.set_xlabel("ms (Σ over streams of the gaps between device events)")
     _legend_below(fig, ncols=3, fontsize=8)
     ax.set_title("Idle time breakdown per rank (HTA)")
-    return _png(fig, "idle_breakdown", "Idle-time breakdown per rank",
-                f"Stacked bars of host-wait, kernel-wait and other idle time for {len(g)} ranks")
+    return _png(
+        fig,
+        "idle_breakdown",
+        "Idle-time breakdown per rank",
+        f"Stacked bars of host-wait, kernel-wait and other idle time for {len(g)} ranks",
+    )
 
 
 @_plotting
@@ -262,8 +300,12 @@ def recoverable_hours(impact: pd.DataFrame | None) -> Plot | None:
     ax.invert_yaxis()
     ax.set_xlabel("accelerator-hours per day (time lost per step × steps × world size, over the window)")
     ax.set_title("Recoverable accelerator-hours by finding rule")
-    return _png(fig, "recoverable_hours", "Recoverable accelerator-hours",
-                f"Bar chart of the accelerator-hours per day {len(d)} finding rules cost the fleet")
+    return _png(
+        fig,
+        "recoverable_hours",
+        "Recoverable accelerator-hours",
+        f"Bar chart of the accelerator-hours per day {len(d)} finding rules cost the fleet",
+    )
 
 
 @_plotting
@@ -276,9 +318,14 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
         return None
     c = collectives.copy()
     c["wait_ms"] = _ms(c["wait_ns"])
-    order_col = "aligned_start_ns" if "aligned_start_ns" in c.columns and c["aligned_start_ns"].notna().any() else "call_index"
-    order = c.groupby("match_key")[order_col].min().sort_values(kind="stable") if order_col in c.columns else \
-        pd.Series(range(c["match_key"].nunique()), index=sorted(c["match_key"].unique()))
+    order_col = (
+        "aligned_start_ns" if "aligned_start_ns" in c.columns and c["aligned_start_ns"].notna().any() else "call_index"
+    )
+    order = (
+        c.groupby("match_key")[order_col].min().sort_values(kind="stable")
+        if order_col in c.columns
+        else pd.Series(range(c["match_key"].nunique()), index=sorted(c["match_key"].unique()))
+    )
     m = c.pivot_table(index="rank", columns="match_key", values="wait_ms", aggfunc="max").reindex(columns=order.index)
     if m.empty or m.isna().all().all():
         return None
@@ -289,8 +336,12 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     ax.set_xlabel(f"collective call (job order, {m.shape[1]} calls)")
     fig.colorbar(im, cax=ax.inset_axes([1.015, 0.0, 0.018, 1.0]), label="wait for slowest rank, ms")
     ax.set_title("Collective wait by rank and call")
-    return _png(fig, "collective_wait", "Collective wait heatmap",
-                f"Heatmap of collective wait time, {len(m)} ranks by {m.shape[1]} calls")
+    return _png(
+        fig,
+        "collective_wait",
+        "Collective wait heatmap",
+        f"Heatmap of collective wait time, {len(m)} ranks by {m.shape[1]} calls",
+    )
 
 
 @_plotting
@@ -309,8 +360,12 @@ def host_job_heatmap(cells: pd.DataFrame | None) -> Plot | None:
     ax.set_xticks(np.arange(m.shape[1]), [short(j, 18) for j in m.columns], rotation=45, ha="right", fontsize=7)
     fig.colorbar(im, cax=ax.inset_axes([1.015, 0.0, 0.018, 1.0]), label="last-arrival ratio (1 = fair share)")
     ax.set_title("Hosts by job: how often their ranks arrive last at collectives")
-    return _png(fig, "host_job_heatmap", "Host × job heatmap",
-                f"Heatmap of the last-arrival ratio of {len(m)} hosts in {m.shape[1]} jobs")
+    return _png(
+        fig,
+        "host_job_heatmap",
+        "Host × job heatmap",
+        f"Heatmap of the last-arrival ratio of {len(m)} hosts in {m.shape[1]} jobs",
+    )
 
 
 @_plotting
@@ -379,4 +434,6 @@ def op_deltas(ops: pd.DataFrame | None, k: int = 20) -> Plot | None:
     ax.invert_yaxis()
     ax.set_xlabel("Δ ms per step (B − A; red = slower in B)")
     ax.set_title(f"Largest per-step time changes ({len(o)})")
-    return _png(fig, "op_deltas", "Kernel and op time changes", f"Diverging bar chart of {len(o)} per-step time changes")
+    return _png(
+        fig, "op_deltas", "Kernel and op time changes", f"Diverging bar chart of {len(o)} per-step time changes"
+    )

@@ -13,9 +13,19 @@ import json
 import numpy as np
 import pandas as pd
 
-from jobs.publish.report import plots as P
-from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_smart, fmt_text, fmt_us, table_view, unavailable
 from jobs.fleet.stats import job_step_times
+from jobs.publish.report import plots as P
+from jobs.publish.report.blocks import (
+    Section,
+    fmt_int,
+    fmt_ms,
+    fmt_num,
+    fmt_smart,
+    fmt_text,
+    fmt_us,
+    table_view,
+    unavailable,
+)
 from jobs.publish.tracking import job_metrics
 
 
@@ -77,10 +87,15 @@ def job_subtitle(tables: dict) -> str:
 
 #: Headline tiles of the job report: MLflow metric (:func:`jobs.publish.tracking.job_metrics`) → label with its unit.
 CARD_LABELS = {
-    "step_time_p50_ms": "job step time p50, ms (slowest rank per step)", "step_time_max_ms": "longest job step, ms",
-    "idle_pct": "GPU idle, % of kernel time", "compute_pct": "GPU compute, % of kernel time",
-    "non_compute_pct": "GPU non-compute, % of kernel time", "overlap_pct": "comm/compute overlap, %",
-    "idle_pct_max": "worst rank's GPU idle, %", "n_ranks": "ranks", "n_steps": "rank-steps",
+    "step_time_p50_ms": "job step time p50, ms (slowest rank per step)",
+    "step_time_max_ms": "longest job step, ms",
+    "idle_pct": "GPU idle, % of kernel time",
+    "compute_pct": "GPU compute, % of kernel time",
+    "non_compute_pct": "GPU non-compute, % of kernel time",
+    "overlap_pct": "comm/compute overlap, %",
+    "idle_pct_max": "worst rank's GPU idle, %",
+    "n_ranks": "ranks",
+    "n_steps": "rank-steps",
 }
 
 
@@ -95,8 +110,11 @@ def job_cards(tables: dict) -> list[dict]:
         m = job_metrics(ranks, steps)
     except KeyError:
         return []
-    out = [{"key": label, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)}
-           for k, label in CARD_LABELS.items() if k in m]
+    out = [
+        {"key": label, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)}
+        for k, label in CARD_LABELS.items()
+        if k in m
+    ]
     caps = _get(tables, "captures")
     if caps is not None and "status" in caps.columns:
         out.append({"key": "files quarantined", "value": str(int((caps["status"] == "quarantined").sum()))})
@@ -109,8 +127,9 @@ def verdict_section(tables: dict) -> Section:
     key, title = "verdict", "Verdict"
     f, steps = _get(tables, "findings"), _get(tables, "steps")
     if f is None:
-        return Section(key, title, intro="No bottleneck found: no finding rule fired on this job's traces.",
-                       status="ok")
+        return Section(
+            key, title, intro="No bottleneck found: no finding rule fired on this job's traces.", status="ok"
+        )
     f = f.sort_values("rank_order") if "rank_order" in f.columns else f
     top = f.iloc[0]
     lost = top.get("est_time_lost_per_step_ns")
@@ -121,29 +140,44 @@ def verdict_section(tables: dict) -> Section:
     cost = ""
     if lost is not None and lost == lost:
         cost = f" It costs about {float(lost) / 1e6:,.2f} ms per step"
-        cost += (f", {100 * float(lost) / step_p50:.0f} % of the job step time ({step_p50 / 1e6:,.2f} ms)."
-                 if step_p50 else ".")
+        cost += (
+            f", {100 * float(lost) / step_p50:.0f} % of the job step time ({step_p50 / 1e6:,.2f} ms)."
+            if step_p50
+            else "."
+        )
     todo = top.get("recommendation")
-    sec = Section(key, title,
-                  intro=f"Top bottleneck: {fmt_text(top.get('title'))}.{cost}"
-                        + (f" What to do: {fmt_text(todo)}" if isinstance(todo, str) and todo else ""))
+    sec = Section(
+        key,
+        title,
+        intro=f"Top bottleneck: {fmt_text(top.get('title'))}.{cost}"
+        + (f" What to do: {fmt_text(todo)}" if isinstance(todo, str) and todo else ""),
+    )
     rest = f.iloc[1:3]
     if len(rest):
-        sec.tables.append(table_view("verdict-next", rest, [
-            ("title", "next finding", fmt_text, ""),
-            ("est_time_lost_per_step_ns", "ms/step", fmt_ms, "num")], caption="Then"))
+        sec.tables.append(
+            table_view(
+                "verdict-next",
+                rest,
+                [("title", "next finding", fmt_text, ""), ("est_time_lost_per_step_ns", "ms/step", fmt_ms, "num")],
+                caption="Then",
+            )
+        )
     return sec
 
 
 def step_section(tables: dict) -> Section:
     """Step-time breakdown per rank (plot) and the per-rank summary table."""
     key, title = "step-time", "Step time per rank"
-    intro = ("Mean per ProfilerStep of HTA's temporal breakdown of the GPU events attributed to the step "
-             "(compute, non-compute = communication/memory/other, idle), or host busy time on ranks without GPU "
-             "activity; median step time marked.")
+    intro = (
+        "Mean per ProfilerStep of HTA's temporal breakdown of the GPU events attributed to the step "
+        "(compute, non-compute = communication/memory/other, idle), or host busy time on ranks without GPU "
+        "activity; median step time marked."
+    )
     steps, ranks = _get(tables, "steps"), _get(tables, "ranks")
     if steps is None and ranks is None:
-        return unavailable(key, title, "no `steps` or `ranks` rows for this job (no ProfilerStep, or not analyzed).", intro)
+        return unavailable(
+            key, title, "no `steps` or `ranks` rows for this job (no ProfilerStep, or not analyzed).", intro
+        )
     sec = Section(key, title, intro=intro)
     plot = P.step_breakdown(steps)
     if plot:
@@ -153,22 +187,40 @@ def step_section(tables: dict) -> Section:
     rows = []
     for r in sorted(set((ranks["rank"] if ranks is not None else steps["rank"]).dropna().astype(int))):
         s = steps[steps["rank"] == r] if steps is not None else pd.DataFrame()
-        rr = ranks[ranks["rank"] == r].iloc[0] if ranks is not None and (ranks["rank"] == r).any() else pd.Series(dtype=object)
+        rr = (
+            ranks[ranks["rank"] == r].iloc[0]
+            if ranks is not None and (ranks["rank"] == r).any()
+            else pd.Series(dtype=object)
+        )
         st = _num(s, "step_time_ns") if len(s) else pd.Series(dtype=float)
         busy = (_num(s, "cpu_op_time_ns").sum() / st.sum() * 100) if len(s) and st.sum() else np.nan
         n = len(s)
-        rows.append({"rank": r, "steps": n,
-                     "p50": st.median() if n else rr.get("step_time_p50_ns"),
-                     "max": st.max() if n else rr.get("step_time_max_ns"),
-                     "idle_pct": rr.get("idle_pct"), "compute_pct": rr.get("compute_pct"),
-                     "non_compute_pct": rr.get("non_compute_pct"), "overlap_pct": rr.get("overlap_pct"),
-                     "exposed": (_num(s, "exposed_comm_ns").mean() if n else rr.get("exposed_comm_ns")),
-                     "busy": busy})
-    spec = [("rank", "rank", fmt_int, "num"), ("steps", "steps", fmt_int, "num"),
-            ("p50", "step p50 ms", fmt_ms, "num"), ("max", "step max ms", fmt_ms, "num"),
-            ("idle_pct", "GPU idle %", _pct, "num"), ("compute_pct", "GPU compute %", _pct, "num"),
-            ("non_compute_pct", "GPU non-compute %", _pct, "num"), ("overlap_pct", "comm/comp overlap %", _pct, "num"),
-            ("exposed", "exposed comm ms/step", fmt_ms, "num"), ("busy", "host busy %", _pct, "num")]
+        rows.append(
+            {
+                "rank": r,
+                "steps": n,
+                "p50": st.median() if n else rr.get("step_time_p50_ns"),
+                "max": st.max() if n else rr.get("step_time_max_ns"),
+                "idle_pct": rr.get("idle_pct"),
+                "compute_pct": rr.get("compute_pct"),
+                "non_compute_pct": rr.get("non_compute_pct"),
+                "overlap_pct": rr.get("overlap_pct"),
+                "exposed": (_num(s, "exposed_comm_ns").mean() if n else rr.get("exposed_comm_ns")),
+                "busy": busy,
+            }
+        )
+    spec = [
+        ("rank", "rank", fmt_int, "num"),
+        ("steps", "steps", fmt_int, "num"),
+        ("p50", "step p50 ms", fmt_ms, "num"),
+        ("max", "step max ms", fmt_ms, "num"),
+        ("idle_pct", "GPU idle %", _pct, "num"),
+        ("compute_pct", "GPU compute %", _pct, "num"),
+        ("non_compute_pct", "GPU non-compute %", _pct, "num"),
+        ("overlap_pct", "comm/comp overlap %", _pct, "num"),
+        ("exposed", "exposed comm ms/step", fmt_ms, "num"),
+        ("busy", "host busy %", _pct, "num"),
+    ]
     df = pd.DataFrame(rows)
     gpu_cols = ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct")
     caption = "Per rank (GPU % over the whole trace: HTA get_temporal_breakdown)"
@@ -182,11 +234,15 @@ def step_section(tables: dict) -> Section:
 def idle_section(tables: dict) -> Section:
     """HTA idle-time breakdown per rank (host wait / kernel wait / other)."""
     key, title = "idle-time", "Idle-time breakdown"
-    intro = ("HTA get_idle_time_breakdown: each gap between device events on a stream is host wait (the launch "
-             "came after the previous event ended), kernel wait (< 30 µs) or other; Σ over streams.")
+    intro = (
+        "HTA get_idle_time_breakdown: each gap between device events on a stream is host wait (the launch "
+        "came after the previous event ended), kernel wait (< 30 µs) or other; Σ over streams."
+    )
     plot = P.idle_breakdown(_get(tables, "ranks"), _get(tables, "steps"))
     if plot is None:
-        return unavailable(key, title, "no GPU idle time breakdown (CPU-only trace, or `ranks`/`steps` missing).", intro)
+        return unavailable(
+            key, title, "no GPU idle time breakdown (CPU-only trace, or `ranks`/`steps` missing).", intro
+        )
     return Section(key, title, intro=intro, plots=[plot])
 
 
@@ -198,17 +254,24 @@ def top_kernels_frame(tables: dict, k: int = 15) -> tuple[pd.DataFrame | None, s
     """
     kern, ev = _get(tables, "kernels"), _get(tables, "events")
     if kern is not None and {"name", "total_ns"} <= set(kern.columns):
-        k_ = kern.assign(total_ns=_num(kern, "total_ns"), n=_num(kern, "n"),
-                         kernel_type=kern["kernel_type"] if "kernel_type" in kern.columns else None)
-        g = k_.groupby("name", dropna=False).agg(n=("n", "sum"), total_ns=("total_ns", "sum"),
-                                                 kernel_type=("kernel_type", "first"))
+        k_ = kern.assign(
+            total_ns=_num(kern, "total_ns"),
+            n=_num(kern, "n"),
+            kernel_type=kern["kernel_type"] if "kernel_type" in kern.columns else None,
+        )
+        g = k_.groupby("name", dropna=False).agg(
+            n=("n", "sum"), total_ns=("total_ns", "sum"), kernel_type=("kernel_type", "first")
+        )
         src = "kernels"
     elif ev is not None and {"name", "dur_ns", "is_gpu"} <= set(ev.columns):
         d = ev[ev["is_gpu"].fillna(False).astype(bool) & ev["dur_ns"].notna()]
         if not len(d):
             return None, ""
-        g = d.assign(dur_ns=_num(d, "dur_ns")).groupby("name", dropna=False).agg(n=("dur_ns", "size"),
-                                                                                    total_ns=("dur_ns", "sum"))
+        g = (
+            d.assign(dur_ns=_num(d, "dur_ns"))
+            .groupby("name", dropna=False)
+            .agg(n=("dur_ns", "size"), total_ns=("dur_ns", "sum"))
+        )
         g["kernel_type"] = None
         src = "events"
     else:
@@ -231,10 +294,14 @@ def kernels_section(tables: dict, k: int = 15) -> Section:
         return unavailable(key, title, "no GPU kernels (CPU-only trace, or `kernels` not computed yet).", intro)
     if src == "events":
         intro += " Computed from `events` (the `kernels` table is not available)."
-    spec = [("name", "kernel", lambda v: P.short(v, 240), "name"), ("kernel_type", "type", fmt_text, ""),
-            ("n", "launches", fmt_int, "num"),
-            ("total_ns", "total ms", fmt_ms, "num"), ("mean_ns", "mean µs", fmt_us, "num"),
-            ("share_pct", "% of kernel time", _pct, "num")]
+    spec = [
+        ("name", "kernel", lambda v: P.short(v, 240), "name"),
+        ("kernel_type", "type", fmt_text, ""),
+        ("n", "launches", fmt_int, "num"),
+        ("total_ns", "total ms", fmt_ms, "num"),
+        ("mean_ns", "mean µs", fmt_us, "num"),
+        ("share_pct", "% of kernel time", _pct, "num"),
+    ]
     sec = Section(key, title, intro=intro, tables=[table_view("top-kernels", top, spec)])
     plot = P.top_kernels(top)
     if plot:
@@ -245,37 +312,79 @@ def kernels_section(tables: dict, k: int = 15) -> Section:
 def collectives_section(tables: dict) -> Section:
     """Collective wait heatmap by rank × call; stragglers per rank; the calls with the most skew."""
     key, title = "collectives", "Collective wait"
-    intro = ("wait = last arrival − own arrival at each collective call, on the job clock aligned on collective "
-             "completion; the rank that arrives last is the straggler of the call.")
+    intro = (
+        "wait = last arrival − own arrival at each collective call, on the job clock aligned on collective "
+        "completion; the rank that arrives last is the straggler of the call."
+    )
     col = _get(tables, "collectives")
     if col is None:
-        return unavailable(key, title, "no `collectives` rows (single rank, no communication kernels, or not "
-                           "computed yet).", intro)
+        return unavailable(
+            key, title, "no `collectives` rows (single rank, no communication kernels, or not computed yet).", intro
+        )
     sec = Section(key, title, intro=intro)
     plot = P.collective_wait_heatmap(col)
     if plot:
         sec.plots.append(plot)
-    c = col.assign(wait_ns=_num(col, "wait_ns"), busbw=_num(col, "busbw_gbps"),
-                   last=col["is_last_arrival"].fillna(False).astype(bool) if "is_last_arrival" in col.columns else False)
-    per_rank = c.groupby("rank").agg(calls=("wait_ns", "size"), wait=("wait_ns", "sum"), last=("last", "sum"),
-                                     busbw=("busbw", "mean")).reset_index()
-    sec.tables.append(table_view("collective-ranks", per_rank, [
-        ("rank", "rank", fmt_int, "num"), ("calls", "calls", fmt_int, "num"), ("wait", "total wait ms", fmt_ms, "num"),
-        ("last", "times last to arrive", fmt_int, "num"), ("busbw", "mean bus bandwidth GB/s", _pct, "num")],
-        caption="Per rank"))
+    c = col.assign(
+        wait_ns=_num(col, "wait_ns"),
+        busbw=_num(col, "busbw_gbps"),
+        last=col["is_last_arrival"].fillna(False).astype(bool) if "is_last_arrival" in col.columns else False,
+    )
+    per_rank = (
+        c.groupby("rank")
+        .agg(calls=("wait_ns", "size"), wait=("wait_ns", "sum"), last=("last", "sum"), busbw=("busbw", "mean"))
+        .reset_index()
+    )
+    sec.tables.append(
+        table_view(
+            "collective-ranks",
+            per_rank,
+            [
+                ("rank", "rank", fmt_int, "num"),
+                ("calls", "calls", fmt_int, "num"),
+                ("wait", "total wait ms", fmt_ms, "num"),
+                ("last", "times last to arrive", fmt_int, "num"),
+                ("busbw", "mean bus bandwidth GB/s", _pct, "num"),
+            ],
+            caption="Per rank",
+        )
+    )
     if "skew_ns" in c.columns and "match_key" in c.columns:
         last_rank = c[c["last"]].groupby("match_key")["rank"].first() if c["last"].any() else pd.Series(dtype=float)
-        c = c.assign(collective=c["collective"] if "collective" in c.columns else None,
-                     msg_bytes=_num(c, "msg_bytes"), skew_ns=_num(c, "skew_ns"))
-        calls = c.groupby("match_key").agg(collective=("collective", "first"), skew=("skew_ns", "max"),
-                                           msg=("msg_bytes", "max"), n=("rank", "nunique")).reset_index()
+        c = c.assign(
+            collective=c["collective"] if "collective" in c.columns else None,
+            msg_bytes=_num(c, "msg_bytes"),
+            skew_ns=_num(c, "skew_ns"),
+        )
+        calls = (
+            c.groupby("match_key")
+            .agg(
+                collective=("collective", "first"),
+                skew=("skew_ns", "max"),
+                msg=("msg_bytes", "max"),
+                n=("rank", "nunique"),
+            )
+            .reset_index()
+        )
         calls["last_rank"] = calls["match_key"].map(last_rank)
         calls = calls.sort_values("skew", ascending=False)
-        sec.tables.append(table_view("collective-calls", calls, [
-            ("match_key", "call", fmt_text, "name"), ("collective", "collective", fmt_text, ""),
-            ("msg", "message bytes", fmt_int, "num"), ("n", "ranks", fmt_int, "num"),
-            ("skew", "skew ms", fmt_ms, "num"), ("last_rank", "last to arrive", fmt_int, "num")],
-            caption="Calls with the largest arrival skew", limit=10, total=len(calls)))
+        sec.tables.append(
+            table_view(
+                "collective-calls",
+                calls,
+                [
+                    ("match_key", "call", fmt_text, "name"),
+                    ("collective", "collective", fmt_text, ""),
+                    ("msg", "message bytes", fmt_int, "num"),
+                    ("n", "ranks", fmt_int, "num"),
+                    ("skew", "skew ms", fmt_ms, "num"),
+                    ("last_rank", "last to arrive", fmt_int, "num"),
+                ],
+                caption="Calls with the largest arrival skew",
+                limit=10,
+                total=len(calls),
+            )
+        )
     return sec
 
 
@@ -283,8 +392,10 @@ def critical_path_section(tables: dict) -> Section:
     """Critical-path attribution (share of path time per ``bound_by``), per-step lengths, longest segments."""
     key, title = "critical-path", "Critical path"
     cp = _get(tables, "critical_path")
-    intro = ("Segments of the critical path per step (HTA critical-path graph per rank; across ranks, following "
-             "collectives to the rank that arrived last) and what each is bound by.")
+    intro = (
+        "Segments of the critical path per step (HTA critical-path graph per rank; across ranks, following "
+        "collectives to the rank that arrived last) and what each is bound by."
+    )
     if cp is None or "dur_ns" not in cp.columns:
         return unavailable(key, title, "no `critical_path` rows (not computed yet for this job).", intro)
     scope = "job" if "scope" in cp.columns and (cp["scope"] == "job").any() else "rank"
@@ -299,19 +410,43 @@ def critical_path_section(tables: dict) -> Section:
         plot = P.critical_path_attribution(share)
         if plot:
             sec.plots.append(plot)
-        sec.tables.append(table_view("cp-share", share, [("bound_by", "bound by", fmt_text, ""),
-                                                         ("dur_ns", "time ms", fmt_ms, "num"), ("pct", "% of path", _pct, "num")]))
+        sec.tables.append(
+            table_view(
+                "cp-share",
+                share,
+                [
+                    ("bound_by", "bound by", fmt_text, ""),
+                    ("dur_ns", "time ms", fmt_ms, "num"),
+                    ("pct", "% of path", _pct, "num"),
+                ],
+            )
+        )
     paths = [c for c in ("step", "path_rank") if c in d.columns]
     if paths and "path_length_ns" in d.columns:
         per = d.groupby(paths).agg(length=("path_length_ns", "max"), segments=("dur_ns", "size")).reset_index()
-        sec.tables.append(table_view("cp-steps", per, [(p, p.replace("_", " "), fmt_int, "num") for p in paths]
-                                     + [("length", "path length ms", fmt_ms, "num"), ("segments", "segments", fmt_int, "num")],
-                                     caption="Per step", limit=20, total=len(per)))
+        sec.tables.append(
+            table_view(
+                "cp-steps",
+                per,
+                [(p, p.replace("_", " "), fmt_int, "num") for p in paths]
+                + [("length", "path length ms", fmt_ms, "num"), ("segments", "segments", fmt_int, "num")],
+                caption="Per step",
+                limit=20,
+                total=len(per),
+            )
+        )
     seg = d.sort_values("dur_ns", ascending=False)
-    spec = [(c, h, f, k) for c, h, f, k in [("step", "step", fmt_int, "num"), ("rank", "rank", fmt_int, "num"),
-                                           ("name", "event", lambda v: P.short(v, 240), "name"),
-                                           ("bound_by", "bound by", fmt_text, ""),
-                                           ("dur_ns", "µs", fmt_us, "num")] if c in seg.columns]
+    spec = [
+        (c, h, f, k)
+        for c, h, f, k in [
+            ("step", "step", fmt_int, "num"),
+            ("rank", "rank", fmt_int, "num"),
+            ("name", "event", lambda v: P.short(v, 240), "name"),
+            ("bound_by", "bound by", fmt_text, ""),
+            ("dur_ns", "µs", fmt_us, "num"),
+        ]
+        if c in seg.columns
+    ]
     sec.tables.append(table_view("cp-segments", seg, spec, caption="Longest segments", limit=10, total=len(seg)))
     return sec
 
@@ -327,15 +462,33 @@ def findings_section(tables: dict) -> Section:
     if "ranks" in f.columns:  # "all" rather than every rank listed
         n_ranks = _get(tables, "ranks")
         n = n_ranks["rank"].nunique() if n_ranks is not None and "rank" in n_ranks.columns else None
-        f = f.assign(ranks=[("all" if n and v is not None and len(v) == n and n > 1 else
-                             ", ".join(str(x) for x in v) if v is not None else "") for v in f["ranks"]])
-    spec = [(c, h, fn, k) for c, h, fn, k in [
-        ("rank_order", "#", fmt_int, "num"), ("title", "finding", fmt_text, ""),
-        ("est_time_lost_per_step_ns", "est. lost ms/step", fmt_ms, "num"),
-        ("recommendation", "what to do", fmt_text, ""), ("ranks", "ranks", fmt_text, ""),
-        ("confidence", "confidence", lambda v: fmt_num(v, 2), "num"),
-        ("rule", "rule", fmt_text, ""), ("metric", "metric", fmt_text, ""),
-        ("value", "value", lambda v: fmt_num(v, 2), "num")] if c in f.columns]
+        f = f.assign(
+            ranks=[
+                (
+                    "all"
+                    if n and v is not None and len(v) == n and n > 1
+                    else ", ".join(str(x) for x in v)
+                    if v is not None
+                    else ""
+                )
+                for v in f["ranks"]
+            ]
+        )
+    spec = [
+        (c, h, fn, k)
+        for c, h, fn, k in [
+            ("rank_order", "#", fmt_int, "num"),
+            ("title", "finding", fmt_text, ""),
+            ("est_time_lost_per_step_ns", "est. lost ms/step", fmt_ms, "num"),
+            ("recommendation", "what to do", fmt_text, ""),
+            ("ranks", "ranks", fmt_text, ""),
+            ("confidence", "confidence", lambda v: fmt_num(v, 2), "num"),
+            ("rule", "rule", fmt_text, ""),
+            ("metric", "metric", fmt_text, ""),
+            ("value", "value", lambda v: fmt_num(v, 2), "num"),
+        ]
+        if c in f.columns
+    ]
     sec = Section(key, title, intro=intro, tables=[table_view("findings", f, spec)])
     if "evidence_json" in f.columns:
         for r in f.head(10).to_dict(orient="records"):
@@ -352,26 +505,49 @@ def quality_section(tables: dict, validation=None) -> Section:
     """Data validation status of the job (if a report is given) and the quarantined files."""
     key, title = "data-quality", "Data quality"
     caps = _get(tables, "captures")
-    sec = Section(key, title, intro="Great Expectations suites derived from schemas/ (jobs/validate/suites.py) and "
-                  "files quarantined by normalize.")
+    sec = Section(
+        key,
+        title,
+        intro="Great Expectations suites derived from schemas/ (jobs/validate/suites.py) and "
+        "files quarantined by normalize.",
+    )
     if validation is None:
         sec.note = "Not available: no validation report attached to this report."
     else:
         job_id, _ = job_identity(tables)
         ok = validation.job_success(job_id) if job_id != "unknown" else validation.success
         sec.status = "passed" if ok else "failed"
-        rows = [{"table": k, "check": c.id, "unexpected": c.jobs.get(job_id, c.unexpected_count), "doc": c.doc}
-                for k, t in validation.tables.items() for c in t.failed if job_id in c.jobs or job_id == "unknown"]
+        rows = [
+            {"table": k, "check": c.id, "unexpected": c.jobs.get(job_id, c.unexpected_count), "doc": c.doc}
+            for k, t in validation.tables.items()
+            for c in t.failed
+            if job_id in c.jobs or job_id == "unknown"
+        ]
         if rows:
-            sec.tables.append(table_view("validation-failures", pd.DataFrame(rows), [
-                ("table", "table", fmt_text, "name"), ("check", "check", fmt_text, "name"),
-                ("unexpected", "unexpected rows", fmt_text, "num"), ("doc", "why", fmt_text, "")],
-                caption="Failed checks"))
+            sec.tables.append(
+                table_view(
+                    "validation-failures",
+                    pd.DataFrame(rows),
+                    [
+                        ("table", "table", fmt_text, "name"),
+                        ("check", "check", fmt_text, "name"),
+                        ("unexpected", "unexpected rows", fmt_text, "num"),
+                        ("doc", "why", fmt_text, ""),
+                    ],
+                    caption="Failed checks",
+                )
+            )
     if caps is not None and "status" in caps.columns:
         q = caps[caps["status"] == "quarantined"]
         if len(q):
-            sec.tables.append(table_view("quarantined", q, [("uri", "file", fmt_text, "name"),
-                                                            ("reason", "reason", fmt_text, "")], caption="Quarantined files"))
+            sec.tables.append(
+                table_view(
+                    "quarantined",
+                    q,
+                    [("uri", "file", fmt_text, "name"), ("reason", "reason", fmt_text, "")],
+                    caption="Quarantined files",
+                )
+            )
     return sec
 
 
@@ -382,20 +558,37 @@ def captures_section(tables: dict) -> Section:
     if caps is None:
         return unavailable(key, title, "no `captures` rows for this job.")
     caps = caps.sort_values([c for c in ("rank", "uri") if c in caps.columns])
-    spec = [(c, h, fn, k) for c, h, fn, k in [
-        ("rank", "rank", fmt_int, "num"), ("status", "status", fmt_text, ""), ("format", "format", fmt_text, ""),
-        ("time_base", "time base", fmt_text, ""), ("n_events", "events", fmt_int, "num"),
-        ("n_profiler_steps", "steps", fmt_int, "num"), ("size_bytes", "bytes", fmt_int, "num"),
-        ("flags", "flags", fmt_text, ""), ("uri", "file", fmt_text, "name")] if c in caps.columns]
+    spec = [
+        (c, h, fn, k)
+        for c, h, fn, k in [
+            ("rank", "rank", fmt_int, "num"),
+            ("status", "status", fmt_text, ""),
+            ("format", "format", fmt_text, ""),
+            ("time_base", "time base", fmt_text, ""),
+            ("n_events", "events", fmt_int, "num"),
+            ("n_profiler_steps", "steps", fmt_int, "num"),
+            ("size_bytes", "bytes", fmt_int, "num"),
+            ("flags", "flags", fmt_text, ""),
+            ("uri", "file", fmt_text, "name"),
+        ]
+        if c in caps.columns
+    ]
     return Section(key, title, tables=[table_view("captures", caps, spec, limit=100, total=len(caps))])
 
 
 # ----------------------------------------------------------------------------- fleet report
 
 #: Stable names of the fleet metrics (the fleet MLflow run logs exactly these).
-FLEET_METRICS = ("fleet/n_jobs", "fleet/n_ranks", "fleet/n_captures", "fleet/n_quarantined",
-                 "fleet/idle_pct_median", "fleet/idle_pct_p90", "fleet/step_time_p50_ms_median",
-                 "fleet/overlap_pct_median")
+FLEET_METRICS = (
+    "fleet/n_jobs",
+    "fleet/n_ranks",
+    "fleet/n_captures",
+    "fleet/n_quarantined",
+    "fleet/idle_pct_median",
+    "fleet/idle_pct_p90",
+    "fleet/step_time_p50_ms_median",
+    "fleet/overlap_pct_median",
+)
 
 
 def job_summary(ranks: pd.DataFrame | None, captures: pd.DataFrame | None) -> pd.DataFrame:
@@ -405,15 +598,31 @@ def job_summary(ranks: pd.DataFrame | None, captures: pd.DataFrame | None) -> pd
     keys = ["job_id", "attempt"]
     out = None
     if ranks is not None and len(ranks):
-        r = ranks.assign(**{c: _num(ranks, c) for c in ("idle_pct", "compute_pct", "overlap_pct", "step_time_p50_ns",
-                                                         "exposed_comm_ns")})
-        out = r.groupby(keys).agg(n_ranks=("rank", "nunique"), idle_pct=("idle_pct", "mean"),
-                                  compute_pct=("compute_pct", "mean"), overlap_pct=("overlap_pct", "mean"),
-                                  step_time_p50_ns=("step_time_p50_ns", "median"),
-                                  exposed_comm_ns=("exposed_comm_ns", "mean")).reset_index()
+        r = ranks.assign(
+            **{
+                c: _num(ranks, c)
+                for c in ("idle_pct", "compute_pct", "overlap_pct", "step_time_p50_ns", "exposed_comm_ns")
+            }
+        )
+        out = (
+            r.groupby(keys)
+            .agg(
+                n_ranks=("rank", "nunique"),
+                idle_pct=("idle_pct", "mean"),
+                compute_pct=("compute_pct", "mean"),
+                overlap_pct=("overlap_pct", "mean"),
+                step_time_p50_ns=("step_time_p50_ns", "median"),
+                exposed_comm_ns=("exposed_comm_ns", "mean"),
+            )
+            .reset_index()
+        )
     if captures is not None and len(captures):
         c = captures.assign(q=(captures["status"] == "quarantined").astype(int), date=captures["date"].astype(str))
-        cg = c.groupby(keys).agg(date=("date", "min"), n_captures=("uri", "size"), n_quarantined=("q", "sum")).reset_index()
+        cg = (
+            c.groupby(keys)
+            .agg(date=("date", "min"), n_captures=("uri", "size"), n_quarantined=("q", "sum"))
+            .reset_index()
+        )
         out = cg if out is None else out.merge(cg, on=keys, how="outer")
     if out is None:
         return pd.DataFrame(columns=keys + ["date"])
@@ -450,9 +659,16 @@ def fleet_daily(ranks: pd.DataFrame | None, captures: pd.DataFrame | None) -> pd
     for c in ("idle_pct", "step_time_p50_ns", "n_quarantined"):
         if c not in js.columns:
             js[c] = np.nan
-    d = js.groupby("date").agg(n_jobs=("job_id", "size"), idle_pct_median=("idle_pct", "median"),
-                               step_time_p50_ms_median=("step_time_p50_ns", "median"),
-                               n_quarantined=("n_quarantined", "sum")).reset_index()
+    d = (
+        js.groupby("date")
+        .agg(
+            n_jobs=("job_id", "size"),
+            idle_pct_median=("idle_pct", "median"),
+            step_time_p50_ms_median=("step_time_p50_ns", "median"),
+            n_quarantined=("n_quarantined", "sum"),
+        )
+        .reset_index()
+    )
     d["step_time_p50_ms_median"] = d["step_time_p50_ms_median"] / 1e6
     return d.sort_values("date").reset_index(drop=True)
 
@@ -477,39 +693,67 @@ def fleet_sections(ranks, captures, steps=None, findings=None, top: int = 10) ->
     captures = captures if isinstance(captures, pd.DataFrame) and len(captures) else None
     secs = []
     daily = fleet_daily(ranks, captures)
-    trend = Section("trends", "Trends over time", intro="Per capture date: median over jobs of the job's mean GPU "
-                    "idle % (HTA temporal breakdown) and median step time; jobs captured that day.")
+    trend = Section(
+        "trends",
+        "Trends over time",
+        intro="Per capture date: median over jobs of the job's mean GPU "
+        "idle % (HTA temporal breakdown) and median step time; jobs captured that day.",
+    )
     plot = P.fleet_trends(daily) if len(daily) else None
     if plot:
         trend.plots.append(plot)
     if len(daily):
-        trend.tables.append(table_view("daily", daily, [
-            ("date", "date", fmt_text, ""), ("n_jobs", "jobs", fmt_int, "num"),
-            ("idle_pct_median", "GPU idle % (median job)", _pct, "num"),
-            ("step_time_p50_ms_median", "step time ms (median job)", lambda v: fmt_num(v, 2), "num"),
-            ("n_quarantined", "files quarantined", fmt_int, "num")]))
+        trend.tables.append(
+            table_view(
+                "daily",
+                daily,
+                [
+                    ("date", "date", fmt_text, ""),
+                    ("n_jobs", "jobs", fmt_int, "num"),
+                    ("idle_pct_median", "GPU idle % (median job)", _pct, "num"),
+                    ("step_time_p50_ms_median", "step time ms (median job)", lambda v: fmt_num(v, 2), "num"),
+                    ("n_quarantined", "files quarantined", fmt_int, "num"),
+                ],
+            )
+        )
     else:
         trend.note, trend.status = "Not available: no analyzed jobs yet.", "unavailable"
     secs.append(trend)
 
     js = job_summary(ranks, captures)
     worst = Section("worst-offenders", "Worst offenders", intro=f"Top {top} per criterion.")
-    job_spec = [("job_id", "job", fmt_text, "name"), ("attempt", "attempt", fmt_int, "num"), ("date", "date", fmt_text, ""),
-                ("n_ranks", "ranks", fmt_int, "num"), ("idle_pct", "GPU idle %", _pct, "num"),
-                ("overlap_pct", "overlap %", _pct, "num"), ("step_time_p50_ns", "step p50 ms", fmt_ms, "num"),
-                ("exposed_comm_ns", "exposed comm ms", fmt_ms, "num")]
+    job_spec = [
+        ("job_id", "job", fmt_text, "name"),
+        ("attempt", "attempt", fmt_int, "num"),
+        ("date", "date", fmt_text, ""),
+        ("n_ranks", "ranks", fmt_int, "num"),
+        ("idle_pct", "GPU idle %", _pct, "num"),
+        ("overlap_pct", "overlap %", _pct, "num"),
+        ("step_time_p50_ns", "step p50 ms", fmt_ms, "num"),
+        ("exposed_comm_ns", "exposed comm ms", fmt_ms, "num"),
+    ]
     if "idle_pct" in js.columns and js["idle_pct"].notna().any():
         d = js[js["idle_pct"].notna()].sort_values("idle_pct", ascending=False)
-        worst.tables.append(table_view("worst-idle", d, job_spec, caption="Jobs with the most GPU idle time",
-                                       limit=top, total=len(d)))
+        worst.tables.append(
+            table_view("worst-idle", d, job_spec, caption="Jobs with the most GPU idle time", limit=top, total=len(d))
+        )
     if "step_time_p50_ns" in js.columns and js["step_time_p50_ns"].notna().any():
         d = js[js["step_time_p50_ns"].notna()].sort_values("step_time_p50_ns", ascending=False)
-        worst.tables.append(table_view("worst-step", d, job_spec, caption="Jobs with the longest median step",
-                                       limit=top, total=len(d)))
+        worst.tables.append(
+            table_view("worst-step", d, job_spec, caption="Jobs with the longest median step", limit=top, total=len(d))
+        )
     if "exposed_comm_ns" in js.columns and js["exposed_comm_ns"].fillna(0).gt(0).any():
         d = js[js["exposed_comm_ns"].fillna(0) > 0].sort_values("exposed_comm_ns", ascending=False)
-        worst.tables.append(table_view("worst-exposed", d, job_spec, caption="Jobs with the most exposed communication "
-                                       "(mean per rank, whole trace)", limit=top, total=len(d)))
+        worst.tables.append(
+            table_view(
+                "worst-exposed",
+                d,
+                job_spec,
+                caption="Jobs with the most exposed communication (mean per rank, whole trace)",
+                limit=top,
+                total=len(d),
+            )
+        )
     if ranks is not None and "step_time_p50_ns" in ranks.columns:
         r = ranks.assign(p50=_num(ranks, "step_time_p50_ns"))
         r = r[r["p50"].notna()]
@@ -519,22 +763,60 @@ def fleet_sections(ranks, captures, steps=None, findings=None, top: int = 10) ->
         if len(r):
             r["ratio"] = r["p50"] / r["job_median"]
             r = r.sort_values("ratio", ascending=False)
-            worst.tables.append(table_view("stragglers", r, [
-                ("job_id", "job", fmt_text, "name"), ("rank", "rank", fmt_int, "num"), ("p50", "step p50 ms", fmt_ms, "num"),
-                ("job_median", "job median ms", fmt_ms, "num"), ("ratio", "× job median", lambda v: fmt_num(v, 2), "num")],
-                caption="Straggler ranks (median step time relative to their job's median rank)", limit=top, total=len(r)))
+            worst.tables.append(
+                table_view(
+                    "stragglers",
+                    r,
+                    [
+                        ("job_id", "job", fmt_text, "name"),
+                        ("rank", "rank", fmt_int, "num"),
+                        ("p50", "step p50 ms", fmt_ms, "num"),
+                        ("job_median", "job median ms", fmt_ms, "num"),
+                        ("ratio", "× job median", lambda v: fmt_num(v, 2), "num"),
+                    ],
+                    caption="Straggler ranks (median step time relative to their job's median rank)",
+                    limit=top,
+                    total=len(r),
+                )
+            )
     if captures is not None:
         q = captures[captures["status"] == "quarantined"]
         if len(q):
-            worst.tables.append(table_view("quarantined", q, [("job_id", "job", fmt_text, "name"), ("uri", "file", fmt_text, "name"),
-                                                              ("reason", "reason", fmt_text, "")],
-                                           caption="Quarantined files", limit=top, total=len(q)))
+            worst.tables.append(
+                table_view(
+                    "quarantined",
+                    q,
+                    [
+                        ("job_id", "job", fmt_text, "name"),
+                        ("uri", "file", fmt_text, "name"),
+                        ("reason", "reason", fmt_text, ""),
+                    ],
+                    caption="Quarantined files",
+                    limit=top,
+                    total=len(q),
+                )
+            )
     if isinstance(findings, pd.DataFrame) and len(findings) and "est_time_lost_per_step_ns" in findings.columns:
         f = findings.assign(est=_num(findings, "est_time_lost_per_step_ns")).sort_values("est", ascending=False)
-        worst.tables.append(table_view("top-findings", f, [(c, h, fn, k) for c, h, fn, k in [
-            ("job_id", "job", fmt_text, "name"), ("title", "finding", fmt_text, ""), ("rule", "rule", fmt_text, "name"),
-            ("est", "est. lost ms/step", fmt_ms, "num")] if c in f.columns or c == "est"],
-            caption="Findings with the most estimated time lost", limit=top, total=len(f)))
+        worst.tables.append(
+            table_view(
+                "top-findings",
+                f,
+                [
+                    (c, h, fn, k)
+                    for c, h, fn, k in [
+                        ("job_id", "job", fmt_text, "name"),
+                        ("title", "finding", fmt_text, ""),
+                        ("rule", "rule", fmt_text, "name"),
+                        ("est", "est. lost ms/step", fmt_ms, "num"),
+                    ]
+                    if c in f.columns or c == "est"
+                ],
+                caption="Findings with the most estimated time lost",
+                limit=top,
+                total=len(f),
+            )
+        )
     if not worst.tables:
         worst.note, worst.status = "Not available: no analyzed jobs yet.", "unavailable"
     secs.append(worst)
@@ -546,9 +828,11 @@ def fleet_sections(ranks, captures, steps=None, findings=None, top: int = 10) ->
 
 def comparison_subtitle(c) -> str:
     """Ranks and steps used for per-step normalization on each side."""
-    return (f"A = {c.a_label}: {c.a_ranks} rank(s), {fmt_num(c.a_steps, 1)} step(s)/rank · "
-            f"B = {c.b_label}: {c.b_ranks} rank(s), {fmt_num(c.b_steps, 1)} step(s)/rank · "
-            "ms/step is per rank and step: the mean over ranks, and the slowest rank's")
+    return (
+        f"A = {c.a_label}: {c.a_ranks} rank(s), {fmt_num(c.a_steps, 1)} step(s)/rank · "
+        f"B = {c.b_label}: {c.b_ranks} rank(s), {fmt_num(c.b_steps, 1)} step(s)/rank · "
+        "ms/step is per rank and step: the mean over ranks, and the slowest rank's"
+    )
 
 
 def comparison_cards(c) -> list[dict]:
@@ -564,37 +848,63 @@ def comparison_cards(c) -> list[dict]:
 def comparison_sections(c, limit: int = 25) -> list[Section]:
     """Metric deltas, largest per-step time changes, kernels/ops by status, findings appeared/cleared."""
     secs = []
-    m = Section("metrics", "Metric deltas", intro="Job metrics with the MLflow names of jobs/publish/tracking.py; Δ = B − A.")
+    m = Section(
+        "metrics", "Metric deltas", intro="Job metrics with the MLflow names of jobs/publish/tracking.py; Δ = B − A."
+    )
     if len(c.metrics):
-        m.tables.append(table_view("metric-deltas", c.metrics, [
-            ("metric", "metric", fmt_text, "name"), ("a", "A", fmt_smart, "num"),
-            ("b", "B", fmt_smart, "num"), ("delta", "Δ", fmt_smart, "num"),
-            ("delta_pct", "Δ %", _pct, "num")]))
+        m.tables.append(
+            table_view(
+                "metric-deltas",
+                c.metrics,
+                [
+                    ("metric", "metric", fmt_text, "name"),
+                    ("a", "A", fmt_smart, "num"),
+                    ("b", "B", fmt_smart, "num"),
+                    ("delta", "Δ", fmt_smart, "num"),
+                    ("delta_pct", "Δ %", _pct, "num"),
+                ],
+            )
+        )
     else:
         m.note, m.status = "Not available: neither job has `ranks` rows.", "unavailable"
     secs.append(m)
-    ops = Section("ops", "Kernels and ops", intro=(
-        "Per name, from `events`: calls and duration per rank and ProfilerStep, the mean over ranks "
-        "(a rank without the name counts 0) and the max over ranks. Kernels are device activity "
-        "(not gpu_user_annotation spans); ops are host cpu_op events (not ProfilerStep#N). "
-        f"slower/faster: |Δ| ≥ {c.min_rel * 100:.0f}% and ≥ {c.min_abs_ns / 1e3:.0f} µs per step."))
+    ops = Section(
+        "ops",
+        "Kernels and ops",
+        intro=(
+            "Per name, from `events`: calls and duration per rank and ProfilerStep, the mean over ranks "
+            "(a rank without the name counts 0) and the max over ranks. Kernels are device activity "
+            "(not gpu_user_annotation spans); ops are host cpu_op events (not ProfilerStep#N). "
+            f"slower/faster: |Δ| ≥ {c.min_rel * 100:.0f}% and ≥ {c.min_abs_ns / 1e3:.0f} µs per step."
+        ),
+    )
     plot = P.op_deltas(c.ops)
     if plot:
         ops.plots.append(plot)
-    spec = [("group", "kind", fmt_text, ""), ("name", "name", lambda v: P.short(v, 240), "name"),
-            ("a_n_per_step", "A calls/step", lambda v: fmt_num(v, 1), "num"),
-            ("b_n_per_step", "B calls/step", lambda v: fmt_num(v, 1), "num"),
-            ("a_ns_per_step", "A ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"),
-            ("b_ns_per_step", "B ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"),
-            ("delta_ns_per_step", "Δ ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"), ("delta_pct", "Δ %", _pct, "num"),
-            ("a_max_rank_ns_per_step", "A ms/step (max rank)", lambda v: fmt_ms(v, 3), "num"),
-            ("b_max_rank_ns_per_step", "B ms/step (max rank)", lambda v: fmt_ms(v, 3), "num")]
-    for status, caption in (("added", "Added in B"), ("removed", "Removed in B"), ("slower", "Slower in B"),
-                            ("faster", "Faster in B")):
+    spec = [
+        ("group", "kind", fmt_text, ""),
+        ("name", "name", lambda v: P.short(v, 240), "name"),
+        ("a_n_per_step", "A calls/step", lambda v: fmt_num(v, 1), "num"),
+        ("b_n_per_step", "B calls/step", lambda v: fmt_num(v, 1), "num"),
+        ("a_ns_per_step", "A ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"),
+        ("b_ns_per_step", "B ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"),
+        ("delta_ns_per_step", "Δ ms/step (mean rank)", lambda v: fmt_ms(v, 3), "num"),
+        ("delta_pct", "Δ %", _pct, "num"),
+        ("a_max_rank_ns_per_step", "A ms/step (max rank)", lambda v: fmt_ms(v, 3), "num"),
+        ("b_max_rank_ns_per_step", "B ms/step (max rank)", lambda v: fmt_ms(v, 3), "num"),
+    ]
+    for status, caption in (
+        ("added", "Added in B"),
+        ("removed", "Removed in B"),
+        ("slower", "Slower in B"),
+        ("faster", "Faster in B"),
+    ):
         d = c.ops[c.ops["status"] == status] if len(c.ops) else c.ops
         if len(d):
             d = d.reindex(d["delta_ns_per_step"].abs().sort_values(ascending=False).index)
-            ops.tables.append(table_view(f"ops-{status}", d, spec, caption=f"{caption} ({len(d)})", limit=limit, total=len(d)))
+            ops.tables.append(
+                table_view(f"ops-{status}", d, spec, caption=f"{caption} ({len(d)})", limit=limit, total=len(d))
+            )
     if not ops.tables:
         ops.note = "No kernel or op changed beyond the thresholds." if len(c.ops) else "Not available: no events."
     secs.append(ops)
@@ -603,14 +913,26 @@ def comparison_sections(c, limit: int = 25) -> list[Section]:
         for status in ("appeared", "cleared", "persisting"):
             d = c.findings[c.findings["status"] == status]
             if len(d):
-                f.tables.append(table_view(f"findings-{status}", d, [
-                    ("finding_id", "finding", fmt_text, "name"), ("title", "title", fmt_text, ""),
-                    ("a_est_ns", "A est. lost ms/step", fmt_ms, "num"), ("b_est_ns", "B est. lost ms/step", fmt_ms, "num")],
-                    caption=f"{status} ({len(d)})"))
+                f.tables.append(
+                    table_view(
+                        f"findings-{status}",
+                        d,
+                        [
+                            ("finding_id", "finding", fmt_text, "name"),
+                            ("title", "title", fmt_text, ""),
+                            ("a_est_ns", "A est. lost ms/step", fmt_ms, "num"),
+                            ("b_est_ns", "B est. lost ms/step", fmt_ms, "num"),
+                        ],
+                        caption=f"{status} ({len(d)})",
+                    )
+                )
     else:
         f.note, f.status = "Not available: no `findings` rows for either job.", "unavailable"
     secs.append(f)
     if c.notes:
-        secs.append(Section("notes", "Notes", details=[{"summary": "how this comparison was computed",
-                                                        "text": "\n".join(c.notes)}]))
+        secs.append(
+            Section(
+                "notes", "Notes", details=[{"summary": "how this comparison was computed", "text": "\n".join(c.notes)}]
+            )
+        )
     return secs
