@@ -24,9 +24,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-## test: lint, then the whole test suite (what CI runs)
+## test: lint, then the whole test suite on two xdist workers (what CI runs; tests/conftest.py says how the
+## work is spread), the 25 slowest steps printed
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 ## test-fast: unit tests only
 test-fast: setup

@@ -1,6 +1,7 @@
 """tracelake_ingest — every hour: the captures committed in the hour → warehouse → MLflow.
 
-The interval length and bounds can be changed with ``$TRACELAKE_INGEST_SCHEDULE`` (cron),
+The interval length and bounds can be changed with ``$TRACELAKE_INGEST_SCHEDULE`` (cron, or an ISO 8601
+duration such as ``PT20S``),
 ``$TRACELAKE_INGEST_START`` and ``$TRACELAKE_INGEST_END`` (:func:`jobs.pipeline.settings.ingest_schedule`).
 
 One task per declared stage of :data:`jobs.pipeline.stages.INGEST` (the stages ``tracelake run``
@@ -21,18 +22,20 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Asset, CronDataIntervalTimetable, dag, task
+from airflow.sdk import Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from jobs.pipeline import settings as cfg
 from jobs.pipeline.operators import TracelakeSparkSubmitOperator
 from jobs.pipeline.stages import INGEST, ValidationFailed, check_validation, discover_interval, run_stage
 
-INGEST_CRON, INGEST_START, INGEST_END = cfg.ingest_schedule()  # hourly from 2026-01-01 unless the environment says
+INGEST_SCHEDULE, INGEST_START, INGEST_END = cfg.ingest_schedule()  # hourly from 2026-01-01 unless the environment says
 
 
 @dag(
-    schedule=CronDataIntervalTimetable(INGEST_CRON, timezone="UTC"),
+    schedule=CronDataIntervalTimetable(INGEST_SCHEDULE, timezone="UTC")
+    if isinstance(INGEST_SCHEDULE, str)
+    else DeltaDataIntervalTimetable(INGEST_SCHEDULE),
     start_date=INGEST_START,
     end_date=INGEST_END,
     catchup=False,  # a run covers every interval since the last successful one (settings.ingest_interval)

@@ -1,10 +1,38 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures, and how the suite is spread over pytest-xdist's workers.
+
+``make test`` runs ``pytest -n 2 --dist loadgroup``: every test file is one unit of work (its module-scoped
+fixtures run once), except the files marked ``pytest.mark.xdist_group(NAME)``, which share one worker with the
+other files of that group, so that a session-scoped fixture they share is built once. The groups in
+:data:`FIRST` are handed out first (the longest work first, so that no worker is left with a long tail).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+#: xdist groups handed out before every other unit of work, in this order: the real stack (Airflow, a Spark
+#: cluster, S3, MLflow servers) and the tests over the whole torch corpus' warehouse (``corpus_warehouse``).
+FIRST = ("stack", "corpus")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which appends the group to each test's id
+def pytest_collection_modifyitems(config, items):
+    """One xdist group per test file unless the file names one; the groups of :data:`FIRST` first."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        if not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+    def order(item) -> int:
+        mark = next(item.iter_markers("xdist_group"))
+        group = mark.args[0] if mark.args else mark.kwargs.get("name")
+        return FIRST.index(group) if group in FIRST else len(FIRST)
+
+    items.sort(key=order)  # stable: collection order within each rank
+
 
 #: Read-only corpus of real traces (../shared/corpus relative to the repo root); never copied into the repo.
 CORPUS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from jobs.pipeline.stages import RunSettings
@@ -58,19 +58,24 @@ INGEST_CRON = "@hourly"
 INGEST_START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def ingest_schedule(environ=None) -> tuple[str, datetime, datetime | None]:
-    """``(cron, start_date, end_date)`` of ``tracelake_ingest``, read when the DAG file is parsed.
+def ingest_schedule(environ=None) -> tuple[str | timedelta, datetime, datetime | None]:
+    """``(schedule, start_date, end_date)`` of ``tracelake_ingest``, read when the DAG file is parsed.
 
-    ``$TRACELAKE_INGEST_SCHEDULE`` (a cron expression, UTC; default :data:`INGEST_CRON`) sets the length
-    of the data intervals; ``$TRACELAKE_INGEST_START`` / ``$TRACELAKE_INGEST_END`` (ISO 8601; naive times
-    are UTC) bound them (default :data:`INGEST_START`, no end). Set them in the environment of the
-    dag-processor and the workers (e.g. ``infra/local/airflow.sh start``).
+    ``$TRACELAKE_INGEST_SCHEDULE`` sets the data intervals: a cron expression (UTC; default
+    :data:`INGEST_CRON`), returned as text, or an ISO 8601 duration such as ``PT20S`` (intervals of that
+    length from the start, down to seconds, which cron cannot express), returned as a ``timedelta``;
+    ``$TRACELAKE_INGEST_START`` / ``$TRACELAKE_INGEST_END`` (ISO 8601; naive times are UTC) bound them
+    (default :data:`INGEST_START`, no end). Set them in the environment of the dag-processor and the
+    workers (e.g. ``infra/local/airflow.sh start``).
 
     Raises:
-        ValueError: a bound is not ISO 8601, or the end is not after the start (names the variable).
+        ValueError: a bound is not ISO 8601, a duration is not positive, or the end is not after the
+            start (names the variable).
     """
     environ = os.environ if environ is None else environ
-    cron = environ.get("TRACELAKE_INGEST_SCHEDULE") or INGEST_CRON
+    schedule: str | timedelta = environ.get("TRACELAKE_INGEST_SCHEDULE") or INGEST_CRON
+    if schedule.startswith("P"):  # an ISO 8601 duration; a cron expression never starts with P
+        schedule = _duration("TRACELAKE_INGEST_SCHEDULE", schedule)
     bounds = []
     for var, default in (("TRACELAKE_INGEST_START", INGEST_START), ("TRACELAKE_INGEST_END", None)):
         text = environ.get(var)
@@ -87,7 +92,20 @@ def ingest_schedule(environ=None) -> tuple[str, datetime, datetime | None]:
         raise ValueError(
             f"$TRACELAKE_INGEST_END ({end.isoformat()}) must be after $TRACELAKE_INGEST_START ({start.isoformat()})"
         )
-    return cron, start, end
+    return schedule, start, end
+
+
+def _duration(var: str, text: str) -> timedelta:
+    """``text`` (an ISO 8601 duration, e.g. ``PT20S``) as a positive timedelta; ValueError naming ``$var``."""
+    import pendulum  # Airflow's own date library (a dependency of it): parses ISO 8601 durations
+
+    try:
+        parsed = pendulum.parse(text)
+    except ValueError as exc:  # pendulum's ParserError is a ValueError
+        raise ValueError(f"${var} must be a cron expression or an ISO 8601 duration, got {text!r}") from exc
+    if not isinstance(parsed, timedelta) or parsed.total_seconds() <= 0:
+        raise ValueError(f"${var} must be a positive ISO 8601 duration, got {text!r}")
+    return timedelta(seconds=parsed.total_seconds())
 
 
 def home() -> Path:

@@ -336,14 +336,20 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
     assert fruns[0].data.metrics["fleet/n_jobs"] == len(JOBS)  # jobs.publish.reports's metric names
 
 
-def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, landing, spark, tmp_path):
-    """The scheduled path and ``tracelake run`` over the same interval: equal warehouse tables (content
-    digests) and equal MLflow content per job (params, metrics, tags, status, artifact names)."""
+def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, landing, tmp_path):
+    """The scheduled path (its stages spark-submitted) and ``tracelake run`` on its default local executor over
+    the same interval: equal warehouse tables (content digests) and equal MLflow content per job (params,
+    metrics, tags, status, artifact names)."""
     from jobs.pipeline.run import run_pipeline
 
     wh = tmp_path / "warehouse"
     res = run_pipeline(
-        str(landing), str(wh), tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", spark=spark, since=SINCE, until=UNTIL
+        str(landing),
+        str(wh),
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        executor="local",
+        since=SINCE,
+        until=UNTIL,
     )
     assert res.job_ids == JOBS
     dag_wh = dag_runs["warehouse"]

@@ -23,6 +23,8 @@ import pyarrow.dataset as ds
 import pytest
 from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 NEURON = SHARED / "corpus" / "neuron" / "AnchovyPark__npu_profiling_code"
 DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+
 MS = 1_000_000
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
 
 
 def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):

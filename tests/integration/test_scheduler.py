@@ -6,8 +6,9 @@ dag-processor, triggerer, api-server; LocalExecutor), ``infra/local/spark.sh`` (
 the ``spark_tracelake`` connection points there, so every Spark stage is a spark-submit whose executors
 are other JVMs and Python workers), SeaweedFS (S3 with real credentials, read by the DAG through the
 Variable ``tracelake_storage_options``) and ``infra/local/mlflow.sh``. The DAG files are ``dags/`` as
-shipped; the environment gives the ingest DAG one-minute intervals (``$TRACELAKE_INGEST_SCHEDULE``,
-``_START``, ``_END``: :func:`jobs.pipeline.settings.ingest_schedule`) and 20 s between task retries.
+shipped; the environment gives the ingest DAG intervals of a few seconds (``$TRACELAKE_INGEST_SCHEDULE`` as an
+ISO 8601 duration, ``_START``, ``_END``: :func:`jobs.pipeline.settings.ingest_schedule`) and 5 s between task
+retries.
 
 Captures land in three consecutive intervals: a real 2-rank gloo DDP job through ``capture_hooks`` (S3
 sink), corpus DLRM ranks uploaded with schema-valid manifests, and one capture created (trace and
@@ -17,7 +18,7 @@ of the three intervals (``airflow backfill create``, one run at a time) runs the
 each ``publish`` emits the warehouse Asset, which triggers the fleet report.
 
 Faults, one per interval, injected while the backfill runs:
-1. interval 1, as soon as ``normalize`` runs: the S3 server is stopped for 30 s. The task must fail (the
+1. interval 1, as soon as ``normalize`` runs: the S3 server is stopped for 15 s. The task must fail (the
    landing zone cannot be read: :mod:`jobs.landing.store`; nothing may be quarantined) and its retry succeed.
 2. interval 2, while ``analyze``'s executors run: ``kill -9`` of one Spark worker with its executor and
    Python workers (a lost node); Spark reruns the lost tasks, or the Airflow task retries. The worker is
@@ -30,24 +31,26 @@ zone (per-partition digests, fleet tables, MLflow params/metrics/tags/artifacts)
 be in ``captures`` exactly once. Every job's partitions are written by the run of the interval that last
 touched it (ddp by interval 1, late by 2, dlrm by 3), so this one comparison checks what each fault left.
 
-*Why the intervals are one minute.* A capture's commit time is its manifest's ``LastModified`` on the
+*Why the intervals are seconds long.* A capture's commit time is its manifest's ``LastModified`` on the
 store (``jobs/landing/interval.py``), the S3 server's own clock: a test cannot commit into a past hour,
-and three real hourly intervals would take three hours.
+and three real hourly intervals would take three hours. Each interval is as long as interval 1's landing
+needs (the DDP training, at least 15 s); Airflow starts with that timetable while intervals 2 and 3 land.
 
-About 16 minutes on 2 shared cores (cluster and Airflow start, landing 3.5-4 min, 2.7-3.3 min per interval
-on the cluster with the faults' retries, the ``tracelake run`` ~1 min). Timings (wall time per interval, queued→running, gaps between tasks, from
+Timings (wall time per interval, queued→running, gaps between tasks, from
 the metadata DB) and what each fault did go to ``timings.json`` in the test's temp folder and to stdout.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -60,7 +63,8 @@ from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
 from jobs.pipeline.stages import INGEST
 
-pytestmark = pytest.mark.integration
+# the module's fixture (Airflow, the landing, the backfill through its faults) runs in its first test's time
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -73,8 +77,10 @@ INGEST_DAG = "tracelake_ingest"
 #: Longest wait for the backfill and the fleet report, faults included (2 cores shared).
 RUNS_TIMEOUT_S = 1800
 #: How long the S3 server stays down, and the DAGs' delay between task retries.
-S3_DOWN_S = 30
-RETRY_DELAY_S = 20
+S3_DOWN_S = 15
+RETRY_DELAY_S = 5
+#: The shortest interval: the uploads of intervals 2 and 3 take a few seconds.
+MIN_INTERVAL_S = 15
 #: The DAGs' S3 client: few retries and short timeouts, so that a request to a stopped server fails in
 #: seconds (the default retries for about 10 s, and a read in flight waits 60 s).
 S3_CLIENT = {
@@ -84,8 +90,8 @@ S3_CLIENT = {
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def _minute(t: datetime) -> datetime:
-    return t.replace(second=0, microsecond=0)
+def _second(t: datetime) -> datetime:
+    return t.replace(microsecond=0)
 
 
 def _sleep_until(t: datetime) -> None:
@@ -351,10 +357,10 @@ def mlflow_server(tmp_path_factory):
 def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # noqa: F811
     """Airflow on the cluster, captures landed in three intervals, the backfill run through the faults."""
     tmp = tmp_path_factory.mktemp("scheduler")
-    # the intervals: [m0, m1), [m1, m2), [m2, m3) from the first whole minute at least 45 s away (Airflow starts
-    # meanwhile, ~25 s)
-    first = _minute(datetime.now(UTC) + timedelta(seconds=45)) + timedelta(minutes=1)
-    marks = [first + timedelta(minutes=k) for k in range(4)]
+    # the intervals [m0, m1), [m1, m2), [m2, m3), each DELTA long: m0 is the next whole second; DELTA is fixed once
+    # interval 1 has landed (the DDP training: its manifests must commit before m1), then Airflow starts with that
+    # timetable while intervals 2 and 3 land
+    marks = [_second(datetime.now(UTC)) + timedelta(seconds=1)]
     wh = tmp / "warehouse"
     home = tmp / "airflow"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_", "AWS_"))}
@@ -370,9 +376,6 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         GX_ANALYTICS_ENABLED="false",
         TRACELAKE_SPARK_MASTER=cluster.url,
         PYSPARK_PYTHON=PYTHON,
-        TRACELAKE_INGEST_SCHEDULE="* * * * *",
-        TRACELAKE_INGEST_START=marks[0].isoformat(),
-        TRACELAKE_INGEST_END=marks[2].isoformat(),  # the unpaused DAG schedules nothing beyond the backfill
         TRACELAKE_TASK_RETRIES="2",
         TRACELAKE_TASK_RETRY_DELAY_S=str(RETRY_DELAY_S),
         TRACELAKE_SPARK_CONF=json.dumps(
@@ -395,9 +398,8 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         assert res.returncode == 0, res.stderr[-4000:]
 
     schedulers: list[int] = []  # every scheduler pid: the killed one's group (its forked task processes) too
+    starting = None
     try:
-        start_airflow()
-        schedulers.append(int((home / "scheduler.pid").read_text()))
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3.storage_options)
         dlrm = [next(torch_corpus.glob(DLRM.format(r=r))) for r in range(3)]
         from jobs.demo.train_ddp import run_demo_training
@@ -413,6 +415,14 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         finally:
             for k, v in old.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        delta = max(MIN_INTERVAL_S, math.ceil((datetime.now(UTC) - marks[0]).total_seconds()) + 2)
+        marks += [marks[0] + timedelta(seconds=k * delta) for k in (1, 2, 3)]
+        env.update(
+            TRACELAKE_INGEST_SCHEDULE=f"PT{delta}S",  # sub-minute intervals: a duration, not cron
+            TRACELAKE_INGEST_START=marks[0].isoformat(),
+            TRACELAKE_INGEST_END=marks[2].isoformat(),  # the unpaused DAG schedules nothing beyond the backfill
+        )
+        starting = ThreadPoolExecutor(1).submit(start_airflow)  # ~25 s, while intervals 2 and 3 land
         # interval 2: DLRM ranks 0 and 1, and the late capture's manifest (created in interval 1)
         _sleep_until(marks[1] + timedelta(seconds=1))
         for r in (0, 1):
@@ -422,6 +432,8 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         _sleep_until(marks[2] + timedelta(seconds=1))
         _upload_capture(fs, "dlrm", 2, 3, dlrm[2], datetime.now(UTC))
         _sleep_until(marks[3] + timedelta(seconds=1))
+        starting.result()
+        schedulers.append(int((home / "scheduler.pid").read_text()))
 
         fs.invalidate_cache()
         committed = {
@@ -430,7 +442,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
             if p.endswith("/manifest.json")
         }
         late_commit = committed[f"{late}/manifest.json"]
-        assert _minute(late_created) == marks[0] and marks[1] <= late_commit < marks[2], (late_created, late_commit)
+        assert marks[0] <= late_created < marks[1] <= late_commit < marks[2], (marks, late_created, late_commit)
         assert all(marks[0] <= t < marks[3] for t in committed.values()), committed
 
         t0 = time.perf_counter()
@@ -508,6 +520,8 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
             "storage_options": s3.storage_options,
         }
     finally:
+        if starting is not None:
+            starting.exception()  # waits: stop only what has finished starting
         subprocess.run([*sh, "stop", "--port", str(port)], env=env, capture_output=True, timeout=300)
         for pid in schedulers:  # last resort: `stop` signals every group airflow.sh started (<home>/*.groups)
             if group_alive(pid):
@@ -599,10 +613,10 @@ def test_the_late_capture_is_ingested_once_by_the_interval_it_landed_in(schedule
     assert "ddp" in records[marks[0].isoformat()], records
 
 
-def test_scheduled_backfill_equals_one_tracelake_run(scheduled, spark, tmp_path):
-    """Three scheduled intervals and one ``tracelake run`` over the whole landing zone leave equal warehouse
-    tables (per-partition digests), equal fleet tables and equal MLflow runs (params, metrics, tags, status,
-    artifact names)."""
+def test_scheduled_backfill_equals_one_tracelake_run(scheduled, tmp_path):
+    """Three scheduled intervals on the Spark cluster and one ``tracelake run`` over the whole landing zone on its
+    default local executor leave equal warehouse tables (per-partition digests), equal fleet tables and equal
+    MLflow runs (params, metrics, tags, status, artifact names)."""
     from jobs.pipeline.run import run_pipeline
 
     wh = tmp_path / "warehouse"
@@ -612,10 +626,10 @@ def test_scheduled_backfill_equals_one_tracelake_run(scheduled, spark, tmp_path)
         str(wh),
         tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
         storage_options=scheduled["storage_options"],
-        spark=spark,
+        executor="local",
     )
     cli_s = time.perf_counter() - t0
-    print(f"\ntracelake run over the same landing zone (in-process, shared local[2] session): {cli_s:.1f} s")
+    print(f"\ntracelake run over the same landing zone (in-process, local executor): {cli_s:.1f} s")
     (scheduled["tmp"] / "tracelake_run_s.txt").write_text(f"{cli_s:.1f}\n")
     assert res.job_ids == ["ddp", "dlrm", "late"]
     sched_wh = scheduled["warehouse"]

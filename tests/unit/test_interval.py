@@ -154,6 +154,12 @@ def test_ingest_schedule_defaults_to_hourly_and_reads_the_environment():
         datetime(2026, 3, 1, 10, tzinfo=UTC),
         datetime(2026, 3, 1, 12, tzinfo=UTC),
     )
+    # an ISO 8601 duration: intervals of that length (sub-minute too), which cron cannot express
+    assert ingest_schedule({"TRACELAKE_INGEST_SCHEDULE": "PT20S"})[0] == timedelta(seconds=20)
+    assert ingest_schedule({"TRACELAKE_INGEST_SCHEDULE": "PT1H30M"})[0] == timedelta(minutes=90)
+    for bad in ("PT0S", "P-soon"):
+        with pytest.raises(ValueError, match=r"\$TRACELAKE_INGEST_SCHEDULE must be a"):
+            ingest_schedule({"TRACELAKE_INGEST_SCHEDULE": bad})
     with pytest.raises(ValueError, match=r"\$TRACELAKE_INGEST_START must be an ISO 8601 time, got 'yesterday'"):
         ingest_schedule({"TRACELAKE_INGEST_START": "yesterday"})
     with pytest.raises(ValueError, match=r"\$TRACELAKE_INGEST_END .* must be after"):
