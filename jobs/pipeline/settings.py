@@ -71,23 +71,29 @@ def ingest_schedule(environ=None) -> tuple[str, datetime, datetime | None]:
     """
     environ = os.environ if environ is None else environ
     cron = environ.get("TRACELAKE_INGEST_SCHEDULE") or INGEST_CRON
-    bounds = []
-    for var, default in (("TRACELAKE_INGEST_START", INGEST_START), ("TRACELAKE_INGEST_END", None)):
-        text = environ.get(var)
-        if not text:
-            bounds.append(default)
-            continue
-        try:
-            t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise ValueError(f"${var} must be an ISO 8601 time, got {text!r}") from exc
-        bounds.append(t if t.tzinfo else t.replace(tzinfo=UTC))
-    start, end = bounds
+    start = _env_time(environ, "TRACELAKE_INGEST_START") or INGEST_START
+    end = _env_time(environ, "TRACELAKE_INGEST_END")
     if end is not None and end <= start:
         raise ValueError(
             f"$TRACELAKE_INGEST_END ({end.isoformat()}) must be after $TRACELAKE_INGEST_START ({start.isoformat()})"
         )
     return cron, start, end
+
+
+def _env_time(environ, var: str) -> datetime | None:
+    """The time in ``environ[var]`` (ISO 8601, ``Z`` allowed; naive times are UTC), ``None`` when unset or empty.
+
+    Raises:
+        ValueError: the value is not ISO 8601 (names the variable).
+    """
+    text = environ.get(var)
+    if not text:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"${var} must be an ISO 8601 time, got {text!r}") from exc
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def home() -> Path:
