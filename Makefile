@@ -23,6 +23,8 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 ## test: lint, then the whole test suite on two xdist workers (what CI runs; tests/conftest.py says how the
 ## work is spread), the 25 slowest steps printed

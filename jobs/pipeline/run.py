@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import cast
 
 import pandas as pd
 
@@ -121,10 +122,11 @@ def run_pipeline(
                 # While the driver imports Great Expectations and builds its context once, for every worker
                 # to inherit at the fork, a child process creates the MLflow store on the other core; the
                 # driver imports mlflow in a thread while the first stages run in the workers.
-                child = create_store_in_child(s.tracking_uri) if log_to_mlflow else None
+                uri = cast(str, s.tracking_uri)  # RunSettings.model_post_init filled it
+                child = create_store_in_child(uri) if log_to_mlflow else None
                 with _stage(progress, f"Starting {engine.workers} worker processes"):
                     engine.start(warm=gx_context)  # forked before the thread starts
-                store = open_store_in_background(s.tracking_uri, after=child) if log_to_mlflow else None
+                store = open_store_in_background(uri, after=child) if log_to_mlflow else None
 
             def on_stage_ready(stage, record):
                 if stage.name == "publish" and store is not None:

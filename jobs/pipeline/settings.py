@@ -73,21 +73,11 @@ def ingest_schedule(environ=None) -> tuple[str | timedelta, datetime, datetime |
             start (names the variable).
     """
     environ = os.environ if environ is None else environ
-    schedule: str | timedelta = environ.get("TRACELAKE_INGEST_SCHEDULE") or INGEST_CRON
-    if schedule.startswith("P"):  # an ISO 8601 duration; a cron expression never starts with P
-        schedule = _duration("TRACELAKE_INGEST_SCHEDULE", schedule)
-    bounds = []
-    for var, default in (("TRACELAKE_INGEST_START", INGEST_START), ("TRACELAKE_INGEST_END", None)):
-        text = environ.get(var)
-        if not text:
-            bounds.append(default)
-            continue
-        try:
-            t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise ValueError(f"${var} must be an ISO 8601 time, got {text!r}") from exc
-        bounds.append(t if t.tzinfo else t.replace(tzinfo=UTC))
-    start, end = bounds
+    text = environ.get("TRACELAKE_INGEST_SCHEDULE") or INGEST_CRON
+    # an ISO 8601 duration, or cron (which never starts with P)
+    schedule = _duration("TRACELAKE_INGEST_SCHEDULE", text) if text.startswith("P") else text
+    start = _env_time(environ, "TRACELAKE_INGEST_START") or INGEST_START
+    end = _env_time(environ, "TRACELAKE_INGEST_END")
     if end is not None and end <= start:
         raise ValueError(
             f"$TRACELAKE_INGEST_END ({end.isoformat()}) must be after $TRACELAKE_INGEST_START ({start.isoformat()})"
@@ -106,6 +96,22 @@ def _duration(var: str, text: str) -> timedelta:
     if not isinstance(parsed, timedelta) or parsed.total_seconds() <= 0:
         raise ValueError(f"${var} must be a positive ISO 8601 duration, got {text!r}")
     return timedelta(seconds=parsed.total_seconds())
+
+
+def _env_time(environ, var: str) -> datetime | None:
+    """The time in ``environ[var]`` (ISO 8601, ``Z`` allowed; naive times are UTC), ``None`` when unset or empty.
+
+    Raises:
+        ValueError: the value is not ISO 8601 (names the variable).
+    """
+    text = environ.get(var)
+    if not text:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"${var} must be an ISO 8601 time, got {text!r}") from exc
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def home() -> Path:

@@ -35,6 +35,7 @@ import datetime as _dt
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import cast
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -183,7 +184,7 @@ def _publish(engine, s: RunSettings, record: dict) -> None:
     from jobs.publish.job_runs import publish_jobs  # the stage's code, loaded when it runs (DAG parsing stays light)
 
     runs = publish_jobs(
-        s.tracking_uri,
+        cast(str, s.tracking_uri),  # RunSettings.model_post_init filled it
         s.warehouse,
         record["job_ids"],
         validation(record),
