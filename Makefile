@@ -19,7 +19,7 @@ $(STAMP): requirements.lock pyproject.toml jobs/normalize/kineto/_kineto_scan.c
 demo: setup
 	$(VENV)/bin/tracelake demo --workdir demo
 
-## lint: ruff (lint and format check)
+## lint: ruff (lint and format check), mypy over the seams, import-linter contracts (pyproject.toml)
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
