@@ -8,7 +8,8 @@
 #                                              # scheduler killed with -9; its orphaned tasks finish or are reset)
 #   infra/local/airflow.sh status              # exit 0 when all four run and the scheduler heartbeats, 3 otherwise
 #   infra/local/airflow.sh stop                # SIGTERM each process group it started (<home>/<name>.groups: a
-#                                              # restarted scheduler's dead predecessor's too), SIGKILL after 30 s
+#                                              # restarted scheduler's dead predecessor's too), SIGKILL after
+#                                              # $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90)
 #   infra/local/airflow.sh standalone [--port P]  # foreground `airflow standalone`; Ctrl-C stops everything
 #   eval "$(infra/local/airflow.sh env)"       # this shell's `airflow` CLI on the same home, e.g.
 #                                              #   airflow dags unpause tracelake_ingest
@@ -109,18 +110,20 @@ PY
 scheduler_heartbeats() {
   "$venv_bin/airflow" jobs check --job-type SchedulerJob --local >/dev/null 2>&1
 }
-stop_all() {  # SIGTERM every process group a component had (its pid's and earlier ones'), SIGKILL after 30 s
-  local name pid groups g t left
+stop_all() {  # one component after the other (the scheduler first: its executor's workers still reach the
+  # api-server while they end), SIGTERM every process group it had (its pid's and earlier ones'), SIGKILL after
+  # $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90: a scheduler on a loaded machine can take over 30 s)
+  local name pid groups g t left grace="${TRACELAKE_AIRFLOW_STOP_GRACE_S:-90}"
   for name in "${components[@]}"; do
     pid="$(pid_of "$name")" || pid=""
     groups="$( { [ -n "$pid" ] && echo "$pid"; cat "$AIRFLOW_HOME/$name.groups" 2>/dev/null || true; } | sort -u)"
     for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    for t in $(seq 1 150); do
+    for t in $(seq 1 $((grace * 5))); do
       left=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && left="$left $g"; done
       [ -z "$left" ] && break; sleep 0.2
     done
     if [ -n "$left" ]; then
-      echo "airflow $name: process groups$left still running after 30 s: SIGKILL" >&2
+      echo "airflow $name: process groups$left still running after $grace s: SIGKILL" >&2
       for g in $left; do kill -KILL -- "-$g" 2>/dev/null || true; done
     fi
     rm -f "$AIRFLOW_HOME/$name.pid" "$AIRFLOW_HOME/$name.groups"
