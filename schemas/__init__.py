@@ -22,9 +22,11 @@ from schemas.tables import (  # noqa: F401
     NEURON_SUMMARY,
     RANKS,
     REGRESSIONS,
+    STAGES,
     STEPS,
     TABLES,
     Column,
     Table,
     declared,
+    stage_tables,
 )

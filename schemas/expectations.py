@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from schemas.tables import FLEET_TABLES, TABLES, Table, declared
+from schemas.tables import STAGES, Table, declared, stage_tables
 
 #: Points in time and offsets: ``_ns`` columns that are *not* durations.
 _TIME_POINT_SUFFIXES = ("ts_ns", "start_ns", "end_ns")
@@ -427,11 +427,5 @@ def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Chec
     return out
 
 
-_NORMALIZE_TABLES = ("captures", "events", "neuron_summary")
-#: Tables each pipeline stage writes (validated after that stage): normalize writes captures, events
-#: and neuron_summary; analyze every other job table; fleet the fleet tables (whole, all jobs).
-STAGE_TABLES: dict[str, tuple[str, ...]] = {
-    "normalize": tuple(t for t in TABLES if t in _NORMALIZE_TABLES),
-    "analyze": tuple(t for t in TABLES if t not in _NORMALIZE_TABLES),
-    "fleet": tuple(FLEET_TABLES),
-}
+#: Tables each pipeline stage writes (validated after that stage), from each table's declared ``stage``.
+STAGE_TABLES: dict[str, tuple[str, ...]] = {stage: tuple(stage_tables(stage)) for stage in STAGES}

@@ -28,13 +28,16 @@ class Column:
 
 @dataclass(frozen=True)
 class Table:
-    """A warehouse table: ordered columns, partition columns and the row key."""
+    """A warehouse table: ordered columns, partition columns, the row key, and the pipeline stage that writes it
+    (``normalize``, ``analyze`` or ``fleet``: :data:`STAGES`); the stage's validation, both executors' writes
+    and the tests' digests take their lists of tables from here (:func:`stage_tables`)."""
 
     name: str
     doc: str
     columns: tuple[Column, ...]
     partition_by: tuple[str, ...] = ()
     key: tuple[str, ...] = ()
+    stage: str = ""
 
     @property
     def names(self) -> list[str]:
@@ -60,7 +63,7 @@ class Table:
 
     def markdown(self) -> str:
         """A Markdown reference of the table (for the README)."""
-        lines = [f"### `{self.name}`", "", self.doc, ""]
+        lines = [f"### `{self.name}`", "", self.doc, "", f"Written by the `{self.stage}` stage.", ""]
         if self.partition_by:
             lines.append(
                 f"Partitioned by {', '.join(f'`{p}`' for p in self.partition_by)}; "
@@ -193,6 +196,7 @@ CAPTURES = Table(
             "object; null when none.",
         ),
     ),
+    stage="normalize",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id"),
 )
@@ -297,6 +301,7 @@ EVENTS = Table(
         Column("seq", _I64, "Collective sequence number (`Seq`), when the trace has it."),
         Column("args_json", _STR, "The event's `args` object as JSON text (query with `get_json_object`/`from_json`)."),
     ),
+    stage="normalize",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "event_id"),
 )
@@ -448,6 +453,7 @@ STEPS = Table(
         ),
         *_HTA_STATS,
     ),
+    stage="analyze",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "step"),
 )
@@ -476,6 +482,7 @@ RANKS = Table(
         *_BREAKDOWN,
         *_HTA_STATS,
     ),
+    stage="analyze",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id"),
 )
@@ -504,6 +511,7 @@ KERNELS = Table(
         Column("mean_ns", _F64, "Mean, ns."),
         Column("std_ns", _F64, "Population standard deviation, ns."),
     ),
+    stage="analyze",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "step", "name"),
 )
@@ -567,6 +575,7 @@ COLLECTIVES = Table(
             "all_to_all (n−1)/n, broadcast/reduce/sendrecv 1), GB/s.",
         ),
     ),
+    stage="analyze",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "event_id"),
 )
@@ -609,6 +618,7 @@ CRITICAL_PATH = Table(
         ),
         Column("path_length_ns", _I64, "Total length of the path this segment belongs to, ns."),
     ),
+    stage="analyze",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "step", "scope", "path_rank", "segment"),
 )
@@ -639,6 +649,7 @@ FINDINGS = Table(
         Column("evidence_json", _STR, "Evidence as JSON: job, rank, step, event ids, numbers."),
         Column("recommendation", _STR, "What to try."),
     ),
+    stage="analyze",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "finding_id"),
 )
@@ -699,6 +710,7 @@ FLEET_STATS = Table(
         Column("cpu_bound_pct", _F64, "Σ cpu_bound_time_ns / Σ step_time_ns × 100 (host busy, device idle)."),
         Column("dataloader_pct", _F64, "Σ dataloader_time_ns / Σ step_time_ns × 100."),
     ),
+    stage="fleet",
     partition_by=("dimension",),
     key=("dimension", "value", "date"),
 )
@@ -716,6 +728,7 @@ FLEET_KERNELS = Table(
         Column("share_pct", _F64, "total_ns / Σ total_ns of every kernel in the group × 100."),
         Column("n_runs", _I64, "Job runs in which the kernel ran."),
     ),
+    stage="fleet",
     partition_by=("dimension",),
     key=("dimension", "value", "date", "kernel_rank"),
 )
@@ -757,6 +770,7 @@ FLEET_FINDINGS = Table(
         ),
         Column("example_title", _STR, "`findings.title` of the first of `top_jobs`."),
     ),
+    stage="fleet",
     partition_by=("dimension",),
     key=("dimension", "value", "rule"),
 )
@@ -836,6 +850,7 @@ HOST_HEALTH = Table(
             "(% and ms) for hosts and devices, or process groups and bus bandwidths (GB/s) for links: a JSON array.",
         ),
     ),
+    stage="fleet",
     partition_by=("kind",),
     key=("kind", "target"),
 )
@@ -889,6 +904,7 @@ REGRESSIONS = Table(
             "for the other verdicts.",
         ),
     ),
+    stage="fleet",
     partition_by=("date",),
     key=("job_id", "attempt", "metric"),
 )
@@ -1054,6 +1070,7 @@ NEURON_SUMMARY = Table(
             "`reported_mfu_mismatch`, `no_metadata`.",
         ),
     ),
+    stage="normalize",
     partition_by=("date", "job_id"),
     key=("job_id", "attempt", "rank", "capture_id", "profile_id"),
 )
@@ -1067,6 +1084,21 @@ TABLES: dict[str, Table] = {
 FLEET_TABLES: dict[str, Table] = {
     t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS, HOST_HEALTH)
 }
+
+
+#: The pipeline stages that write tables, in data-flow order.
+STAGES = ("normalize", "analyze", "fleet")
+
+
+def stage_tables(stage: str) -> dict[str, Table]:
+    """``{name: Table}`` of the tables ``stage`` writes (one of :data:`STAGES`), in declared order.
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`STAGES`.
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}: one of {', '.join(STAGES)}")
+    return {n: t for n, t in {**TABLES, **FLEET_TABLES}.items() if t.stage == stage}
 
 
 def declared(name: str) -> Table:

@@ -43,17 +43,13 @@ from jobs.common.ids import safe_id
 from jobs.executor import is_local
 from jobs.normalize.neuron.critical_path import critical_path_from_events, critical_path_rows
 from jobs.warehouse import read_arrow, read_frames, read_spark, write_table
-from schemas import COLLECTIVES, CRITICAL_PATH, KERNELS, RANKS, STEPS, TABLES
+from schemas import CRITICAL_PATH, FINDINGS, RANKS, TABLES, stage_tables
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
 _OUT_SCHEMA = "job_id string, attempt int, table string, n long, ipc binary"
-OUTPUT_TABLES = {
-    "steps": STEPS,
-    "ranks": RANKS,
-    "kernels": KERNELS,
-    "collectives": COLLECTIVES,
-    "critical_path": CRITICAL_PATH,
-}
+#: The tables the rank and job transforms produce: every table declared for the analyze stage but ``findings``,
+#: which :func:`run_findings` ranks from them afterwards.
+OUTPUT_TABLES = {n: t for n, t in stage_tables("analyze").items() if t is not FINDINGS}
 #: Stage 2's inputs, produced by stage 1 per rank.
 _INTERNAL = {"_calls": CALLS_SCHEMA, "_legs": BOUNDARIES_SCHEMA}
 _IPC_ROWS = 1 << 18  # rows per IPC blob: keeps each Spark cell far below Arrow's 2 GiB
@@ -257,12 +253,14 @@ def _analyze_spark(spark, warehouse: str, job_ids, captures: pa.Table) -> dict[s
 # --------------------------------------------------------------------------- the local executor
 
 
-_LOCAL_WRITES = ("steps", "kernels", "critical_path", "collectives")  # written by the workers; ranks by the driver
+#: Output tables the driver writes (it adds the captures' columns to the workers' rows); the workers stage every
+#: other output table, so a newly declared one is written without being listed anywhere.
+_DRIVER_WRITES = ("ranks",)
 
 
 def _stage_outputs(tables: dict[str, pa.Table], folder: str) -> dict[str, int]:
-    for name in _LOCAL_WRITES:
-        if name in tables and tables[name].num_rows:
+    for name in OUTPUT_TABLES:
+        if name not in _DRIVER_WRITES and name in tables and tables[name].num_rows:
             stage_arrow(tables[name], os.path.join(folder, name), OUTPUT_TABLES[name].partition_by)
     return {name: t.num_rows for name, t in tables.items() if name in OUTPUT_TABLES}
 
@@ -319,7 +317,7 @@ def _analyze_local(ex, warehouse: str, job_ids, captures: pa.Table, work: str) -
     for name in OUTPUT_TABLES:
         if not counts[name]:  # no rows: the jobs' old rows go
             write_table(OUTPUT_TABLES[name].empty(), warehouse, name, jobs)
-        elif name == "ranks":
+        elif name in _DRIVER_WRITES:  # ranks
             ranks = pa.concat_tables([r["ranks"] for r in results if "ranks" in r])
             write_table(ranks_with_captures(ranks, captures), warehouse, name, jobs)
         else:

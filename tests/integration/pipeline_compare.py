@@ -11,9 +11,10 @@ import socket
 from pathlib import Path
 
 from jobs.warehouse import read_pandas
+from schemas import stage_tables
 
 #: The fleet tables (rebuilt over every job of the warehouse by the ``fleet`` stage).
-FLEET_TABLES = ("fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health")
+FLEET_TABLES = tuple(stage_tables("fleet"))
 
 
 def free_port() -> int:

@@ -23,12 +23,14 @@ import pyarrow.dataset as ds
 import pytest
 from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
+from schemas import stage_tables
+
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 NEURON = SHARED / "corpus" / "neuron" / "AnchovyPark__npu_profiling_code"
 DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
-FLEET_TABLES = ("fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health")
+FLEET_TABLES = tuple(stage_tables("fleet"))
 
 
 def _fleet_rows(warehouse: Path, table: str) -> list[str]:
@@ -119,6 +121,11 @@ def test_quarantine_renamed_jobs_and_neuron_give_identical_tables(spark, edge_la
     assert (caps["status"] == "quarantined").sum() == 2
     assert any(j.startswith("dup-") for j in caps["job_id"])  # the two rank-3 files became two jobs
     assert len(local.neuron_summary) > 0
+    # every declared job table is written by each executor (torch ranks with collectives, Neuron profiles,
+    # quarantined files): a table one executor leaves out fails here, not in a later run's lost rows
+    for executor in ("spark", "local"):
+        digests = warehouse_digests(tmp_path / executor)
+        assert [t for t in WAREHOUSE_TABLES if not digests[t]] == [], executor
     assert_same_warehouse(tmp_path / "spark", tmp_path / "local")
 
 

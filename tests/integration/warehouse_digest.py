@@ -14,26 +14,16 @@ import os
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-#: Every table normalize and analyze write.
-WAREHOUSE_TABLES = (
-    "captures",
-    "events",
-    "neuron_summary",
-    "steps",
-    "ranks",
-    "kernels",
-    "collectives",
-    "critical_path",
-    "findings",
-)
-NORMALIZE_TABLES = ("captures", "events", "neuron_summary")
-ANALYZE_TABLES = ("steps", "ranks", "kernels", "collectives", "critical_path", "findings")
+from schemas import TABLES, stage_tables
+
+#: Every job table (normalize and analyze write them), as declared in :mod:`schemas.tables`.
+WAREHOUSE_TABLES = tuple(TABLES)
+NORMALIZE_TABLES = tuple(stage_tables("normalize"))
+ANALYZE_TABLES = tuple(stage_tables("analyze"))
 
 
 def read_arrow(warehouse, table: str) -> pa.Table | None:
     """``{warehouse}/{table}`` as pyarrow reads it (hidden ``.``/``_`` names skipped); ``None`` if absent."""
-    from schemas import TABLES
-
     path = os.path.join(str(warehouse), table)
     if not os.path.isdir(path):
         return None
