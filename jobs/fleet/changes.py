@@ -60,8 +60,8 @@ def what_changed(
 
     Args:
         regressions: :func:`jobs.fleet.regressions.find_regressions` rows (``baseline_runs``: ``job#attempt``).
-        job_steps: :func:`jobs.fleet.stats.job_steps` rows (run metadata and the job steps per run).
-        job_kernels: :func:`jobs.fleet.stats.job_kernels` rows; captures: ``captures`` (``tags_json``);
+        job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows (run metadata and the job steps per run).
+        job_kernels: :func:`jobs.fleet.stats.job_kernels_frame` rows; captures: ``captures`` (``tags_json``);
         findings: ``findings`` (``rule``) — each optional.
 
     Returns:

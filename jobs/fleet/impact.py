@@ -34,7 +34,7 @@ _NS_PER_HOUR = 3.6e12
 
 
 def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per run of :func:`jobs.fleet.stats.job_steps` rows: ``job_id, attempt, job_name, model,
+    """One row per run of :func:`jobs.fleet.stats.job_steps_frame` rows: ``job_id, attempt, job_name, model,
     hardware, run_date, n_steps`` (job steps) and ``accelerators`` (world size, at least the ranks traced)."""
     js = job_steps
     n_ranks = js["ranks"].map(len) if "ranks" in js else pd.Series(1, index=js.index)
@@ -63,7 +63,7 @@ def fleet_findings(
     (dimension, value, rule), over the ``window_days`` capture dates ending at the newest one.
 
     Args:
-        findings: the ``findings`` table (pandas); job_steps: :func:`jobs.fleet.stats.job_steps` rows.
+        findings: the ``findings`` table (pandas); job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows.
         window_days: days in the window (≥ 1); top: example runs kept per row (``top_jobs``).
 
     Returns:

@@ -1,10 +1,11 @@
 """``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``, ``fleet_findings``,
 ``host_health``.
 
-extract + reduce (Spark, or pandas on the local executor: :mod:`jobs.executor`): ``steps`` → one row
+extract + reduce (one pandas transform, on Spark per job run or on the local executor: :mod:`jobs.executor`):
+``steps`` → one row
 per job step, ``kernels`` → one row per (run, date, kernel),
 each joined with the run's job name, model, hardware and torch version from ``captures``
-(:func:`jobs.fleet.stats.job_steps`, :func:`jobs.fleet.stats.job_kernels`).
+(:func:`jobs.fleet.stats.reduce_job_steps`, :func:`jobs.fleet.stats.reduce_job_kernels`).
 transform (pandas, on the driver; the reduced frames and the few columns read of ``findings``, ``captures``,
 ``ranks`` and ``collectives`` are small): :func:`jobs.fleet.stats.fleet_stats`,
 :func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`,
@@ -26,7 +27,19 @@ from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
 from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
-from jobs.fleet.stats import fleet_kernels, fleet_stats, job_kernels, job_kernels_frame, job_steps, job_steps_frame
+from jobs.fleet.stats import (
+    JOB_KERNELS_SCHEMA,
+    JOB_STEPS_SCHEMA,
+    RUN_COLUMNS,
+    STEP_COLUMNS,
+    fleet_kernels,
+    fleet_stats,
+    job_kernels_frame,
+    job_steps_frame,
+    reduce_job_kernels,
+    reduce_job_steps,
+    run_metadata_frame,
+)
 from jobs.warehouse import read_arrow, read_pandas, read_spark, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
@@ -49,7 +62,7 @@ def fleet_frames(
     """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
 
     Args:
-        job_steps: :func:`jobs.fleet.stats.job_steps` rows; job_kernels: :func:`jobs.fleet.stats.job_kernels` rows.
+        job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows; job_kernels: :func:`jobs.fleet.stats.job_kernels_frame` rows.
         tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet).
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
@@ -94,8 +107,7 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
         captures, steps, kernels = (read_spark(engine, warehouse, n) for n in ("captures", "steps", "kernels"))
         if captures is None or steps is None:
             return result
-        js = _pandas(job_steps(steps, captures))
-        jk = _pandas(job_kernels(kernels, captures)) if kernels is not None else None
+        js, jk = _reduce_on_spark(captures, steps, kernels)
     frames = fleet_frames(js, jk, _read_columns(engine, warehouse), **regression_options)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
@@ -103,6 +115,26 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
             write_fleet_table(pdf, warehouse, name)
     result.regressions = frames["regressions"]
     return result
+
+
+def _reduce_on_spark(captures, steps, kernels) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """:func:`job_steps_frame` and :func:`job_kernels_frame` with the big reductions on Spark's executors: the
+    same pandas transforms per job run (``applyInPandas``), joined on the driver with the runs' metadata."""
+    from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
+
+    runs = run_metadata_frame(_pandas(captures.select(*[c for c in RUN_COLUMNS if c in captures.columns])))
+    by_run = ["job_id", "attempt"]
+    js = (
+        steps.select(*STEP_COLUMNS)
+        .groupBy(*by_run)
+        .applyInPandas(reduce_job_steps, from_arrow_schema(JOB_STEPS_SCHEMA))
+    )
+    js = _pandas(js).sort_values([*by_run, "step"], kind="stable").merge(runs, on=by_run, how="inner")
+    if kernels is None:
+        return js, None
+    jk = kernels.select("job_id", "attempt", "date", "name", "kernel_type", "n", "total_ns").groupBy(*by_run)
+    jk = _pandas(jk.applyInPandas(reduce_job_kernels, from_arrow_schema(JOB_KERNELS_SCHEMA)))
+    return js, jk.sort_values([*by_run, "date", "name"], kind="stable").merge(runs, on=by_run, how="inner")
 
 
 #: What :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health` and

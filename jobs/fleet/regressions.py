@@ -8,7 +8,7 @@ Method, per run in ``run_key`` order (manifest ``created_at``, else date; then j
 * baseline = the steps of the previous ``baseline_runs`` runs (default 5) of the same job name, pooled;
 * per metric (:data:`METRICS`) the run's statistic and the baseline's statistic over the pooled steps:
   ``step_time_p50_ns`` / ``step_time_p90_ns`` of the job step time (slowest rank per step,
-  :func:`jobs.fleet.stats.job_steps`), ``idle_pct`` (Σ idle / Σ kernel time × 100, HTA
+  :func:`jobs.fleet.stats.reduce_job_steps`), ``idle_pct`` (Σ idle / Σ kernel time × 100, HTA
   ``idle_time_pctg`` time-weighted) and ``exposed_comm_pct`` (Σ exposed comm / Σ rank step time × 100);
 * significance: a two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``) of the run's per-step
   values against the baseline's per-step values (step time for the step-time metrics, the per-step

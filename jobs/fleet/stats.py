@@ -2,12 +2,12 @@
 hardware, torch version and date (``fleet_stats``), and the top kernels of each group
 (``fleet_kernels``).
 
-Two halves: Spark reduces the big tables to one row per job step (:func:`job_steps`) and one row per
-(job run, date, kernel name) (:func:`job_kernels`) — the shape that scales with the fleet; on the local
-executor pandas does the same (:func:`job_steps_frame`, :func:`job_kernels_frame`) —, then pure
-pandas functions group those small frames (:func:`fleet_stats`, :func:`fleet_kernels`) on the driver: a
-fleet of 10,000 runs × 100 steps is 10⁶ job-step rows, and a handful of Spark jobs instead of one per
-grouping keeps the stage at seconds.
+Two halves: one pandas transform reduces the big tables to one row per job step (:func:`reduce_job_steps`) and
+one row per (job run, date, kernel name) (:func:`reduce_job_kernels`) — the shape that scales with the fleet;
+the local executor runs it on the whole frame, Spark per job run (``applyInPandas``) —, then pure pandas
+functions group those small frames, joined with each run's metadata (:func:`run_metadata_frame`), on the
+driver (:func:`fleet_stats`, :func:`fleet_kernels`): a fleet of 10,000 runs × 100 steps is 10⁶ job-step
+rows.
 
 Definitions (column docs in ``schemas/tables.py``):
 
@@ -48,96 +48,23 @@ _SUMS = (
 _GROUP = ["dimension", "value", "date"]
 
 
-# ------------------------------------------------------------------------------------------ Spark half
-
-
-def run_metadata(captures):
-    """One row per job run (job_id, attempt) with its grouping values (Spark).
-
-    Args:
-        captures: the ``captures`` table (only ``ingested`` rows are used).
-
-    Returns:
-        Columns ``job_id, attempt, job_name, job, model, hardware, torch_version, run_key, run_date,
-        world_size`` (the largest of its captures');
-        ``hardware`` is the device name (``cpu`` when no capture names an accelerator); ``run_key``
-        orders the runs of a job name (manifest ``created_at``, else the capture date).
-    """
-    from pyspark.sql import functions as F  # heavy: pyspark
-
-    ing = captures.filter(F.col("status") == "ingested")
-    return (
-        ing.groupBy("job_id", "attempt")
-        .agg(
-            F.min("job_name").alias("job_name"),
-            F.min("model").alias("model"),
-            F.min("device_name").alias("device_name"),
-            F.min("torch_version").alias("torch_version"),
-            F.min("created_at").alias("created_at"),
-            F.min("date").alias("first_date"),
-            F.max("world_size").alias("world_size"),
-        )
-        .select(
-            "job_id",
-            "attempt",
-            F.coalesce("job_name", "job_id").alias("job_name"),
-            F.concat_ws("#", "job_id", F.col("attempt").cast("string")).alias("job"),
-            F.coalesce("model", F.lit(NONE_VALUE)).alias("model"),
-            F.coalesce("device_name", F.lit("cpu")).alias("hardware"),
-            F.coalesce("torch_version", F.lit(NONE_VALUE)).alias("torch_version"),
-            F.coalesce("created_at", "first_date").alias("run_key"),
-            F.col("first_date").alias("run_date"),
-            "world_size",
-        )
-    )
-
-
-def job_steps(steps, captures):
-    """``steps`` (one row per rank and step) → one row per job step, with the run's grouping values (Spark).
-
-    Returns:
-        ``job_id, attempt, step, date, step_time_ns`` (max over ranks), the rank sums
-        ``rank_step_time_ns, kernel_time_ns, idle_time_ns, compute_time_ns, exposed_comm_ns,
-        cpu_bound_time_ns, dataloader_time_ns`` (ns), ``n_rank_steps``, ``ranks`` (array of ranks) and the
-        :func:`run_metadata` columns. Steps outside any ProfilerStep (``step`` < 0) are left out.
-    """
-    from pyspark.sql import functions as F  # heavy: pyspark
-
-    s = steps.filter(F.col("step") >= 0)
-    js = s.groupBy("job_id", "attempt", "step").agg(
-        F.min("date").alias("date"),
-        F.max("step_time_ns").alias("step_time_ns"),
-        F.sum("step_time_ns").alias("rank_step_time_ns"),
-        *[F.sum(c).alias(c) for c in _SUMS if c != "rank_step_time_ns"],
-        F.count(F.lit(1)).alias("n_rank_steps"),
-        F.sort_array(F.collect_set("rank")).alias("ranks"),
-    )
-    return js.join(run_metadata(captures), on=["job_id", "attempt"], how="inner")
-
-
-def job_kernels(kernels, captures):
-    """``kernels`` (per rank, step, name) → one row per (job run, date, kernel name) with the run's
-    grouping values (Spark): ``n``, ``total_ns``, ``kernel_type``."""
-    from pyspark.sql import functions as F  # heavy: pyspark
-
-    k = kernels.groupBy("job_id", "attempt", "date", "name").agg(
-        F.first("kernel_type", ignorenulls=True).alias("kernel_type"),
-        F.sum("n").alias("n"),
-        F.sum("total_ns").alias("total_ns"),
-    )
-    return k.join(run_metadata(captures), on=["job_id", "attempt"], how="inner")
-
-
-# ------------------------------------------------------------------ the same reduction in pandas (local executor)
+# ------------------------------------------------------------ the reduction: one pandas transform, both executors
 
 
 def _min(grouped) -> pd.Series:
-    """Spark's ``min`` per group of a text column: the smallest non-null value, ``None`` when all are null."""
+    """The smallest non-null value per group of a text column, ``None`` when all are null (SQL's ``min``)."""
     return grouped.agg(lambda v: min((x for x in v if x is not None and x == x), default=None))
 
 
 def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
-    """:func:`run_metadata` on a pandas ``captures`` frame (the local executor's reduction; same rows)."""
+    """One row per job run (job_id, attempt) with its grouping values, from its ``ingested`` captures.
+
+    Returns:
+        Columns ``job_id, attempt, job_name, job, model, hardware, torch_version, run_key, run_date,
+        world_size`` (the largest of its captures'); ``hardware`` is the device name (``cpu`` when no capture
+        names an accelerator); ``run_key`` orders the runs of a job name (manifest ``created_at``, else the
+        capture date). Reads :data:`RUN_COLUMNS` of ``captures``.
+    """
     ing = captures[captures["status"] == "ingested"]
     g = ing.groupby(["job_id", "attempt"], sort=True)
     m = pd.DataFrame(
@@ -167,19 +94,70 @@ def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+#: The ``captures`` columns :func:`run_metadata_frame` reads.
+RUN_COLUMNS = (
+    "job_id",
+    "attempt",
+    "status",
+    "job_name",
+    "model",
+    "device_name",
+    "torch_version",
+    "created_at",
+    "date",
+    "world_size",
+)
+
+
 def job_step_times(steps: pd.DataFrame) -> pd.Series:
     """The job step time of each (attempt, ProfilerStep N ≥ 0) of one job's ``steps`` rows: the slowest rank's
-    ``step_time_ns``, ns (the definition of :func:`job_steps`, ``fleet_stats`` and ``regressions``)."""
+    ``step_time_ns``, ns (the definition of :func:`job_steps_frame`, ``fleet_stats`` and ``regressions``)."""
     s = steps[steps["step"] >= 0]
     keys = ["attempt", "step"] if "attempt" in s.columns else ["step"]
     return s.groupby(keys, sort=True)["step_time_ns"].max()
 
 
-def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
-    """:func:`job_steps` on pandas frames (the local executor's reduction; same rows and columns)."""
+#: What :func:`reduce_job_steps` returns (the Spark executor's ``applyInPandas`` schema).
+JOB_STEPS_SCHEMA = pa.schema(
+    [
+        ("job_id", pa.string()),
+        ("attempt", pa.int32()),
+        ("step", pa.int64()),
+        ("date", pa.string()),
+        ("step_time_ns", pa.int64()),
+        *[(c, pa.int64()) for c in _SUMS],
+        ("n_rank_steps", pa.int64()),
+        ("ranks", pa.list_(pa.int32())),
+    ]
+)
+#: The ``steps`` columns :func:`reduce_job_steps` reads.
+STEP_COLUMNS = (
+    "job_id",
+    "attempt",
+    "step",
+    "date",
+    "rank",
+    "step_time_ns",
+    *[c for c in _SUMS if c != "rank_step_time_ns"],
+)
+
+
+def reduce_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """``steps`` (one row per rank and step, of any number of runs) → one row per job step.
+
+    The one reduction both executors run: the local executor on the whole frame, Spark per (job_id, attempt)
+    group (``applyInPandas``, :data:`JOB_STEPS_SCHEMA`).
+
+    Returns:
+        ``job_id, attempt, step, date, step_time_ns`` (max over ranks: the job step time), the rank sums
+        ``rank_step_time_ns, kernel_time_ns, idle_time_ns, compute_time_ns, exposed_comm_ns,
+        cpu_bound_time_ns, dataloader_time_ns`` (ns; null when no rank has a value), ``n_rank_steps``,
+        ``ranks`` (sorted distinct ranks, int32 arrays). Steps outside any ProfilerStep (``step`` < 0) are
+        left out.
+    """
     s = steps[steps["step"] >= 0]
     g = s.groupby(["job_id", "attempt", "step"], sort=True)
-    js = pd.DataFrame(
+    return pd.DataFrame(
         {
             "date": g["date"].min(),
             "step_time_ns": g["step_time_ns"].max(),
@@ -188,13 +166,16 @@ def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame
             "n_rank_steps": g.size(),
             "ranks": _sorted_sets(g["rank"], ["job_id", "attempt", "step"]),
         }
-    ).reset_index()
-    return js.merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
+    ).reset_index()[JOB_STEPS_SCHEMA.names]
+
+
+def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
+    """:func:`reduce_job_steps` rows with their run's :func:`run_metadata_frame` columns (inner join)."""
+    return reduce_job_steps(steps).merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
 
 
 def _sorted_sets(grouped, names: list[str]) -> pd.Series:
-    """Spark's ``sort_array(collect_set(col))`` per group of ``grouped`` (a SeriesGroupBy on ``names``):
-    sorted distinct non-null values (int32 arrays)."""
+    """Sorted distinct non-null values (int32 arrays) per group of ``grouped`` (a SeriesGroupBy on ``names``)."""
     out = {key: np.array(sorted(set(v.dropna().astype(int))), dtype="int32") for key, v in grouped}
     return pd.Series(
         list(out.values()),
@@ -203,17 +184,36 @@ def _sorted_sets(grouped, names: list[str]) -> pd.Series:
     )
 
 
-def job_kernels_frame(kernels: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
-    """:func:`job_kernels` on pandas frames (the local executor's reduction; same rows and columns)."""
+#: What :func:`reduce_job_kernels` returns (the Spark executor's ``applyInPandas`` schema).
+JOB_KERNELS_SCHEMA = pa.schema(
+    [
+        ("job_id", pa.string()),
+        ("attempt", pa.int32()),
+        ("date", pa.string()),
+        ("name", pa.string()),
+        ("kernel_type", pa.string()),
+        ("n", pa.int64()),
+        ("total_ns", pa.int64()),
+    ]
+)
+
+
+def reduce_job_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` (per rank, step, name) → one row per (job run, date, kernel name): ``kernel_type`` (the
+    first non-null), ``n`` and ``total_ns`` (sums, ns). Both executors run it, Spark per (job_id, attempt)."""
     g = kernels.groupby(["job_id", "attempt", "date", "name"], sort=True)
-    k = pd.DataFrame(
+    return pd.DataFrame(
         {
             "kernel_type": g["kernel_type"].first(),
             "n": g["n"].sum(min_count=1),
             "total_ns": g["total_ns"].sum(min_count=1),
         }
-    ).reset_index()
-    return k.merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
+    ).reset_index()[JOB_KERNELS_SCHEMA.names]
+
+
+def job_kernels_frame(kernels: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
+    """:func:`reduce_job_kernels` rows with their run's :func:`run_metadata_frame` columns (inner join)."""
+    return reduce_job_kernels(kernels).merge(run_metadata_frame(captures), on=["job_id", "attempt"], how="inner")
 
 
 # ----------------------------------------------------------------------------------------- pandas half
@@ -239,7 +239,7 @@ def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
     """The ``fleet_stats`` table (columns of :data:`schemas.FLEET_STATS`).
 
     Args:
-        job_steps: :func:`job_steps` rows as pandas.
+        job_steps: :func:`job_steps_frame` rows.
 
     Returns:
         One row per (dimension, value, date), sorted; empty when ``job_steps`` is.
@@ -282,7 +282,7 @@ def fleet_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataF
     """The ``fleet_kernels`` table: the ``top`` kernels by total time per (dimension, value, date).
 
     Args:
-        job_kernels: :func:`job_kernels` rows as pandas.
+        job_kernels: :func:`job_kernels_frame` rows.
         top: kernels kept per group.
 
     Returns:
