@@ -38,6 +38,14 @@ def test_published_schemas_are_current():
     )
 
 
+def test_job_validation_over_its_table_marks():
+    from jobs.agent.queries import _overall
+
+    assert _overall({"steps": "passed", "ranks": "failed", "findings": "unvalidated"}) == "failed"
+    assert _overall({"steps": "passed", "findings": "unvalidated"}) == "passed"
+    assert _overall({"steps": "unvalidated"}) == _overall({}) == "unvalidated"
+
+
 def test_cursor_round_trip_and_refusals():
     q = fingerprint("kernels", {"job_id": "a", "cursor": "x", "limit": 3})
     assert q == fingerprint("kernels", {"job_id": "a"})  # cursor and limit are not part of the question
