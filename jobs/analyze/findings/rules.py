@@ -38,7 +38,6 @@ Guide (https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.common.binomial import binomial_tail
+from jobs.common.floats import finite_float as _num
 
 __all__ = [
     "JobTables",
@@ -224,16 +224,6 @@ class JobTables:
             & cp["rank"].isin(list(ranks))
         )
         return event_refs(cp[m])
-
-
-def _num(v) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _ns(v) -> int | None:
