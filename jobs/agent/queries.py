@@ -25,6 +25,7 @@ from jobs.common.floats import finite_float as _num
 from jobs.common.ids import safe_date, safe_id, safe_index
 from jobs.fleet.impact import IMPACT_DIMENSIONS
 from jobs.fleet.stats import DIMENSIONS as FLEET_DIMENSIONS
+from jobs.fleet.stats import job_step_times
 from jobs.publish.compare import compare_jobs, op_summary
 from jobs.validate.marks import read_jobs_marks, read_marks
 from jobs.warehouse import read_arrow
@@ -118,10 +119,14 @@ def _job_rows(warehouse: str, job_ids: list[str] | None = None) -> list[A.JobRow
     caps = _read(warehouse, "captures", job_ids, columns=_CAPTURE_COLS)
     if caps.empty:
         return []
-    ranks = _read(warehouse, "ranks", job_ids, columns=["job_id", "attempt", "rank", "step_time_p50_ns", "idle_pct"])
+    ranks = _read(warehouse, "ranks", job_ids, columns=["job_id", "attempt", "rank", "idle_pct"])
+    steps = _read(warehouse, "steps", job_ids, columns=["job_id", "attempt", "step", "step_time_ns"])
     finds = _read(warehouse, "findings", job_ids, columns=["job_id", "attempt", "rank_order", "title"])
     marks = read_jobs_marks(warehouse, sorted(set(caps["job_id"])))
     rank_stats = {k: g for k, g in ranks.groupby(["job_id", "attempt"])} if len(ranks) else {}
+    step_p50 = (  # the job step time (slowest rank per ProfilerStep), as MLflow's step_time_p50_ms and fleet_stats
+        {k: _int(job_step_times(g).median()) for k, g in steps.groupby(["job_id", "attempt"])} if len(steps) else {}
+    )
     find_stats = {k: g for k, g in finds.groupby(["job_id", "attempt"])} if len(finds) else {}
     rows = []
     for (job, attempt), g in caps.groupby(["job_id", "attempt"]):
@@ -154,7 +159,7 @@ def _job_rows(warehouse: str, job_ids: list[str] | None = None) -> list[A.JobRow
                 world_size=_int(g["world_size"].max()),
                 status=status,
                 validation=_overall(marks[job]),
-                step_time_p50_ns=_int(_median(r["step_time_p50_ns"])) if r is not None else None,
+                step_time_p50_ns=step_p50.get((job, attempt)),
                 idle_pct=_mean(r["idle_pct"]) if r is not None else None,
                 n_findings=0 if f is None else len(f),
                 top_finding=_str(top),
