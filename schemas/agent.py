@@ -61,7 +61,10 @@ class JobRow(_Model):
     validation: Literal["passed", "failed", "unvalidated"] = Field(
         description="Great Expectations result over the job's tables (failed if any table failed)."
     )
-    step_time_p50_ns: int | None = Field(description="Median over ranks of each rank's median step time.")
+    step_time_p50_ns: int | None = Field(
+        description="Median job step time, ns: per ProfilerStep (N >= 0) the slowest rank's step time (the job step "
+        "time of MLflow's step_time_p50_ms and of fleet_stats)."
+    )
     idle_pct: float | None = Field(description="Mean over ranks of GPU idle % of step time (HTA temporal breakdown).")
     n_findings: int
     top_finding: str | None = Field(description="Title of the finding with the most estimated time lost per step.")

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-import posixpath
 
-import fsspec
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
@@ -27,11 +25,11 @@ from jobs.common.floats import finite_float as _num
 from jobs.common.ids import safe_date, safe_id, safe_index
 from jobs.fleet.impact import IMPACT_DIMENSIONS
 from jobs.fleet.stats import DIMENSIONS as FLEET_DIMENSIONS
+from jobs.fleet.stats import job_step_times
 from jobs.publish.compare import compare_jobs, op_summary
-from jobs.validate.marks import MARK_FILE
+from jobs.validate.marks import read_jobs_marks, read_marks
 from jobs.warehouse import read_arrow
 from schemas import agent as A
-from schemas.tables import TABLES
 
 
 class NotFound(LookupError):
@@ -92,25 +90,11 @@ def _of_attempt(df: pd.DataFrame, attempt: int) -> pd.DataFrame:
     return df[df["attempt"].astype(int) == attempt] if len(df) else df
 
 
-def _validation(warehouse: str) -> dict[str, dict[str, str]]:
-    """``{job_id: {table: passed|failed}}`` from every table's ``_validation.json`` (read once)."""
-    fs, root = fsspec.core.url_to_fs(warehouse)
-    out: dict[str, dict[str, str]] = {}
-    for t in TABLES:
-        path = posixpath.join(root.rstrip("/"), t, MARK_FILE)
-        try:
-            doc = json.loads(fs.cat_file(path))
-        except (FileNotFoundError, ValueError):
-            continue
-        for job, entry in (doc.get("jobs") or {}).items():
-            out.setdefault(job, {})[t] = entry.get("status", "unvalidated")
-    return out
-
-
-def _overall(marks: dict[str, str] | None) -> str:
-    if not marks:
-        return "unvalidated"
-    return "failed" if "failed" in marks.values() else "passed"
+def _overall(marks: dict[str, str]) -> str:
+    """A job's validation over its tables' marks (:func:`jobs.validate.marks.read_marks`): failed if any table
+    failed, else passed if any passed, else unvalidated."""
+    statuses = set(marks.values())
+    return "failed" if "failed" in statuses else "passed" if "passed" in statuses else "unvalidated"
 
 
 _CAPTURE_COLS = [
@@ -135,10 +119,14 @@ def _job_rows(warehouse: str, job_ids: list[str] | None = None) -> list[A.JobRow
     caps = _read(warehouse, "captures", job_ids, columns=_CAPTURE_COLS)
     if caps.empty:
         return []
-    ranks = _read(warehouse, "ranks", job_ids, columns=["job_id", "attempt", "rank", "step_time_p50_ns", "idle_pct"])
+    ranks = _read(warehouse, "ranks", job_ids, columns=["job_id", "attempt", "rank", "idle_pct"])
+    steps = _read(warehouse, "steps", job_ids, columns=["job_id", "attempt", "step", "step_time_ns"])
     finds = _read(warehouse, "findings", job_ids, columns=["job_id", "attempt", "rank_order", "title"])
-    marks = _validation(warehouse)
+    marks = read_jobs_marks(warehouse, sorted(set(caps["job_id"])))
     rank_stats = {k: g for k, g in ranks.groupby(["job_id", "attempt"])} if len(ranks) else {}
+    step_p50 = (  # the job step time (slowest rank per ProfilerStep), as MLflow's step_time_p50_ms and fleet_stats
+        {k: _int(job_step_times(g).median()) for k, g in steps.groupby(["job_id", "attempt"])} if len(steps) else {}
+    )
     find_stats = {k: g for k, g in finds.groupby(["job_id", "attempt"])} if len(finds) else {}
     rows = []
     for (job, attempt), g in caps.groupby(["job_id", "attempt"]):
@@ -170,8 +158,8 @@ def _job_rows(warehouse: str, job_ids: list[str] | None = None) -> list[A.JobRow
                 n_ranks=int(g.loc[g["status"] == "ingested", "rank"].nunique()),
                 world_size=_int(g["world_size"].max()),
                 status=status,
-                validation=_overall(marks.get(job)),
-                step_time_p50_ns=_int(_median(r["step_time_p50_ns"])) if r is not None else None,
+                validation=_overall(marks[job]),
+                step_time_p50_ns=step_p50.get((job, attempt)),
                 idle_pct=_mean(r["idle_pct"]) if r is not None else None,
                 n_findings=0 if f is None else len(f),
                 top_finding=_str(top),
@@ -307,7 +295,7 @@ def job_summary(
         captures=len(caps),
         quarantined=len(quarantined),
         quarantine_reasons=sorted({str(r) for r in quarantined["reason"] if _str(r)})[:10],
-        tables=_validation(warehouse).get(job_id, {}),
+        tables={t: m for t, m in read_marks(warehouse, job_id).items() if m != "unvalidated"},  # the marked tables
         flags=flags,
     )
     breakdown = {c: _mean(ranks[c]) for c in ("idle_pct", "compute_pct", "non_compute_pct")}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import math
 import os
 import posixpath
 import threading
@@ -32,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 import sqlglot
 from sqlglot import exp
 
+from jobs.common.floats import finite_float
 from jobs.warehouse import register_views
 
 
@@ -435,7 +435,7 @@ def _json_safe(v):
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
-        return v if math.isfinite(v) else None
+        return finite_float(v)
     if isinstance(v, decimal.Decimal):
         return _json_safe(float(v))
     if isinstance(v, (dt.datetime, dt.date, dt.time)):

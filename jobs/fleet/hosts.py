@@ -42,8 +42,8 @@ import json
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 
+from jobs.common.binomial import binomial_tail
 from jobs.fleet.window import WINDOW_DAYS, capture_days, check_window_days, window
 from schemas import HEALTH_KINDS, HOST_HEALTH
 
@@ -108,7 +108,7 @@ def _rank_runs(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) ->
                 excess = 100.0 * excess_ns / float(others.median())
             n_last = int(last.isin(mine).sum())
             ratio = (n_last / n_calls) / (len(mine) / n_ranks) if n_calls else None
-            p_value = binomtest(n_last, n_calls, len(mine) / n_ranks, alternative="greater").pvalue if n_calls else None
+            p_value = binomial_tail(n_last, n_calls, len(mine) / n_ranks) if n_calls else None
             if n_calls >= MIN_MATCHED_CALLS:  # collectives say who the others wait for
                 slow = ratio is not None and ratio >= SLOW_LAST_ARRIVAL_RATIO and p_value < SLOW_P_VALUE
             else:  # no collectives to go by: the step time itself

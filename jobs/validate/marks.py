@@ -72,22 +72,30 @@ def write_marks(warehouse: str, report: ValidationReport) -> list[str]:
 
 
 def _mark_docs(warehouse: str, tables):
-    """``(table, its marks document or None)`` of each written table of ``tables``."""
+    """``(table, its marks document or None)`` of each written table of ``tables``; a mark file missing or not
+    JSON reads as ``None`` (as :func:`write_marks` treats it)."""
     fs, root = fsspec.core.url_to_fs(warehouse)
     for t in tables:
         folder = posixpath.join(root.rstrip("/"), t)
         if not fs.exists(folder):
             continue
-        path = posixpath.join(folder, MARK_FILE)
-        yield t, (json.loads(fs.cat_file(path)) if fs.exists(path) else None)
+        try:
+            doc = json.loads(fs.cat_file(posixpath.join(folder, MARK_FILE)))
+        except (FileNotFoundError, ValueError):
+            doc = None
+        yield t, doc
 
 
 def read_marks(warehouse: str, job_id: str) -> dict[str, str]:
     """``{table: passed|failed|unvalidated}`` for one job, from the marks of every written table."""
-    return {
-        t: (doc or {}).get("jobs", {}).get(job_id, {}).get("status", "unvalidated")
-        for t, doc in _mark_docs(warehouse, TABLES)
-    }
+    return read_jobs_marks(warehouse, [job_id])[job_id]
+
+
+def read_jobs_marks(warehouse: str, job_ids) -> dict[str, dict[str, str]]:
+    """``{job_id: {table: passed|failed|unvalidated}}`` for each of ``job_ids`` (:func:`read_marks` of each),
+    every written table's mark file read once."""
+    docs = [(t, (doc or {}).get("jobs") or {}) for t, doc in _mark_docs(warehouse, TABLES)]
+    return {j: {t: jobs.get(j, {}).get("status", "unvalidated") for t, jobs in docs} for j in job_ids}
 
 
 def read_table_marks(warehouse: str, tables) -> dict[str, dict]:

@@ -38,6 +38,69 @@ def test_published_schemas_are_current():
     )
 
 
+def test_job_validation_over_its_table_marks():
+    from jobs.agent.queries import _overall
+
+    assert _overall({"steps": "passed", "ranks": "failed", "findings": "unvalidated"}) == "failed"
+    assert _overall({"steps": "passed", "findings": "unvalidated"}) == "passed"
+    assert _overall({"steps": "unvalidated"}) == _overall({}) == "unvalidated"
+
+
+def _write_table(warehouse, name: str, rows: list[dict]) -> None:
+    """``rows`` as ``{warehouse}/{name}``, hive-partitioned as the warehouse."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from schemas.tables import TABLES
+
+    decl = TABLES[name]
+    schema = pa.schema([f.with_nullable(True) for f in decl.arrow_schema()])  # the columns not given are null
+    table = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in rows], schema=schema)
+    pq.write_to_dataset(table, str(warehouse / name), partition_cols=list(decl.partition_by))
+
+
+def test_job_listing_step_time_is_the_job_step_time(tmp_path):
+    """list_jobs' step_time_p50_ns is the job step time (slowest rank per ProfilerStep) of MLflow and fleet_stats,
+    not the median of the ranks' medians (here 20 ms)."""
+    import pandas as pd
+
+    from jobs.agent.queries import list_jobs
+    from jobs.publish.tracking import job_metrics
+
+    ms = 1_000_000
+    times = {0: [10 * ms, 30 * ms, 10 * ms], 1: [30 * ms, 10 * ms, 30 * ms]}  # rank medians 10 and 30 ms
+    key = {"date": "2026-01-01", "job_id": "job-a", "attempt": 0}
+    _write_table(tmp_path, "captures", [{**key, "rank": r, "status": "ingested"} for r in times])
+    steps = [{**key, "rank": r, "step": s, "step_time_ns": t} for r, ts in times.items() for s, t in enumerate(ts)]
+    steps.append({**key, "rank": 0, "step": -1, "step_time_ns": 99 * ms})  # not a ProfilerStep N >= 0
+    _write_table(tmp_path, "steps", steps)
+    _write_table(tmp_path, "ranks", [{**key, "rank": r, "step_time_p50_ns": sorted(ts)[1]} for r, ts in times.items()])
+    (job,) = list_jobs(str(tmp_path)).jobs
+    assert job.step_time_p50_ns == 30 * ms
+    mlflow = job_metrics(
+        pd.DataFrame(
+            [{"rank": r, **dict.fromkeys(("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"))} for r in times]
+        ),
+        pd.DataFrame(steps),
+    )
+    assert job.step_time_p50_ns == mlflow["step_time_p50_ms"] * 1e6
+
+
+def test_job_validation_from_the_table_marks(tmp_path):
+    from jobs.agent.queries import job_summary, list_jobs
+
+    key = {"date": "2026-01-01", "job_id": "job-a", "attempt": 0}
+    _write_table(tmp_path, "captures", [{**key, "rank": 0, "status": "ingested"}])
+    _write_table(tmp_path, "steps", [{**key, "rank": 0, "step": 0, "step_time_ns": 1000}])
+    _write_table(tmp_path, "ranks", [{**key, "rank": 0, "n_steps": 1}])
+    assert list_jobs(str(tmp_path)).jobs[0].validation == "unvalidated"
+    assert job_summary(str(tmp_path), "job-a").data_quality.tables == {}
+    (tmp_path / "steps" / "_validation.json").write_text(json.dumps({"jobs": {"job-a": {"status": "failed"}}}))
+    (tmp_path / "ranks" / "_validation.json").write_text(json.dumps({"jobs": {"job-a": {"status": "passed"}}}))
+    assert list_jobs(str(tmp_path)).jobs[0].validation == "failed"
+    assert job_summary(str(tmp_path), "job-a").data_quality.tables == {"steps": "failed", "ranks": "passed"}
+
+
 def test_cursor_round_trip_and_refusals():
     q = fingerprint("kernels", {"job_id": "a", "cursor": "x", "limit": 3})
     assert q == fingerprint("kernels", {"job_id": "a"})  # cursor and limit are not part of the question

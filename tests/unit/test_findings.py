@@ -333,11 +333,17 @@ def test_straggler_rank_does_not_trigger_for_tiny_skew():
     assert "straggler_rank" not in rules(run(steps_frame(n_ranks=4), collectives=collectives_frame(arrivals)))
 
 
-def test_binomial_tail():
-    assert fr._binomial_sf(0, 5, 0.3) == pytest.approx(1.0)
-    assert fr._binomial_sf(5, 8, 1 / 8) == pytest.approx(
-        sum(__import__("math").comb(8, i) * (1 / 8) ** i * (7 / 8) ** (8 - i) for i in range(5, 9))
-    )
+@pytest.mark.parametrize("k,n,p", [(7, 8, 0.25), (2, 8, 0.125), (5, 8, 0.125), (0, 5, 0.3), (9, 10, 0.5), (3, 40, 0.4)])
+def test_binomial_tail_is_the_sum_of_the_binomial_terms(k, n, p):
+    import math
+
+    from scipy.stats import binomtest
+
+    from jobs.common.binomial import binomial_tail
+
+    by_hand = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))  # the former rules.py formula
+    assert binomial_tail(k, n, p) == pytest.approx(by_hand, rel=1e-12)
+    assert binomial_tail(k, n, p) == binomtest(k, n, p, alternative="greater").pvalue  # the former hosts.py test
 
 
 # --------------------------------------------------------------------------------------------------

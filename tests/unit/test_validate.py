@@ -259,6 +259,21 @@ def test_marks_record_the_failed_job(real_tables, tmp_path):
     assert "job_a" in json.loads((tmp_path / "steps" / "_validation.json").read_text())["jobs"]
 
 
+def test_marks_of_many_jobs_read_once_as_each_job(real_tables, tmp_path):
+    from jobs.validate.marks import read_jobs_marks, read_marks, write_marks
+
+    for t in ("steps", "ranks", "findings"):
+        (tmp_path / t).mkdir()
+    report = _validate(
+        {"steps": _corrupt_steps(real_tables["steps"], "pct 150"), "ranks": real_tables["ranks"]}, "analyze"
+    )
+    write_marks(str(tmp_path), report)
+    (tmp_path / "findings" / "_validation.json").write_text("{not json")  # unreadable: unvalidated, no error
+    jobs = ["job_a", "job_b", "other"]
+    assert read_jobs_marks(str(tmp_path), jobs) == {j: read_marks(str(tmp_path), j) for j in jobs}
+    assert read_marks(str(tmp_path), "job_b") == {"steps": "failed", "ranks": "passed", "findings": "unvalidated"}
+
+
 # ----------------------------------------------------------------------------- the report across processes
 
 

@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 from jobs.analyze.trace.kernel_types import KERNEL_TYPES
 from jobs.analyze.trace.model import IDENTITY, RankTrace, as_rank_trace
 from jobs.common.intervals import merge_intervals
+from jobs.normalize.kineto.columns import DTYPE_BYTES
 from schemas.tables import COLLECTIVES
 
 __all__ = [
@@ -140,40 +141,6 @@ _FACTOR = {
     "recv": "1",
 }
 _SYNCHRONIZING = ("allreduce", "allgather", "reduce_scatter", "all_to_all", "barrier")
-#: C++ type names of record_function ``Input type`` and c10 dtype names -> bytes per element.
-TYPE_BYTES = {
-    "float": 4,
-    "double": 8,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "long int": 8,
-    "long long": 8,
-    "int": 4,
-    "short int": 2,
-    "short": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "char": 1,
-    "bool": 1,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "Float": 4,
-    "Double": 8,
-    "Half": 2,
-    "BFloat16": 2,
-    "Long": 8,
-    "Int": 4,
-    "Short": 2,
-    "Char": 1,
-    "Byte": 1,
-    "Bool": 1,
-    "ComplexFloat": 8,
-    "ComplexDouble": 16,
-    "Float8_e4m3fn": 1,
-    "Float8_e5m2": 1,
-}
 _ANNOT = re.compile(r"^nccl:(\w+)$")
 _json = msgspec.json.Decoder()
 
@@ -297,7 +264,7 @@ def _launch_meta(trace: RankTrace, kernels: np.ndarray) -> list[dict]:
 def _bytes_from_args(a: dict):
     """Message bytes from collective args: max(in, out) nelems × dtype; else Input Dims × Input type."""
     dt = a.get("dtype")
-    size = TYPE_BYTES.get(dt) if isinstance(dt, str) else None
+    size = DTYPE_BYTES.get(dt) if isinstance(dt, str) else None
     nel = [a.get("In msg nelems"), a.get("Out msg nelems")]
     nel = [v for v in nel if isinstance(v, int) and not isinstance(v, bool)]
     if size and nel:
@@ -306,7 +273,7 @@ def _bytes_from_args(a: dict):
     if isinstance(dims, list) and isinstance(types, list) and dims:
         tot = 0
         for d, t in zip(dims, types):
-            b = TYPE_BYTES.get(t) if isinstance(t, str) else None
+            b = DTYPE_BYTES.get(t) if isinstance(t, str) else None
             if b and isinstance(d, list) and d and all(isinstance(x, int) for x in d):
                 tot += int(np.prod(d)) * b
         return tot or None

@@ -59,7 +59,6 @@ attempt, rank).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -70,6 +69,7 @@ import pyarrow as pa
 from jobs.analyze.findings.neuron import RULES as NEURON_RULES
 from jobs.analyze.findings.neuron import neuron_findings
 from jobs.analyze.findings.rules import RULES, SYNC_NAMES, THRESHOLDS, JobTables
+from jobs.common.floats import finite_float
 from schemas.tables import FINDINGS
 
 __all__ = [
@@ -159,8 +159,7 @@ def _json_default(v):
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating,)):
-        f = float(v)
-        return f if math.isfinite(f) else None
+        return finite_float(v)
     if isinstance(v, np.bool_):
         return bool(v)
     if isinstance(v, np.ndarray):
@@ -171,7 +170,7 @@ def _json_default(v):
 def _clean(v):
     """NaN/inf → None, recursively (strict JSON)."""
     if isinstance(v, float):
-        return v if math.isfinite(v) else None
+        return finite_float(v)
     if isinstance(v, dict):
         return {str(k): _clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -338,11 +337,11 @@ def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generat
                 "rank_order": int(r["rank_order"]),
                 "title": r["title"],
                 "metric": r["metric"],
-                "value": _num_or_none(r["value"]),
+                "value": finite_float(r["value"]),
                 "est_time_lost_per_step_ns": None
                 if r["est_time_lost_per_step_ns"] is None
                 else int(r["est_time_lost_per_step_ns"]),
-                "confidence": _num_or_none(r["confidence"]),
+                "confidence": finite_float(r["confidence"]),
                 "ranks": [int(x) for x in (r["ranks"] if r["ranks"] is not None else [])],
                 "steps": [int(x) for x in (r["steps"] if r["steps"] is not None else [])],
                 "evidence": json.loads(r["evidence_json"])
@@ -361,13 +360,6 @@ def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generat
             "findings": out,
         }
     )
-
-
-def _num_or_none(v):
-    if v is None:
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
 
 
 def validate_document(doc: dict) -> None:

@@ -38,12 +38,14 @@ Guide (https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from jobs.common.binomial import binomial_tail
+from jobs.common.floats import finite_float as _num
 
 __all__ = [
     "JobTables",
@@ -222,16 +224,6 @@ class JobTables:
             & cp["rank"].isin(list(ranks))
         )
         return event_refs(cp[m])
-
-
-def _num(v) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _ns(v) -> int | None:
@@ -736,11 +728,6 @@ def exposed_communication(t: JobTables) -> list[dict]:
     return out
 
 
-def _binomial_sf(k: int, n: int, p: float) -> float:
-    """P(X ≥ k) for X ~ Binomial(n, p)."""
-    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
-
-
 def straggler_rank(t: JobTables) -> list[dict]:
     """``straggler_rank``: one rank arrives last at most collectives and the others wait for it.
 
@@ -790,7 +777,7 @@ def straggler_rank(t: JobTables) -> list[dict]:
         est = float(mine["caused_ns"].sum()) / n_steps
         if step_p50 and est < STRAGGLER_MIN_WAIT_PCT / 100 * step_p50:
             continue
-        p_value = _binomial_sf(int(k), calls_r, 1.0 / max(n, 1.0))
+        p_value = binomial_tail(int(k), calls_r, 1.0 / max(n, 1.0))
         if p_value > STRAGGLER_MAX_P_VALUE:
             continue
         conf = min(0.95, 1.0 - p_value) - few_steps_penalty(n_steps)

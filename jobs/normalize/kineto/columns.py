@@ -33,7 +33,8 @@ _NONE_KEY = -(2**61)
 _INT_ONLY = {int}
 _LABEL_KEY0 = -(2**62)
 
-#: Bytes per element of collective ``dtype`` names (c10 ScalarType names as written by PyTorch).
+#: Bytes per element of the tensor element types PyTorch writes: c10 ScalarType names (the collective ``dtype``
+#: arg) and the C++ type names of record_function ``Input type`` (the analyze stage's fallback from ``Input Dims``).
 DTYPE_BYTES = {
     "Float": 4,
     "float": 4,
@@ -63,6 +64,20 @@ DTYPE_BYTES = {
     "QInt8": 1,
     "QUInt8": 1,
     "QInt32": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "long long": 8,
+    "short int": 2,
+    "short": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "char": 1,
+    "bool": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
 }
 
 _PLUCK = {
