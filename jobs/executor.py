@@ -9,7 +9,7 @@ fleet reduction) and two ways to run them, chosen by the *engine* handed to the 
 * a :class:`LocalExecutor` — what ``tracelake run`` uses by default on one machine: the same transforms
   in a pool of worker processes (one per CPU this process may run on), reads through
   ``pyarrow.dataset``, each worker writing its output rows as Parquet into the run's work folder, which
-  the driver moves into the crash-safe commit (:func:`jobs.commit.write_partitions`). No JVM starts.
+  the driver hands to the storage seam's crash-safe write (:func:`jobs.warehouse.write_table`). No JVM starts.
 
 Both leave identical tables (``tests/integration/test_executors.py``). Memory: a worker holds one
 task (one raw file, one rank's events, one job's calls) at a time, so its peak is set by the largest

@@ -38,11 +38,20 @@ from jobs.analyze.findings.rules import SYNC_NAMES
 from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.kernel_stats import kernel_table
 from jobs.analyze.trace.model import IDENTITY, RankTrace, build_rank_trace
-from jobs.commit import move_staged, recover, stage_arrow, work_dir, write_text_atomic
 from jobs.common.ids import safe_id
 from jobs.executor import is_local
 from jobs.normalize.neuron.critical_path import critical_path_from_events, critical_path_rows
-from jobs.warehouse import read_arrow, read_frames, read_spark, write_table
+from jobs.warehouse import (
+    read_arrow,
+    read_frames,
+    read_spark,
+    recover,
+    stage_rows,
+    staged_rows,
+    work_dir,
+    write_table,
+    write_text_atomic,
+)
 from schemas import CRITICAL_PATH, FINDINGS, RANKS, TABLES, stage_tables
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
@@ -261,7 +270,7 @@ _DRIVER_WRITES = ("ranks",)
 def _stage_outputs(tables: dict[str, pa.Table], folder: str) -> dict[str, int]:
     for name in OUTPUT_TABLES:
         if name not in _DRIVER_WRITES and name in tables and tables[name].num_rows:
-            stage_arrow(tables[name], os.path.join(folder, name), OUTPUT_TABLES[name].partition_by)
+            stage_rows(tables[name], folder, name)
     return {name: t.num_rows for name, t in tables.items() if name in OUTPUT_TABLES}
 
 
@@ -321,23 +330,13 @@ def _analyze_local(ex, warehouse: str, job_ids, captures: pa.Table, work: str) -
             ranks = pa.concat_tables([r["ranks"] for r in results if "ranks" in r])
             write_table(ranks_with_captures(ranks, captures), warehouse, name, jobs)
         else:
-            write_table(_staged(folders, name), warehouse, name, jobs)
+            write_table(staged_rows(name, folders), warehouse, name, jobs)
     return counts
 
 
 def _jobs_of(captures: pa.Table) -> list[str]:
     """The jobs of the batch (every one of its rows is rebuilt)."""
     return sorted(set(captures.column("job_id").to_pylist()))
-
-
-def _staged(folders: list[str], name: str):
-    """Staging callable of ``name``: every worker folder's files of it moved in."""
-
-    def stage(staging: str) -> None:
-        for f in folders:
-            move_staged(os.path.join(f, name), staging, os.path.basename(f), len(OUTPUT_TABLES[name].partition_by))
-
-    return stage
 
 
 # --------------------------------------------------------------------------- the stage

@@ -20,12 +20,10 @@ import os
 import posixpath
 import traceback
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
 import fsspec
 import pyarrow as pa
 
-from jobs.commit import move_staged, recover, stage_arrow, work_dir
 from jobs.common.ids import slug
 from jobs.executor import is_local
 from jobs.landing.discover import discover
@@ -37,7 +35,7 @@ from jobs.normalize.limits import ParseLimits
 from jobs.normalize.neuron.summary import summary_table
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
-from jobs.warehouse import write_table
+from jobs.warehouse import recover, stage_rows, staged_rows, work_dir, write_table
 from schemas import CAPTURES, EVENTS, NEURON_SUMMARY
 
 _CAPTURE_COL = "_capture_json"
@@ -460,7 +458,7 @@ def _parse_task(args: tuple) -> dict:
     capture, events = normalize_file(task, data, err)
     del data
     if events is not None and events.num_rows:
-        stage_arrow(events.select(EVENTS.names).cast(_nullable_events()), folder, EVENTS.partition_by)
+        stage_rows(events.select(EVENTS.names).cast(_nullable_events()), folder, "events")
     return json.loads(json.dumps(capture))
 
 
@@ -476,30 +474,15 @@ def _parse_local(ex, ordered: list[dict], storage_options: dict, work: str) -> t
     return captures, {c["capture_id"]: a[2] for c, a in zip(captures, args)}
 
 
-def _relabel_job(job_id: str):
-    """A partition-folder map (``date=…/job_id=old`` → ``date=…/job_id=<job_id>``) for a renamed bare job."""
-
-    def relabel(rel: str) -> str:
-        return "/".join(
-            f"job_id={quote(job_id, safe='')}" if seg.startswith("job_id=") else seg for seg in rel.split("/")
-        )
-
-    return relabel
-
-
 def _staged_events(captures: list[dict], folders: dict[str, str], renames: dict[str, str]):
-    """The staging callable of ``events`` (:func:`jobs.commit.write_partitions`): every worker folder
-    moved in, the partitions of renamed bare jobs relabelled."""
-
-    def stage(staging: str) -> None:
-        for c in captures:
-            folder = folders[c["capture_id"]]
-            new = renames.get(c["capture_id"])
-            move_staged(
-                folder, staging, os.path.basename(folder), len(EVENTS.partition_by), _relabel_job(new) if new else None
-            )
-
-    return stage
+    """The ``events`` rows the workers staged (:func:`jobs.warehouse.staged_rows`): every capture's folder, the
+    rows of renamed bare jobs under their new job id."""
+    staged = [folders[c["capture_id"]] for c in captures]
+    return staged_rows(
+        "events",
+        staged,
+        {folders[c["capture_id"]]: renames[c["capture_id"]] for c in captures if renames.get(c["capture_id"])},
+    )
 
 
 def neuron_summary_rows(captures: list[dict]) -> list[dict]:

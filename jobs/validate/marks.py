@@ -12,8 +12,8 @@ import posixpath
 
 import fsspec
 
-from jobs.commit import write_text_atomic
 from jobs.validate.report import ValidationReport
+from jobs.warehouse import write_text_atomic
 from schemas.tables import TABLES
 
 MARK_FILE = "_validation.json"
