@@ -1,9 +1,11 @@
 """Shared pytest fixtures, and how the suite is spread over pytest-xdist's workers.
 
-``make test`` runs ``pytest -n 2 --dist loadgroup``: every test file is one unit of work (its module-scoped
-fixtures run once), except the files marked ``pytest.mark.xdist_group(NAME)``, which share one worker with the
-other files of that group, so that a session-scoped fixture they share is built once. The groups in
-:data:`FIRST` are handed out first (the longest work first, so that no worker is left with a long tail).
+``make test`` runs ``pytest -n 2 --dist loadgroup``, with the scheduler defined here
+(:func:`pytest_xdist_make_scheduler`): every test file is one unit of work, so its module-scoped fixtures run
+once, except the files of one of :data:`GROUPS`, which go to one worker together so that the session-scoped
+fixture they share is built once. The units of :data:`FIRST` are handed out first, longest first, so that no
+worker is left with a long tail. (xdist's own ``xdist_group`` marks do not group here: pytest 9 derives a test's
+id from its collection tree, and xdist 3.8 renames ids to group them.)
 """
 
 from __future__ import annotations
@@ -12,28 +14,60 @@ from pathlib import Path
 
 import pytest
 
-#: The longest units of work (a file's stem, or an xdist group), handed out first in this order: the scheduler test
-#: (Airflow driving a Spark cluster through faults), the tests over the whole torch corpus' warehouse (group
-#: ``corpus``: ``corpus_warehouse`` is built once), then the other files that start real services. Measured
-#: with ``pytest --durations=80`` on one process (HEAD 733262e: 922, ~280, 157, 117, ~130, ~100 s).
+#: Test files that run on one worker together: the tests over the whole torch corpus' warehouse
+#: (``corpus_warehouse``, built once per worker that needs it).
+GROUPS = {
+    "corpus": (
+        "test_compare_corpus",
+        "test_executors",
+        "test_fleet",
+        "test_mcp",
+        "test_pipeline_corpus",
+        "test_readonly_sql_spark",
+        "test_report_publish",
+        "test_sql_examples",
+    )
+}
+_GROUP_OF = {stem: group for group, stems in GROUPS.items() for stem in stems}
+
+#: The longest units of work (a file's stem, or a group), handed out first in this order: the scheduler test
+#: (Airflow driving a Spark cluster through faults), the corpus group, then the other files that start real
+#: services. Measured with ``pytest --durations=80`` on one process (HEAD 733262e: 922, ~280, 157, 117, ~130,
+#: ~100 s).
 FIRST = ("test_scheduler", "corpus", "test_standalone_cluster", "test_dags", "test_local_stack", "test_crash_rerun")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which appends the group to each test's id
+def unit_of(nodeid: str) -> str:
+    """The unit of work of a test id: its file's group in :data:`GROUPS`, else the file's stem."""
+    stem = Path(nodeid.split("::", 1)[0]).stem
+    return _GROUP_OF.get(stem, stem)
+
+
 def pytest_collection_modifyitems(config, items):
-    """One xdist group per test file unless the file names one; the groups of :data:`FIRST` first."""
-    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+    """Under ``--dist loadgroup`` (in each xdist worker), the units of :data:`FIRST` first, in that order."""
+    if not getattr(config.option, "loadgroup", False):  # set in each xdist worker under --dist loadgroup
         return
-    for item in items:
-        if not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    rank = {unit: i for i, unit in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(FIRST)))  # stable within a rank
 
-    def order(item) -> int:
-        mark = next(item.iter_markers("xdist_group"))
-        group = mark.args[0] if mark.args else mark.kwargs.get("name")
-        return FIRST.index(group) if group in FIRST else len(FIRST)
 
-    items.sort(key=order)  # stable: collection order within each rank
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover - the suite runs on one process without pytest-xdist
+    LoadScopeScheduling = None
+else:
+
+    class FileGroupScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with :func:`unit_of` as the scope: whole files, and groups of files."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        """:class:`FileGroupScheduling` for ``--dist loadgroup``; xdist's own scheduler otherwise."""
+        if config.getoption("dist") == "loadgroup":
+            return FileGroupScheduling(config, log)
+        return None
 
 
 #: Read-only corpus of real traces (../shared/corpus relative to the repo root); never copied into the repo.

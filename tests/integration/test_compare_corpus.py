@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 
 A, B = "HolisticTraceAnalysis-trace_diff-control", "HolisticTraceAnalysis-trace_filter"
 

@@ -25,7 +25,7 @@ from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
 from schemas import stage_tables
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 NEURON = SHARED / "corpus" / "neuron" / "AnchovyPark__npu_profiling_code"

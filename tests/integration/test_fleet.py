@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 
 MS = 1_000_000
 

@@ -24,7 +24,7 @@ import pytest
 from jobs.warehouse import read_pandas
 from schemas.agent import MAX_ANSWER_CHARS, SCHEMAS_FILE
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 
 HTA_GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "hta_golden" / "hta_corpus.json"
 

@@ -15,7 +15,7 @@ from jobs.agent.readonly_sql import QueryTimeout, UnsafeQuery, run_readonly
 from jobs.sql import readme_examples
 from jobs.warehouse import register_views
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 
 
 def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):

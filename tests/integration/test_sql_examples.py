@@ -9,7 +9,7 @@ import pytest
 from jobs.sql import readme_examples, run_sql
 from jobs.warehouse import register_views
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("corpus")]  # shares corpus_warehouse
+pytestmark = pytest.mark.integration
 README = Path(__file__).resolve().parents[2] / "README.md"
 EXAMPLES = readme_examples(README.read_text())
 
