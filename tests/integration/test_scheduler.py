@@ -33,8 +33,9 @@ touched it (ddp by interval 1, late by 2, dlrm by 3), so this one comparison che
 
 *Why the intervals are seconds long.* A capture's commit time is its manifest's ``LastModified`` on the
 store (``jobs/landing/interval.py``), the S3 server's own clock: a test cannot commit into a past hour,
-and three real hourly intervals would take three hours. Each interval is as long as interval 1's landing
-needs (the DDP training, at least 15 s); Airflow starts with that timetable while intervals 2 and 3 land.
+and three real hourly intervals would take three hours. Each interval is 30 s, on the epoch grid (Airflow
+aligns a fixed-delta timetable's scheduled runs to it, a backfill to the start date: on that grid they agree);
+Airflow starts while the captures land.
 
 Timings (wall time per interval, queued→running, gaps between tasks, from
 the metadata DB) and what each fault did go to ``timings.json`` in the test's temp folder and to stdout.
@@ -43,7 +44,6 @@ the metadata DB) and what each fault did go to ``timings.json`` in the test's te
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import sqlite3
@@ -79,8 +79,8 @@ RUNS_TIMEOUT_S = 1800
 #: How long the S3 server stays down, and the DAGs' delay between task retries.
 S3_DOWN_S = 15
 RETRY_DELAY_S = 5
-#: The shortest interval: the uploads of intervals 2 and 3 take a few seconds.
-MIN_INTERVAL_S = 15
+#: The intervals' length: interval 1 holds a 2-rank DDP training (3-13 s measured on 2 loaded cores).
+INTERVAL_S = 30
 #: The DAGs' S3 client: few retries and short timeouts, so that a request to a stopped server fails in
 #: seconds (the default retries for about 10 s, and a read in flight waits 60 s).
 S3_CLIENT = {
@@ -90,8 +90,9 @@ S3_CLIENT = {
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def _second(t: datetime) -> datetime:
-    return t.replace(microsecond=0)
+def _next_multiple(t: datetime, seconds: int) -> datetime:
+    """The first time after ``t`` that is a whole multiple of ``seconds`` since the epoch."""
+    return datetime.fromtimestamp((int(t.timestamp()) // seconds + 1) * seconds, UTC)
 
 
 def _sleep_until(t: datetime) -> None:
@@ -357,10 +358,11 @@ def mlflow_server(tmp_path_factory):
 def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # noqa: F811
     """Airflow on the cluster, captures landed in three intervals, the backfill run through the faults."""
     tmp = tmp_path_factory.mktemp("scheduler")
-    # the intervals [m0, m1), [m1, m2), [m2, m3), each DELTA long: m0 is the next whole second; DELTA is fixed once
-    # interval 1 has landed (the DDP training: its manifests must commit before m1), then Airflow starts with that
-    # timetable while intervals 2 and 3 land
-    marks = [_second(datetime.now(UTC)) + timedelta(seconds=1)]
+    # the intervals [m0, m1), [m1, m2), [m2, m3), INTERVAL_S long, on the epoch grid Airflow's fixed-delta timetable
+    # aligns scheduled runs to (a backfill counts from the start date: on that grid the two agree, and the unpaused
+    # DAG schedules no run of its own); m0 at least 20 s away: Airflow starts meanwhile (~25 s)
+    first = _next_multiple(datetime.now(UTC) + timedelta(seconds=20), INTERVAL_S)
+    marks = [first + timedelta(seconds=k * INTERVAL_S) for k in range(4)]
     wh = tmp / "warehouse"
     home = tmp / "airflow"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_", "AWS_"))}
@@ -376,6 +378,9 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         GX_ANALYTICS_ENABLED="false",
         TRACELAKE_SPARK_MASTER=cluster.url,
         PYSPARK_PYTHON=PYTHON,
+        TRACELAKE_INGEST_SCHEDULE=f"PT{INTERVAL_S}S",  # intervals of seconds: a duration, not cron
+        TRACELAKE_INGEST_START=marks[0].isoformat(),
+        TRACELAKE_INGEST_END=marks[2].isoformat(),  # the unpaused DAG schedules nothing beyond the backfill
         TRACELAKE_TASK_RETRIES="2",
         TRACELAKE_TASK_RETRY_DELAY_S=str(RETRY_DELAY_S),
         TRACELAKE_SPARK_CONF=json.dumps(
@@ -400,6 +405,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
     schedulers: list[int] = []  # every scheduler pid: the killed one's group (its forked task processes) too
     starting = None
     try:
+        starting = ThreadPoolExecutor(1).submit(start_airflow)
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3.storage_options)
         dlrm = [next(torch_corpus.glob(DLRM.format(r=r))) for r in range(3)]
         from jobs.demo.train_ddp import run_demo_training
@@ -415,14 +421,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         finally:
             for k, v in old.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-        delta = max(MIN_INTERVAL_S, math.ceil((datetime.now(UTC) - marks[0]).total_seconds()) + 2)
-        marks += [marks[0] + timedelta(seconds=k * delta) for k in (1, 2, 3)]
-        env.update(
-            TRACELAKE_INGEST_SCHEDULE=f"PT{delta}S",  # sub-minute intervals: a duration, not cron
-            TRACELAKE_INGEST_START=marks[0].isoformat(),
-            TRACELAKE_INGEST_END=marks[2].isoformat(),  # the unpaused DAG schedules nothing beyond the backfill
-        )
-        starting = ThreadPoolExecutor(1).submit(start_airflow)  # ~25 s, while intervals 2 and 3 land
+        assert datetime.now(UTC) < marks[1] - timedelta(seconds=1), f"the DDP training outlasted interval 1 {marks}"
         # interval 2: DLRM ranks 0 and 1, and the late capture's manifest (created in interval 1)
         _sleep_until(marks[1] + timedelta(seconds=1))
         for r in (0, 1):
