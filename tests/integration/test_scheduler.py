@@ -147,17 +147,26 @@ def _upload_capture(
     return folder
 
 
-def _airflow(env: dict, port: int, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    """``airflow ARGS`` in the environment ``infra/local/airflow.sh env`` prints for the running home."""
+def _airflow(env: dict, port: int, *args: str, timeout: int = 120, retry_if=None) -> subprocess.CompletedProcess:
+    """``airflow ARGS`` in the environment ``infra/local/airflow.sh env`` prints for the running home.
+
+    A command that fails on SQLite's "database is locked" is run again (3 tries, 5 s apart) when ``retry_if()`` is
+    true: in WAL mode a write transaction whose snapshot another writer (the scheduler, the dag-processor) made
+    stale fails at once, whatever the busy timeout; ``retry_if`` says the failed try left nothing behind."""
     script = f'eval "$({AIRFLOW_SH} env --port {port})" && exec airflow "$@"'
-    res = subprocess.run(
-        ["bash", "-c", script, "airflow", *args],
-        env=env,
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    for attempt in range(3):
+        res = subprocess.run(
+            ["bash", "-c", script, "airflow", *args],
+            env=env,
+            cwd=str(REPO),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        locked = "database is locked" in res.stdout + res.stderr
+        if res.returncode == 0 or not locked or retry_if is None or attempt == 2 or not retry_if():
+            break
+        time.sleep(5)
     assert res.returncode == 0, f"airflow {' '.join(args)}:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     return res
 
@@ -445,6 +454,8 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         assert all(marks[0] <= t < marks[3] for t in committed.values()), committed
 
         t0 = time.perf_counter()
+        db = home / "airflow.db"
+        no_runs = lambda: not _runs(db, INGEST_DAG)  # noqa: E731 - the failed try rolled its runs back
         _airflow(
             env,
             port,
@@ -458,10 +469,10 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
             marks[2].isoformat(),
             "--max-active-runs",
             "1",
+            retry_if=no_runs,
         )
-        _airflow(env, port, "dags", "unpause", INGEST_DAG)
-        _airflow(env, port, "dags", "unpause", "tracelake_fleet_report")
-        db = home / "airflow.db"
+        _airflow(env, port, "dags", "unpause", INGEST_DAG, retry_if=lambda: True)  # idempotent
+        _airflow(env, port, "dags", "unpause", "tracelake_fleet_report", retry_if=lambda: True)
         backfill = _wait(
             lambda: (b := [r for r in _runs(db, INGEST_DAG) if r["run_type"] == "backfill"]) and len(b) == 3 and b,
             "the three backfill runs",
