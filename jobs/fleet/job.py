@@ -132,7 +132,7 @@ def _reduce_on_spark(captures, steps, kernels) -> tuple[pd.DataFrame, pd.DataFra
     js = _pandas(js).sort_values([*by_run, "step"], kind="stable").merge(runs, on=by_run, how="inner")
     if kernels is None:
         return js, None
-    jk = kernels.select("job_id", "attempt", "date", "name", "kernel_type", "n", "total_ns").groupBy(*by_run)
+    jk = kernels.select(*JOB_KERNELS_SCHEMA.names).groupBy(*by_run)
     jk = _pandas(jk.applyInPandas(reduce_job_kernels, from_arrow_schema(JOB_KERNELS_SCHEMA)))
     return js, jk.sort_values([*by_run, "date", "name"], kind="stable").merge(runs, on=by_run, how="inner")
 
