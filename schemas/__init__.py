@@ -9,6 +9,7 @@ The capture manifest is a versioned JSON Schema (``manifest.v1.json``).
 from schemas.tables import (  # noqa: F401
     CAPTURES,
     COLLECTIVES,
+    COVERAGE_STATUSES,
     CRITICAL_PATH,
     EVENTS,
     FINDINGS,
@@ -22,6 +23,7 @@ from schemas.tables import (  # noqa: F401
     NEURON_SUMMARY,
     RANKS,
     REGRESSIONS,
+    RULE_COVERAGE,
     STAGES,
     STEPS,
     TABLES,

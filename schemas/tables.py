@@ -654,6 +654,38 @@ FINDINGS = Table(
     key=("job_id", "attempt", "finding_id"),
 )
 
+#: ``rule_coverage.status`` values: the rule judged the job on its ProfilerSteps, on each rank's whole trace (no
+#: ProfilerStep), could not apply (its subject is absent: one rank, no communication), or lacked the data to judge.
+COVERAGE_STATUSES = ("ran", "ran_on_trace", "not_applicable", "not_run")
+
+RULE_COVERAGE = Table(
+    name="rule_coverage",
+    doc="Which bottleneck rules judged each job, on what window, and why a rule did not "
+    "(jobs/analyze/findings/coverage.py). A job's verdict is `ok` only when every rule that could judge it ran "
+    "and none fired; a `not_run` rule makes the verdict say what is unknown.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        Column("job_id", _STR, "Training job id.", False),
+        Column("attempt", _I32, "Job attempt.", False),
+        Column("rule", _STR, "Finding rule (`findings.rule`).", False),
+        Column(
+            "status",
+            _STR,
+            "`ran` (on the ProfilerSteps), `ran_on_trace` (no ProfilerStep: each rank's whole trace as one window), "
+            "`not_applicable` (what the rule judges is absent, e.g. one rank for `straggler_rank`) or `not_run` "
+            "(the data it needs is missing, e.g. no GPU activity).",
+            False,
+        ),
+        Column("reason", _STR, "Why, in words (null for `ran`)."),
+        Column("n_ranks", _I32, "Ranks the rule judged.", False),
+        Column("n_windows", _I64, "Windows (rank-steps, or whole traces) the rule judged.", False),
+        Column("n_findings", _I32, "Findings the rule produced for the job.", False),
+    ),
+    stage="analyze",
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rule"),
+)
+
 _FLEET_GROUP = (
     Column(
         "dimension",
@@ -1076,7 +1108,19 @@ NEURON_SUMMARY = Table(
 )
 
 TABLES: dict[str, Table] = {
-    t.name: t for t in (CAPTURES, EVENTS, STEPS, RANKS, KERNELS, COLLECTIVES, CRITICAL_PATH, FINDINGS, NEURON_SUMMARY)
+    t.name: t
+    for t in (
+        CAPTURES,
+        EVENTS,
+        STEPS,
+        RANKS,
+        KERNELS,
+        COLLECTIVES,
+        CRITICAL_PATH,
+        FINDINGS,
+        RULE_COVERAGE,
+        NEURON_SUMMARY,
+    )
 }
 
 #: Fleet tables (jobs/fleet): derived from the whole warehouse, rebuilt by each fleet run; not part of a

@@ -52,13 +52,13 @@ from jobs.warehouse import (
     write_table,
     write_text_atomic,
 )
-from schemas import CRITICAL_PATH, FINDINGS, RANKS, TABLES, stage_tables
+from schemas import CRITICAL_PATH, FINDINGS, RANKS, RULE_COVERAGE, TABLES, stage_tables
 
 _GROUP = ["job_id", "attempt", "rank", "capture_id"]
 _OUT_SCHEMA = "job_id string, attempt int, table string, n long, ipc binary"
-#: The tables the rank and job transforms produce: every table declared for the analyze stage but ``findings``,
-#: which :func:`run_findings` ranks from them afterwards.
-OUTPUT_TABLES = {n: t for n, t in stage_tables("analyze").items() if t is not FINDINGS}
+#: The tables the rank and job transforms produce: every table declared for the analyze stage but ``findings`` and
+#: ``rule_coverage``, which :func:`run_findings` derives from them afterwards.
+OUTPUT_TABLES = {n: t for n, t in stage_tables("analyze").items() if t not in (FINDINGS, RULE_COVERAGE)}
 #: Stage 2's inputs, produced by stage 1 per rank.
 _INTERNAL = {"_calls": CALLS_SCHEMA, "_legs": BOUNDARIES_SCHEMA}
 _IPC_ROWS = 1 << 18  # rows per IPC blob: keeps each Spark cell far below Arrow's 2 GiB
