@@ -317,3 +317,30 @@ def _typed(df: pd.DataFrame, table) -> pd.DataFrame:
         elif pa.types.is_floating(c.type):
             out[c.name] = out[c.name].astype("float64")
     return out.reset_index(drop=True)
+
+
+def run_summary(steps: pd.DataFrame, ranks: pd.DataFrame | None, captures: pd.DataFrame) -> pd.DataFrame:
+    """The headline numbers of each job run: its ``fleet_stats`` row of dimension ``job`` and date ``all``.
+
+    The one definition the job report, MLflow, ``tracelake run``, ``compare`` and MCP show (the fleet report reads
+    the same rows from the ``fleet_stats`` table): job step time p50/p90/p99 (slowest rank per ProfilerStep, ns),
+    GPU idle/compute % (Σ over the run's analysis windows, HTA temporal breakdown, time-weighted), exposed
+    communication, CPU-bound and data-loader % of rank step time, runs/ranks/steps counts.
+
+    Args:
+        steps, ranks, captures: the runs' ``steps``, ``ranks`` and ``captures`` rows (ranks may be None).
+
+    Returns:
+        ``fleet_stats`` columns plus ``job_id`` and ``attempt``, one row per run with analysis windows.
+    """
+    from jobs.analyze.windows import analysis_windows
+
+    windows = analysis_windows(steps, ranks, captures)
+    if not len(windows):
+        return pd.DataFrame(columns=[*FLEET_STATS.names, "job_id", "attempt"])
+    st = fleet_stats(job_steps_frame(windows, captures))
+    out = st[(st["dimension"] == "job") & (st["date"] == "all")].copy()
+    parts = out["value"].astype(str).str.rsplit("#", n=1)
+    out["job_id"] = parts.str[0]
+    out["attempt"] = pd.array(parts.str[1].astype(int), dtype="Int32")
+    return out.reset_index(drop=True)
