@@ -22,33 +22,40 @@ rule                       metric                            fires at     time l
 ``blocking_sync``          sync_blocked_pct_of_step          ≥ 1 % or ≥   blocked time in sync calls, ≤ GPU idle
                                                              10 calls
 ``memcpy_bound``           memory_exposed_pct_of_step        ≥ 10 %       copy time not under compute/comm
+``pageable_memcpy``        pageable_copy_pct_of_gpu_busy     ≥ 10 %       pageable copy time
 ``low_gpu_utilization``    gpu_busy_pct_of_step              < 50 %       GPU idle − CPU-bound − data loader
 ``neuron_*``               see :mod:`jobs.analyze.findings.neuron` (per profiled NEFF execution)
 =========================  ================================  ===========  =========================================
 
 Inputs (``tables``: table name → pandas DataFrame; missing keys and empty frames are allowed, a
 rule without its inputs does not fire). Columns read (beyond job_id, attempt, rank; ``date`` is
-taken from the first table that has it):
+taken from the first table that has it). The rules judge the job's *analysis windows*
+(:func:`jobs.analyze.windows.analysis_windows` of ``steps``, ``ranks`` and ``captures``): a rank capture
+without ProfilerStep is judged on its whole trace as one window (step -1):
 
 * ``steps`` (STEPS): capture_id, step, step_time_ns, kernel_time_ns, idle_time_ns, n_kernels,
   compute_time_ns, comm_time_ns, overlap_pct, exposed_comm_ns, memory_time_ns, idle_*_ns,
   n_launches, launch_runtime_ns, launch_delay_p50_ns, n_short_kernels, memcpy_bytes,
   memcpy_bw_gbps, dataloader_time_ns, cpu_bound_time_ns, cpu_op_time_ns. Required for every rule
   but ``straggler_rank``.
-* ``ranks`` (RANKS): not needed (counted in ``generated_from`` only).
-* ``kernels`` (KERNELS): name, kernel_type, n, total_ns, mean_ns — evidence only.
+* ``ranks`` (RANKS): the whole-trace window of a rank capture with no ``steps`` row (same columns).
+* ``captures`` (CAPTURES), optional: capture_id, trace_start_ns, trace_end_ns — the span of a
+  whole-trace window (without it, the GPU's active span).
+* ``kernels`` (KERNELS): capture_id, step, name, kernel_type, n, total_ns, mean_ns — evidence, and the
+  pageable copies of ``pageable_memcpy``.
 * ``collectives`` (COLLECTIVES): capture_id, step, event_id, match_key, collective, name, dur_ns,
   wait_ns, skew_ns, exposed_ns, is_last_arrival, n_ranks_matched, msg_bytes, busbw_gbps.
 * ``critical_path`` (CRITICAL_PATH): scope, path_rank, step, rank, capture_id, event_id, name,
   dur_ns, bound_by — corroboration and evidence.
 * ``events``: a **reduced** EVENTS frame is enough — :data:`EVENTS_COLUMNS` of the host rows whose
   ``name`` is in :data:`jobs.analyze.findings.rules.SYNC_NAMES` (e.g. ``category in ('cuda_runtime',
-  'cpu_op', 'cuda_driver') and name in SYNC_NAMES``); rows with a null ``step`` are ignored. Only
-  ``blocking_sync`` reads it.
+  'cpu_op', 'cuda_driver') and name in SYNC_NAMES``); rows with a null ``step`` are ignored, except on a
+  capture judged on its whole trace, where they belong to that window. Only ``blocking_sync`` reads it.
 * ``neuron_summary`` (NEURON_SUMMARY), optional: passed to ``neuron_findings``.
 
 Evidence (``evidence_json``, and ``evidence`` in findings.json) of the GPU rules: ``job_id``,
-``attempt``, ``scope`` (``job`` | ``rank``), ``rank`` (rank scope), ``threshold``, ``comparison``,
+``attempt``, ``scope`` (``job`` | ``rank``), ``window`` (``step`` | ``trace`` | ``mixed``: ProfilerSteps,
+whole traces of ranks without ProfilerStep, or both), ``rank`` (rank scope), ``threshold``, ``comparison``,
 ``n_rank_steps``, ``n_ranks``, ``per_rank`` (rank, n_steps, value, est_time_lost_per_step_ns,
 steps), ``events`` (rank, capture_id, step, event_id, name, dur_ns, … of ``events``) and a
 rule-specific ``details`` object whose times are sums over the scope's rank-steps (``*_per_step``,
@@ -69,6 +76,7 @@ import pyarrow as pa
 from jobs.analyze.findings.neuron import RULES as NEURON_RULES
 from jobs.analyze.findings.neuron import neuron_findings
 from jobs.analyze.findings.rules import RULES, SYNC_NAMES, THRESHOLDS, JobTables
+from jobs.analyze.windows import WHOLE_TRACE_STEP, WINDOW_TRACE, analysis_windows
 from jobs.common.floats import finite_float
 from schemas.tables import FINDINGS
 
@@ -138,6 +146,38 @@ def _prepare_steps(steps: pd.DataFrame) -> pd.DataFrame:
     s["gpu_idle_ns"] = s["step_time_ns"] - s["busy_ns"]
     s["has_gpu"] = pd.to_numeric(s["n_kernels"], errors="coerce").fillna(0) > 0
     return s
+
+
+def job_windows(steps: pd.DataFrame, ranks: pd.DataFrame, captures: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The analysis windows the rules judge (:func:`jobs.analyze.windows.analysis_windows`: ProfilerSteps, or the
+    whole trace of a rank capture without one), with the derived ``busy_ns``, ``gpu_idle_ns`` (ns) and ``has_gpu``
+    of :class:`jobs.analyze.findings.rules.JobTables` and ``window`` (``"step"`` | ``"trace"``).
+
+    A capture that ``captures`` says has ProfilerSteps (``n_profiler_steps`` > 0) gets no whole-trace window even
+    when none of its steps is left (e.g. all cut short by a truncated trace: :func:`drop_truncated_steps`)."""
+    if len(ranks) and captures is not None and len(captures) and "n_profiler_steps" in captures:
+        stepped = captures.loc[pd.to_numeric(captures["n_profiler_steps"], errors="coerce").fillna(0) > 0, "capture_id"]
+        ranks = ranks[~ranks["capture_id"].isin(set(stepped))]
+    w = analysis_windows(steps if len(steps) else None, ranks if len(ranks) else None, captures)
+    if w.empty:
+        w = pd.DataFrame(columns=[*_REQUIRED["steps"], "window"])
+    return _prepare_steps(w)
+
+
+def events_in_windows(events: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """``events`` with ``step`` = -1 (:data:`jobs.analyze.windows.WHOLE_TRACE_STEP`) on the rows outside any
+    ProfilerStep of a capture judged on its whole trace (its window covers them); other rows unchanged."""
+    if events.empty or windows.empty or "capture_id" not in events or "window" not in windows:
+        return events
+    whole = set(windows.loc[windows["window"] == WINDOW_TRACE, "capture_id"])
+    if not whole:
+        return events
+    m = events["capture_id"].isin(whole) & events["step"].isna()
+    if not m.any():
+        return events
+    ev = events.copy()
+    ev["step"] = ev["step"].astype("Float64").mask(m, WHOLE_TRACE_STEP)
+    return ev
 
 
 def _of_job(df: pd.DataFrame, job_id, attempt) -> pd.DataFrame:
@@ -242,6 +282,7 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
         TypeError: a value of ``tables`` is not a DataFrame / Arrow table.
     """
     frames = {n: _frame(tables, n) for n in ("steps", "ranks", "kernels", "collectives", "critical_path", "events")}
+    captures = _frame(tables, "captures")
     keys = set()
     for df in frames.values():
         if not df.empty and "job_id" in df and "attempt" in df:
@@ -250,11 +291,7 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
     meta = []
     for job_id, attempt in sorted(keys, key=lambda k: (str(k[0]), k[1])):
         job = {n: _of_job(df, job_id, attempt) for n, df in frames.items()}
-        steps = (
-            _prepare_steps(job["steps"])
-            if not job["steps"].empty
-            else _prepare_steps(pd.DataFrame(columns=list(_REQUIRED["steps"])))
-        )
+        steps = job_windows(job["steps"], job["ranks"], _of_job(captures, job_id, attempt))
         t = JobTables(
             job_id=job_id,
             attempt=int(attempt),
@@ -262,7 +299,7 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
             kernels=job["kernels"],
             collectives=job["collectives"],
             critical_path=job["critical_path"],
-            events=job["events"],
+            events=events_in_windows(job["events"], steps),
         )
         date = _date(frames, job_id, attempt)
         for _rule, fn in RULES:
@@ -283,7 +320,8 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
                 "date": date,
                 "tables": {("events_host_sync" if n == "events" else n): int(len(df)) for n, df in job.items()},
                 "n_ranks": int(steps["rank"].nunique()) if len(steps) else 0,
-                "n_rank_steps": int(len(steps)),
+                "n_rank_steps": int((steps["window"] != WINDOW_TRACE).sum()) if len(steps) else 0,
+                "n_whole_trace_windows": int((steps["window"] == WINDOW_TRACE).sum()) if len(steps) else 0,
             }
         )
     ns = tables.get("neuron_summary")

@@ -22,11 +22,48 @@ Conventions shared by the rules:
   rule's per-step estimate ÷ the number of those rank-steps (job scope: all rank-steps of the job).
   Estimates of different rules overlap (e.g. tiny kernels are one cause of host-bound time): they
   rank the findings, they do not add up.
-* **Confidence** (:func:`confidence`): a per-rule base (how directly the metric measures the time
-  lost) + up to 0.25 × the share of rank-steps where the condition holds + 0.15 when an independent
-  table corroborates (e.g. the critical path) − 0.1 when it contradicts − 0.1 with fewer than
-  :data:`MIN_STEPS` distinct steps; clipped to [0.05, 0.95]. ``straggler_rank`` uses a binomial
-  test instead (see the rule).
+* **Windows.** The rules judge *analysis windows* (:func:`jobs.analyze.windows.analysis_windows`): a
+  rank's ProfilerSteps, or — for a rank capture without ProfilerStep — its whole trace as ONE window
+  (``step`` = -1, ``window`` = ``"trace"``). "Per step" means per window; counts per window (short
+  kernels, sync calls) treat a whole trace as one window, and the words of a finding say which it is
+  ("of the step time" / "of the trace (no ProfilerStep: whole trace as one window)"); its evidence has
+  ``window`` = ``step`` | ``trace`` | ``mixed``. ``steps`` lists ProfilerStep numbers only (never -1).
+* **Confidence** (:func:`confidence`, one function for every GPU rule): the rule's *base* (how directly
+  its metric measures the time lost) + :data:`EFFECT_WEIGHT` × effect size (metric ÷ threshold, or
+  threshold ÷ metric for "<" rules, on a log scale that saturates at :data:`EFFECT_SATURATION` ×) +
+  :data:`AGREEMENT_WEIGHT` × agreement + :data:`CORROBORATION_WEIGHT` when an independent table
+  corroborates it (− as much when it contradicts) − :func:`few_steps_penalty` (fewer than
+  :data:`MIN_STEPS` distinct windows: one captured step or one whole trace takes off 0.25) −
+  :data:`FEW_CALLS_PENALTY` when the metric counts fewer than :data:`MIN_CALLS` events; clipped to
+  [0.05, 0.95], 2 decimals. *Agreement* is the share of the scope's ranks on which the rule holds on
+  its own (job scope over ≥ 2 ranks), else the share of the scope's windows where its per-window
+  condition holds. Inputs per rule:
+
+  =========================  =====  ===============================  =================  ==========================================  ======================
+  rule                       base   effect (metric vs threshold)     agreement          corroboration (+) / contradiction (−)       events counted
+  =========================  =====  ===============================  =================  ==========================================  ======================
+  ``host_bound_launch``      0.50   CPU-bound % ÷ 10 %               ranks / windows    critical path ≥ 50 % CPU-bound or launch,    —
+                                                                                        or host wait the largest idle category (+);
+                                                                                        critical path < 20 % (−)
+  ``many_tiny_kernels``      0.40   short-kernel % ÷ 50 %            ranks / windows    critical path ≥ 50 % launch / gaps /         short kernels
+                                                                                        CPU-bound (+); < 20 % (−)
+  ``exposed_communication``  0.50   exposed % ÷ 10 %                 ranks / windows    critical path ≥ 20 % communication (+)       collectives (when
+                             (0.40                                                                                                  matched)
+                             with-
+                             out
+                             calls)
+  ``straggler_rank``         0.45   last-arrival share ÷ required    1 − binomial       —                                            the rank's collectives
+                                    share                            p-value
+  ``dataloader_bound``       0.50   data-loader % ÷ 5 %              ranks / windows    data loading on the critical path (+)        —
+  ``blocking_sync``          0.35   blocked % ÷ 1 % (or calls per    ranks / windows    —                                            top-level sync calls
+                             (0.45  step ÷ 10, the larger)
+                             with
+                             item)
+  ``memcpy_bound``           0.45   exposed copy % ÷ 10 %            ranks / windows    pageable copies seen (+)                     —
+  ``pageable_memcpy``        0.55   pageable share of busy ÷ 10 %    ranks / windows    the GPU is idle ≥ 50 % of the windows (+)    pageable copies
+  ``low_gpu_utilization``    0.35   50 % ÷ GPU busy %                ranks / windows    idle not explained by host work or data      —
+                                                                                        loading ≥ 5 % of the time (+)
+  =========================  =====  ===============================  =================  ==========================================  ======================
 
 Sources quoted in the rule docstrings: HTA = Holistic Trace Analysis 0.5.0
 (``../shared/reference/kineto_and_hta.md`` §1); TB plugin = torch-tb-profiler
@@ -44,6 +81,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.windows import WINDOW_TRACE
 from jobs.common.binomial import binomial_tail
 from jobs.common.floats import finite_float as _num
 
@@ -60,7 +98,12 @@ __all__ = [
     "dataloader_bound",
     "blocking_sync",
     "memcpy_bound",
+    "pageable_memcpy",
     "low_gpu_utilization",
+    "effect_size",
+    "window_words",
+    "Words",
+    "EXCESS_WORDS",
 ]
 
 # ------------------------------------------------------------------------------------------------
@@ -152,13 +195,43 @@ UNEXPLAINED_IDLE_PCT = 5.0
 """… and the GPU idle time not explained by host work or the data loader is ≥ 5 % of the step time
 (idle time that *is* explained is reported by ``host_bound_launch`` / ``dataloader_bound``)."""
 
-MIN_STEPS = 3
-"""Fewer distinct profiled steps than this lower the confidence by 0.05 + 0.1 per missing step (one step
-may be atypical: warm-up, a checkpoint, an evaluation): −0.15 with two steps, −0.25 with one; a finding
-from a single step is also capped at :data:`SINGLE_STEP_MAX_CONFIDENCE`."""
+PAGEABLE_COPY_PCT = 10.0
+"""``pageable_memcpy`` fires when copies from or to pageable host memory take ≥ 10 % of the GPU's busy
+time: such a copy is staged through a pinned bounce buffer and blocks the host until it is done (CUDA C++
+Best Practices, "Pinned Memory"; CUDA Runtime API, "API synchronization behavior": a cudaMemcpyAsync
+from pageable memory is synchronous for the host), so at that share the copies, not the compute, set the
+pace of the device work (same "worth a look" level as the other 10 % rules)."""
 
-SINGLE_STEP_MAX_CONFIDENCE = 0.5
-"""Highest confidence of a finding that rests on one profiled step (or none)."""
+PAGEABLE_MARKER = "Pageable"
+"""Kineto names a copy from or to pageable host memory ``Memcpy HtoD (Pageable -> Device)`` /
+``Memcpy DtoH (Device -> Pageable)`` (pinned: ``Pinned``): a ``kernels.name`` containing this word."""
+
+MIN_STEPS = 3
+"""Fewer distinct windows than this lower the confidence by 0.05 + 0.1 per missing window (one step may be
+atypical: warm-up, a checkpoint, an evaluation; one whole trace mixes start-up with steady state): −0.15 with
+two windows, −0.25 with one."""
+
+MIN_CALLS = 5
+"""A metric that counts events (collectives, sync calls, short kernels, copies) over fewer than 5 of them
+rests on too few samples: the confidence drops by :data:`FEW_CALLS_PENALTY`."""
+
+FEW_CALLS_PENALTY = 0.1
+"""Confidence taken off below :data:`MIN_CALLS` counted events."""
+
+EFFECT_WEIGHT = 0.2
+"""Confidence added at full effect size (metric ≥ :data:`EFFECT_SATURATION` × its threshold): a metric far
+past its threshold is not a borderline call."""
+
+EFFECT_SATURATION = 4.0
+"""Effect size on a log scale: log(metric ÷ threshold) ÷ log(4), so 1× adds 0, 2× half, 4× and more all of
+:data:`EFFECT_WEIGHT`."""
+
+AGREEMENT_WEIGHT = 0.2
+"""Confidence added when every rank (or every window) of the scope shows the problem on its own."""
+
+CORROBORATION_WEIGHT = 0.1
+"""Confidence added when an independent table (critical path, idle-time breakdown) agrees, taken off when it
+contradicts."""
 
 MAX_RANK_SCOPED_FINDINGS = 4
 """At most 4 rank-scoped findings per rule (the ranks with the most time lost); the job-scoped
@@ -232,7 +305,9 @@ def _ns(v) -> int | None:
 
 
 def _ms(ns) -> str:
-    return f"{(_num(ns) or 0.0) / 1e6:.3g} ms"
+    """A duration in words: ms to 3 significant digits, s from 10 s on (``43.3 s``)."""
+    v = _num(ns) or 0.0
+    return f"{v / 1e9:.3g} s" if abs(v) >= 1e10 else f"{v / 1e6:.3g} ms"
 
 
 def event_refs(rows: pd.DataFrame, limit: int = MAX_EVIDENCE_EVENTS) -> list[dict]:
@@ -256,27 +331,54 @@ def event_refs(rows: pd.DataFrame, limit: int = MAX_EVIDENCE_EVENTS) -> list[dic
 
 
 def few_steps_penalty(n_steps: int) -> float:
-    """Confidence taken off a finding resting on fewer than :data:`MIN_STEPS` steps (0 from MIN_STEPS on)."""
+    """Confidence taken off a finding resting on fewer than :data:`MIN_STEPS` windows (0 from MIN_STEPS on)."""
     return 0.05 + 0.1 * (MIN_STEPS - max(n_steps, 1)) if n_steps < MIN_STEPS else 0.0
 
 
-def confidence(base: float, coverage: float, corroborated: bool | None = None, n_steps: int = 0) -> float:
-    """Confidence 0–1 from evidence strength (module docstring).
+def effect_size(value: float | None, threshold: float, comparison: str = ">=") -> float:
+    """How far ``value`` is past ``threshold``: value ÷ threshold (``comparison`` ">=" / ">"), threshold ÷
+    value ("<" / "<="); 1.0 at the threshold, +inf for a "<" rule at 0; 1.0 when unknown."""
+    v = _num(value)
+    if v is None or threshold <= 0:
+        return 1.0
+    if comparison in ("<", "<="):
+        return float("inf") if v <= 0 else threshold / v
+    return v / threshold
+
+
+def confidence(
+    base: float,
+    *,
+    effect: float,
+    agreement: float,
+    n_windows: int,
+    corroborated: bool | None = None,
+    n_calls: int | None = None,
+) -> float:
+    """Confidence 0–1 of a finding from its evidence (module docstring, "Confidence", per-rule table).
 
     Args:
-        base: the rule's base confidence.
-        coverage: share (0–1) of the scope's rank-steps where the per-step condition holds.
-        corroborated: True / False when an independent table agrees / disagrees; None when unknown.
-        n_steps: distinct steps behind the finding.
+        base: the rule's base confidence (how directly its metric measures the time lost).
+        effect: metric ÷ threshold (:func:`effect_size`); ≥ 1 when the rule fired.
+        agreement: share 0–1 of the scope's ranks (or windows) where the condition holds on its own.
+        n_windows: distinct windows behind the finding (ProfilerSteps; a whole trace is one).
+        corroborated: True / False when an independent table agrees / contradicts; None when unknown.
+        n_calls: events the metric counts, when it counts events (None: it does not).
+
+    Returns:
+        base + EFFECT_WEIGHT × min(1, log(effect) / log(EFFECT_SATURATION)) + AGREEMENT_WEIGHT × agreement
+        ± CORROBORATION_WEIGHT − few_steps_penalty(n_windows) − FEW_CALLS_PENALTY (n_calls < MIN_CALLS),
+        clipped to [0.05, 0.95] and rounded to 2 decimals.
     """
-    c = base + 0.25 * max(0.0, min(1.0, coverage))
+    e = 0.0 if not effect or effect <= 1.0 else min(1.0, float(np.log(effect) / np.log(EFFECT_SATURATION)))
+    c = base + EFFECT_WEIGHT * e + AGREEMENT_WEIGHT * max(0.0, min(1.0, agreement))
     if corroborated is True:
-        c += 0.15
+        c += CORROBORATION_WEIGHT
     elif corroborated is False:
-        c -= 0.1
-    c -= few_steps_penalty(n_steps)
-    if n_steps <= 1:
-        c = min(c, SINGLE_STEP_MAX_CONFIDENCE)
+        c -= CORROBORATION_WEIGHT
+    c -= few_steps_penalty(n_windows)
+    if n_calls is not None and n_calls < MIN_CALLS:
+        c -= FEW_CALLS_PENALTY
     return round(max(0.05, min(0.95, c)), 2)
 
 
@@ -291,7 +393,14 @@ class _Scope:
     per_rank: pd.DataFrame  # rank, n_steps, value, est, steps: the ranks that pass on their own
     value: float
     est: float
-    coverage: float
+    agreement: float  # share of the scope's ranks (job scope over ≥ 2 ranks) or windows where the rule holds
+
+
+def _agreement(rows: pd.DataFrame, per_rank_ok: pd.DataFrame) -> float:
+    """Agreement of :func:`confidence`: ranks passing on their own ÷ ranks of ``rows`` (≥ 2 ranks), else the
+    share of ``rows`` (windows) where ``hit`` holds."""
+    n = int(rows["rank"].nunique())
+    return len(per_rank_ok) / n if n >= 2 else float(rows["hit"].mean())
 
 
 def _pct_of_step(rows: pd.DataFrame) -> float:
@@ -311,7 +420,7 @@ def _per_rank(
                 "n_steps": int(len(h)),
                 "value": v,
                 "est": float(h["loss"].sum()) / len(h),
-                "steps": sorted({int(x) for x in h.loc[h["hit"], "step"]}),
+                "steps": sorted({int(x) for x in h.loc[h["hit"], "step"] if int(x) >= 0}),
                 "ok": bool(ok(h, v)),
             }
         )
@@ -343,7 +452,7 @@ def _scopes(
                 per_rank[per_rank["ok"]],
                 value,
                 float(rows["loss"].sum()) / len(rows),
-                float(rows["hit"].mean()),
+                _agreement(rows, per_rank[per_rank["ok"]]),
             )
         ]
     out = []
@@ -372,7 +481,39 @@ def _n_steps(s: _Scope) -> int:
 
 
 def _steps_of(s: _Scope) -> list[int]:
-    return sorted({int(x) for x in s.rows.loc[s.rows["hit"], "step"]})
+    """ProfilerStep numbers where the condition holds (a whole-trace window, step -1, is no ProfilerStep)."""
+    return sorted({int(x) for x in s.rows.loc[s.rows["hit"], "step"] if int(x) >= 0})
+
+
+@dataclass(frozen=True)
+class Words:
+    """How a finding names its windows: ``kind`` (``step`` | ``trace`` | ``mixed``, evidence ``window``),
+    ``of`` ("of the step time"), ``per`` ("per step"), ``note`` (appended to the title)."""
+
+    kind: str
+    of: str
+    per: str
+    note: str
+
+
+_WORDS = {
+    "step": Words("step", "of the step time", "per step", ""),
+    "trace": Words("trace", "of the trace", "over the trace", " (no ProfilerStep: whole trace as one window)"),
+    "mixed": Words("mixed", "of the time", "per window", " (ranks without ProfilerStep: whole trace as one window)"),
+}
+
+
+def window_words(rows: pd.DataFrame) -> Words:
+    """The :class:`Words` of a set of windows (``window`` column; absent = ProfilerSteps)."""
+    if rows is None or rows.empty or "window" not in rows:
+        return _WORDS["step"]
+    trace = rows["window"] == WINDOW_TRACE
+    return _WORDS["step" if not trace.any() else ("trace" if trace.all() else "mixed")]
+
+
+def _pct(v: float) -> str:
+    """A percentage in words: 2 significant digits below 10 % (0.15%), else whole (33%)."""
+    return f"{v:.2g}%" if abs(v) < 10 else f"{v:.0f}%"
 
 
 def _per_rank_evidence(s: _Scope) -> list[dict]:
@@ -405,6 +546,7 @@ def _finding(
     ranks = _ranks_of(s)
     evidence = {
         "scope": "job" if s.scope == "job" else "rank",
+        "window": window_words(s.rows).kind,
         "rank": ranks[0] if s.scope != "job" else None,
         "threshold": threshold,
         "comparison": comparison,
@@ -487,16 +629,23 @@ def host_bound_launch(t: JobTables) -> list[dict]:
             if (share is not None and share >= 0.5) or host_wait_top
             else (False if share is not None and share < 0.2 else None)
         )
+        w = window_words(sc.rows)
         out.append(
             _finding(
                 "host_bound_launch",
                 sc,
-                title=f"GPU idle while the host works: {sc.value:.0f}% of the step time ({_ms(sc.est)} per step) is "
-                f"CPU-bound",
+                title=f"GPU idle while the host works: {_pct(sc.value)} {w.of} ({_ms(sc.est)} {w.per}) is "
+                f"CPU-bound{w.note}",
                 metric="cpu_bound_pct_of_step",
                 threshold=HOST_BOUND_PCT,
                 comparison=">=",
-                conf=confidence(0.5, sc.coverage, corr, _n_steps(sc)),
+                conf=confidence(
+                    0.5,
+                    effect=effect_size(sc.value, HOST_BOUND_PCT),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=corr,
+                ),
                 recommendation="The host cannot enqueue work fast enough. Capture the step (or its static part) in a CUDA "
                 "graph (torch.cuda.graphs / torch.compile(mode=\"reduce-overhead\")), fuse small ops with "
                 "torch.compile, move CPU-side preprocessing out of the step, and raise the batch size per "
@@ -559,16 +708,26 @@ def many_tiny_kernels(t: JobTables) -> list[dict]:
         share = _cp_share(t, ranks, ("launch_overhead", "kernel_kernel_gap", "cpu_bound"))
         corr = None if share is None else (True if share >= 0.5 else (False if share < 0.2 else None))
         n_steps = max(len(sc.rows), 1)
+        w = window_words(sc.rows)
+        n_short = int(sc.rows["_short"].sum())
         out.append(
             _finding(
                 "many_tiny_kernels",
                 sc,
-                title=f"{sc.value:.0f}% of kernel launches are shorter than their launch "
-                f"({sc.rows['_short'].sum() / n_steps:.0f} short kernels per step)",
+                title=f"{_pct(sc.value)} of kernel launches are shorter than their launch "
+                f"({n_short / n_steps:.0f} short kernels {'in the trace' if w.kind == 'trace' else w.per})"
+                f"{w.note}",
                 metric="short_kernel_pct_of_launches",
                 threshold=SHORT_KERNEL_PCT,
                 comparison=">=",
-                conf=confidence(0.4, sc.coverage, corr, _n_steps(sc)),
+                conf=confidence(
+                    0.4,
+                    effect=effect_size(sc.value, SHORT_KERNEL_PCT),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=corr,
+                    n_calls=n_short,
+                ),
                 recommendation="Fuse the small kernels: torch.compile (Inductor fuses pointwise/reduction chains), "
                 "fused optimizers (foreach=True / fused=True), horizontal fusion of per-table or per-layer "
                 "ops; or capture the step in a CUDA graph so hundreds of launches cost one.",
@@ -699,7 +858,7 @@ def exposed_communication(t: JobTables) -> list[dict]:
         if wait_share >= 0.5:
             advice.append(
                 f"{wait_share:.0%} of the exposed time is waiting for late ranks: fix the straggler first "
-                "(see straggler_rank)."
+                "(see the late-rank finding)."
             )
         advice.append(
             "Overlap communication with computation: DDP overlaps gradient all-reduce with backward "
@@ -709,17 +868,25 @@ def exposed_communication(t: JobTables) -> list[dict]:
         )
         corr_share = _cp_share(t, ranks, ("communication",))
         corr = None if corr_share is None else (True if corr_share >= 0.2 else None)
+        w = window_words(sc.rows)
         out.append(
             _finding(
                 "exposed_communication",
                 sc,
-                title=f"Communication exposed for {sc.value:.0f}% of the step time"
+                title=f"Communication exposed for {_pct(sc.value)} {w.of}"
                 + (f"; {wait_share:.0%} of it waiting for late ranks" if wait_share >= 0.1 else "")
-                + f" (transfers: {_ms(sc.est)} per step)",
+                + f" (transfers: {_ms(sc.est)} {w.per}){w.note}",
                 metric="exposed_comm_pct_of_step",
                 threshold=EXPOSED_COMM_PCT,
                 comparison=">=",
-                conf=confidence(0.55 if not calls.empty else 0.45, sc.coverage, corr, _n_steps(sc)),
+                conf=confidence(
+                    0.5 if not calls.empty else 0.4,
+                    effect=effect_size(sc.value, EXPOSED_COMM_PCT),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=corr,
+                    n_calls=None if calls.empty else int(len(calls)),
+                ),
                 recommendation=" ".join(advice),
                 details=details,
                 events=events,
@@ -780,15 +947,21 @@ def straggler_rank(t: JobTables) -> list[dict]:
         p_value = binomial_tail(int(k), calls_r, 1.0 / max(n, 1.0))
         if p_value > STRAGGLER_MAX_P_VALUE:
             continue
-        conf = min(0.95, 1.0 - p_value) - few_steps_penalty(n_steps)
-        if n_steps <= 1:
-            conf = min(conf, SINGLE_STEP_MAX_CONFIDENCE)
-        steps = sorted({int(x) for x in mine["step"].dropna()}) if "step" in mine else []
+        conf = confidence(
+            0.45,
+            effect=share / need_share,
+            agreement=1.0 - p_value,
+            n_windows=n_steps,
+            n_calls=calls_r,
+        )
+        steps = sorted({int(x) for x in mine["step"].dropna() if int(x) >= 0}) if "step" in mine else []
+        rank_windows = t.steps[t.steps["rank"] == rank] if not t.steps.empty else t.steps
+        w = window_words(rank_windows)
         excess = _excess_vs_median(t, int(rank))
         biggest = max(excess.items(), key=lambda kv: kv[1] or 0, default=(None, None))
         cause = (
-            f" Rank {int(rank)} spends more than the median rank in {biggest[0]} (+{_ms(biggest[1])} per step): "
-            "start there."
+            f" Rank {int(rank)} spends more {EXCESS_WORDS[biggest[0]]} than the median rank "
+            f"(+{_ms(biggest[1])} {w.per}): start there."
             if biggest[1] and biggest[1] > 0.1 * est
             else ""
         )
@@ -812,15 +985,16 @@ def straggler_rank(t: JobTables) -> list[dict]:
                 "finding_id": f"straggler_rank/rank={int(rank)}",
                 "rule": "straggler_rank",
                 "title": f"Rank {int(rank)} arrives last at {int(k)} of {calls_r} collectives; the other ranks wait "
-                f"{_ms(est)} per step for it",
+                f"{_ms(est)} {w.per} for it{w.note}",
                 "metric": "last_arrival_pct",
                 "value": round(100.0 * share, 6),
                 "est_time_lost_per_step_ns": int(round(est)),
-                "confidence": round(max(0.05, conf), 2),
+                "confidence": conf,
                 "ranks": [int(rank)],
                 "steps": steps,
                 "evidence": {
                     "scope": "rank",
+                    "window": w.kind,
                     "rank": int(rank),
                     "threshold": round(100 * need_share, 3),
                     "comparison": ">=",
@@ -850,9 +1024,15 @@ def straggler_rank(t: JobTables) -> list[dict]:
     return out
 
 
-#: Work a late rank may have more of (host work, input, compute, copies); time that grows on the
-#: *waiting* ranks (cpu_op_time_ns, launch_runtime_ns: ops blocked in syncs) is left out.
-_EXCESS_COLUMNS = ("cpu_bound_time_ns", "dataloader_time_ns", "compute_time_ns", "memory_time_ns")
+#: Work a late rank may have more of (host work, input, compute, copies), column → words for the advice; time
+#: that grows on the *waiting* ranks (host op time, launch-call time: ops blocked in syncs) is left out.
+EXCESS_WORDS = {
+    "cpu_bound_time_ns": "CPU-bound time (host busy while the GPU idles)",
+    "dataloader_time_ns": "data-loading time",
+    "compute_time_ns": "compute time",
+    "memory_time_ns": "memory-copy time",
+}
+_EXCESS_COLUMNS = tuple(EXCESS_WORDS)
 
 
 def _excess_vs_median(t: JobTables, rank: int) -> dict:
@@ -899,15 +1079,23 @@ def dataloader_bound(t: JobTables) -> list[dict]:
         ranks = _ranks_of(sc)
         share = _cp_share(t, ranks, ("data_loading",))
         corr = None if share is None else share > 0
+        w = window_words(sc.rows)
         out.append(
             _finding(
                 "dataloader_bound",
                 sc,
-                title=f"Data loading takes {sc.value:.0f}% of the step time ({_ms(sc.est)} per step with the GPU idle)",
+                title=f"Data loading takes {_pct(sc.value)} {w.of} ({_ms(sc.est)} {w.per} with the GPU idle)"
+                f"{w.note}",
                 metric="dataloader_pct_of_step",
                 threshold=DATALOADER_PCT,
                 comparison=">",
-                conf=confidence(0.55, sc.coverage, corr, _n_steps(sc)),
+                conf=confidence(
+                    0.5,
+                    effect=effect_size(sc.value, DATALOADER_PCT),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=corr,
+                ),
                 recommendation="Load data ahead of the step: DataLoader(num_workers>0, persistent_workers=True, "
                 "prefetch_factor≥2, pin_memory=True) and .to(device, non_blocking=True); move decoding/"
                 "augmentation to the workers or the GPU (e.g. DALI); check the storage read throughput.",
@@ -998,10 +1186,16 @@ def blocking_sync(t: JobTables) -> list[dict]:
     rows["n_calls"] = rows["n_calls"].fillna(0).astype(int)
     idle = rows["gpu_idle_ns"].where(rows["has_gpu"], rows["step_time_ns"]).astype(float)
     rows = rows.assign(num=rows["blocked_ns"], loss=np.minimum(rows["blocked_ns"], idle))
-    rows["hit"] = (rows["num"] >= SYNC_PCT / 100 * rows["step_time_ns"]) | (rows["n_calls"] >= SYNC_CALLS_PER_STEP)
+    # a call count needs steps to count per: on a whole-trace window only the blocked share is judged
+    is_step = rows["window"] != WINDOW_TRACE if "window" in rows else pd.Series(True, index=rows.index)
+    rows["_step_calls"] = rows["n_calls"].where(is_step)
+    rows["hit"] = (rows["num"] >= SYNC_PCT / 100 * rows["step_time_ns"]) | (
+        is_step & (rows["n_calls"] >= SYNC_CALLS_PER_STEP)
+    )
 
     def ok(r: pd.DataFrame, v: float) -> bool:
-        return v >= SYNC_PCT or float(r["n_calls"].mean()) >= SYNC_CALLS_PER_STEP
+        per_step = r["_step_calls"].dropna()
+        return v >= SYNC_PCT or (len(per_step) > 0 and float(per_step.mean()) >= SYNC_CALLS_PER_STEP)
 
     out = []
     for sc in _scopes(rows, ok):
@@ -1014,17 +1208,33 @@ def blocking_sync(t: JobTables) -> list[dict]:
         calls_per_step = n_calls / max(len(sc.rows), 1)
         sel = ev[ev["rank"].isin(ranks) & ev["step"].notna() & ev["name"].isin(SYNC_NAMES)]
         item = any(k in names for k in ("aten::_local_scalar_dense", "aten::item"))
+        w = window_words(sc.rows)
+        count = (
+            f"{n_calls} blocking host-device synchronizations in the trace"
+            if w.kind == "trace"
+            else f"{calls_per_step:.0f} blocking host-device synchronizations {w.per}"
+        )
+        step_calls = sc.rows["_step_calls"].dropna()
+        effect = max(
+            effect_size(sc.value, SYNC_PCT),
+            effect_size(float(step_calls.mean()), SYNC_CALLS_PER_STEP) if len(step_calls) else 1.0,
+        )
         out.append(
             _finding(
                 "blocking_sync",
                 sc,
-                title=f"{calls_per_step:.0f} blocking host-device synchronizations per step "
-                f"({', '.join(sorted(names, key=lambda k: -names[k])[:3])}); "
-                f"host blocked {sc.value:.1f}% of the step",
+                title=f"{count} ({', '.join(sorted(names, key=lambda k: -names[k])[:3])}); "
+                f"host blocked {_pct(sc.value)} {w.of}{w.note}",
                 metric="sync_blocked_pct_of_step",
                 threshold=SYNC_PCT,
                 comparison=">=",
-                conf=confidence(0.4 + (0.1 if item else 0.0), sc.coverage, None, _n_steps(sc)),
+                conf=confidence(
+                    0.35 + (0.1 if item else 0.0),
+                    effect=effect,
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    n_calls=n_calls,
+                ),
                 recommendation="Remove synchronizations from the step: keep losses/metrics on the device and read them "
                 "every N steps (no .item()/.cpu()/print of CUDA tensors, no bool(tensor) in Python "
                 "control flow), avoid data-dependent shapes (nonzero, masked_select), use non_blocking "
@@ -1092,16 +1302,23 @@ def memcpy_bound(t: JobTables) -> list[dict]:
         )
         if pageable:
             rec = "Pageable host memory is copied (Memcpy … Pageable): pinned memory is several times faster. " + rec
+        w = window_words(sc.rows)
         out.append(
             _finding(
                 "memcpy_bound",
                 sc,
-                title=f"Memory copies not overlapped with compute take {sc.value:.0f}% of the step time "
-                f"({_ms(sc.est)} per step)",
+                title=f"Memory copies not overlapped with compute take {_pct(sc.value)} {w.of} "
+                f"({_ms(sc.est)} {w.per}){w.note}",
                 metric="memory_exposed_pct_of_step",
                 threshold=MEMORY_PCT,
                 comparison=">=",
-                conf=confidence(0.45, sc.coverage, None, _n_steps(sc)),
+                conf=confidence(
+                    0.45,
+                    effect=effect_size(sc.value, MEMORY_PCT),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=True if pageable else None,
+                ),
                 recommendation=rec,
                 details={
                     "memory_time_ns": _sum(sc.rows, "memory_time_ns"),
@@ -1116,21 +1333,108 @@ def memcpy_bound(t: JobTables) -> list[dict]:
     return out
 
 
-def low_gpu_utilization(t: JobTables) -> list[dict]:
-    """``low_gpu_utilization``: the GPU is idle most of the step for reasons the host rules do not cover.
+def pageable_memcpy(t: JobTables) -> list[dict]:
+    """``pageable_memcpy``: copies from or to pageable host memory take much of the GPU's busy time.
 
-    Definition: metric ``gpu_busy_pct_of_step`` = 100 × Σ busy / Σ step time (busy = merged device
-    time, any kernel, copy or set, including communication). Fires below :data:`LOW_UTIL_PCT` when
-    the *unexplained* idle time — GPU idle time in the step − ``cpu_bound_time_ns`` −
-    ``dataloader_time_ns`` (≥ 0) — is ≥ :data:`UNEXPLAINED_IDLE_PCT` % of the step time: time the
-    GPU waits while the host is in no traced op (Python between ops, untraced threads, waiting on
-    another process) or for an event from another stream.
+    Definition: per window, pageable copy time = Σ ``kernels.total_ns`` of the copies of that (rank,
+    capture, step) whose ``name`` contains :data:`PAGEABLE_MARKER` (Kineto: ``Memcpy HtoD (Pageable ->
+    Device)``, ``Memcpy DtoH (Device -> Pageable)``; a whole-trace window takes the rank's copies outside
+    any ProfilerStep, ``kernels.step`` = -1), capped at the window's GPU busy time. Metric
+    ``pageable_copy_pct_of_gpu_busy`` = 100 × Σ pageable copy time / Σ GPU busy time; fires at ≥
+    :data:`PAGEABLE_COPY_PCT`.
+
+    Source: NVIDIA CUDA C++ Best Practices Guide ("Pinned Memory": pinned transfers reach the highest
+    bandwidth and are needed for asynchronous, overlapped copies); CUDA Runtime API "API synchronization
+    behavior" (a cudaMemcpyAsync from pageable host memory is synchronous for the host); PyTorch
+    ``DataLoader(pin_memory=True)``, ``Tensor.pin_memory()``, ``.to(non_blocking=True)``; HTA kernel
+    breakdown (MEMORY kernels).
+
+    Time lost per step: the pageable copy time of the window (upper bound: pinned copies still take device
+    time, but run faster and no longer block the host, so they can overlap compute). Corroborated when the
+    GPU is idle at least half the time (the blocked host is then the likely pace-setter).
+    """
+    s = t.gpu_steps
+    k = t.kernels
+    if s.empty or k.empty or not {"name", "step", "total_ns"} <= set(k.columns):
+        return []
+    pg = k[k["name"].astype(str).str.contains(PAGEABLE_MARKER, regex=False, na=False)]
+    if pg.empty:
+        return []
+    key = ["rank", "capture_id", "step"] if "capture_id" in pg and "capture_id" in s else ["rank", "step"]
+    g = pg.assign(_ns=_col(pg, "total_ns"), _n=_col(pg, "n")).groupby(key, as_index=False)[["_ns", "_n"]].sum()
+    rows = s.merge(g, on=key, how="left")
+    rows.index = s.index
+    copy_ns = np.minimum(rows["_ns"].fillna(0.0).astype(float), rows["busy_ns"].astype(float))
+    rows = rows.assign(num=copy_ns, loss=copy_ns, _copies=rows["_n"].fillna(0.0).astype(float))
+    rows["hit"] = rows["num"] >= PAGEABLE_COPY_PCT / 100 * rows["busy_ns"].astype(float)
+
+    def metric(r: pd.DataFrame) -> float:
+        return 100.0 * float(r["num"].sum()) / max(float(r["busy_ns"].sum()), 1.0)
+
+    out = []
+    for sc in _scopes(rows, lambda r, v: v >= PAGEABLE_COPY_PCT and float(r["num"].sum()) > 0, metric):
+        ranks = _ranks_of(sc)
+        w = window_words(sc.rows)
+        sel = pg[pg["rank"].isin(ranks)]
+        by_name = (
+            sel.assign(_ns=_col(sel, "total_ns"), _n=_col(sel, "n"))
+            .groupby("name")[["_n", "_ns"]]
+            .sum()
+            .sort_values("_ns", ascending=False)
+        )
+        top = [{"name": str(n), "n": int(r["_n"]), "total_ns": int(r["_ns"])} for n, r in by_name.head(5).iterrows()]
+        busy_pct = 100.0 * float(sc.rows["busy_ns"].sum()) / max(float(sc.rows["step_time_ns"].sum()), 1.0)
+        n_copies = int(sc.rows["_copies"].sum())
+        out.append(
+            _finding(
+                "pageable_memcpy",
+                sc,
+                title=f"Copies from pageable host memory take {_pct(sc.value)} of the GPU's busy time "
+                f"({_ms(sc.est)} {w.per}; top: {top[0]['name'] if top else 'Memcpy'} ×{top[0]['n'] if top else 0}), "
+                f"and they block the host; the GPU is busy {_pct(busy_pct)} {w.of}{w.note}",
+                metric="pageable_copy_pct_of_gpu_busy",
+                threshold=PAGEABLE_COPY_PCT,
+                comparison=">=",
+                conf=confidence(
+                    0.55,
+                    effect=effect_size(sc.value, PAGEABLE_COPY_PCT),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=True if busy_pct < LOW_UTIL_PCT else None,
+                    n_calls=n_copies,
+                ),
+                recommendation="Copy from pinned (page-locked) memory: DataLoader(pin_memory=True) for batches, "
+                "tensor.pin_memory() once for host tensors reused every step, then .to(device, non_blocking=True) "
+                "so the copy overlaps compute instead of blocking the host; load weights and constants to the "
+                "device once instead of every step.",
+                details={
+                    "pageable_copy_ns": int(sc.rows["num"].sum()),
+                    "n_pageable_copies": n_copies,
+                    "gpu_busy_ns": int(sc.rows["busy_ns"].sum()),
+                    "gpu_busy_pct": round(busy_pct, 4),
+                    "top_copies": top,
+                },
+            )
+        )
+    return out
+
+
+def low_gpu_utilization(t: JobTables) -> list[dict]:
+    """``low_gpu_utilization``: the GPU is idle most of the time.
+
+    Definition: metric ``gpu_busy_pct_of_step`` = 100 × Σ busy / Σ window time (busy = merged device
+    time, any kernel, copy or set, including communication). Fires below :data:`LOW_UTIL_PCT`, whatever
+    explains the idle time: the finding splits GPU idle time into host work (``cpu_bound_time_ns``),
+    data loading (``dataloader_time_ns``) and the *unexplained* rest (≥ 0): time the GPU waits while the
+    host is in no traced op (Python between ops, untraced threads, waiting on another process) or for an
+    event from another stream. When the unexplained rest is below :data:`UNEXPLAINED_IDLE_PCT` % of the
+    time, the title says the idle time is host work / data loading (the findings of those rules).
 
     Source: TB plugin ("GPU … has low utilization", < 50 %; increase batch size); HTA temporal
     breakdown (idle time) and idle time breakdown (``other``).
 
-    Time lost per step: the unexplained idle time (the explained part is in ``host_bound_launch``
-    and ``dataloader_bound``).
+    Time lost per step: the unexplained idle time (the explained part is the estimate of
+    ``host_bound_launch`` and ``dataloader_bound``; estimates would otherwise count it twice).
     """
     s = t.gpu_steps
     if s.empty:
@@ -1139,28 +1443,35 @@ def low_gpu_utilization(t: JobTables) -> list[dict]:
     unexplained = (idle - _col(s, "cpu_bound_time_ns") - _col(s, "dataloader_time_ns")).clip(lower=0)
     busy = s["busy_ns"].astype(float)
     rows = s.assign(num=busy, loss=unexplained, _unexpl=unexplained)
-    rows["hit"] = (busy < LOW_UTIL_PCT / 100 * rows["step_time_ns"]) & (
-        unexplained >= UNEXPLAINED_IDLE_PCT / 100 * rows["step_time_ns"]
-    )
+    rows["hit"] = busy < LOW_UTIL_PCT / 100 * rows["step_time_ns"]
     out = []
 
-    def ok(r: pd.DataFrame, v: float) -> bool:
-        return v < LOW_UTIL_PCT and float(r["_unexpl"].sum()) >= UNEXPLAINED_IDLE_PCT / 100 * float(
-            r["step_time_ns"].sum()
-        )
-
-    for sc in _scopes(rows, ok):
-        unexpl_pct = 100 * sc.rows["_unexpl"].sum() / max(sc.rows["step_time_ns"].sum(), 1)
+    for sc in _scopes(rows, lambda _r, v: v < LOW_UTIL_PCT):
+        w = window_words(sc.rows)
+        total = max(float(sc.rows["step_time_ns"].sum()), 1.0)
+        unexpl_pct = 100 * float(sc.rows["_unexpl"].sum()) / total
+        cpu_pct = 100 * float(_col(sc.rows, "cpu_bound_time_ns").sum()) / total
+        dl_pct = 100 * float(_col(sc.rows, "dataloader_time_ns").sum()) / total
+        if unexpl_pct >= UNEXPLAINED_IDLE_PCT:
+            why = f"{_pct(unexpl_pct)} {w.of} ({_ms(sc.est)} {w.per}) is idle with no traced host work to explain it"
+        else:
+            parts = [f"host work ({_pct(cpu_pct)} CPU-bound)"] + ([f"data loading ({_pct(dl_pct)})"] if dl_pct else [])
+            why = f"the idle time is {' and '.join(parts)}, reported on {'their own' if dl_pct else 'its own'}"
         out.append(
             _finding(
                 "low_gpu_utilization",
                 sc,
-                title=f"GPU busy only {sc.value:.0f}% of the step; {unexpl_pct:.0f}% of the step "
-                f"({_ms(sc.est)}) is idle with no traced host work to explain it",
+                title=f"GPU busy only {_pct(sc.value)} {w.of}; {why}{w.note}",
                 metric="gpu_busy_pct_of_step",
                 threshold=LOW_UTIL_PCT,
                 comparison="<",
-                conf=confidence(0.35, sc.coverage, None, _n_steps(sc)),
+                conf=confidence(
+                    0.35,
+                    effect=effect_size(sc.value, LOW_UTIL_PCT, "<"),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=True if unexpl_pct >= UNEXPLAINED_IDLE_PCT else None,
+                ),
                 recommendation="Give the GPU more work per launch (larger batch or micro-batch, torch.compile / CUDA "
                 "graphs to cut Python time between ops) and look at what the host does in the gaps: "
                 "profile with with_stack=True / record_function ranges, check other threads and "
@@ -1190,5 +1501,6 @@ RULES: tuple[tuple[str, Callable[[JobTables], list[dict]]], ...] = (
     ("dataloader_bound", dataloader_bound),
     ("blocking_sync", blocking_sync),
     ("memcpy_bound", memcpy_bound),
+    ("pageable_memcpy", pageable_memcpy),
     ("low_gpu_utilization", low_gpu_utilization),
 )
