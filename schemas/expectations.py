@@ -81,6 +81,7 @@ ENUM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("host_health", "kind"),
     ("regressions", "metric"),
     ("regressions", "verdict"),
+    ("rule_coverage", "status"),
 )
 
 

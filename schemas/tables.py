@@ -635,7 +635,7 @@ FINDINGS = Table(
         Column(
             "rule",
             _STR,
-            "Rule that fired (e.g. `host_bound_launch`, `exposed_communication`, `straggler_rank`).",
+            "Rule that fired (e.g. `host_bound_launch`, `exposed_communication`, `straggler_rank`, `pageable_memcpy`).",
             False,
         ),
         Column("rank_order", _I32, "1 = most time lost per step.", False),
@@ -643,9 +643,19 @@ FINDINGS = Table(
         Column("metric", _STR, "Metric name the rule used."),
         Column("value", _F64, "Metric value (unit in `metric`)."),
         Column("est_time_lost_per_step_ns", _I64, "Estimated time lost per step if fixed, ns."),
-        Column("confidence", _F64, "0–1."),
+        Column(
+            "confidence",
+            _F64,
+            "0–1, from the evidence: the rule's base, effect size (metric vs threshold), agreement across ranks, "
+            "corroboration, windows and events behind it (per-rule inputs: jobs/analyze/findings/rules.py, "
+            "Confidence).",
+        ),
         Column("ranks", pa.list_(_I32), "Ranks concerned."),
-        Column("steps", pa.list_(_I64), "Steps concerned."),
+        Column(
+            "steps",
+            pa.list_(_I64),
+            "ProfilerSteps concerned (empty when judged on whole traces: evidence `window` is then `trace`).",
+        ),
         Column("evidence_json", _STR, "Evidence as JSON: job, rank, step, event ids, numbers."),
         Column("recommendation", _STR, "What to try."),
     ),
@@ -672,7 +682,7 @@ RULE_COVERAGE = Table(
             "status",
             _STR,
             "`ran` (on the ProfilerSteps), `ran_on_trace` (no ProfilerStep: each rank's whole trace as one window), "
-            "`not_applicable` (what the rule judges is absent, e.g. one rank for `straggler_rank`) or `not_run` "
+            "`not_applicable` (what the rule judges is absent, e.g. one rank for the straggler rule) or `not_run` "
             "(the data it needs is missing, e.g. no GPU activity).",
             False,
         ),

@@ -15,7 +15,8 @@ schemas, run by either executor (:mod:`jobs.executor`): on Spark in ``applyInArr
 carried as Arrow IPC bytes so that one pass yields several tables; on the local executor in its
 worker processes, which write the large outputs straight into the run's staging.
 Then, per job on the driver (small tables), :func:`run_findings` ranks the bottleneck findings
-(:mod:`jobs.analyze.findings.ranking`) and writes ``findings`` plus ``findings_json/<job>/<attempt>/findings.json``.
+(:mod:`jobs.analyze.findings.ranking`) and writes ``findings``, ``rule_coverage`` (which rules judged the job, on
+what windows: :mod:`jobs.analyze.findings.coverage`) plus ``findings_json/<job>/<attempt>/findings.json``.
 load: Hive-partitioned Parquet, partitions replaced whole through the crash-safe commit
 (:func:`jobs.warehouse.write_table`; idempotent per job).
 """
@@ -33,6 +34,7 @@ import pyarrow.dataset as ds
 from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_collectives
 from jobs.analyze.critical_path.cross_rank import job_critical_path
 from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_path
+from jobs.analyze.findings.coverage import rule_coverage
 from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
 from jobs.analyze.findings.rules import SYNC_NAMES
 from jobs.analyze.hta.breakdown import analyze_rank
@@ -388,11 +390,14 @@ def run_analyze(engine, warehouse: str, job_ids: list[str] | None = None) -> dic
 
 
 def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> int:
-    """Compute and write the ``findings`` table and one ``findings.json`` per (job, attempt).
+    """Compute and write the ``findings`` and ``rule_coverage`` tables and one ``findings.json`` per (job, attempt).
 
-    The inputs are the analysis tables of the jobs plus the sync calls of ``events`` (the only raw
-    events a rule needs, :data:`jobs.analyze.findings.rules.SYNC_NAMES`); steps cut short by a truncated
-    trace are left out (:func:`jobs.analyze.findings.ranking.drop_truncated_steps`).
+    The inputs are the analysis tables of the jobs, their ``captures`` (the span of a whole-trace window for a
+    rank without ProfilerStep, :func:`jobs.analyze.windows.analysis_windows`) plus the sync calls of ``events``
+    (the only raw events a rule needs, :data:`jobs.analyze.findings.rules.SYNC_NAMES`); steps cut short by a
+    truncated trace are left out (:func:`jobs.analyze.findings.ranking.drop_truncated_steps`). ``rule_coverage``
+    (:func:`jobs.analyze.findings.coverage.rule_coverage`) gets a row per rule for every job, findings or not, and
+    goes into findings.json as ``coverage``.
 
     Args:
         engine: a SparkSession or a :class:`jobs.executor.LocalExecutor` (reads only; the rules run here).
@@ -416,7 +421,7 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
         ("steps", "ranks", "kernels", "collectives", "critical_path", "neuron_summary", "captures"),
         jobs,
     )
-    tables["steps"] = drop_truncated_steps(tables["steps"], tables.pop("captures"))
+    tables["steps"] = drop_truncated_steps(tables["steps"], tables["captures"])
     sync = ds.field("category").isin(["cuda_runtime", "cpu_op", "cuda_driver"]) & ds.field("name").isin(
         list(SYNC_NAMES)
     )
@@ -425,13 +430,18 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
     # rows in key order, whatever order an engine read them in: the rules break ties by position
     tables = {name: _in_key_order(df, TABLES[name].key) for name, df in tables.items()}
     findings = job_findings(tables)
+    coverage = rule_coverage(tables, findings)
     write_table(findings, root, "findings", jobs)  # a job left without findings keeps none of its old ones
+    write_table(coverage, root, "rule_coverage", jobs)
     pdf = findings.to_pandas()
+    cdf = coverage.select(["job_id", "attempt"]).to_pandas()
     for job_id in jobs:
-        attempts = sorted(set(pdf[pdf["job_id"] == job_id]["attempt"])) or [0]
+        attempts = sorted(
+            set(pdf[pdf["job_id"] == job_id]["attempt"]) | set(cdf[cdf["job_id"] == job_id]["attempt"])
+        ) or [0]
         for attempt in attempts:
             sub = findings.filter(pc.and_(pc.equal(findings["job_id"], job_id), pc.equal(findings["attempt"], attempt)))
-            doc = findings_document(job_id, int(attempt), sub)
+            doc = findings_document(job_id, int(attempt), sub, coverage=coverage)
             write_text_atomic(
                 posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"),
                 json.dumps(doc, indent=1, default=str),

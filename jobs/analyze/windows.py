@@ -57,16 +57,17 @@ def analysis_windows(
         if len(r):
             w = pd.DataFrame({c: (r[c].to_numpy() if c in r else pd.NA) for c in cols}, index=range(len(r)))
             w["step"] = WHOLE_TRACE_STEP
-            span = pd.Series(pd.NA, index=w.index, dtype="Float64")
-            start = pd.Series(pd.NA, index=w.index, dtype="Float64")
+            # integer ns throughout: epoch timestamps (~1.7e18) do not survive a float64 round trip
+            span = pd.Series(pd.NA, index=w.index, dtype="Int64")
+            start = pd.Series(pd.NA, index=w.index, dtype="Int64")
             if captures is not None and len(captures) and {"trace_start_ns", "trace_end_ns"} <= set(captures):
                 c = captures.drop_duplicates("capture_id").set_index("capture_id")
                 cid = pd.Series(r["capture_id"].to_numpy(), index=w.index)
-                start = pd.to_numeric(cid.map(c["trace_start_ns"]), errors="coerce").astype("Float64")
-                span = pd.to_numeric(cid.map(c["trace_end_ns"]), errors="coerce").astype("Float64") - start
-            gpu_span = pd.to_numeric(pd.Series(w["kernel_time_ns"]), errors="coerce").astype("Float64")
-            w["step_time_ns"] = span.where(span > 0, gpu_span).round().astype("Int64")
-            w["step_start_ns"] = start.round().astype("Int64")
+                start = cid.map(c["trace_start_ns"]).astype("Int64")
+                span = cid.map(c["trace_end_ns"]).astype("Int64") - start
+            gpu_span = pd.to_numeric(pd.Series(w["kernel_time_ns"]), errors="coerce").round().astype("Int64")
+            w["step_time_ns"] = span.where(span.fillna(0) > 0, gpu_span).astype("Int64")
+            w["step_start_ns"] = start
             w["window"] = WINDOW_TRACE
             parts.append(w)
     if not parts:

@@ -209,4 +209,6 @@ def rule_coverage(tables: Mapping[str, pd.DataFrame], findings: pa.Table | pd.Da
                     "n_findings": counts.get((job_id, attempt, r["rule"]), 0),
                 }
             )
-    return pa.Table.from_pylist([{k: r[k] for k in RULE_COVERAGE.names} for r in rows], schema=RULE_COVERAGE.arrow_schema())
+    return pa.Table.from_pylist(
+        [{k: r[k] for k in RULE_COVERAGE.names} for r in rows], schema=RULE_COVERAGE.arrow_schema()
+    )

@@ -285,7 +285,7 @@ def _rules(r: dict) -> list[dict]:
                     100 * shares["tensor"],
                     active * (1 - shares["tensor"]),
                     0.5,
-                    "The matmul engine waits on other engines or DMA: check the device critical path (cp_* columns) for "
+                    "The matmul engine waits on other engines or DMA: check the device critical path for "
                     "semaphore waits and DMA, pipeline loads with compute, and move element-wise work off the path.",
                     {
                         "engine_share_of_active": shares,

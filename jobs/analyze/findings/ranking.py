@@ -336,7 +336,13 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
     return tbl.replace_schema_metadata(md)
 
 
-def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generated_from: dict | None = None) -> dict:
+def findings_document(
+    job_id: str,
+    attempt: int,
+    findings_tbl: pa.Table,
+    generated_from: dict | None = None,
+    coverage: pa.Table | pd.DataFrame | None = None,
+) -> dict:
     """The ``findings.json`` document of one (job_id, attempt) (schema ``schemas/findings.v1.json``).
 
     Args:
@@ -346,10 +352,13 @@ def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generat
             tracelake version, run id). By default ``generated_from`` holds the input row counts
             recorded by :func:`job_findings` (when the table still carries its metadata), the rule
             names and the thresholds.
+        coverage: RULE_COVERAGE rows (:func:`jobs.analyze.findings.coverage.rule_coverage`; other jobs' rows are
+            ignored): when given, the document gets ``coverage``, one object per rule (rule, status, reason,
+            n_ranks, n_windows, n_findings) in evaluation order.
 
     Returns:
-        ``{"schema_version": "1", "job_id", "attempt", "generated_from", "findings": [...]}`` with
-        findings in ``rank_order``; each has ``evidence`` as an object (parsed ``evidence_json``).
+        ``{"schema_version": "1", "job_id", "attempt", "generated_from", "findings": [...]}`` (+ ``"coverage"``)
+        with findings in ``rank_order``; each has ``evidence`` as an object (parsed ``evidence_json``).
         Strict JSON (no NaN).
     """
     if isinstance(findings_tbl, pd.DataFrame):
@@ -362,7 +371,7 @@ def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generat
     if _META_KEY in md:
         for m in json.loads(md[_META_KEY]):
             if m["job_id"] == job_id and int(m["attempt"]) == int(attempt):
-                gen.update({k: m[k] for k in ("tables", "n_ranks", "n_rank_steps")})
+                gen.update({k: m[k] for k in ("tables", "n_ranks", "n_rank_steps", "n_whole_trace_windows") if k in m})
     gen.update(generated_from or {})
     out = []
     for r in rows:
@@ -389,15 +398,28 @@ def findings_document(job_id: str, attempt: int, findings_tbl: pa.Table, generat
             }
         )
     out.sort(key=lambda f: f["rank_order"])
-    return _clean(
-        {
-            "schema_version": SCHEMA_VERSION,
-            "job_id": job_id,
-            "attempt": int(attempt),
-            "generated_from": gen,
-            "findings": out,
-        }
-    )
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "job_id": job_id,
+        "attempt": int(attempt),
+        "generated_from": gen,
+        "findings": out,
+    }
+    if coverage is not None:
+        cov = coverage.to_pylist() if isinstance(coverage, pa.Table) else coverage.to_dict("records")
+        doc["coverage"] = [
+            {
+                "rule": c["rule"],
+                "status": c["status"],
+                "reason": None if c["reason"] is None or c["reason"] != c["reason"] else str(c["reason"]),
+                "n_ranks": int(c["n_ranks"]),
+                "n_windows": int(c["n_windows"]),
+                "n_findings": int(c["n_findings"]),
+            }
+            for c in cov
+            if c["job_id"] == job_id and int(c["attempt"]) == int(attempt)
+        ]
+    return _clean(doc)
 
 
 def validate_document(doc: dict) -> None:

@@ -52,7 +52,7 @@ Conventions shared by the rules:
                              with-
                              out
                              calls)
-  ``straggler_rank``         0.45   last-arrival share ÷ required    1 − binomial       —                                            the rank's collectives
+  ``straggler_rank``         0.60   last-arrival share ÷ required    1 − binomial       —                                            the rank's collectives
                                     share                            p-value
   ``dataloader_bound``       0.50   data-loader % ÷ 5 %              ranks / windows    data loading on the critical path (+)        —
   ``blocking_sync``          0.35   blocked % ÷ 1 % (or calls per    ranks / windows    —                                            top-level sync calls
@@ -910,9 +910,10 @@ def straggler_rank(t: JobTables) -> list[dict]:
 
     Time lost per step: for each call where the rank is last, the median over the other ranks of
     their ``wait_ns`` (had the straggler arrived like the typical rank, the call would have started
-    that much earlier), summed and divided by the number of steps. Confidence: 1 − the binomial
-    tail P(X ≥ last arrivals | calls, 1/n) (chance that a rank this often last is luck), capped at
-    0.95, lowered with fewer than :data:`MIN_STEPS` steps (:func:`few_steps_penalty`).
+    that much earlier), summed and divided by the number of steps. Confidence (:func:`confidence`):
+    base 0.6 (a significance test, not a proxy), effect = last-arrival share ÷ required share, agreement =
+    1 − the binomial tail P(X ≥ last arrivals | calls, 1/n) (the chance that a rank this often last is
+    luck), lowered with fewer than :data:`MIN_STEPS` steps and fewer than :data:`MIN_CALLS` calls.
     """
     c = t.collectives
     need = {"rank", "match_key", "is_last_arrival", "n_ranks_matched", "wait_ns"}
@@ -948,7 +949,7 @@ def straggler_rank(t: JobTables) -> list[dict]:
         if p_value > STRAGGLER_MAX_P_VALUE:
             continue
         conf = confidence(
-            0.45,
+            0.6,
             effect=share / need_share,
             agreement=1.0 - p_value,
             n_windows=n_steps,
@@ -1084,8 +1085,7 @@ def dataloader_bound(t: JobTables) -> list[dict]:
             _finding(
                 "dataloader_bound",
                 sc,
-                title=f"Data loading takes {_pct(sc.value)} {w.of} ({_ms(sc.est)} {w.per} with the GPU idle)"
-                f"{w.note}",
+                title=f"Data loading takes {_pct(sc.value)} {w.of} ({_ms(sc.est)} {w.per} with the GPU idle){w.note}",
                 metric="dataloader_pct_of_step",
                 threshold=DATALOADER_PCT,
                 comparison=">",
