@@ -120,8 +120,7 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
     frames = fleet_frames(js, jk, _read_columns(engine, warehouse), **regression_options)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
-        if len(pdf):
-            write_fleet_table(pdf, warehouse, name)
+        write_fleet_table(pdf, warehouse, name)  # an empty table is written too: it exists, with 0 rows
     result.regressions = frames["regressions"]
     return result
 
