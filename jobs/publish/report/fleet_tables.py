@@ -668,17 +668,23 @@ def straggler_ranks(
     (jobs/analyze/findings/rules.py): over the collectives matched on ≥ 2 ranks, ``calls`` (its distinct calls),
     ``last`` (those where it arrived last), ``last_pct`` = 100 × last / calls, ``fair_pct`` = 100 / n (n = the
     job's median ranks per call), ``ratio`` = last_pct / fair_pct; ``named`` (the job's straggler_rank finding
-    names it), ``step_p50_ns`` (``ranks.step_time_p50_ns``).
+    names it), ``step_p50_ns`` (``ranks.step_time_p50_ns``), ``measure`` = ``last arrivals``.
+
+    A multi-rank job without a collective matched across ranks is ranked by step time instead (``measure`` =
+    ``step time``, as host_health does without collectives): ``ratio`` = the rank's step p50 ÷ the median over
+    the job's ranks, ``calls``/``last``/``last_pct``/``fair_pct`` null.
 
     Returns:
-        Those columns plus ``job_id``, ``attempt``, ``rank``, ``job`` (``job_id#attempt``); jobs ordered by their
-        most-last rank's ratio, in each job the named rank first, then by ``last_pct``.
+        Those columns plus ``job_id``, ``attempt``, ``rank``, ``job`` (``job_id#attempt``): the jobs measured by
+        last arrivals first, ordered by their most-late rank's ratio; in each job the named rank first, then by
+        ``ratio``.
     """
     cols = [
         "job",
         "job_id",
         "attempt",
         "rank",
+        "measure",
         "calls",
         "last",
         "last_pct",
@@ -687,40 +693,62 @@ def straggler_ranks(
         "named",
         "step_p50_ns",
     ]
-    if collectives is None or not len(collectives) or "is_last_arrival" not in collectives.columns:
-        return pd.DataFrame(columns=cols)
-    c = collectives[pd.to_numeric(collectives["n_ranks_matched"], errors="coerce").fillna(0) >= 2]
-    if not len(c):
-        return pd.DataFrame(columns=cols)
-    c = c.assign(attempt=c["attempt"].astype(int), rank=c["rank"].astype(int))
-    c = c.assign(_last=c["is_last_arrival"].astype("boolean").fillna(False).astype(bool))
     by = ["job_id", "attempt", "rank"]
-    per = pd.DataFrame(
-        {
-            "calls": c.groupby(by)["match_key"].nunique(),
-            "last": c[c["_last"]].groupby(by)["match_key"].nunique(),
-        }
-    ).fillna({"last": 0})
-    per = per.reset_index()
-    n = c.groupby(["job_id", "attempt", "match_key"])["rank"].nunique().groupby(["job_id", "attempt"]).median()
-    per["fair_pct"] = 100.0 / per.set_index(["job_id", "attempt"]).index.map(n).astype(float)
-    per["last_pct"] = 100.0 * per["last"] / per["calls"]
-    per["ratio"] = per["last_pct"] / per["fair_pct"]
+    parts = []
+    c = collectives if collectives is not None and "is_last_arrival" in collectives.columns else pd.DataFrame()
+    if len(c):
+        c = c[pd.to_numeric(c["n_ranks_matched"], errors="coerce").fillna(0) >= 2]
+    if len(c):
+        c = c.assign(attempt=c["attempt"].astype(int), rank=c["rank"].astype(int))
+        c = c.assign(_last=c["is_last_arrival"].astype("boolean").fillna(False).astype(bool))
+        per = pd.DataFrame(
+            {
+                "calls": c.groupby(by)["match_key"].nunique(),
+                "last": c[c["_last"]].groupby(by)["match_key"].nunique(),
+            }
+        ).fillna({"last": 0})
+        per = per.reset_index()
+        n = c.groupby(["job_id", "attempt", "match_key"])["rank"].nunique().groupby(["job_id", "attempt"]).median()
+        per["fair_pct"] = 100.0 / per.set_index(["job_id", "attempt"]).index.map(n).astype(float)
+        per["last_pct"] = 100.0 * per["last"] / per["calls"]
+        per["ratio"] = per["last_pct"] / per["fair_pct"]
+        per["measure"], per["_kind"] = "last arrivals", 0
+        parts.append(per)
+    p50 = pd.Series(dtype=float)
+    if ranks is not None and len(ranks) and "step_time_p50_ns" in ranks.columns:
+        r = ranks.assign(
+            attempt=ranks["attempt"].astype(int),
+            rank=ranks["rank"].astype(int),
+            _p50=pd.to_numeric(ranks["step_time_p50_ns"], errors="coerce").astype(float),
+        )
+        p50 = r.groupby(by)["_p50"].first()
+        done = {(j, a) for p in parts for j, a in zip(p["job_id"], p["attempt"])}
+        keep = [(j, a) not in done for j, a in zip(r["job_id"], r["attempt"])] & r["_p50"].notna().to_numpy()
+        r = r[keep].reset_index(drop=True)
+        med = r.groupby(["job_id", "attempt"])["_p50"].transform("median")
+        n_ranks = r.groupby(["job_id", "attempt"])["rank"].transform("nunique")
+        r = r.assign(ratio=r["_p50"] / med)[((n_ranks > 1) & (med > 0)).to_numpy()]
+        if len(r):
+            parts.append(r[[*by, "ratio"]].assign(measure="step time", _kind=1))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    per = pd.concat(parts, ignore_index=True)
+    for col in ("calls", "last", "last_pct", "fair_pct"):
+        if col not in per.columns:
+            per[col] = None
     named: set = set()
     if findings is not None and len(findings) and "ranks" in findings.columns:
-        for r in findings[findings["rule"] == "straggler_rank"].itertuples():
-            for k in r.ranks if r.ranks is not None else []:
-                named.add((str(r.job_id), int(r.attempt), int(k)))
-    per["named"] = [(j, a, r) in named for j, a, r in zip(per["job_id"].astype(str), per["attempt"], per["rank"])]
-    per["step_p50_ns"] = None
-    if ranks is not None and len(ranks) and "step_time_p50_ns" in ranks.columns:
-        p = ranks.assign(attempt=ranks["attempt"].astype(int), rank=ranks["rank"].astype(int))
-        p = p.groupby(by)["step_time_p50_ns"].first()
-        per["step_p50_ns"] = per.set_index(by).index.map(p)
+        for f in findings[findings["rule"] == "straggler_rank"].itertuples():
+            for k in f.ranks if f.ranks is not None else []:
+                named.add((str(f.job_id), int(f.attempt), int(k)))
+    per["named"] = [(j, a, k) in named for j, a, k in zip(per["job_id"].astype(str), per["attempt"], per["rank"])]
+    per["step_p50_ns"] = per.set_index(by).index.map(p50) if len(p50) else None
     per["job"] = per["job_id"].astype(str) + "#" + per["attempt"].astype(str)
-    top = per.groupby("job")["ratio"].transform("max")
-    per = per.assign(_top=top).sort_values(
-        ["_top", "job", "named", "last_pct", "rank"], ascending=[False, True, False, False, True], kind="stable"
+    per["_top"] = per.groupby("job")["ratio"].transform("max")
+    per = per.sort_values(
+        ["_kind", "_top", "job", "named", "ratio", "rank"],
+        ascending=[True, False, True, False, False, True],
+        kind="stable",
     )
     return per.reset_index(drop=True)[cols]
 
@@ -729,31 +757,31 @@ def stragglers_table(
     collectives: pd.DataFrame | None,
     findings: pd.DataFrame | None,
     ranks: pd.DataFrame | None,
-    stats: pd.DataFrame | None,
     top: int,
 ):
-    """The "Straggler ranks" table of :func:`straggler_ranks` (``None`` without matched collectives) and a
-    caption naming the multi-rank jobs it cannot rank (no collective matched across ranks)."""
+    """The "Straggler ranks" table of :func:`straggler_ranks` (``None`` without a multi-rank job)."""
     s = straggler_ranks(collectives, findings, ranks)
-    j = job_rows(stats)
-    multi = set(j.loc[pd.to_numeric(j["n_ranks"], errors="coerce").fillna(0) > 1, "value"])
-    unranked = sorted(multi - set(s["job"]))
+    if not len(s):
+        return None
     caption = (
         "Straggler ranks: how often each rank arrived last at the collectives matched across its job's ranks "
         "(the straggler_rank finding's measure: last arrivals ÷ matched calls, against the fair share 1 ÷ ranks "
-        "per call); the rank the job's straggler_rank finding names first."
+        "per call; × fair share = their ratio), the rank the job's straggler_rank finding names first."
     )
-    if unranked:
-        caption += f" Not ranked ({len(unranked)}): {', '.join(unranked)} — no collective matched across ranks."
-    if not len(s):
-        return None, caption
-    view = table_view(
+    by_step = sorted(set(s.loc[s["measure"] == "step time", "job"]))
+    if by_step:
+        caption += (
+            f" Without a collective matched across ranks ({len(by_step)}: {', '.join(by_step)}): by step time, "
+            "× fair share = the rank's step p50 ÷ the median over the job's ranks."
+        )
+    return table_view(
         "stragglers",
         s.assign(named=s["named"].map({True: "straggler_rank", False: ""})),
         [
             ("job", "job", fmt_text, "name"),
             ("rank", "rank", fmt_int, "num"),
             ("named", "finding", fmt_text, ""),
+            ("measure", "measured by", fmt_text, ""),
             ("last", "last arrivals", fmt_int, "num"),
             ("calls", "matched calls", fmt_int, "num"),
             ("last_pct", "last-arrival %", _pct, "num"),
@@ -765,7 +793,6 @@ def stragglers_table(
         limit=top,
         total=len(s),
     )
-    return view, caption
 
 
 def worst_section(
@@ -803,11 +830,9 @@ def worst_section(
         if none:
             cap += f" Not listed ({len(none)}): {', '.join(none)} — no exposed communication."
         sec.tables.append(table_view("worst-exposed", d, _JOB_SPEC, caption=cap, limit=top, total=len(d)))
-    view, caption = stragglers_table(collectives, findings, ranks, stats, top)
+    view = stragglers_table(collectives, findings, ranks, top)
     if view is not None:
         sec.tables.append(view)
-    elif len(j) and (pd.to_numeric(j["n_ranks"], errors="coerce").fillna(0) > 1).any():
-        sec.intro += " " + caption
     if captures is not None and len(captures):
         q = captures[captures["status"] == "quarantined"]
         if len(q):
