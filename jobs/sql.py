@@ -1,4 +1,5 @@
-"""Ad-hoc Spark SQL over the warehouse: every table registered as a view by its name.
+"""Ad-hoc Spark SQL over the warehouse: every documented table registered as a view by its name (an empty view
+of the declared schema when the table has no rows yet, :func:`jobs.warehouse.register_views`).
 
 ``tracelake sql "<query>" --warehouse W`` runs one query; ``tracelake shell --warehouse W`` is an
 interactive SQL prompt. The README lists example queries (between ``<!-- sql-examples:begin -->``
@@ -13,7 +14,8 @@ from jobs.warehouse import register_views
 
 
 def run_sql(spark, warehouse: str, query: str):
-    """Run one Spark SQL ``query`` with the warehouse tables registered; returns a DataFrame."""
+    """Run one Spark SQL ``query`` with every documented warehouse table registered as a view (empty when it has
+    no rows); returns a DataFrame (Spark's AnalysisException for a query that does not resolve)."""
     register_views(spark, warehouse)
     return spark.sql(query)
 

@@ -9,8 +9,8 @@ can be replaced (by a table format with a transaction log) without touching a st
 
 Reads (a snapshot): :func:`read_spark`, :func:`read_arrow`, :func:`read_pandas`, :func:`read_frames`,
 :func:`table_columns`, :func:`exists`, :func:`register_views`. A table that was never written reads as
-``None`` (Spark, Arrow) or as an empty frame with the table's columns (pandas); every other read error is
-raised. On a local warehouse each partition (``date=…/job_id=…``) a read sees is complete, old or new,
+``None`` (Spark, Arrow) or as an empty frame with the table's columns (pandas), and is an empty view of its
+declared schema in SQL; every other read error is raised. On a local warehouse each partition (``date=…/job_id=…``) a read sees is complete, old or new,
 never partial; a read that overlaps a write can see one job's new rows next to another job's old ones.
 
 Writes:
@@ -194,17 +194,25 @@ def read_pandas(
 
 
 def register_views(spark, warehouse: str) -> list[str]:
-    """A Spark temp view per warehouse table that exists, named as the table.
+    """A Spark temp view per documented warehouse table (:data:`schemas.TABLES`, :data:`schemas.FLEET_TABLES`),
+    named as the table.
+
+    A table never written, or written with no rows left (e.g. ``fleet_findings`` when no finding falls in the
+    window), is registered as an empty view with its declared columns and types, so every documented table
+    can be queried (``SELECT * FROM fleet_findings`` returns 0 rows, not TABLE_OR_VIEW_NOT_FOUND).
 
     Returns:
-        The registered names (tables never written are skipped).
+        The registered names: every table of :data:`schemas.TABLES` and :data:`schemas.FLEET_TABLES`, in order.
     """
+    from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark, only on the Spark path
+
     registered = []
     for name in [*TABLES, *FLEET_TABLES]:
         df = read_spark(spark, warehouse, name)
-        if df is not None:
-            df.createOrReplaceTempView(name)
-            registered.append(name)
+        if df is None:
+            df = spark.createDataFrame([], from_arrow_schema(declared(name).arrow_schema()))
+        df.createOrReplaceTempView(name)
+        registered.append(name)
     return registered
 
 

@@ -718,18 +718,37 @@ _FLEET_GROUP = (
 FLEET_STATS = Table(
     name="fleet_stats",
     doc="Fleet-wide statistics of the per-step metrics grouped by job, job name, model tag, hardware, torch "
-    "version and date (jobs/fleet/stats.py). Step time is the job's: per (job, attempt, step) the slowest "
-    "rank's ProfilerStep duration. Percentages are time-weighted over all rank-steps of the group.",
+    "version and date (jobs/fleet/stats.py), over the analysis windows (jobs/analyze/windows.py): each rank's "
+    "ProfilerSteps, or its whole trace when the rank capture has no ProfilerStep. Step time is the job's: per "
+    "(job, attempt, step) the slowest rank's ProfilerStep duration; whole-trace windows are no steps and are left "
+    "out of the step-time columns and `n_steps` (a job with only whole-trace windows has null step time). "
+    "Percentages are time-weighted over all rank windows of the group, whole traces included. The `job` rows of "
+    "date `all` are each run's headline numbers (`jobs.fleet.stats.run_summary`): the job report, MLflow and "
+    "the fleet report show these.",
     columns=_FLEET_GROUP
     + (
-        Column("n_runs", _I64, "Job runs (job_id, attempt) in the group.", False),
-        Column("n_ranks", _I64, "Rank captures (job_id, attempt, rank) in the group.", False),
-        Column("n_steps", _I64, "Job steps (job_id, attempt, step) in the group.", False),
-        Column("n_rank_steps", _I64, "`steps` rows (one per rank and step) in the group.", False),
+        Column("n_runs", _I64, "Job runs (job_id, attempt) in the group, with or without ProfilerSteps.", False),
+        Column(
+            "n_ranks", _I64, "Rank captures (job_id, attempt, rank) in the group, whole-trace ones included.", False
+        ),
+        Column(
+            "n_steps",
+            _I64,
+            "Job steps (job_id, attempt, ProfilerStep) in the group; whole-trace windows not counted.",
+            False,
+        ),
+        Column(
+            "n_rank_steps",
+            _I64,
+            "Rank windows in the group: `steps` rows (one per rank and ProfilerStep) plus one per rank capture "
+            "without ProfilerStep (its whole trace).",
+            False,
+        ),
         Column(
             "step_time_p50_ns",
             _I64,
-            "Median job step time (exact percentile, linear interpolation between closest ranks as numpy; rounded), ns.",
+            "Median job step time over the group's ProfilerSteps (exact percentile, linear interpolation between "
+            "closest ranks as numpy; rounded), ns; null when the group has no ProfilerStep.",
         ),
         Column("step_time_p90_ns", _I64, "90th percentile job step time, ns."),
         Column("step_time_p99_ns", _I64, "99th percentile job step time, ns."),
@@ -737,8 +756,8 @@ FLEET_STATS = Table(
         Column(
             "idle_pct",
             _F64,
-            "Σ idle_time_ns / Σ kernel_time_ns × 100 over rank-steps (HTA `idle_time_pctg`, "
-            "time-weighted); null without GPU activity.",
+            "Σ idle_time_ns / Σ kernel_time_ns × 100 over rank windows, whole traces included (HTA "
+            "`idle_time_pctg`, time-weighted); null without GPU activity.",
         ),
         Column(
             "compute_pct", _F64, "Σ compute_time_ns / Σ kernel_time_ns × 100 (HTA `compute_time_pctg`, time-weighted)."
@@ -746,8 +765,8 @@ FLEET_STATS = Table(
         Column(
             "exposed_comm_pct",
             _F64,
-            "Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps: share of step time "
-            "spent in communication no computation overlaps.",
+            "Σ exposed_comm_ns / Σ step_time_ns × 100 over rank windows (a whole-trace window's time is its trace "
+            "span): share of the time spent in communication no computation overlaps.",
         ),
         Column("cpu_bound_pct", _F64, "Σ cpu_bound_time_ns / Σ step_time_ns × 100 (host busy, device idle)."),
         Column("dataloader_pct", _F64, "Σ dataloader_time_ns / Σ step_time_ns × 100."),
@@ -798,7 +817,13 @@ FLEET_FINDINGS = Table(
         Column("window_days", _I32, "Days in the window.", False),
         Column("n_jobs", _I64, "Distinct job_id the rule fired in, in the window.", False),
         Column("n_runs", _I64, "Runs (job_id, attempt) it fired in.", False),
-        Column("n_steps", _I64, "Job steps of those runs (`steps`, ProfilerSteps captured).", False),
+        Column(
+            "n_steps",
+            _I64,
+            "Job steps of those runs (`steps`, ProfilerSteps captured; 1 for a run without ProfilerStep: its "
+            "whole-trace window).",
+            False,
+        ),
         Column("time_lost_ns", _I64, "Σ over runs of time lost per step × steps, ns (wall time of the job)."),
         Column("accelerator_hours", _F64, "Σ over runs of time lost × world size, hours."),
         Column(
@@ -850,6 +875,7 @@ HOST_HEALTH = Table(
         Column("device_names", pa.list_(_STR), "Accelerator names of its captures."),
         Column("window_start", _STR, "First capture date YYYY-MM-DD of the window.", False),
         Column("window_end", _STR, "Last capture date of the window: the newest capture date in the warehouse.", False),
+        Column("window_days", _I32, "Days in the window (`window_end` − `window_start` + 1).", False),
         Column("n_jobs", _I64, "Distinct job_id of the runs it was measured in.", False),
         Column("n_runs", _I64, "Runs (job_id, attempt) it was measured in.", False),
         Column("n_ranks", _I64, "Rank captures on it (links: ranks of its process groups), over those runs.", False),

@@ -301,6 +301,7 @@ def host_health(
                 "device_names": sorted({d for d in g["device_name"] if isinstance(d, str)}),
                 "window_start": start.strftime("%Y-%m-%d"),
                 "window_end": end.strftime("%Y-%m-%d"),
+                "window_days": int(window_days),
                 "n_jobs": n_jobs,
                 "n_runs": len(g),
                 "n_ranks": int(sum(len(x) for x in g["ranks"])),

@@ -9,7 +9,8 @@ The estimate, per run (job_id, attempt) in which the rule fired:
 * time lost per step = the rule's ``findings.est_time_lost_per_step_ns`` (the largest when the rule fired
   on several ranks of the run: ranks run in lockstep, so the slowest rank's loss sets the step);
 * × the run's job steps in the warehouse (``steps``, ProfilerSteps captured: the profiled window, so the
-  hours are those of the captured steps, a lower bound for a run that trained longer);
+  hours are those of the captured steps, a lower bound for a run that trained longer); a run without
+  ProfilerStep counts its one whole-trace analysis window (its rules judged the whole trace as one window);
 * × the accelerators that wait: the run's world size (the manifest's or the trace's ``world_size``, at
   least the ranks traced), since a step is as long on every rank.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.windows import WINDOW_TRACE
 from jobs.fleet.stats import NONE_VALUE
 from jobs.fleet.window import WINDOW_DAYS, capture_days, check_window_days, window
 from schemas import FLEET_FINDINGS
@@ -35,8 +37,13 @@ _NS_PER_HOUR = 3.6e12
 
 def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
     """One row per run of :func:`jobs.fleet.stats.job_steps_frame` rows: ``job_id, attempt, job_name, model,
-    hardware, run_date, n_steps`` (job steps) and ``accelerators`` (world size, at least the ranks traced)."""
+    hardware, run_date, n_steps`` (job steps: its ProfilerSteps, or 1 for a run with only its whole-trace window)
+    and ``accelerators`` (world size, at least the ranks traced)."""
     js = job_steps
+    if "window" in js.columns:
+        is_trace = (js["window"] == WINDOW_TRACE).to_numpy(dtype=bool)
+        has_steps = pd.Series(~is_trace, index=js.index).groupby([js["job_id"], js["attempt"]]).transform("any")
+        js = js[~is_trace | ~has_steps.to_numpy(dtype=bool)]  # a run's trace window counts only without steps
     n_ranks = js["ranks"].map(len) if "ranks" in js else pd.Series(1, index=js.index)
     world = (
         pd.to_numeric(js["world_size"], errors="coerce") if "world_size" in js else pd.Series(np.nan, index=js.index)

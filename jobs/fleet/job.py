@@ -2,8 +2,10 @@
 ``host_health``.
 
 extract + reduce (one pandas transform, on Spark per job run or on the local executor: :mod:`jobs.executor`):
-``steps`` → one row
-per job step, ``kernels`` → one row per (run, date, kernel),
+the analysis windows (:func:`jobs.analyze.windows.analysis_windows`: ``steps``, plus one whole-trace window per
+rank capture of ``ranks`` without ProfilerStep — on Spark computed on the driver from the small ``ranks`` and
+``captures`` and the distinct rank captures of ``steps``) → one row per job step or whole-trace window,
+``kernels`` → one row per (run, date, kernel),
 each joined with the run's job name, model, hardware and torch version from ``captures``
 (:func:`jobs.fleet.stats.reduce_job_steps`, :func:`jobs.fleet.stats.reduce_job_kernels`).
 transform (pandas, on the driver; the reduced frames and the few columns read of ``findings``, ``captures``,
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pyarrow as pa
 
+from jobs.analyze.windows import WINDOW_TRACE, analysis_windows
 from jobs.executor import is_local
 from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
@@ -36,6 +39,7 @@ from jobs.fleet.stats import (
     fleet_stats,
     job_kernels_frame,
     job_steps_frame,
+    profiler_steps,
     reduce_job_kernels,
     reduce_job_steps,
     run_metadata_frame,
@@ -62,7 +66,8 @@ def fleet_frames(
     """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
 
     Args:
-        job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows; job_kernels: :func:`jobs.fleet.stats.job_kernels_frame` rows.
+        job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows over the analysis windows (whole-trace windows
+            feed ``fleet_stats`` and ``fleet_findings``, not ``regressions``); job_kernels: :func:`jobs.fleet.stats.job_kernels_frame` rows.
         tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet).
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
@@ -70,12 +75,13 @@ def fleet_frames(
         ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``.
     """
     t = tables or {}
+    steps_only = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
     regs = (
-        find_regressions(job_steps[INPUT_COLUMNS], **regression_options)
-        if len(job_steps)
+        find_regressions(steps_only[INPUT_COLUMNS], **regression_options)
+        if len(steps_only)
         else pd.DataFrame(columns=REGRESSIONS.names)
     )
-    regs["changes_json"] = what_changed(regs, job_steps, job_kernels, t.get("captures"), t.get("findings"))
+    regs["changes_json"] = what_changed(regs, steps_only, job_kernels, t.get("captures"), t.get("findings"))
     return {
         "fleet_stats": fleet_stats(job_steps),
         "fleet_kernels": fleet_kernels(job_kernels),
@@ -94,42 +100,73 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
-        :class:`FleetResult` (nothing is written when no job has steps yet).
+        :class:`FleetResult` (nothing is written when no rank has been analyzed yet).
     """
     result = FleetResult()
     if is_local(engine):
-        t = read_pandas(warehouse, ("captures", "steps", "kernels"), skip_missing=True)
-        if "captures" not in t or "steps" not in t:
+        t = read_pandas(warehouse, ("captures", "steps", "ranks", "kernels"), skip_missing=True)
+        if "captures" not in t or ("steps" not in t and "ranks" not in t):
             return result
-        js = job_steps_frame(t["steps"], t["captures"])
+        windows = analysis_windows(t.get("steps"), t.get("ranks"), t["captures"])
+        js = job_steps_frame(windows, t["captures"])
         jk = job_kernels_frame(t["kernels"], t["captures"]) if "kernels" in t else None
     else:
-        captures, steps, kernels = (read_spark(engine, warehouse, n) for n in ("captures", "steps", "kernels"))
-        if captures is None or steps is None:
+        captures, steps, ranks, kernels = (
+            read_spark(engine, warehouse, n) for n in ("captures", "steps", "ranks", "kernels")
+        )
+        if captures is None or (steps is None and ranks is None):
             return result
-        js, jk = _reduce_on_spark(captures, steps, kernels)
+        js, jk = _reduce_on_spark(captures, steps, kernels, ranks)
     frames = fleet_frames(js, jk, _read_columns(engine, warehouse), **regression_options)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
-        if len(pdf):
-            write_fleet_table(pdf, warehouse, name)
+        write_fleet_table(pdf, warehouse, name)  # an empty table is written too: it exists, with 0 rows
     result.regressions = frames["regressions"]
     return result
 
 
-def _reduce_on_spark(captures, steps, kernels) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """:func:`job_steps_frame` and :func:`job_kernels_frame` with the big reductions on Spark's executors: the
-    same pandas transforms per job run (``applyInPandas``), joined on the driver with the runs' metadata."""
+#: The ``ranks`` and ``captures`` columns a whole-trace window is made of (:func:`analysis_windows`).
+_WINDOW_RANK_KEY = ("job_id", "attempt", "rank", "capture_id")
+_WINDOW_CAPTURE_COLUMNS = ("capture_id", "trace_start_ns", "trace_end_ns")
+
+
+def _trace_windows_on_driver(captures, steps, ranks) -> pd.DataFrame:
+    """The whole-trace windows (:func:`analysis_windows` rows with ``window = "trace"``) from Spark tables: the
+    rank captures of ``ranks`` (one row each: small) without a row in ``steps`` (its distinct rank captures)."""
+    if ranks is None:
+        return pd.DataFrame()
+    from schemas import STEPS  # the window's columns are the steps columns
+
+    r = _pandas(ranks.select(*[c for c in STEPS.names if c in ranks.columns]))
+    have = _pandas(steps.select(*_WINDOW_RANK_KEY).distinct()) if steps is not None else None
+    caps = _pandas(captures.select(*[c for c in _WINDOW_CAPTURE_COLUMNS if c in captures.columns]))
+    w = analysis_windows(have.assign(step=0) if have is not None else None, r, caps)
+    return w[(w["window"] == WINDOW_TRACE).to_numpy(dtype=bool)]
+
+
+def _reduce_on_spark(captures, steps, kernels, ranks=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """:func:`job_steps_frame` (over the analysis windows) and :func:`job_kernels_frame` with the big reductions
+    on Spark's executors: the same pandas transforms per job run (``applyInPandas``), joined on the driver with
+    the runs' metadata; the whole-trace windows (one per rank capture without ProfilerStep) are reduced on the
+    driver with the same :func:`reduce_job_steps`."""
     from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
 
     runs = run_metadata_frame(_pandas(captures.select(*[c for c in RUN_COLUMNS if c in captures.columns])))
     by_run = ["job_id", "attempt"]
-    js = (
-        steps.select(*STEP_COLUMNS)
-        .groupBy(*by_run)
-        .applyInPandas(reduce_job_steps, from_arrow_schema(JOB_STEPS_SCHEMA))
-    )
-    js = _pandas(js).sort_values([*by_run, "step"], kind="stable").merge(runs, on=by_run, how="inner")
+    parts = []
+    if steps is not None:
+        js = (
+            steps.select(*STEP_COLUMNS)
+            .groupBy(*by_run)
+            .applyInPandas(reduce_job_steps, from_arrow_schema(JOB_STEPS_SCHEMA))
+        )
+        parts.append(_pandas(js))
+    trace = _trace_windows_on_driver(captures, steps, ranks)
+    if len(trace):
+        parts.append(reduce_job_steps(trace))
+    parts = [p for p in parts if len(p)]
+    js = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=JOB_STEPS_SCHEMA.names)
+    js = js.sort_values([*by_run, "step"], kind="stable").merge(runs, on=by_run, how="inner")
     if kernels is None:
         return js, None
     jk = kernels.select(*JOB_KERNELS_SCHEMA.names).groupBy(*by_run)

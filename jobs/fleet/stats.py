@@ -11,15 +11,22 @@ rows.
 
 Definitions (column docs in ``schemas/tables.py``):
 
+* **analysis windows** (:func:`jobs.analyze.windows.analysis_windows`): a rank's ProfilerSteps, or — for a rank
+  capture without ProfilerStep — one window over its whole trace (``window = "trace"``, ``step = -1``). The
+  reduction takes ``steps`` rows or analysis windows; a job step is one (job_id, attempt, step) of them, a
+  whole-trace job window being the job's ranks' whole traces together.
 * **job step time**: per (job_id, attempt, step) the slowest rank's ``ProfilerStep`` duration — the
   time the job as a whole spent on the step (a synchronous-training step is as long as its slowest
   rank). p50/p90/p99 are exact percentiles (numpy, linear interpolation between closest ranks),
-  rounded to whole ns.
+  rounded to whole ns. Only ProfilerSteps count: a whole-trace window is no step, so it is left out of
+  the step-time percentiles and ``n_steps`` (a job with only whole-trace windows has null step time).
 * **idle % / compute %**: HTA temporal breakdown (``idle_time_pctg``, ``compute_time_pctg``) made
   time-weighted over the group: Σ idle_time_ns / Σ kernel_time_ns × 100 over every rank-step, so a
   long step weighs more than a short one (a plain mean of per-step percentages would not).
 * **exposed communication %**: Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps (share of wall
   step time spent in communication that no computation overlaps), likewise CPU-bound % and data-loader %.
+  These sums run over every analysis window, whole traces included (a trace-only job has a GPU idle %),
+  as do ``n_runs``, ``n_ranks`` and ``n_rank_steps``.
 
 Groups: each ``dimension`` (:data:`DIMENSIONS`) over all dates (``date = 'all'``) and per capture date.
 """
@@ -30,6 +37,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from jobs.analyze.windows import WINDOW_STEP, WINDOW_TRACE
 from schemas import FLEET_KERNELS, FLEET_STATS
 
 #: Grouping dimensions of ``fleet_stats`` / ``fleet_kernels`` (``fleet`` = everything together).
@@ -128,6 +136,7 @@ JOB_STEPS_SCHEMA = pa.schema(
         *[(c, pa.int64()) for c in _SUMS],
         ("n_rank_steps", pa.int64()),
         ("ranks", pa.list_(pa.int32())),
+        ("window", pa.string()),
     ]
 )
 #: The ``steps`` columns :func:`reduce_job_steps` reads.
@@ -143,19 +152,26 @@ STEP_COLUMNS = (
 
 
 def reduce_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """``steps`` (one row per rank and step, of any number of runs) → one row per job step.
+    """``steps`` rows or analysis windows (one row per rank and step, of any number of runs) → one row per job
+    step.
 
     The one reduction both executors run: the local executor on the whole frame, Spark per (job_id, attempt)
     group (``applyInPandas``, :data:`JOB_STEPS_SCHEMA`).
 
+    Args:
+        steps: ``steps`` rows, or :func:`jobs.analyze.windows.analysis_windows` rows (with ``window``); rows
+            without ``window`` are ProfilerSteps.
+
     Returns:
-        ``job_id, attempt, step, date, step_time_ns`` (max over ranks: the job step time), the rank sums
-        ``rank_step_time_ns, kernel_time_ns, idle_time_ns, compute_time_ns, exposed_comm_ns,
-        cpu_bound_time_ns, dataloader_time_ns`` (ns; null when no rank has a value), ``n_rank_steps``,
-        ``ranks`` (sorted distinct ranks, int32 arrays). Steps outside any ProfilerStep (``step`` < 0) are
-        left out.
+        ``job_id, attempt, step, date, step_time_ns`` (max over ranks: the job step time; for a whole-trace
+        window the longest rank trace), the rank sums ``rank_step_time_ns, kernel_time_ns, idle_time_ns,
+        compute_time_ns, exposed_comm_ns, cpu_bound_time_ns, dataloader_time_ns`` (ns; null when no rank has a
+        value), ``n_rank_steps``, ``ranks`` (sorted distinct ranks, int32 arrays), ``window`` (``"step"`` or
+        ``"trace"``). ProfilerStep rows with ``step`` < 0 (outside any ProfilerStep) are left out.
     """
-    s = steps[steps["step"] >= 0]
+    window = steps["window"] if "window" in steps.columns else pd.Series(WINDOW_STEP, index=steps.index)
+    trace = (window == WINDOW_TRACE).to_numpy(dtype=bool)
+    s = steps.assign(window=window)[trace | (steps["step"] >= 0).to_numpy(dtype=bool)]
     g = s.groupby(["job_id", "attempt", "step"], sort=True)
     return pd.DataFrame(
         {
@@ -165,8 +181,17 @@ def reduce_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
             **{c: g[c].sum(min_count=1) for c in _SUMS if c != "rank_step_time_ns"},
             "n_rank_steps": g.size(),
             "ranks": _sorted_sets(g["rank"], ["job_id", "attempt", "step"]),
+            "window": g["window"].first(),
         }
     ).reset_index()[JOB_STEPS_SCHEMA.names]
+
+
+def profiler_steps(job_steps: pd.DataFrame) -> pd.DataFrame:
+    """The ProfilerStep rows of :func:`reduce_job_steps` / :func:`job_steps_frame` rows (whole-trace windows
+    left out): what step-based consumers (regressions, per-step kernel deltas) read."""
+    if "window" not in job_steps.columns:
+        return job_steps
+    return job_steps[(job_steps["window"] != WINDOW_TRACE).to_numpy(dtype=bool)]
 
 
 def job_steps_frame(steps: pd.DataFrame, captures: pd.DataFrame) -> pd.DataFrame:
@@ -249,18 +274,22 @@ def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
     js = job_steps.copy()
     for c in _SUMS:
         js[c] = js[c].astype("float64").fillna(0.0) if c != "kernel_time_ns" else js[c].astype("float64")
+    is_step = (js["window"] != WINDOW_TRACE).to_numpy(dtype=bool) if "window" in js.columns else np.ones(len(js), bool)
+    # a whole-trace window is no step: out of the step-time statistics and n_steps, in every sum and count
+    js["_step_ns"] = js["step_time_ns"].astype("float64").where(is_step)
+    js["_is_step"] = is_step.astype("int64")
     st = _stack(js)
     g = st.groupby(_GROUP, sort=True)
-    qs = g["step_time_ns"].quantile([0.5, 0.9, 0.99]).unstack()
+    qs = g["_step_ns"].quantile([0.5, 0.9, 0.99]).unstack()
     out = pd.DataFrame(
         {
             "n_runs": g[["job_id", "attempt"]].apply(lambda f: len(f.drop_duplicates())),
-            "n_steps": g.size(),
+            "n_steps": g["_is_step"].sum(),
             "n_rank_steps": g["n_rank_steps"].sum(),
             "step_time_p50_ns": qs[0.5].round(),
             "step_time_p90_ns": qs[0.9].round(),
             "step_time_p99_ns": qs[0.99].round(),
-            "step_time_mean_ns": g["step_time_ns"].mean(),
+            "step_time_mean_ns": g["_step_ns"].mean(),
             **{c: g[c].sum(min_count=1) for c in _SUMS},
         }
     )

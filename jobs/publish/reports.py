@@ -5,9 +5,11 @@ metrics. Experiments: job runs live in ``tracelake`` (:mod:`jobs.publish.trackin
 artifact ``report/job_report.html``), fleet runs in ``tracelake-fleet`` (``fleet-<YYYY-MM-DD>``, one
 per day, replaced when re-run that day), comparisons in ``tracelake-comparisons`` (:mod:`jobs.publish.compare`).
 
-Fleet metric names (stable): ``fleet/n_jobs``, ``fleet/n_ranks``, ``fleet/n_captures``,
+Fleet metric names (stable; :data:`jobs.publish.report.fleet_tables.FLEET_METRICS`, every per-job number a
+``fleet_stats`` row as on the fleet report): ``fleet/n_jobs``, ``fleet/n_ranks``, ``fleet/n_captures``,
 ``fleet/n_quarantined``, ``fleet/idle_pct_median``, ``fleet/idle_pct_p90``,
-``fleet/step_time_p50_ms_median``, ``fleet/overlap_pct_median``; and per capture date
+``fleet/step_time_p50_ms_median``, ``fleet/exposed_comm_pct_median`` (``fleet/overlap_pct_median`` is gone:
+``fleet_stats`` has no overlap); and per capture date
 ``fleet/daily/n_jobs``, ``fleet/daily/idle_pct_median``, ``fleet/daily/step_time_p50_ms_median``
 (MLflow step = days since 1970-01-01, timestamp = that date, so the metric chart is the trend over
 time; a date already logged in the run is not logged again).
@@ -23,12 +25,18 @@ import time
 import pandas as pd
 
 from jobs.common.ids import safe_date
-from jobs.publish.report.fleet_tables import fleet_stats_metrics, host_metrics, impact_metrics
+from jobs.publish.report.fleet_tables import (
+    fleet_daily,
+    fleet_metrics,
+    fleet_stats_metrics,
+    fleet_stats_of,
+    host_metrics,
+    impact_metrics,
+)
 from jobs.publish.report.html import render_fleet_report, render_job_report
-from jobs.publish.report.sections import fleet_daily, fleet_metrics
 from jobs.publish.tracking import experiment_id, replace_run
 from jobs.validate.marks import read_table_marks
-from jobs.warehouse import read_pandas
+from jobs.warehouse import exact_ints, read_arrow, read_pandas
 from schemas import FLEET_TABLES
 
 FLEET_EXPERIMENT = "tracelake-fleet"
@@ -101,6 +109,7 @@ def log_fleet_report(
     day: str | None = None,
     fleet: dict | None = None,
     fleet_validation: dict | None = None,
+    collectives: pd.DataFrame | None = None,
 ) -> str:
     """Log the fleet run of ``day``: fleet metrics, daily trend metrics, the fleet report.
 
@@ -118,6 +127,7 @@ def log_fleet_report(
             (:mod:`jobs.publish.report.fleet_tables`) and the impact, host, breakdown and regression sections.
         fleet_validation: the fleet tables' marks (:func:`jobs.validate.marks.read_table_marks`): the tag
             ``tracelake.validation`` (``passed`` when every one passed, else ``failed``) and the report's section.
+        collectives: :data:`FLEET_COLLECTIVE_COLUMNS` of ``collectives``: the report's straggler ranks.
 
     Returns:
         The fleet run id.
@@ -138,14 +148,15 @@ def log_fleet_report(
     now = int(time.time() * 1000)
 
     fleet = fleet or {}
+    stats = fleet_stats_of(fleet, ranks, captures, steps)  # the numbers of the report: fleet_stats rows
     values = {
-        **fleet_metrics(ranks, captures),
+        **fleet_metrics(stats, captures),
         **fleet_stats_metrics(fleet.get("fleet_stats")),
         **impact_metrics(fleet.get("fleet_findings")),
         **host_metrics(fleet.get("host_health")),
     }
     metrics = [Metric(k, v, now, 0) for k, v in sorted(values.items())]
-    for r in fleet_daily(ranks, captures).to_dict(orient="records"):
+    for r in fleet_daily(stats, captures).to_dict(orient="records"):
         d = _day(r["date"])
         if d is None:
             continue
@@ -163,7 +174,15 @@ def log_fleet_report(
     log_text(
         client,
         run_id,
-        render_fleet_report(ranks, captures, steps, findings, fleet=fleet, fleet_validation=fleet_validation),
+        render_fleet_report(
+            ranks,
+            captures,
+            steps,
+            findings,
+            fleet=fleet,
+            fleet_validation=fleet_validation,
+            collectives=collectives,
+        ),
         "report/fleet_report.html",
     )
     client.set_terminated(run_id, status="FINISHED")
@@ -219,13 +238,21 @@ def render_run_report(args: tuple) -> str:
     return render_job_report(_of_run(load_jobs_tables(warehouse, [job_id]), job_id, attempt), validation=validation)
 
 
-def load_fleet_tables(warehouse: str) -> dict[str, pd.DataFrame]:
-    """``ranks``, ``captures``, ``steps``, ``findings`` of every job and the fleet tables ``fleet_stats``,
-    ``fleet_kernels``, ``regressions`` (pandas, exact integer dtypes; missing tables left out)."""
+#: The ``collectives`` columns the fleet report reads (straggler ranks: last arrivals at matched calls).
+FLEET_COLLECTIVE_COLUMNS = ("job_id", "attempt", "rank", "match_key", "n_ranks_matched", "is_last_arrival")
 
-    return read_pandas(
+
+def load_fleet_tables(warehouse: str) -> dict[str, pd.DataFrame]:
+    """``ranks``, ``captures``, ``steps``, ``findings`` of every job, :data:`FLEET_COLLECTIVE_COLUMNS` of
+    ``collectives``, and the fleet tables (:data:`schemas.FLEET_TABLES`) (pandas, exact integer dtypes; tables
+    never written left out, an empty one kept with its columns)."""
+    out = read_pandas(
         warehouse, ("ranks", "captures", "steps", "findings", *FLEET_TABLES), exact=True, skip_missing=True
     )
+    co = read_arrow(warehouse, "collectives", columns=list(FLEET_COLLECTIVE_COLUMNS))
+    if co is not None:
+        out["collectives"] = co.to_pandas(types_mapper=exact_ints)
+    return out
 
 
 def publish_fleet_report(
@@ -253,6 +280,7 @@ def publish_fleet_report(
                     t.get("findings"),
                     fleet=fleet,
                     fleet_validation=marks,
+                    collectives=t.get("collectives"),
                 )
             )
     if not tracking_uri:
@@ -267,4 +295,5 @@ def publish_fleet_report(
         day=day,
         fleet=fleet,
         fleet_validation=marks,
+        collectives=t.get("collectives"),
     )

@@ -186,19 +186,36 @@ def test_job_report_numbers_match_the_tables(job_tables):
 
 
 def test_fleet_report_trends_and_worst_offenders(job_tables):
+    """Without the fleet tables the report computes fleet_stats from the given tables (the same function): the
+    cards, trends and worst offenders show the job's run_summary numbers; a job without ProfilerStep is judged on
+    its whole trace (GPU idle %) and named as left out of the step-time tables."""
+    from jobs.fleet.stats import run_summary
+    from jobs.publish.report.fleet_tables import fleet_daily, fleet_metrics, fleet_stats_of
     from jobs.publish.report.html import render_fleet_report
-    from jobs.publish.report.sections import fleet_daily, fleet_metrics
 
     ranks = pd.concat([job_tables["ranks"], job_tables["ranks"].assign(job_id=HOSTILE, date="2024-01-02")])
     caps = pd.concat([job_tables["captures"], job_tables["captures"].assign(job_id=HOSTILE, date="2024-01-02")])
-    html = render_fleet_report(ranks, caps)
+    steps = job_tables["steps"]  # the HOSTILE job has no ProfilerStep: whole-trace windows
+    html = render_fleet_report(ranks, caps, steps)
     _assert_safe(html)
     assert 'data-plot="fleet_trends"' in html and 'data-table="worst-idle"' in html
-    daily = fleet_daily(ranks, caps)
+    stats = fleet_stats_of(None, ranks, caps, steps)
+    daily = fleet_daily(stats, caps)
     assert list(daily["date"]) == sorted(daily["date"]) and list(daily["n_jobs"]) == [1, 1]
-    m = fleet_metrics(ranks, caps)
+    m = fleet_metrics(stats, caps)
     assert m["fleet/n_jobs"] == 2 and m["fleet/n_ranks"] == 4
-    assert m["fleet/idle_pct_median"] == pytest.approx(job_tables["ranks"]["idle_pct"].mean())
+    rs = run_summary(steps, ranks, caps).set_index("job_id")
+    assert m["fleet/idle_pct_median"] == pytest.approx(rs["idle_pct"].median())
+    # the step-time card is the one job with ProfilerSteps: its job step time p50 (slowest rank per step)
+    assert m["fleet/step_time_p50_ms_median"] == pytest.approx(rs.loc["trace_filter", "step_time_p50_ns"] / 1e6)
+    assert pd.isna(rs.loc[HOSTILE, "step_time_p50_ns"]) and rs.loc[HOSTILE, "idle_pct"] == pytest.approx(
+        ranks.loc[ranks["job_id"] == HOSTILE, "idle_time_ns"].sum()
+        / ranks.loc[ranks["job_id"] == HOSTILE, "kernel_time_ns"].sum()
+        * 100
+    )
+    assert "job step time p50 ms, median job" in html and "fleet/n_jobs" not in html  # labels in words
+    assert f"{rs.loc['trace_filter', 'step_time_p50_ns'] / 1e6:,.2f}" in html
+    assert "no ProfilerStep (judged on its whole trace): job step time not defined" in html
     empty = render_fleet_report(None, None)
     assert 'data-unavailable="trends"' in empty
 

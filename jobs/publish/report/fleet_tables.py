@@ -1,6 +1,11 @@
-"""Fleet report sections from the fleet tables (``fleet_stats``, ``fleet_kernels``, ``regressions``,
+"""The fleet report from the fleet tables (``fleet_stats``, ``fleet_kernels``, ``regressions``,
 ``fleet_findings``, ``host_health``, written by :mod:`jobs.fleet`), and the MLflow metrics of the fleet run
-taken from them."""
+taken from them.
+
+One definition per number: every per-job number on the page (header cards, trends, worst offenders, breakdowns)
+is a ``fleet_stats`` row — a job's row of date ``all`` is :func:`jobs.fleet.stats.run_summary`'s, the numbers of
+its job report and MLflow run. The windowed sections (fleet impact, host health) show their window, and every
+section names the jobs it leaves out and why."""
 
 from __future__ import annotations
 
@@ -9,9 +14,12 @@ import re
 
 import pandas as pd
 
+from jobs.analyze.windows import analysis_windows
+from jobs.fleet.stats import RUN_COLUMNS, fleet_stats, job_steps_frame
+from jobs.fleet.window import WINDOW_DAYS, capture_days, window
 from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, table_view
-from jobs.publish.report.plots import host_job_heatmap, recoverable_hours
-from schemas import HEALTH_KINDS
+from jobs.publish.report.plots import fleet_trends, host_job_heatmap, recoverable_hours
+from schemas import FLEET_STATS, HEALTH_KINDS
 
 #: Dimensions shown as "by …" tables, in order, with their headings.
 BREAKDOWNS = (
@@ -36,7 +44,7 @@ _STATS_SPEC = [
     ("n_runs", "runs", fmt_int, "num"),
     ("n_ranks", "ranks", fmt_int, "num"),
     ("n_steps", "steps", fmt_int, "num"),
-    ("step_time_p50_ns", "step p50 ms", fmt_ms, "num"),
+    ("step_time_p50_ns", "job step p50 ms", fmt_ms, "num"),
     ("step_time_p90_ns", "p90 ms", fmt_ms, "num"),
     ("step_time_p99_ns", "p99 ms", fmt_ms, "num"),
     ("idle_pct", "GPU idle %", _pct, "num"),
@@ -51,9 +59,11 @@ def breakdown_section(stats: pd.DataFrame | None, kernels: pd.DataFrame | None =
     sec = Section(
         "fleet-breakdown",
         "Fleet by job name, model, hardware and torch version",
-        intro="Job step time = the slowest rank's ProfilerStep per step; percentiles over the job steps "
-        "of the group. GPU idle % = Σ idle / Σ kernel time (HTA temporal breakdown, time-weighted); "
-        "exposed communication % and CPU-bound % are shares of the rank step time.",
+        intro="Every capture date (fleet_stats rows of date all). Job step time = the slowest rank's ProfilerStep "
+        "per step; percentiles over the job steps of the group (jobs without ProfilerStep have none). GPU idle % = "
+        "Σ idle / Σ kernel time (HTA temporal breakdown, time-weighted) over the rank windows: ProfilerSteps, or "
+        "the whole trace of a rank without ProfilerStep; exposed communication % and CPU-bound % are shares of "
+        "the rank window time.",
     )
     for dim, heading in BREAKDOWNS:
         d = _rows(stats, dim)
@@ -92,8 +102,9 @@ def breakdown_section(stats: pd.DataFrame | None, kernels: pd.DataFrame | None =
     return sec
 
 
-def regressions_section(regressions: pd.DataFrame | None, top: int = 20) -> Section:
-    """Runs that regressed (or improved) against the previous runs of the same job name."""
+def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: pd.DataFrame | None = None) -> Section:
+    """Runs that regressed (or improved) against the previous runs of the same job name; with ``stats``
+    (``fleet_stats``) the jobs not compared (no ProfilerStep) are named."""
     sec = Section(
         "regressions",
         "Regressions against previous runs",
@@ -101,6 +112,11 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20) -> Sect
         "a verdict needs the change past the threshold and a two-sided Mann-Whitney U test p < 0.01.",
     )
     r = regressions if isinstance(regressions, pd.DataFrame) else pd.DataFrame()
+    j = job_rows(stats)
+    compared = set(r["job_id"].astype(str) + "#" + r["attempt"].astype(int).astype(str)) if len(r) else set()
+    skipped = sorted(set(j["value"]) - compared)
+    if skipped:
+        sec.intro += f" Not compared ({len(skipped)}): {', '.join(skipped)} — no ProfilerStep, no job steps to compare."
     moved = r[r["verdict"].isin(["regression", "improvement"])] if len(r) else r
     if not len(r):
         sec.note, sec.status = "Not available: no runs compared yet.", "unavailable"
@@ -154,9 +170,21 @@ def changes_summary(changes_json) -> str:
     return "; ".join(parts)
 
 
-def impact_section(impact: pd.DataFrame | None, top: int = 20) -> Section:
+def impact_section(
+    impact: pd.DataFrame | None,
+    top: int = 20,
+    findings: pd.DataFrame | None = None,
+    stats: pd.DataFrame | None = None,
+    window_: tuple[str, str, int] | None = None,
+) -> Section:
     """ "Findings ranked by fleet impact": the fleet rows of ``fleet_findings`` (a bar chart of the
-    recoverable accelerator-hours per day by rule, and the table), with the estimate's assumptions."""
+    recoverable accelerator-hours per day by rule, and the table), with the estimate's assumptions and its window.
+
+    Args:
+        impact: ``fleet_findings``; findings: the ``findings`` table (every date), to name the jobs with findings
+            outside the window when none is in it; stats: ``fleet_stats`` (the jobs' first capture dates);
+        window_: the window when ``impact`` is empty (:func:`insights_window`).
+    """
     sec = Section(
         "fleet-impact",
         "Findings ranked by fleet impact",
@@ -168,11 +196,12 @@ def impact_section(impact: pd.DataFrame | None, top: int = 20) -> Section:
     )
     f = impact[impact["dimension"] == "fleet"] if isinstance(impact, pd.DataFrame) and len(impact) else pd.DataFrame()
     if not len(f):
-        sec.note, sec.status = "Not available: no finding with an estimate in the window.", "unavailable"
+        sec.note, sec.status = _no_impact_note(findings, stats, window_), "unavailable"
         return sec
     f = f.sort_values("impact_rank")
     f = f.assign(top_jobs=[", ".join(str(j) for j in (v if v is not None else [])) for v in f["top_jobs"]])
-    sec.intro += f" Window: {f['window_start'].iloc[0]} … {f['window_end'].iloc[0]}."
+    r0 = f.iloc[0]
+    sec.intro += f" Window: {window_text((r0['window_start'], r0['window_end'], int(r0['window_days'])))}."
     plot = recoverable_hours(f.head(top))
     if plot is not None:
         sec.plots.append(plot)
@@ -197,9 +226,28 @@ def impact_section(impact: pd.DataFrame | None, top: int = 20) -> Section:
     return sec
 
 
-def host_section(health: pd.DataFrame | None, top: int = 30) -> Section:
+def _no_impact_note(findings: pd.DataFrame | None, stats: pd.DataFrame | None, w: tuple[str, str, int] | None) -> str:
+    """Why no finding is ranked: the window, and the jobs with estimated findings outside it, with their dates."""
+    note = f"No finding with an estimate in the window {window_text(w)}."
+    if findings is None or not len(findings) or "est_time_lost_per_step_ns" not in findings.columns:
+        return note + " No analyzed job has a finding with an estimate."
+    est = findings[pd.to_numeric(findings["est_time_lost_per_step_ns"], errors="coerce").notna()]
+    if not len(est):
+        return note + " No analyzed job has a finding with an estimate."
+    runs = est.assign(job=est["job_id"].astype(str) + "#" + est["attempt"].astype(int).astype(str))
+    dates = job_rows(stats).set_index("value")["first_date"]
+    per = runs.groupby("job").size().sort_index()
+    named = [f"{job} (captured {dates.get(job, '?')}): {n} finding(s)" for job, n in per.items()]
+    return (
+        note + f" Outside it: {'; '.join(named)}. The window ranks what the fleet loses now (the last "
+        f"{w[2] if w else WINDOW_DAYS} days with captures); findings of every date are listed under "
+        "Worst offenders, by estimated time lost per step."
+    )
+
+
+def host_section(health: pd.DataFrame | None, top: int = 30, window_: tuple[str, str, int] | None = None) -> Section:
     """ "Host health across jobs": ``host_health`` as a host × job heatmap of last-arrival ratios and a table of
-    hosts, devices and links, suspects first in each."""
+    hosts, devices and links, suspects first in each (``window_``: the window shown when ``health`` is empty)."""
     sec = Section(
         "host-health",
         "Host health across jobs",
@@ -213,9 +261,13 @@ def host_section(health: pd.DataFrame | None, top: int = 30) -> Section:
     )
     h = health if isinstance(health, pd.DataFrame) and len(health) else pd.DataFrame()
     if not len(h):
-        sec.note, sec.status = "Not available: no run on two or more hosts or devices in the window.", "unavailable"
+        sec.note = f"No run on two or more hosts or devices in the window {window_text(window_)}."
+        sec.status = "unavailable"
         return sec
-    sec.intro += f" Window: {h['window_start'].iloc[0]} … {h['window_end'].iloc[0]}."
+    days = h["window_days"].iloc[0] if "window_days" in h.columns else None
+    if days is None or days != days:  # a warehouse written before host_health had window_days
+        days = (pd.Timestamp(h["window_end"].iloc[0]) - pd.Timestamp(h["window_start"].iloc[0])).days + 1
+    sec.intro += f" Window: {window_text((h['window_start'].iloc[0], h['window_end'].iloc[0], int(days)))}."
     h = h.assign(_k=h["kind"].map(HEALTH_KINDS.index)).sort_values(
         ["_k", "suspect_hardware", "n_slow_jobs", "target"], ascending=[True, False, False, True], kind="stable"
     )
@@ -367,3 +419,495 @@ def fleet_stats_metrics(stats: pd.DataFrame | None) -> dict[str, float]:
             if v is not None and v == v:
                 out[f"{prefix}/{col}"] = float(v)
     return out
+
+
+# ----------------------------------------------------------------------------- the fleet report's per-job numbers
+#
+# One definition per number: every per-job number of the fleet report (header cards, trends, worst offenders, the
+# breakdowns) is a ``fleet_stats`` row (jobs/fleet/stats.py) — the job rows of date ``all`` are what
+# :func:`jobs.fleet.stats.run_summary` returns, so the job report, MLflow and the CLI show the same numbers.
+
+#: Stable names of the fleet run's headline metrics (the fleet MLflow run logs these), with their card labels.
+FLEET_METRICS = {
+    "fleet/n_jobs": "jobs",
+    "fleet/n_ranks": "rank captures",
+    "fleet/n_captures": "captures",
+    "fleet/n_quarantined": "files quarantined",
+    "fleet/idle_pct_median": "GPU idle %, median job",
+    "fleet/idle_pct_p90": "GPU idle %, p90 job",
+    "fleet/step_time_p50_ms_median": "job step time p50 ms, median job",
+    "fleet/exposed_comm_pct_median": "exposed comm %, median job",
+}
+_NO_STEP = "no ProfilerStep (judged on its whole trace): job step time not defined"
+_NO_GPU = "no GPU activity: GPU idle % not defined"
+
+
+def fleet_stats_of(
+    fleet: dict | None,
+    ranks: pd.DataFrame | None = None,
+    captures: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The ``fleet_stats`` rows the fleet report shows: ``fleet["fleet_stats"]`` (the fleet stage's table) when
+    given with rows, else the same function over ``steps``, ``ranks`` and ``captures``
+    (:func:`jobs.fleet.stats.fleet_stats` over :func:`jobs.analyze.windows.analysis_windows`).
+
+    Returns:
+        Columns of :data:`schemas.FLEET_STATS`; empty without captures or analyzed ranks.
+    """
+    st = (fleet or {}).get("fleet_stats")
+    if isinstance(st, pd.DataFrame) and len(st):
+        return st
+    have = [t is not None and len(t) for t in (ranks, steps)]
+    if captures is None or not len(captures) or not any(have):
+        return pd.DataFrame(columns=FLEET_STATS.names)
+    caps = captures.assign(**{c: None for c in RUN_COLUMNS if c not in captures.columns})
+    if "status" not in captures.columns:
+        caps["status"] = "ingested"
+    return fleet_stats(job_steps_frame(analysis_windows(steps, ranks, caps), caps))
+
+
+def job_rows(stats: pd.DataFrame | None, date: str | None = "all") -> pd.DataFrame:
+    """The ``fleet_stats`` rows of dimension ``job`` of ``date`` (``None``: every capture date, not ``all``).
+
+    Returns:
+        Those rows plus ``job_id``, ``attempt`` (int), ``first_date`` (the job's earliest capture date with an
+        analysis window) and ``windows`` (``ProfilerSteps`` or ``whole trace``: a job without ProfilerStep).
+    """
+    cols = [*FLEET_STATS.names, "job_id", "attempt", "first_date", "windows"]
+    if stats is None or not len(stats):
+        return pd.DataFrame(columns=cols)
+    j = stats[stats["dimension"] == "job"]
+    first = j[j["date"] != "all"].groupby("value")["date"].min()
+    out = (j[j["date"] == date] if date is not None else j[j["date"] != "all"]).copy()
+    parts = out["value"].astype(str).str.rsplit("#", n=1)
+    out["job_id"] = parts.str[0]
+    out["attempt"] = parts.str[1].astype(int)
+    out["first_date"] = out["value"].map(first)
+    out["windows"] = ["ProfilerSteps" if n and n > 0 else "whole trace" for n in out["n_steps"].fillna(0)]
+    return out.reset_index(drop=True)[cols]
+
+
+def _median(s: pd.Series) -> float | None:
+    v = pd.to_numeric(s, errors="coerce").dropna()
+    return float(v.median()) if len(v) else None
+
+
+def fleet_metrics(stats: pd.DataFrame | None, captures: pd.DataFrame | None = None) -> dict[str, float]:
+    """The fleet run's headline metrics (names in :data:`FLEET_METRICS`; one without data is omitted).
+
+    From the ``fleet_stats`` rows (:func:`job_rows` of date ``all``: one per job run with an analysis window):
+    ``fleet/n_jobs`` (job runs), ``fleet/n_ranks`` (the fleet row's rank captures), the median and p90 over jobs
+    of the job's GPU idle % (null ones — no GPU activity — left out), the median over jobs of the job step time
+    p50 (ms; jobs without ProfilerStep left out) and of exposed communication %; from ``captures``:
+    ``fleet/n_captures`` and ``fleet/n_quarantined``.
+    """
+    j = job_rows(stats)
+    m: dict[str, float] = {"fleet/n_jobs": float(len(j))}
+    f = stats[(stats["dimension"] == "fleet") & (stats["date"] == "all")] if stats is not None and len(stats) else []
+    if len(f):
+        m["fleet/n_ranks"] = float(f["n_ranks"].iloc[0])
+    if captures is not None and len(captures):
+        m["fleet/n_captures"] = float(len(captures))
+        m["fleet/n_quarantined"] = float((captures["status"] == "quarantined").sum())
+    idle = pd.to_numeric(j["idle_pct"], errors="coerce").dropna()
+    if len(idle):
+        m["fleet/idle_pct_median"] = float(idle.median())
+        m["fleet/idle_pct_p90"] = float(idle.quantile(0.9))
+    p50 = _median(j["step_time_p50_ns"])
+    if p50 is not None:
+        m["fleet/step_time_p50_ms_median"] = p50 / 1e6
+    comm = _median(j["exposed_comm_pct"])
+    if comm is not None:
+        m["fleet/exposed_comm_pct_median"] = comm
+    return m
+
+
+def fleet_cards(stats: pd.DataFrame | None, captures: pd.DataFrame | None = None) -> list[dict]:
+    """:func:`fleet_metrics` as header cards labelled in words with units (:data:`FLEET_METRICS`)."""
+    m = fleet_metrics(stats, captures)
+    return [
+        {"key": label, "value": fmt_num(m[k], 0 if "/n_" in k else (2 if "_ms" in k else 1))}
+        for k, label in FLEET_METRICS.items()
+        if k in m
+    ]
+
+
+def fleet_daily(stats: pd.DataFrame | None, captures: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per capture date, from the ``fleet_stats`` job rows of that date: ``n_jobs`` (jobs with an analysis window
+    that day), ``idle_pct_median`` (median over them of the job's GPU idle % that day), ``step_time_p50_ms_median``
+    (median of the job step time p50, ms), and ``n_quarantined`` (captures of that date quarantined)."""
+    cols = ["date", "n_jobs", "idle_pct_median", "step_time_p50_ms_median", "n_quarantined"]
+    j = job_rows(stats, None)
+    d = pd.DataFrame(
+        {
+            "n_jobs": j.groupby("date").size(),
+            "idle_pct_median": j.groupby("date")["idle_pct"].agg(_median),
+            "step_time_p50_ms_median": j.groupby("date")["step_time_p50_ns"].agg(_median) / 1e6,
+        }
+    )
+    if captures is not None and len(captures):
+        q = (captures["status"] == "quarantined").groupby(captures["date"].astype(str)).sum()
+        d = d.join(q.rename("n_quarantined"), how="outer")
+        d["n_jobs"] = d["n_jobs"].fillna(0)
+    else:
+        d["n_quarantined"] = 0
+    if not len(d):
+        return pd.DataFrame(columns=cols)
+    return d.rename_axis("date").reset_index().sort_values("date").reset_index(drop=True)[cols]
+
+
+def left_out(rows: pd.DataFrame, col: str) -> str:
+    """`` Left out: a#0 (reason); …`` for the :func:`job_rows` rows whose ``col`` is null, with why (``""``
+    when none is)."""
+    miss = rows[pd.to_numeric(rows[col], errors="coerce").isna()] if len(rows) else rows
+    if not len(miss):
+        return ""
+    why = _NO_STEP if col.startswith("step_time") else _NO_GPU if col in ("idle_pct", "compute_pct") else "no value"
+    return f" Left out ({len(miss)}): " + "; ".join(f"{v} — {why}" for v in miss["value"]) + "."
+
+
+def insights_window(stats: pd.DataFrame | None, fleet: dict | None = None) -> tuple[str, str, int] | None:
+    """``(start, end, days)`` of the window of the windowed fleet tables (``fleet_findings``, ``host_health``):
+    as stored in ``fleet_findings`` when it has rows, else :func:`jobs.fleet.window.window` over the jobs' first
+    capture dates (:func:`job_rows`), as :func:`jobs.fleet.impact.fleet_findings` computes it, with
+    :data:`jobs.fleet.window.WINDOW_DAYS`; ``None`` without a dated job."""
+    f = (fleet or {}).get("fleet_findings")
+    if isinstance(f, pd.DataFrame) and len(f):
+        r = f.iloc[0]
+        return str(r["window_start"]), str(r["window_end"]), int(r["window_days"])
+    span = window(capture_days(job_rows(stats)["first_date"]), WINDOW_DAYS)
+    if span is None:
+        return None
+    return span[0].strftime("%Y-%m-%d"), span[1].strftime("%Y-%m-%d"), WINDOW_DAYS
+
+
+def window_text(w: tuple[str, str, int] | None) -> str:
+    """``2024-07-09 … 2024-07-15 (7 days, ending at the newest capture date)``."""
+    if w is None:
+        return "no dated capture"
+    return f"{w[0]} … {w[1]} ({w[2]} day{'s' if w[2] != 1 else ''}, ending at the newest capture date)"
+
+
+def fleet_subtitle(stats: pd.DataFrame | None, captures: pd.DataFrame | None = None, fleet: dict | None = None) -> str:
+    """Jobs, rank captures and capture dates covered, the window of the windowed sections, and the jobs with
+    captures but no analysis window (all their captures quarantined or not yet analyzed)."""
+    j = job_rows(stats)
+    f = stats[(stats["dimension"] == "fleet") & (stats["date"] == "all")] if stats is not None and len(stats) else []
+    n_ranks = int(f["n_ranks"].iloc[0]) if len(f) else 0
+    dates = sorted(j["first_date"].dropna().astype(str).unique()) if len(j) else []
+    if captures is not None and len(captures):
+        dates = sorted(set(dates) | set(captures["date"].astype(str)))
+    rng = f"{dates[0]} … {dates[-1]}" if dates else "no dates"
+    out = (
+        f"{len(j)} job(s) · {n_ranks} rank capture(s) · capture dates {rng} · fleet impact and host health over "
+        f"{window_text(insights_window(stats, fleet))}"
+    )
+    if captures is not None and len(captures):
+        runs = captures[["job_id", "attempt"]].astype({"attempt": int}).drop_duplicates()
+        have = set(zip(j["job_id"], j["attempt"]))
+        missing = [f"{r.job_id}#{r.attempt}" for r in runs.itertuples() if (r.job_id, r.attempt) not in have]
+        if missing:
+            out += f" · not analyzed (no ingested capture with a rank): {', '.join(sorted(missing))}"
+    return out
+
+
+_JOB_SPEC = [
+    ("value", "job", fmt_text, "name"),
+    ("first_date", "date", fmt_text, ""),
+    ("windows", "analysis windows", fmt_text, ""),
+    ("n_ranks", "ranks", fmt_int, "num"),
+    ("n_steps", "steps", fmt_int, "num"),
+    ("idle_pct", "GPU idle %", _pct, "num"),
+    ("step_time_p50_ns", "job step p50 ms", fmt_ms, "num"),
+    ("exposed_comm_pct", "exposed comm %", _pct, "num"),
+    ("cpu_bound_pct", "CPU-bound %", _pct, "num"),
+]
+
+
+def trends_section(stats: pd.DataFrame | None, captures: pd.DataFrame | None = None) -> Section:
+    """ "Trends over time": :func:`fleet_daily` as a plot and a table."""
+    sec = Section(
+        "trends",
+        "Trends over time",
+        intro="Per capture date, over the jobs with an analysis window that day (fleet_stats rows of dimension "
+        "job and that date): the jobs, and the median over them of the job's GPU idle % (HTA temporal breakdown, "
+        "time-weighted over its rank windows) and of its job step time p50 (slowest rank per ProfilerStep).",
+    )
+    daily = fleet_daily(stats, captures)
+    if not len(daily):
+        sec.note, sec.status = "Not available: no analyzed jobs yet.", "unavailable"
+        return sec
+    j = job_rows(stats, None)
+    sec.intro += left_out(j.drop_duplicates("value"), "step_time_p50_ns") + left_out(
+        j.drop_duplicates("value"), "idle_pct"
+    )
+    plot = fleet_trends(daily)
+    if plot is not None:
+        sec.plots.append(plot)
+    sec.tables.append(
+        table_view(
+            "daily",
+            daily,
+            [
+                ("date", "date", fmt_text, ""),
+                ("n_jobs", "jobs", fmt_int, "num"),
+                ("idle_pct_median", "GPU idle %, median job that day", _pct, "num"),
+                ("step_time_p50_ms_median", "job step p50 ms, median job that day", lambda v: fmt_num(v, 2), "num"),
+                ("n_quarantined", "files quarantined", fmt_int, "num"),
+            ],
+        )
+    )
+    return sec
+
+
+def straggler_ranks(
+    collectives: pd.DataFrame | None, findings: pd.DataFrame | None = None, ranks: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Per rank of each multi-rank job, the ``straggler_rank`` finding's measure
+    (jobs/analyze/findings/rules.py): over the collectives matched on ≥ 2 ranks, ``calls`` (its distinct calls),
+    ``last`` (those where it arrived last), ``last_pct`` = 100 × last / calls, ``fair_pct`` = 100 / n (n = the
+    job's median ranks per call), ``ratio`` = last_pct / fair_pct; ``named`` (the job's straggler_rank finding
+    names it), ``step_p50_ns`` (``ranks.step_time_p50_ns``), ``measure`` = ``last arrivals``.
+
+    A multi-rank job without a collective matched across ranks is ranked by step time instead (``measure`` =
+    ``step time``, as host_health does without collectives): ``ratio`` = the rank's step p50 ÷ the median over
+    the job's ranks, ``calls``/``last``/``last_pct``/``fair_pct`` null.
+
+    Returns:
+        Those columns plus ``job_id``, ``attempt``, ``rank``, ``job`` (``job_id#attempt``): the jobs measured by
+        last arrivals first, ordered by their most-late rank's ratio; in each job the named rank first, then by
+        ``ratio``.
+    """
+    cols = [
+        "job",
+        "job_id",
+        "attempt",
+        "rank",
+        "measure",
+        "calls",
+        "last",
+        "last_pct",
+        "fair_pct",
+        "ratio",
+        "named",
+        "step_p50_ns",
+    ]
+    by = ["job_id", "attempt", "rank"]
+    parts = []
+    c = collectives if collectives is not None and "is_last_arrival" in collectives.columns else pd.DataFrame()
+    if len(c):
+        c = c[pd.to_numeric(c["n_ranks_matched"], errors="coerce").fillna(0) >= 2]
+    if len(c):
+        c = c.assign(attempt=c["attempt"].astype(int), rank=c["rank"].astype(int))
+        c = c.assign(_last=c["is_last_arrival"].astype("boolean").fillna(False).astype(bool))
+        per = pd.DataFrame(
+            {
+                "calls": c.groupby(by)["match_key"].nunique(),
+                "last": c[c["_last"]].groupby(by)["match_key"].nunique(),
+            }
+        ).fillna({"last": 0})
+        per = per.reset_index()
+        n = c.groupby(["job_id", "attempt", "match_key"])["rank"].nunique().groupby(["job_id", "attempt"]).median()
+        per["fair_pct"] = 100.0 / per.set_index(["job_id", "attempt"]).index.map(n).astype(float)
+        per["last_pct"] = 100.0 * per["last"] / per["calls"]
+        per["ratio"] = per["last_pct"] / per["fair_pct"]
+        per["measure"], per["_kind"] = "last arrivals", 0
+        parts.append(per)
+    p50 = pd.Series(dtype=float)
+    if ranks is not None and len(ranks) and "step_time_p50_ns" in ranks.columns:
+        r = ranks.assign(
+            attempt=ranks["attempt"].astype(int),
+            rank=ranks["rank"].astype(int),
+            _p50=pd.to_numeric(ranks["step_time_p50_ns"], errors="coerce").astype(float),
+        )
+        p50 = r.groupby(by)["_p50"].first()
+        done = {(j, a) for p in parts for j, a in zip(p["job_id"], p["attempt"])}
+        keep = [(j, a) not in done for j, a in zip(r["job_id"], r["attempt"])] & r["_p50"].notna().to_numpy()
+        r = r[keep].reset_index(drop=True)
+        med = r.groupby(["job_id", "attempt"])["_p50"].transform("median")
+        n_ranks = r.groupby(["job_id", "attempt"])["rank"].transform("nunique")
+        r = r.assign(ratio=r["_p50"] / med)[((n_ranks > 1) & (med > 0)).to_numpy()]
+        if len(r):
+            parts.append(r[[*by, "ratio"]].assign(measure="step time", _kind=1))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    per = pd.concat(parts, ignore_index=True)
+    for col in ("calls", "last", "last_pct", "fair_pct"):
+        if col not in per.columns:
+            per[col] = None
+    named: set = set()
+    if findings is not None and len(findings) and "ranks" in findings.columns:
+        for f in findings[findings["rule"] == "straggler_rank"].itertuples():
+            for k in f.ranks if f.ranks is not None else []:
+                named.add((str(f.job_id), int(f.attempt), int(k)))
+    per["named"] = [(j, a, k) in named for j, a, k in zip(per["job_id"].astype(str), per["attempt"], per["rank"])]
+    per["step_p50_ns"] = per.set_index(by).index.map(p50) if len(p50) else None
+    per["job"] = per["job_id"].astype(str) + "#" + per["attempt"].astype(str)
+    per["_top"] = per.groupby("job")["ratio"].transform("max")
+    per = per.sort_values(
+        ["_kind", "_top", "job", "named", "ratio", "rank"],
+        ascending=[True, False, True, False, False, True],
+        kind="stable",
+    )
+    return per.reset_index(drop=True)[cols]
+
+
+def stragglers_table(
+    collectives: pd.DataFrame | None,
+    findings: pd.DataFrame | None,
+    ranks: pd.DataFrame | None,
+    top: int,
+):
+    """The "Straggler ranks" table of :func:`straggler_ranks` (``None`` without a multi-rank job)."""
+    s = straggler_ranks(collectives, findings, ranks)
+    if not len(s):
+        return None
+    caption = (
+        "Straggler ranks: how often each rank arrived last at the collectives matched across its job's ranks "
+        "(the straggler_rank finding's measure: last arrivals ÷ matched calls, against the fair share 1 ÷ ranks "
+        "per call; × fair share = their ratio), the rank the job's straggler_rank finding names first."
+    )
+    by_step = sorted(set(s.loc[s["measure"] == "step time", "job"]))
+    if by_step:
+        caption += (
+            f" Without a collective matched across ranks ({len(by_step)}: {', '.join(by_step)}): by step time, "
+            "× fair share = the rank's step p50 ÷ the median over the job's ranks."
+        )
+    return table_view(
+        "stragglers",
+        s.assign(named=s["named"].map({True: "straggler_rank", False: ""})),
+        [
+            ("job", "job", fmt_text, "name"),
+            ("rank", "rank", fmt_int, "num"),
+            ("named", "finding", fmt_text, ""),
+            ("measure", "measured by", fmt_text, ""),
+            ("last", "last arrivals", fmt_int, "num"),
+            ("calls", "matched calls", fmt_int, "num"),
+            ("last_pct", "last-arrival %", _pct, "num"),
+            ("fair_pct", "fair share %", _pct, "num"),
+            ("ratio", "× fair share", lambda v: fmt_num(v, 2), "num"),
+            ("step_p50_ns", "rank step p50 ms", fmt_ms, "num"),
+        ],
+        caption=caption,
+        limit=top,
+        total=len(s),
+    )
+
+
+def worst_section(
+    stats: pd.DataFrame | None,
+    captures: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+    collectives: pd.DataFrame | None = None,
+    ranks: pd.DataFrame | None = None,
+    top: int = 10,
+) -> Section:
+    """ "Worst offenders": jobs by GPU idle %, job step time p50 and exposed communication % (``fleet_stats`` job
+    rows, all dates), straggler ranks (:func:`stragglers_table`), quarantined files, findings by time lost."""
+    sec = Section(
+        "worst-offenders",
+        "Worst offenders",
+        intro=f"Top {top} per criterion, every capture date. Job numbers are the jobs' fleet_stats rows (the "
+        "numbers of their job reports): job step time = the slowest rank per ProfilerStep; GPU idle % = Σ idle ÷ "
+        "Σ kernel time over the job's rank windows (its ProfilerSteps, or its whole trace without ProfilerStep).",
+    )
+    j = job_rows(stats)
+    for col, key, caption in (
+        ("idle_pct", "worst-idle", "Jobs with the most GPU idle time"),
+        ("step_time_p50_ns", "worst-step", "Jobs with the longest job step time p50"),
+    ):
+        d = j[pd.to_numeric(j[col], errors="coerce").notna()].sort_values([col, "value"], ascending=[False, True])
+        if len(d):
+            sec.tables.append(
+                table_view(key, d, _JOB_SPEC, caption=caption + "." + left_out(j, col), limit=top, total=len(d))
+            )
+    comm = pd.to_numeric(j["exposed_comm_pct"], errors="coerce").fillna(0)
+    if (comm > 0).any():
+        d = j[comm > 0].sort_values(["exposed_comm_pct", "value"], ascending=[False, True])
+        none = sorted(j.loc[comm <= 0, "value"])
+        cap = "Jobs with the most exposed communication (% of rank window time no computation overlaps)."
+        if none:
+            cap += f" Not listed ({len(none)}): {', '.join(none)} — no exposed communication."
+        sec.tables.append(table_view("worst-exposed", d, _JOB_SPEC, caption=cap, limit=top, total=len(d)))
+    view = stragglers_table(collectives, findings, ranks, top)
+    if view is not None:
+        sec.tables.append(view)
+    if captures is not None and len(captures):
+        q = captures[captures["status"] == "quarantined"]
+        if len(q):
+            sec.tables.append(
+                table_view(
+                    "quarantined",
+                    q,
+                    [
+                        ("job_id", "job", fmt_text, "name"),
+                        ("uri", "file", fmt_text, "name"),
+                        ("reason", "reason", fmt_text, ""),
+                    ],
+                    caption="Quarantined files",
+                    limit=top,
+                    total=len(q),
+                )
+            )
+    if isinstance(findings, pd.DataFrame) and len(findings) and "est_time_lost_per_step_ns" in findings.columns:
+        f = findings.assign(
+            est=pd.to_numeric(findings["est_time_lost_per_step_ns"], errors="coerce"),
+            job=findings["job_id"].astype(str)
+            + ("#" + findings["attempt"].astype(str) if "attempt" in findings.columns else ""),
+        )
+        f = f.sort_values("est", ascending=False)
+        spec = [
+            ("job", "job", fmt_text, "name"),
+            ("date", "date", fmt_text, ""),
+            ("title", "finding", fmt_text, ""),
+            ("rule", "rule", fmt_text, "name"),
+            ("est", "est. lost ms/step", fmt_ms, "num"),
+        ]
+        sec.tables.append(
+            table_view(
+                "top-findings",
+                f,
+                [s for s in spec if s[0] in f.columns],
+                caption="Findings with the most estimated time lost per step (every capture date)",
+                limit=top,
+                total=len(f),
+            )
+        )
+    if not sec.tables:
+        sec.note, sec.status = "Not available: no analyzed jobs yet.", "unavailable"
+    return sec
+
+
+def fleet_report_sections(
+    ranks: pd.DataFrame | None,
+    captures: pd.DataFrame | None,
+    steps: pd.DataFrame | None = None,
+    findings: pd.DataFrame | None = None,
+    fleet: dict | None = None,
+    collectives: pd.DataFrame | None = None,
+    fleet_validation: dict | None = None,
+    top: int = 10,
+) -> tuple[str, list[dict], list[Section]]:
+    """``(subtitle, cards, sections)`` of the fleet report, every per-job number from :func:`fleet_stats_of`.
+
+    Sections: trends, findings ranked by fleet impact, host health, the breakdown by job name / model / hardware /
+    torch version, regressions (the last four with ``fleet``), worst offenders, and the fleet tables' data quality
+    (with ``fleet_validation``).
+    """
+    ranks = ranks if isinstance(ranks, pd.DataFrame) and len(ranks) else None
+    captures = captures if isinstance(captures, pd.DataFrame) and len(captures) else None
+    stats = fleet_stats_of(fleet, ranks, captures, steps)
+    w = insights_window(stats, fleet)
+    secs = [trends_section(stats, captures)]
+    if fleet is not None:
+        secs += [
+            impact_section(fleet.get("fleet_findings"), findings=findings, stats=stats, window_=w),
+            host_section(fleet.get("host_health"), window_=w),
+            breakdown_section(stats, fleet.get("fleet_kernels"), top),
+            regressions_section(fleet.get("regressions"), stats=stats),
+        ]
+    secs.append(worst_section(stats, captures, findings, collectives, ranks, top))
+    if fleet_validation is not None:
+        secs.append(validation_section(fleet_validation))
+    return fleet_subtitle(stats, captures, fleet), fleet_cards(stats, captures), secs

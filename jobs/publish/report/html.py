@@ -119,9 +119,14 @@ def render_fleet_report(
     title: str = "tracelake fleet report",
     fleet: dict | None = None,
     fleet_validation: dict | None = None,
+    collectives: pd.DataFrame | None = None,
 ) -> str:
     """The fleet report: trends over capture date, the worst offenders and, with ``fleet``, the findings
-    ranked by fleet impact, host health, the breakdown by job name / model / hardware / torch version and the regressions.
+    ranked by fleet impact, host health, the breakdown by job name / model / hardware / torch version and the
+    regressions (:func:`jobs.publish.report.fleet_tables.fleet_report_sections`).
+
+    Every per-job number is a ``fleet_stats`` row: ``fleet["fleet_stats"]``, or without it the same function over
+    ``steps``/``ranks``/``captures`` (:func:`jobs.publish.report.fleet_tables.fleet_stats_of`).
 
     Args:
         ranks, captures, steps, findings: those tables over all jobs (pandas); any may be missing.
@@ -130,18 +135,13 @@ def render_fleet_report(
             (:mod:`jobs.fleet`).
         fleet_validation: ``{table: mark}`` of the fleet tables (:func:`jobs.validate.marks.read_table_marks`):
             adds their data-quality section.
+        collectives: ``collectives`` rows (``job_id, attempt, rank, match_key, n_ranks_matched,
+            is_last_arrival``): the straggler ranks, ranked as the straggler_rank finding does.
     """
-    secs = S.fleet_sections(ranks, captures, steps, findings, top)
-    if fleet is not None:
-        secs[1:1] = [
-            FT.impact_section(fleet.get("fleet_findings")),
-            FT.host_section(fleet.get("host_health")),
-            FT.breakdown_section(fleet.get("fleet_stats"), fleet.get("fleet_kernels"), top),
-            FT.regressions_section(fleet.get("regressions")),
-        ]
-    if fleet_validation is not None:
-        secs.append(FT.validation_section(fleet_validation))
-    return render_page(title, secs, subtitle=S.fleet_subtitle(ranks, captures), cards=S.fleet_cards(ranks, captures))
+    subtitle, cards, secs = FT.fleet_report_sections(
+        ranks, captures, steps, findings, fleet, collectives, fleet_validation, top
+    )
+    return render_page(title, secs, subtitle=subtitle, cards=cards)
 
 
 def render_validation_report(report, job_id: str | None = None) -> str:
