@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from jobs.fleet.stats import run_summary
+from jobs.fleet.stats import RUN_COLUMNS, run_summary
 from schemas import FLEET_STATS
 
 #: MLflow metric name → ``(run_summary column, scale)``: value = column ÷ scale.
@@ -74,6 +74,25 @@ def _minimal_captures(ranks: pd.DataFrame | None, steps: pd.DataFrame | None) ->
     return out.reset_index(drop=True)
 
 
+#: Key columns a one-run frame may lack (hand-built rows): filled with these values.
+_KEY_DEFAULTS = {"job_id": "job", "attempt": 0, "date": "unknown"}
+
+
+def _keyed(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the run keys ``run_summary`` groups by: a missing ``job_id``/``attempt``/``date`` gets a
+    placeholder (one run), a missing ``capture_id`` one per rank."""
+    missing = [c for c in (*_KEY_DEFAULTS, "capture_id") if c not in df.columns]
+    if not missing:
+        return df
+    out = df.copy()
+    for c in missing:
+        if c == "capture_id":
+            out[c] = ["rank-" + str(r) for r in out["rank"]] if "rank" in out.columns else "capture"
+        else:
+            out[c] = _KEY_DEFAULTS[c]
+    return out
+
+
 def headline_rows(
     steps: pd.DataFrame | None, ranks: pd.DataFrame | None, captures: pd.DataFrame | None
 ) -> pd.DataFrame:
@@ -86,9 +105,17 @@ def headline_rows(
     Returns:
         ``run_summary``'s frame (one row per run with analysis windows; empty, same columns, when there is none).
     """
-    steps = steps if steps is not None else pd.DataFrame(columns=["job_id", "attempt", "rank", "step"])
+    steps = steps if steps is not None else pd.DataFrame(columns=["rank", "step"])
+    for c in _KEY_DEFAULTS:  # one frame hand-built without keys: take the other's (a single run)
+        if ranks is not None and c in steps.columns and c not in ranks.columns and steps[c].nunique() == 1:
+            ranks = ranks.assign(**{c: steps[c].iloc[0]})
+        if ranks is not None and c in ranks.columns and c not in steps.columns and ranks[c].nunique() == 1:
+            steps = steps.assign(**{c: ranks[c].iloc[0]})
+    steps = _keyed(steps)
+    ranks = _keyed(ranks) if ranks is not None else None
     if captures is None or not len(captures) or "status" not in captures.columns:
         captures = _minimal_captures(ranks, steps)
+    captures = _keyed(captures).assign(**{c: None for c in RUN_COLUMNS if c not in captures.columns})
     empty = pd.DataFrame(columns=[*FLEET_STATS.names, "job_id", "attempt"])
     if not len(captures) or (not len(steps) and (ranks is None or not len(ranks))):
         return empty

@@ -106,7 +106,9 @@ def unknown_reasons(coverage: pd.DataFrame) -> list[str]:
     nr = coverage[coverage["status"] == "not_run"]
     if not len(nr):
         return []
-    reason = nr["reason"].where(nr["reason"].notna(), "reason not recorded") if "reason" in nr else "reason not recorded"
+    reason = (
+        nr["reason"].where(nr["reason"].notna(), "reason not recorded") if "reason" in nr else "reason not recorded"
+    )
     nr = nr.assign(_reason=reason)
     return [f"{r}: {_rules(g)} did not run" for r, g in nr.groupby("_reason", sort=True)]
 

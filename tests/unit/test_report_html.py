@@ -17,6 +17,27 @@ HOSTILE_ATTR = '"><img src=x onerror=alert(2)>'
 MATH = "$\\frac{1}{0}$ kernel_with_dollar$"
 
 
+def coverage_frame(statuses: dict, reason: str | None = None, job_id: str = "j") -> pd.DataFrame:
+    """``rule_coverage`` rows (schemas/tables.py RULE_COVERAGE) of one run: ``{rule: status}``, one reason for
+    every rule that did not run on the ProfilerSteps."""
+    return pd.DataFrame(
+        [
+            {
+                "date": "2023-04-28",
+                "job_id": job_id,
+                "attempt": 0,
+                "rule": rule,
+                "status": st,
+                "reason": None if st == "ran" else reason,
+                "n_ranks": 0 if st in ("not_run", "not_applicable") else 2,
+                "n_windows": 0 if st in ("not_run", "not_applicable") else 4,
+                "n_findings": 0,
+            }
+            for rule, st in statuses.items()
+        ]
+    )
+
+
 @pytest.fixture(scope="module")
 def job_tables(trace_filter_tables):
     return {k: v.copy() for k, v in trace_filter_tables.items()}
@@ -125,6 +146,7 @@ def _hostile_tables(base: dict) -> dict:
         ]
     )
     t["captures"].loc[0, "uri"] = "/landing/" + HOSTILE + ".json"
+    t["rule_coverage"] = coverage_frame({"host_bound_launch": "ran", "straggler_rank": "ran"}, job_id="trace_filter")
     return t
 
 
@@ -237,7 +259,8 @@ def test_job_report_opens_with_the_verdict(job_tables):
     assert "What to do: Find why rank 1 is late" in html and "blocking syncs" in html
     assert "job step time p50, ms (slowest rank per step)" in html and "step_time_p50_ms" not in body
     assert ">all<" in html  # the finding on both ranks reads "all"
-    empty = render_job_report({k: v for k, v in job_tables.items() if k != "findings"})
+    judged = coverage_frame({"host_bound_launch": "ran", "straggler_rank": "ran"})
+    empty = render_job_report({**{k: v for k, v in job_tables.items() if k != "findings"}, "rule_coverage": judged})
     assert "No bottleneck found" in empty
 
 

@@ -91,8 +91,7 @@ FLAG_GLOSSARY: dict[str, tuple[str, str]] = {
         "Launches are linked to their GPU work by process and correlation id, so launch statistics stay per rank.",
     ),
     "partial_trace": (
-        "The trace looks truncated: events stop before the last ProfilerStep ends, or the file reports dropped "
-        "events.",
+        "The trace looks truncated: events stop before the last ProfilerStep ends, or the file reports dropped events.",
         "The last step and any whole-trace totals may undercount.",
     ),
     "correlation_zero": (
@@ -212,5 +211,7 @@ def glossary_rows(captures: pd.DataFrame | None) -> pd.DataFrame:
             continue
         for f in {str(x) for x in v}:
             counts[f] = counts.get(f, 0) + 1
-    rows = [{"flag": f, "n_captures": n, "meaning": flag_words(f)[0], "effect": flag_words(f)[1]} for f, n in counts.items()]
+    rows = [
+        {"flag": f, "n_captures": n, "meaning": flag_words(f)[0], "effect": flag_words(f)[1]} for f, n in counts.items()
+    ]
     return pd.DataFrame(rows, columns=cols).sort_values("flag").reset_index(drop=True)

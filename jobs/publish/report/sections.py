@@ -639,7 +639,9 @@ def critical_path_section(tables: dict) -> Section:
         sec.tables.append(table_view("cp-steps", per, spec, caption=caption, limit=20, total=len(per)))
     seg = d.sort_values("dur_ns", ascending=False)
     if "bound_by" in seg.columns:
-        seg = seg.assign(bound_by=[BOUND_WORDS.get(str(b), str(b)) if b == b and b is not None else "—" for b in seg["bound_by"]])
+        seg = seg.assign(
+            bound_by=[BOUND_WORDS.get(str(b), str(b)) if b == b and b is not None else "—" for b in seg["bound_by"]]
+        )
     spec = [
         (c, h, f, k)
         for c, h, f, k in [
@@ -1086,6 +1088,7 @@ def comparison_sections(c, limit: int = 25) -> list[Section]:
                 c.metrics,
                 [
                     ("metric", "metric", fmt_text, "name"),
+                    ("label", "what it is", fmt_text, ""),
                     ("a", "A", fmt_smart, "num"),
                     ("b", "B", fmt_smart, "num"),
                     ("delta", "Δ", fmt_smart, "num"),
