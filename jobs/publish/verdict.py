@@ -162,7 +162,7 @@ def job_verdict(findings: pd.DataFrame | None, coverage: pd.DataFrame | None) ->
     if counts["not_run"]:
         return Verdict(
             "partly_judged",
-            f"Partly judged: the {n_ran} rule(s) that ran found no bottleneck, but {'; '.join(unknown)}, so "
+            f"Partly judged: the {n_ran} rule{'s' if n_ran != 1 else ''} that ran found no bottleneck, but {'; '.join(unknown)}, so "
             "what those rules judge is unknown." + on,
             unknown,
             counts,
@@ -172,7 +172,8 @@ def job_verdict(findings: pd.DataFrame | None, coverage: pd.DataFrame | None) ->
     na = f" ({counts['not_applicable']} not applicable)" if counts["not_applicable"] else ""
     return Verdict(
         "ok",
-        f"No bottleneck found: all {n_ran} rule(s) that could judge this job ran{na} and none fired." + on,
+        f"No bottleneck found: all {n_ran} rule{'s' if n_ran != 1 else ''} that could judge this job ran{na} and none "
+        "fired." + on,
         [],
         counts,
         whole,
