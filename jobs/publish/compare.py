@@ -37,10 +37,10 @@ from rich.console import Console
 from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
 from rich.table import Table
 
+from jobs.publish.headline import HEADLINE_LABELS
 from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
-from jobs.publish.headline import HEADLINE_LABELS
 from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metrics
 from jobs.spark import get_spark
 from jobs.warehouse import read_spark
