@@ -23,7 +23,8 @@ from rich.table import Table
 
 from jobs.demo.train_ddp import require_torch, run_demo_training
 from jobs.executor import LocalExecutor
-from jobs.fleet.stats import job_step_times
+from jobs.publish.headline import HEADLINE_LABELS, headline
+from jobs.publish.verdict import job_verdict
 from jobs.spark import get_spark
 from jobs.sql import run_sql
 from jobs.warehouse import read_pandas, register_views
@@ -98,7 +99,6 @@ def _print_findings(job_id: str, findings: pd.DataFrame, top: int = 3) -> None:
     """The job's top findings, most time lost first: what, ms per step, what to do."""
     f = findings[findings["job_id"] == job_id].sort_values(["attempt", "rank_order"]) if len(findings) else findings
     if not len(f):
-        console.print("  no findings: nothing in these traces costs measurable time")
         return
     for i, r in enumerate(f.head(top).itertuples(), start=1):
         lost = r.est_time_lost_per_step_ns
@@ -137,14 +137,24 @@ def print_summary(result) -> None:
     caps = result.captures
     findings = getattr(result, "findings", pd.DataFrame())
     regressions = getattr(result, "regressions", pd.DataFrame())
+    head = headline(result.steps, result.ranks, caps)  # run_summary: the numbers of the report, MLflow, MCP
+    coverage = getattr(result, "rule_coverage", None)
+    if coverage is None and "://" not in str(result.warehouse) and len(result.ranks):
+        jobs = sorted(set(result.ranks["job_id"].astype(str)))
+        coverage = read_pandas(result.warehouse, ("rule_coverage",), jobs, skip_missing=True).get("rule_coverage")
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
-        steps = result.steps[result.steps["job_id"] == job_id]
-        times = job_step_times(steps) if len(steps) else []
-        p50 = float(times.median()) if len(times) else None
-        console.print(
-            f"[bold]job {escape(str(job_id))}[/bold]: {len(job_ranks)} rank(s)"
-            + (f", job step time p50 {p50 / 1e6:.2f} ms (slowest rank per step)" if p50 else "")
-        )
+        attempt = int(job_ranks["attempt"].max()) if "attempt" in job_ranks else 0
+        h = head.get((str(job_id), attempt), {})
+        bits = [f"{len(job_ranks)} rank(s)"]
+        for k in ("step_time_p50_ms", "idle_pct"):
+            if k in h:
+                bits.append(f"{HEADLINE_LABELS[k]} {h[k]:.2f}")
+        console.print(f"[bold]job {escape(str(job_id))}[/bold]: " + "; ".join(bits), highlight=False, soft_wrap=True)
+        jf = findings[findings["job_id"] == job_id] if len(findings) else None
+        jc = coverage[coverage["job_id"] == job_id] if isinstance(coverage, pd.DataFrame) and len(coverage) else None
+        v = job_verdict(jf, jc)
+        if v.status != "findings":
+            console.print(f"  verdict: {escape(v.headline)}", highlight=False, soft_wrap=True)
         _print_findings(job_id, findings)
         _print_regression(job_id, regressions)
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):

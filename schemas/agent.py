@@ -65,9 +65,25 @@ class JobRow(_Model):
         description="Median job step time, ns: per ProfilerStep (N >= 0) the slowest rank's step time (the job step "
         "time of MLflow's step_time_p50_ms and of fleet_stats)."
     )
-    idle_pct: float | None = Field(description="Mean over ranks of GPU idle % of step time (HTA temporal breakdown).")
+    idle_pct: float | None = Field(
+        description="GPU idle, % of the GPU's active span (HTA temporal breakdown, time-weighted over the run's "
+        "analysis windows: jobs.fleet.stats.run_summary, as MLflow's idle_pct and the job report)."
+    )
+    step_time_p90_ns: int | None = Field(default=None, description="Job step time p90, ns (run_summary).")
+    exposed_comm_pct: float | None = Field(
+        default=None, description="Exposed communication, % of rank step time (run_summary)."
+    )
+    cpu_bound_pct: float | None = Field(default=None, description="CPU-bound, % of rank step time (run_summary).")
+    n_steps: int | None = Field(default=None, description="Job steps (ProfilerSteps, all ranks together).")
+    n_rank_steps: int | None = Field(default=None, description="Rank-steps (one rank's ProfilerStep each).")
     n_findings: int
     top_finding: str | None = Field(description="Title of the finding with the most estimated time lost per step.")
+    verdict: Literal["ok", "findings", "partly_judged", "not_judged", "coverage_unknown"] | None = Field(
+        default=None,
+        description="ok only when the rules that could judge the job ran and none fired; findings: a rule fired; "
+        "partly_judged / not_judged: some / all rules did not run (see job_summary's verdict.unknown); "
+        "coverage_unknown: the warehouse does not record which rules ran.",
+    )
 
 
 class JobList(_Model):
@@ -119,13 +135,28 @@ class DataQuality(_Model):
     flags: list[str] = Field(description="Parser flags of the job's captures (e.g. truncated_trace).")
 
 
+class VerdictBrief(_Model):
+    """The job's verdict and rule coverage (jobs/publish/verdict.py; table rule_coverage)."""
+
+    status: Literal["ok", "findings", "partly_judged", "not_judged", "coverage_unknown"]
+    headline: str = Field(description="The verdict in one sentence.")
+    unknown: list[str] = Field(description="What is unknown: rules that did not run, grouped by reason.")
+    counts: dict[str, int] = Field(
+        description="Rules per coverage status: ran, ran_on_trace, not_applicable, not_run (all 0 when unknown)."
+    )
+    whole_trace: bool = Field(description="Rules ran on whole-trace windows (no ProfilerStep).")
+    coverage_known: bool = Field(description="The warehouse records which rules judged the job.")
+
+
 class JobSummary(_Model):
     """``job_summary``: one (job, attempt) at a glance."""
 
     job: JobRow
+    verdict: VerdictBrief | None = None
     ranks: list[RankSummary]
     breakdown: dict[str, float | None] = Field(
-        description="Job-level HTA temporal breakdown (idle_pct, compute_pct, non_compute_pct: means over ranks)."
+        description="Job-level HTA temporal breakdown, % of the GPU's active span: idle_pct, compute_pct "
+        "(run_summary, time-weighted) and non_compute_pct (100 - idle - compute)."
     )
     top_findings: list[FindingBrief]
     straggler: Straggler

@@ -25,8 +25,9 @@ from jobs.common.floats import finite_float as _num
 from jobs.common.ids import safe_date, safe_id, safe_index
 from jobs.fleet.impact import IMPACT_DIMENSIONS
 from jobs.fleet.stats import DIMENSIONS as FLEET_DIMENSIONS
-from jobs.fleet.stats import job_step_times
 from jobs.publish.compare import compare_jobs, op_summary
+from jobs.publish.headline import headline
+from jobs.publish.verdict import job_verdict
 from jobs.validate.marks import read_jobs_marks, read_marks
 from jobs.warehouse import read_arrow
 from schemas import agent as A
@@ -47,6 +48,11 @@ def _read(warehouse: str, table: str, job_ids=None, columns=None, filter=None) -
     return t.to_pandas()
 
 
+def _ms_ns(v) -> int | None:
+    """A headline value in ms (:mod:`jobs.publish.headline`) back to whole ns (run_summary's own unit)."""
+    return None if v is None or v != v else int(round(float(v) * 1e6))
+
+
 def _int(v) -> int | None:
     f = _num(v)
     return None if f is None else int(round(f))
@@ -56,12 +62,6 @@ def _median(values) -> float | None:
     """Median of the known values (``None`` when there is none)."""
     v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
     return float(v.median()) if len(v) else None
-
-
-def _mean(values) -> float | None:
-    """Mean of the known values (``None`` when there is none)."""
-    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
-    return float(v.mean()) if len(v) else None
 
 
 def _str(v) -> str | None:
@@ -119,14 +119,15 @@ def _job_rows(warehouse: str, job_ids: list[str] | None = None) -> list[A.JobRow
     caps = _read(warehouse, "captures", job_ids, columns=_CAPTURE_COLS)
     if caps.empty:
         return []
-    ranks = _read(warehouse, "ranks", job_ids, columns=["job_id", "attempt", "rank", "idle_pct"])
-    steps = _read(warehouse, "steps", job_ids, columns=["job_id", "attempt", "step", "step_time_ns"])
-    finds = _read(warehouse, "findings", job_ids, columns=["job_id", "attempt", "rank_order", "title"])
+    ranks = _read(warehouse, "ranks", job_ids)
+    steps = _read(warehouse, "steps", job_ids)
+    finds = _read(warehouse, "findings", job_ids, columns=["job_id", "attempt", "rank_order", "title", "rule"])
+    cov = _read(warehouse, "rule_coverage", job_ids)
     marks = read_jobs_marks(warehouse, sorted(set(caps["job_id"])))
-    rank_stats = {k: g for k, g in ranks.groupby(["job_id", "attempt"])} if len(ranks) else {}
-    step_p50 = (  # the job step time (slowest rank per ProfilerStep), as MLflow's step_time_p50_ms and fleet_stats
-        {k: _int(job_step_times(g).median()) for k, g in steps.groupby(["job_id", "attempt"])} if len(steps) else {}
-    )
+    # the headline numbers: run_summary (jobs.publish.headline), as MLflow, the job report, tracelake run, compare
+    full_caps = _read(warehouse, "captures", job_ids)
+    head = headline(steps if len(steps) else None, ranks if len(ranks) else None, full_caps)
+    cov_of = {k: g for k, g in cov.groupby(["job_id", "attempt"])} if len(cov) else {}
     find_stats = {k: g for k, g in finds.groupby(["job_id", "attempt"])} if len(finds) else {}
     rows = []
     for (job, attempt), g in caps.groupby(["job_id", "attempt"]):
@@ -140,8 +141,9 @@ def _job_rows(warehouse: str, job_ids: list[str] | None = None) -> list[A.JobRow
             if "quarantined" in st
             else "cataloged"
         )
-        r = rank_stats.get((job, attempt))
+        h = head.get((str(job), int(attempt)), {})
         f = find_stats.get((job, attempt))
+        v = job_verdict(f, cov_of.get((job, attempt)))
         top = f.sort_values("rank_order").iloc[0]["title"] if f is not None and len(f) else None
         created = [c for c in g["created_at"] if _str(c)]
         first = lambda col, g=g: next((_str(v) for v in g[col] if _str(v)), None)  # noqa: E731
@@ -159,10 +161,16 @@ def _job_rows(warehouse: str, job_ids: list[str] | None = None) -> list[A.JobRow
                 world_size=_int(g["world_size"].max()),
                 status=status,
                 validation=_overall(marks[job]),
-                step_time_p50_ns=step_p50.get((job, attempt)),
-                idle_pct=_mean(r["idle_pct"]) if r is not None else None,
+                step_time_p50_ns=_ms_ns(h.get("step_time_p50_ms")),
+                idle_pct=_num(h.get("idle_pct")),
+                step_time_p90_ns=_ms_ns(h.get("step_time_p90_ms")),
+                exposed_comm_pct=_num(h.get("exposed_comm_pct")),
+                cpu_bound_pct=_num(h.get("cpu_bound_pct")),
+                n_steps=_int(h.get("n_steps")),
+                n_rank_steps=_int(h.get("n_rank_steps")),
                 n_findings=0 if f is None else len(f),
                 top_finding=_str(top),
+                verdict=v.status,
             )
         )
     rows.sort(key=lambda j: (j.captured_at or "", j.date, j.job_id, j.attempt), reverse=True)
@@ -298,7 +306,22 @@ def job_summary(
         tables={t: m for t, m in read_marks(warehouse, job_id).items() if m != "unvalidated"},  # the marked tables
         flags=flags,
     )
-    breakdown = {c: _mean(ranks[c]) for c in ("idle_pct", "compute_pct", "non_compute_pct")}
+    h = headline(
+        _of_attempt(_read(warehouse, "steps", [job_id]), attempt),
+        ranks,
+        _of_attempt(_read(warehouse, "captures", [job_id]), attempt),
+    ).get((job_id, attempt), {})
+    idle, comp = _num(h.get("idle_pct")), _num(h.get("compute_pct"))
+    breakdown = {
+        "idle_pct": idle,
+        "compute_pct": comp,
+        "non_compute_pct": max(0.0, 100.0 - idle - comp) if idle is not None and comp is not None else None,
+    }
+    v = job_verdict(
+        _of_attempt(_read(warehouse, "findings", [job_id]), attempt),
+        _of_attempt(_read(warehouse, "rule_coverage", [job_id]), attempt),
+    )
+    verdict = A.VerdictBrief(**{k: x for k, x in v.as_dict().items() if k != "top_rule"})
     top = [A.FindingBrief(**{k: f[k] for k in A.FindingBrief.model_fields}) for f in doc["findings"][:5]]
     straggler = _straggler(ranks, colls, doc["findings"])
     q = fingerprint("job_summary", dict(job_id=job_id, attempt=attempt))
@@ -306,6 +329,7 @@ def job_summary(
         per_rank,
         lambda rows, page: A.JobSummary(
             job=job,
+            verdict=verdict,
             ranks=rows,
             breakdown=breakdown,
             top_findings=top,

@@ -3,8 +3,10 @@
 In the spirit of HTA's ``TraceDiff.compare_traces`` (per-op counts and durations of a control and a
 test trace, ops added and deleted), but for whole multi-rank jobs:
 
-* **metric deltas**: every metric of :func:`jobs.publish.tracking.job_metrics` (the MLflow names) on both
-  jobs, plus ``n_events`` and ``n_quarantined``; Δ = B − A.
+* **metric deltas**: every metric of :func:`jobs.publish.tracking.job_metrics` (the MLflow names; the headline
+  numbers are :func:`jobs.fleet.stats.run_summary`'s, as in the job report, MLflow, ``tracelake run`` and MCP) on
+  both jobs, plus ``n_events`` and ``n_quarantined``; Δ = B − A. Each metric is shown with its label in words
+  (:data:`jobs.publish.headline.HEADLINE_LABELS`).
 * **kernels and ops**: from ``events`` (``ph`` X with a duration), per name: kernels = device activity
   (``is_gpu``, not the ``gpu_user_annotation`` spans nor ``cuda_sync`` records), ops = host ``cpu_op``
   events (not ``ProfilerStep#N``). Time per step is **per rank**: Σ duration ÷ the rank's steps, then the
@@ -35,6 +37,7 @@ from rich.console import Console
 from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
 from rich.table import Table
 
+from jobs.publish.headline import HEADLINE_LABELS
 from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
@@ -217,7 +220,7 @@ def _metrics(tables: dict) -> dict[str, float]:
     ranks, steps, caps = _frame(tables, "ranks"), _frame(tables, "steps"), _frame(tables, "captures")
     m: dict[str, float] = {}
     if ranks is not None:
-        m = job_metrics(ranks, steps if steps is not None else pd.DataFrame(columns=["rank", "step_time_ns"]))
+        m = job_metrics(ranks, steps if steps is not None else pd.DataFrame(columns=["rank", "step_time_ns"]), caps)
     if caps is not None:
         m["n_events"] = float(pd.to_numeric(caps.loc[caps["status"] == "ingested", "n_events"]).sum())
         m["n_quarantined"] = float((caps["status"] == "quarantined").sum())
@@ -235,13 +238,14 @@ def _metric_deltas(a: dict, b: dict) -> pd.DataFrame:
         rows.append(
             {
                 "metric": k,
+                "label": HEADLINE_LABELS.get(k, ""),
                 "a": va,
                 "b": vb,
                 "delta": d,
                 "delta_pct": d / abs(va) * 100 if va == va and va != 0 and d == d else np.nan,
             }
         )
-    return pd.DataFrame(rows, columns=["metric", "a", "b", "delta", "delta_pct"])
+    return pd.DataFrame(rows, columns=["metric", "label", "a", "b", "delta", "delta_pct"])
 
 
 def _ops(sa: pd.DataFrame | None, sb: pd.DataFrame | None, min_rel: float, min_abs_ns: float):

@@ -12,7 +12,16 @@ from jobs.publish.validation import log_validations
 from jobs.warehouse import read_pandas
 
 #: Tables the MLflow runs are made from (:func:`jobs.publish.tracking.log_jobs`).
-RUN_TABLES = ("captures", "ranks", "steps", "neuron_summary", "collectives", "regressions", "findings")
+RUN_TABLES = (
+    "captures",
+    "ranks",
+    "steps",
+    "neuron_summary",
+    "collectives",
+    "regressions",
+    "findings",
+    "rule_coverage",
+)
 
 
 def publish_jobs(
@@ -55,6 +64,7 @@ def publish_jobs(
         regressions=t["regressions"],
         findings=t["findings"],
         client=client,
+        rule_coverage=t["rule_coverage"],
     )
     if validation is not None:
         log_validations(tracking_uri, run_ids, validation, client=client)

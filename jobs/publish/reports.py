@@ -42,7 +42,16 @@ from schemas import FLEET_TABLES
 FLEET_EXPERIMENT = "tracelake-fleet"
 COMPARE_EXPERIMENT = "tracelake-comparisons"
 #: Tables a job report reads (``events`` is left out: too large; top kernels come from ``kernels``).
-REPORT_TABLES = ("captures", "ranks", "steps", "kernels", "collectives", "critical_path", "findings")
+REPORT_TABLES = (
+    "captures",
+    "ranks",
+    "steps",
+    "kernels",
+    "collectives",
+    "critical_path",
+    "findings",
+    "rule_coverage",
+)
 JOB_REPORT_ARTIFACT = "report/job_report.html"
 
 

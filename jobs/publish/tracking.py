@@ -2,11 +2,16 @@
 
 Metric names are stable so that MLflow's run comparison lines up across jobs:
 
-- aggregate: ``step_time_p50_ms``, ``step_time_max_ms`` (the job step time: per ProfilerStep the slowest rank's),
-  ``idle_pct``, ``compute_pct``, ``non_compute_pct``, ``overlap_pct`` (mean over ranks with GPU
-  activity; HTA temporal breakdown / comm-comp overlap), ``idle_pct_max`` (worst rank),
-  ``n_ranks``, ``n_steps``, ``n_events``, ``n_quarantined``;
-- collectives and stragglers (:func:`collective_metrics`): ``exposed_comm_pct``, ``collectives/…``,
+- headline (:mod:`jobs.publish.headline`: ``jobs.fleet.stats.run_summary``, the one definition every surface
+  shows): ``step_time_p50_ms``, ``step_time_p90_ms``, ``step_time_p99_ms`` (job step time: per ProfilerStep the
+  slowest rank's), ``idle_pct``, ``compute_pct`` (% of the GPU's active span, HTA temporal breakdown,
+  time-weighted), ``exposed_comm_pct``, ``cpu_bound_pct``, ``dataloader_pct`` (% of rank step time), ``n_ranks``,
+  ``n_steps`` (job steps), ``n_rank_steps`` (rank-steps);
+- also: ``non_compute_pct`` (100 − idle − compute), ``step_time_max_ms`` (longest job step), ``overlap_pct`` (mean
+  over ranks), ``idle_pct_max`` (worst rank), ``n_events``, ``n_quarantined``, ``n_cataloged``;
+- verdict (:mod:`jobs.publish.verdict`): tags ``tracelake.verdict`` and ``tracelake.top_finding``, metrics
+  ``coverage/n_rules_ran|ran_on_trace|not_applicable|not_run``;
+- collectives and stragglers (:func:`collective_metrics`): ``collectives/…``,
   ``straggler/rank``, ``straggler/last_arrival_pct``; regressions against previous runs of the same
   job name (:func:`regression_metrics`): ``regression/<metric>/change_pct|delta|p_value``;
 - per rank: ``rank/<r>/step_time_p50_ms``, ``rank/<r>/step_time_max_ms``, ``rank/<r>/idle_pct``,
@@ -35,6 +40,8 @@ from jobs.analyze.findings.neuron import neuron_findings
 from jobs.common.ids import safe_id
 from jobs.fleet.stats import job_step_times
 from jobs.normalize.neuron.metrics import neuron_metrics_for_mlflow
+from jobs.publish.headline import one_headline
+from jobs.publish.verdict import job_verdict
 
 EXPERIMENT = "tracelake"
 
@@ -159,34 +166,42 @@ def _param(v) -> str:
     return str(v)
 
 
-def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
+def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame, captures: pd.DataFrame | None = None) -> dict[str, float]:
     """The aggregate and per-rank metrics of one job (names in the module docstring).
 
+    The headline numbers are :func:`jobs.publish.headline.one_headline` (``run_summary``, the one definition the
+    report, CLI, compare and MCP show): ``step_time_p50_ms``/``p90``/``p99``, ``idle_pct``, ``compute_pct``,
+    ``exposed_comm_pct``, ``cpu_bound_pct``, ``dataloader_pct``, ``n_ranks``, ``n_steps`` (job steps),
+    ``n_rank_steps``; ``non_compute_pct`` = 100 − idle − compute (HTA's three shares of the GPU's active span sum to
+    100). Also ``step_time_max_ms`` (the longest job step), ``overlap_pct`` (mean over ranks with GPU activity of
+    HTA's comm/compute overlap), ``idle_pct_max`` (the worst rank's whole-trace GPU idle %) and the per-rank metrics.
+
     Args:
-        ranks: ``ranks`` rows of the job; steps: ``steps`` rows of the job.
+        ranks: ``ranks`` rows of the job; steps: ``steps`` rows of the job; captures: its ``captures`` rows (None:
+            every rank capture counts as ingested).
 
     Returns:
         ``{metric name: value}``; metrics without data (e.g. GPU % on a CPU-only trace) are omitted.
     """
-    m: dict[str, float] = {"n_ranks": float(ranks["rank"].nunique()), "n_steps": float(len(steps))}
-    job_step = job_step_times(steps) if len(steps) else pd.Series(dtype=float)
-    if len(job_step):  # the job's step time: per ProfilerStep the slowest rank's (as fleet_stats and regressions)
-        m["step_time_p50_ms"] = float(job_step.median()) / 1e6
+    m: dict[str, float] = {"n_ranks": float(ranks["rank"].nunique())}
+    m.update(one_headline(steps, ranks, captures))
+    if "idle_pct" in m and "compute_pct" in m:
+        m["non_compute_pct"] = max(0.0, 100.0 - m["idle_pct"] - m["compute_pct"])
+    job_step = job_step_times(steps) if len(steps) and "step" in steps.columns else pd.Series(dtype=float)
+    if len(job_step):  # the longest job step: per ProfilerStep the slowest rank's (as run_summary's percentiles)
         m["step_time_max_ms"] = float(job_step.max()) / 1e6
-    for col in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):
-        vals = ranks[col].dropna()
-        if len(vals):
-            m[col] = float(vals.mean())
-    if ranks["idle_pct"].notna().any():
+    if "overlap_pct" in ranks.columns and ranks["overlap_pct"].notna().any():
+        m["overlap_pct"] = float(ranks["overlap_pct"].dropna().mean())
+    if "idle_pct" in ranks.columns and ranks["idle_pct"].notna().any():
         m["idle_pct_max"] = float(ranks["idle_pct"].max())
     for _, r in ranks.iterrows():
-        rs = steps[steps["rank"] == r["rank"]]
+        rs = steps[steps["rank"] == r["rank"]] if len(steps) else steps
         p = f"rank/{int(r['rank'])}/"
         if len(rs):
             m[p + "step_time_p50_ms"] = float(rs["step_time_ns"].median()) / 1e6
             m[p + "step_time_max_ms"] = float(rs["step_time_ns"].max()) / 1e6
         for col in ("idle_pct", "compute_pct", "overlap_pct"):
-            if _finite(r[col]):
+            if col in r and _finite(r[col]):
                 m[p + col] = float(r[col])
     return m
 
@@ -194,8 +209,8 @@ def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
 def collective_metrics(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
     """Collective and straggler metrics of one job (from the ``collectives`` and ``steps`` rows of the job).
 
-    Metrics: ``exposed_comm_pct`` (Σ exposed_comm_ns / Σ step_time_ns × 100 over rank-steps, as in
-    ``fleet_stats``; left out when the job has no device activity); with matched collectives: ``collectives/n_calls`` (distinct calls),
+    Metrics (``exposed_comm_pct`` is a headline number of :func:`job_metrics`, not logged here): with matched
+    collectives: ``collectives/n_calls`` (distinct calls),
     ``collectives/wait_ms_mean`` and ``collectives/wait_ms_p90`` (per rank and call: last arrival − own
     arrival), ``collectives/skew_ms_max`` (last − first arrival), ``collectives/busbw_gbps_p50`` (NCCL-tests
     bus bandwidth), ``straggler/rank`` (the rank most often last to arrive among calls matched on ≥ 2
@@ -206,17 +221,6 @@ def collective_metrics(collectives: pd.DataFrame, steps: pd.DataFrame) -> tuple[
     """
     m: dict[str, float] = {}
     tags: dict[str, str] = {}
-    gpu = "kernel_time_ns" not in steps or steps["kernel_time_ns"].fillna(0).sum() > 0  # no device: no exposure
-    if (
-        gpu
-        and len(steps)
-        and "exposed_comm_ns" in steps
-        and steps["step_time_ns"].sum() > 0
-        and steps["exposed_comm_ns"].notna().any()
-    ):
-        m["exposed_comm_pct"] = (
-            float(steps["exposed_comm_ns"].fillna(0).sum()) / float(steps["step_time_ns"].sum()) * 100
-        )
     if collectives is None or not len(collectives):
         return m, tags
     c = collectives
@@ -261,20 +265,29 @@ def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dic
     return m, {"tracelake.regression": overall}
 
 
-def finding_metrics(findings: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
-    """MLflow metrics and tags of one run's ``findings`` rows: ``finding/<rule>/lost_ms_per_step`` (the rule's
-    largest ``est_time_lost_per_step_ns``, ms, 3 decimals) and the tag ``tracelake.top_finding`` (the rule of
-    ``rank_order`` 1, ``none`` when nothing fired)."""
-    if findings is None or not len(findings):
-        return {}, {"tracelake.top_finding": "none"}
-    lost = pd.to_numeric(findings["est_time_lost_per_step_ns"], errors="coerce")
-    metrics = {
-        f"finding/{rule}/lost_ms_per_step": round(float(v) / 1e6, 3)
-        for rule, v in lost.groupby(findings["rule"]).max().items()
-        if v == v
-    }
-    top = findings.sort_values("rank_order").iloc[0]["rule"]
-    return metrics, {"tracelake.top_finding": str(top)}
+def finding_metrics(
+    findings: pd.DataFrame | None, coverage: pd.DataFrame | None = None
+) -> tuple[dict[str, float], dict[str, str]]:
+    """MLflow metrics and tags of one run's ``findings`` and ``rule_coverage`` rows.
+
+    Metrics: ``finding/<rule>/lost_ms_per_step`` (the rule's largest ``est_time_lost_per_step_ns``, ms, 3 decimals)
+    and ``coverage/n_rules_ran|ran_on_trace|not_applicable|not_run`` (rules per coverage status; left out when the
+    warehouse has no coverage for the run). Tags (:func:`jobs.publish.verdict.job_verdict`): ``tracelake.verdict``
+    (``ok``, ``findings``, ``partly_judged``, ``not_judged``, ``coverage_unknown``) and ``tracelake.top_finding``
+    (the rule of ``rank_order`` 1; ``none`` only when the verdict is ``ok``; otherwise the verdict).
+    """
+    v = job_verdict(findings, coverage)
+    metrics: dict[str, float] = dict(v.coverage_metrics())
+    if findings is not None and len(findings):
+        lost = pd.to_numeric(findings["est_time_lost_per_step_ns"], errors="coerce")
+        metrics.update(
+            {
+                f"finding/{rule}/lost_ms_per_step": round(float(x) / 1e6, 3)
+                for rule, x in lost.groupby(findings["rule"]).max().items()
+                if x == x
+            }
+        )
+    return metrics, {"tracelake.top_finding": v.top_finding_tag, "tracelake.verdict": v.status}
 
 
 def log_jobs(
@@ -289,6 +302,7 @@ def log_jobs(
     regressions: pd.DataFrame | None = None,
     findings: pd.DataFrame | None = None,
     client=None,
+    rule_coverage: pd.DataFrame | None = None,
 ) -> dict[tuple[str, int], str]:
     """Log one MLflow run per (job_id, attempt) found in ``captures``, replacing an earlier one (:func:`replace_run`).
 
@@ -304,8 +318,10 @@ def log_jobs(
     With ``collectives`` (the ``collectives`` rows), the collective and straggler metrics of
     :func:`collective_metrics`; with ``regressions`` (``regressions`` rows), :func:`regression_metrics`
     and the tags ``tracelake.job_name`` / ``tracelake.model`` from ``captures``. With ``findings``
-    (:func:`finding_metrics`): the tag ``tracelake.top_finding`` (the rule that loses the most time, ``none``
-    without a finding, so runs can be filtered by their bottleneck) and ``finding/<rule>/lost_ms_per_step``.
+    and ``rule_coverage`` (:func:`finding_metrics`, always logged: without findings rows the verdict is still
+    earned from the coverage): the tags ``tracelake.verdict`` and ``tracelake.top_finding`` (the rule that loses
+    the most time; ``none`` only when the verdict is ``ok``), ``finding/<rule>/lost_ms_per_step`` and the
+    ``coverage/…`` counts.
     ``client``: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one), so that one publish
     run sets up one client (:func:`jobs.publish.job_runs.publish_jobs`).
 
@@ -342,7 +358,7 @@ def log_jobs(
             "trace_format": first("format"),
             "n_captures": str(len(cap)),
         }
-        metrics = job_metrics(jr, js)
+        metrics = job_metrics(jr, js, cap)
         neuron_rows = None
         if neuron_summary is not None and len(neuron_summary):
             neuron_rows = neuron_summary[(neuron_summary["job_id"] == job_id) & (neuron_summary["attempt"] == attempt)]
@@ -363,10 +379,17 @@ def log_jobs(
             )
             metrics.update(rm)
             extra_tags.update(rt)
-        if findings is not None:
-            fm, ft = finding_metrics(findings[(findings["job_id"] == job_id) & (findings["attempt"] == attempt)])
-            metrics.update(fm)
-            extra_tags.update(ft)
+        jf = (
+            findings[(findings["job_id"] == job_id) & (findings["attempt"] == attempt)]
+            if findings is not None
+            else None
+        )
+        jcov = None
+        if rule_coverage is not None and len(rule_coverage):
+            jcov = rule_coverage[(rule_coverage["job_id"] == job_id) & (rule_coverage["attempt"] == attempt)]
+        fm, ft = finding_metrics(jf, jcov)
+        metrics.update(fm)
+        extra_tags.update(ft)
         for col in ("job_name", "model"):
             if col in ingested and ingested[col].notna().any():
                 extra_tags[f"tracelake.{col}"] = str(ingested[col].dropna().iloc[0])[:5000]

@@ -45,13 +45,17 @@ def _events(rows):
     return pd.DataFrame(out)
 
 
-def _steps(ranks, steps, ms):
+def _steps(ranks, steps, ms, idle=None):
+    """Steps of ``ms`` each; with ``idle`` (%), a GPU active span of the whole step, ``idle`` % of it idle and the
+    rest compute (what ``run_summary``'s time-weighted GPU idle/compute % read)."""
+    ns = int(ms * 1e6)
+    gpu = (
+        {"kernel_time_ns": ns, "idle_time_ns": int(ns * idle / 100), "compute_time_ns": ns - int(ns * idle / 100)}
+        if idle is not None
+        else {}
+    )
     return pd.DataFrame(
-        [
-            {"job_id": "j", "attempt": 0, "rank": r, "step": s, "step_time_ns": int(ms * 1e6)}
-            for r in ranks
-            for s in steps
-        ]
+        [{"job_id": "j", "attempt": 0, "rank": r, "step": s, "step_time_ns": ns, **gpu} for r in ranks for s in steps]
     )
 
 
@@ -110,7 +114,7 @@ def test_statuses_and_per_step_values_by_hand():
     old_steps = [(r, s, f"ProfilerStep#{s}", "op", 300) for r in (0, 1) for s in (1, 2)]  # 2020 traces: cpu_op
     a = {
         "events": _events(A_ROWS + steps + [(0, None, "warmup_only", "kernel", 999)]),
-        "steps": _steps((0, 1), (1, 2), 10),
+        "steps": _steps((0, 1), (1, 2), 10, idle=20.0),
         "ranks": _ranks((0, 1), 20.0),
         "findings": pd.DataFrame(
             [
@@ -131,7 +135,7 @@ def test_statuses_and_per_step_values_by_hand():
     }
     b = {
         "events": _events(B_ROWS + old_steps),
-        "steps": _steps((0, 1), (1, 2), 12),
+        "steps": _steps((0, 1), (1, 2), 12, idle=30.0),
         "ranks": _ranks((0, 1), 30.0),
         "findings": pd.DataFrame(
             [

@@ -51,6 +51,7 @@ TEMPLATE_TAGS = {
     "span",
     "figure",
     "img",
+    "a",
     "figcaption",
     "table",
     "caption",
@@ -79,6 +80,7 @@ TEMPLATE_ATTRS = {
     "data-table",
     "src",
     "alt",
+    "href",
 }
 
 
@@ -131,6 +133,7 @@ def assert_inert(html: str, shown: tuple[str, ...] = PAYLOADS) -> _Page:
     assert page.scripts == [CHECK_SCRIPT]  # the marker script only, intact
     assert len(page.styles) == 1 and not any(p in page.styles[0] for p in PAYLOADS)  # </style> never closed it early
     assert page.comments == []
+    assert all(a["href"].startswith("#") for t, a in page.elements if "href" in a)  # links stay on the page
     csp = [a["content"] for t, a in page.elements if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
     assert csp == [f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src '{SCRIPT_HASH}'"]
     figures = tags.count("figure")

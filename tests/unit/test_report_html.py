@@ -17,6 +17,27 @@ HOSTILE_ATTR = '"><img src=x onerror=alert(2)>'
 MATH = "$\\frac{1}{0}$ kernel_with_dollar$"
 
 
+def coverage_frame(statuses: dict, reason: str | None = None, job_id: str = "j") -> pd.DataFrame:
+    """``rule_coverage`` rows (schemas/tables.py RULE_COVERAGE) of one run: ``{rule: status}``, one reason for
+    every rule that did not run on the ProfilerSteps."""
+    return pd.DataFrame(
+        [
+            {
+                "date": "2023-04-28",
+                "job_id": job_id,
+                "attempt": 0,
+                "rule": rule,
+                "status": st,
+                "reason": None if st == "ran" else reason,
+                "n_ranks": 0 if st in ("not_run", "not_applicable") else 2,
+                "n_windows": 0 if st in ("not_run", "not_applicable") else 4,
+                "n_findings": 0,
+            }
+            for rule, st in statuses.items()
+        ]
+    )
+
+
 @pytest.fixture(scope="module")
 def job_tables(trace_filter_tables):
     return {k: v.copy() for k, v in trace_filter_tables.items()}
@@ -125,6 +146,7 @@ def _hostile_tables(base: dict) -> dict:
         ]
     )
     t["captures"].loc[0, "uri"] = "/landing/" + HOSTILE + ".json"
+    t["rule_coverage"] = coverage_frame({"host_bound_launch": "ran", "straggler_rank": "ran"}, job_id="trace_filter")
     return t
 
 
@@ -254,7 +276,8 @@ def test_job_report_opens_with_the_verdict(job_tables):
     assert "What to do: Find why rank 1 is late" in html and "blocking syncs" in html
     assert "job step time p50, ms (slowest rank per step)" in html and "step_time_p50_ms" not in body
     assert ">all<" in html  # the finding on both ranks reads "all"
-    empty = render_job_report({k: v for k, v in job_tables.items() if k != "findings"})
+    judged = coverage_frame({"host_bound_launch": "ran", "straggler_rank": "ran"})
+    empty = render_job_report({**{k: v for k, v in job_tables.items() if k != "findings"}, "rule_coverage": judged})
     assert "No bottleneck found" in empty
 
 
@@ -281,3 +304,98 @@ def test_cpu_only_job_report_leaves_out_the_gpu_columns_and_says_why(CORPUS, job
     assert "no GPU activity in these traces" in cpu
     gpu = _ranks_table(render_job_report(job_tables))
     assert "GPU idle %" in gpu and "no GPU activity" not in gpu
+
+
+# ----------------------------------------------------------------------------- verdict, coverage, prose
+
+COLUMN_NAME = re.compile(r"\b[a-z]+(_[a-z0-9]+)+_(ns|pct|bytes)\b")
+
+
+def _prose(html: str) -> str:
+    """The page's own sentences: everything but tables, plots, evidence blocks, styles and scripts."""
+    body = html[html.index("<body") :]
+    body = re.sub(r"<(table|pre|script|figure)\b.*?</\1>", " ", body, flags=re.S)
+    return re.sub(r"<[^>]+>", " ", body)
+
+
+def _verdict(html: str) -> str:
+    sec = html[html.index('id="verdict"') : html.index('id="coverage"')]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", sec))
+
+
+def test_verdict_is_ok_only_when_the_rules_that_could_judge_ran(job_tables):
+    from jobs.publish.report.html import render_job_report
+
+    base = {k: v for k, v in job_tables.items() if k != "findings"}
+    ok = render_job_report(
+        {**base, "rule_coverage": coverage_frame({"host_bound_launch": "ran", "blocking_sync": "ran"})}
+    )
+    assert "No bottleneck found: all 2 rules that could judge this job ran" in _verdict(ok)
+    assert 'class="badge ok"' in ok and 'data-table="rule-coverage"' in ok
+
+    cpu = coverage_frame(
+        {"host_bound_launch": "not_run", "low_gpu_utilization": "not_run"}, "CPU-only trace: no GPU activity"
+    )
+    nj = _verdict(render_job_report({**base, "rule_coverage": cpu}))
+    assert (
+        "Not judged" in nj
+        and "CPU-only trace: no GPU activity: host-bound launches, low GPU utilization did not run" in nj
+    )
+    assert "No bottleneck found" not in nj
+
+    part = coverage_frame({"host_bound_launch": "ran", "low_gpu_utilization": "not_run"}, "no GPU activity")
+    pj = _verdict(render_job_report({**base, "rule_coverage": part}))
+    assert "Partly judged" in pj and "low GPU utilization did not run" in pj and "No bottleneck found" not in pj
+
+    trace = coverage_frame({"host_bound_launch": "ran_on_trace"}, "no ProfilerStep: each rank's whole trace")
+    wt = _verdict(render_job_report({**base, "rule_coverage": trace}))
+    assert "No bottleneck found" in wt and "Judged on the whole trace: no ProfilerStep" in wt
+
+    unknown = render_job_report(base)  # an old warehouse: no rule_coverage table
+    assert "Coverage unknown" in _verdict(unknown) and "No bottleneck found" not in unknown
+    assert 'data-unavailable="coverage"' in unknown
+
+
+def test_job_report_has_no_placeholders_or_column_names_in_its_prose(job_tables):
+    from jobs.publish.report.html import render_job_report
+
+    t = _hostile_tables(job_tables)
+    t["findings"] = t["findings"].assign(
+        recommendation="Rank 1 spends more in cpu_bound_time_ns (+0.671 ms per step): start there."
+    )
+    html = render_job_report(t)
+    prose = _prose(html)
+    assert not COLUMN_NAME.search(prose), COLUMN_NAME.search(prose)
+    assert "CPU-bound time (+0.671 ms per step)" in prose
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", html) + re.findall(r'<div class="v">([^<]*)</div>', html)
+    assert not {c.strip() for c in cells} & {"-1", "None", "nan", "NaN", "<NA>"}
+    assert "path rank" not in html  # the cross-rank path has no rank of its own
+
+
+def test_cards_carry_one_label_per_number_and_say_when_one_step_was_captured(job_tables):
+    from jobs.fleet.stats import run_summary
+    from jobs.publish.headline import HEADLINE_LABELS
+    from jobs.publish.report.sections import job_cards
+
+    cards = {c["key"]: c["value"] for c in job_cards(job_tables)}
+    row = run_summary(job_tables["steps"], job_tables["ranks"], job_tables["captures"]).iloc[0]
+    assert cards[HEADLINE_LABELS["idle_pct"]] == f"{row['idle_pct']:.2f}"
+    assert cards[HEADLINE_LABELS["n_steps"]] == str(int(row["n_steps"]))
+    assert cards[HEADLINE_LABELS["n_rank_steps"]] == str(int(row["n_rank_steps"]))
+    assert "GPU idle, % of the GPU's active span (HTA temporal breakdown)" in cards
+    one = {k: v[v["step"] == v["step"].min()] if k == "steps" else v for k, v in job_tables.items()}
+    keys = [c["key"] for c in job_cards(one)]
+    assert any("only 1 step captured" in k for k in keys) and HEADLINE_LABELS["step_time_p90_ms"] not in keys
+
+
+def test_capture_flag_glossary_covers_every_parser_flag_and_is_linked(job_tables):
+    from jobs.normalize.kineto.parse import FLAGS
+    from jobs.publish.report.glossary import FLAG_GLOSSARY
+    from jobs.publish.report.html import render_job_report
+
+    assert set(FLAGS) <= set(FLAG_GLOSSARY)
+    caps = job_tables["captures"].assign(flags=[["negative_launch_delay"]] * len(job_tables["captures"]))
+    html = render_job_report({**job_tables, "captures": caps})
+    assert 'id="capture-flags"' in html and 'href="#capture-flags"' in html
+    flags = html[html.index('data-table="capture-flags"') :]
+    assert "negative_launch_delay" in flags and "counted as 0 in the launch statistics" in flags

@@ -48,7 +48,7 @@ def _calls():
 def test_collective_and_straggler_metrics():
     steps = pd.DataFrame({"step_time_ns": [100, 100], "exposed_comm_ns": [10, 30]})
     m, tags = collective_metrics(_calls(), steps)
-    assert m["exposed_comm_pct"] == pytest.approx(20.0)
+    assert "exposed_comm_pct" not in m  # a headline number: job_metrics (run_summary) logs it
     assert m["collectives/n_calls"] == 4
     assert m["straggler/rank"] == 2 and tags == {"tracelake.straggler_rank": "2"}
     assert m["straggler/last_arrival_pct"] == pytest.approx(200 / 3)
@@ -89,3 +89,94 @@ def test_regression_metrics_and_overall_verdict():
         [{"metric": "idle_pct", "change_pct": None, "delta": None, "p_value": None, "verdict": "no_baseline"}]
     )
     assert regression_metrics(first) == ({}, {"tracelake.regression": "no_baseline"})
+
+
+def _job(n_steps: int, ranks=(0, 1)):
+    """steps/ranks/captures of one run: each rank-step 10 ms + rank ms, GPU span = the step, 25 % of it idle,
+    exposed communication 1 ms per rank-step."""
+    ms = 1_000_000
+    key = {"date": "2026-01-01", "job_id": "j", "attempt": 0}
+    steps = pd.DataFrame(
+        [
+            {
+                **key,
+                "rank": r,
+                "capture_id": f"c{r}",
+                "step": s,
+                "step_time_ns": (10 + r) * ms,
+                "kernel_time_ns": (10 + r) * ms,
+                "idle_time_ns": (10 + r) * ms // 4,
+                "compute_time_ns": (10 + r) * ms // 2,
+                "exposed_comm_ns": ms,
+            }
+            for r in ranks
+            for s in range(n_steps)
+        ]
+    )
+    rk = pd.DataFrame(
+        [
+            {**key, "rank": r, "capture_id": f"c{r}", "idle_pct": 25.0, "compute_pct": 50.0, "overlap_pct": None}
+            for r in ranks
+        ]
+    )
+    meta = dict.fromkeys(("job_name", "model", "device_name", "torch_version", "created_at", "world_size"))
+    caps = pd.DataFrame([{**key, **meta, "rank": r, "capture_id": f"c{r}", "status": "ingested"} for r in ranks])
+    return steps, rk, caps
+
+
+def test_job_metrics_headline_is_run_summary_with_job_and_rank_step_counts():
+    from jobs.fleet.stats import run_summary
+    from jobs.publish.tracking import job_metrics
+
+    steps, ranks, caps = _job(3)
+    m = job_metrics(ranks, steps, caps)
+    row = run_summary(steps, ranks, caps).iloc[0]
+    assert m["n_steps"] == 3 and m["n_rank_steps"] == 6 and m["n_ranks"] == 2  # job steps vs rank-steps
+    assert m["step_time_p50_ms"] == row["step_time_p50_ns"] / 1e6 == 11.0  # slowest rank per step
+    assert m["step_time_p90_ms"] == row["step_time_p90_ns"] / 1e6
+    assert m["idle_pct"] == pytest.approx(row["idle_pct"]) and m["idle_pct"] == pytest.approx(25.0)
+    assert m["exposed_comm_pct"] == pytest.approx(row["exposed_comm_pct"]) == pytest.approx(200 / 21)
+    assert m["non_compute_pct"] == pytest.approx(100 - m["idle_pct"] - m["compute_pct"])
+
+
+def _coverage(statuses: dict[str, str], reason: str | None = None) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "date": "d",
+                "job_id": "j",
+                "attempt": 0,
+                "rule": r,
+                "status": st,
+                "reason": None if st == "ran" else reason,
+                "n_ranks": 1,
+                "n_windows": 1,
+                "n_findings": 0,
+            }
+            for r, st in statuses.items()
+        ]
+    )
+
+
+def test_verdict_tags_never_say_none_unless_the_job_was_judged_ok():
+    from jobs.publish.tracking import finding_metrics
+
+    ok = _coverage({"host_bound_launch": "ran", "straggler_rank": "not_applicable"}, "one rank")
+    m, t = finding_metrics(None, ok)
+    assert t == {"tracelake.top_finding": "none", "tracelake.verdict": "ok"}
+    assert m["coverage/n_rules_ran"] == 1 and m["coverage/n_rules_not_applicable"] == 1
+    assert m["coverage/n_rules_not_run"] == 0
+    cpu = _coverage(
+        {"host_bound_launch": "not_run", "low_gpu_utilization": "not_run"}, "CPU-only trace: no GPU activity"
+    )
+    m, t = finding_metrics(pd.DataFrame(columns=["rule", "rank_order", "est_time_lost_per_step_ns"]), cpu)
+    assert t == {"tracelake.top_finding": "not_judged", "tracelake.verdict": "not_judged"}
+    part = _coverage({"host_bound_launch": "ran", "low_gpu_utilization": "not_run"}, "no GPU activity")
+    assert finding_metrics(None, part)[1]["tracelake.verdict"] == "partly_judged"
+    m, t = finding_metrics(None, None)  # an old warehouse: no rule_coverage table
+    assert t == {"tracelake.top_finding": "coverage_unknown", "tracelake.verdict": "coverage_unknown"}
+    assert not any(k.startswith("coverage/") for k in m)
+    f = pd.DataFrame([{"rule": "blocking_sync", "rank_order": 1, "est_time_lost_per_step_ns": 2_000_000}])
+    m, t = finding_metrics(f, ok)
+    assert t == {"tracelake.top_finding": "blocking_sync", "tracelake.verdict": "findings"}
+    assert m["finding/blocking_sync/lost_ms_per_step"] == 2.0

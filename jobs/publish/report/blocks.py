@@ -34,7 +34,8 @@ class TableView:
 @dataclass
 class Section:
     """One report section. ``note`` is shown when data is missing (``plots``/``tables`` empty);
-    ``status`` (``passed``/``failed``/…) adds a badge; ``details`` are collapsible text blocks."""
+    ``status`` (``passed``/``failed``/…) adds a badge; ``details`` are collapsible text blocks; ``paragraphs``
+    are more prose after ``intro``; ``links`` are ``{"href": "#section-key", "text": words}`` within the page."""
 
     key: str
     title: str
@@ -44,6 +45,8 @@ class Section:
     note: str = ""
     status: str = ""
     details: list[dict] = field(default_factory=list)
+    paragraphs: list[str] = field(default_factory=list)
+    links: list[dict] = field(default_factory=list)
 
 
 def unavailable(key: str, title: str, what: str, intro: str = "") -> Section:

@@ -9,11 +9,12 @@ has not produced its table yet. Definitions: HTA 0.5.0 for the temporal and idle
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
 
-from jobs.fleet.stats import job_step_times
+from jobs.publish.headline import HEADLINE_LABELS, labels_for, one_headline, whole_trace
 from jobs.publish.report import plots as P
 from jobs.publish.report.blocks import (
     Section,
@@ -26,7 +27,22 @@ from jobs.publish.report.blocks import (
     table_view,
     unavailable,
 )
-from jobs.publish.tracking import job_metrics
+from jobs.publish.report.glossary import glossary_rows
+from jobs.publish.verdict import STATUS_WORDS, STATUSES, Verdict, job_verdict, rule_words
+
+#: The job report's headline tiles, in order (MLflow metric names of :mod:`jobs.publish.headline`).
+CARD_ORDER = (
+    "step_time_p50_ms",
+    "step_time_p90_ms",
+    "idle_pct",
+    "compute_pct",
+    "exposed_comm_pct",
+    "cpu_bound_pct",
+    "dataloader_pct",
+    "n_ranks",
+    "n_steps",
+    "n_rank_steps",
+)
 
 
 def _get(tables: dict, name: str) -> pd.DataFrame | None:
@@ -56,7 +72,7 @@ def _first(df: pd.DataFrame | None, col: str):
 
 def job_identity(tables: dict) -> tuple[str, str]:
     """``(job_id, attempt)`` as text from the first table that has them (``unknown`` otherwise)."""
-    for name in ("captures", "ranks", "steps", "kernels", "collectives", "critical_path", "findings"):
+    for name in ("captures", "ranks", "steps", "kernels", "collectives", "critical_path", "findings", "rule_coverage"):
         df = _get(tables, name)
         if df is not None and "job_id" in df.columns:
             jobs = sorted({str(j) for j in df["job_id"].dropna()})
@@ -85,63 +101,83 @@ def job_subtitle(tables: dict) -> str:
     return " · ".join(bits)
 
 
-#: Headline tiles of the job report: MLflow metric (:func:`jobs.publish.tracking.job_metrics`) → label with its unit.
-CARD_LABELS = {
-    "step_time_p50_ms": "job step time p50, ms (slowest rank per step)",
-    "step_time_max_ms": "longest job step, ms",
-    "idle_pct": "GPU idle, % of kernel time",
-    "compute_pct": "GPU compute, % of kernel time",
-    "non_compute_pct": "GPU non-compute, % of kernel time",
-    "overlap_pct": "comm/compute overlap, %",
-    "idle_pct_max": "worst rank's GPU idle, %",
-    "n_ranks": "ranks",
-    "n_steps": "rank-steps",
-}
+#: Headline tiles of the job report, in order: MLflow metric name → label (:data:`jobs.publish.headline.HEADLINE_LABELS`,
+#: the one label of each number wherever it appears).
+CARD_LABELS = {k: HEADLINE_LABELS[k] for k in CARD_ORDER}
+
+#: Column names in prose (``cpu_bound_time_ns``): never printed in the report's own sentences.
+COLUMN_NAME_RE = re.compile(r"\b([a-z]+(?:_[a-z0-9]+)*)_(ns|pct|bytes)\b")
+
+
+def words(text) -> str:
+    """``text`` with column names turned into words (``cpu_bound_time_ns`` → "CPU-bound time", ``idle_pct`` →
+    "idle %", ``msg_bytes`` → "msg bytes"); ``None`` → ""."""
+    if text is None or (isinstance(text, float) and text != text):
+        return ""
+
+    def one(m: re.Match) -> str:
+        stem = m.group(1).replace("_", " ").replace("cpu bound", "CPU-bound").replace("gpu", "GPU")
+        return {"ns": stem, "pct": f"{stem} %", "bytes": f"{stem} bytes"}[m.group(2)]
+
+    return COLUMN_NAME_RE.sub(one, str(text))
+
+
+def job_headline(tables: dict) -> dict[str, float]:
+    """The run's headline numbers (:func:`jobs.publish.headline.one_headline`: ``run_summary`` of its ``steps``,
+    ``ranks`` and ``captures``), MLflow names; ``{}`` when the job has no analysis window."""
+    return one_headline(_get(tables, "steps"), _get(tables, "ranks"), _get(tables, "captures"))
 
 
 def job_cards(tables: dict) -> list[dict]:
-    """Headline tiles: the MLflow metrics of :func:`jobs.publish.tracking.job_metrics`, labelled in words with
-    their unit (:data:`CARD_LABELS`); the GPU tiles are left out of a job without GPU activity."""
-    ranks, steps = _get(tables, "ranks"), _get(tables, "steps")
-    if ranks is None:
+    """Headline tiles: :func:`job_headline` labelled with :data:`CARD_LABELS` (whole-trace labels for a run
+    without ProfilerStep). One job step: a single step-time tile that says so (no p90). Numbers without data
+    (GPU % of a CPU-only trace) are left out."""
+    m = job_headline(tables)
+    if not m:
         return []
-    steps = steps if steps is not None else pd.DataFrame(columns=["rank", "step_time_ns"])
-    try:
-        m = job_metrics(ranks, steps)
-    except KeyError:
-        return []
-    out = [
-        {"key": label, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)}
-        for k, label in CARD_LABELS.items()
-        if k in m
-    ]
+    labels = labels_for(_get(tables, "steps"))
+    one_step = m.get("n_steps") == 1 and not whole_trace(_get(tables, "steps"))
+    out = []
+    for k in CARD_ORDER:
+        if k not in m or (one_step and k == "step_time_p90_ms"):
+            continue
+        label = labels[k]
+        if one_step and k == "step_time_p50_ms":
+            label = "job step time, ms (slowest rank; only 1 step captured, so no p50/p90 spread)"
+        out.append({"key": label, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)})
     caps = _get(tables, "captures")
     if caps is not None and "status" in caps.columns:
         out.append({"key": "files quarantined", "value": str(int((caps["status"] == "quarantined").sum()))})
     return out
 
 
+def job_verdict_of(tables: dict) -> Verdict:
+    """:func:`jobs.publish.verdict.job_verdict` of the job's ``findings`` and ``rule_coverage`` tables."""
+    cov = tables.get("rule_coverage") if tables else None
+    return job_verdict(_get(tables, "findings"), cov if isinstance(cov, pd.DataFrame) else None)
+
+
 def verdict_section(tables: dict) -> Section:
-    """The answer first: the top bottleneck in words, what it costs per step (and as a share of the job step time)
-    and what to do, then the next two findings."""
+    """The answer first: the verdict (:func:`job_verdict_of`), then for a finding the top bottleneck in words, what
+    it costs per step (and as a share of the job step time p50 of :func:`job_headline`) and what to do, the next two
+    findings, and how the straggler relates to the critical path. Status badge: the verdict."""
     key, title = "verdict", "Verdict"
-    f, steps = _get(tables, "findings"), _get(tables, "steps")
-    if f is None:
-        return Section(
-            key, title, intro="No bottleneck found: no finding rule fired on this job's traces.", status="ok"
-        )
+    v = job_verdict_of(tables)
+    f = _get(tables, "findings")
+    links = [{"href": "#coverage", "text": "which rules judged this job"}]
+    if _get(tables, "captures") is not None:
+        links.append({"href": "#capture-flags", "text": "what the capture flags mean"})
+    if v.status != "findings" or f is None:
+        return Section(key, title, intro=v.headline, status=v.status, links=links)
     f = f.sort_values("rank_order") if "rank_order" in f.columns else f
     top = f.iloc[0]
     lost = top.get("est_time_lost_per_step_ns")
-    step_p50 = None
-    if steps is not None and len(steps) and {"step", "step_time_ns"} <= set(steps.columns):
-        times = job_step_times(steps)
-        step_p50 = float(times.median()) if len(times) else None
+    step_p50 = job_headline(tables).get("step_time_p50_ms")
     cost = ""
     if lost is not None and lost == lost:
         cost = f" It costs about {float(lost) / 1e6:,.2f} ms per step"
         cost += (
-            f", {100 * float(lost) / step_p50:.0f} % of the job step time ({step_p50 / 1e6:,.2f} ms)."
+            f", {100 * float(lost) / 1e6 / step_p50:.0f} % of the job step time p50 ({step_p50:,.2f} ms)."
             if step_p50
             else "."
         )
@@ -149,19 +185,75 @@ def verdict_section(tables: dict) -> Section:
     sec = Section(
         key,
         title,
-        intro=f"Top bottleneck: {fmt_text(top.get('title'))}.{cost}"
-        + (f" What to do: {fmt_text(todo)}" if isinstance(todo, str) and todo else ""),
+        intro=f"Top bottleneck: {words(top.get('title'))}.{cost}"
+        + (f" What to do: {words(todo)}" if isinstance(todo, str) and todo else ""),
+        status=v.status,
+        links=links,
     )
+    sec.paragraphs.append(v.headline)
+    if v.unknown:
+        sec.paragraphs.append("Not judged: " + "; ".join(v.unknown) + ".")
+    if str(top.get("rule")) == "straggler_rank":
+        rel = path_vs_straggler(tables)
+        if rel:
+            sec.paragraphs.append(rel)
+            sec.links.append({"href": "#critical-path", "text": "the critical path"})
     rest = f.iloc[1:3]
     if len(rest):
         sec.tables.append(
             table_view(
                 "verdict-next",
-                rest,
+                rest.assign(title=[words(t) for t in rest["title"]]),
                 [("title", "next finding", fmt_text, ""), ("est_time_lost_per_step_ns", "ms/step", fmt_ms, "num")],
                 caption="Then",
             )
         )
+    return sec
+
+
+def coverage_section(tables: dict) -> Section:
+    """Which finding rules judged the job, on what window, which did not and why (``rule_coverage`` rows), with
+    the counts per status; says so when the warehouse has no coverage for the job (the verdict cannot be ok)."""
+    key, title = "coverage", "Rule coverage"
+    intro = (
+        "Each bottleneck rule either ran on the ProfilerSteps, ran on the whole trace (no ProfilerStep), was not "
+        "applicable (what it judges is absent, e.g. one rank for the straggler rule) or did not run (the data it "
+        "needs is missing); only the rules that ran can clear the job."
+    )
+    v = job_verdict_of(tables)
+    cov = tables.get("rule_coverage") if tables else None
+    if not v.coverage_known or not isinstance(cov, pd.DataFrame):
+        return Section(
+            key,
+            title,
+            intro=intro,
+            note="Not available: this warehouse does not record which rules judged the job (analyzed before rule "
+            "coverage was recorded), so the verdict cannot say the job is healthy.",
+            status="unavailable",
+        )
+    order = {s: i for i, s in enumerate(STATUSES)}
+    c = cov.assign(
+        _o=cov["status"].map(order).fillna(len(order)),
+        what=[rule_words(r) for r in cov["rule"]],
+        status_words=[STATUS_WORDS.get(str(s), str(s)) for s in cov["status"]],
+        reason=cov["reason"] if "reason" in cov.columns else None,
+    ).sort_values(["_o", "rule"])
+    counts = ", ".join(f"{n} {STATUS_WORDS[s]}" for s, n in v.counts.items() if n)
+    sec = Section(key, title, intro=intro + f" This job: {counts}.")
+    spec = [
+        (col, h, fn, k)
+        for col, h, fn, k in [
+            ("what", "rule", fmt_text, ""),
+            ("rule", "rule id", fmt_text, "name"),
+            ("status_words", "status", fmt_text, ""),
+            ("reason", "why", lambda x: fmt_text(x) if isinstance(x, str) and x else "—", ""),
+            ("n_ranks", "ranks judged", fmt_int, "num"),
+            ("n_windows", "windows judged", fmt_int, "num"),
+            ("n_findings", "findings", fmt_int, "num"),
+        ]
+        if col in c.columns
+    ]
+    sec.tables.append(table_view("rule-coverage", c, spec))
     return sec
 
 
@@ -211,7 +303,7 @@ def step_section(tables: dict) -> Section:
         )
     spec = [
         ("rank", "rank", fmt_int, "num"),
-        ("steps", "steps", fmt_int, "num"),
+        ("steps", "ProfilerSteps", fmt_int, "num"),
         ("p50", "step p50 ms", fmt_ms, "num"),
         ("max", "step max ms", fmt_ms, "num"),
         ("idle_pct", "GPU idle %", _pct, "num"),
@@ -224,6 +316,15 @@ def step_section(tables: dict) -> Section:
     df = pd.DataFrame(rows)
     gpu_cols = ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct")
     caption = "Per rank (GPU % over the whole trace: HTA get_temporal_breakdown)"
+    if len(df) and (df["steps"] == 1).all():
+        sec.paragraphs.append(
+            "Only one ProfilerStep per rank was captured: each rank's step p50 and max are that one step, so there "
+            "is no spread to read; capture more steps (torch.profiler schedule active ≥ 5) for percentiles."
+        )
+    elif len(df) and (df["steps"] == 0).all():
+        sec.paragraphs.append(
+            "No ProfilerStep in these traces: the step-time columns are empty and the GPU % are over the whole trace."
+        )
     if df[list(gpu_cols)].isna().all().all():  # a CPU-only job: say so once instead of four empty columns
         spec = [c for c in spec if c[0] not in gpu_cols]
         caption = "Per rank (no GPU activity in these traces: the GPU columns are left out; host busy % = CPU ops / step time)"
@@ -388,8 +489,94 @@ def collectives_section(tables: dict) -> Section:
     return sec
 
 
+def straggler_rank_of(tables: dict) -> int | None:
+    """The straggler rank of the job: the ``straggler_rank`` finding's rank, else ``None``."""
+    f = _get(tables, "findings")
+    if f is None or "rule" not in f.columns:
+        return None
+    s = f[f["rule"] == "straggler_rank"]
+    if not len(s) or "ranks" not in s.columns:
+        return None
+    r = s.iloc[0]["ranks"]
+    try:
+        vals = [int(x) for x in r]
+    except TypeError:
+        return None
+    return vals[0] if len(vals) == 1 else None
+
+
+def _job_path(tables: dict) -> pd.DataFrame | None:
+    cp = _get(tables, "critical_path")
+    if cp is None or "scope" not in cp.columns or "dur_ns" not in cp.columns:
+        return None
+    d = cp[cp["scope"] == "job"]
+    return d.assign(dur_ns=_num(d, "dur_ns")) if len(d) else None
+
+
+def path_vs_straggler(tables: dict) -> str:
+    """One paragraph relating the cross-rank critical path (``critical_path`` scope ``job``) to the straggler
+    finding: the path's largest segment kind and rank (a late start = that rank's part of the path begins late
+    relative to the job's step start, i.e. step-start skew, not late arrival at collectives), and whether the
+    straggler rank is on the path. ``""`` without a cross-rank path."""
+    d = _job_path(tables)
+    if d is None or "bound_by" not in d.columns or "rank" not in d.columns:
+        return ""
+    tot = float(d["dur_ns"].sum())
+    if not tot:
+        return ""
+    by = d.groupby([d["bound_by"].fillna("unattributed"), d["rank"]])["dur_ns"].sum().sort_values(ascending=False)
+    (kind, rank), ns = by.index[0], float(by.iloc[0])
+    kind_words = BOUND_WORDS.get(str(kind), str(kind).replace("_", " "))
+    n_steps = d["step"].nunique() if "step" in d.columns else 1
+    per = f" over {n_steps} steps" if n_steps > 1 else ""
+    out = (
+        f"The cross-rank critical path spends {100 * ns / tot:.0f} % of its length ({ns / 1e6:,.2f} ms{per}) in "
+        f"{kind_words} on rank {int(rank)}."
+    )
+    if str(kind) == "late_start":
+        out += (
+            f" A late start means rank {int(rank)}'s part of the path begins that long after the job's step start "
+            "(the earliest rank's ProfilerStep start, on the job clock aligned on collective completion): it is "
+            "step-start skew between ranks, not late arrival at collectives."
+        )
+    s = straggler_rank_of(tables)
+    on_path = sorted({int(r) for r in d["rank"].dropna()})
+    if s is not None:
+        if s in on_path:
+            share = float(d.loc[d["rank"] == s, "dur_ns"].sum())
+            out += (
+                f" Rank {s}, the straggler of the verdict (last to arrive at most collectives), is on this path: "
+                f"{share / 1e6:,.2f} ms ({100 * share / tot:.0f} %) of it."
+            )
+        else:
+            ranks = ", ".join(str(r) for r in on_path)
+            out += (
+                f" Rank {s}, the straggler of the verdict, is not on this path (it runs on rank {ranks}): the "
+                f"straggler finding counts who arrives last at collectives, which makes the other ranks wait inside "
+                f"the step, while the path's top segment is where the slowest chain of work began; both cost time, "
+                f"in different places."
+            )
+    return out
+
+
+#: ``critical_path.bound_by`` in words.
+BOUND_WORDS = {
+    "late_start": "the late start",
+    "cpu_bound": "CPU-bound host work",
+    "launch_overhead": "launch overhead",
+    "kernel_kernel_gap": "gaps between kernels",
+    "compute": "GPU compute",
+    "communication": "communication",
+    "data_loading": "data loading",
+    "sync": "host-device synchronization",
+    "collective_wait": "waiting at collectives",
+    "unattributed": "unattributed time",
+}
+
+
 def critical_path_section(tables: dict) -> Section:
-    """Critical-path attribution (share of path time per ``bound_by``), per-step lengths, longest segments."""
+    """Critical-path attribution (share of path time per ``bound_by``), per-step lengths, longest segments, and the
+    paragraph relating the cross-rank path to the straggler (:func:`path_vs_straggler`)."""
     key, title = "critical-path", "Critical path"
     cp = _get(tables, "critical_path")
     intro = (
@@ -397,11 +584,19 @@ def critical_path_section(tables: dict) -> Section:
         "collectives to the rank that arrived last) and what each is bound by."
     )
     if cp is None or "dur_ns" not in cp.columns:
-        return unavailable(key, title, "no `critical_path` rows (not computed yet for this job).", intro)
+        return unavailable(key, title, "no critical-path rows (not computed yet for this job).", intro)
     scope = "job" if "scope" in cp.columns and (cp["scope"] == "job").any() else "rank"
     d = cp[cp["scope"] == scope] if "scope" in cp.columns else cp
     d = d.assign(dur_ns=_num(d, "dur_ns"))
-    sec = Section(key, title, intro=intro + f" Showing scope `{scope}`.")
+    shown = (
+        "Showing the cross-rank path: the chain of work across ranks that set each job step's time."
+        if scope == "job"
+        else "Showing each rank's own path (no cross-rank path: one rank, or no matched collectives)."
+    )
+    sec = Section(key, title, intro=intro + " " + shown)
+    rel = path_vs_straggler(tables) if scope == "job" else ""
+    if rel:
+        sec.paragraphs.append(rel)
     if "bound_by" in d.columns:
         share = d.groupby(d["bound_by"].fillna("unattributed"))["dur_ns"].sum().rename("dur_ns").reset_index()
         tot = share["dur_ns"].sum()
@@ -413,29 +608,40 @@ def critical_path_section(tables: dict) -> Section:
         sec.tables.append(
             table_view(
                 "cp-share",
-                share,
+                share.assign(what=[BOUND_WORDS.get(str(b), str(b)) for b in share["bound_by"]]),
                 [
-                    ("bound_by", "bound by", fmt_text, ""),
+                    ("what", "bound by", fmt_text, ""),
                     ("dur_ns", "time ms", fmt_ms, "num"),
                     ("pct", "% of path", _pct, "num"),
                 ],
             )
         )
-    paths = [c for c in ("step", "path_rank") if c in d.columns]
-    if paths and "path_length_ns" in d.columns:
-        per = d.groupby(paths).agg(length=("path_length_ns", "max"), segments=("dur_ns", "size")).reset_index()
-        sec.tables.append(
-            table_view(
-                "cp-steps",
-                per,
-                [(p, p.replace("_", " "), fmt_int, "num") for p in paths]
-                + [("length", "path length ms", fmt_ms, "num"), ("segments", "segments", fmt_int, "num")],
-                caption="Per step",
-                limit=20,
-                total=len(per),
-            )
-        )
+    if "path_length_ns" in d.columns:
+        if scope == "job":
+            g = d.groupby("step") if "step" in d.columns else d.groupby(lambda _: 0)
+            per = g.agg(length=("path_length_ns", "max"), segments=("dur_ns", "size")).reset_index()
+            per["ranks"] = [", ".join(str(int(r)) for r in sorted(set(x.dropna()))) for _, x in g["rank"]]
+            spec = [("step", "step", fmt_int, "num")] if "step" in per.columns else []
+            spec += [
+                ("ranks", "ranks on the path", fmt_text, ""),
+                ("length", "path length ms", fmt_ms, "num"),
+                ("segments", "segments", fmt_int, "num"),
+            ]
+            caption = "Per step (cross-rank path)"
+        else:
+            paths = [c for c in ("step", "path_rank") if c in d.columns]
+            per = d.groupby(paths).agg(length=("path_length_ns", "max"), segments=("dur_ns", "size")).reset_index()
+            spec = [(p, "rank" if p == "path_rank" else p, fmt_int, "num") for p in paths] + [
+                ("length", "path length ms", fmt_ms, "num"),
+                ("segments", "segments", fmt_int, "num"),
+            ]
+            caption = "Per step and rank"
+        sec.tables.append(table_view("cp-steps", per, spec, caption=caption, limit=20, total=len(per)))
     seg = d.sort_values("dur_ns", ascending=False)
+    if "bound_by" in seg.columns:
+        seg = seg.assign(
+            bound_by=[BOUND_WORDS.get(str(b), str(b)) if b == b and b is not None else "—" for b in seg["bound_by"]]
+        )
     spec = [
         (c, h, f, k)
         for c, h, f, k in [
@@ -449,6 +655,26 @@ def critical_path_section(tables: dict) -> Section:
     ]
     sec.tables.append(table_view("cp-segments", seg, spec, caption="Longest segments", limit=10, total=len(seg)))
     return sec
+
+
+def glossary_section(tables: dict) -> Section:
+    """The capture flags raised on this job's files, each in words with what it means for the numbers
+    (:mod:`jobs.publish.report.glossary`)."""
+    key, title = "capture-flags", "Capture flags"
+    intro = (
+        "Data-quality flags normalize raised on this job's trace files (the files are still analyzed unless "
+        "quarantined): what each means and what it does to the numbers."
+    )
+    rows = glossary_rows(_get(tables, "captures"))
+    if not len(rows):
+        return Section(key, title, intro=intro, note="No capture of this job carries a flag.")
+    spec = [
+        ("flag", "flag", fmt_text, "name"),
+        ("n_captures", "files", fmt_int, "num"),
+        ("meaning", "what happened", fmt_text, ""),
+        ("effect", "what it means for the numbers", fmt_text, ""),
+    ]
+    return Section(key, title, intro=intro, tables=[table_view("capture-flags", rows, spec)])
 
 
 def findings_section(tables: dict) -> Section:
@@ -489,6 +715,7 @@ def findings_section(tables: dict) -> Section:
         ]
         if c in f.columns
     ]
+    f = f.assign(**{c: [words(x) for x in f[c]] for c in ("title", "recommendation") if c in f.columns})
     sec = Section(key, title, intro=intro, tables=[table_view("findings", f, spec)])
     if "evidence_json" in f.columns:
         for r in f.head(10).to_dict(orient="records"):
@@ -573,7 +800,10 @@ def captures_section(tables: dict) -> Section:
         ]
         if c in caps.columns
     ]
-    return Section(key, title, tables=[table_view("captures", caps, spec, limit=100, total=len(caps))])
+    sec = Section(key, title, tables=[table_view("captures", caps, spec, limit=100, total=len(caps))])
+    if "flags" in caps.columns and len(glossary_rows(caps)):
+        sec.links.append({"href": "#capture-flags", "text": "what each flag means (capture flags glossary)"})
+    return sec
 
 
 # ----------------------------------------------------------------------------- fleet report
@@ -616,6 +846,7 @@ def comparison_sections(c, limit: int = 25) -> list[Section]:
                 c.metrics,
                 [
                     ("metric", "metric", fmt_text, "name"),
+                    ("label", "what it is", fmt_text, ""),
                     ("a", "A", fmt_smart, "num"),
                     ("b", "B", fmt_smart, "num"),
                     ("delta", "Δ", fmt_smart, "num"),
