@@ -72,4 +72,8 @@ def analysis_windows(
             parts.append(w)
     if not parts:
         return pd.DataFrame(columns=[*cols, "window"])
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+    if len(parts) == 1:
+        return parts[0].reset_index(drop=True)
+    # a column all null in one part (e.g. cpu_op_time_ns of whole-trace windows) takes the other part's dtype
+    kept = [p.dropna(axis=1, how="all") for p in parts]
+    return pd.concat(kept, ignore_index=True).reindex(columns=[*cols, "window"])

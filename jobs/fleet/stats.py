@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from jobs.analyze.windows import WINDOW_STEP, WINDOW_TRACE
+from jobs.analyze.windows import WINDOW_STEP, WINDOW_TRACE, analysis_windows
 from schemas import FLEET_KERNELS, FLEET_STATS
 
 #: Grouping dimensions of ``fleet_stats`` / ``fleet_kernels`` (``fleet`` = everything together).
@@ -362,8 +362,6 @@ def run_summary(steps: pd.DataFrame, ranks: pd.DataFrame | None, captures: pd.Da
     Returns:
         ``fleet_stats`` columns plus ``job_id`` and ``attempt``, one row per run with analysis windows.
     """
-    from jobs.analyze.windows import analysis_windows
-
     windows = analysis_windows(steps, ranks, captures)
     if not len(windows):
         return pd.DataFrame(columns=[*FLEET_STATS.names, "job_id", "attempt"])

@@ -119,12 +119,7 @@ def headline_rows(
     empty = pd.DataFrame(columns=[*FLEET_STATS.names, "job_id", "attempt"])
     if not len(captures) or (not len(steps) and (ranks is None or not len(ranks))):
         return empty
-    try:
-        return run_summary(steps, ranks, captures)
-    except KeyError:
-        # run_summary of a run whose only windows are whole traces (no ProfilerStep) fails before jobs/fleet
-        # reduces whole-trace windows; such a run has no headline numbers yet ("not available" where shown).
-        return empty
+    return run_summary(steps, ranks, captures)
 
 
 def headline_metrics(row) -> dict[str, float]:
