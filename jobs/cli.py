@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from jobs.analyze.findings.ranking import LOST_UNITS, finding_window
 from jobs.demo.train_ddp import require_torch, run_demo_training
 from jobs.executor import LocalExecutor
 from jobs.publish.headline import HEADLINE_LABELS, headline
@@ -102,7 +103,8 @@ def _print_findings(job_id: str, findings: pd.DataFrame, top: int = 3) -> None:
         return
     for i, r in enumerate(f.head(top).itertuples(), start=1):
         lost = r.est_time_lost_per_step_ns
-        cost = f"{lost / 1e6:.1f} ms/step" if lost is not None and lost == lost else "cost unknown"
+        unit = LOST_UNITS[finding_window(getattr(r, "evidence_json", None))]
+        cost = f"{lost / 1e6:.1f} {unit}" if lost is not None and lost == lost else "cost unknown"
         console.print(f"  {i}. [bold]{escape(str(r.title))}[/bold] ({cost}, rule {r.rule})", soft_wrap=True)
         if isinstance(r.recommendation, str) and r.recommendation:
             console.print(f"     what to do: {escape(r.recommendation)}", soft_wrap=True, highlight=False)

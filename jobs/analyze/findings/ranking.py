@@ -90,7 +90,24 @@ __all__ = [
     "RULE_NAMES",
     "SYNC_NAMES",
     "validate_document",
+    "finding_window",
+    "LOST_UNITS",
 ]
+
+#: How a finding's ``est_time_lost_per_step_ns`` reads, by its evidence ``window``: per ProfilerStep, over the whole
+#: trace (no ProfilerStep), or per window when a job mixes both.
+LOST_UNITS = {"step": "ms/step", "trace": "ms over the trace", "mixed": "ms per window"}
+
+
+def finding_window(evidence_json) -> str:
+    """The ``window`` (``step`` | ``trace`` | ``mixed``) of a finding's ``evidence_json``; ``step`` when it does not
+    say (Neuron findings, older rows)."""
+    try:
+        w = json.loads(evidence_json).get("window") if isinstance(evidence_json, str) and evidence_json else None
+    except (ValueError, AttributeError):
+        w = None
+    return w if w in LOST_UNITS else "step"
+
 
 #: JSON Schema of findings.json.
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "schemas" / "findings.v1.json"

@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.findings.ranking import LOST_UNITS, finding_window
 from jobs.publish.headline import HEADLINE_LABELS, labels_for, one_headline, whole_trace
 from jobs.publish.report import plots as P
 from jobs.publish.report.blocks import (
@@ -700,12 +701,14 @@ def findings_section(tables: dict) -> Section:
                 for v in f["ranks"]
             ]
         )
+    windows = {finding_window(e) for e in f["evidence_json"]} if "evidence_json" in f.columns else {"step"}
+    lost_unit = LOST_UNITS[windows.pop() if len(windows) == 1 else "mixed"]
     spec = [
         (c, h, fn, k)
         for c, h, fn, k in [
             ("rank_order", "#", fmt_int, "num"),
             ("title", "finding", fmt_text, ""),
-            ("est_time_lost_per_step_ns", "est. lost ms/step", fmt_ms, "num"),
+            ("est_time_lost_per_step_ns", f"est. lost {lost_unit}", fmt_ms, "num"),
             ("recommendation", "what to do", fmt_text, ""),
             ("ranks", "ranks", fmt_text, ""),
             ("confidence", "confidence", lambda v: fmt_num(v, 2), "num"),
