@@ -55,7 +55,7 @@ WHOLE_TRACE_LABELS: dict[str, str] = {
     "step_time_p50_ms": "whole-trace duration, ms (no ProfilerStep: the trace is one window)",
     "step_time_p90_ms": "whole-trace duration p90, ms (no ProfilerStep)",
     "step_time_p99_ms": "whole-trace duration p99, ms (no ProfilerStep)",
-    "n_steps": "windows (whole traces: no ProfilerStep)",
+    "n_steps": "job steps (none captured: no ProfilerStep)",
     "n_rank_steps": "rank windows (one rank's whole trace each)",
 }
 

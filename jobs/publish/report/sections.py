@@ -175,11 +175,12 @@ def verdict_section(tables: dict) -> Section:
     lost = top.get("est_time_lost_per_step_ns")
     step_p50 = job_headline(tables).get("step_time_p50_ms")
     cost = ""
+    window = finding_window(top.get("evidence_json"))
     if lost is not None and lost == lost:
-        cost = f" It costs about {float(lost) / 1e6:,.2f} ms per step"
+        cost = f" It costs about {float(lost) / 1e6:,.2f} {LOST_UNITS[window]}"
         cost += (
             f", {100 * float(lost) / 1e6 / step_p50:.0f} % of the job step time p50 ({step_p50:,.2f} ms)."
-            if step_p50
+            if step_p50 and window == "step"
             else "."
         )
     todo = top.get("recommendation")
@@ -205,7 +206,10 @@ def verdict_section(tables: dict) -> Section:
             table_view(
                 "verdict-next",
                 rest.assign(title=[words(t) for t in rest["title"]]),
-                [("title", "next finding", fmt_text, ""), ("est_time_lost_per_step_ns", "ms/step", fmt_ms, "num")],
+                [
+                    ("title", "next finding", fmt_text, ""),
+                    ("est_time_lost_per_step_ns", LOST_UNITS[window], fmt_ms, "num"),
+                ],
                 caption="Then",
             )
         )
