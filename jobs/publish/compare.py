@@ -6,7 +6,7 @@ test trace, ops added and deleted), but for whole multi-rank jobs:
 * **metric deltas**: every metric of :func:`jobs.publish.tracking.job_metrics` (the MLflow names; the headline
   numbers are :func:`jobs.fleet.stats.run_summary`'s, as in the job report, MLflow, ``tracelake run`` and MCP) on
   both jobs, plus ``n_events`` and ``n_quarantined``; Δ = B − A. Each metric is shown with its label in words
-  (:data:`jobs.publish.headline.HEADLINE_LABELS`).
+  (:data:`jobs.publish.headline.METRIC_LABELS`).
 * **kernels and ops**: from ``events`` (``ph`` X with a duration), per name: kernels = device activity
   (``is_gpu``, not the ``gpu_user_annotation`` spans nor ``cuda_sync`` records), ops = host ``cpu_op``
   events (not ``ProfilerStep#N``). Time per step is **per rank**: Σ duration ÷ the rank's steps, then the
@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
 from rich.table import Table
 
-from jobs.publish.headline import HEADLINE_LABELS
+from jobs.publish.headline import METRIC_LABELS
 from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
@@ -238,7 +238,7 @@ def _metric_deltas(a: dict, b: dict) -> pd.DataFrame:
         rows.append(
             {
                 "metric": k,
-                "label": HEADLINE_LABELS.get(k, ""),
+                "label": METRIC_LABELS.get(k, ""),
                 "a": va,
                 "b": vb,
                 "delta": d,
@@ -482,11 +482,20 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
         return fmt_ms(ns, 3)
 
     t = Table(title=f"compare {escape(c.a_label)} → {escape(c.b_label)}: metrics", title_justify="left")
-    for col in ("metric", "A", "B", "Δ", "Δ %"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
+    t.add_column("metric")
+    t.add_column("what it is", overflow="fold")
+    for col in ("A", "B", "Δ", "Δ %"):
+        t.add_column(col, justify="right")
     for r in c.metrics.itertuples():
         if not r.metric.startswith("rank/"):
-            t.add_row(escape(r.metric), fmt_smart(r.a), fmt_smart(r.b), fmt_smart(r.delta), fmt_num(r.delta_pct, 1))
+            t.add_row(
+                escape(r.metric),
+                escape(str(r.label or "")),
+                fmt_smart(r.a),
+                fmt_smart(r.b),
+                fmt_smart(r.delta),
+                fmt_num(r.delta_pct, 1),
+            )
     console.print(t)
     for status, rows in (
         ("added", c.added()),

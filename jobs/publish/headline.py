@@ -49,6 +49,18 @@ HEADLINE_LABELS: dict[str, str] = {
     "n_rank_steps": "rank-steps (one rank's ProfilerStep each)",
 }
 
+#: Every job metric's label (MLflow name → words with unit): the headline numbers and the others of
+#: :func:`jobs.publish.tracking.job_metrics` and ``compare``.
+METRIC_LABELS: dict[str, str] = {
+    **HEADLINE_LABELS,
+    "step_time_max_ms": "longest job step, ms (slowest rank per step)",
+    "non_compute_pct": "GPU non-compute, % of the GPU's active span (100 − idle − compute)",
+    "overlap_pct": "comm/compute overlap, % of communication time (HTA, mean over ranks)",
+    "idle_pct_max": "worst rank's GPU idle, % of its whole trace's active span",
+    "n_events": "events parsed (ingested captures)",
+    "n_quarantined": "captures quarantined",
+}
+
 #: Labels of the same numbers when the run has no ProfilerStep: its windows are each rank's whole trace.
 WHOLE_TRACE_LABELS: dict[str, str] = {
     **HEADLINE_LABELS,

@@ -152,25 +152,25 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     for key in ("worst-idle", "worst-step", "worst-exposed"):
         for row in page.rows(key):
             if row["job"] == dlrm:
-                assert (row["job step p50 ms"], row["GPU idle %"]) == (p50, idle), key
+                assert (row["job step time p50, ms"], row["GPU idle, %"]) == (p50, idle), key
                 seen += 1
     assert seen >= 1  # top 10 per table: DLRM is in some of them
     by_name = {r["job name"]: r for r in page.rows("by-job_name")}
     runs = run_metadata_frame(t["captures"]).set_index("job")
     name = runs.loc[dlrm, "job_name"]
     if (runs["job_name"] == name).sum() == 1 and name in by_name:  # its job name's only run, in the top rows
-        assert (by_name[name]["job step p50 ms"], by_name[name]["GPU idle %"]) == (p50, idle)
+        assert (by_name[name]["job step time p50, ms"], by_name[name]["GPU idle, %"]) == (p50, idle)
     date = jobs_dates = stats[(stats["dimension"] == "job") & (stats["date"] != "all")]
     date = jobs_dates.loc[jobs_dates["value"] == dlrm, "date"].min()
     if (jobs_dates["date"] == date).sum() == 1:  # the only job that day: the day's median is DLRM's
         day = {r["date"]: r for r in page.rows("daily")}[date]
-        assert (day["job step p50 ms, median job that day"], day["GPU idle %, median job that day"]) == (p50, idle)
+        assert (day["job step time p50, ms: median job that day"], day["GPU idle, %: median job that day"]) == (p50, idle)
     # cards: words with units, the median over the same rows
     m = fleet_metrics(stats, t["captures"])
     assert page.cards["jobs"] == f"{len(jobs)}" and not any(k.startswith("fleet/") for k in page.cards)
-    assert page.cards["job step time p50 ms, median job"] == f"{m['fleet/step_time_p50_ms_median']:,.2f}"
+    assert page.cards["job step time p50, ms: median job"] == f"{m['fleet/step_time_p50_ms_median']:,.2f}"
     assert m["fleet/step_time_p50_ms_median"] * 1e6 == pytest.approx(jobs["step_time_p50_ns"].dropna().median())
-    assert page.cards["GPU idle %, median job"] == f"{jobs['idle_pct'].dropna().median():.1f}"
+    assert page.cards["GPU idle, %: median job"] == f"{jobs['idle_pct'].dropna().median():.1f}"
     # jobs without ProfilerStep: counted, with a GPU idle % from their whole trace, named where left out
     trace_only = sorted(jobs.index[jobs["n_steps"] == 0])
     assert trace_only, "the corpus has traces without ProfilerStep (alexnet)"
@@ -179,7 +179,7 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     for j in trace_only:
         assert j in step_caption and "no ProfilerStep" in step_caption
         if j in worst_idle:
-            assert worst_idle[j]["analysis windows"] == "whole trace" and worst_idle[j]["job step p50 ms"] == "—"
+            assert worst_idle[j]["analysis windows"] == "whole trace" and worst_idle[j]["job step time p50, ms"] == "—"
     # the window of the windowed sections is on the page
     assert f"fleet impact and host health over {window_text(insights_window(stats, t))}" in text
     # straggler ranks: DLRM's rank 7 (the straggler_rank finding's) first

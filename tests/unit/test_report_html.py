@@ -235,7 +235,7 @@ def test_fleet_report_trends_and_worst_offenders(job_tables):
         / ranks.loc[ranks["job_id"] == HOSTILE, "kernel_time_ns"].sum()
         * 100
     )
-    assert "job step time p50 ms, median job" in html and "fleet/n_jobs" not in html  # labels in words
+    assert "job step time p50, ms: median job" in html and "fleet/n_jobs" not in html  # labels in words
     assert f"{rs.loc['trace_filter', 'step_time_p50_ns'] / 1e6:,.2f}" in html
     assert "no ProfilerStep (judged on its whole trace): job step time not defined" in html
     empty = render_fleet_report(None, None)

@@ -92,11 +92,14 @@ __all__ = [
     "validate_document",
     "finding_window",
     "LOST_UNITS",
+    "LOST_WORDS",
 ]
 
 #: How a finding's ``est_time_lost_per_step_ns`` reads, by its evidence ``window``: per ProfilerStep, over the whole
 #: trace (no ProfilerStep), or per window when a job mixes both.
 LOST_UNITS = {"step": "ms/step", "trace": "ms over the trace", "mixed": "ms per window"}
+#: The same in a sentence.
+LOST_WORDS = {**LOST_UNITS, "step": "ms per step"}
 
 
 def finding_window(evidence_json) -> str:

@@ -44,12 +44,12 @@ _STATS_SPEC = [
     ("n_runs", "runs", fmt_int, "num"),
     ("n_ranks", "ranks", fmt_int, "num"),
     ("n_steps", "steps", fmt_int, "num"),
-    ("step_time_p50_ns", "job step p50 ms", fmt_ms, "num"),
-    ("step_time_p90_ns", "p90 ms", fmt_ms, "num"),
-    ("step_time_p99_ns", "p99 ms", fmt_ms, "num"),
-    ("idle_pct", "GPU idle %", _pct, "num"),
-    ("exposed_comm_pct", "exposed comm %", _pct, "num"),
-    ("cpu_bound_pct", "CPU-bound %", _pct, "num"),
+    ("step_time_p50_ns", "job step time p50, ms", fmt_ms, "num"),
+    ("step_time_p90_ns", "job step time p90, ms", fmt_ms, "num"),
+    ("step_time_p99_ns", "job step time p99, ms", fmt_ms, "num"),
+    ("idle_pct", "GPU idle, %", _pct, "num"),
+    ("exposed_comm_pct", "exposed communication, %", _pct, "num"),
+    ("cpu_bound_pct", "CPU-bound, %", _pct, "num"),
 ]
 
 
@@ -433,10 +433,10 @@ FLEET_METRICS = {
     "fleet/n_ranks": "rank captures",
     "fleet/n_captures": "captures",
     "fleet/n_quarantined": "files quarantined",
-    "fleet/idle_pct_median": "GPU idle %, median job",
-    "fleet/idle_pct_p90": "GPU idle %, p90 job",
-    "fleet/step_time_p50_ms_median": "job step time p50 ms, median job",
-    "fleet/exposed_comm_pct_median": "exposed comm %, median job",
+    "fleet/idle_pct_median": "GPU idle, %: median job",
+    "fleet/idle_pct_p90": "GPU idle, %: p90 job",
+    "fleet/step_time_p50_ms_median": "job step time p50, ms: median job",
+    "fleet/exposed_comm_pct_median": "exposed communication, %: median job",
 }
 _NO_STEP = "no ProfilerStep (judged on its whole trace): job step time not defined"
 _NO_GPU = "no GPU activity: GPU idle % not defined"
@@ -618,10 +618,10 @@ _JOB_SPEC = [
     ("windows", "analysis windows", fmt_text, ""),
     ("n_ranks", "ranks", fmt_int, "num"),
     ("n_steps", "steps", fmt_int, "num"),
-    ("idle_pct", "GPU idle %", _pct, "num"),
-    ("step_time_p50_ns", "job step p50 ms", fmt_ms, "num"),
-    ("exposed_comm_pct", "exposed comm %", _pct, "num"),
-    ("cpu_bound_pct", "CPU-bound %", _pct, "num"),
+    ("idle_pct", "GPU idle, %", _pct, "num"),
+    ("step_time_p50_ns", "job step time p50, ms", fmt_ms, "num"),
+    ("exposed_comm_pct", "exposed communication, %", _pct, "num"),
+    ("cpu_bound_pct", "CPU-bound, %", _pct, "num"),
 ]
 
 
@@ -630,8 +630,8 @@ def trends_section(stats: pd.DataFrame | None, captures: pd.DataFrame | None = N
     sec = Section(
         "trends",
         "Trends over time",
-        intro="Per capture date, over the jobs with an analysis window that day (fleet_stats rows of dimension "
-        "job and that date): the jobs, and the median over them of the job's GPU idle % (HTA temporal breakdown, "
+        intro="Per capture date, over the jobs with an analysis window that day (each job's fleet statistics of "
+        "that date): the jobs, and the median over them of the job's GPU idle % (HTA temporal breakdown, "
         "time-weighted over its rank windows) and of its job step time p50 (slowest rank per ProfilerStep).",
     )
     daily = fleet_daily(stats, captures)
@@ -652,8 +652,13 @@ def trends_section(stats: pd.DataFrame | None, captures: pd.DataFrame | None = N
             [
                 ("date", "date", fmt_text, ""),
                 ("n_jobs", "jobs", fmt_int, "num"),
-                ("idle_pct_median", "GPU idle %, median job that day", _pct, "num"),
-                ("step_time_p50_ms_median", "job step p50 ms, median job that day", lambda v: fmt_num(v, 2), "num"),
+                ("idle_pct_median", "GPU idle, %: median job that day", _pct, "num"),
+                (
+                    "step_time_p50_ms_median",
+                    "job step time p50, ms: median job that day",
+                    lambda v: fmt_num(v, 2),
+                    "num",
+                ),
                 ("n_quarantined", "files quarantined", fmt_int, "num"),
             ],
         )

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from jobs.analyze.findings.ranking import LOST_UNITS, finding_window
+from jobs.analyze.findings.ranking import LOST_UNITS, LOST_WORDS, finding_window
 from jobs.publish.headline import HEADLINE_LABELS, labels_for, one_headline, whole_trace
 from jobs.publish.report import plots as P
 from jobs.publish.report.blocks import (
@@ -144,7 +144,7 @@ def job_cards(tables: dict) -> list[dict]:
             continue
         label = labels[k]
         if one_step and k == "step_time_p50_ms":
-            label = "job step time, ms (slowest rank; only 1 step captured, so no p50/p90 spread)"
+            label = "job step time p50, ms (slowest rank; only 1 step captured: p50 = p90 = that step)"
         out.append({"key": label, "value": fmt_num(m[k], 0 if k.startswith("n_") else 2)})
     caps = _get(tables, "captures")
     if caps is not None and "status" in caps.columns:
@@ -177,7 +177,7 @@ def verdict_section(tables: dict) -> Section:
     cost = ""
     window = finding_window(top.get("evidence_json"))
     if lost is not None and lost == lost:
-        cost = f" It costs about {float(lost) / 1e6:,.2f} {LOST_UNITS[window]}"
+        cost = f" It costs about {float(lost) / 1e6:,.2f} {LOST_WORDS[window]}"
         cost += (
             f", {100 * float(lost) / 1e6 / step_p50:.0f} % of the job step time p50 ({step_p50:,.2f} ms)."
             if step_p50 and window == "step"
