@@ -26,7 +26,9 @@ GROUPS = {
         "test_readonly_sql_spark",
         "test_report_publish",
         "test_sql_examples",
-    )
+    ),
+    # the demo pair (``demo_run``): the demo's own checks, and every number of the stack agreeing over it
+    "demo": ("test_demo", "test_one_answer"),
 }
 _GROUP_OF = {stem: group for group, stems in GROUPS.items() for stem in stems}
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,22 @@ def corpus_warehouse(spark, torch_corpus, tmp_path_factory):
     wh = tmp_path_factory.mktemp("corpus_wh")
     result = run_pipeline(str(torch_corpus), str(wh), spark=spark, log_to_mlflow=False)
     return wh, result
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """``tracelake demo`` run once (two real 2-rank gloo DDP trainings, the second with a planted straggler, then the
+    main job on them): ``(workdir, stdout)``; the warehouse is ``workdir / "warehouse"``, MLflow its ``mlflow.db``."""
+    work = tmp_path_factory.mktemp("demo")
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "demo", "--workdir", str(work)],
+        cwd=str(Path(__file__).resolve().parents[2]),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    print(f"tracelake demo: {time.perf_counter() - start:.1f} s")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return work, out.stdout

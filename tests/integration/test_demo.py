@@ -4,11 +4,7 @@ rank, the regression against the first run, and the job report must name the fin
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -22,20 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    work = tmp_path_factory.mktemp("demo")
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "demo", "--workdir", str(work)],
-        cwd=str(ROOT),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "160"},
-    )
-    print(f"tracelake demo: {time.perf_counter() - start:.1f} s")
-    assert out.returncode == 0, out.stderr[-3000:]
-    return work, out.stdout
+def demo(demo_run):
+    return demo_run
 
 
 def test_the_demo_finds_the_straggler_and_the_regression(demo):

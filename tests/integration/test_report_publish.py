@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from rendered_page import Page
 
 pytestmark = pytest.mark.integration
 
@@ -76,53 +77,8 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     assert main(["--warehouse", str(wh), "--no-mlflow", "--job", "no-such-job"]) == 2
 
 
-class _Tables(__import__("html.parser").parser.HTMLParser):
-    """``{data-table: (caption, header, rows)}`` of a report page, and the cards ``{label: value}``."""
-
-    def __init__(self):
-        super().__init__()
-        self.tables, self.cards, self._t, self._cell, self._row, self._card = {}, {}, None, None, None, None
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "table":
-            self._t = a.get("data-table")
-            self.tables[self._t] = ["", [], []]
-        elif tag in ("td", "th", "caption") and self._t:
-            self._cell = ""
-        elif tag == "tr" and self._t:
-            self._row = []
-        elif tag == "div" and a.get("class") in ("v", "k"):
-            self._card = a["class"]
-            self._cell = ""
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell += data
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._t and self._row is not None:
-            self._row.append(self._cell.strip())
-        elif tag == "caption" and self._t:
-            self.tables[self._t][0] = self._cell.strip()
-        elif tag == "tr" and self._t and self._row is not None:
-            t = self.tables[self._t]
-            (t[2] if t[1] else t[1]).extend([self._row] if t[1] else self._row)
-            self._row = None
-        elif tag == "table":
-            self._t = None
-        elif tag == "div" and self._card:
-            if self._card == "v":
-                self._value = self._cell.strip()
-            else:
-                self.cards[self._cell.strip()] = self._value
-            self._card = None
-        if tag in ("td", "th", "caption", "div"):
-            self._cell = None
-
-    def rows(self, key: str) -> list[dict]:
-        _, header, rows = self.tables[key]
-        return [dict(zip(header, r)) for r in rows]
+def rows(page: Page, key: str) -> list[dict]:
+    return page.tables[key].records()
 
 
 def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path):
@@ -137,9 +93,8 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     wh, _ = corpus_warehouse
     out = tmp_path / "fleet.html"
     assert publish_fleet_report(None, str(wh), html=str(out)) is None
-    page = _Tables()
     text = out.read_text()
-    page.feed(text)
+    page = Page(text)
     t = load_fleet_tables(str(wh))
     summary = run_summary(t["steps"], t["ranks"], t["captures"]).set_index("value")
     stats = t["fleet_stats"]
@@ -150,12 +105,12 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     assert p50 == f"{summary.loc[dlrm, 'step_time_p50_ns'] / 1e6:,.2f}" == "19.90"
     seen = 0
     for key in ("worst-idle", "worst-step", "worst-exposed"):
-        for row in page.rows(key):
+        for row in rows(page, key):
             if row["job"] == dlrm:
                 assert (row["job step time p50, ms"], row["GPU idle, %"]) == (p50, idle), key
                 seen += 1
     assert seen >= 1  # top 10 per table: DLRM is in some of them
-    by_name = {r["job name"]: r for r in page.rows("by-job_name")}
+    by_name = {r["job name"]: r for r in rows(page, "by-job_name")}
     runs = run_metadata_frame(t["captures"]).set_index("job")
     name = runs.loc[dlrm, "job_name"]
     if (runs["job_name"] == name).sum() == 1 and name in by_name:  # its job name's only run, in the top rows
@@ -163,8 +118,11 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     date = jobs_dates = stats[(stats["dimension"] == "job") & (stats["date"] != "all")]
     date = jobs_dates.loc[jobs_dates["value"] == dlrm, "date"].min()
     if (jobs_dates["date"] == date).sum() == 1:  # the only job that day: the day's median is DLRM's
-        day = {r["date"]: r for r in page.rows("daily")}[date]
-        assert (day["job step time p50, ms: median job that day"], day["GPU idle, %: median job that day"]) == (p50, idle)
+        day = {r["date"]: r for r in rows(page, "daily")}[date]
+        assert (day["job step time p50, ms: median job that day"], day["GPU idle, %: median job that day"]) == (
+            p50,
+            idle,
+        )
     # cards: words with units, the median over the same rows
     m = fleet_metrics(stats, t["captures"])
     assert page.cards["jobs"] == f"{len(jobs)}" and not any(k.startswith("fleet/") for k in page.cards)
@@ -174,8 +132,8 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     # jobs without ProfilerStep: counted, with a GPU idle % from their whole trace, named where left out
     trace_only = sorted(jobs.index[jobs["n_steps"] == 0])
     assert trace_only, "the corpus has traces without ProfilerStep (alexnet)"
-    worst_idle = {r["job"]: r for r in page.rows("worst-idle")}
-    step_caption = page.tables["worst-step"][0]
+    worst_idle = {r["job"]: r for r in rows(page, "worst-idle")}
+    step_caption = page.tables["worst-step"].caption
     for j in trace_only:
         assert j in step_caption and "no ProfilerStep" in step_caption
         if j in worst_idle:
@@ -183,6 +141,6 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     # the window of the windowed sections is on the page
     assert f"fleet impact and host health over {window_text(insights_window(stats, t))}" in text
     # straggler ranks: DLRM's rank 7 (the straggler_rank finding's) first
-    stragglers = [r for r in page.rows("stragglers") if r["job"] == dlrm]
+    stragglers = [r for r in rows(page, "stragglers") if r["job"] == dlrm]
     assert stragglers[0]["rank"] == "7" and stragglers[0]["finding"] == "straggler_rank"
     assert stragglers[0]["measured by"] == "last arrivals"

@@ -59,7 +59,7 @@ def breakdown_section(stats: pd.DataFrame | None, kernels: pd.DataFrame | None =
     sec = Section(
         "fleet-breakdown",
         "Fleet by job name, model, hardware and torch version",
-        intro="Every capture date (fleet_stats rows of date all). Job step time = the slowest rank's ProfilerStep "
+        intro="Every capture date (the fleet statistics over all dates). Job step time = the slowest rank's ProfilerStep "
         "per step; percentiles over the job steps of the group (jobs without ProfilerStep have none). GPU idle % = "
         "Σ idle / Σ kernel time (HTA temporal breakdown, time-weighted) over the rank windows: ProfilerSteps, or "
         "the whole trace of a rank without ProfilerStep; exposed communication % and CPU-bound % are shares of "
@@ -813,7 +813,7 @@ def worst_section(
     sec = Section(
         "worst-offenders",
         "Worst offenders",
-        intro=f"Top {top} per criterion, every capture date. Job numbers are the jobs' fleet_stats rows (the "
+        intro=f"Top {top} per criterion, every capture date. Job numbers are the jobs' fleet statistics (the "
         "numbers of their job reports): job step time = the slowest rank per ProfilerStep; GPU idle % = Σ idle ÷ "
         "Σ kernel time over the job's rank windows (its ProfilerSteps, or its whole trace without ProfilerStep).",
     )
