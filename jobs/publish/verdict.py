@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from schemas import COVERAGE_STATUSES
+
 #: Verdict values (the MLflow tag ``tracelake.verdict``).
 VERDICTS = ("ok", "findings", "partly_judged", "not_judged", "coverage_unknown")
 #: ``rule_coverage.status`` values, in the order the coverage block lists them.
-STATUSES = ("ran", "ran_on_trace", "not_applicable", "not_run")
+STATUSES = COVERAGE_STATUSES
 STATUS_WORDS = {
     "ran": "ran on the ProfilerSteps",
     "ran_on_trace": "ran on the whole trace (no ProfilerStep)",
@@ -39,6 +41,7 @@ RULE_WORDS = {
     "blocking_sync": "blocking host-device syncs",
     "memcpy_bound": "memory copies",
     "low_gpu_utilization": "low GPU utilization",
+    "pageable_memcpy": "copies from pageable host memory",
 }
 
 

@@ -504,6 +504,10 @@ def fleet_metrics(stats: pd.DataFrame | None, captures: pd.DataFrame | None = No
     """
     j = job_rows(stats)
     m: dict[str, float] = {"fleet/n_jobs": float(len(j))}
+    if captures is not None and len(
+        captures
+    ):  # every job run of the warehouse, analyzed or not (named in the subtitle)
+        m["fleet/n_jobs"] = float(len(captures[["job_id", "attempt"]].astype({"attempt": int}).drop_duplicates()))
     f = stats[(stats["dimension"] == "fleet") & (stats["date"] == "all")] if stats is not None and len(stats) else []
     if len(f):
         m["fleet/n_ranks"] = float(f["n_ranks"].iloc[0])
@@ -600,15 +604,35 @@ def fleet_subtitle(stats: pd.DataFrame | None, captures: pd.DataFrame | None = N
         dates = sorted(set(dates) | set(captures["date"].astype(str)))
     rng = f"{dates[0]} … {dates[-1]}" if dates else "no dates"
     out = (
-        f"{len(j)} job(s) · {n_ranks} rank capture(s) · capture dates {rng} · fleet impact and host health over "
+        f"{int(fleet_metrics(stats, captures)['fleet/n_jobs'])} job(s) · {n_ranks} rank capture(s) · capture dates {rng} · fleet impact and host health over "
         f"{window_text(insights_window(stats, fleet))}"
     )
     if captures is not None and len(captures):
-        runs = captures[["job_id", "attempt"]].astype({"attempt": int}).drop_duplicates()
-        have = set(zip(j["job_id"], j["attempt"]))
-        missing = [f"{r.job_id}#{r.attempt}" for r in runs.itertuples() if (r.job_id, r.attempt) not in have]
+        missing = without_windows(j, captures)
         if missing:
-            out += f" · not analyzed (no ingested capture with a rank): {', '.join(sorted(missing))}"
+            out += f" · without step or GPU statistics ({len(missing)}): " + "; ".join(
+                f"{run} — {why}" for run, why in sorted(missing.items())
+            )
+    return out
+
+
+def without_windows(jobs: pd.DataFrame, captures: pd.DataFrame) -> dict[str, str]:
+    """``{job#attempt: why}`` of the job runs in ``captures`` with no :func:`job_rows` row (no analysis window):
+    every capture quarantined, Neuron device profiles only (their statistics are the Neuron ones), or no
+    analyzed trace yet."""
+    have = set(zip(jobs["job_id"], jobs["attempt"])) if len(jobs) else set()
+    out = {}
+    for (job, attempt), c in captures.astype({"attempt": int}).groupby(["job_id", "attempt"], sort=True):
+        if (job, attempt) in have:
+            continue
+        ingested = c[c["status"] == "ingested"]
+        if not len(ingested):
+            why = "every capture quarantined" if (c["status"] == "quarantined").all() else "no ingested capture"
+        elif "source" in c and set(ingested["source"].astype(str)) <= {"neuron", "xla"}:
+            why = "Neuron or XLA device profiles only: see their device statistics, not the step breakdown"
+        else:
+            why = "no analyzed trace yet"
+        out[f"{job}#{attempt}"] = why
     return out
 
 
