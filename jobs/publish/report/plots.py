@@ -397,7 +397,7 @@ def fleet_trends(daily: pd.DataFrame | None) -> Plot | None:
     fig = _figure(10, 5.5)
     a1, a2, a3 = fig.subplots(3, 1, sharex=True)
     a1.plot(x, d["idle_pct_median"].astype(float), marker="o", color=COLORS["idle"])
-    a1.set_ylabel("GPU idle %\n(median job)")
+    a1.set_ylabel("GPU idle, %\n(median job)")
     st = d["step_time_p50_ms_median"].astype(float)
     a2.plot(x, st, marker="o", color=COLORS["compute"])
     if st.notna().sum() > 1 and st.min() > 0 and st.max() / st.min() > 50:
@@ -407,7 +407,7 @@ def fleet_trends(daily: pd.DataFrame | None) -> Plot | None:
 
         a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         a2.yaxis.set_minor_formatter(NullFormatter())
-    a2.set_ylabel("step time ms\n(median job)")
+    a2.set_ylabel("job step time p50, ms\n(median job)")
     a3.bar(x, d["n_jobs"].astype(float), color=COLORS["host_busy"])
     a3.set_ylabel("jobs")
     a3.set_xticks(x, [short(v, 12) for v in d["date"]], rotation=45, ha="right", fontsize=8)
