@@ -124,9 +124,15 @@ def _print_regression(job_id: str, regressions: pd.DataFrame) -> None:
     x = r.iloc[0]
     runs = ", ".join(str(b) for b in (x["baseline_runs"] if x["baseline_runs"] is not None else []))
     p = f", p = {x['p_value']:.2g}" if x["p_value"] == x["p_value"] and x["p_value"] is not None else ""
+    lo, hi = x.get("change_ci_low_pct"), x.get("change_ci_high_pct")
+    ci = f", interval {lo:+.0f} … {hi:+.0f} %" if lo is not None and hi is not None and lo == lo and hi == hi else ""
+    reason = x.get("reason")
+    verdict = (
+        f"{x['verdict']} ({reason})" if isinstance(reason, str) and x["verdict"] == "inconclusive" else x["verdict"]
+    )
     console.print(
         f"  vs {runs}: job step p50 {x['baseline'] / 1e6:.1f} → {x['value'] / 1e6:.1f} ms "
-        f"({x['change_pct']:+.0f} %{p}): [bold]{x['verdict']}[/bold]",
+        f"({x['change_pct']:+.0f} %{ci}{p}): [bold]{escape(verdict)}[/bold]",
         highlight=False,
         soft_wrap=True,
     )
