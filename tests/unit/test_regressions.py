@@ -204,3 +204,13 @@ def test_outlier_rule_drops_slow_warmup_steps_but_never_more_than_a_quarter():
     b = _p50(out, "b")
     assert b["n_dropped"] == 1 and b["n_steps"] == 9 and b["verdict"] == "unchanged"
     assert is_noisy(np.array(BUSY_BASELINE)) and not is_noisy(np.array(_jitter(100)))
+
+
+def test_report_shows_the_interval_and_the_inconclusive_reason():
+    from jobs.publish.report.fleet_tables import _interval, regressions_section
+
+    assert _interval(-3.14, 8.0, "step_time_p50_ns") == "-3.1 … +8.0 %" and _interval(None, 1, "idle_pct") == "—"
+    assert _interval(-0.5, 0.3, "idle_pct") == "-0.5 … +0.3 pp"
+    out = find_regressions(_frame(_run("base", "2026-11-01", BUSY_BASELINE), _run("slow", "2026-11-02", BUSY_SLOW)))
+    sec = regressions_section(out)
+    assert "Inconclusive step time (1 run(s)): slow#0 (too noisy" in sec.intro
