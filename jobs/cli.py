@@ -124,9 +124,15 @@ def _print_regression(job_id: str, regressions: pd.DataFrame) -> None:
     x = r.iloc[0]
     runs = ", ".join(str(b) for b in (x["baseline_runs"] if x["baseline_runs"] is not None else []))
     p = f", p = {x['p_value']:.2g}" if x["p_value"] == x["p_value"] and x["p_value"] is not None else ""
+    lo, hi = x.get("change_ci_low_pct"), x.get("change_ci_high_pct")
+    ci = f", interval {lo:+.0f} … {hi:+.0f} %" if lo is not None and hi is not None and lo == lo and hi == hi else ""
+    reason = x.get("reason")
+    verdict = (
+        f"{x['verdict']} ({reason})" if isinstance(reason, str) and x["verdict"] == "inconclusive" else x["verdict"]
+    )
     console.print(
         f"  vs {runs}: job step p50 {x['baseline'] / 1e6:.1f} → {x['value'] / 1e6:.1f} ms "
-        f"({x['change_pct']:+.0f} %{p}): [bold]{x['verdict']}[/bold]",
+        f"({x['change_pct']:+.0f} %{ci}{p}): [bold]{escape(verdict)}[/bold]",
         highlight=False,
         soft_wrap=True,
     )
@@ -421,13 +427,24 @@ def fleet(
     reg = read_pandas(warehouse, ["regressions"])["regressions"]
     if len(reg):
         bad = reg[reg["verdict"] == "regression"]
-        console.print(f"{len(bad)} regression(s) in {reg[['job_id', 'attempt']].drop_duplicates().shape[0]} run(s)")
+        n_inc = int(((reg["verdict"] == "inconclusive") & (reg["metric"] == "step_time_p50_ns")).sum())
+        console.print(
+            f"{len(bad)} regression(s) in {reg[['job_id', 'attempt']].drop_duplicates().shape[0]} run(s)"
+            + (f"; {n_inc} run(s) inconclusive on step time (see regressions.reason)" if n_inc else "")
+        )
         for r in bad.sort_values("change_pct", ascending=False).head(10).itertuples():
             unit = 1e6 if r.metric.endswith("_ns") else 1.0
             what = "ms" if unit == 1e6 else "%"
+            lo, hi = getattr(r, "change_ci_low_pct", None), getattr(r, "change_ci_high_pct", None)
+            u = "%" if r.metric.startswith("step_time") else "pp"
+            ci = (
+                f", interval {lo:+.0f} … {hi:+.0f} {u}"
+                if lo is not None and hi is not None and lo == lo and hi == hi
+                else ""
+            )
             console.print(
                 f"  {r.job_id}#{r.attempt} ({r.job_name}): {r.metric} {r.baseline / unit:.2f} → "
-                f"{r.value / unit:.2f} {what} ({r.change_pct:+.0f} %, p = {r.p_value:.2g})",
+                f"{r.value / unit:.2f} {what} ({r.change_pct:+.0f} %{ci}, p = {r.p_value:.2g})",
                 highlight=False,
                 soft_wrap=True,
             )

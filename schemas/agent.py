@@ -319,8 +319,14 @@ class RegressionRow(_Model):
     value: float | None
     baseline: float | None
     change_pct: float | None
+    change_ci_low_pct: float | None = Field(
+        default=None, description="Confidence interval of the change (% for step times, percentage points for _pct)."
+    )
+    change_ci_high_pct: float | None = None
     p_value: float | None
-    verdict: str | None
+    p_adjusted: float | None = Field(default=None, description="Benjamini-Hochberg adjusted p over the fleet run.")
+    verdict: str | None = Field(description="regression, improvement, unchanged, inconclusive or no_baseline.")
+    reason: str | None = Field(default=None, description="Why inconclusive or no_baseline, in words.")
     baseline_runs: list[str] = Field(description="job_id#attempt of the baseline runs.")
     changes: dict[str, Any] | None = Field(
         default=None,

@@ -926,7 +926,8 @@ HOST_HEALTH = Table(
 REGRESSIONS = Table(
     name="regressions",
     doc="Each job run against the previous runs with the same `job_name` (jobs/fleet/regressions.py): per metric "
-    "the run's value, the baseline's, the change, a Mann-Whitney U test over the per-step values and a verdict.",
+    "the run's value, the baseline's, the change with its Hodges-Lehmann confidence interval, a Mann-Whitney U "
+    "test over the per-step values (raw and Benjamini-Hochberg adjusted over the fleet run) and a verdict.",
     columns=(
         Column("job_name", _STR, "Name shared by the runs compared (`captures.job_name`).", False),
         Column("job_id", _STR, "The run compared.", False),
@@ -945,23 +946,68 @@ REGRESSIONS = Table(
         Column("change_pct", _F64, "(value − baseline) / baseline × 100; null when the baseline is 0 or absent."),
         Column("delta", _F64, "value − baseline (unit in `metric`; percentage points for `_pct`)."),
         Column(
+            "change_est_pct",
+            _F64,
+            "Hodges-Lehmann estimate of the shift of the run's steps against the baseline's: for `step_time_*` "
+            "the shift of the log step times as % change (exp(shift) − 1) × 100, the same for the p50 and p90 "
+            "rows; for `_pct` metrics the shift of the per-step percentage in percentage points; null with "
+            "fewer than 3 steps on a side.",
+        ),
+        Column(
+            "change_ci_low_pct",
+            _F64,
+            "Lower bound of the distribution-free confidence interval of `change_est_pct` (Hollander & Wolfe: "
+            "order statistics of the pairwise differences from the Mann-Whitney U distribution) at 1 − 2·alpha "
+            "(98 % by default); % for `step_time_*`, percentage points for `_pct`; null when the steps are too "
+            "few for an interval at that confidence.",
+        ),
+        Column("change_ci_high_pct", _F64, "Upper bound of that interval (unit as `change_ci_low_pct`)."),
+        Column(
             "p_value",
             _F64,
             "Two-sided Mann-Whitney U test of the run's per-step values against the baseline's "
-            "(scipy.stats.mannwhitneyu); null with fewer than 3 steps on a side.",
+            "(scipy.stats.mannwhitneyu), raw; null with fewer than 3 steps on a side.",
+        ),
+        Column(
+            "p_adjusted",
+            _F64,
+            "`p_value` adjusted by Benjamini-Hochberg over every (run, metric) test of the fleet run (all job "
+            "names together); the verdict compares it with alpha (0.01 by default).",
         ),
         Column(
             "verdict",
             _STR,
-            "`regression` (worse by more than the threshold and p < alpha), `improvement` "
-            "(better by as much), `unchanged`, or `no_baseline` (first run, or too few steps).",
+            "`regression` (worse by more than the threshold — 5 % for times, 2 percentage points for `_pct` — "
+            "and `p_adjusted` < alpha), `improvement` (better by as much), `unchanged` (the confidence interval "
+            "lies inside ± the threshold: an equivalence decision), `inconclusive` (neither: see `reason`), or "
+            "`no_baseline` (first run, or too few steps).",
             False,
+        ),
+        Column(
+            "reason",
+            _STR,
+            "Why an `inconclusive` or `no_baseline` verdict, in words (too few steps, too noisy, more steps "
+            "would decide, not significant after the correction, first run); null for the other verdicts.",
+        ),
+        Column(
+            "noisy",
+            _BOOL,
+            "The run's own kept step times are very unequal: p90 / p50 above 1.5 (jobs/fleet/regressions.py "
+            "NOISY_P90_P50).",
         ),
         Column(
             "baseline_runs", pa.list_(_STR), "`job_id#attempt` of the baseline runs (the previous ones, at most 5)."
         ),
-        Column("n_steps", _I64, "Job steps of the run."),
-        Column("n_baseline_steps", _I64, "Job steps pooled from the baseline runs."),
+        Column("n_steps", _I64, "Job steps of the run, after dropping outlier steps (`n_dropped`)."),
+        Column(
+            "n_baseline_steps", _I64, "Job steps pooled from the baseline runs, after dropping their outlier steps."
+        ),
+        Column(
+            "n_dropped",
+            _I64,
+            "Outlier steps dropped from the run: with at least 8 steps, those above Q3 + 3 × IQR of its own "
+            "step times, at most a quarter of them.",
+        ),
         Column(
             "changes_json",
             _STR,

@@ -692,8 +692,8 @@ def regressions(
     cursor: str | None = None,
 ) -> A.Regressions:
     """Each run's step-time, idle and exposed-communication metrics against the earlier runs of its
-    ``job_name`` (``regressions`` table: Mann-Whitney U test), newest run first; ``verdict`` keeps one of
-    ``regression``, ``improvement``, ``unchanged``, ``no_baseline``."""
+    ``job_name`` (``regressions`` table: Mann-Whitney U test, Hodges-Lehmann interval), newest run first; ``verdict`` keeps one of
+    ``regression``, ``improvement``, ``unchanged``, ``inconclusive``, ``no_baseline``."""
     r = _read(warehouse, "regressions")
     if len(r) and job_name is not None:
         r = r[r["job_name"] == job_name]
@@ -711,8 +711,12 @@ def regressions(
             value=_num(x.value),
             baseline=_num(x.baseline),
             change_pct=_num(x.change_pct),
+            change_ci_low_pct=_num(getattr(x, "change_ci_low_pct", None)),
+            change_ci_high_pct=_num(getattr(x, "change_ci_high_pct", None)),
             p_value=_num(x.p_value),
+            p_adjusted=_num(getattr(x, "p_adjusted", None)),
             verdict=_str(x.verdict),
+            reason=_str(getattr(x, "reason", None)),
             baseline_runs=[str(v) for v in (x.baseline_runs if x.baseline_runs is not None else [])],
             changes=json.loads(x.changes_json) if _str(getattr(x, "changes_json", None)) else None,
         )

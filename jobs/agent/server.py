@@ -241,7 +241,7 @@ def build_server(
     def regressions(
         job_name: Annotated[str | None, Field(description="Runs of this job_name only.")] = None,
         verdict: Annotated[
-            Literal["regression", "improvement", "unchanged", "no_baseline"] | None,
+            Literal["regression", "improvement", "unchanged", "inconclusive", "no_baseline"] | None,
             Field(description="Only this verdict."),
         ] = None,
         limit: Limit = None,

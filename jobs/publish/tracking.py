@@ -250,18 +250,22 @@ def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dic
 
     Metrics ``regression/<metric>/change_pct``, ``regression/<metric>/delta`` and
     ``regression/<metric>/p_value`` where defined; tag ``tracelake.regression``: ``regression`` when any
-    metric regressed, else ``improvement`` when any improved, else ``unchanged`` or ``no_baseline``.
+    metric regressed, else ``improvement`` when any improved, else ``inconclusive`` when any could not be decided,
+    else ``unchanged`` or ``no_baseline``; ``regression/<metric>/change_ci_low_pct`` / ``change_ci_high_pct`` and
+    ``p_adjusted`` too where defined.
     """
     m: dict[str, float] = {}
     if regressions is None or not len(regressions):
         return m, {}
     for r in regressions.itertuples():
-        for col in ("change_pct", "delta", "p_value"):
-            v = getattr(r, col)
+        for col in ("change_pct", "delta", "p_value", "p_adjusted", "change_ci_low_pct", "change_ci_high_pct"):
+            v = getattr(r, col, None)
             if _finite(v):
                 m[f"regression/{r.metric}/{col}"] = float(v)
     verdicts = set(regressions["verdict"])
-    overall = next((v for v in ("regression", "improvement", "unchanged") if v in verdicts), "no_baseline")
+    overall = next(
+        (v for v in ("regression", "improvement", "inconclusive", "unchanged") if v in verdicts), "no_baseline"
+    )
     return m, {"tracelake.regression": overall}
 
 

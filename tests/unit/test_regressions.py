@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.fleet.regressions import METRICS, find_regressions
+from jobs.fleet.regressions import METRICS, bh_adjust, drop_outliers, find_regressions, is_noisy
 
 MS = 1_000_000
 
@@ -111,3 +111,106 @@ def test_bad_arguments_raise():
         find_regressions(_frame(_run("a", "k", [1, 2, 3])), baseline_runs=0)
     with pytest.raises(ValueError, match="lack columns"):
         find_regressions(pd.DataFrame({"job_name": ["a"]}))
+
+
+def _p50(out, job):
+    return out[(out["job_id"] == job) & (out["metric"] == "step_time_p50_ns")].iloc[0]
+
+
+BUSY_BASELINE = [15.05, 66.53, 62.58, 3.96, 4.42, 4.08, 4.10, 3.96]
+BUSY_SLOW = [68.48, 52.65, 46.20, 50.67, 28.05, 28.91, 61.59, 33.19]
+
+
+def test_busy_baseline_is_never_read_as_unchanged():
+    # p50 +1,037 % but MWU p = 0.065 on 8 vs 8 steps: failing to reject is no evidence of "no change"
+    out = find_regressions(_frame(_run("base", "2026-11-01", BUSY_BASELINE), _run("slow", "2026-11-02", BUSY_SLOW)))
+    r = _p50(out, "slow")
+    assert r["change_pct"] == pytest.approx(1037, abs=5) and r["p_value"] == pytest.approx(0.065, abs=0.005)
+    assert r["verdict"] in ("regression", "inconclusive") and r["verdict"] != "unchanged"
+    assert r["verdict"] == "inconclusive" and "too noisy" in r["reason"] and "baseline" in r["reason"]
+    assert r["change_ci_low_pct"] < 0 < r["change_est_pct"] < r["change_ci_high_pct"]
+    assert r["n_steps"] == 8 and r["n_baseline_steps"] == 8 and r["n_dropped"] == 0
+    assert not r["noisy"]  # the slow run itself is even (p90/p50 < 1.5); its baseline is not
+    assert _p50(out, "base")["reason"] == "first run of its job name"
+
+
+def test_clean_doubling_on_8_steps_is_a_regression_with_its_interval():
+    out = find_regressions(
+        _frame(_run("a", "2026-11-01", _jitter(50, n=8, seed=1)), _run("b", "2026-11-02", _jitter(100, n=8, seed=2)))
+    )
+    r = _p50(out, "b")
+    assert r["verdict"] == "regression" and pd.isna(r["reason"])
+    assert r["change_ci_low_pct"] > 90 and r["change_ci_high_pct"] < 110
+    assert r["change_ci_low_pct"] <= r["change_est_pct"] <= r["change_ci_high_pct"]
+    assert r["change_est_pct"] == pytest.approx(100, abs=5)
+
+
+def test_same_distribution_is_unchanged_only_when_the_interval_is_inside_the_threshold():
+    rng = np.random.default_rng(7)
+    tight = [list(100 * np.exp(rng.normal(0, 0.01, 20))) for _ in range(2)]
+    loose = [list(100 * np.exp(rng.normal(0, 0.2, 8))) for _ in range(2)]
+    out = find_regressions(
+        _frame(
+            _run("t0", "2026-11-01", tight[0], name="tight"),
+            _run("t1", "2026-11-02", tight[1], name="tight"),
+            _run("l0", "2026-11-01", loose[0], name="loose"),
+            _run("l1", "2026-11-02", loose[1], name="loose"),
+        )
+    )
+    t, lo = _p50(out, "t1"), _p50(out, "l1")
+    assert t["verdict"] == "unchanged" and -5 <= t["change_ci_low_pct"] and t["change_ci_high_pct"] <= 5
+    assert lo["verdict"] == "inconclusive" and (lo["change_ci_low_pct"] < -5 or lo["change_ci_high_pct"] > 5)
+    assert "too few steps" in lo["reason"] or "more steps would decide" in lo["reason"]
+    for x in out[out["verdict"] == "unchanged"].itertuples():  # unchanged always means a tight interval
+        thr = 5 if x.metric.startswith("step_time") else 2
+        assert -thr <= x.change_ci_low_pct and x.change_ci_high_pct <= thr
+
+
+def test_benjamini_hochberg_matches_a_hand_computation():
+    p = np.array([0.01, 0.04, 0.03, np.nan, 0.005])
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): ×4/1, ×4/2, ×4/3, ×4/4 = 0.02, 0.02, 0.04, 0.04, then cumulative
+    # minimum from the top: 0.02, 0.02, 0.04, 0.04
+    adj = bh_adjust(p)
+    assert adj[4] == pytest.approx(0.02) and adj[0] == pytest.approx(0.02)
+    assert adj[2] == pytest.approx(0.04) and adj[1] == pytest.approx(0.04) and np.isnan(adj[3])
+    assert bh_adjust(np.array([0.9, 0.8])) == pytest.approx([0.9, 0.9])
+
+
+def test_p_adjusted_spans_all_job_names_and_decides():
+    out = find_regressions(
+        _frame(
+            _run("a", "2026-11-01", _jitter(100, seed=3)),
+            _run("b", "2026-11-02", _jitter(130, seed=4)),
+            _run("x", "2026-11-01", _jitter(100, seed=5), name="other"),
+            _run("y", "2026-11-02", _jitter(100, seed=6), name="other"),
+        )
+    )
+    tested = out[out["p_value"].notna()]
+    assert tested["p_adjusted"].to_numpy() == pytest.approx(bh_adjust(tested["p_value"].to_numpy()))
+    assert (tested["p_adjusted"] >= tested["p_value"] - 1e-12).all()
+    assert _p50(out, "b")["verdict"] == "regression" and _p50(out, "b")["p_adjusted"] < 0.01
+
+
+def test_outlier_rule_drops_slow_warmup_steps_but_never_more_than_a_quarter():
+    steps = np.array([900.0, 100, 101, 99, 100, 102, 98, 100, 101, 100])  # warm-up step 0
+    keep = drop_outliers(steps)
+    assert not keep[0] and keep[1:].all()
+    assert drop_outliers(steps[:7]).all()  # fewer than 8 steps: nothing dropped
+    many = np.array([100.0] * 6 + [1000.0] * 4 + [100.0] * 2)  # 4 far steps of 12: at most 3 go, slowest first
+    assert (~drop_outliers(many)).sum() <= 12 // 4
+    out = find_regressions(
+        _frame(_run("a", "2026-11-01", _jitter(100, seed=1)), _run("b", "2026-11-02", [900, *_jitter(100, n=9)]))
+    )
+    b = _p50(out, "b")
+    assert b["n_dropped"] == 1 and b["n_steps"] == 9 and b["verdict"] == "unchanged"
+    assert is_noisy(np.array(BUSY_BASELINE)) and not is_noisy(np.array(_jitter(100)))
+
+
+def test_report_shows_the_interval_and_the_inconclusive_reason():
+    from jobs.publish.report.fleet_tables import _interval, regressions_section
+
+    assert _interval(-3.14, 8.0, "step_time_p50_ns") == "-3.1 … +8.0 %" and _interval(None, 1, "idle_pct") == "—"
+    assert _interval(-0.5, 0.3, "idle_pct") == "-0.5 … +0.3 pp"
+    out = find_regressions(_frame(_run("base", "2026-11-01", BUSY_BASELINE), _run("slow", "2026-11-02", BUSY_SLOW)))
+    sec = regressions_section(out)
+    assert "Inconclusive step time (1 run(s)): slow#0 (too noisy" in sec.intro

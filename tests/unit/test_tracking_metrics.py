@@ -89,6 +89,25 @@ def test_regression_metrics_and_overall_verdict():
         [{"metric": "idle_pct", "change_pct": None, "delta": None, "p_value": None, "verdict": "no_baseline"}]
     )
     assert regression_metrics(first) == ({}, {"tracelake.regression": "no_baseline"})
+    noisy = pd.DataFrame(
+        [
+            {
+                "metric": "step_time_p50_ns",
+                "change_pct": 900.0,
+                "delta": 5e7,
+                "p_value": 0.065,
+                "p_adjusted": 0.13,
+                "change_ci_low_pct": -21.0,
+                "change_ci_high_pct": 1290.0,
+                "verdict": "inconclusive",
+            },
+            {"metric": "idle_pct", "change_pct": 1.0, "delta": 0.1, "p_value": 0.5, "verdict": "unchanged"},
+        ]
+    )
+    m, tags = regression_metrics(noisy)
+    assert tags == {"tracelake.regression": "inconclusive"}  # not "unchanged": one metric could not be decided
+    assert m["regression/step_time_p50_ns/change_ci_low_pct"] == -21.0
+    assert m["regression/step_time_p50_ns/p_adjusted"] == 0.13
 
 
 def _job(n_steps: int, ranks=(0, 1)):

@@ -109,7 +109,9 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
         "regressions",
         "Regressions against previous runs",
         intro="Each run against the pooled steps of up to 5 previous runs with the same job name; "
-        "a verdict needs the change past the threshold and a two-sided Mann-Whitney U test p < 0.01.",
+        "a verdict needs the change past the threshold and a two-sided Mann-Whitney U test p < 0.01 after the "
+        "Benjamini-Hochberg correction over all tests; 'unchanged' needs the 98 % interval of the change "
+        "inside the threshold, else the run is inconclusive.",
     )
     r = regressions if isinstance(regressions, pd.DataFrame) else pd.DataFrame()
     j = job_rows(stats)
@@ -121,6 +123,12 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
     if not len(r):
         sec.note, sec.status = "Not available: no runs compared yet.", "unavailable"
         return sec
+    if "reason" in r.columns:
+        inc = r[(r["verdict"] == "inconclusive") & (r["metric"] == "step_time_p50_ns")]
+        if len(inc):
+            sec.intro += f" Inconclusive step time ({len(inc)} run(s)): " + "; ".join(
+                f"{x.job_id}#{int(x.attempt)} ({x.reason})" for x in inc.head(5).itertuples()
+            )
     if not len(moved):
         n = r[["job_id", "attempt"]].drop_duplicates().shape[0]
         sec.note = f"No regression or improvement among {n} run(s)."
@@ -128,6 +136,14 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
     moved = moved.assign(
         order=(moved["verdict"] != "regression").astype(int),
         changed=[changes_summary(v) for v in moved.get("changes_json", [None] * len(moved))],
+        interval=[
+            _interval(lo, hi, m)
+            for lo, hi, m in zip(
+                moved.get("change_ci_low_pct", [None] * len(moved)),
+                moved.get("change_ci_high_pct", [None] * len(moved)),
+                moved["metric"],
+            )
+        ],
     ).sort_values(["order", "change_pct"], ascending=[True, False])
     sec.tables.append(
         table_view(
@@ -142,6 +158,7 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
                 ("value", "value", lambda v: fmt_num(v, 2), "num"),
                 ("baseline", "baseline", lambda v: fmt_num(v, 2), "num"),
                 ("change_pct", "change %", _pct, "num"),
+                ("interval", "98 % interval", fmt_text, "num"),
                 ("p_value", "p", lambda v: "—" if v != v or v is None else f"{v:.1e}", "num"),
                 ("baseline_runs", "baseline runs", fmt_text, "name"),
                 ("changed", "what changed", fmt_text, "name"),
@@ -151,6 +168,13 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
         )
     )
     return sec
+
+
+def _interval(lo, hi, metric: str) -> str:
+    """``-3.1 … +8.0 %`` (``pp`` for percentage metrics); ``—`` without an interval."""
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return "—"
+    return f"{lo:+.1f} … {hi:+.1f} {'%' if str(metric).startswith('step_time') else 'pp'}"
 
 
 def changes_summary(changes_json) -> str:
