@@ -27,7 +27,9 @@ def test_the_demo_finds_the_straggler_and_the_regression(demo):
     found = stdout[stdout.index("what the demo found") :]
     assert re.search(r"Rank 1 arrives last at \d+ of \d+ collectives; the other ranks wait [\d.]+ ms per step", found)
     assert "what to do: Find why rank 1 is late" in found
-    assert re.search(r"job step p50 [\d.]+ → [\d.]+ ms \(\+\d+ %, p = [\d.e-]+\): regression", found)
+    assert re.search(
+        r"job step p50 [\d.]+ → [\d.]+ ms \(\+\d+ %(, interval [+-]\d+ … [+-]\d+ %)?, p = [\d.e-]+\): regression", found
+    )
     t = read_pandas(str(work / "warehouse"), ("findings", "regressions"))
     # the demo's own runs (test_one_answer adds its own traces to the same warehouse)
     f, r = (df[df["job_id"].str.startswith("demo-")] for df in (t["findings"], t["regressions"]))
