@@ -269,6 +269,13 @@ def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dic
     return m, {"tracelake.regression": overall}
 
 
+def _run_rows(df: pd.DataFrame | None, job_id, attempt) -> pd.DataFrame | None:
+    """The rows of one run (job_id, attempt) of an optional table; None when the table is None or empty."""
+    if df is None or not len(df):
+        return None
+    return df[(df["job_id"] == job_id) & (df["attempt"] == attempt)]
+
+
 def finding_metrics(
     findings: pd.DataFrame | None, coverage: pd.DataFrame | None = None
 ) -> tuple[dict[str, float], dict[str, str]]:
@@ -363,35 +370,21 @@ def log_jobs(
             "n_captures": str(len(cap)),
         }
         metrics = job_metrics(jr, js, cap)
-        neuron_rows = None
-        if neuron_summary is not None and len(neuron_summary):
-            neuron_rows = neuron_summary[(neuron_summary["job_id"] == job_id) & (neuron_summary["attempt"] == attempt)]
-            if len(neuron_rows):
-                metrics.update(neuron_metrics_for_mlflow(neuron_rows))
-            else:
-                neuron_rows = None
+        neuron_rows = _run_rows(neuron_summary, job_id, attempt)
+        if neuron_rows is not None and len(neuron_rows):
+            metrics.update(neuron_metrics_for_mlflow(neuron_rows))
+        else:
+            neuron_rows = None
         extra_tags: dict[str, str] = {}
-        jc = None
-        if collectives is not None and len(collectives):
-            jc = collectives[(collectives["job_id"] == job_id) & (collectives["attempt"] == attempt)]
-        cm, ct = collective_metrics(jc, js)
+        cm, ct = collective_metrics(_run_rows(collectives, job_id, attempt), js)
         metrics.update(cm)
         extra_tags.update(ct)
-        if regressions is not None and len(regressions):
-            rm, rt = regression_metrics(
-                regressions[(regressions["job_id"] == job_id) & (regressions["attempt"] == attempt)]
-            )
+        jr_regressions = _run_rows(regressions, job_id, attempt)
+        if jr_regressions is not None:
+            rm, rt = regression_metrics(jr_regressions)
             metrics.update(rm)
             extra_tags.update(rt)
-        jf = (
-            findings[(findings["job_id"] == job_id) & (findings["attempt"] == attempt)]
-            if findings is not None
-            else None
-        )
-        jcov = None
-        if rule_coverage is not None and len(rule_coverage):
-            jcov = rule_coverage[(rule_coverage["job_id"] == job_id) & (rule_coverage["attempt"] == attempt)]
-        fm, ft = finding_metrics(jf, jcov)
+        fm, ft = finding_metrics(_run_rows(findings, job_id, attempt), _run_rows(rule_coverage, job_id, attempt))
         metrics.update(fm)
         extra_tags.update(ft)
         for col in ("job_name", "model"):
