@@ -11,6 +11,10 @@ busy host did to the issue-27 demo baseline: 3.96 ms steps next to 62–66 ms on
 * *null*: both runs from the same distribution — any ``regression`` / ``improvement`` verdict on
   ``step_time_p50_ns`` is a false alarm;
 * *+20 %*: the compared run's steps × 1.2, DLRM-like noise without contamination (power: reported, no target);
+* *+20 % at the corpus DLRM's noise*: the same with σ measured from ``../shared/corpus/torch/param/dlrm_kineto``
+  (8 ranks of one DLRM job, V100, NCCL): the capture holds one ProfilerStep per rank, so the spread of the log
+  ProfilerStep durations across its 8 ranks (sample standard deviation) stands in for the step-to-step spread —
+  the only spread of that job the corpus shows (power: reported, no target; skipped without the corpus);
 * *+100 %*: × 2, without contamination — must be flagged ``regression`` in ≥ 99 % of pairs;
 * *+100 % busy*: × 2 with the contamination (``--pairs`` / 2 pairs; reported, no target).
 
@@ -26,7 +30,7 @@ Targets: false-alarm rate (fleet run and each pair alone) ≤ alpha (0.01) → `
 Usage (from the repo root)::
 
     .venv/bin/python benchmarks/regression_power.py [--pairs 1000] [--steps 8] [--sigma 0.08]
-        [--contam 0.15] [--seed 27]
+        [--contam 0.15] [--seed 27] [--corpus ../shared/corpus]
 """
 
 from __future__ import annotations
@@ -53,6 +57,25 @@ def steps(rng: np.random.Generator, n: int, sigma: float, contam: float, scale: 
     busy = rng.random(n) < contam
     t[busy] *= rng.uniform(2.0, 15.0, busy.sum())
     return t * MS
+
+
+def dlrm_sigma(corpus: Path) -> tuple[float, list[float]] | None:
+    """σ of the log ProfilerStep duration across the ranks of the corpus DLRM job (module docstring) and the
+    durations (ms); None without the corpus. Reads each rank's ``ProfilerStep#`` ``user_annotation`` event."""
+    import json
+
+    files = sorted((corpus / "torch" / "param" / "dlrm_kineto").glob("*.pt.trace.json"))
+    if not files:
+        return None
+    dur = []
+    for f in files:
+        ev = json.loads(f.read_text())["traceEvents"]
+        dur += [
+            e["dur"] / 1000.0
+            for e in ev
+            if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+        ]
+    return float(np.std(np.log(dur), ddof=1)), dur
 
 
 def frame(rng: np.random.Generator, pairs: int, n: int, sigma: float, contam: float, scale: float) -> pd.DataFrame:
@@ -102,6 +125,7 @@ def main() -> int:
     ap.add_argument("--sigma", type=float, default=0.08)
     ap.add_argument("--contam", type=float, default=0.15)
     ap.add_argument("--seed", type=int, default=27)
+    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "corpus"))
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     print(
@@ -109,15 +133,25 @@ def main() -> int:
         f"{a.contam:.0%} of steps x U(2, 15); alpha {ALPHA}, threshold 5 %"
     )
     ok = True
-    scenarios = (
-        ("null", 1.0, a.contam, a.pairs),
-        ("+20 %", 1.2, 0.0, a.pairs),
-        ("+100 %", 2.0, 0.0, a.pairs),
-        ("+100 % busy", 2.0, a.contam, a.pairs // 2),
-    )
-    for label, scale, contam, pairs in scenarios:
+    scenarios = [
+        ("null", 1.0, a.contam, a.pairs, a.sigma),
+        ("+20 %", 1.2, 0.0, a.pairs, a.sigma),
+        ("+100 %", 2.0, 0.0, a.pairs, a.sigma),
+        ("+100 % busy", 2.0, a.contam, a.pairs // 2, a.sigma),
+    ]
+    dlrm = dlrm_sigma(Path(a.corpus))
+    if dlrm is None:
+        print(f"corpus DLRM not found under {a.corpus}: its scenario is skipped")
+    else:
+        sig, dur = dlrm
+        print(
+            f"corpus DLRM (param/dlrm_kineto, {len(dur)} ranks, one ProfilerStep each): "
+            f"{min(dur):.1f}-{max(dur):.1f} ms, sigma of the log across ranks {sig:.3f}"
+        )
+        scenarios.insert(2, (f"+20 % DLRM sigma {sig:.2f}", 1.2, 0.0, a.pairs, sig))
+    for label, scale, contam, pairs, sigma in scenarios:
         t0 = time.perf_counter()
-        x = rates(find_regressions(frame(rng, pairs, a.steps, a.sigma, contam, scale), alpha=ALPHA))
+        x = rates(find_regressions(frame(rng, pairs, a.steps, sigma, contam, scale), alpha=ALPHA))
         tail = f"[{', '.join(f'{k} {v}' for k, v in sorted(x['counts'].items()))}; {time.perf_counter() - t0:.1f} s]"
         if label == "null":
             good = x["flagged"] <= ALPHA and x["alone"] <= ALPHA

@@ -24,6 +24,7 @@ from rich.table import Table
 from jobs.analyze.findings.ranking import LOST_UNITS, finding_window
 from jobs.demo.train_ddp import require_torch, run_demo_training
 from jobs.executor import LocalExecutor
+from jobs.fleet.regressions import DEFAULT_ALPHA, testing_in_words
 from jobs.publish.headline import HEADLINE_LABELS, headline
 from jobs.publish.verdict import job_verdict
 from jobs.spark import get_spark
@@ -123,19 +124,7 @@ def _print_regression(job_id: str, regressions: pd.DataFrame) -> None:
         return
     x = r.iloc[0]
     runs = ", ".join(str(b) for b in (x["baseline_runs"] if x["baseline_runs"] is not None else []))
-    p = f", p = {x['p_value']:.2g}" if x["p_value"] == x["p_value"] and x["p_value"] is not None else ""
-    lo, hi = x.get("change_ci_low_pct"), x.get("change_ci_high_pct")
-    ci = f", interval {lo:+.0f} … {hi:+.0f} %" if lo is not None and hi is not None and lo == lo and hi == hi else ""
-    reason = x.get("reason")
-    verdict = (
-        f"{x['verdict']} ({reason})" if isinstance(reason, str) and x["verdict"] == "inconclusive" else x["verdict"]
-    )
-    console.print(
-        f"  vs {runs}: job step p50 {x['baseline'] / 1e6:.1f} → {x['value'] / 1e6:.1f} ms "
-        f"({x['change_pct']:+.0f} %{ci}{p}): [bold]{escape(verdict)}[/bold]",
-        highlight=False,
-        soft_wrap=True,
-    )
+    console.print(f"  vs {runs}: [bold]{escape(str(x['summary']))}[/bold]", highlight=False, soft_wrap=True)
 
 
 def print_summary(result) -> None:
@@ -407,7 +396,11 @@ def fleet(
     baseline_runs: int = typer.Option(5, help="Previous runs of the same job name pooled as the baseline."),
     threshold_pct: float = typer.Option(5.0, help="Relative step-time change that counts (%)."),
     threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
-    alpha: float = typer.Option(0.01, help="Significance level of the Mann-Whitney U test."),
+    alpha: float = typer.Option(
+        DEFAULT_ALPHA,
+        help="Level of the Mann-Whitney U test's Benjamini-Hochberg adjusted p (false discovery rate over the fleet "
+        "run); the intervals are at 1 - 2 alpha.",
+    ),
 ) -> None:
     """Only the fleet stage: rebuild fleet_stats, fleet_kernels, regressions, fleet_findings, host_health (whole
     warehouse)."""
@@ -432,22 +425,9 @@ def fleet(
             f"{len(bad)} regression(s) in {reg[['job_id', 'attempt']].drop_duplicates().shape[0]} run(s)"
             + (f"; {n_inc} run(s) inconclusive on step time (see regressions.reason)" if n_inc else "")
         )
+        console.print(testing_in_words(reg, alpha), highlight=False, soft_wrap=True)
         for r in bad.sort_values("change_pct", ascending=False).head(10).itertuples():
-            unit = 1e6 if r.metric.endswith("_ns") else 1.0
-            what = "ms" if unit == 1e6 else "%"
-            lo, hi = getattr(r, "change_ci_low_pct", None), getattr(r, "change_ci_high_pct", None)
-            u = "%" if r.metric.startswith("step_time") else "pp"
-            ci = (
-                f", interval {lo:+.0f} … {hi:+.0f} {u}"
-                if lo is not None and hi is not None and lo == lo and hi == hi
-                else ""
-            )
-            console.print(
-                f"  {r.job_id}#{r.attempt} ({r.job_name}): {r.metric} {r.baseline / unit:.2f} → "
-                f"{r.value / unit:.2f} {what} ({r.change_pct:+.0f} %{ci}, p = {r.p_value:.2g})",
-                highlight=False,
-                soft_wrap=True,
-            )
+            console.print(f"  {r.job_id}#{r.attempt} ({r.job_name}): {r.summary}", highlight=False, soft_wrap=True)
     impact = read_pandas(warehouse, ["fleet_findings"])["fleet_findings"]
     impact = impact[impact["dimension"] == "fleet"].sort_values("impact_rank") if len(impact) else impact
     if len(impact):

@@ -326,7 +326,17 @@ class RegressionRow(_Model):
     p_value: float | None
     p_adjusted: float | None = Field(default=None, description="Benjamini-Hochberg adjusted p over the fleet run.")
     verdict: str | None = Field(description="regression, improvement, unchanged, inconclusive or no_baseline.")
-    reason: str | None = Field(default=None, description="Why inconclusive or no_baseline, in words.")
+    reason: str | None = Field(
+        default=None, description="Why inconclusive or no_baseline, in words, and what would decide (steps per run)."
+    )
+    summary: str | None = Field(
+        default=None,
+        description="The row in words as the reports show it: baseline → value, change [interval], verdict, steps.",
+    )
+    noisy: bool | None = Field(default=None, description="The run's own step times are very unequal (p90/p50 > 1.5).")
+    n_steps: int | None = Field(default=None, description="Job steps of the run compared (outliers dropped).")
+    n_baseline_steps: int | None = Field(default=None, description="Job steps pooled from the baseline runs.")
+    n_dropped: int | None = Field(default=None, description="Outlier steps dropped from the run (Q3 + 3 IQR).")
     baseline_runs: list[str] = Field(description="job_id#attempt of the baseline runs.")
     changes: dict[str, Any] | None = Field(
         default=None,

@@ -1009,6 +1009,13 @@ REGRESSIONS = Table(
             "step times, at most a quarter of them.",
         ),
         Column(
+            "summary",
+            _STR,
+            "The row in words, as every reader shows it (jobs/fleet/regressions.py `in_words`): metric, baseline → "
+            "value, change [interval], verdict with the adjusted p or the reason and what would decide, steps "
+            "compared, noisy run or baseline, outlier steps dropped.",
+        ),
+        Column(
             "changes_json",
             _STR,
             "For `regression` and `improvement` rows, what differs from the baseline runs "

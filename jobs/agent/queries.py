@@ -68,6 +68,10 @@ def _str(v) -> str | None:
     return None if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else str(v)
 
 
+def _bool(v) -> bool | None:
+    return None if _str(v) is None else bool(v)
+
+
 def _job_id(job_id: str) -> str:
     return safe_id(job_id, "job id", "tool argument job_id")
 
@@ -717,6 +721,11 @@ def regressions(
             p_adjusted=_num(getattr(x, "p_adjusted", None)),
             verdict=_str(x.verdict),
             reason=_str(getattr(x, "reason", None)),
+            summary=_str(getattr(x, "summary", None)),
+            noisy=_bool(getattr(x, "noisy", None)),
+            n_steps=_int(getattr(x, "n_steps", None)),
+            n_baseline_steps=_int(getattr(x, "n_baseline_steps", None)),
+            n_dropped=_int(getattr(x, "n_dropped", None)),
             baseline_runs=[str(v) for v in (x.baseline_runs if x.baseline_runs is not None else [])],
             changes=json.loads(x.changes_json) if _str(getattr(x, "changes_json", None)) else None,
         )

@@ -38,8 +38,12 @@ Method, per run in ``run_key`` order (manifest ``created_at``, else date; then j
   and ``p_adjusted`` < ``alpha``; ``improvement`` the same the good way; ``unchanged`` only when the
   interval lies inside ± the threshold (the data show any change is smaller than the threshold); else
   ``inconclusive`` with a ``reason`` in words (too few steps, too noisy, more steps would decide, not
-  significant after the correction); ``no_baseline`` for the first run or with fewer than ``MIN_STEPS``
-  steps on a side (``reason`` says which).
+  significant after the correction) that ends with what would decide: the steps per run at which the interval
+  would be narrow enough (:func:`steps_to_decide`); ``no_baseline`` for the first run or with fewer than
+  ``MIN_STEPS`` steps on a side (``reason`` says which);
+* ``summary``: the row in words (:func:`in_words`), the one sentence every reader shows (CLI, demo, job and fleet
+  reports, MLflow tag, MCP): ``job step p50 4.26 → 48.4 ms, +1,037 % [−8 %, +1,300 %]: inconclusive — too noisy
+  …; 8 vs 8 steps, noisy baseline``.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ OUTLIER_MIN_STEPS = 8
 OUTLIER_IQR = 3.0
 #: A run is ``noisy`` when its kept step times have p90 / p50 above this.
 NOISY_P90_P50 = 1.5
+#: Default significance level of the Benjamini–Hochberg adjusted p (false discovery rate).
+DEFAULT_ALPHA = 0.01
 #: Exact U distribution up to this many run × baseline pairs, normal approximation above.
 EXACT_MAX_PAIRS = 4000
 OUTPUT_COLUMNS = [
@@ -83,7 +89,15 @@ OUTPUT_COLUMNS = [
     "n_steps",
     "n_baseline_steps",
     "n_dropped",
+    "summary",
 ]
+#: The metrics in words (:func:`in_words`).
+METRIC_WORDS = {
+    "step_time_p50_ns": "job step p50",
+    "step_time_p90_ns": "job step p90",
+    "idle_pct": "GPU idle",
+    "exposed_comm_pct": "exposed communication",
+}
 #: Input columns (one row per job step).
 INPUT_COLUMNS = [
     "job_name",
@@ -223,7 +237,7 @@ def find_regressions(
     baseline_runs: int = 5,
     threshold_pct: float = 5.0,
     threshold_pp: float = 2.0,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
 ) -> pd.DataFrame:
     """Compare every run of one or more job names with its previous runs.
 
@@ -327,17 +341,72 @@ def find_regressions(
     ]
     out["verdict"] = [v for v, _ in decided]
     out["reason"] = [w for _, w in decided]
+    out["summary"] = [
+        in_words(
+            r, threshold_pp if r["metric"] in ("idle_pct", "exposed_comm_pct") else threshold_pct, r["_base_noisy"]
+        )
+        for r in out.to_dict(orient="records")
+    ]
     return out[OUTPUT_COLUMNS]
 
 
 def _fmt(v: float, pp: bool) -> str:
-    return f"{v:+.1f} pp" if pp else f"{v:+.0f} %" if abs(v) >= 10 else f"{v:+.1f} %"
+    """``+1,037 %``, ``+4.2 %``, ``-0.8 pp`` (never ``-0.0``)."""
+    v = round(v, 1) + 0.0
+    return f"{v:+.1f} pp" if pp else f"{v:+,.0f} %" if abs(v) >= 10 else f"{v:+.1f} %"
+
+
+def _value(v: float, metric: str) -> str:
+    """A metric's value in its display unit: ms for step times, % for percentages."""
+    if metric.startswith("step_time"):
+        v = v / 1e6
+        return f"{v:,.2f} ms" if abs(v) < 10 else f"{v:,.1f} ms" if abs(v) < 100 else f"{v:,.0f} ms"
+    return f"{v:.1f} %"
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def steps_to_decide(lo: float, hi: float, threshold: float, pp: bool, n_steps: int) -> int | None:
+    """Steps per run at which an interval ``[lo, hi]`` (% change, or percentage points when ``pp``) would decide
+    against ± ``threshold``: inside it (``unchanged``) when its centre is inside, else clear of it. The interval's
+    half-width shrinks as 1/√steps on both sides (normal approximation of the Hodges–Lehmann interval, Hollander &
+    Wolfe §4.3), so the steps scale by (half-width / room)²; step times on the log scale. None when the centre sits
+    within 5 % of the threshold (more steps alone hardly decide)."""
+    if pp:
+        lo_, hi_, up, down = lo, hi, threshold, -threshold
+    else:
+        lo_, hi_ = math.log1p(lo / 100.0), math.log1p(hi / 100.0)
+        up, down = math.log1p(threshold / 100.0), math.log1p(-min(threshold, 99.0) / 100.0)
+    c, hw = (lo_ + hi_) / 2.0, (hi_ - lo_) / 2.0
+    room = min(up - c, c - down) if down < c < up else max(c - up, down - c)
+    if room <= 0.05 * (up - down) / 2.0 or hw <= 0:
+        return None
+    return max(n_steps + 1, math.ceil(n_steps * (hw / room) ** 2))
+
+
+def _min_steps_for_interval(level: float) -> int:
+    """The fewest steps per side (n vs n) that give a Hodges–Lehmann interval at ``level`` %."""
+    n = MIN_STEPS
+    while n < 50 and _u_rank(n, n, level / 100.0) < 1:
+        n += 1
+    return n
+
+
+def _decide_with(r: dict, lo: float, hi: float, thr: float, pp: bool, noisy: bool) -> str:
+    """What would decide an inconclusive row, in words."""
+    n = steps_to_decide(lo, hi, thr, pp, int(r["n_steps"]))
+    if n is None:
+        return "the change sits at the threshold: more steps alone will hardly decide"
+    more = f"about {n:,} steps per run (now {int(r['n_steps'])}) would decide"
+    return more + (", or a quieter host" if noisy else "")
 
 
 def _verdict(r: dict, threshold_pct: float, threshold_pp: float, alpha: float, level: float) -> tuple[str, str | None]:
-    """(verdict, reason) of one row (module docstring)."""
+    """(verdict, reason) of one row (module docstring); an inconclusive reason ends with what would decide."""
     metric, delta, change, p, q = r["metric"], r["delta"], r["change_pct"], r["p_value"], r["p_adjusted"]
-    if delta is None or p is None or (isinstance(p, float) and math.isnan(p)):
+    if delta is None or _missing(p):
         if r["_first"]:
             return "no_baseline", "first run of its job name"
         return "no_baseline", f"fewer than {MIN_STEPS} steps on a side"
@@ -348,19 +417,86 @@ def _verdict(r: dict, threshold_pct: float, threshold_pp: float, alpha: float, l
         return ("regression" if delta > 0 else "improvement"), None  # every metric here is lower-is-better
     lo, hi = r["change_ci_low_pct"], r["change_ci_high_pct"]
     bound = f"±{thr:g} {'pp' if pp else '%'}"
-    if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
+    if _missing(lo) or _missing(hi):
+        n = _min_steps_for_interval(level)
         return (
             "inconclusive",
-            f"too few steps: {r['n_steps']} vs {r['n_baseline_steps']} give no {level:.0f} % interval",
+            f"too few steps: {r['n_steps']} vs {r['n_baseline_steps']} give no {level:.0f} % interval; "
+            f"at least {n} steps on each side would",
         )
     if -thr <= lo and hi <= thr:
         return "unchanged", None
-    ci = f"{level:.0f} % interval {_fmt(lo, pp)} … {_fmt(hi, pp)}"
+    noisy = bool(r["noisy"] or r["_base_noisy"])
+    decide = _decide_with(r, lo, hi, thr, pp, noisy)
     if moved and lo > 0 or moved and hi < 0:
-        return "inconclusive", f"not significant after correcting for many tests: p {p:.2g}, adjusted {q:.2g}; {ci}"
+        return (
+            "inconclusive",
+            f"not significant after correcting for many tests (p {p:.2g}, adjusted {q:.2g}); {decide}",
+        )
     if hi - lo > 2 * thr:
-        if r["noisy"] or r["_base_noisy"]:
+        if noisy:
             who = " and ".join(w for w, f in (("run", r["noisy"]), ("baseline", r["_base_noisy"])) if f)
-            return "inconclusive", f"too noisy ({who} p90/p50 > {NOISY_P90_P50:g}): {ci}, wider than {bound}"
-        return "inconclusive", f"too few steps: {ci}, wider than {bound}"
-    return "inconclusive", f"more steps would decide: {ci} crosses {bound}"
+            return (
+                "inconclusive",
+                f"too noisy ({who} p90/p50 > {NOISY_P90_P50:g}), interval wider than {bound}; {decide}",
+            )
+        return "inconclusive", f"too few steps: interval wider than {bound}; {decide}"
+    return "inconclusive", f"the interval crosses {bound}; {decide}"
+
+
+def in_words(r: dict, threshold: float, baseline_noisy: bool = False) -> str:
+    """One ``regressions`` row in words — ``job step p50 4.26 → 48.4 ms, +1,037 % [−8 %, +1,300 %]:
+    inconclusive — too noisy …; 8 vs 8 steps, noisy baseline`` — from its columns (the interval is the
+    Hodges–Lehmann shift's; for the p90 row it is the shift of all steps, said so). ``threshold``: % for step
+    times, percentage points for percentages."""
+    metric = str(r["metric"])
+    pp = not metric.startswith("step_time")
+    label = METRIC_WORDS.get(metric, metric)
+    v, b = r.get("value"), r.get("baseline")
+    if r["verdict"] == "no_baseline" or _missing(b):
+        now = f" {_value(v, metric)}" if not _missing(v) else ""
+        return f"{label}{now}: no baseline — {r.get('reason') or 'no earlier run'}"
+    moved = _fmt(r["delta"], True) if pp else _fmt(r["change_pct"], False) if not _missing(r["change_pct"]) else ""
+    text = f"{label} {_value(b, metric)} → {_value(v, metric)}" + (f", {moved}" if moved else "")
+    lo, hi = r.get("change_ci_low_pct"), r.get("change_ci_high_pct")
+    if not _missing(lo) and not _missing(hi):
+        ci = f"[{_fmt(lo, pp)}, {_fmt(hi, pp)}]"
+        text += (
+            f" (all steps shifted {_fmt(r['change_est_pct'], pp)} {ci})" if metric == "step_time_p90_ns" else f" {ci}"
+        )
+    verdict = str(r["verdict"])
+    if verdict in ("regression", "improvement"):
+        text += f": {verdict}, adjusted p {r['p_adjusted']:.2g}"
+    elif verdict == "unchanged":
+        text += f": unchanged, within ±{threshold:g} {'pp' if pp else '%'}"
+    else:
+        text += f": {verdict}" + (f" — {r['reason']}" if r.get("reason") else "")
+    notes = [f"{int(r['n_steps'])} vs {int(r['n_baseline_steps'])} steps"]
+    if r.get("noisy"):
+        notes.append("noisy run")
+    if baseline_noisy:
+        notes.append("noisy baseline")
+    if r.get("n_dropped"):
+        notes.append(f"{int(r['n_dropped'])} outlier step(s) dropped")
+    return text + "; " + ", ".join(notes)
+
+
+def testing_in_words(regressions: pd.DataFrame, alpha: float = DEFAULT_ALPHA) -> str:
+    """How many tests one fleet run made and the false alarms to expect, in words: job names and runs compared,
+    (run, metric) tests, runs flagged, and the expected false alarms among them — at most ``alpha`` × flagged under
+    the Benjamini–Hochberg false discovery rate (Benjamini & Hochberg 1995) — against ``alpha`` × tests had each
+    test been read alone with nothing changed. ``""`` when nothing was tested."""
+    if regressions is None or not len(regressions) or "p_value" not in regressions.columns:
+        return ""
+    tested = regressions[regressions["p_value"].notna()]
+    if not len(tested):
+        return ""
+    flagged = tested[tested["verdict"].isin(["regression", "improvement"])]
+    names = tested["job_name"].nunique()
+    runs = tested[["job_id", "attempt"]].drop_duplicates().shape[0]
+    return (
+        f"{names:,} job name(s), {runs:,} run(s) compared, {len(tested):,} tests (run × metric); "
+        f"{len(flagged):,} flagged, of which at most about {alpha * len(flagged):.2g} expected to be false alarms "
+        f"(Benjamini-Hochberg false discovery rate {alpha:g}); read one by one at p < {alpha:g}, "
+        f"{alpha * len(tested):.2g} false alarms would be expected even if nothing had changed."
+    )

@@ -51,6 +51,7 @@ REPORT_TABLES = (
     "critical_path",
     "findings",
     "rule_coverage",
+    "regressions",
 )
 JOB_REPORT_ARTIFACT = "report/job_report.html"
 

@@ -252,7 +252,8 @@ def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dic
     ``regression/<metric>/p_value`` where defined; tag ``tracelake.regression``: ``regression`` when any
     metric regressed, else ``improvement`` when any improved, else ``inconclusive`` when any could not be decided,
     else ``unchanged`` or ``no_baseline``; ``regression/<metric>/change_ci_low_pct`` / ``change_ci_high_pct`` and
-    ``p_adjusted`` too where defined.
+    ``p_adjusted`` too where defined. Tag ``tracelake.regression_summary``: the job step p50 row in words
+    (``regressions.summary``: change, interval, verdict, reason and what would decide, steps compared).
     """
     m: dict[str, float] = {}
     if regressions is None or not len(regressions):
@@ -266,7 +267,12 @@ def regression_metrics(regressions: pd.DataFrame) -> tuple[dict[str, float], dic
     overall = next(
         (v for v in ("regression", "improvement", "inconclusive", "unchanged") if v in verdicts), "no_baseline"
     )
-    return m, {"tracelake.regression": overall}
+    tags = {"tracelake.regression": overall}
+    if "summary" in regressions.columns:
+        p50 = regressions[regressions["metric"] == "step_time_p50_ns"]["summary"].dropna()
+        if len(p50):
+            tags["tracelake.regression_summary"] = str(p50.iloc[0])[:4000]  # MLflow tag values: ≤ 5,000 chars
+    return m, tags
 
 
 def _run_rows(df: pd.DataFrame | None, job_id, attempt) -> pd.DataFrame | None:

@@ -27,9 +27,12 @@ def test_the_demo_finds_the_straggler_and_the_regression(demo):
     found = stdout[stdout.index("what the demo found") :]
     assert re.search(r"Rank 1 arrives last at \d+ of \d+ collectives; the other ranks wait [\d.]+ ms per step", found)
     assert "what to do: Find why rank 1 is late" in found
-    assert re.search(
-        r"job step p50 [\d.]+ → [\d.]+ ms \(\+\d+ %(, interval [+-]\d+ … [+-]\d+ %)?, p = [\d.e-]+\): regression", found
+    said = re.search(
+        r"vs demo-\S+-baseline#0: (job step p50 [\d.]+ ms → [\d.]+ ms, \+[\d,]+ % \[[+-][\d,.]+ %, \+[\d,.]+ %\]: "
+        r"regression, adjusted p [\d.e-]+; \d+ vs \d+ steps.*)",
+        found,
     )
+    assert said, found
     t = read_pandas(str(work / "warehouse"), ("findings", "regressions"))
     # the demo's own runs (test_one_answer adds its own traces to the same warehouse)
     f, r = (df[df["job_id"].str.startswith("demo-")] for df in (t["findings"], t["regressions"]))
@@ -43,7 +46,8 @@ def test_the_demo_finds_the_straggler_and_the_regression(demo):
         for x, lost in zip(base["ranks"], base["est_time_lost_per_step_ns"])
     )
     p50 = r[(r["metric"] == "step_time_p50_ns") & r["job_id"].str.endswith("-slow")].iloc[0]
-    assert p50["verdict"] == "regression" and p50["p_value"] < 0.01
+    assert p50["verdict"] == "regression" and p50["p_adjusted"] < 0.01
+    assert said.group(1).strip() == p50["summary"]  # the closing line is the table's row in words
     assert not (f["rule"] == "blocking_sync").any()  # a CPU-only job has no host-device synchronization
 
 
@@ -52,6 +56,9 @@ def test_the_job_report_it_points_to_names_the_finding(demo):
     uri = re.search(r"its job report: (file://\S+)", stdout).group(1)
     html = Path(urlparse(uri).path).read_text()
     assert "straggler_rank" in html and "Rank 1 arrives last" in html
+    # the run against the baseline run, in the same words as the demo's closing line
+    said = re.search(r"vs demo-\S+-baseline#0: (job step p50 .*)", stdout).group(1).strip()
+    assert '<section id="regression" class="status-regression"' in html and said in html.replace("&gt;", ">")
     assert "mlflow ui --backend-store-uri sqlite:///" in stdout
 
 
@@ -67,3 +74,6 @@ def test_mlflow_runs_say_their_top_bottleneck(demo):
     assert len(slow) == 1
     assert slow[0].data.metrics["finding/straggler_rank/lost_ms_per_step"] > 5.0
     assert slow[0].data.tags["tracelake.regression"] == "regression"
+    r = read_pandas(str(work / "warehouse"), ("regressions",))["regressions"]
+    p50 = r[(r["job_id"] == slow[0].data.tags["tracelake.job_id"]) & (r["metric"] == "step_time_p50_ns")].iloc[0]
+    assert slow[0].data.tags["tracelake.regression_summary"] == p50["summary"]

@@ -3,11 +3,13 @@ built so the expected verdicts follow from the construction."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.fleet.regressions import METRICS, bh_adjust, drop_outliers, find_regressions, is_noisy
+from jobs.fleet.regressions import METRICS, bh_adjust, drop_outliers, find_regressions, is_noisy, steps_to_decide
 
 MS = 1_000_000
 
@@ -213,4 +215,43 @@ def test_report_shows_the_interval_and_the_inconclusive_reason():
     assert _interval(-0.5, 0.3, "idle_pct") == "-0.5 … +0.3 pp"
     out = find_regressions(_frame(_run("base", "2026-11-01", BUSY_BASELINE), _run("slow", "2026-11-02", BUSY_SLOW)))
     sec = regressions_section(out)
-    assert "Inconclusive step time (1 run(s)): slow#0 (too noisy" in sec.intro
+    text = " ".join(sec.paragraphs)
+    assert "Inconclusive step time (1 run(s)): slow#0: job step p50 4.26 ms → 48.4 ms, +1,037 % [" in text
+    assert "too noisy" in text and "noisy baseline" in text
+    # how many tests the fleet run made and the false alarms to expect
+    assert "1 job name(s), 1 run(s) compared, 4 tests (run × metric); 0 flagged" in text
+
+
+def test_every_row_says_its_verdict_in_words_with_what_would_decide():
+    out = find_regressions(_frame(_run("base", "2026-11-01", BUSY_BASELINE), _run("slow", "2026-11-02", BUSY_SLOW)))
+    slow = _p50(out, "slow")
+    # the issue's busy case: change, interval, verdict, reason with a remedy, steps, noisy baseline
+    assert slow["summary"].startswith("job step p50 4.26 ms → 48.4 ms, +1,037 % [")
+    assert ": inconclusive — too noisy (baseline p90/p50 > 1.5)" in slow["summary"]
+    assert re.search(r"about \d+ steps per run \(now 8\) would decide, or a quieter host", slow["reason"])
+    assert slow["summary"].endswith("; 8 vs 8 steps, noisy baseline")
+    assert _p50(out, "base")["summary"] == "job step p50 4.26 ms: no baseline — first run of its job name"
+    p90 = out[(out["job_id"] == "slow") & (out["metric"] == "step_time_p90_ns")].iloc[0]
+    assert "(all steps shifted +" in p90["summary"]  # the p90 row says its interval is the whole shift's
+    clean = find_regressions(
+        _frame(_run("a", "2026-11-01", _jitter(50, n=8, seed=1)), _run("b", "2026-11-02", _jitter(100, n=8, seed=2)))
+    )
+    b = _p50(clean, "b")
+    assert re.fullmatch(
+        r"job step p50 50\.0 ms → 99\.\d ms, \+\d\d % \[\+\d\d %, \+1\d\d %\]: regression, adjusted p [\d.e-]+; "
+        r"8 vs 8 steps",
+        b["summary"],
+    ), b["summary"]
+    idle = clean[(clean["job_id"] == "b") & (clean["metric"] == "idle_pct")].iloc[0]
+    assert idle["summary"].endswith(": unchanged, within ±2 pp; 8 vs 8 steps") and "-0.0" not in idle["summary"]
+
+
+def test_steps_to_decide_scales_with_the_square_of_the_interval():
+    # ×/÷ 1.2 around 0 against ±5 %: on the log scale the half-width must shrink ×3.7 → ≈ 14× the steps
+    n = steps_to_decide(100 * (1 / 1.2 - 1), 20.0, 5.0, False, 8)
+    assert 8 * 13 < n < 8 * 15
+    assert steps_to_decide(-1.0, 3.0, 2.0, True, 10) == 10 * 4  # pp: centre 1, room 1, half-width 2 → ×4
+    assert steps_to_decide(0.0, 10.0, 5.0, False, 8) is None  # centred on the threshold: steps alone won't decide
+    few = find_regressions(_frame(_run("a", "2026-11-01", [100, 101, 99]), _run("b", "2026-11-02", [100, 102, 98])))
+    r = _p50(few, "b")
+    assert r["verdict"] == "inconclusive" and "at least" in r["reason"] and "steps on each side would" in r["reason"]

@@ -147,7 +147,34 @@ def _hostile_tables(base: dict) -> dict:
     )
     t["captures"].loc[0, "uri"] = "/landing/" + HOSTILE + ".json"
     t["rule_coverage"] = coverage_frame({"host_bound_launch": "ran", "straggler_rank": "ran"}, job_id="trace_filter")
+    t["regressions"] = _regressions_of("trace_filter")
     return t
+
+
+def _regressions_of(job_id: str) -> pd.DataFrame:
+    """``regressions`` rows of ``job_id`` against one earlier run ``earlier`` of its job name: 10 steps of ≈ 10 ms,
+    then 10 of ≈ 20 ms (a regression)."""
+    from jobs.fleet.regressions import find_regressions
+
+    rows = [
+        {
+            "job_name": "nightly",
+            "job_id": j,
+            "attempt": 0,
+            "run_key": key,
+            "run_date": key,
+            "step": i,
+            "step_time_ns": int(ms * (1 + 0.002 * i) * 1e6),
+            "rank_step_time_ns": int(ms * 1e6),
+            "kernel_time_ns": int(ms * 1e6),
+            "idle_time_ns": int(ms * 1e5),
+            "exposed_comm_ns": 0,
+        }
+        for j, key, ms in (("earlier", "2023-04-27", 10.0), (job_id, "2023-04-28", 20.0))
+        for i in range(10)
+    ]
+    r = find_regressions(pd.DataFrame(rows))
+    return r[r["job_id"] == job_id].reset_index(drop=True)
 
 
 def _scripts(html: str) -> list[str]:
@@ -174,6 +201,13 @@ def test_job_report_escapes_every_name_from_a_trace(job_tables):
     for plot in ("step_breakdown", "idle_breakdown", "top_kernels", "collective_wait", "critical_path"):
         assert f'data-plot="{plot}"' in html, plot
     assert 'data-unavailable=' not in html.split('id="data-quality"')[0]  # every analysis section has data
+    # the run against its earlier run, in words: change, interval, verdict
+    assert re.search(
+        r'<section id="regression" class="status-regression".*?job step p50 10\.\d+ ms → 20\.\d+ ms, \+\d+ % '
+        r"\[\+\d+ %, \+\d+ %\]: regression, adjusted p",
+        html,
+        flags=re.S,
+    )
 
 
 def test_job_report_with_missing_tables_says_not_available(job_tables):

@@ -15,6 +15,7 @@ import re
 import pandas as pd
 
 from jobs.analyze.windows import analysis_windows
+from jobs.fleet.regressions import testing_in_words
 from jobs.fleet.stats import RUN_COLUMNS, fleet_stats, job_steps_frame
 from jobs.fleet.window import WINDOW_DAYS, capture_days, window
 from jobs.publish.report.blocks import Section, fmt_int, fmt_ms, fmt_num, fmt_text, table_view
@@ -123,11 +124,16 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
     if not len(r):
         sec.note, sec.status = "Not available: no runs compared yet.", "unavailable"
         return sec
-    if "reason" in r.columns:
+    tests = testing_in_words(r)
+    if tests:
+        sec.paragraphs.append("Tested: " + tests)
+    if "summary" in r.columns:
         inc = r[(r["verdict"] == "inconclusive") & (r["metric"] == "step_time_p50_ns")]
         if len(inc):
-            sec.intro += f" Inconclusive step time ({len(inc)} run(s)): " + "; ".join(
-                f"{x.job_id}#{int(x.attempt)} ({x.reason})" for x in inc.head(5).itertuples()
+            sec.paragraphs.append(
+                f"Inconclusive step time ({len(inc)} run(s)): "
+                + "; ".join(f"{x.job_id}#{int(x.attempt)}: {x.summary}" for x in inc.head(5).itertuples())
+                + (f"; … {len(inc) - 5} more" if len(inc) > 5 else "")
             )
     if not len(moved):
         n = r[["job_id", "attempt"]].drop_duplicates().shape[0]
@@ -159,7 +165,8 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
                 ("baseline", "baseline", lambda v: fmt_num(v, 2), "num"),
                 ("change_pct", "change %", _pct, "num"),
                 ("interval", "98 % interval", fmt_text, "num"),
-                ("p_value", "p", lambda v: "—" if v != v or v is None else f"{v:.1e}", "num"),
+                ("p_adjusted", "p adjusted (BH)", _p, "num"),
+                ("p_value", "p raw", _p, "num"),
                 ("baseline_runs", "baseline runs", fmt_text, "name"),
                 ("changed", "what changed", fmt_text, "name"),
             ],
@@ -168,6 +175,10 @@ def regressions_section(regressions: pd.DataFrame | None, top: int = 20, stats: 
         )
     )
     return sec
+
+
+def _p(v) -> str:
+    return "—" if v is None or v != v else f"{v:.1e}"
 
 
 def _interval(lo, hi, metric: str) -> str:

@@ -81,20 +81,22 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
 
     Args:
         tables: ``{table name: pandas DataFrame}`` of the job: any of ``captures``, ``ranks``,
-            ``steps``, ``kernels``, ``collectives``, ``critical_path``, ``findings``, ``rule_coverage`` (and optionally
+            ``steps``, ``kernels``, ``collectives``, ``critical_path``, ``findings``, ``rule_coverage``, ``regressions`` (and optionally
             ``events`` for top kernels when ``kernels`` is absent). Missing or empty tables give a
             "not available" note in their section.
         validation: a :class:`jobs.validate.report.ValidationReport` to summarize, if any.
         title: page title (default ``tracelake job <job_id> (attempt N)``).
 
     Sections: the verdict (ok only when the rules that could judge the job ran and none fired:
-    :mod:`jobs.publish.verdict`; top bottleneck, its cost, what to do), rule coverage, findings, step-time breakdown per rank,
+    :mod:`jobs.publish.verdict`; top bottleneck, its cost, what to do), the run against the previous runs of its job
+    name (regression verdict and interval in words), rule coverage, findings, step-time breakdown per rank,
     idle-time breakdown, top kernels, collective wait heatmap, critical-path summary (related to the
     straggler), data quality, captures, the capture-flag glossary.
     """
     job_id, attempt = S.job_identity(tables)
     secs = [
         S.verdict_section(tables),
+        S.regression_section(tables),
         S.coverage_section(tables),
         S.findings_section(tables),
         S.step_section(tables),

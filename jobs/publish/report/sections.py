@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.analyze.findings.ranking import LOST_UNITS, LOST_WORDS, finding_window
+from jobs.fleet.regressions import METRICS
 from jobs.publish.headline import HEADLINE_LABELS, labels_for, one_headline, whole_trace
 from jobs.publish.report import plots as P
 from jobs.publish.report.blocks import (
@@ -212,6 +213,30 @@ def verdict_section(tables: dict) -> Section:
                 ],
                 caption="Then",
             )
+        )
+    return sec
+
+
+def regression_section(tables: dict) -> Section:
+    """The run against the previous runs of its job name (``regressions`` rows, :mod:`jobs.fleet.regressions`):
+    the job step p50 verdict in words first (``summary``: change, 98 % interval, verdict, what would decide), then
+    the other metrics and the baseline runs. Status badge: the step-time verdict."""
+    key, title = "regression", "Against previous runs"
+    r = _get(tables, "regressions")
+    if r is None or not len(r) or "summary" not in r.columns:
+        return unavailable(key, title, "the fleet stage has not compared this run with earlier runs of its job name.")
+    order = {m: i for i, m in enumerate(METRICS)}
+    r = r.assign(_o=r["metric"].map(order).fillna(len(order))).sort_values("_o")
+    p50 = r[r["metric"] == "step_time_p50_ns"]
+    head = p50.iloc[0] if len(p50) else r.iloc[0]
+    runs = head.get("baseline_runs")
+    runs = [str(b) for b in runs] if runs is not None and len(runs) else []
+    sec = Section(key, title, intro=str(head["summary"]) + ".", status=str(head["verdict"]))
+    sec.paragraphs.extend(f"{x.summary}." for x in r.itertuples() if x.metric != head["metric"])
+    if runs:
+        sec.paragraphs.append(
+            "Baseline: the pooled steps of " + ", ".join(runs) + " (the previous runs of its job name). Intervals: "
+            "Hodges-Lehmann, 98 %; verdicts on the Benjamini-Hochberg adjusted p over the fleet run."
         )
     return sec
 
