@@ -610,25 +610,23 @@ def _child_env_setup() -> None:
 
 
 def _straggler_check(spark, warehouse: str) -> dict[str, Any]:
-    """Per job: ranks named by its ``straggler_rank`` findings, and the rank with the most last arrivals."""
+    """Per job: ranks named by its ``straggler_rank`` findings, and the rank with the most last arrivals
+    (both tables read through the storage seam: their Delta snapshots, not the folders)."""
     from pyspark.sql import functions as F
 
+    from jobs.warehouse import read_spark
+
     out: dict[str, Any] = {}
-    try:
-        f = (
-            spark.read.parquet(os.path.join(warehouse, "findings"))
-            .filter(F.col("rule") == "straggler_rank")
-            .select("job_id", "ranks")
-            .toPandas()
-        )
+    findings = read_spark(spark, warehouse, "findings")
+    if findings is not None:  # None: no findings table (or no rows)
+        f = findings.filter(F.col("rule") == "straggler_rank").select("job_id", "ranks").toPandas()
         for job, g in f.groupby("job_id"):
             out.setdefault(job, {})["finding_ranks"] = sorted({int(r) for rs in g["ranks"] for r in rs})
-    except Exception as exc:  # no findings table
-        if "PATH_NOT_FOUND" not in str(exc):
-            raise
+    collectives = read_spark(spark, warehouse, "collectives")
+    if collectives is None:
+        return out
     c = (
-        spark.read.parquet(os.path.join(warehouse, "collectives"))
-        .groupBy("job_id", "rank")
+        collectives.groupBy("job_id", "rank")
         .agg(F.sum(F.col("is_last_arrival").cast("int")).alias("last"), F.count("*").alias("calls"))
         .toPandas()
     )

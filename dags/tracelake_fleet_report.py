@@ -5,7 +5,8 @@ the Airflow Variables (:mod:`jobs.pipeline.settings`); ``fleet_report`` renders 
 over every job in the warehouse from the fleet tables the ingest's ``fleet`` stage keeps
 (step-time percentiles and idle time by job, device and date, regressions) and logs the MLflow
 fleet run of the day (``fleet-<date>`` in experiment ``tracelake-fleet``, replaced when re-run the
-same day). It reads the warehouse with pyarrow: no Spark application.
+same day). It reads the warehouse with pyarrow: no Spark application. Then ``maintain`` compacts the tables'
+small files and vacuums the files no version of the last 7 days needs (``tracelake maintain``).
 """
 
 from __future__ import annotations

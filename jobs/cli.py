@@ -28,8 +28,11 @@ from jobs.fleet.regressions import DEFAULT_ALPHA, testing_in_words
 from jobs.publish.headline import HEADLINE_LABELS, headline
 from jobs.publish.verdict import job_verdict
 from jobs.spark import get_spark
-from jobs.sql import run_sql
-from jobs.warehouse import read_pandas, register_views
+from jobs.sql import parse_as_of, run_sql
+from jobs.warehouse import CommitError, read_pandas, register_views
+from jobs.warehouse import history as warehouse_history
+from jobs.warehouse import maintain as warehouse_maintain
+from jobs.warehouse import migrate as warehouse_migrate
 
 
 class Executor(str, enum.Enum):
@@ -469,9 +472,80 @@ def sql(
     warehouse: str = typer.Option(..., help="Warehouse folder."),
     limit: int = typer.Option(50, help="Rows to print."),
     fmt: str = typer.Option("table", "--format", help="table (vertical when wider than 10 columns), csv or json."),
+    as_of: str | None = typer.Option(
+        None,
+        "--as-of",
+        help="Read the tables as they were: a table version (see 'tracelake history') or an ISO 8601 time (UTC).",
+    ),
 ) -> None:
-    """Run one Spark SQL query over the warehouse tables."""
-    _print_frame(run_sql(get_spark(), warehouse, query).limit(limit).toPandas(), fmt)
+    """Run one Spark SQL query over the warehouse tables (their latest versions, or those current --as-of)."""
+    try:
+        when = parse_as_of(as_of)
+    except ValueError as exc:
+        console.print(f"[red]tracelake sql:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    _print_frame(run_sql(get_spark(), warehouse, query, as_of=when).limit(limit).toPandas(), fmt)
+
+
+@app.command()
+def history(
+    table: str | None = typer.Argument(None, help="A warehouse table (default: every table's latest version)."),
+    warehouse: str = typer.Option(..., help="Warehouse folder (or URI)."),
+    limit: int = typer.Option(20, help="Commits to print for TABLE."),
+) -> None:
+    """The versions of the warehouse tables: for TABLE every commit (version, time, operation, the run that wrote
+    it, files added and removed); without TABLE each table's latest version. 'tracelake sql --as-of' reads any."""
+    from schemas import FLEET_TABLES, TABLES
+
+    names = [*TABLES, *FLEET_TABLES]
+    if table is not None and table not in names:
+        console.print(f"[red]tracelake history:[/red] no table {escape(table)!r}; tables: {', '.join(names)}")
+        raise typer.Exit(2)
+    for name in [table] if table else names:
+        for h in warehouse_history(warehouse, name, limit if table else 1):
+            files = f", files +{h['files_added']} -{h['files_removed']}" if h["files_added"] is not None else ""
+            console.print(
+                f"{name} v{h['version']}  {h['time']}  {h['operation']}"
+                + (f"  run {h['run']}" if h["run"] else "")
+                + (f"  write {h['write_id']}" if h["write_id"] else "")
+                + files,
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
+@app.command()
+def maintain(
+    warehouse: str = typer.Option(..., help="Warehouse folder (or URI)."),
+    retention_hours: float = typer.Option(
+        168.0, help="Keep the files any table version of the last this-many hours needs (7 days: --as-of reaches)."
+    ),
+) -> None:
+    """Compact small data files and vacuum the files no recent version references (safe while runs and readers
+    work); the fleet report DAG runs it daily."""
+    done = warehouse_maintain(warehouse, retention_hours=retention_hours)
+    for name, m in done.items():
+        console.print(
+            f"{name}: {m['files_compacted']} small files compacted into {m['files_added']}, "
+            f"{m['files_vacuumed']} unreferenced files deleted, version {m['version']}"
+            + (" (compaction skipped: a writer committed first)" if m["skipped"] else ""),
+            highlight=False,
+        )
+    if not done:
+        console.print("no table written yet")
+
+
+@app.command()
+def migrate(warehouse: str = typer.Option(..., help="Warehouse folder (or URI) of the pre-Delta layout.")) -> None:
+    """Convert a warehouse written before the tables became Delta Lake tables, once, in place (no data file is
+    rewritten; validation marks and MLflow references are untouched)."""
+    try:
+        done = warehouse_migrate(warehouse)
+    except CommitError as exc:
+        console.print(f"[red]tracelake migrate:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    for name, what in done.items():
+        console.print(f"{name}: {what}", highlight=False)
 
 
 @app.command()

@@ -22,6 +22,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 #: Worker processes of the local executor (default: the CPUs this process may run on).
 WORKERS_ENV = "TRACELAKE_LOCAL_WORKERS"
@@ -35,12 +36,19 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: Modules the fork server imports once, before it forks the workers (they start with them loaded).
+PRELOAD = ("numpy", "pandas", "pyarrow.dataset", "pyarrow.parquet", "jobs.warehouse")
+
+
 class LocalExecutor:
     """The embedded executor: a pool of worker processes on this machine, no JVM.
 
     The pool starts at the first :meth:`map` and is kept for the run (every stage reuses it), so
-    worker start-up is paid once. Workers are forked: they start in milliseconds with the driver's
-    imports already loaded.
+    worker start-up is paid once. Workers are forked from a fork server (``multiprocessing`` "forkserver"), not
+    from the driver: the driver's delta-rs runtime (its threads) must never be copied into a child, which would
+    panic on its first table read. The fork server imports :data:`PRELOAD` (and ``preload`` of :meth:`start`)
+    once, so workers start in milliseconds with them loaded. Each task runs with the driver's environment at
+    the time of the :meth:`map` call.
 
     Args:
         workers: processes in the pool (default ``$TRACELAKE_LOCAL_WORKERS`` or :func:`available_cpus`).
@@ -51,17 +59,16 @@ class LocalExecutor:
     def __init__(self, workers: int | None = None):
         self.workers = int(workers or os.environ.get(WORKERS_ENV) or available_cpus())
         self._pool: ProcessPoolExecutor | None = None
+        self._preload: tuple[str, ...] = PRELOAD
 
-    def start(self, warm: Callable[[], object] | None = None) -> LocalExecutor:
-        """Start the pool and fork its workers now (each runs a no-op): afterwards the driver may start
-        threads without a later fork copying their locks. Returns ``self``.
+    def start(self, preload: Iterable[str] = ()) -> LocalExecutor:
+        """Start the pool and its workers now (each runs a no-op). Returns ``self``.
 
-        ``warm``: called in the driver first, before the fork: imports and set-up every worker would
-        otherwise repeat (e.g. the Great Expectations context, ~5 CPU s per process) are then paid once
-        and inherited by the workers.
+        ``preload``: more modules for the fork server to import before it forks the workers (e.g. Great
+        Expectations, ~3 CPU s to import): paid once, inherited by every worker. Only before the pool first
+        starts in this process (the fork server is started once).
         """
-        if warm is not None and self._pool is None:
-            warm()
+        self._preload = tuple(dict.fromkeys([*self._preload, *preload]))
         list(self._ensure_pool().map(_noop, range(self.workers)))
         return self
 
@@ -78,11 +85,13 @@ class LocalExecutor:
         items = list(items)
         if not items:
             return iter(())
-        return self._ensure_pool().map(fn, items, chunksize=1)
+        return self._ensure_pool().map(partial(_with_env, dict(os.environ), fn), items, chunksize=1)
 
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(list(self._preload))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx)
         return self._pool
 
     def close(self) -> None:
@@ -99,6 +108,14 @@ class LocalExecutor:
 
     def __repr__(self) -> str:
         return f"LocalExecutor(workers={self.workers})"
+
+
+def _with_env(env: dict, fn: Callable, item):
+    """Run ``fn(item)`` in a worker with the driver's environment of the map call."""
+    if os.environ != env:
+        os.environ.clear()
+        os.environ.update(env)
+    return fn(item)
 
 
 def _noop(_item) -> None:

@@ -2,9 +2,8 @@
 
 One place that knows how to start Spark the way these jobs need it: the Python workers run
 the same interpreter as the driver (``PYSPARK_PYTHON``), the driver binds to loopback by
-default, and Parquet partitions are overwritten dynamically so that re-running a stage on
-the same input replaces its partitions instead of duplicating rows (how tables on object stores are
-written; local warehouses are written by the crash-safe staged publish of :mod:`jobs.commit`).
+default. Tables are written through the storage seam (:mod:`jobs.warehouse`: Spark's tasks write Parquet
+files, the driver commits them to the Delta table), never by Spark's own writers.
 """
 
 from __future__ import annotations

@@ -1,30 +1,37 @@
 """The storage seam: the one module that reads, writes, replaces and commits warehouse tables.
 
-Tables live at ``{warehouse}/{table}``, Hive-partitioned Parquet (:data:`schemas.TABLES`,
-:data:`schemas.FLEET_TABLES`). Stages reach them only through this module: they hand it rows (a Spark
-DataFrame, a ``pyarrow.Table``, or the rows their local-executor workers wrote) and read snapshots back.
-The commit protocol behind it (:mod:`jobs.commit`: staging, journal, exchange, trash, ``flock``) is
-private to this module (import-linter contract "Only the warehouse imports the commit protocol"), so it
-can be replaced (by a table format with a transaction log) without touching a stage.
+Every table lives at ``{warehouse}/{table}`` as a Delta Lake table (:data:`schemas.TABLES`,
+:data:`schemas.FLEET_TABLES`): Hive-partitioned Parquet data files plus the transaction log ``_delta_log/``,
+written and read with delta-rs (the ``deltalake`` package: no JVM). Stages reach the tables only through this
+module: they hand it rows (a Spark DataFrame, a ``pyarrow.Table``, or the rows their local-executor workers
+wrote) and read snapshots back. The table transaction behind it (:mod:`jobs.commit`) is private to this module
+(import-linter contract "Only the warehouse imports the commit protocol").
 
-Reads (a snapshot): :func:`read_spark`, :func:`read_arrow`, :func:`read_pandas`, :func:`read_frames`,
-:func:`table_columns`, :func:`exists`, :func:`register_views`. A table that was never written reads as
-``None`` (Spark, Arrow) or as an empty frame with the table's columns (pandas), and is an empty view of its
-declared schema in SQL; every other read error is raised. On a local warehouse each partition (``date=…/job_id=…``) a read sees is complete, old or new,
-never partial; a read that overlaps a write can see one job's new rows next to another job's old ones.
+Reads (a snapshot — the latest version, or ``as_of`` a version number or time): :func:`read_spark` (the
+snapshot's file list; ``format("delta")`` where delta-spark is installed), :func:`read_arrow`,
+:func:`read_pandas`, :func:`read_frames`, :func:`table_columns`, :func:`exists`, :func:`register_views`,
+:func:`table_versions`, :func:`history`. A table that was never written reads as ``None`` (Spark, Arrow) or as
+an empty frame with the table's columns (pandas), and is an empty view of its declared schema in SQL; a table
+of the pre-Delta layout raises :class:`jobs.commit.CommitError` naming ``tracelake migrate``; every other read
+error is raised. A read sees one committed version of each table: never a partial write, on local disk and on
+S3. Other engines read the same tables: ``duckdb.sql("SELECT * FROM delta_scan('<wh>/steps')")``,
+``polars.read_delta("<wh>/steps")``, ``deltalake.DeltaTable("<wh>/steps").to_pandas()``.
 
 Writes:
 
 * :func:`write_table` — replace the rows of the jobs in ``rows`` (and, with ``replace_jobs``, every other
-  row of those jobs): crash-safe on a local warehouse, each partition swapped in whole.
+  row of those jobs) in one Delta commit: atomic, concurrent writers retried, on local disk and S3.
 * :func:`work_dir`, :func:`stage_rows`, :func:`staged_rows` — the local executor's workers write their rows
   into folders of a run's work area, and the driver hands them to :func:`write_table` without reading them.
-* :func:`recover` — finish (or roll back) a write that a killed run left, before anything reads.
+* :func:`recover` — remove dead runs' work folders (a killed commit needs no recovery).
+* :func:`maintain` — compact small files, vacuum unreferenced ones; :func:`migrate` — convert a warehouse of
+  the old layout once.
 * :func:`write_text_atomic` — a small file (a validation mark, a findings document) replaced whole.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import posixpath
 from collections.abc import Iterable, Mapping
@@ -36,44 +43,79 @@ from urllib.parse import quote
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 
-from jobs.commit import CommitResult, move_staged, stage_arrow, write_partitions
+from jobs.commit import RETENTION_HOURS as _RETENTION_HOURS
+from jobs.commit import CommitError as CommitError  # re-exported: readers and the CLI catch it
+from jobs.commit import CommitResult, live_files, move_staged, open_table, stage_arrow, write_partitions
+from jobs.commit import maintain as _maintain
+from jobs.commit import migrate as _migrate
 from jobs.commit import recover as _recover
+from jobs.commit import table_uri as _table_uri
 from jobs.commit import work_dir as _work_dir
 from jobs.commit import write_text_atomic as _write_text_atomic
 from jobs.executor import is_local
 from schemas import FLEET_TABLES, TABLES, declared
 
-#: Spark's messages for a table folder that does not exist yet or holds no Parquet file.
-_NOT_WRITTEN = ("PATH_NOT_FOUND", "UNABLE_TO_INFER_SCHEMA")
-
 
 def table_path(warehouse: str, table: str) -> str:
     """``{warehouse}/{table}`` (any fsspec URI or local folder)."""
-    return posixpath.join(warehouse.rstrip("/"), table)
+    return _table_uri(warehouse, table)
 
 
-def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = None):
-    """A warehouse table as a Spark DataFrame, restricted to ``job_ids`` when given.
+#: A table version to read: a version number, an ISO 8601 time or a ``datetime`` (the version current then), or
+#: ``None`` for the latest.
+AsOf = int | str | _dt.datetime | None
+
+
+def _snapshot(warehouse: str, table: str, as_of: AsOf = None):
+    """The table's Delta snapshot (``deltalake.DeltaTable``) at ``as_of``; ``None`` when never written."""
+    return open_table(table_path(warehouse, table), as_of)
+
+
+def _files(dt, table: str, job_ids) -> list[str]:
+    """The live data files of a snapshot (absolute paths or URIs), only ``job_ids``' when given."""
+    root = dt.table_uri.rstrip("/")
+    if root.startswith("file://"):
+        root = root[len("file://") :]
+    want = {str(j) for j in job_ids} if job_ids is not None else None
+    return [
+        posixpath.join(root, f["path"])
+        for f in live_files(dt)
+        if want is None or str(f["partition"].get("job_id")) in want
+    ]
+
+
+def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = None, as_of: AsOf = None):
+    """A warehouse table as a Spark DataFrame, restricted to ``job_ids`` when given: the snapshot's data files
+    (its Delta log's file list; pyspark ships no Delta reader) read with the table's schema, partition columns
+    from the paths. On a cluster with delta-spark, ``spark.read.format("delta").load(path)`` reads the same table.
+
+    Args:
+        as_of: a version number or time (:data:`AsOf`); default the latest version.
 
     Returns:
-        The DataFrame, or ``None`` when the table was never written.
+        The DataFrame, or ``None`` when the table was never written or holds no rows (of ``job_ids``).
 
     Raises:
+        jobs.commit.CommitError: the table is of the pre-Delta layout (run ``tracelake migrate``).
         pyspark's AnalysisException for any other read error (corrupt files, permissions).
     """
-    from pyspark.sql import functions as F  # heavy: pyspark, only on the Spark path
+    from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark, only on the Spark path
 
-    try:
-        df = spark.read.parquet(table_path(warehouse, table))
-    except Exception as exc:  # noqa: BLE001 — only "not written yet" is expected
-        if any(m in str(exc) for m in _NOT_WRITTEN):
-            return None
-        raise
-    if job_ids is not None:
-        df = df.filter(F.col("job_id").cast("string").isin([str(j) for j in job_ids]))
-    return df
+    dt = _snapshot(warehouse, table, as_of)
+    if dt is None:
+        return None
+    files = _files(dt, table, job_ids)
+    if not files:
+        return None
+    schema = from_arrow_schema(_arrow_schema(dt))
+    root = table_path(warehouse, table)
+    return spark.read.schema(schema).option("basePath", root).parquet(*files)
+
+
+def _arrow_schema(dt) -> pa.Schema:
+    """A snapshot's schema as ``pyarrow`` (every column nullable, as Parquet files read back)."""
+    return pa.schema(dt.schema().to_arrow())
 
 
 def to_pandas_exact(df) -> pd.DataFrame:
@@ -100,13 +142,8 @@ def read_frames(engine, warehouse: str, tables, job_ids: list[str]) -> dict[str,
 
 
 def exists(warehouse: str, table: str) -> bool:
-    """Whether ``table`` has been written under ``warehouse`` (its folder exists)."""
-    fs, root = _fs(table_path(warehouse, table))
-    return fs.get_file_info(root).type != pafs.FileType.NotFound
-
-
-def _fs(path: str):
-    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    """Whether ``table`` has been written under ``warehouse`` (it is a Delta table)."""
+    return _snapshot(warehouse, table) is not None
 
 
 def exact_ints(arrow_type):
@@ -119,50 +156,50 @@ def exact_ints(arrow_type):
     }.get(arrow_type)
 
 
-def _dataset(warehouse: str, table: str):
-    decl = declared(table)
-    fs, root = _fs(table_path(warehouse, table))
-    if fs.get_file_info(root).type == pafs.FileType.NotFound:
-        return None
-    part = ds.partitioning(pa.schema([(p, pa.string()) for p in decl.partition_by]), flavor="hive")
-    return ds.dataset(
-        root, filesystem=fs, format="parquet", partitioning=part, exclude_invalid_files=True, ignore_prefixes=[".", "_"]
-    )
+def _dataset(warehouse: str, table: str, as_of: AsOf = None):
+    dt = _snapshot(warehouse, table, as_of)
+    return None if dt is None else dt.to_pyarrow_dataset()
 
 
 def table_columns(warehouse: str, table: str) -> list[str] | None:
-    """The columns ``table`` has in the warehouse (its Parquet schema plus the partition columns), without
-    reading rows; ``None`` when it was never written."""
-    dataset = _dataset(warehouse, table)
-    if dataset is None:
-        return None
-    return list(dataset.schema.names) if dataset.files else declared(table).names  # no rows left: the declared ones
+    """The columns ``table`` has in the warehouse (its Delta schema), without reading rows; ``None`` when it was
+    never written."""
+    dt = _snapshot(warehouse, table)
+    return None if dt is None else list(_arrow_schema(dt).names)
 
 
-def read_arrow(warehouse: str, table: str, job_ids: list[str] | None = None, columns=None, filter=None):
-    """Rows of one table as a ``pyarrow.Table``, without Spark (``pyarrow.dataset``).
+def table_version(warehouse: str, table: str) -> int | None:
+    """The latest version of ``table`` (Delta log version); ``None`` when never written."""
+    dt = _snapshot(warehouse, table)
+    return None if dt is None else int(dt.version())
 
-    Partition columns (``date``, ``job_id``) are read as strings; ``_``- and ``.``-prefixed files (marks,
-    staging) are skipped.
+
+def read_arrow(
+    warehouse: str, table: str, job_ids: list[str] | None = None, columns=None, filter=None, as_of: AsOf = None
+):
+    """Rows of one table as a ``pyarrow.Table``, without Spark: the snapshot's ``pyarrow.dataset`` (delta-rs).
+
+    Partition columns (``date``, ``job_id``) are strings.
 
     Args:
         job_ids: only these jobs (partition-pruned; ``None`` = all).
         columns: declared columns to read (default: all that exist, in declaration order).
         filter: a further ``pyarrow.dataset`` expression.
+        as_of: a version number or time (:data:`AsOf`); default the latest version.
 
     Returns:
         The table, or ``None`` when it was never written.
+
+    Raises:
+        jobs.commit.CommitError: the table is of the pre-Delta layout (run ``tracelake migrate``).
     """
-    dataset = _dataset(warehouse, table)
+    dataset = _dataset(warehouse, table, as_of)
     if dataset is None:
         return None
     filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
     if filter is not None:
         filt = filter if filt is None else filt & filter
     wanted = columns if columns is not None else declared(table).names
-    if not dataset.files:  # written, but no rows left (an empty batch, or every job's rows replaced)
-        schema = declared(table).arrow_schema()
-        return schema.empty_table().select([c for c in wanted if c in schema.names])
     return dataset.to_table(filter=filt, columns=[c for c in wanted if c in dataset.schema.names])
 
 
@@ -193,13 +230,17 @@ def read_pandas(
     return out
 
 
-def register_views(spark, warehouse: str) -> list[str]:
+def register_views(spark, warehouse: str, as_of: AsOf = None) -> list[str]:
     """A Spark temp view per documented warehouse table (:data:`schemas.TABLES`, :data:`schemas.FLEET_TABLES`),
-    named as the table.
+    named as the table, each over its snapshot (the latest version, or the one current at ``as_of``).
 
     A table never written, or written with no rows left (e.g. ``fleet_findings`` when no finding falls in the
     window), is registered as an empty view with its declared columns and types, so every documented table
     can be queried (``SELECT * FROM fleet_findings`` returns 0 rows, not TABLE_OR_VIEW_NOT_FOUND).
+
+    Args:
+        as_of: a version number (of every table: rarely meaningful) or a time (:data:`AsOf`); a table created after
+            that time is an empty view.
 
     Returns:
         The registered names: every table of :data:`schemas.TABLES` and :data:`schemas.FLEET_TABLES`, in order.
@@ -208,12 +249,47 @@ def register_views(spark, warehouse: str) -> list[str]:
 
     registered = []
     for name in [*TABLES, *FLEET_TABLES]:
-        df = read_spark(spark, warehouse, name)
+        try:
+            df = read_spark(spark, warehouse, name, as_of=as_of)
+        except Exception as exc:  # noqa: BLE001 — a table younger than as_of has no version then
+            if as_of is None or "version" not in str(exc).lower():
+                raise
+            df = None
         if df is None:
             df = spark.createDataFrame([], from_arrow_schema(declared(name).arrow_schema()))
         df.createOrReplaceTempView(name)
         registered.append(name)
     return registered
+
+
+def table_versions(warehouse: str, tables=None) -> dict[str, int | None]:
+    """``{table: latest version}`` of ``tables`` (default every documented table); ``None`` for a table never
+    written. What a reader states so that its answer can be reproduced (``--as-of``)."""
+    return {t: table_version(warehouse, t) for t in (tables or [*TABLES, *FLEET_TABLES])}
+
+
+def history(warehouse: str, table: str, limit: int | None = None) -> list[dict]:
+    """The commits of ``table``, newest first: ``{"version", "time"`` (ISO 8601 UTC), ``"operation"``,
+    ``"write_id"``, ``"run"`` (who wrote it: ``$TRACELAKE_RUN_LABEL`` or host:pid), ``"files_added"``,
+    ``"files_removed"}``; ``[]`` when never written (Delta log, ``DESCRIBE HISTORY``)."""
+    dt = _snapshot(warehouse, table)
+    if dt is None:
+        return []
+    out = []
+    for h in dt.history(limit):
+        m = h.get("operationMetrics") or {}
+        out.append(
+            {
+                "version": int(h.get("version", -1)),
+                "time": _dt.datetime.fromtimestamp(h["timestamp"] / 1000, _dt.UTC).isoformat(timespec="milliseconds"),
+                "operation": str(h.get("operation", "")),
+                "write_id": h.get("tracelake.write_id"),
+                "run": h.get("tracelake.run"),
+                "files_added": h.get("tracelake.files_added", m.get("num_added_files")),
+                "files_removed": h.get("tracelake.files_removed", m.get("num_removed_files")),
+            }
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- writes
@@ -298,11 +374,11 @@ def _relabel_job(job_id: str, rel: str) -> str:
 
 def write_table(rows, warehouse: str, table: str, replace_jobs=None) -> CommitResult:
     """Replace the rows of ``table`` that ``rows`` holds: the partitions (``date=…/job_id=…``) it has rows for
-    are replaced whole, the others kept.
+    are replaced whole, the others kept — in one Delta commit (:mod:`jobs.commit`).
 
-    On a local warehouse the write is crash-safe: a run killed at any point leaves every partition complete,
-    old or new, and the next write or :func:`recover` finishes it; readers never see a partial partition.
-    On an object store each partition is overwritten in place (see :mod:`jobs.commit`).
+    The write is atomic on any warehouse location: a run killed at any point leaves the table at its old or its
+    new version; a concurrent writer of the same table makes this one re-read and retry, never lose or
+    duplicate rows.
 
     Args:
         rows: the rows with the table's columns (partition columns included): a Spark DataFrame, a
@@ -312,12 +388,12 @@ def write_table(rows, warehouse: str, table: str, replace_jobs=None) -> CommitRe
             for no job leave a table that was never written unwritten.
 
     Returns:
-        What was published (:class:`jobs.commit.CommitResult`).
+        What was committed (:class:`jobs.commit.CommitResult`: version, partitions, files added and removed).
 
     Raises:
         ValueError: ``rows`` are staged rows of another table.
         TypeError: ``rows`` is some other callable.
-        jobs.commit.CommitError: an earlier interrupted write cannot be finished.
+        jobs.commit.CommitError: the table is of the pre-Delta layout, or the commit kept conflicting.
     """
     if isinstance(rows, StagedRows):
         if rows.table != table:
@@ -328,13 +404,47 @@ def write_table(rows, warehouse: str, table: str, replace_jobs=None) -> CommitRe
     return write_partitions(rows, warehouse, table, declared(table).partition_by, replace_jobs)
 
 
-def recover(warehouse: str) -> list[str]:
-    """Finish the writes a killed run left in ``warehouse`` (those past their commit point are rolled forward,
-    the others rolled back) and remove dead runs' work folders. Idempotent; waits for a running write.
-    Stages call it before they read. Non-local warehouses: nothing to do.
+def maintain(warehouse: str, tables=None, retention_hours: float | None = None) -> dict[str, dict]:
+    """Compact small files and vacuum unreferenced ones in every table of ``warehouse`` (or ``tables``), then
+    remove dead runs' work folders (:func:`jobs.commit.maintain`, safe while readers and writers run).
+
+    Args:
+        retention_hours: keep files any version of the last this-many hours needs (default
+            :data:`jobs.commit.RETENTION_HOURS`, 7 days).
 
     Returns:
-        The interrupted writes finished (one name each).
+        ``{table: {"files_compacted", "files_added", "files_vacuumed", "skipped", "version"}}`` for the tables
+        written.
+    """
+    out = {}
+    for t in tables or [*TABLES, *FLEET_TABLES]:
+        if not exists(warehouse, t):
+            continue
+        out[t] = _maintain(table_path(warehouse, t), _RETENTION_HOURS if retention_hours is None else retention_hours)
+    _recover(warehouse)
+    return out
+
+
+def migrate(warehouse: str) -> dict[str, str]:
+    """Convert a warehouse of the pre-Delta layout in place, once (:func:`jobs.commit.migrate`): every documented
+    table becomes a Delta table over its existing files.
+
+    Returns:
+        ``{table: "converted" | "already delta" | "not written"}``.
+
+    Raises:
+        jobs.commit.CommitError: the old layout left an interrupted publish (the message says what to do).
+    """
+    return _migrate(warehouse, {t: declared(t) for t in [*TABLES, *FLEET_TABLES]})
+
+
+def recover(warehouse: str) -> list[str]:
+    """Remove the work and staging folders of runs that died (a live run's are kept). A killed commit needs no
+    roll-forward: each table is at its old or new version. Idempotent; stages call it before they write.
+    Non-local warehouses: nothing to do.
+
+    Returns:
+        The dead runs' work folders removed.
     """
     return _recover(warehouse)
 

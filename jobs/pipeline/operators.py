@@ -80,6 +80,11 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
         self.default_master = default_master
 
     def execute(self, context):
+        run = context.get("dag_run")
+        ti = context.get("ti")
+        if run is not None and ti is not None:  # the warehouse history names the task that wrote each version
+            label = f"airflow:{run.dag_id}/{run.run_id}/{ti.task_id}"
+            self.env_vars = {**(self.env_vars or {}), "TRACELAKE_RUN_LABEL": label}
         master = connection_master(self.tracelake_conn_id)
         if (master or self.default_master).startswith("local"):
             self.env_vars = {**local_environment(), **(self.env_vars or {})}

@@ -18,7 +18,6 @@ from jobs.executor import LocalExecutor
 from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
 from jobs.publish.tracking import create_store_in_child, open_store_in_background
 from jobs.spark import get_spark
-from jobs.validate.gx_engine import context as gx_context
 from jobs.warehouse import read_pandas
 
 
@@ -119,13 +118,13 @@ def run_pipeline(
         store = child = None
         try:
             if kind == "local":
-                # While the driver imports Great Expectations and builds its context once, for every worker
-                # to inherit at the fork, a child process creates the MLflow store on the other core; the
-                # driver imports mlflow in a thread while the first stages run in the workers.
+                # While the fork server imports Great Expectations once, for every worker to inherit, a child
+                # process creates the MLflow store on the other core; the driver imports mlflow in a thread
+                # while the first stages run in the workers.
                 uri = cast(str, s.tracking_uri)  # RunSettings.model_post_init filled it
                 child = create_store_in_child(uri) if log_to_mlflow else None
                 with _stage(progress, f"Starting {engine.workers} worker processes"):
-                    engine.start(warm=gx_context)  # forked before the thread starts
+                    engine.start(preload=("great_expectations", "jobs.validate.gx_engine"))
                 store = open_store_in_background(uri, after=child) if log_to_mlflow else None
 
             def on_stage_ready(stage, record):

@@ -204,6 +204,12 @@ def _fleet_report(_spark, s: RunSettings, record: dict) -> None:
     )
 
 
+def _maintain(_spark, s: RunSettings, record: dict) -> None:
+    from jobs.warehouse import maintain  # the stage's code, loaded when it runs (DAG parsing stays light)
+
+    record["maintain"] = maintain(s.warehouse)
+
+
 INGEST: tuple[Stage, ...] = (
     Stage("normalize", True, _normalize, "Normalizing traces from {raw}"),
     Stage(
@@ -228,8 +234,16 @@ INGEST: tuple[Stage, ...] = (
 
 FLEET_REPORT: tuple[Stage, ...] = (
     Stage("fleet_report", False, _fleet_report, "Fleet report and the MLflow fleet run", recorded=False),
+    Stage(
+        "maintain",
+        False,
+        _maintain,
+        "Compacting small files and vacuuming unreferenced ones (tracelake maintain)",
+        recorded=False,
+    ),
 )
-"""The fleet report (DAG ``tracelake_fleet_report``; ``python -m jobs.publish.report``)."""
+"""The fleet report (DAG ``tracelake_fleet_report``; ``python -m jobs.publish.report``), then the daily warehouse
+maintenance (:func:`jobs.warehouse.maintain`)."""
 
 PIPELINES: dict[str, tuple[Stage, ...]] = {"ingest": INGEST, "fleet_report": FLEET_REPORT}
 STAGES: dict[str, Stage] = {st.name: st for p in PIPELINES.values() for st in p}

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import jsonschema
-import pandas as pd
 import pytest
 import s3fs
 from s3_server import s3  # noqa: F401 - fixture
 
 from jobs.demo.train_ddp import run_demo_training
+from jobs.warehouse import read_pandas
 
 pytestmark = pytest.mark.integration
 
@@ -83,8 +83,7 @@ def test_ddp_job_lands_in_s3_and_tracelake_run_ingests_both_ranks(s3, tmp_path, 
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"captures: 2 \(2 ingested, 0 quarantined", proc.stdout), proc.stdout[-2000:]
 
-    captures = pd.read_parquet(warehouse / "captures")
-    captures = captures[captures["job_id"] == "ddp-s3"]
+    captures = read_pandas(str(warehouse), ["captures"], ["ddp-s3"])["captures"]  # through the storage seam
     assert sorted(captures["rank"].astype(int)) == [0, 1]
     assert set(captures["status"]) == {"ingested"}
     assert sorted(captures["manifest_uri"]) == sorted(f"s3://{m}" for m in manifests)

@@ -19,7 +19,7 @@ def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
 
     from jobs.publish.compare import compare_command
     from jobs.publish.tracking import log_jobs
-    from jobs.warehouse import read_frames
+    from jobs.warehouse import read_frames, read_spark
 
     wh, _ = corpus_warehouse
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -30,7 +30,7 @@ def test_compare_two_corpus_jobs_by_run_id(spark, corpus_warehouse, tmp_path):
     assert (c.a_label, c.b_label) == (f"{A}#0", f"{B}#0") and (c.a_ranks, c.b_ranks) == (1, 2)
 
     # kernel time per rank and step (mean over ranks), straight from the events with Spark SQL
-    spark.read.parquet(str(wh / "events")).createOrReplaceTempView("cmp_events")
+    read_spark(spark, str(wh), "events", [A, B]).createOrReplaceTempView("cmp_events")  # the storage seam
     direct = {}
     for job in (A, B):
         rows = spark.sql(f"""

@@ -1,15 +1,17 @@
-"""``kill -9`` of the Spark driver in the middle of normalize or analyze: readers never see a partial
-partition, and running again gives the tables of an uninterrupted run.
+"""``kill -9`` of the writer in the middle of normalize or analyze: every table reads as its old or its new
+version, whole, and running again gives the tables of an uninterrupted run.
 
 Landing zone v1 (4 DLRM ranks + alexnet) is normalized and analyzed into a warehouse; then v2 (8 DLRM
 ranks, alexnet again, a 2-rank job and a bad file) is run on a copy of it — uninterrupted for the
-reference, and in a subprocess (own JVM, own process group) killed with SIGKILL: deterministically
-at a point of the commit protocol (``TRACELAKE_TEST_CRASH_AT``, :mod:`jobs.commit`), on Spark and on the
-local executor (:mod:`jobs.executor`), and once as soon as Spark starts writing the events (the kill
-lands inside Spark's own task and job commit), once as soon as the local executor's workers do.
-Right after each kill, every partition a reader sees — pyarrow and ``spark.read.parquet`` — must be
-the v1 version or the v2 version of that partition, whole; then the stage is run again and every table
-must equal the reference.
+reference, and in a subprocess (own JVM, own process group) killed with SIGKILL: deterministically at ten
+moments of a table commit (``TRACELAKE_TEST_CRASH_AT``, :mod:`jobs.commit`: after the first staged data file
+reached the table folder (the local executor's workers' files are moved in one by one; Spark's tasks write theirs
+in place), with every file in and no log entry, with the removes computed, right after the log
+entry), on Spark and on the local executor (:mod:`jobs.executor`); and once as soon as Spark starts writing
+the events (the kill lands inside Spark's own task and job commit), once as soon as the local executor's
+workers do. Right after each kill, every table a reader sees — the Delta snapshot through pyarrow and through
+Spark's file list — must be the v1 or the v2 version, whole; then the stage is run again and every table must
+equal the reference.
 """
 
 from __future__ import annotations
@@ -119,35 +121,30 @@ def _run_killed_at(point: str, stage: str, raw: Path, wh: Path, engine: str = "s
     assert "stage finished" not in p.stdout
 
 
-def _assert_whole_partitions(spark, wh: Path, old: dict, new: dict, tables=WAREHOUSE_TABLES):
-    """Every partition a reader sees is its old or its new version, whole (absent only where the old
-    version is). Returns ``(n_new, n_old)``: per table, the partitions that differ between the runs and
-    are seen in their new version, resp. still in their old one."""
+def _assert_whole_versions(spark, wh: Path, old: dict, new: dict, tables=WAREHOUSE_TABLES) -> dict[str, str]:
+    """Every table a reader sees is its old or its new version, whole. Returns ``{table: "old" | "new" |
+    "same"}`` (``same``: the runs leave it equal)."""
     seen = warehouse_digests(wh, tables)
-    n_new, n_old = {}, {}
+    out = {}
     for t in tables:
-        n_new[t] = n_old[t] = 0
-        for part in set(old[t]) | set(new[t]) | set(seen[t]):
-            got, before, after = seen[t].get(part), old[t].get(part), new[t].get(part)
-            assert got in (before, after), f"{t} {part}: partial or foreign partition"
-            if before != after:
-                n_new[t] += got == after
-                n_old[t] += got == before
-        # Spark's reader sees the same partitions with the same row counts as pyarrow
+        assert seen[t] in (old[t], new[t]), f"{t}: neither the old nor the new version"
+        out[t] = "same" if old[t] == new[t] else ("new" if seen[t] == new[t] else "old")
+        # Spark's reader (the snapshot's file list) sees the same partitions with the same row counts as pyarrow
         assert spark_partition_counts(spark, wh, t) == {k: len(v) for k, v in seen[t].items()}, t
-    return n_new, n_old
+    return out
 
 
-def _has_files(folder: Path) -> bool:
+def _n_files(root: Path, pattern: str) -> int:
     try:
-        return any(f.is_file() for f in folder.rglob("*"))
-    except OSError:  # Spark renamed a folder under the walk
-        return False
+        return sum(1 for f in root.glob(pattern) if f.is_file())
+    except OSError:  # a folder renamed or removed under the walk
+        return 0
 
 
-def _kill_when_files_appear(cmd: list[str], folder: Path, timeout_s: float = 300) -> bool:
-    """Run ``cmd`` in its own process group and SIGKILL the group as soon as a file appears under
-    ``folder``; whether it was killed (``False``: it ended first)."""
+def _kill_when_files_appear(cmd: list[str], root: Path, pattern: str, timeout_s: float = 300) -> bool:
+    """Run ``cmd`` in its own process group and SIGKILL the group as soon as one more file matches ``pattern``
+    under ``root`` than before it started; whether it was killed (``False``: it ended first)."""
+    before = _n_files(root, pattern)
     p = subprocess.Popen(
         cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -155,7 +152,7 @@ def _kill_when_files_appear(cmd: list[str], folder: Path, timeout_s: float = 300
     try:
         deadline = time.monotonic() + timeout_s
         while p.poll() is None and time.monotonic() < deadline:
-            if _has_files(folder):
+            if _n_files(root, pattern) > before:
                 os.killpg(p.pid, signal.SIGKILL)
                 killed = True
                 break
@@ -173,56 +170,60 @@ def _copy(src: Path, base: Path, name: str) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_normalize_killed_mid_publish_then_rerun(spark, setup, engine):
-    from jobs.normalize.job import run_normalize
+#: Ten moments of a commit: (point, stage, engine). ``<table>:staged-<n>`` — the n-th data file is in the table
+#: folder, no log entry; ``staged`` — all files in; ``committing`` — removes computed, log entry not written;
+#: ``committed`` — log entry written, the writer not yet returned.
+KILL_POINTS = [
+    ("events:staged-1", "normalize", "local"),
+    ("events:staged", "normalize", "spark"),
+    ("events:committing", "normalize", "local"),
+    ("events:committed", "normalize", "spark"),
+    ("captures:committing", "normalize", "local"),
+    ("captures:committed", "normalize", "local"),
+    ("kernels:staged-1", "analyze", "local"),
+    ("kernels:committing", "analyze", "spark"),
+    ("steps:committed", "analyze", "local"),
+    ("findings:committing", "analyze", "local"),
+]
 
-    v2, wh1, old, new, base = setup
-    wh = _copy(wh1, base, f"wh_norm_kill_{engine}")
-    _run_killed_at("events:published-1", "normalize", v2, wh, engine)
-    n_new, n_old = _assert_whole_partitions(spark, wh, old, new)
-    # killed after the first of three events partitions: at least one changed one is still old
-    assert n_old["events"] >= 1 and n_new["captures"] == 0 and n_old["captures"] >= 1
-    assert list((wh / "_commit" / "journal").glob("events@*.json"))  # the intent survives the kill
-    run_normalize(spark, str(v2), str(wh))
-    got = warehouse_digests(wh, NORMALIZE_TABLES)
-    assert {t: got[t] for t in NORMALIZE_TABLES} == {t: new[t] for t in NORMALIZE_TABLES}
-    assert not list((wh / "_commit" / "journal").glob("*"))
 
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_analyze_killed_mid_publish_then_rerun(spark, setup, engine):
+@pytest.mark.parametrize(("point", "stage", "engine"), KILL_POINTS, ids=[f"{p}-{e}" for p, _, e in KILL_POINTS])
+def test_killed_at_a_moment_of_a_commit_then_rerun(spark, setup, point, stage, engine):
     from jobs.analyze.job import run_analyze
     from jobs.normalize.job import run_normalize
 
     v2, wh1, old, new, base = setup
-    wh = _copy(wh1, base, f"wh_analyze_kill_{engine}")
-    run_normalize(spark, str(v2), str(wh))
-    _run_killed_at("kernels:published-1", "analyze", v2, wh, engine)
-    n_new, n_old = _assert_whole_partitions(spark, wh, old, new)
-    assert n_old["steps"] == n_old["ranks"] == 0 and n_new["steps"] >= 1  # written before the kill
-    assert n_old["kernels"] >= 1 and n_new["collectives"] == 0 and n_old["collectives"] >= 1
-    run_analyze(spark, str(wh))
-    assert warehouse_digests(wh) == new
+    wh = _copy(wh1, base, f"wh_kill_{point.replace(':', '_')}_{engine}")
+    if stage == "analyze":
+        run_normalize(spark, str(v2), str(wh))
+    _run_killed_at(point, stage, v2, wh, engine)
+    state = _assert_whole_versions(spark, wh, old, new)
+    table = point.split(":")[0]
+    assert state[table] == ("new" if point.endswith(":committed") else "old"), (point, state)
+    if stage == "analyze":  # normalize's tables were already new
+        assert all(state[t] in ("new", "same") for t in NORMALIZE_TABLES)
+    run_normalize(spark, str(v2), str(wh)) if stage == "normalize" else run_analyze(spark, str(wh))
+    tables = NORMALIZE_TABLES if stage == "normalize" else WAREHOUSE_TABLES
+    got = warehouse_digests(wh, tables)
+    assert got == {t: new[t] for t in tables}
+    assert not list((wh / "_commit" / "work").glob("*"))  # the dead run's staging went with the next run
 
 
 def test_kill_while_spark_writes_the_events(spark, setup):
-    """No hook: SIGKILL the process group as soon as Spark's tasks create files in the events staging
-    folder, i.e. inside Spark's own write and task/job commit (``_temporary``)."""
+    """No hook: SIGKILL the process group as soon as Spark's tasks write their first data file into the events
+    table folder, i.e. inside Spark's own tasks (the files are not in the log yet)."""
     from jobs.normalize.job import run_normalize
 
     v2, wh1, old, new, base = setup
     wh = _copy(wh1, base, "wh_norm_spark_kill")
-    staging = wh / "_commit" / "staging" / "events"
-    killed = _kill_when_files_appear(_stage_cmd("normalize", v2, wh), staging)
-    assert killed, "the stage ended before Spark wrote into the staging folder"
-    n_new, _ = _assert_whole_partitions(spark, wh, old, new)
-    assert sum(n_new.values()) == 0  # nothing was published
-    assert list(staging.glob("*/_temporary")) or list(staging.glob("*/date=*"))  # the kill left Spark's files
+    killed = _kill_when_files_appear(_stage_cmd("normalize", v2, wh), wh / "events", "date=*/job_id=*/*.parquet")
+    assert killed, "the stage ended before Spark wrote into the events folder"
+    state = _assert_whole_versions(spark, wh, old, new)
+    assert "new" not in state.values()  # nothing was committed
     run_normalize(spark, str(v2), str(wh))
     got = warehouse_digests(wh, NORMALIZE_TABLES)
     assert got == {t: new[t] for t in NORMALIZE_TABLES}
-    assert not list(staging.glob("*"))
+    assert not list((wh / "_commit" / "work").glob("*"))
 
 
 def test_kill_while_local_workers_write_the_events(spark, setup):
@@ -235,10 +236,10 @@ def test_kill_while_local_workers_write_the_events(spark, setup):
     v2, wh1, old, new, base = setup
     wh = _copy(wh1, base, "wh_norm_local_kill")
     work = wh / "_commit" / "work"
-    killed = _kill_when_files_appear(_stage_cmd("normalize", v2, wh, "local"), work)
+    killed = _kill_when_files_appear(_stage_cmd("normalize", v2, wh, "local"), work, "*/*/**/*.parquet")
     assert killed, "the stage ended before a worker wrote into the work folder"
-    n_new, _ = _assert_whole_partitions(spark, wh, old, new)
-    assert sum(n_new.values()) == 0  # nothing was published
+    state = _assert_whole_versions(spark, wh, old, new)
+    assert "new" not in state.values()  # nothing was committed
     assert list(work.glob("*.lock"))  # the dead run's folder is left behind
     with LocalExecutor(2) as ex:
         run_normalize(ex, str(v2), str(wh))

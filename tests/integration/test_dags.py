@@ -263,9 +263,10 @@ def dag_runs(stack, landing):
 
 
 def _table(wh: Path, name: str):
-    import pandas as pd
+    """A warehouse table's rows (its latest Delta snapshot) as pandas, read through the storage seam."""
+    from jobs.warehouse import read_pandas
 
-    return pd.read_parquet(wh / name)
+    return read_pandas(str(wh), [name])[name]
 
 
 def test_ingest_dag_runs_every_stage_for_its_interval(dag_runs):

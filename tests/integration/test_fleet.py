@@ -14,6 +14,15 @@ pytestmark = pytest.mark.integration
 MS = 1_000_000
 
 
+def _table(spark, wh, name: str):
+    """A warehouse table as Spark reads it through the storage seam (its Delta snapshot, not the folder)."""
+    from jobs.warehouse import read_spark
+
+    df = read_spark(spark, str(wh), name)
+    assert df is not None, f"{name} was never written or holds no rows"
+    return df
+
+
 def _train(landing, job_id: str, sleep_s: float, steps: int = 10, git_sha: str = "aaa111") -> None:
     """A real torch.profiler capture of a tiny CPU model whose steps take ~``sleep_s`` longer."""
     import torch
@@ -101,8 +110,8 @@ def test_regression_of_the_slow_run_is_found_and_logged(nightly):
 
 def test_fleet_stats_match_the_steps_table(spark, nightly):
     wh, result, _ = nightly
-    stats = spark.read.parquet(str(wh / "fleet_stats")).toPandas()
-    steps = spark.read.parquet(str(wh / "steps")).toPandas()
+    stats = _table(spark, wh, "fleet_stats").toPandas()
+    steps = _table(spark, wh, "steps").toPandas()
     steps = steps[steps["step"] >= 0]
     job_step = steps.groupby(["job_id", "attempt", "step"])["step_time_ns"].max()
     name = stats[
@@ -133,9 +142,9 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     wh, _ = corpus_warehouse
     res = run_fleet(spark, str(wh))
     assert res.counts["fleet_stats"] > 0 and res.counts["fleet_kernels"] > 0
-    stats = spark.read.parquet(str(wh / "fleet_stats")).toPandas()
-    steps = spark.read.parquet(str(wh / "steps")).toPandas()
-    caps = spark.read.parquet(str(wh / "captures")).toPandas()
+    stats = _table(spark, wh, "fleet_stats").toPandas()
+    steps = _table(spark, wh, "steps").toPandas()
+    caps = _table(spark, wh, "captures").toPandas()
     dlrm_job = caps[caps["uri"].str.contains("dlrm")]["job_id"].iloc[0]
     row = stats[(stats["dimension"] == "job") & (stats["value"] == f"{dlrm_job}#0") & (stats["date"] == "all")].iloc[0]
     assert row["n_ranks"] == 8
@@ -144,9 +153,9 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     assert row["exposed_comm_pct"] == pytest.approx(
         s["exposed_comm_ns"].sum() / s["step_time_ns"].sum() * 100, rel=1e-9
     )
-    kern = spark.read.parquet(str(wh / "fleet_kernels")).toPandas()
+    kern = _table(spark, wh, "fleet_kernels").toPandas()
     top = kern[(kern["dimension"] == "job") & (kern["value"] == f"{dlrm_job}#0") & (kern["date"] == "all")]
-    k = spark.read.parquet(str(wh / "kernels")).toPandas()
+    k = _table(spark, wh, "kernels").toPandas()
     expect = k[k["job_id"] == dlrm_job].groupby("name")["total_ns"].sum().sort_values(ascending=False)
     assert list(top.sort_values("kernel_rank")["name"]) == list(expect.index[:10])
     assert top["share_pct"].sum() == pytest.approx(expect.iloc[:10].sum() / expect.sum() * 100)
@@ -160,8 +169,8 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     from jobs.fleet.stats import job_steps_frame
     from jobs.warehouse import read_pandas
 
-    found = spark.read.parquet(str(wh / "findings")).toPandas()
-    ranks = spark.read.parquet(str(wh / "ranks")).toPandas()
+    found = _table(spark, wh, "findings").toPandas()
+    ranks = _table(spark, wh, "ranks").toPandas()
     windows = job_steps_frame(analysis_windows(steps, ranks, caps), caps)
     assert len(fleet_findings(found, windows, window_days=3650)) > 0  # every finding of the corpus, ranked
     expect_ff = fleet_findings(found, windows)

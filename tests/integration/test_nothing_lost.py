@@ -136,12 +136,17 @@ def test_running_twice_gives_identical_tables(two_runs):
     for table in WAREHOUSE_TABLES:
         assert first[table], f"{table}: empty, the comparison would prove nothing"
         assert second[table] == first[table], table
-    # nothing doubled on disk either: each partition folder holds one write's files only. A write is named
-    # by Spark's job id (part-<task>-<uuid>…) or, for rows written from Arrow, by its staging run id
-    write_id = re.compile(r"part-\d+-([0-9a-f-]{36})|(\d{8}T\d{12}Z-[0-9a-f]{8})-")
+    # nothing doubled in the tables either: the live files of each partition (the table's current Delta version)
+    # come from one write (<write id>-…: the driver's Arrow rows, Spark's tasks and the workers' files alike)
+    from deltalake import DeltaTable
+
+    write_id = re.compile(r"(\d{8}T\d{12}Z-[0-9a-f]{8})-")
     for table in WAREHOUSE_TABLES:
-        for part in (wh / table).glob("date=*/job_id=*"):
-            names = [p.name for p in part.iterdir() if not p.name.startswith((".", "_"))]
-            runs = {next(g for g in m.groups() if g) for n in names if (m := write_id.match(n))}
-            assert names and len(runs) == 1, (part, names)
-    assert not list((wh / "_commit" / "staging").glob("*/*")) and not list((wh / "_commit" / "journal").glob("*"))
+        if not (wh / table / "_delta_log").is_dir():
+            continue
+        by_part: dict[str, set] = {}
+        for uri in DeltaTable(str(wh / table)).file_uris():
+            part, name = os.path.split(os.path.relpath(uri, wh / table))
+            by_part.setdefault(part, set()).add(write_id.match(name).group(1))
+        assert by_part and all(len(w) == 1 for w in by_part.values()), (table, by_part)
+    assert not list((wh / "_commit" / "work").glob("*"))  # every run's work folder is gone

@@ -13,6 +13,15 @@ pytestmark = pytest.mark.integration
 HTA_GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "hta_golden" / "hta_corpus.json"
 
 
+def _table(spark, wh, name: str, job_ids=None):
+    """A warehouse table (of ``job_ids``) as Spark reads it through the storage seam (its Delta snapshot)."""
+    from jobs.warehouse import read_spark
+
+    df = read_spark(spark, str(wh), name, job_ids)
+    assert df is not None, f"{name} was never written or holds no rows"
+    return df
+
+
 def _load_json(path: Path):
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
@@ -107,12 +116,12 @@ def test_rerun_changes_nothing(spark, corpus_warehouse, torch_corpus):
     wh, _ = corpus_warehouse
 
     def snapshot():
-        ev = spark.read.parquet(str(wh / "events"))
+        ev = _table(spark, wh, "events")
         row_hash = F.xxhash64("job_id", "rank", "capture_id", "event_id", "name", "ts_ns", "dur_ns", "step", "parent")
         return (
             ev.count(),
             ev.agg(F.sum(row_hash % 1_000_000_007), F.countDistinct("capture_id")).collect()[0],
-            spark.read.parquet(str(wh / "captures")).count(),
+            _table(spark, wh, "captures").count(),
         )
 
     before = snapshot()
@@ -121,11 +130,9 @@ def test_rerun_changes_nothing(spark, corpus_warehouse, torch_corpus):
 
 
 def test_kernels_table_types_dlrm_nccl_kernels_as_communication(spark, corpus_warehouse):
-    from pyspark.sql import functions as F
-
     wh, result = corpus_warehouse
     job = result.captures[result.captures["uri"].str.contains("dlrm_kineto")]["job_id"].iloc[0]
-    k = spark.read.parquet(str(wh / "kernels")).filter(F.col("job_id") == job).toPandas()
+    k = _table(spark, wh, "kernels", [job]).toPandas()
     assert sorted(k["rank"].unique()) == list(range(8))
     comm = k[k["name"].str.startswith("ncclKernel")]
     assert len(comm) and set(comm["kernel_type"]) == {"COMMUNICATION"}
@@ -133,30 +140,26 @@ def test_kernels_table_types_dlrm_nccl_kernels_as_communication(spark, corpus_wa
 
 
 def test_dlrm_collectives_matched_across_all_ranks_and_job_critical_path(spark, corpus_warehouse):
-    from pyspark.sql import functions as F
-
     wh, result = corpus_warehouse
     job = result.captures[result.captures["uri"].str.contains("dlrm_kineto")]["job_id"].iloc[0]
-    coll = spark.read.parquet(str(wh / "collectives")).filter(F.col("job_id") == job).toPandas()
+    coll = _table(spark, wh, "collectives", [job]).toPandas()
     assert sorted(coll["rank"].unique()) == list(range(8))
     per_call = coll.groupby("match_key")
     assert (per_call["rank"].nunique() == 8).all()
     assert (per_call["is_last_arrival"].sum() == 1).all()
     assert (coll["wait_ns"] >= 0).all() and (coll["skew_ns"] >= 0).all()
-    cp = spark.read.parquet(str(wh / "critical_path")).filter(F.col("job_id") == job).toPandas()
+    cp = _table(spark, wh, "critical_path", [job]).toPandas()
     job_path = cp[cp["scope"] == "job"]
     assert len(job_path) and set(job_path["path_rank"]) == {-1}
     assert set(cp[cp["scope"] == "rank"]["path_rank"]) == set(range(8))
 
 
 def test_dlrm_findings_table_and_document(spark, corpus_warehouse):
-    from pyspark.sql import functions as F
-
     from jobs.analyze.findings.ranking import validate_document
 
     wh, result = corpus_warehouse
     job = result.captures[result.captures["uri"].str.contains("dlrm_kineto")]["job_id"].iloc[0]
-    f = spark.read.parquet(str(wh / "findings")).filter(F.col("job_id") == job).toPandas().sort_values("rank_order")
+    f = _table(spark, wh, "findings", [job]).toPandas().sort_values("rank_order")
     assert len(f) and list(f["rank_order"]) == list(range(1, len(f) + 1))
     top = f.iloc[0]
     assert top["rule"] == "straggler_rank" and list(top["ranks"]) == [7]

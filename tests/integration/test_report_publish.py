@@ -14,6 +14,7 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     from jobs.publish.report.__main__ import main
     from jobs.publish.reports import JOB_REPORT_ARTIFACT
     from jobs.publish.tracking import log_jobs
+    from jobs.warehouse import read_spark
 
     wh, result = corpus_warehouse
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -52,7 +53,7 @@ def test_fleet_run_and_job_reports(spark, corpus_warehouse, tmp_path):
     assert m["fleet/all/step_time_p99_ms"] >= m["fleet/all/step_time_p90_ms"] >= m["fleet/all/step_time_p50_ms"] > 0
 
     job = "param-dlrm_kineto"
-    colls = spark.read.parquet(str(wh / "collectives")).toPandas()
+    colls = read_spark(spark, str(wh), "collectives").toPandas()  # the storage seam: the table's Delta snapshot
     run_id = log_jobs(
         uri,
         str(wh),

@@ -561,6 +561,13 @@ def test_backfill_runs_every_interval_and_the_asset_triggers_the_fleet_report(sc
     assert any(r["run_type"] == "asset_triggered" and _t(r["end_date"]) >= last_ingest for r in fleet), fleet
 
 
+def _captures(wh: Path):
+    """The ``captures`` table's rows (its latest Delta snapshot) as pandas, read through the storage seam."""
+    from jobs.warehouse import read_pandas
+
+    return read_pandas(str(wh), ["captures"])["captures"]
+
+
 def _log(home: Path, run_id: str, task_id: str, attempt: int) -> str:
     return _log_path(home, run_id, task_id, attempt).read_text(errors="replace")
 
@@ -573,9 +580,7 @@ def test_s3_outage_during_normalize_fails_the_try_and_the_retry_succeeds(schedul
     first = _log(scheduled["home"], fault["run_id"], "normalize", fault["try_number"])
     # the stage failed on the store, naming the landing zone; it quarantined nothing
     assert "the landing zone cannot be" in first, first[-3000:]
-    import pandas as pd
-
-    caps = pd.read_parquet(scheduled["warehouse"] / "captures")
+    caps = _captures(scheduled["warehouse"])
     assert set(caps["status"]) == {"ingested"}, caps[caps["status"] != "ingested"][["uri", "reason"]]
 
 
@@ -606,9 +611,7 @@ def test_a_scheduler_killed_mid_run_is_restarted_and_the_run_finishes(scheduled)
 
 
 def test_the_late_capture_is_ingested_once_by_the_interval_it_landed_in(scheduled):
-    import pandas as pd
-
-    caps = pd.read_parquet(scheduled["warehouse"] / "captures")
+    caps = _captures(scheduled["warehouse"])
     late = caps[caps["job_id"].astype(str) == "late"]
     assert len(late) == 1 and late["status"].iloc[0] == "ingested", late
     assert caps["capture_id"].is_unique

@@ -36,9 +36,10 @@ def test_real_warehouse_passes_on_the_spark_engine(spark, dlrm_wh):
     from jobs.validate.__main__ import main
     from jobs.validate.marks import read_marks
     from jobs.validate.suites import validate_tables
+    from jobs.warehouse import read_spark
 
     landing, wh, res = dlrm_wh
-    n_before = spark.read.parquet(str(wh / "events")).count()
+    n_before = read_spark(spark, str(wh), "events").count()
     norm = validate_tables(spark, str(wh), "normalize", res.job_ids, n_discovered=2, pandas_max_rows=0)
     assert norm.success, norm.summary()
     ev = norm.tables["normalize/events"]
@@ -50,24 +51,27 @@ def test_real_warehouse_passes_on_the_spark_engine(spark, dlrm_wh):
     assert (wh / "events" / "_validation.json").is_file()
     marks = read_marks(str(wh), "dlrm2")
     assert {"captures", "events", "steps", "ranks"} <= set(marks) and set(marks.values()) == {"passed"}, marks
-    assert spark.read.parquet(str(wh / "events")).count() == n_before
+    assert read_spark(spark, str(wh), "events").count() == n_before
     # CLI: the whole landing zone is counted (every raw file accounted for)
     assert main(["--warehouse", str(wh), "--stage", "normalize", "--raw", str(landing)]) == 0
 
 
 @pytest.fixture(scope="module")
 def bad_wh(spark, dlrm_wh, tmp_path_factory):
-    """A copy of the warehouse whose ``steps`` has a duplicated row (rank 1) and idle_pct 150 (rank 0)."""
+    """A copy of the warehouse whose ``steps`` has a duplicated row (rank 1) and idle_pct 150 (rank 0), read and
+    written through the storage seam (each table a Delta table of its own)."""
     from pyspark.sql import functions as F
+
+    from jobs.warehouse import read_spark, write_table
 
     _, wh, _ = dlrm_wh
     bad = tmp_path_factory.mktemp("badwh")
     for t in ("captures", "ranks"):
-        spark.read.parquet(str(wh / t)).write.partitionBy("date", "job_id").parquet(str(bad / t))
-    steps = spark.read.parquet(str(wh / "steps"))
+        write_table(read_spark(spark, str(wh), t), str(bad), t)
+    steps = read_spark(spark, str(wh), "steps")
     steps = steps.withColumn("idle_pct", F.when(F.col("rank") == 0, F.lit(150.0)).otherwise(F.col("idle_pct")))
     steps = steps.unionByName(steps.filter(F.col("rank") == 1))
-    steps.write.partitionBy("date", "job_id").parquet(str(bad / "steps"))
+    write_table(steps, str(bad), "steps")
     return bad
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
+from jobs import warehouse as _seam
 from schemas import TABLES, stage_tables
 
 #: Every job table (normalize and analyze write them), as declared in :mod:`schemas.tables`.
@@ -23,15 +22,13 @@ ANALYZE_TABLES = tuple(stage_tables("analyze"))
 
 
 def read_arrow(warehouse, table: str) -> pa.Table | None:
-    """``{warehouse}/{table}`` as pyarrow reads it (hidden ``.``/``_`` names skipped); ``None`` if absent."""
-    path = os.path.join(str(warehouse), table)
-    if not os.path.isdir(path):
+    """The latest snapshot of ``{warehouse}/{table}`` read through the storage seam
+    (:func:`jobs.warehouse.read_arrow`: the Delta table's live files only, partition columns as strings);
+    ``None`` if it was never written or holds no rows."""
+    tbl = _seam.read_arrow(str(warehouse), table)
+    if tbl is None or tbl.num_rows == 0:
         return None
-    part = ds.partitioning(pa.schema([(p, pa.string()) for p in TABLES[table].partition_by]), flavor="hive")
-    dataset = ds.dataset(path, format="parquet", partitioning=part, ignore_prefixes=[".", "_"])
-    if not dataset.files:
-        return None
-    return dataset.to_table()
+    return tbl
 
 
 def _row_hash(row: dict) -> str:
@@ -54,9 +51,10 @@ def warehouse_digests(warehouse, tables=WAREHOUSE_TABLES) -> dict[str, dict]:
 
 
 def spark_partition_counts(spark, warehouse, table: str) -> dict[tuple[str, str], int]:
-    """Rows per (date, job_id) as ``spark.read.parquet`` of the table root sees them (``{}`` if absent)."""
-    path = os.path.join(str(warehouse), table)
-    if not os.path.isdir(path) or read_arrow(warehouse, table) is None:
+    """Rows per (date, job_id) as Spark reads the table through the storage seam
+    (:func:`jobs.warehouse.read_spark`; ``{}`` if never written or empty)."""
+    df = _seam.read_spark(spark, str(warehouse), table)
+    if df is None:
         return {}
-    rows = spark.read.parquet(path).groupBy("date", "job_id").count().collect()
+    rows = df.groupBy("date", "job_id").count().collect()
     return {(r["date"], r["job_id"]): r["count"] for r in rows}

@@ -49,14 +49,14 @@ def test_job_validation_over_its_table_marks():
 def _write_table(warehouse, name: str, rows: list[dict]) -> None:
     """``rows`` as ``{warehouse}/{name}``, hive-partitioned as the warehouse."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
+    from jobs.warehouse import write_table
     from schemas.tables import TABLES
 
     decl = TABLES[name]
     schema = pa.schema([f.with_nullable(True) for f in decl.arrow_schema()])  # the columns not given are null
     table = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in rows], schema=schema)
-    pq.write_to_dataset(table, str(warehouse / name), partition_cols=list(decl.partition_by))
+    write_table(table, str(warehouse), name)
 
 
 def test_job_listing_step_time_is_the_job_step_time(tmp_path):

@@ -64,8 +64,7 @@ def _table(jobs: dict[str, int], version: int) -> pa.Table:
 
 
 def _read(wh, table="t") -> dict[str, set]:
-    d = ds.dataset(os.path.join(wh, table), format="parquet", partitioning="hive", ignore_prefixes=[".", "_"])
-    t = d.to_table()
+    t = commit.open_table(os.path.join(wh, table)).to_pyarrow_table()  # the table's current Delta version
     out: dict[str, set] = {}
     for j, i, v in zip(t["job_id"].to_pylist(), t["i"].to_pylist(), t["v"].to_pylist()):
         out.setdefault(str(j), set()).add((i, v))
@@ -83,11 +82,12 @@ def test_arrow_rows_replace_only_their_partitions(tmp_path):
     commit.write_partitions(_table({"b": 4}, 2), wh, "t", PARTS)
     got = _read(wh)
     assert got["a"] == {(i, 1) for i in range(3)} and got["b"] == {(i, 2) for i in range(4)}
-    files = os.listdir(tmp_path / "t" / "date=2024-01-01" / "job_id=b")
-    assert len(files) == 1 and files[0].endswith("-part-0.parquet")  # a name of this write (Spark: its job id)
+    files = commit.open_table(str(tmp_path / "t")).file_uris()
+    live_b = [f for f in files if "job_id=b" in f]  # the replaced file stays on disk, out of the table, till vacuum
+    assert len(live_b) == 1 and live_b[0].endswith("-part-0.parquet") and res.write_id not in live_b[0]
     # the partition columns live in the folder names, as Spark writes them
     assert "job_id" not in ds.dataset(str(tmp_path / "t" / "date=2024-01-01" / "job_id=b")).schema.names
-    assert _nothing_in(tmp_path / commit.COMMIT_DIR / "staging")
+    assert _nothing_in(tmp_path / commit.COMMIT_DIR / "work")
 
 
 def test_staged_worker_files_are_moved_in_and_relabelled(tmp_path):
@@ -140,7 +140,7 @@ def test_a_failing_stage_publishes_nothing(tmp_path):
     with pytest.raises(RuntimeError, match="worker died"):
         commit.write_partitions(stage, wh, "t", PARTS)
     assert _read(wh) == {"a": {(0, 1)}}
-    assert _nothing_in(tmp_path / commit.COMMIT_DIR / "staging")
+    assert _nothing_in(tmp_path / commit.COMMIT_DIR / "work")
 
 
 def test_recovery_removes_dead_runs_work_folders_not_live_ones(tmp_path):
@@ -156,15 +156,6 @@ def test_recovery_removes_dead_runs_work_folders_not_live_ones(tmp_path):
         assert os.path.exists(live)
         assert not (base / "dead").exists() and not (base / "dead.lock").exists()
     assert os.listdir(base) == []
-
-
-def test_remote_arrow_fallback_overwrites_the_partitions_it_writes(tmp_path):
-    path = str(tmp_path / "remote" / "t")  # what write_partitions does for an s3:// warehouse, on a local folder
-    os.makedirs(path)
-    res = commit._write_remote(_table({"a": 2, "b": 1}, 1), path, list(PARTS))
-    assert res.method == "overwrite" and res.partitions == ["date=2024-01-01/job_id=a", "date=2024-01-01/job_id=b"]
-    commit._write_remote(_table({"a": 1}, 2), path, list(PARTS))
-    assert _read(str(tmp_path / "remote")) == {"a": {(0, 2)}, "b": {(2, 1)}}  # b was not written again: kept
 
 
 def test_conform_gives_the_declared_schema():

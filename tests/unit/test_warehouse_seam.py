@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
 
-from jobs.warehouse import recover, stage_rows, staged_rows, work_dir, write_table
+from jobs.warehouse import read_arrow, recover, stage_rows, staged_rows, work_dir, write_table
 
 
 def _rows(job_id: str, n: int) -> pa.Table:
@@ -19,9 +18,10 @@ def _rows(job_id: str, n: int) -> pa.Table:
 
 
 def _jobs(wh: str, table: str) -> dict[str, list[int]]:
-    t = ds.dataset(
-        os.path.join(wh, table), format="parquet", partitioning="hive", ignore_prefixes=[".", "_"]
-    ).to_table()
+    """``{job_id: sorted steps}`` of the table's latest Delta snapshot, read through the seam (not the folder:
+    files a later commit removed stay on disk until vacuumed)."""
+    t = read_arrow(wh, table, columns=["job_id", "step"])
+    assert t is not None, f"{table} was never written"
     out: dict[str, list[int]] = {}
     for j, s in zip(t["job_id"].to_pylist(), t["step"].to_pylist()):
         out.setdefault(str(j), []).append(s)
