@@ -37,15 +37,19 @@ def tracelake_fleet_report():
         """Variables with their defaults."""
         return cfg.resolve()
 
-    upstream = settings()
+    conf = settings()
+    previous = None
     for stage in FLEET_REPORT:
 
         @task(task_id=stage.name)
         def run(conf: dict, name: str = stage.name) -> str | None:
-            """One declared stage of the fleet report pipeline; returns the fleet run id."""
+            """One declared stage of the fleet report pipeline; returns the fleet run id (fleet_report)."""
             return run_stage(name, conf).get("fleet_run_id")
 
-        upstream = run(upstream)
+        this = run(conf)  # every stage gets the settings; they run in the declared order
+        if previous is not None:
+            previous >> this
+        previous = this
 
 
 fleet_report_dag = tracelake_fleet_report()

@@ -33,6 +33,7 @@ from jobs.warehouse import CommitError, read_pandas, register_views
 from jobs.warehouse import history as warehouse_history
 from jobs.warehouse import maintain as warehouse_maintain
 from jobs.warehouse import migrate as warehouse_migrate
+from schemas import FLEET_TABLES, TABLES
 
 
 class Executor(str, enum.Enum):
@@ -495,8 +496,6 @@ def history(
 ) -> None:
     """The versions of the warehouse tables: for TABLE every commit (version, time, operation, the run that wrote
     it, files added and removed); without TABLE each table's latest version. 'tracelake sql --as-of' reads any."""
-    from schemas import FLEET_TABLES, TABLES
-
     names = [*TABLES, *FLEET_TABLES]
     if table is not None and table not in names:
         console.print(f"[red]tracelake history:[/red] no table {escape(table)!r}; tables: {', '.join(names)}")

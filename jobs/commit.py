@@ -35,6 +35,7 @@ time (one commit of 5 adds + 5 removes, 200 live files): 12 ms median on local d
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import os
 import posixpath
@@ -69,6 +70,9 @@ COMMIT_DIR = "_commit"
 COMMIT_TRIES = 12
 #: Delta application-transaction id prefix: one id per table, so concurrent writes of a table conflict.
 APP_ID = "tracelake"
+#: Left in a table folder by the first write before it stages files (the table's log does not exist yet): a folder
+#: with data files and this mark is a table being created, not one of the pre-Delta layout.
+NEW_TABLE_MARK = "_tracelake_table"
 
 
 class CommitError(RuntimeError):
@@ -89,6 +93,7 @@ class CommitResult:
         files_added: data files the commit added.
         files_removed: data files the commit removed (they stay on disk until vacuumed).
         attempts: commit attempts (more than 1: a concurrent writer won and the write was retried).
+        skipped: nothing committed: a concurrent write derived the table from newer ``inputs``.
         method: ``delta``.
     """
 
@@ -100,6 +105,7 @@ class CommitResult:
     files_added: int = 0
     files_removed: int = 0
     attempts: int = 0
+    skipped: bool = False
     method: str = "delta"
 
 
@@ -155,9 +161,10 @@ def open_table(uri: str, version: int | str | _dt.datetime | None = None):
     if not DeltaTable.is_deltatable(uri, storage_options=opts):
         fs, base = _fs(uri)
         info = fs.get_file_info(base)
-        if info.type == pafs.FileType.Directory and any(
-            not _hidden(posixpath.basename(i.path)) for i in fs.get_file_info(pafs.FileSelector(base))
-        ):
+        if info.type != pafs.FileType.Directory:
+            return None
+        names = [posixpath.basename(i.path) for i in fs.get_file_info(pafs.FileSelector(base))]
+        if NEW_TABLE_MARK not in names and any(not _hidden(n) for n in names):
             raise CommitError(
                 f"{uri} is a table of the pre-Delta warehouse layout (Parquet folders without _delta_log); "
                 "convert the warehouse once with: tracelake migrate --warehouse <warehouse>"
@@ -181,7 +188,14 @@ def live_files(dt) -> list[dict]:
 
 
 def write_partitions(
-    df, warehouse: str, table: str, partition_by=None, replace_jobs=None, schema: pa.Schema | None = None
+    df,
+    warehouse: str,
+    table: str,
+    partition_by=None,
+    replace_jobs=None,
+    schema: pa.Schema | None = None,
+    replace_all: bool = False,
+    inputs: dict[str, int | None] | None = None,
 ) -> CommitResult:
     """Replace the partitions of ``{warehouse}/{table}`` that ``df`` has rows for with those rows, in one Delta
     commit (module docstring).
@@ -203,6 +217,10 @@ def write_partitions(
         replace_jobs: the job ids ``df`` holds every row of (for a table partitioned by ``job_id``).
         schema: the table's schema when it is created (partition columns included); default the declared one,
             else (a table :mod:`schemas` does not declare) the first data file's, partition columns as strings.
+        replace_all: the rows are the whole table (a table rebuilt whole): every live file is removed.
+        inputs: ``{table: version}`` the rows were computed from (a derived table). Recorded in the commit; a
+            write whose inputs are older than those of the table's last write is skipped (``skipped``): two
+            runs that derive the table at once never leave the older derivation on top.
 
     Returns:
         :class:`CommitResult`.
@@ -220,6 +238,8 @@ def write_partitions(
     uri = table_uri(warehouse, table)
     write_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
     dt = open_table(uri)  # the layout check comes before anything is staged
+    if dt is None:
+        _mark_new(uri)  # a concurrent reader must not take the files staged below for the pre-Delta layout
     with _staging(warehouse, table, write_id) as staging:
         added = _stage(df, uri, staging, partition_by, write_id, table)
     _crash_point(f"{table}:staged")
@@ -231,7 +251,15 @@ def write_partitions(
                 return CommitResult(table, write_id)  # nothing to learn the schema of an undeclared table from
             schema = _file_schema(uri, added[0][0], partition_by)
         dt = _create(uri, schema, partition_by)
-    return _commit(uri, table, added, partition_by, replace_jobs, write_id, schema)
+    return _commit(uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all, inputs)
+
+
+def _mark_new(uri: str) -> None:
+    """Write :data:`NEW_TABLE_MARK` into the (new) table folder."""
+    fs, base = _fs(uri)
+    fs.create_dir(base, recursive=True)
+    with fs.open_output_stream(posixpath.join(base, NEW_TABLE_MARK)) as f:
+        f.write(b"a tracelake Delta table being created\n")
 
 
 def _declared_or_none(table: str):
@@ -261,7 +289,9 @@ def _create(uri: str, schema: pa.Schema, partition_by: list[str]):
         return dt
 
 
-def _commit(uri, table, added, partition_by, replace_jobs, write_id, schema) -> CommitResult:
+def _commit(
+    uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all=False, inputs=None
+) -> CommitResult:
     """One commit of ``added`` (``(rel path, size, partition values)``) plus the removes it implies, retried on
     conflict with the removes recomputed from the winner's version."""
 
@@ -282,10 +312,15 @@ def _commit(uri, table, added, partition_by, replace_jobs, write_id, schema) -> 
                 dt = open_table(uri)
                 if schema is not None:
                     _evolve(dt, schema)
+                if inputs is not None and _newer_inputs(dt, inputs):
+                    result.skipped = True  # a concurrent run derived the table from newer inputs: keep its rows
+                    return result
                 gone = [
                     f
                     for f in live_files(dt)
-                    if _key(f["partition"], partition_by) in written or str(f["partition"].get("job_id")) in jobs
+                    if replace_all
+                    or _key(f["partition"], partition_by) in written
+                    or str(f["partition"].get("job_id")) in jobs
                 ]
                 if not adds and not gone:
                     return result
@@ -306,6 +341,7 @@ def _commit(uri, table, added, partition_by, replace_jobs, write_id, schema) -> 
                             "tracelake.run": _run_label(),
                             "tracelake.files_added": len(adds),
                             "tracelake.files_removed": len(removes),
+                            **({"tracelake.inputs": json.dumps(inputs, sort_keys=True)} if inputs else {}),
                         },
                         app_transactions=[Transaction(app_id=f"{APP_ID}:{table}", version=dt.version() + 1)],
                         max_commit_retries=0,
@@ -317,10 +353,29 @@ def _commit(uri, table, added, partition_by, replace_jobs, write_id, schema) -> 
             f"{uri}: the commit of write {write_id} still conflicted after {COMMIT_TRIES} tries ({exc}); the table "
             "is unchanged by it — run again"
         ) from exc
+    except (DeltaError, OSError) as exc:  # the store failed (an S3 outage, a full disk) around the log entry
+        raise CommitError(
+            f"{uri}: the commit of write {write_id} failed: {exc}. The table is at its version before this write "
+            "(or, if the store took the log entry before failing, at this write's): run again"
+        ) from exc
     result.files_added = len(adds)
     result.version = int(open_table(uri).version())
     _crash_point(f"{table}:committed")
     return result
+
+
+def _newer_inputs(dt, inputs: dict[str, int | None]) -> bool:
+    """Whether the table's last derived write (``tracelake.inputs`` in its commit) was computed from inputs at least
+    as new as ``inputs`` everywhere and newer somewhere."""
+    for h in dt.history(20):
+        last = h.get("tracelake.inputs")
+        if last is None:
+            continue  # a maintenance commit: look further back
+        theirs = json.loads(last) if isinstance(last, str) else dict(last)
+        mine = {k: -1 if v is None else int(v) for k, v in inputs.items()}
+        other = {k: -1 if theirs.get(k) is None else int(theirs[k]) for k in mine}
+        return all(other[k] >= mine[k] for k in mine) and other != mine
+    return False
 
 
 def _evolve(dt, schema: pa.Schema) -> None:
@@ -385,8 +440,6 @@ def _stage_spark(df, uri: str, partition_by: list[str], write_id: str) -> list[t
 def _write_task(uri: str, partition_by: tuple, write_id: str, batches):
     """One Spark task of :func:`_stage_spark`: its Arrow batches → Hive-partitioned Parquet files in the table
     folder; yields one batch of ``(path relative to the table root, size, rows)``."""
-    import itertools
-
     from pyspark import TaskContext  # heavy: pyspark (only in Spark's Python workers)
 
     ctx = TaskContext.get()

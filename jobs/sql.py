@@ -8,6 +8,7 @@ and ``<!-- sql-examples:end -->``); a test runs each of them.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from jobs.warehouse import register_views
@@ -29,8 +30,6 @@ def parse_as_of(text: str | None):
     Raises:
         ValueError: neither a version number nor an ISO 8601 time.
     """
-    import datetime as dt
-
     if text is None:
         return None
     if text.strip().isdigit():

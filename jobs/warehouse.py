@@ -31,11 +31,13 @@ Writes:
 
 from __future__ import annotations
 
+import contextvars
 import datetime as _dt
+import json
 import os
 import posixpath
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import quote
@@ -67,19 +69,40 @@ def table_path(warehouse: str, table: str) -> str:
 AsOf = int | str | _dt.datetime | None
 
 
+#: The reads of the current context (:func:`reads_logged`): ``{table: version read}``, or ``None`` when not logging.
+_READS: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("tracelake_reads", default=None)
+
+
+@contextmanager
+def reads_logged() -> Iterator[dict[str, int]]:
+    """Log the table versions every read in this context sees (``with reads_logged() as read:`` … ``read`` is
+    ``{table: version}``): what an answer states so that it can be reproduced (MCP answers' ``tables_read``)."""
+    log: dict[str, int] = {}
+    token = _READS.set(log)
+    try:
+        yield log
+    finally:
+        _READS.reset(token)
+
+
 def _snapshot(warehouse: str, table: str, as_of: AsOf = None):
     """The table's Delta snapshot (``deltalake.DeltaTable``) at ``as_of``; ``None`` when never written."""
-    return open_table(table_path(warehouse, table), as_of)
+    dt = open_table(table_path(warehouse, table), as_of)
+    log = _READS.get()
+    if log is not None and dt is not None:
+        log[table] = int(dt.version())
+    return dt
 
 
-def _files(dt, table: str, job_ids) -> list[str]:
-    """The live data files of a snapshot (absolute paths or URIs), only ``job_ids``' when given."""
+def _files(dt, job_ids) -> list[dict]:
+    """The live data files of a snapshot, only ``job_ids``' when given: ``{"uri"`` (absolute path or URI),
+    ``"partition"`` (its partition values)``}``."""
     root = dt.table_uri.rstrip("/")
     if root.startswith("file://"):
         root = root[len("file://") :]
     want = {str(j) for j in job_ids} if job_ids is not None else None
     return [
-        posixpath.join(root, f["path"])
+        {"uri": posixpath.join(root, f["path"]), "partition": f["partition"]}
         for f in live_files(dt)
         if want is None or str(f["partition"].get("job_id")) in want
     ]
@@ -87,8 +110,10 @@ def _files(dt, table: str, job_ids) -> list[str]:
 
 def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = None, as_of: AsOf = None):
     """A warehouse table as a Spark DataFrame, restricted to ``job_ids`` when given: the snapshot's data files
-    (its Delta log's file list; pyspark ships no Delta reader) read with the table's schema, partition columns
-    from the paths. On a cluster with delta-spark, ``spark.read.format("delta").load(path)`` reads the same table.
+    (its Delta log's file list; pyspark ships no Delta reader) read with the table's schema: on local disk by
+    Spark's Parquet reader (partition columns from the paths), on an object store by the pyarrow data source of
+    :mod:`jobs.spark_files` (no Hadoop S3 connector needed). On a cluster with delta-spark,
+    ``spark.read.format("delta").load(path)`` reads the same table.
 
     Args:
         as_of: a version number or time (:data:`AsOf`); default the latest version.
@@ -105,12 +130,17 @@ def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = No
     dt = _snapshot(warehouse, table, as_of)
     if dt is None:
         return None
-    files = _files(dt, table, job_ids)
+    files = _files(dt, job_ids)
     if not files:
         return None
     schema = from_arrow_schema(_arrow_schema(dt))
     root = table_path(warehouse, table)
-    return spark.read.schema(schema).option("basePath", root).parquet(*files)
+    if "://" not in root:  # local disk: Spark's own Parquet reader, partition columns from the paths
+        return spark.read.schema(schema).option("basePath", root).parquet(*(f["uri"] for f in files))
+    from jobs.spark_files import NAME, ParquetFiles  # heavy: pyspark's data source API, only for object stores
+
+    spark.dataSource.register(ParquetFiles)
+    return spark.read.format(NAME).schema(schema).option("files", json.dumps(files)).load()
 
 
 def _arrow_schema(dt) -> pa.Schema:
@@ -204,7 +234,12 @@ def read_arrow(
 
 
 def read_pandas(
-    warehouse: str, tables, job_ids: list[str] | None = None, exact: bool = False, skip_missing: bool = False
+    warehouse: str,
+    tables,
+    job_ids: list[str] | None = None,
+    exact: bool = False,
+    skip_missing: bool = False,
+    versions: Mapping[str, int | None] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Rows of ``job_ids`` (all rows when ``None``) from the tables ``tables``, as pandas, without Spark.
 
@@ -214,6 +249,7 @@ def read_pandas(
         exact: integer columns as pandas' nullable integer dtypes (exact ns, no float upcast when a
             column has nulls), as :func:`to_pandas_exact`; else pyarrow's default conversion.
         skip_missing: leave tables that were never written out of the result.
+        versions: ``{table: version}`` to read (:func:`table_versions`: one consistent set); default the latest.
 
     Returns:
         ``{table: DataFrame with the declared columns that exist, in declaration order}``; a table that
@@ -221,7 +257,7 @@ def read_pandas(
     """
     out = {}
     for name in tables:
-        rows = read_arrow(warehouse, name, job_ids)
+        rows = read_arrow(warehouse, name, job_ids, as_of=(versions or {}).get(name))
         if rows is None:
             if not skip_missing:
                 out[name] = pd.DataFrame(columns=declared(name).names)
@@ -372,7 +408,9 @@ def _relabel_job(job_id: str, rel: str) -> str:
     return "/".join(f"job_id={quote(job_id, safe='')}" if seg.startswith("job_id=") else seg for seg in rel.split("/"))
 
 
-def write_table(rows, warehouse: str, table: str, replace_jobs=None) -> CommitResult:
+def write_table(
+    rows, warehouse: str, table: str, replace_jobs=None, replace_all: bool = False, inputs=None
+) -> CommitResult:
     """Replace the rows of ``table`` that ``rows`` holds: the partitions (``date=…/job_id=…``) it has rows for
     are replaced whole, the others kept — in one Delta commit (:mod:`jobs.commit`).
 
@@ -386,6 +424,9 @@ def write_table(rows, warehouse: str, table: str, replace_jobs=None) -> CommitRe
         replace_jobs: the jobs ``rows`` holds every row of: their other partitions are removed in the same
             commit (no stale rows of a job rebuilt with no rows here, or under another date). With it, rows
             for no job leave a table that was never written unwritten.
+        replace_all: ``rows`` are the whole table (a fleet table rebuilt whole): every other row goes.
+        inputs: ``{table: version}`` the rows were derived from (:func:`table_versions`); a write derived from
+            older inputs than the table's last write is skipped (two runs at once: the newer derivation stays).
 
     Returns:
         What was committed (:class:`jobs.commit.CommitResult`: version, partitions, files added and removed).
@@ -401,7 +442,9 @@ def write_table(rows, warehouse: str, table: str, replace_jobs=None) -> CommitRe
         rows = partial(_move_in, rows)
     elif callable(rows):
         raise TypeError(f"write_table({table!r}): rows must be a Spark DataFrame, a pyarrow.Table or staged_rows()")
-    return write_partitions(rows, warehouse, table, declared(table).partition_by, replace_jobs)
+    return write_partitions(
+        rows, warehouse, table, declared(table).partition_by, replace_jobs, replace_all=replace_all, inputs=inputs
+    )
 
 
 def maintain(warehouse: str, tables=None, retention_hours: float | None = None) -> dict[str, dict]:

@@ -30,6 +30,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class _Answer(_Model):
+    """What every tool answer carries besides its rows: the table versions it read, so it can be reproduced."""
+
+    tables_read: dict[str, int] = Field(
+        default_factory=dict,
+        description="Warehouse table → Delta version this answer read; the same rows come back from "
+        "`tracelake sql --as-of <read_at>` or `tracelake history`.",
+    )
+    read_at: str | None = Field(default=None, description="When the answer was read (ISO 8601, UTC).")
+
+
 class Page(_Model):
     """How much of the answer this is: rows ``offset`` … ``offset + returned - 1`` of ``total``."""
 
@@ -86,7 +97,7 @@ class JobRow(_Model):
     )
 
 
-class JobList(_Model):
+class JobList(_Answer):
     """``list_jobs``: jobs newest first."""
 
     jobs: list[JobRow]
@@ -148,7 +159,7 @@ class VerdictBrief(_Model):
     coverage_known: bool = Field(description="The warehouse records which rules judged the job.")
 
 
-class JobSummary(_Model):
+class JobSummary(_Answer):
     """``job_summary``: one (job, attempt) at a glance."""
 
     job: JobRow
@@ -173,7 +184,7 @@ class Finding(FindingBrief):
     evidence: dict[str, Any] = Field(description="Numbers behind the finding (findings.v1.json `evidence`).")
 
 
-class FindingList(_Model):
+class FindingList(_Answer):
     """``findings``: one job's findings in rank order, or the fleet's ranked by estimated time lost."""
 
     scope: Literal["job", "fleet"]
@@ -207,7 +218,7 @@ class PathSegment(_Model):
     dur_ns: int | None
 
 
-class CriticalPath(_Model):
+class CriticalPath(_Answer):
     """``critical_path``: one job's step: where the longest dependency chain spends its time (HTA critical path)."""
 
     job_id: str
@@ -236,7 +247,7 @@ class CollectiveRow(_Model):
     last_arrival_rank: int | None = Field(description="Rank most often last to arrive.")
 
 
-class Collectives(_Model):
+class Collectives(_Answer):
     """``collectives``: one job's collectives per (collective, process group), most wait first."""
 
     job_id: str
@@ -256,7 +267,7 @@ class KernelRow(_Model):
     n_ranks: int
 
 
-class Kernels(_Model):
+class Kernels(_Answer):
     """``kernels``: one job's top kernels by total time."""
 
     job_id: str
@@ -298,7 +309,7 @@ class FindingChange(_Model):
     b_est_ns: float | None
 
 
-class Comparison(_Model):
+class Comparison(_Answer):
     """``compare``: job B against job A, as ``tracelake compare``."""
 
     a: str
@@ -346,7 +357,7 @@ class RegressionRow(_Model):
     )
 
 
-class Regressions(_Model):
+class Regressions(_Answer):
     """``regressions``: each run's metrics against the earlier runs of its job_name, newest first."""
 
     regressions: list[RegressionRow]
@@ -369,7 +380,7 @@ class FleetRow(_Model):
     dataloader_pct: float | None
 
 
-class FleetStats(_Model):
+class FleetStats(_Answer):
     """``fleet_stats``: the fleet grouped by one dimension (the ``fleet_stats`` table)."""
 
     dimension: str
@@ -394,7 +405,7 @@ class FleetFindingRow(_Model):
     example_title: str | None
 
 
-class FleetFindings(_Model):
+class FleetFindings(_Answer):
     """``fleet_findings``: rules ranked by the accelerator-hours per day fixing them would recover (the
     ``fleet_findings`` table: time lost per step × captured steps × world size, over the window)."""
 
@@ -430,14 +441,14 @@ class HostRow(_Model):
     )
 
 
-class HostHealth(_Model):
+class HostHealth(_Answer):
     """``host_health``: hosts, devices and links across jobs (the ``host_health`` table), hardware suspects first."""
 
     hosts: list[HostRow]
     page: Page
 
 
-class SqlAnswer(_Model):
+class SqlAnswer(_Answer):
     """``sql``: the rows of one read-only Spark SQL query over the warehouse views."""
 
     columns: list[str]

@@ -14,6 +14,7 @@ Everything is read-only: no tool writes to the warehouse.
 
 from __future__ import annotations
 
+import datetime as dt
 import hmac
 import ipaddress
 import json
@@ -28,6 +29,7 @@ from pydantic import Field
 from jobs.agent import queries
 from jobs.agent.paging import BadCursor, answer_chars
 from jobs.common.ids import DiscoveryError
+from jobs.warehouse import reads_logged
 from schemas import agent as A
 from schemas.tables import TABLES
 
@@ -133,9 +135,11 @@ def build_server(
 
     def answer(call, *args, **kwargs):
         try:
-            return call(warehouse, *args, **kwargs)
+            with reads_logged() as read:
+                out = call(warehouse, *args, **kwargs)
         except (queries.NotFound, DiscoveryError, BadCursor, ValueError) as e:
             raise _tool_error(e) from e
+        return out.model_copy(update={"tables_read": dict(sorted(read.items())), "read_at": _now()})
 
     @tool
     def list_jobs(
@@ -312,11 +316,14 @@ def build_server(
 
             cap = min(max_rows or 200, SQL_MAX_ROWS)
             try:
-                r = run_readonly(holder.get(), warehouse, query, max_rows=cap, timeout_s=sql_timeout_s)
+                with reads_logged() as read:
+                    r = run_readonly(holder.get(), warehouse, query, max_rows=cap, timeout_s=sql_timeout_s)
             except (UnsafeQuery, QueryTimeout) as e:
                 raise _tool_error(e) from e
             except Exception as e:  # noqa: BLE001 — Spark's analysis errors (unknown column, …) are the caller's to fix
                 raise _tool_error(RuntimeError(f"query failed: {_first_line(e)}")) from e
+
+            read_at = _now()
 
             def make(rows):
                 page = A.Page(
@@ -326,7 +333,14 @@ def build_server(
                     truncated=r.truncated or len(rows) < len(r.rows),
                     next_cursor=None,
                 )
-                return A.SqlAnswer(columns=r.columns, rows=rows, elapsed_ms=r.elapsed_ms, page=page)
+                return A.SqlAnswer(
+                    columns=r.columns,
+                    rows=rows,
+                    elapsed_ms=r.elapsed_ms,
+                    page=page,
+                    tables_read=dict(sorted(read.items())),
+                    read_at=read_at,
+                )
 
             out = make(r.rows)
             while len(out.rows) > 1 and answer_chars(out) > A.MAX_ANSWER_CHARS:  # the character cap: halve
@@ -489,3 +503,8 @@ def parse_bind(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
         raise ValueError(f"--http wants HOST:PORT, e.g. 127.0.0.1:8765; got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _now() -> str:
+    """Now, ISO 8601 UTC (milliseconds): an answer's ``read_at``."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")

@@ -13,7 +13,8 @@ transform (pandas, on the driver; the reduced frames and the few columns read of
 :func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`,
 :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health`.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
-through the crash-safe partition commit (:func:`jobs.warehouse.write_table`). The tables are rebuilt whole by each run, so a
+through the storage seam's commit (:func:`jobs.warehouse.write_table`), each table replaced whole in one commit
+(inputs read as of one set of versions, recorded with the write). The tables are rebuilt whole by each run, so a
 run is idempotent and sees late-arriving jobs.
 """
 
@@ -44,7 +45,7 @@ from jobs.fleet.stats import (
     reduce_job_steps,
     run_metadata_frame,
 )
-from jobs.warehouse import read_arrow, read_pandas, read_spark, write_table
+from jobs.warehouse import read_arrow, read_pandas, read_spark, table_versions, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
 
@@ -103,8 +104,11 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
         :class:`FleetResult` (nothing is written when no rank has been analyzed yet).
     """
     result = FleetResult()
+    # one consistent set of input versions, read as of them and recorded with every fleet table written: a run
+    # at the same time that derived the tables from newer inputs keeps its rows (jobs.commit: ``inputs``)
+    inputs = table_versions(warehouse, FLEET_INPUTS)
     if is_local(engine):
-        t = read_pandas(warehouse, ("captures", "steps", "ranks", "kernels"), skip_missing=True)
+        t = read_pandas(warehouse, ("captures", "steps", "ranks", "kernels"), skip_missing=True, versions=inputs)
         if "captures" not in t or ("steps" not in t and "ranks" not in t):
             return result
         windows = analysis_windows(t.get("steps"), t.get("ranks"), t["captures"])
@@ -112,15 +116,15 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
         jk = job_kernels_frame(t["kernels"], t["captures"]) if "kernels" in t else None
     else:
         captures, steps, ranks, kernels = (
-            read_spark(engine, warehouse, n) for n in ("captures", "steps", "ranks", "kernels")
+            read_spark(engine, warehouse, n, as_of=inputs[n]) for n in ("captures", "steps", "ranks", "kernels")
         )
         if captures is None or (steps is None and ranks is None):
             return result
         js, jk = _reduce_on_spark(captures, steps, kernels, ranks)
-    frames = fleet_frames(js, jk, _read_columns(engine, warehouse), **regression_options)
+    frames = fleet_frames(js, jk, _read_columns(engine, warehouse, inputs), **regression_options)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
-        write_fleet_table(pdf, warehouse, name)  # an empty table is written too: it exists, with 0 rows
+        write_fleet_table(pdf, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
     result.regressions = frames["regressions"]
     return result
 
@@ -194,22 +198,30 @@ READ_COLUMNS = {
 }
 
 
-def _read_columns(engine, warehouse: str) -> dict[str, pd.DataFrame]:
-    """:data:`READ_COLUMNS` of the tables that exist, as pandas (pyarrow on the local executor, else Spark)."""
+#: Every table the fleet stage reads (their versions are recorded with the fleet tables it writes).
+FLEET_INPUTS = tuple(dict.fromkeys(("captures", "steps", "ranks", "kernels", *READ_COLUMNS)))
+
+
+def _read_columns(engine, warehouse: str, versions: dict) -> dict[str, pd.DataFrame]:
+    """:data:`READ_COLUMNS` of the tables that exist at ``versions``, as pandas (pyarrow on the local executor,
+    else Spark)."""
     out = {}
     for name, cols in READ_COLUMNS.items():
         if is_local(engine):
-            t = read_arrow(warehouse, name, columns=list(cols))
+            t = read_arrow(warehouse, name, columns=list(cols), as_of=versions.get(name))
             if t is not None:
                 out[name] = t.to_pandas()
         else:
-            df = read_spark(engine, warehouse, name)
+            df = read_spark(engine, warehouse, name, as_of=versions.get(name))
             if df is not None:
                 out[name] = _pandas(df.select(*[c for c in cols if c in df.columns]))  # older warehouses lack some
     return out
 
 
-def write_fleet_table(pdf: pd.DataFrame, warehouse: str, table: str) -> None:
-    """Write a fleet table (pandas) with the crash-safe partition commit, replacing its partitions."""
+def write_fleet_table(pdf: pd.DataFrame, warehouse: str, table: str, inputs: dict | None = None) -> None:
+    """Write a fleet table (pandas) whole, in one commit: every old row goes (a dimension, date or kind with no
+    rows left leaves none behind). ``inputs``: the input table versions it was derived from (a concurrent run's
+    derivation from newer inputs is kept: :func:`jobs.warehouse.write_table`)."""
     t = FLEET_TABLES[table]
-    write_table(pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False), warehouse, table)
+    rows = pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False)
+    write_table(rows, warehouse, table, replace_all=True, inputs=inputs)

@@ -329,7 +329,7 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
 
     fleet = dag_runs["result"]["fleet"]
     assert fleet["state"] == "success", (fleet, dag_runs["log"])
-    assert fleet["tasks"] == {"settings": "success", "fleet_report": "success"}
+    assert fleet["tasks"] == {"settings": "success", "fleet_report": "success", "maintain": "success"}
     fexp = client.get_experiment_by_name("tracelake-fleet")
     assert fexp is not None
     fruns = client.search_runs([fexp.experiment_id])

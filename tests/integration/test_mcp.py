@@ -111,6 +111,11 @@ async def _exercise(client, dlrm: str, wh: str) -> None:
     assert dlrm in ids and len(ids) == len(set(ids)) and not jobs["page"]["truncated"]
     assert next(j for j in jobs["jobs"] if j["job_id"] == dlrm)["n_ranks"] == 8
     assert await s.pages("list_jobs", "jobs", limit=4) == jobs["jobs"]  # paging gives the same rows, in order
+    # the answer names the table versions it read (Delta), so it can be reproduced with --as-of
+    from jobs.warehouse import table_versions
+
+    assert "captures" in jobs["tables_read"] and jobs["read_at"].endswith("+00:00")
+    assert jobs["tables_read"] == table_versions(wh, list(jobs["tables_read"]))
 
     summary = await s.call("job_summary", job_id=dlrm)
     assert summary["straggler"]["rank"] == 7 and summary["straggler"]["source"] == "straggler_rank finding"
@@ -182,6 +187,7 @@ async def _exercise(client, dlrm: str, wh: str) -> None:
     assert "attempt" in await s.error("job_summary", job_id=dlrm, attempt=99)
 
     q = await s.call("sql", query="SELECT job_id, count(*) AS n_steps FROM steps GROUP BY job_id ORDER BY n_steps DESC")
+    assert q["tables_read"]["steps"] == table_versions(wh, ["steps"])["steps"]
     assert q["columns"] == ["job_id", "n_steps"] and q["rows"] and not q["page"]["truncated"]
     assert {r[0] for r in q["rows"]} <= set(ids)
     capped = await s.call("sql", query="SELECT job_id, rank, step FROM steps", max_rows=3)

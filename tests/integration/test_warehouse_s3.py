@@ -1,0 +1,147 @@
+"""The warehouse on S3 (a real server: SeaweedFS on loopback, ``s3_server.py``): ``tracelake run --warehouse s3://…``
+on both executors, ``tracelake sql`` and ``history`` over it, two runs at once into one warehouse, and an S3
+outage in the middle of a commit.
+
+Two runs at once (different landing folders that share one job) must leave every job table equal to the two runs
+one after the other: the commits of one table conflict, and the loser retries with fresh removes. An outage
+right before the log entry must fail the write with an error that names the table, leave the table at its old
+version, and the same write must succeed once S3 is back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from s3_server import s3  # noqa: F401 - fixture
+from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
+
+from jobs.warehouse import history, read_pandas
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TRACELAKE = Path(sys.executable).parent / "tracelake"
+PAIR = "HolisticTraceAnalysis/trace_filter/sampled_rank-{r}.json.gz"
+DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
+ALEXNET = "HolisticTraceAnalysis/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
+
+
+def _zone(root: Path, corpus: Path, jobs: dict[str, list[Path]]) -> Path:
+    for job, srcs in jobs.items():
+        (root / job).mkdir(parents=True, exist_ok=True)
+        for src in srcs:
+            (root / job / src.name).symlink_to(src)
+    return root
+
+
+@pytest.fixture(scope="module")
+def zones(torch_corpus, tmp_path_factory):
+    """Two landing zones sharing the job ``solo``: A = pair + solo, B = dlrm (2 ranks) + solo."""
+    base = tmp_path_factory.mktemp("s3zones")
+    pair = [torch_corpus / PAIR.format(r=r) for r in range(2)]
+    dlrm = [next(torch_corpus.glob(DLRM.format(r=r))) for r in range(2)]
+    solo = [torch_corpus / ALEXNET]
+    return _zone(base / "a", torch_corpus, {"pair": pair, "solo": solo}), _zone(
+        base / "b", torch_corpus, {"dlrm": dlrm, "solo": solo}
+    )
+
+
+def _run(env: dict, raw: Path, warehouse: str, executor: str = "local") -> subprocess.Popen:
+    cmd = [str(TRACELAKE), "run", "--raw", str(raw), "--warehouse", warehouse, "--no-mlflow", "--executor", executor]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _ok(p: subprocess.Popen) -> str:
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out[-4000:]
+    return out
+
+
+def _env(server) -> dict:
+    return {
+        **os.environ,
+        **server.env,
+        "COLUMNS": "200",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+
+
+def test_both_executors_write_the_same_tables_to_s3_and_sql_reads_them(s3, zones, monkeypatch):  # noqa: F811
+    env = _env(s3)
+    a, _ = zones
+    out = _ok(_run(env, a, "s3://tracelake/wh-local"))
+    assert "captures: 3 (3 ingested" in out and "warehouse: s3://tracelake/wh-local" in out
+    _ok(_run(env, a, "s3://tracelake/wh-spark", "spark"))  # Spark's tasks write to S3 with pyarrow
+    for k, v in s3.env.items():  # the seam's readers here take the credentials from the environment
+        monkeypatch.setenv(k, v)
+    local = warehouse_digests("s3://tracelake/wh-local")
+    assert all(local[t] for t in ("captures", "events", "steps", "kernels"))
+    assert warehouse_digests("s3://tracelake/wh-spark") == local
+    # Spark SQL over the S3 warehouse (no Hadoop S3 connector: the snapshot's files read through pyarrow)
+    sql = subprocess.run(
+        [str(TRACELAKE), "sql", "SELECT job_id, count(*) AS n FROM steps GROUP BY job_id ORDER BY job_id",
+         "--warehouse", "s3://tracelake/wh-spark", "--format", "csv"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    steps = read_pandas("s3://tracelake/wh-local", ["steps"])["steps"]
+    want = "".join(f"{j},{n}\n" for j, n in sorted(steps.groupby("job_id").size().items()))
+    assert sql.returncode == 0 and want in sql.stdout.replace("\r", ""), sql.stdout[-2000:] + sql.stderr[-2000:]
+    hist = history("s3://tracelake/wh-local", "steps")
+    assert [h["operation"] for h in hist] == ["WRITE", "CREATE TABLE"] and hist[0]["files_added"] >= 2
+
+
+def test_two_runs_at_once_equal_the_two_runs_one_after_the_other(s3, zones, monkeypatch):  # noqa: F811
+    """A and B at once into one warehouse. Job tables hold each job's rows alone, so one run after the other
+    gives, per job, the rows of the run that had it last: the jobs only one zone has must equal that zone's run
+    alone; the job both rebuild (``solo``, from their own landing folders) must be, in every table, whole from A
+    or whole from B — never both, never a mix."""
+    env = _env(s3)
+    a, b = zones
+    _ok(_run(env, a, "s3://tracelake/wh-a"))
+    _ok(_run(env, b, "s3://tracelake/wh-b"))
+    both = [_run(env, a, "s3://tracelake/wh-par"), _run(env, b, "s3://tracelake/wh-par")]
+    outs = [_ok(p) for p in both]
+    assert all("validation: passed" in o for o in outs), outs
+    for k, v in s3.env.items():
+        monkeypatch.setenv(k, v)
+    par = warehouse_digests("s3://tracelake/wh-par")
+    only_a, only_b = warehouse_digests("s3://tracelake/wh-a"), warehouse_digests("s3://tracelake/wh-b")
+    for t in WAREHOUSE_TABLES:
+        assert set(par[t]) == set(only_a[t]) | set(only_b[t]), t  # the same partitions: nothing lost
+        for part, rows in par[t].items():
+            alone = [d[t][part] for d in (only_a, only_b) if part in d[t]]
+            assert rows in alone, (t, part)  # whole from one run: nothing doubled, nothing mixed
+    caps = read_pandas("s3://tracelake/wh-par", ["captures"])["captures"]
+    assert sorted(caps["job_id"].unique()) == ["dlrm", "pair", "solo"] and caps["uri"].is_unique
+    # the commits raced: the history of a table both wrote shows both writes, none lost
+    writes = [h for h in history("s3://tracelake/wh-par", "captures") if h["operation"] == "WRITE"]
+    assert len(writes) == 2
+
+
+def test_an_s3_outage_during_a_commit_fails_clearly_and_the_retry_succeeds(s3, monkeypatch):  # noqa: F811
+    from jobs import commit
+
+    for k, v in s3.env.items():
+        monkeypatch.setenv(k, v)
+    wh = "s3://tracelake/wh-outage"
+    rows = lambda v: pa.table({"date": ["2024-01-01"] * 3, "job_id": ["a"] * 3, "i": [0, 1, 2], "v": [v] * 3})  # noqa: E731
+    commit.write_partitions(rows(1), wh, "t", ("date", "job_id"))
+
+    def outage(point):
+        if point == "t:committing":
+            s3.stop()  # S3 goes away after the data files are in, before the log entry
+
+    monkeypatch.setattr(commit, "_crash_point", outage)
+    with pytest.raises(commit.CommitError, match=r"s3://tracelake/wh-outage/t: the commit of write .* failed"):
+        commit.write_partitions(rows(2), wh, "t", ("date", "job_id"))
+    s3.start()
+    monkeypatch.setattr(commit, "_crash_point", lambda point: None)
+    assert commit.open_table(f"{wh}/t").to_pyarrow_table()["v"].to_pylist() == [1, 1, 1]  # unchanged
+    res = commit.write_partitions(rows(2), wh, "t", ("date", "job_id"))
+    assert res.version == 2 and commit.open_table(f"{wh}/t").to_pyarrow_table()["v"].to_pylist() == [2, 2, 2]
