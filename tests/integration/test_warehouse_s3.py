@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -49,6 +50,32 @@ def zones(torch_corpus, tmp_path_factory):
     return _zone(base / "a", torch_corpus, {"pair": pair, "solo": solo}), _zone(
         base / "b", torch_corpus, {"dlrm": dlrm, "solo": solo}
     )
+
+
+@pytest.fixture(scope="module")
+def alone(s3, zones):  # noqa: F811
+    """Zone A alone into ``wh-a`` and zone B alone into ``wh-b``: their digests (each job's rows as one run)."""
+    env = _env(s3)
+    a, b = zones
+    _ok(_run(env, a, "s3://tracelake/wh-a"))
+    _ok(_run(env, b, "s3://tracelake/wh-b"))
+    with _s3_env(s3):
+        return warehouse_digests("s3://tracelake/wh-a"), warehouse_digests("s3://tracelake/wh-b")
+
+
+@contextmanager
+def _s3_env(server):
+    """The server's ``AWS_*`` variables in this process (the seam's readers take credentials from there)."""
+    old = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _run(env: dict, raw: Path, warehouse: str, executor: str = "local") -> subprocess.Popen:
@@ -96,22 +123,20 @@ def test_both_executors_write_the_same_tables_to_s3_and_sql_reads_them(s3, zones
     assert [h["operation"] for h in hist] == ["WRITE", "CREATE TABLE"] and hist[0]["files_added"] >= 2
 
 
-def test_two_runs_at_once_equal_the_two_runs_one_after_the_other(s3, zones, monkeypatch):  # noqa: F811
+def test_two_runs_at_once_equal_the_two_runs_one_after_the_other(s3, zones, alone, monkeypatch):  # noqa: F811
     """A and B at once into one warehouse. Job tables hold each job's rows alone, so one run after the other
     gives, per job, the rows of the run that had it last: the jobs only one zone has must equal that zone's run
     alone; the job both rebuild (``solo``, from their own landing folders) must be, in every table, whole from A
     or whole from B — never both, never a mix."""
     env = _env(s3)
     a, b = zones
-    _ok(_run(env, a, "s3://tracelake/wh-a"))
-    _ok(_run(env, b, "s3://tracelake/wh-b"))
     both = [_run(env, a, "s3://tracelake/wh-par"), _run(env, b, "s3://tracelake/wh-par")]
     outs = [_ok(p) for p in both]
     assert all("validation: passed" in o for o in outs), outs
     for k, v in s3.env.items():
         monkeypatch.setenv(k, v)
     par = warehouse_digests("s3://tracelake/wh-par")
-    only_a, only_b = warehouse_digests("s3://tracelake/wh-a"), warehouse_digests("s3://tracelake/wh-b")
+    only_a, only_b = alone
     for t in WAREHOUSE_TABLES:
         assert set(par[t]) == set(only_a[t]) | set(only_b[t]), t  # the same partitions: nothing lost
         for part, rows in par[t].items():
@@ -145,3 +170,38 @@ def test_an_s3_outage_during_a_commit_fails_clearly_and_the_retry_succeeds(s3, m
     assert commit.open_table(f"{wh}/t").to_pyarrow_table()["v"].to_pylist() == [1, 1, 1]  # unchanged
     res = commit.write_partitions(rows(2), wh, "t", ("date", "job_id"))
     assert res.version == 2 and commit.open_table(f"{wh}/t").to_pyarrow_table()["v"].to_pylist() == [2, 2, 2]
+
+
+#: Moments of a commit at which a `tracelake run` into the S3 warehouse is killed (``jobs.commit`` crash points).
+S3_KILL_POINTS = ("events:committing", "events:committed", "kernels:committing")
+
+
+@pytest.mark.parametrize("point", S3_KILL_POINTS)
+def test_a_run_killed_mid_commit_on_s3_leaves_whole_versions_and_the_rerun_is_clean(s3, zones, alone, point):  # noqa: F811
+    """Warehouse = zone A's run (copied on S3); zone B's run into it is SIGKILLed at ``point``: every table reads
+    as A's version or as the version B's commit made, whole; running B again gives A then B."""
+    import signal
+
+    import s3fs
+
+    env = _env(s3)
+    _, b = zones
+    only_a, only_b = alone
+    wh = f"tracelake/wh-kill-{point.replace(':', '-')}"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3.storage_options)
+    fs.copy("tracelake/wh-a", wh, recursive=True)
+    cmd = [str(TRACELAKE), "run", "--raw", str(b), "--warehouse", f"s3://{wh}", "--no-mlflow"]
+    p = subprocess.run(
+        cmd, cwd=REPO, env={**env, "TRACELAKE_TEST_CRASH_AT": point}, capture_output=True, text=True,
+        start_new_session=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    expected = {t: {**only_a[t], **only_b[t]} for t in WAREHOUSE_TABLES}  # A then B: B's rows of its jobs
+    with _s3_env(s3):
+        seen = warehouse_digests(f"s3://{wh}")
+        table = point.split(":")[0]
+        for t in WAREHOUSE_TABLES:
+            assert seen[t] in (only_a[t], expected[t]), t  # A's version or A-then-B's, whole
+        assert seen[table] == (expected[table] if point.endswith(":committed") else only_a[table]), point
+        _ok(_run(env, b, f"s3://{wh}"))
+        assert warehouse_digests(f"s3://{wh}") == expected
