@@ -156,7 +156,6 @@ def open_table(uri: str, version: int | str | _dt.datetime | None = None):
     Raises:
         CommitError: ``uri`` holds Parquet files of the pre-Delta layout (no ``_delta_log``).
     """
-
     opts = storage_options(uri)
     if not DeltaTable.is_deltatable(uri, storage_options=opts):
         fs, base = _fs(uri)
@@ -245,6 +244,7 @@ def write_partitions(
     _crash_point(f"{table}:staged")
     if dt is None:
         if not added and replace_jobs is not None:
+            _unmark_new(uri)
             return CommitResult(table, write_id)  # a batch without rows leaves a table never written unwritten
         if schema is None:
             if not added:
@@ -262,6 +262,14 @@ def _mark_new(uri: str) -> None:
         f.write(b"a tracelake Delta table being created\n")
 
 
+def _unmark_new(uri: str) -> None:
+    """Remove :data:`NEW_TABLE_MARK` (and the folder, when that leaves it empty): nothing was written after all."""
+    fs, base = _fs(uri)
+    fs.delete_file(posixpath.join(base, NEW_TABLE_MARK))
+    if isinstance(fs, pafs.LocalFileSystem):
+        _rmdir_quiet(base)
+
+
 def _declared_or_none(table: str):
     try:
         return declared(table)
@@ -271,7 +279,6 @@ def _declared_or_none(table: str):
 
 def _file_schema(uri: str, rel: str, partition_by: list[str]) -> pa.Schema:
     """The schema of one staged data file plus the partition columns (strings)."""
-
     fs, base = _fs(uri)
     data = pq.read_schema(posixpath.join(base, rel), filesystem=fs)
     return pa.schema([*(f for f in data if f.name not in partition_by), *((p, pa.string()) for p in partition_by)])
@@ -279,7 +286,6 @@ def _file_schema(uri: str, rel: str, partition_by: list[str]) -> pa.Schema:
 
 def _create(uri: str, schema: pa.Schema, partition_by: list[str]):
     """Create the (empty) Delta table at ``uri``; a concurrent creator winning is fine."""
-
     try:
         return DeltaTable.create(uri, schema, partition_by=partition_by, storage_options=storage_options(uri))
     except DeltaError:
@@ -292,9 +298,8 @@ def _create(uri: str, schema: pa.Schema, partition_by: list[str]):
 def _commit(
     uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all=False, inputs=None
 ) -> CommitResult:
-    """One commit of ``added`` (``(rel path, size, partition values)``) plus the removes it implies, retried on
+    """One commit of ``added`` (``(rel path, size, partition values, rows)``) plus the removes it implies, retried on
     conflict with the removes recomputed from the winner's version."""
-
     written = {_key(pv, partition_by) for _, _, pv, _ in added}
     jobs = {str(j) for j in replace_jobs} if replace_jobs is not None and "job_id" in partition_by else set()
     now = int(time.time() * 1000)
@@ -380,8 +385,7 @@ def _newer_inputs(dt, inputs: dict[str, int | None]) -> bool:
 
 def _evolve(dt, schema: pa.Schema) -> None:
     """Add the declared columns the table lacks (nullable; old versions stay readable: schema evolution)."""
-
-    have = set(dt.schema().to_arrow().names) if hasattr(dt.schema(), "to_arrow") else set()
+    have = set(pa.schema(dt.schema().to_arrow()).names)
     missing = [f for f in schema if f.name not in have]
     if missing:
         dt.alter.add_columns([Field.from_arrow(f.with_nullable(True)) for f in missing])
@@ -516,7 +520,6 @@ def _move_in(staging: str, fs, base: str, partition_by: list[str], write_id: str
 
 def _num_rows(path: str, fs) -> int:
     """Rows of one Parquet data file (its footer)."""
-
     with fs.open_input_file(path) as f:
         return int(pq.read_metadata(f).num_rows)
 
@@ -823,7 +826,6 @@ def maintain(uri: str, retention_hours: float = RETENTION_HOURS, target_mb: floa
     Returns:
         ``{"files_compacted", "files_added", "files_vacuumed", "skipped", "version"}``.
     """
-
     dt = open_table(uri)
     out = {"files_compacted": 0, "files_added": 0, "files_vacuumed": 0, "skipped": 0, "version": -1}
     if dt is None:

@@ -40,7 +40,9 @@ from schemas.tables import STAGES, Table, declared, stage_tables
 _TIME_POINT_SUFFIXES = ("ts_ns", "start_ns", "end_ns")
 _SIGNED_NS = frozenset({"base_time_ns", "clock_offset_ns", "step_excess_p50_ns"})
 #: Percentages that are changes or excesses (may be negative or above 100), not shares.
-_SIGNED_PCT = frozenset({"change_pct", "step_excess_p50_pct"})
+_SIGNED_PCT = frozenset(
+    {"change_pct", "step_excess_p50_pct", "change_est_pct", "change_ci_low_pct", "change_ci_high_pct"}
+)
 #: Integer columns that are ids, positions or counts (≥ 0) without a unit suffix.
 _NON_NEGATIVE = frozenset(
     {

@@ -13,7 +13,7 @@ import posixpath
 import fsspec
 
 from jobs.validate.report import ValidationReport
-from jobs.warehouse import write_text_atomic
+from jobs.warehouse import exists, write_text_atomic
 from schemas.tables import TABLES
 
 MARK_FILE = "_validation.json"
@@ -77,7 +77,7 @@ def _mark_docs(warehouse: str, tables):
     fs, root = fsspec.core.url_to_fs(warehouse)
     for t in tables:
         folder = posixpath.join(root.rstrip("/"), t)
-        if not fs.exists(folder):
+        if not exists(warehouse, t):  # written = a Delta table (a folder alone may be a first write under way)
             continue
         try:
             doc = json.loads(fs.cat_file(posixpath.join(folder, MARK_FILE)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from jobs.fleet.hosts import host_health
@@ -82,8 +83,10 @@ def test_a_corrupted_fleet_row_fails_and_marks_the_table(tmp_path):
     failed = {c.id: c for c in t.failed}
     assert set(failed) == {"consistent:slow_within_jobs", "in_set:kind"}
     assert failed["consistent:slow_within_jobs"].unexpected_count == 1
-    (tmp_path / "host_health").mkdir()
-    (tmp_path / "fleet_stats").mkdir()
+    from jobs.warehouse import write_table
+
+    write_table(pa.Table.from_pandas(h, preserve_index=False), str(tmp_path), "host_health")  # written tables
+    write_table(FLEET_TABLES["fleet_stats"].empty(), str(tmp_path), "fleet_stats")
     write_marks(str(tmp_path), report)
     marks = read_table_marks(str(tmp_path), FLEET_TABLES)
     assert marks["host_health"]["status"] == "failed"

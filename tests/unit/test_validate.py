@@ -236,11 +236,19 @@ def test_missing_column_fails_the_schema_check(real_tables):
 # ----------------------------------------------------------------------------- marks in the warehouse
 
 
+def _written(wh, tables) -> None:
+    """``tables`` written (empty Delta tables) in the warehouse ``wh``: marks are read for written tables only."""
+    from jobs.warehouse import write_table
+    from schemas import declared
+
+    for t in tables:
+        write_table(declared(t).empty(), str(wh), t)
+
+
 def test_marks_record_the_failed_job(real_tables, tmp_path):
     from jobs.validate.marks import read_marks, write_marks
 
-    for t in ("steps", "ranks"):
-        (tmp_path / t).mkdir()
+    _written(tmp_path, ("steps", "ranks"))
     bad = _corrupt_steps(real_tables["steps"], "pct 150")
     report = _validate({"steps": bad, "ranks": real_tables["ranks"]}, "analyze")
     written = write_marks(str(tmp_path), report)
@@ -262,8 +270,7 @@ def test_marks_record_the_failed_job(real_tables, tmp_path):
 def test_marks_of_many_jobs_read_once_as_each_job(real_tables, tmp_path):
     from jobs.validate.marks import read_jobs_marks, read_marks, write_marks
 
-    for t in ("steps", "ranks", "findings"):
-        (tmp_path / t).mkdir()
+    _written(tmp_path, ("steps", "ranks", "findings"))
     report = _validate(
         {"steps": _corrupt_steps(real_tables["steps"], "pct 150"), "ranks": real_tables["ranks"]}, "analyze"
     )
