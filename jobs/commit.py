@@ -335,6 +335,7 @@ def _commit(
                     - {_rel(pv, partition_by) for _, _, pv, _ in added}
                 )
                 _crash_point(f"{table}:committing")
+                committed_on = int(dt.version())
                 dt.create_write_transaction(
                     [*adds, *removes],
                     mode="append",
@@ -364,7 +365,7 @@ def _commit(
             "(or, if the store took the log entry before failing, at this write's): run again"
         ) from exc
     result.files_added = len(adds)
-    result.version = int(open_table(uri).version())
+    result.version = committed_on + 1  # no retries inside delta-rs: the commit took exactly the next version
     _crash_point(f"{table}:committed")
     return result
 
@@ -401,7 +402,6 @@ def _key(pv: dict, partition_by: list[str]) -> tuple:
 
 
 def _rel(pv: dict, partition_by: list[str]) -> str:
-
     return "/".join(f"{c}={quote(str(pv.get(c)), safe='')}" for c in partition_by)
 
 
@@ -453,24 +453,16 @@ def _write_task(uri: str, partition_by: tuple, write_id: str, batches):
     if first is None:
         return
     fs, base = _fs(uri)
-    written: dict[str, int] = {}
-    stage_arrow(
-        pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], it)),
-        base,
-        list(partition_by),
-        existing="overwrite_or_ignore",
-        basename=f"{tag}-{{i}}.parquet",
-        filesystem=fs,
-        visitor=lambda w: written.__setitem__(w.path, w.metadata.num_rows),
+    files = _write_arrow(
+        pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], it)), fs, base, partition_by, tag
     )
-    if not written:
+    if not files:
         return
-    infos = fs.get_file_info(list(written))
     yield pa.RecordBatch.from_pydict(
         {
-            "path": [posixpath.relpath(i.path, base) for i in infos],
-            "size": [int(i.size) for i in infos],
-            "rows": [written[i.path] for i in infos],
+            "path": [posixpath.relpath(path, base) for path, _, _ in files],
+            "size": [size for _, size, _ in files],
+            "rows": [n for _, _, n in files],
         },
         schema=pa.schema([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64())]),
     )
@@ -479,18 +471,24 @@ def _write_task(uri: str, partition_by: tuple, write_id: str, batches):
 def _stage_arrow_in(rows: pa.Table, fs, base: str, partition_by: list[str], write_id: str) -> list[tuple]:
     if rows.num_rows == 0:
         return []
+    files = _write_arrow(rows, fs, base, partition_by, f"{write_id}-part")
+    return [_added(base, path, size, partition_by, n) for path, size, n in files]
+
+
+def _write_arrow(rows, fs, base: str, partition_by, prefix: str) -> list[tuple[str, int, int]]:
+    """Write ``rows`` (a ``pyarrow.Table`` or ``RecordBatchReader``) Hive-partitioned under ``base`` as
+    ``<prefix>-<n>.parquet`` files; ``[(path, size in bytes, rows)]`` of the files written."""
     written: dict[str, int] = {}
     stage_arrow(
         rows,
         base,
-        partition_by,
+        list(partition_by),
         existing="overwrite_or_ignore",
-        basename=f"{write_id}-part-{{i}}.parquet",
+        basename=f"{prefix}-{{i}}.parquet",
         filesystem=fs,
         visitor=lambda w: written.__setitem__(w.path, w.metadata.num_rows),
     )
-    infos = fs.get_file_info(list(written))
-    return [_added(base, i.path, i.size, partition_by, written[i.path]) for i in infos]
+    return [(i.path, int(i.size), written[i.path]) for i in fs.get_file_info(list(written))]
 
 
 def _move_in(staging: str, fs, base: str, partition_by: list[str], write_id: str, table: str) -> list[tuple]:
@@ -846,8 +844,9 @@ def maintain(uri: str, retention_hours: float = RETENTION_HOURS, target_mb: floa
 
 def migrate(warehouse: str, tables) -> dict[str, str]:
     """Convert the tables of a warehouse of the pre-Delta layout (Hive-partitioned Parquet folders) into Delta
-    tables in place (``deltalake.convert_to_deltalake``: one log entry adding the existing files; no data file
-    is rewritten or moved). Tables already Delta, or never written, are left alone; validation marks and
+    tables in place (:func:`_convert`: one log entry adding the existing files under their own paths; no data file
+    is rewritten or moved; ``deltalake.convert_to_deltalake`` is not used: it decodes ``%2F`` in a partition
+    folder's name and then cannot find the file). Tables already Delta, or never written, are left alone; validation marks and
     MLflow references are untouched.
 
     Args:
