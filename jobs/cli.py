@@ -140,7 +140,7 @@ def print_summary(result) -> None:
     regressions = getattr(result, "regressions", pd.DataFrame())
     head = headline(result.steps, result.ranks, caps)  # run_summary: the numbers of the report, MLflow, MCP
     coverage = getattr(result, "rule_coverage", None)
-    if coverage is None and "://" not in str(result.warehouse) and len(result.ranks):
+    if coverage is None and len(result.ranks):
         jobs = sorted(set(result.ranks["job_id"].astype(str)))
         coverage = read_pandas(result.warehouse, ("rule_coverage",), jobs, skip_missing=True).get("rule_coverage")
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
@@ -238,7 +238,9 @@ def run(
         None, help="MLflow tracking URI [default: sqlite:///<warehouse>/mlflow.db]."
     ),
     storage_options: str | None = typer.Option(
-        None, help="fsspec options for --raw as JSON, e.g. '{\"endpoint_url\": \"http://127.0.0.1:8333\"}'."
+        None,
+        help="fsspec options for --raw (and an s3:// --warehouse) as JSON, e.g. "
+        "'{\"endpoint_url\": \"http://127.0.0.1:8333\", \"key\": \"…\", \"secret\": \"…\"}'; default: the AWS_* variables.",
     ),
     no_mlflow: bool = typer.Option(False, "--no-mlflow", help="Skip MLflow logging."),
     since: str | None = typer.Option(

@@ -137,6 +137,37 @@ def storage_options(uri: str) -> dict[str, str] | None:
     return opts
 
 
+#: fsspec/s3fs storage option → the ``AWS_*`` variable delta-rs, pyarrow and s3fs read it from.
+_S3FS_TO_AWS = {
+    "key": "AWS_ACCESS_KEY_ID",
+    "secret": "AWS_SECRET_ACCESS_KEY",
+    "token": "AWS_SESSION_TOKEN",
+    "endpoint_url": "AWS_ENDPOINT_URL",
+}
+
+
+def use_storage_options(warehouse: str, options: dict | None) -> list[str]:
+    """Let an ``s3://`` warehouse be read and written with the run's fsspec storage options (those of the landing
+    zone: ``key``, ``secret``, ``token``, ``endpoint_url``, ``client_kwargs.region_name``/``endpoint_url``), by
+    setting the matching ``AWS_*`` variables in this process: the one place every warehouse reader and writer
+    (delta-rs, pyarrow, s3fs, the local executor's workers) takes credentials from. Options given win over the
+    environment; without options the ``AWS_*`` variables (or an instance role) apply unchanged. Spark executors
+    on other machines use their own credentials (instance role, ``spark-env.sh``).
+
+    Returns:
+        The names of the variables set (empty for a local warehouse or no options)."""
+    if not options or not warehouse.startswith(("s3://", "s3a://")):
+        return []
+    client = options.get("client_kwargs") or {}
+    values = {var: options.get(opt) for opt, var in _S3FS_TO_AWS.items()}
+    values["AWS_ENDPOINT_URL"] = values["AWS_ENDPOINT_URL"] or client.get("endpoint_url")
+    region = client.get("region_name") or options.get("region_name")
+    values.update(AWS_REGION=region, AWS_DEFAULT_REGION=region)
+    set_ = {k: str(v) for k, v in values.items() if v}
+    os.environ.update(set_)
+    return sorted(set_)
+
+
 def table_uri(warehouse: str, table: str) -> str:
     """``{warehouse}/{table}``: a local path or a URI."""
     root = local_root(warehouse.rstrip("/") or "/")

@@ -53,6 +53,7 @@ from jobs.commit import maintain as _maintain
 from jobs.commit import migrate as _migrate
 from jobs.commit import recover as _recover
 from jobs.commit import table_uri as _table_uri
+from jobs.commit import use_storage_options as use_storage_options  # re-exported: run settings carry credentials
 from jobs.commit import work_dir as _work_dir
 from jobs.commit import write_text_atomic as _write_text_atomic
 from jobs.executor import is_local

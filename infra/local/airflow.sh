@@ -29,7 +29,7 @@
 #   TRACELAKE_WAREHOUSE     -> tracelake_warehouse      warehouse root  (default <home>/tracelake/warehouse)
 #   TRACELAKE_TRACKING_URI  -> tracelake_tracking_uri   MLflow          (default: infra/local/mlflow.sh's server
 #                                                       when it runs, else sqlite:///<warehouse>/mlflow.db)
-#   TRACELAKE_STORAGE_OPTIONS -> tracelake_storage_options  fsspec options of the landing zone (JSON, e.g. S3 keys)
+#   TRACELAKE_STORAGE_OPTIONS -> tracelake_storage_options  fsspec options of the landing zone and an s3:// warehouse (JSON)
 #   TRACELAKE_SPARK_CONF    -> tracelake_spark_conf     extra Spark properties (JSON)
 #   TRACELAKE_SPARK_MASTER  -> connection spark_tracelake (default: not defined = local[*] on this machine)
 #   TRACELAKE_INGEST_SCHEDULE, TRACELAKE_INGEST_START, TRACELAKE_INGEST_END  the ingest DAG's cron and bounds

@@ -8,7 +8,9 @@ Airflow Variables (all optional):
 ``tracelake_warehouse``        warehouse root; default ``$AIRFLOW_HOME/tracelake/warehouse``
 ``tracelake_tracking_uri``     MLflow tracking URI; default ``sqlite:///<warehouse>/mlflow.db``
 ``tracelake_storage_options``  fsspec options for the landing zone as JSON (e.g. an S3
-                               ``endpoint_url``); default ``{}``
+                               ``endpoint_url``); an ``s3://`` warehouse uses them too (the
+                               stages' own processes; Spark workers elsewhere bring their own
+                               credentials); default ``{}``
 ``tracelake_spark_conf``       extra Spark properties for every stage as JSON, read when the task
                                runs (e.g. executor memory on a cluster); default ``{}``
 =============================  ===============================================================

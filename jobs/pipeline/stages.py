@@ -45,7 +45,7 @@ from jobs.pipeline.record import build_record, read_record, write_record
 from jobs.publish.tracking import default_tracking_uri
 from jobs.spark import get_spark
 from jobs.validate.report import ValidationReport
-from jobs.warehouse import read_pandas
+from jobs.warehouse import read_pandas, use_storage_options
 
 
 class RunSettings(BaseModel):
@@ -60,7 +60,7 @@ class RunSettings(BaseModel):
     raw: str = ""
     warehouse: str
     tracking_uri: str | None = None  # None: sqlite:///<warehouse>/mlflow.db; "" : no MLflow (fleet_report)
-    storage_options: dict = Field(default_factory=dict)
+    storage_options: dict = Field(default_factory=dict)  # fsspec options of the landing zone and an s3:// warehouse
     since: str = ""
     until: str = ""
     record: str = ""
@@ -78,7 +78,9 @@ class RunSettings(BaseModel):
         return t.isoformat() if t else ""
 
     def model_post_init(self, _ctx) -> None:
-        """Fill ``record`` and ``tracking_uri`` from the warehouse and the interval."""
+        """Fill ``record`` and ``tracking_uri`` from the warehouse and the interval; an ``s3://`` warehouse takes
+        ``storage_options``' credentials (:func:`jobs.warehouse.use_storage_options`)."""
+        use_storage_options(self.warehouse, self.storage_options)
         if not self.record:
             self.record = record_uri(self.warehouse, as_utc(self.since), as_utc(self.until))
         if self.tracking_uri is None:

@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+import fsspec
 import pandas as pd
 
 from jobs.analyze.findings.neuron import neuron_findings
@@ -423,9 +424,11 @@ def log_jobs(
                 )
             )
             names = ["steps.csv", "ranks.csv", "captures.json"]
-            fj = Path(str(warehouse)) / "findings_json" / str(job_id) / str(attempt) / "findings.json"
-            if "://" not in str(warehouse) and fj.exists():
-                Path(tmp, "findings.json").write_text(fj.read_text())
+            fs, fj = fsspec.core.url_to_fs(
+                "/".join([str(warehouse).rstrip("/"), "findings_json", str(job_id), str(attempt), "findings.json"])
+            )
+            if fs.exists(fj):  # local disk or an object store alike
+                Path(tmp, "findings.json").write_bytes(fs.cat_file(fj))
                 names.append("findings.json")
             if neuron_rows is not None:
                 neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)

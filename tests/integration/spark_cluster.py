@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,7 +98,15 @@ def cluster_env() -> dict:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Start master + 2 workers with ``spark.sh start``; ``stop`` at the end, and kill by pid whatever is left."""
-    c = Cluster(url="", dir=tmp_path_factory.mktemp("spark-cluster"), env=cluster_env())
+    with running_cluster(tmp_path_factory.mktemp("spark-cluster")) as c:
+        yield c
+
+
+@contextmanager
+def running_cluster(folder: Path, extra_env: dict | None = None):
+    """A started :class:`Cluster` in ``folder`` whose daemons (so executors and Python workers) also get
+    ``extra_env`` (e.g. a warehouse's ``AWS_*`` credentials, as a worker machine's own would be)."""
+    c = Cluster(url="", dir=folder, env={**cluster_env(), **(extra_env or {})})
     try:
         started = c.script("start", timeout=180)
         assert started.returncode == 0, started.stderr[-3000:]

@@ -1,11 +1,12 @@
 """The deployed shape (issue 12): a real Airflow 3 scheduler drives the declared pipeline on a Spark
-standalone cluster, with the landing zone on S3 and an MLflow server, through three faults.
+standalone cluster, with the landing zone and the warehouse (Delta tables, issue 28) on S3 and an MLflow server,
+through three faults.
 
 Processes, every one on loopback and stopped by pid at the end: ``infra/local/airflow.sh`` (scheduler,
 dag-processor, triggerer, api-server; LocalExecutor), ``infra/local/spark.sh`` (a master and two workers;
 the ``spark_tracelake`` connection points there, so every Spark stage is a spark-submit whose executors
-are other JVMs and Python workers), SeaweedFS (S3 with real credentials, read by the DAG through the
-Variable ``tracelake_storage_options``) and ``infra/local/mlflow.sh``. The DAG files are ``dags/`` as
+are other JVMs and Python workers), SeaweedFS (S3 with real credentials, which the stages take from the
+Variable ``tracelake_storage_options`` and the Spark workers from their own environment) and ``infra/local/mlflow.sh``. The DAG files are ``dags/`` as
 shipped; the environment gives the ingest DAG intervals of a few seconds (``$TRACELAKE_INGEST_SCHEDULE`` as an
 ISO 8601 duration, ``_START``, ``_END``: :func:`jobs.pipeline.settings.ingest_schedule`) and 5 s between task
 retries.
@@ -58,7 +59,7 @@ import pytest
 import s3fs
 from pipeline_compare import FLEET_TABLES, free_port, mlflow_content, rows_digest
 from s3_server import s3  # noqa: F401 - fixture
-from spark_cluster import cluster, get_json, group_alive  # noqa: F401 - fixture
+from spark_cluster import get_json, group_alive, running_cluster
 from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
 from jobs.pipeline.stages import INGEST
@@ -73,6 +74,8 @@ AIRFLOW_SH = REPO / "infra" / "local" / "airflow.sh"
 MLFLOW_SH = REPO / "infra" / "local" / "mlflow.sh"
 DLRM = "param/dlrm_kineto/worker{r}_step_12.*.pt.trace.json"
 RAW = "s3://tracelake/raw"
+#: The warehouse: Delta tables on the same S3 server (issue 28), written by the stages and the Spark executors.
+WAREHOUSE = "s3://tracelake/warehouse"
 INGEST_DAG = "tracelake_ingest"
 #: Longest wait for the backfill and the fleet report, faults included (2 cores shared).
 RUNS_TIMEOUT_S = 1800
@@ -345,6 +348,26 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
+def cluster(s3, tmp_path_factory):  # noqa: F811
+    """The Spark cluster; its workers hold the S3 server's credentials, as a worker machine's own would be
+    (an instance role): the executors write the warehouse's data files."""
+    with running_cluster(tmp_path_factory.mktemp("spark-cluster"), extra_env=s3.env) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def s3_reader(s3):  # noqa: F811
+    """This process reads the S3 warehouse with the server's ``AWS_*`` variables (restored after the module)."""
+    old = {k: os.environ.get(k) for k in s3.env}
+    os.environ.update(s3.env)
+    try:
+        yield s3
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+@pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """``infra/local/mlflow.sh`` on a free port; stopped (by its pid file) after the module."""
     d = tmp_path_factory.mktemp("sched_mlflow")
@@ -372,7 +395,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
     # DAG schedules no run of its own); m0 at least 20 s away: Airflow starts meanwhile (~25 s)
     first = _next_multiple(datetime.now(UTC) + timedelta(seconds=20), INTERVAL_S)
     marks = [first + timedelta(seconds=k * INTERVAL_S) for k in range(4)]
-    wh = tmp / "warehouse"
+    wh = WAREHOUSE
     home = tmp / "airflow"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_", "AWS_"))}
     env.update(
@@ -381,7 +404,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         VENV_BIN=str(BIN),
         PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         TRACELAKE_RAW=RAW,
-        TRACELAKE_WAREHOUSE=str(wh),
+        TRACELAKE_WAREHOUSE=wh,  # its credentials: the storage options below (no AWS_* in Airflow's env)
         TRACELAKE_TRACKING_URI=mlflow_server,
         TRACELAKE_STORAGE_OPTIONS=json.dumps({**s3.storage_options, **S3_CLIENT}),
         GX_ANALYTICS_ENABLED="false",
@@ -561,7 +584,7 @@ def test_backfill_runs_every_interval_and_the_asset_triggers_the_fleet_report(sc
     assert any(r["run_type"] == "asset_triggered" and _t(r["end_date"]) >= last_ingest for r in fleet), fleet
 
 
-def _captures(wh: Path):
+def _captures(wh: str):
     """The ``captures`` table's rows (its latest Delta snapshot) as pandas, read through the storage seam."""
     from jobs.warehouse import read_pandas
 
@@ -572,7 +595,7 @@ def _log(home: Path, run_id: str, task_id: str, attempt: int) -> str:
     return _log_path(home, run_id, task_id, attempt).read_text(errors="replace")
 
 
-def test_s3_outage_during_normalize_fails_the_try_and_the_retry_succeeds(scheduled):
+def test_s3_outage_during_normalize_fails_the_try_and_the_retry_succeeds(scheduled, s3_reader):
     fault = scheduled["faults"]["s3_down"]
     assert fault["down_s"] >= S3_DOWN_S, fault
     ti = _ti(scheduled["db"], fault["run_id"], "normalize")
@@ -610,14 +633,15 @@ def test_a_scheduler_killed_mid_run_is_restarted_and_the_run_finishes(scheduled)
     assert run["state"] == "success" and _t(run["end_date"]) > datetime.fromisoformat(fault["restarted_at"]), run
 
 
-def test_the_late_capture_is_ingested_once_by_the_interval_it_landed_in(scheduled):
+def test_the_late_capture_is_ingested_once_by_the_interval_it_landed_in(scheduled, s3_reader):
     caps = _captures(scheduled["warehouse"])
     late = caps[caps["job_id"].astype(str) == "late"]
     assert len(late) == 1 and late["status"].iloc[0] == "ingested", late
     assert caps["capture_id"].is_unique
     records = {}
-    for p in sorted((scheduled["warehouse"] / "_runs" / "ingest").glob("*.json")):
-        rec = json.loads(p.read_text())
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **scheduled["storage_options"])
+    for p in sorted(fs.glob(f"{scheduled['warehouse'].removeprefix('s3://')}/_runs/ingest/*.json")):
+        rec = json.loads(fs.cat_file(p))
         records[rec["since"]] = rec["job_ids"]
     marks = scheduled["marks"]
     # interval 1 never saw the late capture (its manifest landed in interval 2), interval 2 took it, 3 did not
@@ -626,9 +650,9 @@ def test_the_late_capture_is_ingested_once_by_the_interval_it_landed_in(schedule
     assert "ddp" in records[marks[0].isoformat()], records
 
 
-def test_scheduled_backfill_equals_one_tracelake_run(scheduled, tmp_path):
-    """Three scheduled intervals on the Spark cluster and one ``tracelake run`` over the whole landing zone on its
-    default local executor leave equal warehouse tables (per-partition digests), equal fleet tables and equal
+def test_scheduled_backfill_equals_one_tracelake_run(scheduled, s3_reader, tmp_path):
+    """Three scheduled intervals on the Spark cluster into the S3 warehouse and one ``tracelake run`` over the whole
+    landing zone on its default local executor into a local one leave equal warehouse tables (per-partition digests), equal fleet tables and equal
     MLflow runs (params, metrics, tags, status, artifact names)."""
     from jobs.pipeline.run import run_pipeline
 

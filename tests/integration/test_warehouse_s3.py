@@ -10,12 +10,16 @@ version, and the same write must succeed once S3 is back.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import fsspec
 import pyarrow as pa
 import pytest
 from s3_server import s3  # noqa: F401 - fixture
@@ -52,6 +56,32 @@ def zones(torch_corpus, tmp_path_factory):
     )
 
 
+#: Two hourly ingest intervals [T0, T1) and [T1, T2) of :func:`dated_zone`.
+T0 = datetime(2026, 1, 5, 10, tzinfo=UTC)
+T1, T2 = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+
+
+@pytest.fixture(scope="module")
+def dated_zone(torch_corpus, tmp_path_factory):
+    """One landing zone of bare traces (copies: a file's commit time is its mtime) landed in two intervals:
+    [T0, T1) pair rank 0 and solo; [T1, T2) pair rank 1 and dlrm's two ranks. Both intervals touch ``pair``, so
+    both runs rebuild it (from both ranks: a backfill finds every file landed)."""
+    root = tmp_path_factory.mktemp("dated")
+    dlrm = [next(torch_corpus.glob(DLRM.format(r=r))) for r in range(2)]
+    plan = {
+        "pair": [(torch_corpus / PAIR.format(r=0), T0), (torch_corpus / PAIR.format(r=1), T1)],
+        "solo": [(torch_corpus / ALEXNET, T0 + timedelta(minutes=20))],
+        "dlrm": [(dlrm[0], T1 + timedelta(minutes=20)), (dlrm[1], T1 + timedelta(minutes=25))],
+    }
+    for job, files in plan.items():
+        (root / job).mkdir()
+        for src, t in files:
+            dst = root / job / src.name
+            shutil.copyfile(src, dst)
+            os.utime(dst, (t.timestamp() + 60, t.timestamp() + 60))
+    return root
+
+
 @pytest.fixture(scope="module")
 def alone(s3, zones):  # noqa: F811
     """Zone A alone into ``wh-a`` and zone B alone into ``wh-b``: their digests (each job's rows as one run)."""
@@ -78,8 +108,9 @@ def _s3_env(server):
                 os.environ[k] = v
 
 
-def _run(env: dict, raw: Path, warehouse: str, executor: str = "local") -> subprocess.Popen:
+def _run(env: dict, raw: Path, warehouse: str, executor: str = "local", *more: str) -> subprocess.Popen:
     cmd = [str(TRACELAKE), "run", "--raw", str(raw), "--warehouse", warehouse, "--no-mlflow", "--executor", executor]
+    cmd += more
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -147,6 +178,36 @@ def test_two_runs_at_once_equal_the_two_runs_one_after_the_other(s3, zones, alon
     # the commits raced: the history of a table both wrote shows both writes, none lost
     writes = [h for h in history("s3://tracelake/wh-par", "captures") if h["operation"] == "WRITE"]
     assert len(writes) == 2
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_two_interval_runs_at_once_equal_them_one_after_the_other(s3, dated_zone, where, tmp_path):  # noqa: F811
+    """The ingest runs of [T0, T1) and [T1, T2) at the same time (a backfill beside the schedule, or
+    ``max_active_runs > 1``) leave every table equal to the two runs one after the other, on local disk and on S3:
+    the job both rebuild is whole once, nothing lost or duplicated, each run's ingest record its own."""
+    env = _env(s3)
+    base = str(tmp_path) if where == "local" else f"s3://tracelake/wh-intervals-{where}"
+    at_once, in_order = f"{base}/at-once", f"{base}/in-order"
+    intervals = [
+        ("--since", T0.isoformat(), "--until", T1.isoformat()),
+        ("--since", T1.isoformat(), "--until", T2.isoformat()),
+    ]
+    outs = [_ok(p) for p in [_run(env, dated_zone, at_once, "local", *i) for i in intervals]]
+    assert all("validation: passed" in o for o in outs), outs
+    for i in intervals:
+        _ok(_run(env, dated_zone, in_order, "local", *i))
+    with _s3_env(s3):
+        par, seq = warehouse_digests(at_once), warehouse_digests(in_order)
+        assert all(seq[t] for t in ("captures", "steps", "kernels", "ranks"))
+        assert par == seq
+        caps = read_pandas(at_once, ["captures"])["captures"]
+        assert sorted(caps["job_id"].unique()) == ["dlrm", "pair", "solo"] and caps["uri"].is_unique
+        assert (caps["job_id"] == "pair").sum() == 2
+        # both runs wrote (the table's history names two writes), each recorded its own interval's jobs
+        assert sum(h["operation"] == "WRITE" for h in history(at_once, "captures")) == 2
+        fs, root = fsspec.core.url_to_fs(f"{at_once}/_runs/ingest")
+        records = sorted(json.loads(fs.cat_file(p))["job_ids"] for p in fs.glob(f"{root}/*.json"))
+        assert records == [["dlrm", "pair"], ["pair", "solo"]], records
 
 
 def test_an_s3_outage_during_a_commit_fails_clearly_and_the_retry_succeeds(s3, monkeypatch):  # noqa: F811

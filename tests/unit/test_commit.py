@@ -273,6 +273,61 @@ def test_maintain_compacts_and_vacuums_without_changing_what_readers_see(tmp_pat
     assert on_disk() == 1 and _read(wh) == before
 
 
+def _fragmenting_writer(args) -> int:
+    """A concurrent writer (its own process): ``n`` rebuilds of jobs among ``jobs``, each as 5 one-row files (many
+    small files for a compaction to merge); returns its commit attempts."""
+    wh, who, n, jobs = args
+    attempts = 0
+    for k in range(n):
+        job = jobs[(k + who) % len(jobs)]
+        rows = {"date": ["2024-01-01"] * 5, "job_id": [job] * 5, "i": list(range(5)), "v": [who * 1000 + k] * 5}
+        attempts += commit.write_partitions(FakeDF(rows, n_files=5), wh, "t", PARTS, replace_jobs=[job]).attempts
+    return attempts
+
+
+def test_maintain_while_writers_and_readers_run_loses_and_resurrects_nothing(tmp_path):
+    """``maintain`` runs again and again while two processes rebuild jobs and a thread reads: every read is whole
+    versions (each job exactly one rebuild's 5 rows — a compaction that raced a rebuild would bring the replaced rows
+    back beside the new ones), at least one compaction landed, and the end state holds every job once."""
+    wh, uri = str(tmp_path), os.path.join(str(tmp_path), "t")
+    jobs = ["a", "b", "c"]
+    for job in jobs:
+        rows = {"date": ["2024-01-01"] * 5, "job_id": [job] * 5, "i": list(range(5)), "v": [-1] * 5}
+        commit.write_partitions(FakeDF(rows, n_files=5), wh, "t", PARTS, replace_jobs=[job])
+    stop, bad, n_seen = threading.Event(), [], [0]
+
+    def whole(t) -> list:
+        wrong = []
+        for job in jobs:
+            rows = [(r["i"], r["v"]) for r in t if r["job_id"] == job]
+            if sorted(i for i, _ in rows) != list(range(5)) or len({v for _, v in rows}) != 1:
+                wrong.append((job, sorted(rows)))
+        return wrong
+
+    def reader():
+        while not stop.is_set():
+            bad.extend(whole(commit.open_table(uri).to_pyarrow_table().to_pylist()))
+            n_seen[0] += 1
+
+    th = threading.Thread(target=reader)
+    th.start()
+    outs = []
+    try:
+        with mp.get_context("spawn").Pool(2) as pool:
+            writing = pool.map_async(_fragmenting_writer, [(wh, w, 10, jobs) for w in range(2)])
+            while not writing.ready():
+                outs.append(commit.maintain(uri))
+            attempts = writing.get()
+        outs.append(commit.maintain(uri))
+    finally:
+        stop.set()
+        th.join()
+    assert n_seen[0] > 0 and bad == [], bad[:3]
+    assert sum(o["files_compacted"] for o in outs) > 0, outs
+    assert whole(commit.open_table(uri).to_pyarrow_table().to_pylist()) == []
+    assert sum(attempts) >= 20
+
+
 def test_a_table_of_the_old_layout_is_named_and_migrate_converts_it(tmp_path):
     from schemas import Table
 
@@ -380,3 +435,18 @@ def test_a_derivation_from_older_inputs_never_lands_on_a_newer_one(tmp_path):
     newer = pa.table({**_rows({"b": 1}, 3), "date": ["2024-01-02"]})
     res = commit.write_partitions(newer, wh, "t", PARTS, replace_all=True, inputs={"steps": 6, "kernels": 3})
     assert not res.skipped and _read(wh) == _expected({"b": 1}, 3)  # the 2024-01-01 rows went with replace_all
+
+
+def test_storage_options_give_an_s3_warehouse_its_credentials(monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    opts = {"key": "k", "secret": "s", "endpoint_url": "http://127.0.0.1:9", "client_kwargs": {"region_name": "r"}}
+    assert commit.use_storage_options("/local/wh", opts) == []  # a local warehouse needs none
+    assert os.environ["AWS_DEFAULT_REGION"] == "eu-west-1" and "AWS_ACCESS_KEY_ID" not in os.environ
+    assert commit.use_storage_options("s3://b/wh", opts) == [
+        "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_SECRET_ACCESS_KEY",
+    ]  # fmt: skip
+    assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9" and os.environ["AWS_DEFAULT_REGION"] == "r"
+    assert commit.storage_options("s3://b/wh/t") == {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ALLOW_HTTP": "true"}
+    assert commit.use_storage_options("s3://b/wh", {}) == []
