@@ -72,23 +72,35 @@ AsOf = int | str | _dt.datetime | None
 
 #: The reads of the current context (:func:`reads_logged`): ``{table: version read}``, or ``None`` when not logging.
 _READS: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("tracelake_reads", default=None)
+#: The snapshots opened in the current :func:`reads_logged` context: ``{(table uri, as_of): DeltaTable or None}``.
+_PINNED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tracelake_pinned", default=None)
 
 
 @contextmanager
 def reads_logged() -> Iterator[dict[str, int]]:
     """Log the table versions every read in this context sees (``with reads_logged() as read:`` … ``read`` is
-    ``{table: version}``): what an answer states so that it can be reproduced (MCP answers' ``tables_read``)."""
+    ``{table: version}``): what an answer states so that it can be reproduced (MCP answers' ``tables_read``).
+
+    Inside the context each table is opened once, at its first read: later reads of it see the same version (one
+    consistent snapshot per table for a whole answer, and no second log read)."""
     log: dict[str, int] = {}
-    token = _READS.set(log)
+    token, pinned = _READS.set(log), _PINNED.set({})
     try:
         yield log
     finally:
         _READS.reset(token)
+        _PINNED.reset(pinned)
 
 
 def _snapshot(warehouse: str, table: str, as_of: AsOf = None):
     """The table's Delta snapshot (``deltalake.DeltaTable``) at ``as_of``; ``None`` when never written."""
-    dt = open_table(table_path(warehouse, table), as_of)
+    uri, pinned = table_path(warehouse, table), _PINNED.get()
+    key = (uri, as_of.isoformat() if isinstance(as_of, _dt.datetime) else as_of)
+    if pinned is not None and key in pinned:
+        return pinned[key]
+    dt = open_table(uri, as_of)
+    if pinned is not None:
+        pinned[key] = dt
     log = _READS.get()
     if log is not None and dt is not None:
         log[table] = int(dt.version())

@@ -14,7 +14,7 @@ Both are pure functions of Arrow tables (:func:`rank_tables`, :func:`job_tables`
 schemas, run by either executor (:mod:`jobs.executor`): on Spark in ``applyInArrow``, each output table
 carried as Arrow IPC bytes so that one pass yields several tables; on the local executor in its
 worker processes, which write the large outputs straight into the run's staging.
-Then, per job on the driver (small tables), :func:`run_findings` ranks the bottleneck findings
+Then, per job (small tables; in the local executor's workers, else on the driver), :func:`run_findings` ranks the bottleneck findings
 (:mod:`jobs.analyze.findings.ranking`) and writes ``findings``, ``rule_coverage`` (which rules judged the job, on
 what windows: :mod:`jobs.analyze.findings.coverage`) plus ``findings_json/<job>/<attempt>/findings.json``.
 load: Hive-partitioned Parquet, partitions replaced whole through the crash-safe commit
@@ -46,6 +46,7 @@ from jobs.normalize.neuron.critical_path import critical_path_from_events, criti
 from jobs.warehouse import (
     read_arrow,
     read_frames,
+    read_pandas,
     read_spark,
     recover,
     stage_rows,
@@ -397,10 +398,11 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
     (the only raw events a rule needs, :data:`jobs.analyze.findings.rules.SYNC_NAMES`); steps cut short by a
     truncated trace are left out (:func:`jobs.analyze.findings.ranking.drop_truncated_steps`). ``rule_coverage``
     (:func:`jobs.analyze.findings.coverage.rule_coverage`) gets a row per rule for every job, findings or not, and
-    goes into findings.json as ``coverage``.
+    goes into findings.json as ``coverage``. The rules judge each job alone: on the local executor the jobs are
+    split among its workers (:func:`_findings_task`), on Spark they run here on the driver.
 
     Args:
-        engine: a SparkSession or a :class:`jobs.executor.LocalExecutor` (reads only; the rules run here).
+        engine: a SparkSession or a :class:`jobs.executor.LocalExecutor` (reads; the local one also runs the rules).
 
     Returns:
         Number of findings written.
@@ -415,12 +417,35 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
         else sorted(set(read_arrow(warehouse, "captures", columns=["job_id"]).column("job_id").to_pylist()))
     )
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
-    tables = read_frames(
-        engine,
-        warehouse,
-        ("steps", "ranks", "kernels", "collectives", "critical_path", "neuron_summary", "captures"),
-        jobs,
-    )
+    if is_local(engine) and len(jobs) > 1:
+        n = min(engine.workers, len(jobs))
+        parts = list(engine.map(_findings_task, [(warehouse, jobs[k::n]) for k in range(n)]))
+    else:
+        parts = [_job_findings(engine, warehouse, jobs)]
+    # the parts' schemas differ only in their metadata (each part's input row counts, already in its documents)
+    findings = pa.concat_tables([f.replace_schema_metadata(None) for f, _, _ in parts])
+    coverage = pa.concat_tables([c.replace_schema_metadata(None) for _, c, _ in parts])
+    write_table(findings, root, "findings", jobs)  # a job left without findings keeps none of its old ones
+    write_table(coverage, root, "rule_coverage", jobs)
+    for (job_id, attempt), doc in sorted(d for _, _, docs in parts for d in docs.items()):
+        write_text_atomic(
+            posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"),
+            json.dumps(doc, indent=1, default=str),
+        )
+    return findings.num_rows
+
+
+def _findings_task(args: tuple[str, list[str]]):
+    """One local worker's share of :func:`run_findings`: ``(warehouse, job ids)`` → :func:`_job_findings`."""
+    warehouse, jobs = args
+    return _job_findings(None, warehouse, jobs)
+
+
+def _job_findings(engine, warehouse: str, jobs: list[str]) -> tuple[pa.Table, pa.Table, dict]:
+    """The findings, the rule coverage and the ``findings.json`` documents (``{(job, attempt): doc}``) of ``jobs``,
+    read from the warehouse (by Spark when ``engine`` is a SparkSession, else with pyarrow)."""
+    names = ("steps", "ranks", "kernels", "collectives", "critical_path", "neuron_summary", "captures")
+    tables = read_pandas(warehouse, names, jobs) if engine is None else read_frames(engine, warehouse, names, jobs)
     tables["steps"] = drop_truncated_steps(tables["steps"], tables["captures"])
     sync = ds.field("category").isin(["cuda_runtime", "cpu_op", "cuda_driver"]) & ds.field("name").isin(
         list(SYNC_NAMES)
@@ -431,19 +456,14 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
     tables = {name: _in_key_order(df, TABLES[name].key) for name, df in tables.items()}
     findings = job_findings(tables)
     coverage = rule_coverage(tables, findings)
-    write_table(findings, root, "findings", jobs)  # a job left without findings keeps none of its old ones
-    write_table(coverage, root, "rule_coverage", jobs)
     pdf = findings.to_pandas()
     cdf = coverage.select(["job_id", "attempt"]).to_pandas()
+    docs = {}
     for job_id in jobs:
         attempts = sorted(
             set(pdf[pdf["job_id"] == job_id]["attempt"]) | set(cdf[cdf["job_id"] == job_id]["attempt"])
         ) or [0]
         for attempt in attempts:
             sub = findings.filter(pc.and_(pc.equal(findings["job_id"], job_id), pc.equal(findings["attempt"], attempt)))
-            doc = findings_document(job_id, int(attempt), sub, coverage=coverage)
-            write_text_atomic(
-                posixpath.join(root, "findings_json", job_id, str(attempt), "findings.json"),
-                json.dumps(doc, indent=1, default=str),
-            )
-    return findings.num_rows
+            docs[(job_id, int(attempt))] = findings_document(job_id, int(attempt), sub, coverage=coverage)
+    return findings, coverage, docs

@@ -6,7 +6,7 @@ tables of a few jobs are small), so a scheduler runs it as a plain Python task.
 
 from __future__ import annotations
 
-from jobs.publish.reports import log_job_reports
+from jobs.publish.reports import log_job_reports, render_reports
 from jobs.publish.tracking import log_jobs
 from jobs.publish.validation import log_validations
 from jobs.warehouse import read_pandas
@@ -51,6 +51,9 @@ def publish_jobs(
 
     client = MlflowClient(tracking_uri=tracking_uri)
     t = read_pandas(warehouse, RUN_TABLES, list(job_ids))
+    # the job reports render in the workers while this process logs the runs (the runs of log_jobs: captures')
+    runs = sorted({(str(j), int(a)) for j, a in zip(t["captures"]["job_id"], t["captures"]["attempt"])})
+    pages = render_reports(warehouse, runs, validation, map_fn)
     failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
     run_ids = log_jobs(
         tracking_uri,
@@ -68,5 +71,5 @@ def publish_jobs(
     )
     if validation is not None:
         log_validations(tracking_uri, run_ids, validation, client=client)
-    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, map_fn=map_fn)
+    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, pages=pages)
     return run_ids

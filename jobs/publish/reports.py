@@ -21,6 +21,7 @@ import datetime as _dt
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 
 import pandas as pd
 
@@ -217,12 +218,27 @@ def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[
     return out
 
 
-def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None, map_fn=map) -> dict:
+def render_reports(warehouse: str, runs, validation=None, map_fn=map) -> Iterator[tuple[tuple[str, int], str]]:
+    """Start rendering the HTML job report of every ``(job, attempt)`` of ``runs`` (:func:`render_run_report`
+    through ``map_fn``: a process pool's map submits them all at once and returns at once, so the driver can log
+    the MLflow runs meanwhile).
+
+    Returns:
+        ``((job, attempt), HTML)`` pairs, in ``runs`` order; taking one waits for its render.
+    """
+    keys = [(str(job), int(attempt)) for job, attempt in runs]
+    return zip(keys, map_fn(render_run_report, [(warehouse, job, attempt, validation) for job, attempt in keys]))
+
+
+def log_job_reports(
+    tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None, map_fn=map, pages=None
+) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
 
     Each job's report is rendered by :func:`render_run_report` through ``map_fn`` (default: the builtin
     ``map``, one after the other; ``tracelake run`` hands in its local executor's, which renders the
-    reports in parallel worker processes); one MLflow client logs them all (``client``, default: a new one).
+    reports in parallel worker processes), unless ``pages`` (:func:`render_reports`, started earlier) has them;
+    one MLflow client logs them all (``client``, default: a new one).
 
     Returns:
         ``{(job, attempt): artifact path}``.
@@ -232,11 +248,10 @@ def log_job_reports(tracking_uri: str, warehouse: str, run_ids: dict, validation
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
-    runs = list(run_ids.items())
-    pages = map_fn(render_run_report, [(warehouse, job, attempt, validation) for (job, attempt), _ in runs])
+    html = dict(pages if pages is not None else render_reports(warehouse, list(run_ids), validation, map_fn))
     out = {}
-    for ((job, attempt), run_id), html in zip(runs, pages):
-        log_text(client, run_id, html, JOB_REPORT_ARTIFACT)
+    for (job, attempt), run_id in run_ids.items():
+        log_text(client, run_id, html[(str(job), int(attempt))], JOB_REPORT_ARTIFACT)
         out[(job, attempt)] = JOB_REPORT_ARTIFACT
     return out
 

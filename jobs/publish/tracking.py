@@ -41,7 +41,7 @@ from jobs.analyze.findings.neuron import neuron_findings
 from jobs.common.ids import safe_id
 from jobs.fleet.stats import job_step_times
 from jobs.normalize.neuron.metrics import neuron_metrics_for_mlflow
-from jobs.publish.headline import one_headline
+from jobs.publish.headline import headline, one_headline
 from jobs.publish.verdict import job_verdict
 
 EXPERIMENT = "tracelake"
@@ -167,7 +167,9 @@ def _param(v) -> str:
     return str(v)
 
 
-def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame, captures: pd.DataFrame | None = None) -> dict[str, float]:
+def job_metrics(
+    ranks: pd.DataFrame, steps: pd.DataFrame, captures: pd.DataFrame | None = None, head: dict[str, float] | None = None
+) -> dict[str, float]:
     """The aggregate and per-rank metrics of one job (names in the module docstring).
 
     The headline numbers are :func:`jobs.publish.headline.one_headline` (``run_summary``, the one definition the
@@ -180,12 +182,14 @@ def job_metrics(ranks: pd.DataFrame, steps: pd.DataFrame, captures: pd.DataFrame
     Args:
         ranks: ``ranks`` rows of the job; steps: ``steps`` rows of the job; captures: its ``captures`` rows (None:
             every rank capture counts as ingested).
+        head: the job's headline metrics when already computed (:func:`jobs.publish.headline.headline` of many
+            jobs at once, one ``run_summary``); default computed here from the rows.
 
     Returns:
         ``{metric name: value}``; metrics without data (e.g. GPU % on a CPU-only trace) are omitted.
     """
     m: dict[str, float] = {"n_ranks": float(ranks["rank"].nunique())}
-    m.update(one_headline(steps, ranks, captures))
+    m.update(one_headline(steps, ranks, captures) if head is None else head)
     if "idle_pct" in m and "compute_pct" in m:
         m["non_compute_pct"] = max(0.0, 100.0 - m["idle_pct"] - m["compute_pct"])
     job_step = job_step_times(steps) if len(steps) and "step" in steps.columns else pd.Series(dtype=float)
@@ -355,6 +359,7 @@ def log_jobs(
     client = client or MlflowClient(tracking_uri=tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT, tracking_uri, warehouse)
     out = {}
+    heads = headline(steps, ranks, captures)  # every job's headline in one run_summary (not one per job)
     for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
         safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
         jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
@@ -376,7 +381,7 @@ def log_jobs(
             "trace_format": first("format"),
             "n_captures": str(len(cap)),
         }
-        metrics = job_metrics(jr, js, cap)
+        metrics = job_metrics(jr, js, cap, head=heads.get((str(job_id), int(attempt)), {}))
         neuron_rows = _run_rows(neuron_summary, job_id, attempt)
         if neuron_rows is not None and len(neuron_rows):
             metrics.update(neuron_metrics_for_mlflow(neuron_rows))

@@ -11,8 +11,22 @@ from jobs.publish.reports import log_text
 from jobs.validate.report import ValidationReport
 
 
+def report_texts(report: ValidationReport) -> dict[str, str]:
+    """The artifacts of ``report`` that are the same for every job's run: ``validation.json`` (the report) and
+    ``gx_results.json`` (GX's raw results), as JSON text."""
+    return {
+        "validation.json": json.dumps(report.to_dict(), indent=1, default=str),
+        "gx_results.json": json.dumps({k: t.gx_result for k, t in report.tables.items()}, indent=1, default=str),
+    }
+
+
 def log_validation(
-    tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None, client=None
+    tracking_uri: str,
+    run_id: str,
+    report: ValidationReport,
+    job_id: str | None = None,
+    client=None,
+    texts: dict[str, str] | None = None,
 ) -> bool:
     """Attach ``report`` to an MLflow run; mark the run ``FAILED`` when its job failed validation.
 
@@ -27,6 +41,7 @@ def log_validation(
         job_id: the run's job (default: the run's ``tracelake.job_id`` tag); the run fails when
             this job is in :meth:`ValidationReport.failed_jobs`.
         client: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one).
+        texts: :func:`report_texts` of ``report`` when already made (one serialization for every run).
 
     Returns:
         True when the job passed.
@@ -54,11 +69,8 @@ def log_validation(
             RunTag("tracelake.validation.failed_tables", ",".join(failed_tables) or "-"),
         ],
     )
-    for name, text in (
-        ("validation.html", render_validation_report(report, job_id=job_id)),
-        ("validation.json", json.dumps(report.to_dict(), indent=1, default=str)),
-        ("gx_results.json", json.dumps({k: t.gx_result for k, t in report.tables.items()}, indent=1, default=str)),
-    ):
+    texts = texts or report_texts(report)
+    for name, text in (("validation.html", render_validation_report(report, job_id=job_id)), *texts.items()):
         log_text(client, run_id, text, f"validation/{name}")
     if not ok:
         client.set_terminated(run_id, status="FAILED")
@@ -77,7 +89,8 @@ def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport, 
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
+    texts = report_texts(report)
     return {
-        key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client)
+        key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client, texts=texts)
         for key, run_id in run_ids.items()
     }

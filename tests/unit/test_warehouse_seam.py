@@ -10,7 +10,16 @@ import os
 import pyarrow as pa
 import pytest
 
-from jobs.warehouse import read_arrow, recover, stage_rows, staged_rows, work_dir, write_table
+from jobs.warehouse import (
+    read_arrow,
+    reads_logged,
+    recover,
+    stage_rows,
+    staged_rows,
+    table_version,
+    work_dir,
+    write_table,
+)
 
 
 def _rows(job_id: str, n: int) -> pa.Table:
@@ -55,3 +64,17 @@ def test_staged_rows_refuse_what_would_collide_or_go_astray(tmp_path):
     with pytest.raises(TypeError, match="staged_rows"):
         write_table(lambda staging: None, str(tmp_path), "steps")
     assert not os.path.exists(tmp_path / "steps")
+
+
+def test_one_answer_reads_one_version_of_each_table(tmp_path):
+    """Inside ``reads_logged`` (an MCP answer) a table is opened once: a write that lands between two reads of it
+    is not seen by the second, and the answer states the version it read; outside, the next read sees the write."""
+    wh = str(tmp_path / "wh")
+    write_table(_rows("a", 2), wh, "steps", ["a"])
+    v = table_version(wh, "steps")
+    with reads_logged() as read:
+        assert _jobs(wh, "steps") == {"a": [0, 1]}
+        write_table(_rows("b", 1), wh, "steps", ["b"])  # version v + 1
+        assert _jobs(wh, "steps") == {"a": [0, 1]}
+    assert read == {"steps": v} and table_version(wh, "steps") == v + 1
+    assert _jobs(wh, "steps") == {"a": [0, 1], "b": [0]}
