@@ -24,6 +24,7 @@ import hashlib
 import json
 import posixpath
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import fsspec
@@ -88,10 +89,13 @@ class CaptureFile:
 
 @dataclass
 class Discovery:
-    """Result of :func:`discover`: files to normalize and capture folders not yet committed."""
+    """Result of :func:`discover`: files to normalize and capture folders not yet committed; ``listing`` is the
+    store's listing it was made from (``{path: fsspec info}``: modification times for :mod:`jobs.landing.interval`
+    without a second listing)."""
 
     files: list[CaptureFile]
     pending: list[str]
+    listing: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def check_path_parts(parts: dict, where: str) -> dict:
@@ -416,12 +420,14 @@ def _unstrip(protocol: str, path: str) -> str:
     return f"{protocol}://{path}"
 
 
-def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
+def discover(raw_root: str, storage_options: dict | None = None, prefixes: Iterable[str] | None = None) -> Discovery:
     """List the raw trace files under ``raw_root``.
 
     Args:
         raw_root: a local folder or an fsspec URI (``s3://bucket/prefix``, ``file:///…``).
         storage_options: passed to fsspec (e.g. ``{"endpoint_url": …, "key": …}`` for s3fs).
+        prefixes: list only these folders of ``raw_root`` (e.g. ``date=2026-12-05``; one missing is empty);
+            ``None`` lists everything (:func:`jobs.landing.interval.date_prefixes` says which an interval needs).
 
     Returns:
         :class:`Discovery` with one :class:`CaptureFile` per trace file (manifest captures first,
@@ -440,6 +446,13 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
         if exists and fs.isfile(root):
             listing = {root: fs.info(root)}
             root = posixpath.dirname(root)
+        elif exists and prefixes is not None:
+            listing = {}
+            for prefix in prefixes:
+                try:
+                    listing.update(fs.find(posixpath.join(root, prefix), detail=True))
+                except FileNotFoundError:  # a prefix with nothing under it
+                    continue
         elif exists:
             listing = fs.find(root, detail=True)
     except Exception as exc:  # the store failed (a missing root is `exists` False): nothing to quarantine
@@ -473,13 +486,19 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
             continue
         by_dir.setdefault(posixpath.dirname(path), {})[posixpath.basename(path)] = info
 
-    manifest_roots = sorted((f for f in by_dir if "manifest.json" in by_dir[f]), key=len, reverse=True)
+    manifest_roots = {f for f in by_dir if "manifest.json" in by_dir[f]}
 
     def owner(folder: str) -> str | None:
-        for m in manifest_roots:  # deepest first
-            if folder == m or folder.startswith(m + "/"):
-                return m
-        return None
+        """The deepest capture folder (one with a manifest) that is ``folder`` or holds it: its ancestors walked
+        up, O(depth) (a scan of every capture folder per folder was quadratic: 18 s for 20,000 captures)."""
+        f = folder
+        while True:
+            if f in manifest_roots:
+                return f
+            parent = posixpath.dirname(f)
+            if parent == f:
+                return None
+            f = parent
 
     manifest_files: list[CaptureFile] = []
     bare_rel: dict[str, dict] = {}
@@ -537,4 +556,6 @@ def discover(raw_root: str, storage_options: dict | None = None) -> Discovery:
                 **r.fields(protocol, root),
             )
         )
-    return Discovery(files=manifest_files + bare + sorted(unsafe, key=lambda f: f.uri), pending=pending)
+    return Discovery(
+        files=manifest_files + bare + sorted(unsafe, key=lambda f: f.uri), pending=pending, listing=listing
+    )

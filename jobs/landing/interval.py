@@ -19,25 +19,41 @@ therefore selects the *jobs* that received at least one capture in ``[since, unt
 committed capture of those jobs is normalized again (whatever its commit time). Re-running an
 interval rebuilds the same jobs from everything committed for them, so it replaces their
 partitions and never loses or duplicates rows.
+
+*Listing by prefix.* A landing zone written by ``capture_hooks`` is laid out by capture date
+(``date=YYYY-MM-DD/job=…/…``). An interval then lists only the ``date=`` folders it can touch
+(:func:`date_prefixes`): from :data:`LATENESS` before ``since`` (a capture spooled on a node and uploaded
+late keeps its creation date) to a day after ``until`` (clock skew), not the whole history. The job
+closure then needs the touched jobs' captures in other dates: :func:`discover_interval` lists the date
+folders where the warehouse's ``captures`` table already has captures of those jobs (``known``), and no
+others. A capture landing more than :data:`LATENESS` after its creation date is found by the next run
+without ``since`` (``tracelake run``). A landing zone whose top level is not ``date=`` folders is listed
+whole, as before.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import fsspec
 
 from jobs.landing.discover import CaptureFile, Discovery, discover
+from jobs.landing.store import LandingUnavailable
 
 # fsspec ``info()`` keys that carry a modification time, in order of preference
 # (local: mtime; s3fs: LastModified; gcsfs: updated; adlfs: last_modified; memory: created).
 _TIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "modified", "created")
 #: Longest list :func:`summarize_interval` returns (it goes to Airflow's XCom).
 SUMMARY_LIST_MAX = 20
+#: How long after its creation date a capture may land and still be found by an interval run of a landing zone
+#: laid out by date (:func:`date_prefixes`): spooled captures of a node that was cut off for up to 2 days.
+LATENESS = timedelta(days=2)
+_DATE_FOLDER = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 
 
 @dataclass
@@ -154,17 +170,19 @@ def select_committed(
 
 
 def commit_times(
-    raw_root: str, files: Iterable[CaptureFile], storage_options: dict | None = None
+    raw_root: str, files: Iterable[CaptureFile], storage_options: dict | None = None, listing: dict | None = None
 ) -> dict[str, datetime | None]:
-    """Commit time of every capture file (edge: lists ``raw_root`` once, reads a manifest only when
-    the store reports no time for it).
+    """Commit time of every capture file (edge: lists ``raw_root`` once, unless ``listing`` — the one
+    :func:`~jobs.landing.discover.discover` made — is given; reads a manifest only when the store reports no
+    time for it).
 
     Returns:
         ``{commit_key(f): UTC datetime or None}``.
     """
     fs, root = fsspec.core.url_to_fs(raw_root, **(storage_options or {}))
     root = root.rstrip("/")
-    listing = {root: fs.info(root)} if fs.isfile(root) else fs.find(root, detail=True)
+    if not listing:
+        listing = {root: fs.info(root)} if fs.isfile(root) else fs.find(root, detail=True)
     times: dict[str, datetime | None] = {}
     for f in files:
         key = commit_key(f)
@@ -193,21 +211,98 @@ def restrict_to_interval(
     Returns:
         ``(discovery of the selected files, the selection)``.
     """
-    selection = select_committed(found.files, commit_times(raw_root, found.files, storage_options), since, until)
-    return Discovery(files=selection.files, pending=found.pending), selection
+    times = commit_times(raw_root, found.files, storage_options, found.listing)
+    selection = select_committed(found.files, times, since, until)
+    return Discovery(files=selection.files, pending=found.pending, listing=found.listing), selection
+
+
+def date_prefixes(
+    raw_root: str, since, until, storage_options: dict | None = None, lateness: timedelta = LATENESS
+) -> list[str] | None:
+    """The ``date=YYYY-MM-DD`` folders of ``raw_root`` an interval run must list: dates from ``since`` −
+    ``lateness`` to ``until`` + 1 day (``until`` open: today + 1 day). ``None`` (list everything) when ``since``
+    is open, ``raw_root`` is a file, or its top level holds anything but ``date=`` folders (hidden names aside).
+
+    Raises:
+        LandingUnavailable: the store failed while listing the top level.
+    """
+    since, until = as_utc(since), as_utc(until)
+    if since is None:
+        return None
+    fs, root = fsspec.core.url_to_fs(raw_root, **(storage_options or {}))
+    root = root.rstrip("/")
+    try:
+        if not fs.isdir(root):
+            return None
+        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # the store failed: nothing to decide from
+        raise LandingUnavailable(
+            f"{raw_root}: the landing zone cannot be listed ({type(exc).__name__}: {exc}); "
+            "retry when the store answers again"
+        ) from exc
+    names = [n for n in names if not n.startswith((".", "_"))]
+    dates = {n: m.group(1) for n in names if (m := _DATE_FOLDER.match(n))}
+    if not names or len(dates) != len(names):
+        return None
+    lo = (since - lateness).date().isoformat()
+    hi = ((until or datetime.now(UTC)) + timedelta(days=1)).date().isoformat()
+    return sorted(n for n, d in dates.items() if lo <= d <= hi)
+
+
+def date_folder(uri: str) -> str | None:
+    """The first ``date=YYYY-MM-DD`` folder in ``uri`` (where a capture of a date-laid-out landing zone lives), or
+    ``None``."""
+    return next((seg for seg in uri.split("/") if _DATE_FOLDER.match(seg)), None)
+
+
+def discover_interval(
+    raw_root: str,
+    since,
+    until,
+    storage_options: dict | None = None,
+    known: Callable[[list[str]], set[str]] | None = None,
+) -> tuple[Discovery, IntervalSelection]:
+    """:func:`restrict_to_interval` of a discovery that lists only what the interval can touch: the
+    :func:`date_prefixes` of a landing zone laid out by date, plus, for the job closure, the ``date=`` folders
+    ``known(job_ids)`` names for the touched jobs (where the warehouse already has captures of them). Jobs found
+    only in those extra folders are not added: the touched jobs are the window's.
+
+    Returns:
+        ``(discovery of the selected files, the selection)``.
+
+    Raises:
+        FileNotFoundError, LandingUnavailable: as :func:`~jobs.landing.discover.discover`.
+        ValueError: ``since`` is not before ``until``.
+    """
+    prefixes = date_prefixes(raw_root, since, until, storage_options)
+    found = discover(raw_root, storage_options, prefixes)
+    restricted, sel = restrict_to_interval(found, raw_root, since, until, storage_options)
+    if prefixes is None or known is None or not sel.job_ids:
+        return restricted, sel
+    extra = sorted(set(known(sel.job_ids)) - set(prefixes))
+    if not extra:
+        return restricted, sel
+    more = discover(raw_root, storage_options, extra)
+    files = found.files + [f for f in more.files if f.job_id in set(sel.job_ids)]
+    merged = Discovery(files=files, pending=found.pending + more.pending, listing={**found.listing, **more.listing})
+    restricted, whole = restrict_to_interval(merged, raw_root, since, until, storage_options)
+    return restricted, whole
 
 
 def summarize_interval(raw_root: str, since, until, storage_options: dict | None = None) -> dict:
-    """What an interval run would normalize, as a small JSON-ready dict (edge: lists ``raw_root``).
+    """What an interval run would normalize, as a small JSON-ready dict (edge: lists the interval's
+    :func:`date_prefixes` of ``raw_root``, or all of it).
 
     Returns:
-        ``{"n_new": captures committed in the interval, "n_files": files to normalize (job closure),
+        ``{"n_new": captures committed in the interval, "n_files": files to normalize (the job closure within the
+        listed folders; the run adds the touched jobs' captures in older dates),
         "job_ids": touched jobs, "n_pending"/"pending": capture folders not yet committed,
         "n_undated"/"undated": files with no commit time}`` (the two lists cut to their first
         :data:`SUMMARY_LIST_MAX` entries).
     """
-    found = discover(raw_root, storage_options)
-    _, sel = restrict_to_interval(found, raw_root, since, until, storage_options)
+    found, sel = discover_interval(raw_root, since, until, storage_options)
     return {
         "n_new": len(sel.new),
         "n_files": len(sel.files),

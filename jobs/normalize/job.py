@@ -20,6 +20,7 @@ import os
 import posixpath
 import traceback
 from dataclasses import dataclass, field
+from functools import partial
 
 import fsspec
 import pyarrow as pa
@@ -27,7 +28,7 @@ import pyarrow as pa
 from jobs.common.ids import slug
 from jobs.executor import is_local
 from jobs.landing.discover import discover
-from jobs.landing.interval import restrict_to_interval
+from jobs.landing.interval import date_folder, discover_interval
 from jobs.landing.store import read_problem
 from jobs.normalize.identity import IDENTITY, date_of, resolve_rank, with_identity
 from jobs.normalize.kineto.parse import TraceError, parse_kineto
@@ -35,7 +36,7 @@ from jobs.normalize.limits import ParseLimits
 from jobs.normalize.neuron.summary import summary_table
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
-from jobs.warehouse import recover, stage_rows, staged_rows, work_dir, write_table
+from jobs.warehouse import read_arrow, recover, stage_rows, staged_rows, work_dir, write_table
 from schemas import CAPTURES, EVENTS, NEURON_SUMMARY
 
 _CAPTURE_COL = "_capture_json"
@@ -340,6 +341,15 @@ class NormalizeResult:
         return sum(c["status"] == "quarantined" for c in self.captures)
 
 
+def _known_dates(warehouse: str, job_ids: list[str]) -> set[str]:
+    """The landing zone's ``date=`` folders where ``captures`` already has captures of ``job_ids`` (the job
+    closure of an interval run: :func:`jobs.landing.interval.discover_interval`)."""
+    t = read_arrow(warehouse, "captures", list(job_ids), columns=["uri"])
+    if t is None:
+        return set()
+    return {d for uri in set(t.column("uri").to_pylist()) if uri and (d := date_folder(uri))}
+
+
 def run_normalize(
     engine,
     raw_root: str,
@@ -373,9 +383,10 @@ def run_normalize(
     """
     recover(warehouse)  # finish the publish of a run that was killed, before anything reads the tables
     storage_options = storage_options or {}
-    found = discover(raw_root, storage_options)
     if since is not None or until is not None:
-        found, _ = restrict_to_interval(found, raw_root, since, until, storage_options)
+        found, _ = discover_interval(raw_root, since, until, storage_options, known=partial(_known_dates, warehouse))
+    else:
+        found = discover(raw_root, storage_options)
     if not found.files:
         return NormalizeResult(captures=[], pending=found.pending, job_ids=[])
     for f in found.files:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
+import pyarrow as pa
 import pytest
 
 from jobs.analyze import job as analyze_job
@@ -14,6 +16,8 @@ from jobs.landing.interval import (
     as_utc,
     commit_key,
     commit_times,
+    date_prefixes,
+    discover_interval,
     in_interval,
     info_time,
     manifest_created_at,
@@ -216,3 +220,63 @@ def test_run_record_and_validate_arguments_follow_the_captures(monkeypatch):
     for name in ("analyze", "validate_analyze"):
         none = run_stage(name, settings, engine=object(), record=none, save=False)
     assert calls == [] and {s["status"] for s in none["stages"].values()} == {"skipped"}
+
+
+def _dated_capture(root, date: str, job: str, rank: int, when, trace_src):
+    """A committed capture under ``date=<date>/`` whose manifest landed at ``when``."""
+    folder = root / f"date={date}" / f"job={job}" / "attempt=0" / f"rank={rank:05d}" / f"cap-{job}-{rank}"
+    folder.mkdir(parents=True)
+    (folder / "trace.json").symlink_to(trace_src)
+    m = folder / "manifest.json"
+    m.write_text(json.dumps({"job_id": job, "created_at": f"{date}T00:00:00Z"}))
+    os.utime(m, (when.timestamp(), when.timestamp()))
+    return folder
+
+
+def test_an_interval_lists_only_its_dates_and_the_touched_jobs_known_dates(tmp_path):
+    """A date-laid-out landing zone: the interval lists the dates from LATENESS before ``since`` to a day after
+    ``until``; job a's older rank (in a date the warehouse's ``captures`` knows for a) is listed for the closure;
+    a job committed in the interval but created more than LATENESS earlier is not (the next full run takes it);
+    nothing else of the old date is added."""
+    from jobs.normalize.job import _known_dates  # the warehouse side of the closure
+    from jobs.warehouse import write_table
+
+    trace = tmp_path / "t.json"
+    trace.write_text("{}")
+    lz, wh = tmp_path / "lz", str(tmp_path / "wh")
+    in_iv = H + timedelta(minutes=10)
+    a0 = _dated_capture(lz, "2026-02-01", "a", 0, H - timedelta(days=28), trace)  # a's first rank, ingested then
+    _dated_capture(lz, "2026-02-01", "old", 0, H - timedelta(days=28), trace)
+    _dated_capture(lz, "2026-02-01", "verylate", 0, in_iv, trace)  # created a month ago, landed now
+    _dated_capture(lz, "2026-02-20", "toolate", 0, in_iv, trace)
+    _dated_capture(lz, "2026-02-27", "late", 0, in_iv, trace)  # spooled 2 days, within LATENESS
+    _dated_capture(lz, "2026-03-01", "a", 1, in_iv, trace)
+    assert date_prefixes(str(lz), H, H + timedelta(hours=1)) == ["date=2026-02-27", "date=2026-03-01"]
+    assert date_prefixes(str(lz), None, H) is None  # an open start lists everything
+    uri = str(a0 / "trace.json")
+    write_table(pa.table({"date": ["2026-02-01"], "job_id": ["a"], "uri": [uri]}), wh, "captures", ["a"])
+    assert _known_dates(wh, ["a", "late"]) == {"date=2026-02-01"}
+
+    found, sel = discover_interval(str(lz), H, H + timedelta(hours=1), known=partial(_known_dates, wh))
+    assert sel.job_ids == ["a", "late"]
+    assert sorted((f.job_id, f.rank) for f in found.files) == [("a", 0), ("a", 1), ("late", 0)]
+    listed = {p.split("/lz/", 1)[1].split("/", 1)[0] for p in found.listing}
+    assert listed == {"date=2026-02-01", "date=2026-02-27", "date=2026-03-01"}  # never date=2026-02-20
+    # without the warehouse's knowledge the closure stays in the listed dates; a full listing finds everything
+    _, alone = discover_interval(str(lz), H, H + timedelta(hours=1))
+    assert sorted(f.job_id for f in alone.files) == ["a", "late"] and len(alone.files) == 2
+    _, full = restrict_to_interval(discover(str(lz)), str(lz), H, H + timedelta(hours=1))
+    assert full.job_ids == ["a", "late", "toolate", "verylate"]
+
+
+def test_a_landing_zone_not_laid_out_by_date_is_listed_whole(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text("{}")
+    lz = tmp_path / "lz"
+    _dated_capture(lz, "2026-03-01", "a", 0, H + timedelta(minutes=5), trace)
+    (lz / "handmade").mkdir()
+    (lz / "handmade" / "rank0.json").write_text("{}")
+    os.utime(lz / "handmade" / "rank0.json", (H.timestamp() + 60, H.timestamp() + 60))
+    assert date_prefixes(str(lz), H, H + timedelta(hours=1)) is None
+    _, sel = discover_interval(str(lz), H, H + timedelta(hours=1))
+    assert sel.job_ids == ["a", "handmade"]

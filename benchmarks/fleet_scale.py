@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Fleet scale (issue 29): what a daily run costs as the history grows. Prints each target with ``ok``/``MISSED``.
+
+Measured so far:
+
+* **discovery** — one hourly interval's discovery (:func:`jobs.landing.interval.discover_interval`: the interval's
+  ``date=`` folders only) in a landing zone of ``--small`` capture folders (``--per-day`` a day, so small/per-day
+  days of history) and of ``--large`` folders, on local disk; target: large / small ≤ 2×. The peer, measured in the
+  same run: the whole-zone listing every interval did before (``discover`` of everything, then
+  :func:`~jobs.landing.interval.restrict_to_interval`).
+
+The other targets of the issue (the daily fleet stage at 30 vs 365 days, daily runs, executor memory, publishing
+CPU per job) are not measured by this script yet: it says so. Usage (from the repo root)::
+
+    .venv/bin/python benchmarks/fleet_scale.py [--small 1000] [--large 100000] [--per-day 100] [--repeat 3]
+
+The peer is slow on a large zone (it reads every manifest): minutes at 100,000 folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jobs.landing.discover import discover  # noqa: E402
+from jobs.landing.interval import discover_interval, restrict_to_interval  # noqa: E402
+
+#: The interval measured: the last hour of the newest day; this many captures land in it.
+NEW_IN_INTERVAL = 10
+
+
+def build_zone(root: Path, n: int, per_day: int, end: datetime) -> tuple[datetime, datetime]:
+    """``n`` committed capture folders (``date=…/job=…/attempt=0/rank=00000/cap/{trace.json, manifest.json}``),
+    ``per_day`` a day, ending on ``end``'s day; the manifests' mtimes are their creation times, and the last
+    :data:`NEW_IN_INTERVAL` land in ``end``'s last hour. Returns that hour ``(since, until)``."""
+    until = end.replace(minute=0, second=0, microsecond=0)
+    since = until - timedelta(hours=1)
+    days = -(-n // per_day)
+    k = 0
+    for d in range(days):
+        day = until - timedelta(days=days - 1 - d)
+        for i in range(min(per_day, n - k)):
+            k += 1
+            last = k > n - NEW_IN_INTERVAL
+            t = since + timedelta(seconds=30 * (n - k + 1)) if last else day - timedelta(hours=2, seconds=i)
+            folder = root / f"date={t:%Y-%m-%d}" / f"job=j{k:06d}" / "attempt=0" / "rank=00000" / "cap"
+            folder.mkdir(parents=True)
+            (folder / "trace.json").write_text("{}")
+            doc = {"job_id": f"j{k:06d}", "created_at": t.isoformat()}
+            (folder / "manifest.json").write_text(json.dumps(doc))
+            os.utime(folder / "manifest.json", (t.timestamp(), t.timestamp()))
+    return since, until
+
+
+def _median_s(fn, repeat: int) -> float:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def measure_discovery(base: Path, n: int, per_day: int, repeat: int) -> dict:
+    """Seconds (medians) of one interval's discovery by prefix and by whole listing in a zone of ``n`` folders."""
+    zone = base / f"zone-{n}"
+    since, until = build_zone(zone, n, per_day, datetime(2026, 12, 5, 12, tzinfo=UTC))
+    _, sel = discover_interval(str(zone), since, until)
+    _, whole = restrict_to_interval(discover(str(zone)), str(zone), since, until)
+    assert sel.job_ids == whole.job_ids and len(sel.new) == NEW_IN_INTERVAL, (sel.job_ids, whole.job_ids)
+    prefix_s = _median_s(lambda: discover_interval(str(zone), since, until), repeat)
+    t = time.perf_counter()  # the peer once (minutes on a large zone); the check above was its warm-up
+    restrict_to_interval(discover(str(zone)), str(zone), since, until)
+    whole_s = time.perf_counter() - t
+    shutil.rmtree(zone)
+    return {"folders": n, "prefix_s": prefix_s, "whole_s": whole_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", type=int, default=1000)
+    ap.add_argument("--large", type=int, default=100_000)
+    ap.add_argument("--per-day", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="fleet_scale-") as tmp:
+        rows = [measure_discovery(Path(tmp), n, args.per_day, args.repeat) for n in (args.small, args.large)]
+    print(f"discovery of one hourly interval ({NEW_IN_INTERVAL} new captures, {args.per_day} folders a day; by prefix: "
+          f"median of {args.repeat}, whole zone: once; local disk)")  # fmt: skip
+    print(f"{'folders':>9} {'by prefix s':>12} {'whole zone s (peer)':>20}")
+    for r in rows:
+        print(f"{r['folders']:>9,} {r['prefix_s']:>12.3f} {r['whole_s']:>20.3f}")
+    small, large = rows
+    ratio = large["prefix_s"] / small["prefix_s"]
+    peer = large["whole_s"] / small["whole_s"]
+    verdict = "ok" if ratio <= 2 else "MISSED"
+    print(f"target: discovery {large['folders']:,} vs {small['folders']:,} folders <= 2x: {ratio:.2f}x ({verdict}); "
+          f"the whole-zone listing (before): {peer:.1f}x")  # fmt: skip
+    for what in (
+        "daily fleet stage 365 vs 30 days <= 1.2x, driver peak <= 2 GB",
+        "daily runs, last / first day wall <= 1.2x",
+        "executor peak memory, full / half synthetic fleet <= 1.25x",
+        "publishing CPU s per job <= 0.2, fleet 2 run / --no-mlflow <= 1.3x",
+    ):
+        print(f"target: {what}: not measured by this script yet")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
