@@ -179,6 +179,9 @@ def commit_times(
     Returns:
         ``{commit_key(f): UTC datetime or None}``.
     """
+    files = list(files)
+    if not files:  # nothing to date: no listing (an interval whose dates hold nothing)
+        return {}
     fs, root = fsspec.core.url_to_fs(raw_root, **(storage_options or {}))
     root = root.rstrip("/")
     if not listing:
