@@ -31,7 +31,7 @@ import fsspec
 
 from jobs.common.ids import DiscoveryError, safe_date, safe_id, safe_index, shown, slug
 from jobs.landing.formats import MANIFEST_KINDS, is_parquet_profile_dir, kind_from_name, pair_key
-from jobs.landing.store import LandingUnavailable, read_problem
+from jobs.landing.store import LandingUnavailable, listing_failed, read_problem
 from schemas.manifest import validate_manifest
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
@@ -456,10 +456,7 @@ def discover(raw_root: str, storage_options: dict | None = None, prefixes: Itera
         elif exists:
             listing = fs.find(root, detail=True)
     except Exception as exc:  # the store failed (a missing root is `exists` False): nothing to quarantine
-        raise LandingUnavailable(
-            f"{raw_root}: the landing zone cannot be listed ({type(exc).__name__}: {exc}); "
-            "retry when the store answers again"
-        ) from exc
+        raise listing_failed(raw_root, exc) from exc
     if not exists:
         raise FileNotFoundError(f"raw root {raw_root} does not exist")
     by_dir: dict[str, dict[str, dict]] = {}

@@ -43,7 +43,7 @@ from datetime import UTC, datetime, timedelta
 import fsspec
 
 from jobs.landing.discover import CaptureFile, Discovery, discover
-from jobs.landing.store import LandingUnavailable
+from jobs.landing.store import listing_failed
 
 # fsspec ``info()`` keys that carry a modification time, in order of preference
 # (local: mtime; s3fs: LastModified; gcsfs: updated; adlfs: last_modified; memory: created).
@@ -241,10 +241,7 @@ def date_prefixes(
     except FileNotFoundError:
         return None
     except Exception as exc:  # the store failed: nothing to decide from
-        raise LandingUnavailable(
-            f"{raw_root}: the landing zone cannot be listed ({type(exc).__name__}: {exc}); "
-            "retry when the store answers again"
-        ) from exc
+        raise listing_failed(raw_root, exc) from exc
     names = [n for n in names if not n.startswith((".", "_"))]
     dates = {n: m.group(1) for n in names if (m := _DATE_FOLDER.match(n))}
     if not names or len(dates) != len(names):
@@ -287,11 +284,10 @@ def discover_interval(
     extra = sorted(set(known(sel.job_ids)) - set(prefixes))
     if not extra:
         return restricted, sel
-    more = discover(raw_root, storage_options, extra)
-    files = found.files + [f for f in more.files if f.job_id in set(sel.job_ids)]
+    more, touched = discover(raw_root, storage_options, extra), set(sel.job_ids)
+    files = found.files + [f for f in more.files if f.job_id in touched]
     merged = Discovery(files=files, pending=found.pending + more.pending, listing={**found.listing, **more.listing})
-    restricted, whole = restrict_to_interval(merged, raw_root, since, until, storage_options)
-    return restricted, whole
+    return restrict_to_interval(merged, raw_root, since, until, storage_options)
 
 
 def summarize_interval(raw_root: str, since, until, storage_options: dict | None = None) -> dict:

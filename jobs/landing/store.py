@@ -18,6 +18,14 @@ class LandingUnavailable(OSError):
     """The landing zone could not be read (not a problem of the file): the stage fails and is retried."""
 
 
+def listing_failed(raw_root: str, exc: BaseException) -> LandingUnavailable:
+    """The error for a store that failed while ``raw_root`` was being listed (raise it ``from exc``)."""
+    return LandingUnavailable(
+        f"{raw_root}: the landing zone cannot be listed ({type(exc).__name__}: {exc}); "
+        "retry when the store answers again"
+    )
+
+
 def read_problem(uri: str, exc: BaseException) -> str:
     """The quarantine reason for an error raised while reading ``uri``, when the error is the object's own.
 

@@ -22,8 +22,9 @@ from jobs.publish.tracking import create_store_in_child, open_store_in_backgroun
 from jobs.spark import get_spark
 from jobs.warehouse import read_pandas
 
-#: Modules the driver itself needs only in later stages (scipy.stats: the findings' binomial test, the fleet's rank
-#: tests; ~0.9 CPU s to import): imported in a thread while the first stages run in the workers.
+#: Modules the driver itself needs only in later stages (scipy.stats: the fleet's rank tests, and the findings'
+#: binomial test when a one-job run keeps the rules on the driver; ~0.9 CPU s to import): imported in a thread while
+#: the first stages run in the workers.
 DRIVER_LATER = ("scipy.stats",)
 
 

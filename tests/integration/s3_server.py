@@ -9,7 +9,9 @@ gets its own server (module scope), started on free ports with random credential
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,22 @@ seaweed = importlib.util.module_from_spec(_SPEC)
 sys.modules.setdefault("tracelake_local_seaweed", seaweed)
 _SPEC.loader.exec_module(seaweed)
 SeaweedS3 = seaweed.SeaweedS3
+
+
+@contextmanager
+def s3_env(server):
+    """The server's ``AWS_*`` variables in this process (the warehouse seam's readers take credentials from
+    there), restored afterwards."""
+    old = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ from pathlib import Path
 import pytest
 import s3fs
 from pipeline_compare import FLEET_TABLES, free_port, mlflow_content, rows_digest
-from s3_server import s3  # noqa: F401 - fixture
+from s3_server import s3, s3_env  # noqa: F401 - fixture
 from spark_cluster import get_json, group_alive, running_cluster
 from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
@@ -358,13 +358,8 @@ def cluster(s3, tmp_path_factory):  # noqa: F811
 @pytest.fixture(scope="module")
 def s3_reader(s3):  # noqa: F811
     """This process reads the S3 warehouse with the server's ``AWS_*`` variables (restored after the module)."""
-    old = {k: os.environ.get(k) for k in s3.env}
-    os.environ.update(s3.env)
-    try:
+    with s3_env(s3):
         yield s3
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
 @pytest.fixture(scope="module")

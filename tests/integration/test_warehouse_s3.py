@@ -15,14 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import fsspec
 import pyarrow as pa
 import pytest
-from s3_server import s3  # noqa: F401 - fixture
+from s3_server import s3, s3_env  # noqa: F401 - fixture
 from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 
 from jobs.warehouse import history, read_pandas
@@ -89,23 +88,8 @@ def alone(s3, zones):  # noqa: F811
     a, b = zones
     _ok(_run(env, a, "s3://tracelake/wh-a"))
     _ok(_run(env, b, "s3://tracelake/wh-b"))
-    with _s3_env(s3):
+    with s3_env(s3):
         return warehouse_digests("s3://tracelake/wh-a"), warehouse_digests("s3://tracelake/wh-b")
-
-
-@contextmanager
-def _s3_env(server):
-    """The server's ``AWS_*`` variables in this process (the seam's readers take credentials from there)."""
-    old = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _run(env: dict, raw: Path, warehouse: str, executor: str = "local", *more: str) -> subprocess.Popen:
@@ -196,7 +180,7 @@ def test_two_interval_runs_at_once_equal_them_one_after_the_other(s3, dated_zone
     assert all("validation: passed" in o for o in outs), outs
     for i in intervals:
         _ok(_run(env, dated_zone, in_order, "local", *i))
-    with _s3_env(s3):
+    with s3_env(s3):
         par, seq = warehouse_digests(at_once), warehouse_digests(in_order)
         assert all(seq[t] for t in ("captures", "steps", "kernels", "ranks"))
         assert par == seq
@@ -258,7 +242,7 @@ def test_a_run_killed_mid_commit_on_s3_leaves_whole_versions_and_the_rerun_is_cl
     )  # fmt: skip
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     expected = {t: {**only_a[t], **only_b[t]} for t in WAREHOUSE_TABLES}  # A then B: B's rows of its jobs
-    with _s3_env(s3):
+    with s3_env(s3):
         seen = warehouse_digests(f"s3://{wh}")
         table = point.split(":")[0]
         for t in WAREHOUSE_TABLES:
