@@ -201,9 +201,30 @@ def open_table(uri: str, version: int | str | _dt.datetime | None = None):
             )
         return None
     dt = DeltaTable(uri, storage_options=opts)
+    if isinstance(version, str):
+        version = int(version) if version.isdigit() else _dt.datetime.fromisoformat(version)
+    if isinstance(version, _dt.datetime):
+        version = _version_at(dt, version, uri)
     if version is not None:
-        dt.load_as_version(int(version) if isinstance(version, str) and version.isdigit() else version)
+        dt.load_as_version(version)
     return dt
+
+
+def _version_at(dt, when: _dt.datetime, uri: str) -> int:
+    """The newest version whose commit time (the commitInfo timestamp, ms — what ``history`` shows) is at or
+    before ``when`` (a time without zone is UTC). delta-rs' own time travel dates a version by its log file's
+    modification time, a few ms after the commit time, so the time ``history`` printed could open the version
+    before it.
+
+    Raises:
+        CommitError: ``when`` is before the table's first version.
+    """
+    when = when if when.tzinfo else when.replace(tzinfo=_dt.UTC)
+    ms = when.timestamp() * 1000
+    at = [int(h["version"]) for h in dt.history() if "timestamp" in h and h["timestamp"] <= ms]
+    if not at:
+        raise CommitError(f"{uri}: no version at {when.isoformat()} (the table's first commit is later)")
+    return max(at)
 
 
 def live_files(dt) -> list[dict]:
