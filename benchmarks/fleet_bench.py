@@ -735,7 +735,8 @@ class TreeSampler(threading.Thread):
     Peaks (bytes): ``driver_python`` and ``jvm`` are the largest ``VmHWM`` seen per process (the JVM of
     local mode is driver + executor); ``python_workers`` is the largest sum of the workers' ``VmRSS`` at one
     sample, ``python_worker_max`` the largest single worker's ``VmHWM``; ``local_worker_max`` the largest
-    ``VmHWM`` of a local-executor worker (a Python child of the root, no JVM in the tree); ``executor`` the
+    ``VmHWM`` of a local-executor process (a Python descendant of the root — the fork server or one of its
+    workers —, no JVM in the tree); ``executor`` the
     largest JVM + workers RSS sum at one sample, or on the local executor its largest worker. CPU: every process once seen stays sampled until it is gone
     (also after the root exits); ``auto_reaped`` holds the pids whose parent ignores ``SIGCHLD``.
     """
@@ -776,8 +777,10 @@ class TreeSampler(threading.Thread):
             try:
                 if "python" in p.name() and any(a.pid in jvms for a in p.parents()):
                     kinds[p.pid] = "worker"
-                elif "python" in p.name() and p.ppid() == self.pid and not jvms:
-                    kinds[p.pid] = "local"  # a worker process of the local executor (jobs/executor.py)
+                elif "python" in p.name() and not jvms:
+                    # a process of the local executor (jobs/executor.py): its workers are the fork server's
+                    # children, so grandchildren of the root — not direct children, as before the fork server
+                    kinds[p.pid] = "local"
             except psutil.Error:
                 continue
         return kinds

@@ -9,10 +9,16 @@ Measured so far:
   same run: the whole-zone listing every interval did before (``discover`` of everything, then
   :func:`~jobs.landing.interval.restrict_to_interval`).
 
-The other targets of the issue (the daily fleet stage at 30 vs 365 days, daily runs, executor memory, publishing
-CPU per job) are not measured by this script yet: it says so. Usage (from the repo root)::
+* **executor memory** — the largest local-executor worker's peak RSS (:class:`fleet_bench.TreeSampler`) of one
+  ``tracelake run --no-mlflow`` on the synthetic fleet of ``fleet_vs_hta.py`` (fleet 3: ``--synthetic-gb`` GB of
+  JSON, DLRM jobs and single-GPU jobs built from the corpus) and on its first half, pinned to ``--cores`` CPUs;
+  target: full / half ≤ 1.25× (flat as the fleet doubles). ``--synthetic-gb 0`` skips it.
+
+The other targets of the issue (the daily fleet stage at 30 vs 365 days, daily runs, publishing CPU per job) are not
+measured by this script yet: it says so. Usage (from the repo root)::
 
     .venv/bin/python benchmarks/fleet_scale.py [--small 1000] [--large 100000] [--per-day 100] [--repeat 3]
+        [--synthetic-gb 1.0] [--cores 2]
 
 The peer is slow on a large zone (it reads every manifest): minutes at 100,000 folders.
 """
@@ -31,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from jobs.landing.discover import discover  # noqa: E402
 from jobs.landing.interval import discover_interval, restrict_to_interval  # noqa: E402
@@ -87,15 +93,42 @@ def measure_discovery(base: Path, n: int, per_day: int, repeat: int) -> dict:
     return {"folders": n, "prefix_s": prefix_s, "whole_s": whole_s}
 
 
+def measure_executor_memory(work: str, corpus_root: str, gb: float, cores: int, timeout_s: float) -> dict:
+    """The executor peak (bytes) and wall (s) of ``tracelake run --no-mlflow`` on fleet 3 of ``fleet_vs_hta.py``
+    at ``gb`` GB of JSON and on its half (:func:`fleet_vs_hta.build_synthetic`, 3 steps, seed 7).
+
+    Raises:
+        RuntimeError: a run failed.
+    """
+    import fleet_vs_hta as fvh  # the synthetic fleet and the measured run of that benchmark
+
+    big, half = fvh.build_synthetic(work, corpus_root, gb, 3, 7, False, print)
+    out = {}
+    for name, f in (("full", big), ("half", half)):
+        r = fvh.tracelake_run(f.landing, work, cores, False, timeout_s, 0.1)
+        if "error" in r:
+            raise RuntimeError(f"tracelake run on {name} fleet 3: {r['error']}")
+        out[name] = {"jobs": len(f.jobs), "json_mb": f.json_bytes / 1e6, "executor": r["memory"]["executor"],
+                     "wall_s": r["wall_s"]}  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", type=int, default=1000)
     ap.add_argument("--large", type=int, default=100_000)
     ap.add_argument("--per-day", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--synthetic-gb", type=float, default=1.0, help="fleet 3's JSON GB (0: no memory target)")
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--corpus-root", default=str(ROOT.parent / "shared" / "corpus"))
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one tracelake run may take")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fleet_scale-") as tmp:
         rows = [measure_discovery(Path(tmp), n, args.per_day, args.repeat) for n in (args.small, args.large)]
+        mem = measure_executor_memory(tmp, args.corpus_root, args.synthetic_gb, args.cores, args.timeout) if (
+            args.synthetic_gb > 0
+        ) else None  # fmt: skip
     print(f"discovery of one hourly interval ({NEW_IN_INTERVAL} new captures, {args.per_day} folders a day; by prefix: "
           f"median of {args.repeat}, whole zone: once; local disk)")  # fmt: skip
     print(f"{'folders':>9} {'by prefix s':>12} {'whole zone s (peer)':>20}")
@@ -107,10 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "ok" if ratio <= 2 else "MISSED"
     print(f"target: discovery {large['folders']:,} vs {small['folders']:,} folders <= 2x: {ratio:.2f}x ({verdict}); "
           f"the whole-zone listing (before): {peer:.1f}x")  # fmt: skip
+    if mem:
+        print(f"tracelake run --no-mlflow on fleet 3 of fleet_vs_hta.py, local executor on {args.cores} cores")
+        print(f"{'fleet 3':>8} {'jobs':>5} {'JSON MB':>8} {'wall s':>7} {'executor peak MB':>17}")
+        for k, m in mem.items():
+            print(f"{k:>8} {m['jobs']:>5} {m['json_mb']:>8,.1f} {m['wall_s']:>7.1f} {m['executor'] / 1e6:>17,.0f}")
+        grow = mem["full"]["executor"] / mem["half"]["executor"]
+        print(f"target: executor peak memory, full / half synthetic fleet <= 1.25x: {grow:.2f}x "
+              f"({'ok' if grow <= 1.25 else 'MISSED'}; input x{mem['full']['json_mb'] / mem['half']['json_mb']:.2f})")  # fmt: skip
     for what in (
         "daily fleet stage 365 vs 30 days <= 1.2x, driver peak <= 2 GB",
         "daily runs, last / first day wall <= 1.2x",
-        "executor peak memory, full / half synthetic fleet <= 1.25x",
+        *([] if mem else ["executor peak memory, full / half synthetic fleet <= 1.25x"]),
         "publishing CPU s per job <= 0.2, fleet 2 run / --no-mlflow <= 1.3x",
     ):
         print(f"target: {what}: not measured by this script yet")

@@ -211,6 +211,26 @@ def table_columns(warehouse: str, table: str) -> list[str] | None:
     return None if dt is None else list(_arrow_schema(dt).names)
 
 
+def job_rows(warehouse: str, table: str, job_ids: list[str] | None = None) -> dict[str, int] | None:
+    """``{job_id: rows}`` of ``table``'s latest version from the Delta log's file statistics (no data read):
+    the jobs of ``job_ids`` that have rows (default every job); ``{}`` when never written, ``None`` when a file
+    has no row count or no ``job_id`` partition (the rows per job are then unknown)."""
+    dt = _snapshot(warehouse, table)
+    if dt is None:
+        return {}
+    add = pa.table(dt.get_add_actions(flatten=True))
+    if "partition.job_id" not in add.schema.names or "num_records" not in add.schema.names:
+        return None
+    wanted = None if job_ids is None else {str(j) for j in job_ids}
+    out: dict[str, int] = {}
+    for job, n in zip(add["partition.job_id"].to_pylist(), add["num_records"].to_pylist()):
+        if job is None or n is None:
+            return None
+        if wanted is None or job in wanted:
+            out[job] = out.get(job, 0) + int(n)
+    return out
+
+
 def table_version(warehouse: str, table: str) -> int | None:
     """The latest version of ``table`` (Delta log version); ``None`` when never written."""
     dt = _snapshot(warehouse, table)

@@ -417,8 +417,8 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
         else sorted(set(read_arrow(warehouse, "captures", columns=["job_id"]).column("job_id").to_pylist()))
     )
     jobs = [safe_id(j, "job_id", f"{root}/findings_json") for j in jobs]  # each becomes a folder name below
-    if is_local(engine) and len(jobs) > 1:
-        n = min(engine.workers, len(jobs))
+    if is_local(engine) and len(jobs) > 1:  # tasks of at most FINDINGS_TASK_JOBS jobs: a worker's memory stays flat
+        n = max(min(engine.workers, len(jobs)), -(-len(jobs) // FINDINGS_TASK_JOBS))
         parts = list(engine.map(_findings_task, [(warehouse, jobs[k::n]) for k in range(n)]))
     else:
         parts = [_job_findings(engine, warehouse, jobs)]
@@ -433,6 +433,11 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
             json.dumps(doc, indent=1, default=str),
         )
     return findings.num_rows
+
+
+#: Jobs of one findings task on the local executor (:func:`run_findings`): one task per worker made a worker's
+#: peak grow with the run (fleet 3 of benchmarks/fleet_vs_hta.py: 893 MB at 136 jobs, 627 MB at 68).
+FINDINGS_TASK_JOBS = 16
 
 
 def _findings_task(args: tuple[str, list[str]]):

@@ -214,6 +214,68 @@ def merge_results(parts: list, suite_name: str):
     )
 
 
+def merge_result_dicts(parts: list[dict], partial: int) -> dict:
+    """One suite result (GX's ``to_json_dict`` form) from the results of the same suite on disjoint row batches
+    of one table: per expectation (matched by ``meta.check_id``) success on every batch, element, unexpected and
+    missing counts added up, the percentages recomputed as GX's column-map metrics define them (unexpected
+    % of non-missing rows; ``_total``: of all rows), the first ``partial`` unexpected values kept (the
+    ``partial_unexpected_count`` the suite ran with); the suite statistics recomputed. ``{}`` for no part."""
+    parts = [p for p in parts if p]
+    if len(parts) <= 1:
+        return parts[0] if parts else {}
+
+    def key(r: dict) -> str:
+        cfg = r.get("expectation_config") or {}
+        return str((cfg.get("meta") or {}).get("check_id") or cfg.get("type"))
+
+    merged: dict[str, dict] = {}
+    for part in parts:
+        for r in part.get("results", []):
+            k = key(r)
+            if k not in merged:
+                merged[k] = {**r, "result": dict(r.get("result") or {})}
+                continue
+            m, res = merged[k], r.get("result") or {}
+            m["success"] = bool(m["success"]) and bool(r.get("success"))
+            if r.get("exception_info", {}).get("raised_exception") and not m.get("exception_info", {}).get(
+                "raised_exception"
+            ):
+                m["exception_info"] = r["exception_info"]
+            out = m["result"]
+            for n in ("element_count", "unexpected_count", "missing_count"):
+                if res.get(n) is not None:
+                    out[n] = (out.get(n) or 0) + res[n]
+            if res.get("partial_unexpected_list"):
+                have = list(out.get("partial_unexpected_list") or [])
+                out["partial_unexpected_list"] = (have + list(res["partial_unexpected_list"]))[:partial]
+    for m in merged.values():
+        out = m["result"]
+        total, bad, missing = out.get("element_count"), out.get("unexpected_count"), out.get("missing_count") or 0
+        if total and bad is not None:
+            present = total - missing
+            out["unexpected_percent_total"] = bad / total * 100.0
+            out["unexpected_percent"] = out["unexpected_percent_nonmissing"] = (
+                bad / present * 100.0 if present else None
+            )
+        if total and "missing_percent" in out:
+            out["missing_percent"] = missing / total * 100.0
+        out.pop("partial_unexpected_counts", None)  # per batch: not additive without every value
+        out.pop("partial_unexpected_index_list", None)
+    results = list(merged.values())
+    ok = sum(bool(r["success"]) for r in results)
+    return {
+        **parts[0],
+        "results": results,
+        "success": ok == len(results),
+        "statistics": {
+            "evaluated_expectations": len(results),
+            "successful_expectations": ok,
+            "unsuccessful_expectations": len(results) - ok,
+            "success_percent": ok / len(results) * 100.0 if results else None,
+        },
+    }
+
+
 def run_suite(
     frame,
     suite_name: str,

@@ -80,6 +80,59 @@ class TableValidation:
         return {j for c in self.failed for j in c.jobs}
 
     @classmethod
+    def of_batches(cls, parts: list[TableValidation], jobs: list[str], gx_result: dict) -> TableValidation:
+        """One table's result from its suite run on several row batches (disjoint sets of jobs, the same
+        checks): counts and per-job attributions added up, a check passed only when it passed on every batch,
+        the first 10 offending values kept; ``jobs``: the jobs of the whole batch; ``gx_result``: the batches'
+        GX results merged (:func:`jobs.validate.gx_engine.merge_result_dicts`).
+
+        Raises:
+            ValueError: ``parts`` is empty or its batches ran different checks.
+        """
+        if not parts:
+            raise ValueError("no batch to merge")
+        if len({tuple(c.id for c in p.checks) for p in parts}) != 1:
+            raise ValueError(f"{parts[0].table}: the batches ran different checks")
+        checks = []
+        for same in zip(*(p.checks for p in parts)):
+            counts = [c.unexpected_count for c in same if c.unexpected_count is not None]
+            elements = [c.element_count for c in same if c.element_count is not None]
+            per_job: dict[str, int] = {}
+            for c in same:
+                for j, n in c.jobs.items():
+                    per_job[j] = per_job.get(j, 0) + n
+            first = same[0]
+            checks.append(
+                CheckResult(
+                    id=first.id,
+                    expectation=first.expectation,
+                    columns=list(first.columns),
+                    success=all(c.success for c in same),
+                    doc=first.doc,
+                    unexpected_count=sum(counts) if counts else None,
+                    element_count=sum(elements) if elements else None,
+                    observed=next((c.observed for c in same if c.observed is not None), None),
+                    partial_unexpected=[v for c in same for v in c.partial_unexpected][:10],
+                    jobs=per_job,
+                    error=next((c.error for c in same if c.error is not None), None),
+                )
+            )
+        rows: dict[str, int] = {}
+        for p in parts:
+            rows.update(p.job_rows)
+        return cls(
+            table=parts[0].table,
+            stage=parts[0].stage,
+            status="failed" if any(not c.success for c in checks) else parts[0].status,
+            n_rows=sum(p.n_rows for p in parts),
+            checks=checks,
+            gx_result=gx_result,
+            engine=parts[0].engine,
+            jobs=list(jobs),
+            job_rows=rows,
+        )
+
+    @classmethod
     def from_dict(cls, d: dict) -> TableValidation:
         """The table's result from its :meth:`ValidationReport.to_dict` entry (``gx_result``: ``{}`` when left out).
 

@@ -27,11 +27,14 @@ from jobs.executor import is_local
 from jobs.validate import gx_engine
 from jobs.validate.marks import write_marks
 from jobs.validate.report import CheckResult, TableValidation, ValidationReport
-from jobs.warehouse import exact_ints, read_arrow, read_spark, table_columns, to_pandas_exact
+from jobs.warehouse import exact_ints, job_rows, read_arrow, read_spark, table_columns, to_pandas_exact
 from schemas.expectations import STAGE_TABLES, Check, checks_for
 from schemas.tables import FLEET_TABLES, TABLES, declared
 
 _PARTIAL = 10
+#: Rows of one validation batch on the local executor (:func:`validate_tables`): fleet 3 of
+#: ``benchmarks/fleet_vs_hta.py`` (1 GB of JSON) peaked at 2,405 MB in a worker validating whole tables.
+BATCH_ROWS = 250_000
 
 
 def _expectation(check: Check):
@@ -351,6 +354,15 @@ def validate_frames(
     return report
 
 
+def _merged(parts: list[TableValidation], job_ids: list[str] | None) -> TableValidation:
+    """One table's result from its batches (the batch itself when there is one)."""
+    if len(parts) == 1:
+        return parts[0]
+    parts = sorted(parts, key=lambda p: p.jobs)  # in job order, whatever order the workers finished in
+    jobs = sorted(str(j) for j in job_ids) if job_ids is not None else sorted({j for p in parts for j in p.jobs})
+    return TableValidation.of_batches(parts, jobs, gx_engine.merge_result_dicts([p.gx_result for p in parts], _PARTIAL))
+
+
 def validate_stored_table(args: tuple) -> TableValidation:
     """One table of ``(warehouse, table, stage, job_ids, n_discovered)`` read (only the columns its checks
     read, :func:`needed_columns`) and validated as :func:`validate_frames` does (GX's pandas engine): the
@@ -366,6 +378,44 @@ def validate_stored_table(args: tuple) -> TableValidation:
     return report.tables[f"{stage}/{table}"]
 
 
+def splits_by_job(table: str, n_discovered: int | None = None) -> bool:
+    """True when every check of ``table``'s suite looks at one job's rows at a time — no row count, every unique
+    key holding ``job_id`` — so validating disjoint sets of jobs and merging the results
+    (:meth:`TableValidation.of_batches`) reports what one batch over all of them would."""
+    return all(
+        c.kind != "row_count" and (c.kind != "unique" or "job_id" in c.columns)
+        for c in checks_for(table, n_discovered=n_discovered)
+    )
+
+
+def job_batches(rows: dict[str, int], job_ids: list[str] | None, max_rows: int) -> list[list[str]]:
+    """``job_ids`` (default the jobs of ``rows``) in batches of at most ``max_rows`` rows by ``rows``
+    (``{job_id: rows}``), in job order; a job of more rows is a batch alone, jobs without rows join the first
+    batch. At least one batch (empty when there are no jobs)."""
+    jobs = sorted(str(j) for j in (job_ids if job_ids is not None else rows))
+    batches: list[list[str]] = [[]]
+    size = 0
+    for j in (j for j in jobs if rows.get(j)):
+        if batches[-1] and size + rows[j] > max_rows:
+            batches.append([])
+            size = 0
+        batches[-1].append(j)
+        size += rows[j]
+    batches[0] = sorted(batches[0] + [j for j in jobs if not rows.get(j)])
+    return batches
+
+
+def _table_batches(
+    warehouse: str, table: str, job_ids: list[str] | None, n_discovered: int | None, max_rows: int
+) -> list[tuple[list[str] | None, int]]:
+    """The batches (job ids, rows) ``table`` is validated in on the local executor: per-job batches of at most
+    ``max_rows`` rows when its checks allow it (:func:`splits_by_job`) and its rows per job are known, else one."""
+    rows = job_rows(warehouse, table, job_ids) if splits_by_job(table, n_discovered) else None
+    if not rows or sum(rows.values()) <= max_rows:
+        return [(job_ids, sum((rows or {}).values()))]
+    return [(b, sum(rows.get(j, 0) for j in b)) for b in job_batches(rows, job_ids, max_rows)]
+
+
 def validate_tables(
     spark,
     warehouse: str,
@@ -374,6 +424,7 @@ def validate_tables(
     n_discovered: int | None = None,
     mark: bool = True,
     pandas_max_rows: int = 1_000_000,
+    batch_rows: int = BATCH_ROWS,
 ) -> ValidationReport:
     """Validate the tables a stage wrote and mark the result in the warehouse.
 
@@ -382,7 +433,10 @@ def validate_tables(
     (GX's Spark engine runs Spark jobs per expectation: measured 79 s against 21 s on the 657k events of
     the corpus in ``local[2]``, before :mod:`jobs.validate.gx_engine`); larger batches are validated by
     GX's Spark engine on the persisted DataFrame. On the local executor every table is read by pyarrow
-    and validated by GX's pandas engine in a worker process, the tables in parallel.
+    and validated by GX's pandas engine in worker processes, in per-job batches of at most ``batch_rows``
+    rows (a larger job alone; rows per job from the Delta log) when the table's checks allow it
+    (:func:`splits_by_job`), the batches in parallel and merged (:meth:`TableValidation.of_batches`): a
+    worker's memory is bounded by the batch, not the run.
 
     Args:
         spark: a SparkSession, or a :class:`jobs.executor.LocalExecutor` (tables read by pyarrow, every
@@ -394,19 +448,26 @@ def validate_tables(
         n_discovered: raw files discovery found for this batch (``captures`` row-count check:
             ingested + quarantined must equal it).
         mark: write ``{warehouse}/{table}/_validation.json`` (see :func:`write_marks`).
-        pandas_max_rows: size limit for the pandas engine (0: Spark for every table).
+        pandas_max_rows: size limit for the pandas engine on Spark (0: Spark for every table).
+        batch_rows: rows of one batch on the local executor.
 
     Returns:
         :class:`ValidationReport`.
     """
-    if is_local(spark):  # the local executor: each table read by pyarrow and validated in a worker, in parallel
-        order = sorted(STAGE_TABLES[stage], key=lambda t: t not in ("events", "critical_path"))  # largest first
-        done = dict(
-            zip(order, spark.map(validate_stored_table, [(warehouse, t, stage, job_ids, n_discovered) for t in order]))
-        )
+    if is_local(spark):  # the local executor: tables read by pyarrow and validated in workers, batches in parallel
+        tasks = [
+            (size, t, batch)
+            for t in STAGE_TABLES[stage]
+            for batch, size in _table_batches(warehouse, t, job_ids, n_discovered, max(batch_rows, 1))
+        ]
+        tasks.sort(key=lambda x: -x[0])  # largest first
+        args = [(warehouse, t, stage, batch, n_discovered) for _, t, batch in tasks]
+        parts: dict[str, list[TableValidation]] = {}
+        for (_, t, _), res in zip(tasks, spark.map(validate_stored_table, args)):
+            parts.setdefault(t, []).append(res)
         report = ValidationReport([stage], sorted(job_ids) if job_ids is not None else None, validated_at=_now())
         for t in STAGE_TABLES[stage]:
-            report.tables[f"{stage}/{t}"] = done[t]
+            report.tables[f"{stage}/{t}"] = _merged(parts[t], job_ids)
         if mark:
             write_marks(warehouse, report)
         return report

@@ -507,3 +507,66 @@ def test_narrow_batches_report_what_one_gx_batch_reports(real_tables, monkeypatc
     failed = _failed(_validate(cases[0][0], "normalize", n_discovered=3), "events")
     assert failed["non_negative:dur_ns"].jobs == {"job_b": 3} and failed["unique:key"].jobs == {"job_b": 4}
     assert failed["in_set:ph"].partial_unexpected == ["Z"] * 4 and failed["not_null:capture_id"].jobs == {"job_a": 2}
+
+
+def test_per_job_batches_report_what_one_batch_reports(real_tables, tmp_path):
+    """On the local executor a table is validated in per-job batches of bounded rows (rows per job from the Delta
+    log), the results merged: the report — every count, attribution, summary — and GX's per-expectation counts
+    equal one batch over all jobs, on broken tables; a table whose checks span jobs (``captures``' row count and
+    unique ``uri``) stays one batch."""
+    from jobs.executor import LocalExecutor
+    from jobs.validate.suites import job_batches, splits_by_job, validate_tables
+    from jobs.warehouse import job_rows, write_table
+    from schemas import declared
+
+    wh = str(tmp_path)
+    broken = {
+        "captures": real_tables["captures"],
+        "events": _broken_events(real_tables["events"]),
+        "steps": _corrupt_steps(real_tables["steps"], "pct 150"),
+        "critical_path": real_tables["critical_path"],
+    }
+    for t, f in broken.items():
+        write_table(pa.Table.from_pandas(f[declared(t).names], preserve_index=False), wh, t)
+    rows = job_rows(wh, "events")
+    assert rows == broken["events"]["job_id"].value_counts().to_dict() and job_rows(wh, "events", ["job_b"]).keys() == {
+        "job_b"
+    }
+    assert not splits_by_job("captures", 3) and splits_by_job("events") and splits_by_job("steps")
+    assert job_batches(rows, ["job_a", "job_b"], 1) == [["job_a"], ["job_b"]]  # max_rows=1 below: a batch per job
+    assert job_batches({"a": 5, "b": 5, "c": 11, "d": 1}, ["a", "b", "c", "d", "e"], 10) == [
+        ["a", "b", "e"],
+        ["c"],
+        ["d"],
+    ]
+    reports = {}
+    with LocalExecutor(workers=2) as ex:
+        for max_rows in (1, 10**9):  # each job a batch of its own; one batch
+            norm = validate_tables(
+                ex, wh, "normalize", ["job_a", "job_b"], n_discovered=3, mark=False, batch_rows=max_rows
+            )
+            ana = validate_tables(ex, wh, "analyze", ["job_a", "job_b"], mark=False, batch_rows=max_rows)
+            reports[max_rows] = norm.merge(ana)
+    split, whole = reports[1], reports[10**9]
+    gx = split.tables["normalize/events"].gx_result
+    assert (
+        len(gx["results"])
+        == gx["statistics"]["evaluated_expectations"]
+        == len(whole.tables["normalize/events"].checks) - 1
+    )
+    a, b = _comparable(split), _comparable(whole)
+    for key, t in a["report"]["tables"].items():
+        for x, y in zip(t["checks"], b["report"]["tables"][key]["checks"]):
+            x, y = dict(x), dict(y)
+            assert sorted(x.pop("partial_unexpected")) == sorted(y.pop("partial_unexpected")), (key, x["id"])
+            assert x == y, (key, x, y)
+        assert {k: v for k, v in t.items() if k != "checks"} == {
+            k: v for k, v in b["report"]["tables"][key].items() if k != "checks"
+        }
+    counts = ("element_count", "unexpected_count", "missing_count", "unexpected_percent")
+    for k, (typ, kwargs, ok, res) in b["gx"].items():
+        got = a["gx"][k]
+        assert got[:3] == (typ, kwargs, ok), k
+        assert {n: got[3].get(n) for n in counts} == pytest.approx({n: res.get(n) for n in counts}), k
+    assert split.summary() == whole.summary()
+    assert _failed(split, "events")["non_negative:dur_ns"].jobs == {"job_b": 3}
