@@ -80,11 +80,13 @@ class TableValidation:
         return {j for c in self.failed for j in c.jobs}
 
     @classmethod
-    def of_batches(cls, parts: list[TableValidation], jobs: list[str], gx_result: dict) -> TableValidation:
+    def of_batches(
+        cls, parts: list[TableValidation], jobs: list[str], gx_result: dict, partial: int
+    ) -> TableValidation:
         """One table's result from its suite run on several row batches (disjoint sets of jobs, the same
         checks): counts and per-job attributions added up, a check passed only when it passed on every batch,
-        the first 10 offending values kept; ``jobs``: the jobs of the whole batch; ``gx_result``: the batches'
-        GX results merged (:func:`jobs.validate.gx_engine.merge_result_dicts`).
+        the first ``partial`` offending values kept (as many as each batch kept); ``jobs``: the jobs of the whole
+        batch; ``gx_result``: the batches' GX results merged (:func:`jobs.validate.gx_engine.merge_result_dicts`).
 
         Raises:
             ValueError: ``parts`` is empty or its batches ran different checks.
@@ -112,7 +114,7 @@ class TableValidation:
                     unexpected_count=sum(counts) if counts else None,
                     element_count=sum(elements) if elements else None,
                     observed=next((c.observed for c in same if c.observed is not None), None),
-                    partial_unexpected=[v for c in same for v in c.partial_unexpected][:10],
+                    partial_unexpected=[v for c in same for v in c.partial_unexpected][:partial],
                     jobs=per_job,
                     error=next((c.error for c in same if c.error is not None), None),
                 )

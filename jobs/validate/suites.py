@@ -360,7 +360,8 @@ def _merged(parts: list[TableValidation], job_ids: list[str] | None) -> TableVal
         return parts[0]
     parts = sorted(parts, key=lambda p: p.jobs)  # in job order, whatever order the workers finished in
     jobs = sorted(str(j) for j in job_ids) if job_ids is not None else sorted({j for p in parts for j in p.jobs})
-    return TableValidation.of_batches(parts, jobs, gx_engine.merge_result_dicts([p.gx_result for p in parts], _PARTIAL))
+    gx = gx_engine.merge_result_dicts([p.gx_result for p in parts], _PARTIAL)
+    return TableValidation.of_batches(parts, jobs, gx, _PARTIAL)
 
 
 def validate_stored_table(args: tuple) -> TableValidation:
