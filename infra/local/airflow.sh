@@ -8,8 +8,8 @@
 #                                              # scheduler killed with -9; its orphaned tasks finish or are reset)
 #   infra/local/airflow.sh status              # exit 0 when all four run and the scheduler heartbeats, 3 otherwise
 #   infra/local/airflow.sh stop                # SIGTERM each process group it started (<home>/<name>.groups: a
-#                                              # restarted scheduler's dead predecessor's too), SIGKILL after
-#                                              # $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90)
+#                                              # restarted scheduler's dead predecessor's too), again after half
+#                                              # the grace, SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90)
 #   infra/local/airflow.sh standalone [--port P]  # foreground `airflow standalone`; Ctrl-C stops everything
 #   eval "$(infra/local/airflow.sh env)"       # this shell's `airflow` CLI on the same home, e.g.
 #                                              #   airflow dags unpause tracelake_ingest
@@ -62,6 +62,10 @@ port="${port:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="${TRACELAKE_DAGS_FOLDER:-$repo/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
+# task slots (the LocalExecutor's worker processes): 2 per core, at least 4 — Airflow's default 32 workers on a
+# laptop are 32 idle Python processes to start and to stop (each stage task waits on Spark, it does not compute)
+cores="$(nproc 2>/dev/null || echo 2)"
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-$(( cores * 2 > 4 ? cores * 2 : 4 ))}"
 # the SQLite metadata DB: a writer waits up to 60 s for the lock (sqlite3's default 5 s fails "database is locked"
 # while the scheduler, dag-processor, api-server and tasks write at once on a loaded machine); WAL after migrate
 sqlite_db="$AIRFLOW_HOME/airflow.db"
@@ -111,23 +115,32 @@ scheduler_heartbeats() {
   "$venv_bin/airflow" jobs check --job-type SchedulerJob --local >/dev/null 2>&1
 }
 stop_all() {  # one component after the other (the scheduler first: its executor's workers still reach the
-  # api-server while they end), SIGTERM every process group it had (its pid's and earlier ones'), SIGKILL after
-  # $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90: a scheduler on a loaded machine can take over 30 s)
-  local name pid groups g t left grace="${TRACELAKE_AIRFLOW_STOP_GRACE_S:-90}"
+  # api-server while they end), SIGTERM every process group it had (its pid's and earlier ones'); a second SIGTERM
+  # after half the grace (a scheduler waiting for its running tasks stops waiting: "Signal again if you don't want
+  # to wait"), SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90: a loaded scheduler took over 30 s),
+  # naming the processes still there
+  local name pid groups g t left grace="${TRACELAKE_AIRFLOW_STOP_GRACE_S:-90}" started
   for name in "${components[@]}"; do
     pid="$(pid_of "$name")" || pid=""
     groups="$( { [ -n "$pid" ] && echo "$pid"; cat "$AIRFLOW_HOME/$name.groups" 2>/dev/null || true; } | sort -u)"
+    started=$SECONDS
     for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
     for t in $(seq 1 $((grace * 5))); do
       left=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && left="$left $g"; done
-      [ -z "$left" ] && break; sleep 0.2
+      [ -z "$left" ] && break
+      if [ "$t" -eq $((grace * 5 / 2)) ]; then
+        echo "airflow $name: process groups$left still running after $((grace / 2)) s: SIGTERM again" >&2
+        for g in $left; do kill -TERM -- "-$g" 2>/dev/null || true; done
+      fi
+      sleep 0.2
     done
     if [ -n "$left" ]; then
       echo "airflow $name: process groups$left still running after $grace s: SIGKILL" >&2
+      for g in $left; do ps -o pid=,stat=,etime=,args= -g "$g" 2>/dev/null | cut -c1-200 | sed 's/^/  /' >&2 || true; done
       for g in $left; do kill -KILL -- "-$g" 2>/dev/null || true; done
     fi
     rm -f "$AIRFLOW_HOME/$name.pid" "$AIRFLOW_HOME/$name.groups"
-    [ -n "$pid" ] && echo "stopped airflow $name (pid $pid)" >&2
+    [ -n "$pid" ] && echo "stopped airflow $name (pid $pid) in $((SECONDS - started)) s" >&2
   done
   return 0
 }
@@ -207,7 +220,7 @@ case "$action" in
     exec "$venv_bin/airflow" standalone
     ;;
   env)
-    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__CORE__EXECUTOR AIRFLOW__DATABASE__SQL_ALCHEMY_CONN \
+    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__CORE__EXECUTOR AIRFLOW__CORE__PARALLELISM AIRFLOW__DATABASE__SQL_ALCHEMY_CONN \
              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS AIRFLOW__API__PORT AIRFLOW__API__HOST AIRFLOW__API__BASE_URL \
              AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT \
              AIRFLOW__CORE__EXECUTION_API_SERVER_URL PATH SPARK_LOCAL_IP \
