@@ -18,13 +18,14 @@ busy host did to the issue-27 demo baseline: 3.96 ms steps next to 62–66 ms on
 * *+100 %*: × 2, without contamination — must be flagged ``regression`` in ≥ 99 % of pairs;
 * *+100 % busy*: × 2 with the contamination (``--pairs`` / 2 pairs; reported, no target).
 
-Each scenario is **one** ``find_regressions`` call over its ``--pairs`` job names, i.e. one fleet run: the
-Benjamini–Hochberg correction spans all its (run, metric) tests, as in production. *Each pair alone* applies the same
-correction over each pair's own four tests (a fleet run holding just that job name). The *uncorrected*
+Each scenario is **one** ``find_regressions`` call over its ``--pairs`` job names, whose compared runs share one
+capture date, i.e. one day of a fleet: the Benjamini–Hochberg correction spans all their (run, metric) tests, as in
+production (a family is one capture day's runs). *Each pair alone* applies the same
+correction over each pair's own four tests (a day holding just that job name). The *uncorrected*
 rate (change past the 5 % threshold and raw p < alpha) is printed for information (the test runs on every
 step, untrimmed, so it is the exact Mann-Whitney level: ≈ 0.8 % at alpha 1 % for 8 vs 8).
 
-Targets: false-alarm rate (fleet run and each pair alone) ≤ alpha (0.01) → ``ok``/``MISSED``; +100 % flagged in
+Targets: false-alarm rate (the day's runs and each pair alone) ≤ alpha (0.01) → ``ok``/``MISSED``; +100 % flagged in
 ≥ 99 % → ``ok``/``MISSED``.
 
 Usage (from the repo root)::
@@ -101,7 +102,7 @@ def frame(rng: np.random.Generator, pairs: int, n: int, sigma: float, contam: fl
 
 def rates(out: pd.DataFrame) -> dict:
     """Rates over the compared runs' ``step_time_p50_ns`` rows: ``flagged`` (regression or improvement, BH over
-    the fleet run), ``alone`` (the same decision with BH over each pair's own tests: a pair judged in a fleet
+    the day's runs), ``alone`` (the same decision with BH over each pair's own tests: a pair judged in a fleet
     run of its own), ``raw`` (change past 5 % and raw p < alpha), ``regression``, ``counts`` of the verdicts."""
     from jobs.fleet.regressions import bh_adjust
 
@@ -157,7 +158,7 @@ def main() -> int:
             good = x["flagged"] <= ALPHA and x["alone"] <= ALPHA
             ok &= good
             print(
-                f"null (busy):        false alarms {x['flagged']:.2%} (BH over the fleet run), {x['alone']:.2%} "
+                f"null (busy):        false alarms {x['flagged']:.2%} (BH over the day's runs), {x['alone']:.2%} "
                 f"(each pair alone) — target <= {ALPHA:.0%}: {'ok' if good else 'MISSED'}; uncorrected "
                 f"{x['raw']:.2%} (info)  {tail}"
             )

@@ -24,7 +24,7 @@ from rich.table import Table
 from jobs.analyze.findings.ranking import LOST_UNITS, finding_window
 from jobs.demo.train_ddp import require_torch, run_demo_training
 from jobs.executor import LocalExecutor
-from jobs.fleet.regressions import DEFAULT_ALPHA, testing_in_words
+from jobs.fleet.regressions import BASELINE_RUNS, DEFAULT_ALPHA, THRESHOLD_PCT, THRESHOLD_PP, testing_in_words
 from jobs.publish.headline import HEADLINE_LABELS, headline
 from jobs.publish.verdict import job_verdict
 from jobs.spark import get_spark
@@ -399,17 +399,25 @@ def analyze(
 @app.command()
 def fleet(
     warehouse: str = typer.Option(...),
-    baseline_runs: int = typer.Option(5, help="Previous runs of the same job name pooled as the baseline."),
-    threshold_pct: float = typer.Option(5.0, help="Relative step-time change that counts (%)."),
-    threshold_pp: float = typer.Option(2.0, help="Change of idle / exposed-communication % that counts (points)."),
+    baseline_runs: int = typer.Option(BASELINE_RUNS, help="Previous runs of the same job name pooled as the baseline."),
+    threshold_pct: float = typer.Option(THRESHOLD_PCT, help="Relative step-time change that counts (%)."),
+    threshold_pp: float = typer.Option(
+        THRESHOLD_PP, help="Change of idle / exposed-communication % that counts (points)."
+    ),
     alpha: float = typer.Option(
         DEFAULT_ALPHA,
-        help="Level of the Mann-Whitney U test's Benjamini-Hochberg adjusted p (false discovery rate over the fleet "
-        "run); the intervals are at 1 - 2 alpha.",
+        help="Level of the Mann-Whitney U test's Benjamini-Hochberg adjusted p (false discovery rate over each "
+        "capture day's runs); the intervals are at 1 - 2 alpha. Another value than the last run's compares every "
+        "run again.",
+    ),
+    rebuild: bool = typer.Option(
+        False,
+        "--rebuild",
+        help="Reduce every job's steps and kernels again (default: only the jobs whose rows changed).",
     ),
 ) -> None:
-    """Only the fleet stage: rebuild fleet_stats, fleet_kernels, regressions, fleet_findings, host_health (whole
-    warehouse)."""
+    """Only the fleet stage: bring fleet_stats, fleet_kernels, regressions, fleet_findings, host_health up to date
+    (from every job; the jobs whose rows changed since the last fleet run are reduced again, all with --rebuild)."""
     from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
     s = RunSettings(
@@ -419,10 +427,16 @@ def fleet(
             "threshold_pct": threshold_pct,
             "threshold_pp": threshold_pp,
             "alpha": alpha,
+            "rebuild": rebuild,
         },
     )
-    counts = _stage_alone("fleet", s).get("fleet_counts", {})
-    console.print("fleet tables rebuilt: " + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()), soft_wrap=True)
+    record = _stage_alone("fleet", s)
+    counts = record.get("fleet_counts", {})
+    console.print(
+        f"fleet tables written ({record.get('fleet_reduced_jobs', 0)} job(s) reduced again): "
+        + ", ".join(f"{k} {v:,} rows" for k, v in counts.items()),
+        soft_wrap=True,
+    )
     reg = read_pandas(warehouse, ["regressions"])["regressions"]
     if len(reg):
         bad = reg[reg["verdict"] == "regression"]

@@ -59,6 +59,10 @@ from jobs.commit import write_text_atomic as _write_text_atomic
 from jobs.executor import is_local
 from schemas import FLEET_TABLES, TABLES, declared
 
+#: Internal tables, not documented for readers (:mod:`schemas` does not declare them): the fleet stage's stored
+#: reductions and the state they were made from (:mod:`jobs.fleet.reduced`). Maintained like the others.
+INTERNAL_TABLES = ("_fleet_job_steps", "_fleet_job_kernels", "_fleet_state")
+
 
 def table_path(warehouse: str, table: str) -> str:
     """``{warehouse}/{table}`` (any fsspec URI or local folder)."""
@@ -229,6 +233,19 @@ def job_rows(warehouse: str, table: str, job_ids: list[str] | None = None) -> di
         if wanted is None or job in wanted:
             out[job] = out.get(job, 0) + int(n)
     return out
+
+
+def job_files(warehouse: str, table: str, as_of: AsOf = None) -> dict[str, list[str]]:
+    """``{job_id: [data file path, …]}`` of ``table``'s live files at ``as_of`` (Delta log only, no data read;
+    paths relative to the table root, sorted); ``{}`` when never written. A rewrite of a job's rows (re-ingest,
+    compaction) names new files."""
+    dt = _snapshot(warehouse, table, as_of)
+    out: dict[str, list[str]] = {}
+    for f in [] if dt is None else live_files(dt):
+        job = f["partition"].get("job_id")
+        if job is not None:
+            out.setdefault(str(job), []).append(f["path"])
+    return {job: sorted(paths) for job, paths in out.items()}
 
 
 def table_version(warehouse: str, table: str) -> int | None:
@@ -442,7 +459,14 @@ def _relabel_job(job_id: str, rel: str) -> str:
 
 
 def write_table(
-    rows, warehouse: str, table: str, replace_jobs=None, replace_all: bool = False, inputs=None
+    rows,
+    warehouse: str,
+    table: str,
+    replace_jobs=None,
+    replace_all: bool = False,
+    inputs=None,
+    schema: pa.Schema | None = None,
+    partition_by=None,
 ) -> CommitResult:
     """Replace the rows of ``table`` that ``rows`` holds: the partitions (``date=…/job_id=…``) it has rows for
     are replaced whole, the others kept — in one Delta commit (:mod:`jobs.commit`).
@@ -460,6 +484,8 @@ def write_table(
         replace_all: ``rows`` are the whole table (a fleet table rebuilt whole): every other row goes.
         inputs: ``{table: version}`` the rows were derived from (:func:`table_versions`); a write derived from
             older inputs than the table's last write is skipped (two runs at once: the newer derivation stays).
+        schema, partition_by: those of an internal table :mod:`schemas` does not declare (e.g. the fleet stage's
+            stored reductions, :mod:`jobs.fleet.reduced`); default the declared ones.
 
     Returns:
         What was committed (:class:`jobs.commit.CommitResult`: version, partitions, files added and removed).
@@ -475,13 +501,16 @@ def write_table(
         rows = partial(_move_in, rows)
     elif callable(rows):
         raise TypeError(f"write_table({table!r}): rows must be a Spark DataFrame, a pyarrow.Table or staged_rows()")
+    if partition_by is None:
+        partition_by = declared(table).partition_by
     return write_partitions(
-        rows, warehouse, table, declared(table).partition_by, replace_jobs, replace_all=replace_all, inputs=inputs
+        rows, warehouse, table, partition_by, replace_jobs, schema=schema, replace_all=replace_all, inputs=inputs
     )
 
 
 def maintain(warehouse: str, tables=None, retention_hours: float | None = None) -> dict[str, dict]:
-    """Compact small files and vacuum unreferenced ones in every table of ``warehouse`` (or ``tables``), then
+    """Compact small files and vacuum unreferenced ones in every table of ``warehouse`` (internal ones included) or
+    of ``tables``, then
     remove dead runs' work folders (:func:`jobs.commit.maintain`, safe while readers and writers run).
 
     Args:
@@ -493,7 +522,7 @@ def maintain(warehouse: str, tables=None, retention_hours: float | None = None) 
         written.
     """
     out = {}
-    for t in tables or [*TABLES, *FLEET_TABLES]:
+    for t in tables or [*TABLES, *FLEET_TABLES, *INTERNAL_TABLES]:
         if not exists(warehouse, t):
             continue
         out[t] = _maintain(table_path(warehouse, t), _RETENTION_HOURS if retention_hours is None else retention_hours)

@@ -335,7 +335,9 @@ class RegressionRow(_Model):
     )
     change_ci_high_pct: float | None = None
     p_value: float | None
-    p_adjusted: float | None = Field(default=None, description="Benjamini-Hochberg adjusted p over the fleet run.")
+    p_adjusted: float | None = Field(
+        default=None, description="Benjamini-Hochberg adjusted p over the runs of its capture date."
+    )
     verdict: str | None = Field(description="regression, improvement, unchanged, inconclusive or no_baseline.")
     reason: str | None = Field(
         default=None, description="Why inconclusive or no_baseline, in words, and what would decide (steps per run)."

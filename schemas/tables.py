@@ -927,7 +927,8 @@ REGRESSIONS = Table(
     name="regressions",
     doc="Each job run against the previous runs with the same `job_name` (jobs/fleet/regressions.py): per metric "
     "the run's value, the baseline's, the change with its Hodges-Lehmann confidence interval, a Mann-Whitney U "
-    "test over the per-step values (raw and Benjamini-Hochberg adjusted over the fleet run) and a verdict.",
+    "test over the per-step values (raw and Benjamini-Hochberg adjusted over the runs of the same capture date) and a "
+    "verdict.",
     columns=(
         Column("job_name", _STR, "Name shared by the runs compared (`captures.job_name`).", False),
         Column("job_id", _STR, "The run compared.", False),
@@ -971,8 +972,9 @@ REGRESSIONS = Table(
         Column(
             "p_adjusted",
             _F64,
-            "`p_value` adjusted by Benjamini-Hochberg over every (run, metric) test of the fleet run (all job "
-            "names together); the verdict compares it with alpha (0.01 by default).",
+            "`p_value` adjusted by Benjamini-Hochberg over the (run, metric) tests of the runs of the same `date` "
+            "(one capture day's runs, all job names together: a row changes only when its day's runs or its "
+            "baseline do); the verdict compares it with alpha (0.01 by default).",
         ),
         Column(
             "verdict",
@@ -1212,7 +1214,7 @@ TABLES: dict[str, Table] = {
     )
 }
 
-#: Fleet tables (jobs/fleet): derived from the whole warehouse, rebuilt by each fleet run; not part of a
+#: Fleet tables (jobs/fleet): derived from the whole warehouse, written whole by each fleet run; not part of a
 #: per-job pipeline stage (so not in :data:`TABLES`, which the per-job validation suites iterate).
 FLEET_TABLES: dict[str, Table] = {
     t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS, HOST_HEALTH)

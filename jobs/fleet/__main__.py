@@ -1,5 +1,5 @@
-"""``python -m jobs.fleet --warehouse W``: rebuild the fleet tables on the local executor (on Spark:
-``submit.py --stage fleet``)."""
+"""``python -m jobs.fleet --warehouse W [--rebuild]``: bring the fleet tables up to date on the local executor (on
+Spark: ``submit.py --stage fleet``)."""
 
 from jobs.cli import app
 

@@ -1,21 +1,21 @@
 """``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``, ``fleet_findings``,
 ``host_health``.
 
-extract + reduce (one pandas transform, on Spark per job run or on the local executor: :mod:`jobs.executor`):
+extract + reduce (:mod:`jobs.fleet.reduced`, on Spark per job run or on the local executor: :mod:`jobs.executor`):
 the analysis windows (:func:`jobs.analyze.windows.analysis_windows`: ``steps``, plus one whole-trace window per
-rank capture of ``ranks`` without ProfilerStep — on Spark computed on the driver from the small ``ranks`` and
-``captures`` and the distinct rank captures of ``steps``) → one row per job step or whole-trace window,
-``kernels`` → one row per (run, date, kernel),
-each joined with the run's job name, model, hardware and torch version from ``captures``
-(:func:`jobs.fleet.stats.reduce_job_steps`, :func:`jobs.fleet.stats.reduce_job_kernels`).
-transform (pandas, on the driver; the reduced frames and the few columns read of ``findings``, ``captures``,
-``ranks`` and ``collectives`` are small): :func:`jobs.fleet.stats.fleet_stats`,
+rank capture of ``ranks`` without ProfilerStep) → one row per job step or whole-trace window, ``kernels`` → one
+row per (run, date, kernel), each joined with the run's job name, model, hardware and torch version from
+``captures`` (:func:`jobs.fleet.stats.reduce_job_steps`, :func:`jobs.fleet.stats.reduce_job_kernels`). The
+reductions are stored in the warehouse: a run reduces again only the jobs whose rows changed since the last one
+(``rebuild``: every job).
+transform (pandas, on the driver, over every job's stored reductions and the few columns read of ``findings``,
+``captures``, ``ranks`` and ``collectives``): :func:`jobs.fleet.stats.fleet_stats`,
 :func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`,
 :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health`.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
 through the storage seam's commit (:func:`jobs.warehouse.write_table`), each table replaced whole in one commit
-(inputs read as of one set of versions, recorded with the write). The tables are rebuilt whole by each run, so a
-run is idempotent and sees late-arriving jobs.
+(inputs read as of one set of versions, recorded with the write). The tables are derived whole by each run from
+the stored reductions, so a run is idempotent and sees late-arriving jobs.
 """
 
 from __future__ import annotations
@@ -25,25 +25,22 @@ from dataclasses import dataclass, field
 import pandas as pd
 import pyarrow as pa
 
-from jobs.analyze.windows import WINDOW_TRACE, analysis_windows
 from jobs.executor import is_local
 from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
-from jobs.fleet.regressions import INPUT_COLUMNS, find_regressions
+from jobs.fleet.reduced import update
+from jobs.fleet.regressions import (
+    INPUT_COLUMNS,
+    dates_to_compare,
+    find_regressions,
+    options_with_defaults,
+    run_sequence,
+)
 from jobs.fleet.stats import (
-    JOB_KERNELS_SCHEMA,
-    JOB_STEPS_SCHEMA,
-    RUN_COLUMNS,
-    STEP_COLUMNS,
     fleet_kernels,
     fleet_stats,
-    job_kernels_frame,
-    job_steps_frame,
     profiler_steps,
-    reduce_job_kernels,
-    reduce_job_steps,
-    run_metadata_frame,
 )
 from jobs.warehouse import read_arrow, read_pandas, read_spark, table_versions, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
@@ -51,9 +48,11 @@ from schemas import FLEET_TABLES, REGRESSIONS
 
 @dataclass
 class FleetResult:
-    """What a fleet run wrote: row counts per table and the ``regressions`` rows (pandas)."""
+    """What a fleet run wrote: row counts per table, the ``regressions`` rows (pandas) and the job ids whose
+    rows it reduced again (:func:`jobs.fleet.reduced.update`)."""
 
     counts: dict = field(default_factory=dict)
+    reduced_jobs: list[str] = field(default_factory=list)
     regressions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=REGRESSIONS.names))
 
 
@@ -62,7 +61,12 @@ def _pandas(df) -> pd.DataFrame:
 
 
 def fleet_frames(
-    job_steps: pd.DataFrame, job_kernels: pd.DataFrame | None, tables: dict | None = None, **regression_options
+    job_steps: pd.DataFrame,
+    job_kernels: pd.DataFrame | None,
+    tables: dict | None = None,
+    previous: pd.DataFrame | None = None,
+    changed_jobs=None,
+    **regression_options,
 ) -> dict:
     """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
 
@@ -70,34 +74,49 @@ def fleet_frames(
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows over the analysis windows (whole-trace windows
             feed ``fleet_stats`` and ``fleet_findings``, not ``regressions``); job_kernels: :func:`jobs.fleet.stats.job_kernels_frame` rows.
         tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet).
+        previous, changed_jobs: the ``regressions`` rows written last (with the same options) and the job ids whose
+            rows changed since: only the dates they make stale are compared again
+            (:func:`jobs.fleet.regressions.dates_to_compare`), the other rows kept; default every run compared.
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
         ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``.
     """
     t = tables or {}
-    steps_only = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
+    steps_only = profiler_steps(job_steps)[INPUT_COLUMNS]  # regressions compare ProfilerSteps, not whole traces
+    dates = None
+    if previous is not None and changed_jobs is not None and len(steps_only):
+        baseline = options_with_defaults(**regression_options)["baseline_runs"]
+        dates = dates_to_compare(run_sequence(steps_only), previous, changed_jobs, baseline)
     regs = (
-        find_regressions(steps_only[INPUT_COLUMNS], **regression_options)
-        if len(steps_only)
+        find_regressions(steps_only, dates=dates, **regression_options)
+        if len(steps_only) and (dates is None or dates)
         else pd.DataFrame(columns=REGRESSIONS.names)
     )
-    regs["changes_json"] = what_changed(regs, steps_only, job_kernels, t.get("captures"), t.get("findings"))
+    regs["changes_json"] = what_changed(
+        regs, profiler_steps(job_steps), job_kernels, t.get("captures"), t.get("findings")
+    )
+    regs = regs[REGRESSIONS.names]
+    if dates is not None and previous is not None:
+        kept = previous[~previous["date"].astype(str).isin(dates)][REGRESSIONS.names]
+        regs = pd.concat([d for d in (kept, regs) if len(d)], ignore_index=True) if len(kept) else regs
     return {
         "fleet_stats": fleet_stats(job_steps),
         "fleet_kernels": fleet_kernels(job_kernels),
-        "regressions": regs[REGRESSIONS.names],
+        "regressions": regs,
         "fleet_findings": fleet_findings(t.get("findings"), job_steps),
         "host_health": host_health(t.get("captures"), t.get("ranks"), t.get("collectives")),
     }
 
 
-def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
-    """Rebuild the fleet tables of ``warehouse``.
+def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_options) -> FleetResult:
+    """Bring the fleet tables of ``warehouse`` up to date: the jobs whose rows changed are reduced again
+    (:func:`jobs.fleet.reduced.update`), the fleet tables derived from every job's stored reductions.
 
     Args:
         engine: a SparkSession (reduction in Spark) or a :class:`jobs.executor.LocalExecutor` (in pandas).
         warehouse: warehouse root.
+        rebuild: reduce every job again (``tracelake fleet --rebuild``); the tables are the same.
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
@@ -107,75 +126,27 @@ def run_fleet(engine, warehouse: str, **regression_options) -> FleetResult:
     # one consistent set of input versions, read as of them and recorded with every fleet table written: a run
     # at the same time that derived the tables from newer inputs keeps its rows (jobs.commit: ``inputs``)
     inputs = table_versions(warehouse, FLEET_INPUTS)
-    if is_local(engine):
-        t = read_pandas(warehouse, ("captures", "steps", "ranks", "kernels"), skip_missing=True, versions=inputs)
-        if "captures" not in t or ("steps" not in t and "ranks" not in t):
-            return result
-        windows = analysis_windows(t.get("steps"), t.get("ranks"), t["captures"])
-        js = job_steps_frame(windows, t["captures"])
-        jk = job_kernels_frame(t["kernels"], t["captures"]) if "kernels" in t else None
-    else:
-        captures, steps, ranks, kernels = (
-            read_spark(engine, warehouse, n, as_of=inputs[n]) for n in ("captures", "steps", "ranks", "kernels")
-        )
-        if captures is None or (steps is None and ranks is None):
-            return result
-        js, jk = _reduce_on_spark(captures, steps, kernels, ranks)
-    frames = fleet_frames(js, jk, _read_columns(engine, warehouse, inputs), **regression_options)
+    if inputs.get("captures") is None or (inputs.get("steps") is None and inputs.get("ranks") is None):
+        return result
+    regression_options = options_with_defaults(**regression_options)
+    reduced = update(engine, warehouse, inputs, rebuild=rebuild, options=regression_options)
+    result.reduced_jobs = reduced.reduced_jobs
+    previous = None
+    if not rebuild and not reduced.options_changed:  # the last rows were made with these options: keep the fresh
+        previous = read_pandas(warehouse, ["regressions"], skip_missing=True).get("regressions")
+    frames = fleet_frames(
+        reduced.job_steps,
+        reduced.job_kernels,
+        _read_columns(engine, warehouse, inputs),
+        previous,
+        {*reduced.reduced_jobs, *reduced.dropped_jobs},
+        **regression_options,
+    )
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
         write_fleet_table(pdf, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
     result.regressions = frames["regressions"]
     return result
-
-
-#: The ``ranks`` and ``captures`` columns a whole-trace window is made of (:func:`analysis_windows`).
-_WINDOW_RANK_KEY = ("job_id", "attempt", "rank", "capture_id")
-_WINDOW_CAPTURE_COLUMNS = ("capture_id", "trace_start_ns", "trace_end_ns")
-
-
-def _trace_windows_on_driver(captures, steps, ranks) -> pd.DataFrame:
-    """The whole-trace windows (:func:`analysis_windows` rows with ``window = "trace"``) from Spark tables: the
-    rank captures of ``ranks`` (one row each: small) without a row in ``steps`` (its distinct rank captures)."""
-    if ranks is None:
-        return pd.DataFrame()
-    from schemas import STEPS  # the window's columns are the steps columns
-
-    r = _pandas(ranks.select(*[c for c in STEPS.names if c in ranks.columns]))
-    have = _pandas(steps.select(*_WINDOW_RANK_KEY).distinct()) if steps is not None else None
-    caps = _pandas(captures.select(*[c for c in _WINDOW_CAPTURE_COLUMNS if c in captures.columns]))
-    w = analysis_windows(have.assign(step=0) if have is not None else None, r, caps)
-    return w[(w["window"] == WINDOW_TRACE).to_numpy(dtype=bool)]
-
-
-def _reduce_on_spark(captures, steps, kernels, ranks=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """:func:`job_steps_frame` (over the analysis windows) and :func:`job_kernels_frame` with the big reductions
-    on Spark's executors: the same pandas transforms per job run (``applyInPandas``), joined on the driver with
-    the runs' metadata; the whole-trace windows (one per rank capture without ProfilerStep) are reduced on the
-    driver with the same :func:`reduce_job_steps`."""
-    from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
-
-    runs = run_metadata_frame(_pandas(captures.select(*[c for c in RUN_COLUMNS if c in captures.columns])))
-    by_run = ["job_id", "attempt"]
-    parts = []
-    if steps is not None:
-        js = (
-            steps.select(*STEP_COLUMNS)
-            .groupBy(*by_run)
-            .applyInPandas(reduce_job_steps, from_arrow_schema(JOB_STEPS_SCHEMA))
-        )
-        parts.append(_pandas(js))
-    trace = _trace_windows_on_driver(captures, steps, ranks)
-    if len(trace):
-        parts.append(reduce_job_steps(trace))
-    parts = [p for p in parts if len(p)]
-    js = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=JOB_STEPS_SCHEMA.names)
-    js = js.sort_values([*by_run, "step"], kind="stable").merge(runs, on=by_run, how="inner")
-    if kernels is None:
-        return js, None
-    jk = kernels.select(*JOB_KERNELS_SCHEMA.names).groupBy(*by_run)
-    jk = _pandas(jk.applyInPandas(reduce_job_kernels, from_arrow_schema(JOB_KERNELS_SCHEMA)))
-    return js, jk.sort_values([*by_run, "date", "name"], kind="stable").merge(runs, on=by_run, how="inner")
 
 
 #: What :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health` and

@@ -1,8 +1,9 @@
 """Regressions of a job run against the previous runs with the same job name (``regressions`` table).
 
 Pure pandas: one or more job names' job steps in, one row per (run, metric) out. :mod:`jobs.fleet.job` calls
-:func:`find_regressions` once, on the driver, over every job name of the fleet run, so the multiple-testing
-correction below spans the whole fleet run.
+:func:`find_regressions` once per fleet run, on the driver, over every job name, for the capture days whose runs or
+baselines changed (:func:`dates_to_compare`; every day on a rebuild): the multiple-testing correction below spans
+one day's runs, so a run's row changes only when its day's runs or its baseline do, never because history grew.
 
 Method, per run in ``run_key`` order (manifest ``created_at``, else date; then job id, attempt):
 
@@ -22,8 +23,9 @@ Method, per run in ``run_key`` order (manifest ``created_at``, else date; then j
   ``idle_time_pctg`` time-weighted) and ``exposed_comm_pct`` (Σ exposed comm / Σ rank step time × 100);
 * significance: a two-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``) of the run's per-step
   values against the baseline's per-step values (step time for the step-time metrics, the per-step
-  percentage for the others), raw ``p_value``; ``p_adjusted`` is the Benjamini–Hochberg adjusted p over all
-  (run, metric) tests of the call (:func:`bh_adjust`; Benjamini & Hochberg 1995, JRSS B 57:289);
+  percentage for the others), raw ``p_value``; ``p_adjusted`` is the Benjamini–Hochberg adjusted p over the
+  (run, metric) tests of the runs of one capture date (``date``: the run's first capture date), every job name
+  together (:func:`bh_adjust`; Benjamini & Hochberg 1995, JRSS B 57:289);
 * estimate and interval: the Hodges–Lehmann estimate of the shift (median of all run − baseline pairwise
   differences) with its distribution-free confidence interval from the Mann–Whitney U null distribution
   (Hollander & Wolfe, *Nonparametric Statistical Methods*, 2nd ed. 1999, §4.3: order statistics
@@ -62,6 +64,10 @@ OUTLIER_MIN_STEPS = 8
 OUTLIER_IQR = 3.0
 #: A run is ``noisy`` when its kept step times have p90 / p50 above this.
 NOISY_P90_P50 = 1.5
+#: Default number of previous runs of the job name pooled as the baseline.
+BASELINE_RUNS = 5
+#: Default thresholds: relative step-time change (%) and change of a percentage metric (points) that count.
+THRESHOLD_PCT, THRESHOLD_PP = 5.0, 2.0
 #: Default significance level of the Benjamini–Hochberg adjusted p (false discovery rate).
 DEFAULT_ALPHA = 0.01
 #: Exact U distribution up to this many run × baseline pairs, normal approximation above.
@@ -232,12 +238,90 @@ def bh_adjust(p: np.ndarray) -> np.ndarray:
     return out
 
 
+def options_with_defaults(**given) -> dict:
+    """:func:`find_regressions`' options with the defaults filled in (what a fleet run's rows were made with).
+
+    Raises:
+        TypeError: an option :func:`find_regressions` does not take.
+    """
+    unknown = set(given) - {"baseline_runs", "threshold_pct", "threshold_pp", "alpha"}
+    if unknown:
+        raise TypeError(f"unknown regression options {sorted(unknown)}")
+    defaults = {"baseline_runs": BASELINE_RUNS, "threshold_pct": THRESHOLD_PCT, "threshold_pp": THRESHOLD_PP}
+    return {**defaults, "alpha": DEFAULT_ALPHA, **given}
+
+
+def run_sequence(job_steps: pd.DataFrame) -> pd.DataFrame:
+    """The runs of each job name in comparison order: ``job_name, job_id, attempt, run_key, run_date`` (one row per
+    run of ``job_steps``, :data:`INPUT_COLUMNS`), sorted by job name, ``run_key``, job id, attempt."""
+    return (
+        job_steps.groupby(["job_name", "job_id", "attempt"], sort=False)
+        .agg(run_key=("run_key", "min"), run_date=("run_date", "min"))
+        .reset_index()
+        .sort_values(["job_name", "run_key", "job_id", "attempt"], kind="stable")
+        .reset_index(drop=True)
+    )
+
+
+def baselines(runs: pd.DataFrame, baseline_runs: int) -> dict[tuple[str, int], list[tuple[str, int]]]:
+    """``{(job_id, attempt): [(job_id, attempt) of its baseline runs, oldest first]}`` over :func:`run_sequence`
+    rows: the previous ``baseline_runs`` runs of the same job name."""
+    out = {}
+    for _, g in runs.groupby("job_name", sort=False):
+        keys = [(str(j), int(a)) for j, a in zip(g["job_id"], g["attempt"])]
+        for i, k in enumerate(keys):
+            out[k] = keys[max(0, i - baseline_runs) : i]
+    return out
+
+
+def dates_to_compare(
+    runs: pd.DataFrame, previous: pd.DataFrame, changed_jobs, baseline_runs: int = BASELINE_RUNS
+) -> set[str]:
+    """The run dates whose ``regressions`` rows must be computed again (every run of such a date: one family).
+
+    A date is stale when one of its runs is new, gone, of a job in ``changed_jobs`` (its rows changed), at another
+    place in its job name's runs (``run_index``), or compared with other baseline runs than in ``previous``, or with
+    a baseline run of a changed job.
+
+    Args:
+        runs: :func:`run_sequence` of every run now; previous: the ``regressions`` rows written last time.
+        changed_jobs: job ids whose rows changed since; baseline_runs: as :func:`find_regressions`.
+
+    Returns:
+        The dates (``run_date`` now, ``date`` in ``previous``) to compare again.
+    """
+    changed = {str(j) for j in changed_jobs}
+    old = {
+        (str(r.job_id), int(r.attempt)): (str(r.date), int(r.run_index), [str(b) for b in r.baseline_runs])
+        for r in previous.drop_duplicates(["job_id", "attempt"]).itertuples()
+    }
+    index = runs.groupby("job_name", sort=False).cumcount()
+    date_of, index_of = {}, {}
+    for j, a, d, i in zip(runs["job_id"], runs["attempt"], runs["run_date"], index):
+        date_of[(str(j), int(a))], index_of[(str(j), int(a))] = str(d), int(i)
+    out = set()
+    for k, base in baselines(runs, baseline_runs).items():
+        was = old.get(k)
+        if (
+            was is None
+            or k[0] in changed
+            or any(b[0] in changed for b in base)
+            or was != (date_of[k], index_of[k], [f"{j}#{a}" for j, a in base])
+        ):
+            out.add(date_of[k])
+            if was is not None:
+                out.add(was[0])
+    out |= {was[0] for k, was in old.items() if k not in date_of}  # gone: its date's family lost a run
+    return out
+
+
 def find_regressions(
     job_steps: pd.DataFrame,
-    baseline_runs: int = 5,
-    threshold_pct: float = 5.0,
-    threshold_pp: float = 2.0,
+    baseline_runs: int = BASELINE_RUNS,
+    threshold_pct: float = THRESHOLD_PCT,
+    threshold_pp: float = THRESHOLD_PP,
     alpha: float = DEFAULT_ALPHA,
+    dates=None,
 ) -> pd.DataFrame:
     """Compare every run of one or more job names with its previous runs.
 
@@ -248,10 +332,13 @@ def find_regressions(
         threshold_pct: relative change of a time metric that counts (%).
         threshold_pp: change of a percentage metric that counts (percentage points).
         alpha: significance level on the Benjamini–Hochberg adjusted p (the intervals are at 1 − 2·alpha).
+        dates: compare only the runs of these ``run_date`` values (default every run); the others serve as
+            baselines. The rows are the same as those of a call over every run: a family is one date's runs.
 
     Returns:
-        ``regressions`` rows (:data:`OUTPUT_COLUMNS`, schema ``schemas.REGRESSIONS``), one per run and metric;
-        ``p_adjusted`` spans every test of this call (pass all job names of a fleet run at once).
+        ``regressions`` rows (:data:`OUTPUT_COLUMNS`, schema ``schemas.REGRESSIONS``), one per compared run and
+        metric; ``p_adjusted`` spans the tests of the runs of one ``date`` (the family of the Benjamini–Hochberg
+        correction: one capture day's runs, every job name).
 
     Raises:
         ValueError: ``baseline_runs`` < 1 or a missing input column.
@@ -263,27 +350,30 @@ def find_regressions(
         raise ValueError(f"job steps lack columns {missing}")
     confidence = 1.0 - 2.0 * alpha
     rows = []
+    wanted = None if dates is None else {str(d) for d in dates}
     for name, g in job_steps.groupby("job_name", sort=True):
-        runs = (
-            g.groupby(["job_id", "attempt"], sort=False)
-            .agg(run_key=("run_key", "min"), run_date=("run_date", "min"))
-            .reset_index()
-            .sort_values(["run_key", "job_id", "attempt"], kind="stable")
-            .reset_index(drop=True)
-        )
+        runs = run_sequence(g).drop(columns="job_name")
+        compared = runs if wanted is None else runs[runs["run_date"].astype(str).isin(wanted)]
+        if not len(compared):
+            continue
+        base_of = baselines(runs.assign(job_name=name), baseline_runs)
+        needed = {(str(r.job_id), int(r.attempt)) for r in compared.itertuples()}
+        needed |= {b for k in list(needed) for b in base_of[k]}
         by_run, all_steps, dropped = {}, {}, {}
-        for r in runs.itertuples():
-            s = g[(g["job_id"] == r.job_id) & (g["attempt"] == r.attempt)]
+        for (job, attempt), s in g.groupby(["job_id", "attempt"], sort=False):
+            k = (str(job), int(attempt))
+            if k not in needed:
+                continue
             keep = drop_outliers(s["step_time_ns"].to_numpy(dtype=float))
-            k = (r.job_id, r.attempt)
             by_run[k], all_steps[k], dropped[k] = s[keep], s, int((~keep).sum())
         for i, r in enumerate(runs.itertuples()):
-            cur = by_run[(r.job_id, r.attempt)]
-            prev = runs.iloc[max(0, i - baseline_runs) : i]
-            base_ids = [(p.job_id, p.attempt) for p in prev.itertuples()]
+            if (str(r.job_id), int(r.attempt)) not in needed or (wanted is not None and str(r.run_date) not in wanted):
+                continue
+            cur = by_run[(str(r.job_id), int(r.attempt))]
+            base_ids = base_of[(str(r.job_id), int(r.attempt))]
             base = pd.concat([by_run[k] for k in base_ids]) if base_ids else cur.iloc[0:0]
             # the test and the interval see every step (see the module docstring)
-            cur_all = all_steps[(r.job_id, r.attempt)]
+            cur_all = all_steps[(str(r.job_id), int(r.attempt))]
             base_all = pd.concat([all_steps[k] for k in base_ids]) if base_ids else cur_all.iloc[0:0]
             noisy = is_noisy(cur["step_time_ns"].to_numpy(dtype=float))
             base_noisy = any(is_noisy(by_run[k]["step_time_ns"].to_numpy(dtype=float)) for k in base_ids)
@@ -327,7 +417,7 @@ def find_regressions(
                         "baseline_runs": [f"{j}#{int(t)}" for j, t in base_ids],
                         "n_steps": int(len(cur)),
                         "n_baseline_steps": int(len(base)),
-                        "n_dropped": dropped[(r.job_id, r.attempt)],
+                        "n_dropped": dropped[(str(r.job_id), int(r.attempt))],
                         "_base_noisy": base_noisy,
                         "_first": not base_ids,
                     }
@@ -335,7 +425,8 @@ def find_regressions(
     out = pd.DataFrame(rows, columns=[*OUTPUT_COLUMNS, "_base_noisy", "_first"])
     if not len(out):
         return out[OUTPUT_COLUMNS]
-    out["p_adjusted"] = bh_adjust(out["p_value"].to_numpy(dtype=float))
+    family = out["date"].astype(str)  # one capture day's runs: a family
+    out["p_adjusted"] = out.groupby(family, sort=False)["p_value"].transform(lambda p: bh_adjust(p.to_numpy(float)))
     decided = [
         _verdict(r, threshold_pct, threshold_pp, alpha, 100.0 * confidence) for r in out.to_dict(orient="records")
     ]
@@ -482,10 +573,10 @@ def in_words(r: dict, threshold: float, baseline_noisy: bool = False) -> str:
 
 
 def testing_in_words(regressions: pd.DataFrame, alpha: float = DEFAULT_ALPHA) -> str:
-    """How many tests one fleet run made and the false alarms to expect, in words: job names and runs compared,
-    (run, metric) tests, runs flagged, and the expected false alarms among them — at most ``alpha`` × flagged under
-    the Benjamini–Hochberg false discovery rate (Benjamini & Hochberg 1995) — against ``alpha`` × tests had each
-    test been read alone with nothing changed. ``""`` when nothing was tested."""
+    """How many tests the rows hold and the false alarms to expect, in words: job names and runs compared,
+    (run, metric) tests, runs flagged, and the expected false alarms among them — at most about ``alpha`` × flagged
+    under the Benjamini–Hochberg false discovery rate of each day's family (Benjamini & Hochberg 1995) — against
+    ``alpha`` × tests had each test been read alone with nothing changed. ``""`` when nothing was tested."""
     if regressions is None or not len(regressions) or "p_value" not in regressions.columns:
         return ""
     tested = regressions[regressions["p_value"].notna()]
@@ -497,6 +588,7 @@ def testing_in_words(regressions: pd.DataFrame, alpha: float = DEFAULT_ALPHA) ->
     return (
         f"{names:,} job name(s), {runs:,} run(s) compared, {len(tested):,} tests (run × metric); "
         f"{len(flagged):,} flagged, of which at most about {alpha * len(flagged):.2g} expected to be false alarms "
-        f"(Benjamini-Hochberg false discovery rate {alpha:g}); read one by one at p < {alpha:g}, "
+        f"(Benjamini-Hochberg false discovery rate {alpha:g} over each capture day's runs); read one by one at "
+        f"p < {alpha:g}, "
         f"{alpha * len(tested):.2g} false alarms would be expected even if nothing had changed."
     )

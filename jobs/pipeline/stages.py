@@ -67,7 +67,7 @@ class RunSettings(BaseModel):
     job_ids: list[str] | None = None
     day: str = ""  # fleet run date YYYY-MM-DD (fleet_report; default today UTC)
     report_html: str = ""  # fleet_report: also write the HTML report to this file
-    fleet_options: dict = Field(default_factory=dict)  # jobs.fleet.regressions.find_regressions thresholds
+    fleet_options: dict = Field(default_factory=dict)  # jobs.fleet.job.run_fleet's rebuild and regression thresholds
     parse_limits: dict = Field(default_factory=dict)  # jobs.normalize.limits.ParseLimits of every trace file
     bare_tags: dict[str, str] = Field(default_factory=dict)  # manifest tags (job_name, model, …) of bare trace files
 
@@ -176,6 +176,7 @@ def _fleet(engine, s: RunSettings, record: dict) -> None:
 
     res = run_fleet(engine, s.warehouse, **s.fleet_options)
     record["fleet_counts"] = res.counts
+    record["fleet_reduced_jobs"] = len(res.reduced_jobs)
     record["n_regressions"] = int((res.regressions["verdict"] == "regression").sum()) if len(res.regressions) else 0
     report = validate_tables(engine, s.warehouse, "fleet")  # rebuilt whole: validated whole
     record.setdefault("validation", {})["fleet"] = report.to_dict(with_gx=True)

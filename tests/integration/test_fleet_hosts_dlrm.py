@@ -1,4 +1,5 @@
-"""Host health on real traces: four 8-rank DLRM jobs built from the corpus (``benchmarks/fleet_bench.py``'s
+"""The fleet stage on real traces (host health, Spark's reduction, the reductions kept between runs): four 8-rank
+DLRM jobs built from the corpus (``benchmarks/fleet_bench.py``'s
 generator), ranks 0-3 and 4-7 on two hosts. The corpus set's rank 7 arrives last at every collective, so
 the host holding ranks 4-7 is the slow one of each job. ``node-bad`` holds them in three different jobs;
 the fourth job runs 1.5x slower on every rank, on two other hosts. The pipeline runs on the local
@@ -159,8 +160,8 @@ def test_spark_reduction_gives_the_same_fleet_tables(fleet_wh, spark, tmp_path):
     shutil.copytree(fleet_wh, copy)
     from jobs.validate.suites import validate_tables
 
-    res = run_fleet(spark, str(copy))
-    assert res.counts["host_health"] == 30
+    res = run_fleet(spark, str(copy), rebuild=True)  # every job reduced on Spark (the local run's are stored)
+    assert res.counts["host_health"] == 30 and len(res.reduced_jobs) == 4
     report = validate_tables(spark, str(copy), "fleet")  # the suites on the Spark engine's side too
     assert report.success and len(report.tables) == 5, report.summary()
     for table in ("host_health", "fleet_findings", "fleet_stats"):
@@ -171,3 +172,73 @@ def test_spark_reduction_gives_the_same_fleet_tables(fleet_wh, spark, tmp_path):
             for d in (a, b[key])
         ]
         assert as_text[0] == as_text[1], table
+
+
+def _replace_job(wh: Path, table: str, job: str, rows=None) -> None:
+    """Replace ``job``'s rows of ``table`` with ``rows`` (none: the job leaves the table), as a re-ingest does."""
+    from jobs.warehouse import write_table
+    from schemas import declared
+
+    if rows is None:
+        rows = declared(table).arrow_schema().empty_table()
+    write_table(rows, str(wh), table, replace_jobs=[job])
+
+
+def test_a_fleet_run_reduces_only_the_jobs_that_changed(fleet_wh, spark, tmp_path):
+    """Each run reduces again only the jobs whose rows changed (a re-ingest: new files), drops the jobs gone from
+    the inputs, and its fleet tables equal a rebuild's (every job reduced again) — on the local executor and on
+    Spark."""
+    import shutil
+
+    import pyarrow.compute as pc
+    from pipeline_compare import FLEET_TABLES, rows_digest
+
+    from jobs.executor import LocalExecutor
+    from jobs.fleet.job import run_fleet
+    from jobs.fleet.reduced import JOB_STEPS, SOURCES
+    from jobs.warehouse import read_arrow
+    from schemas import TABLES
+
+    inc, full = tmp_path / "inc", tmp_path / "full"
+    shutil.copytree(fleet_wh, inc)
+    before = read_pandas(str(inc), ["fleet_stats"])["fleet_stats"]
+    with LocalExecutor() as ex:
+        again = run_fleet(ex, str(inc))  # the pipeline's fleet stage stored every job's reductions: nothing to do
+        assert again.reduced_jobs == [] and rows_digest(inc, "fleet_stats") == rows_digest(fleet_wh, "fleet_stats")
+        # job 1 re-ingested with every step twice as long; job 2 gone from every per-job table
+        steps = read_arrow(str(inc), "steps", job_ids=["fleet-dlrm-001"])
+        i = steps.schema.get_field_index("step_time_ns")
+        _replace_job(inc, "steps", "fleet-dlrm-001", steps.set_column(i, "step_time_ns", pc.multiply(steps[i], 2)))
+        for table in TABLES:
+            if read_arrow(str(inc), table, columns=["job_id"]) is not None:
+                _replace_job(inc, table, "fleet-dlrm-002")
+        res = run_fleet(ex, str(inc))
+    assert res.reduced_jobs == ["fleet-dlrm-001"]
+    shutil.copytree(inc, full)
+    with LocalExecutor() as ex:
+        assert len(run_fleet(ex, str(full), rebuild=True).reduced_jobs) == 3
+    for table in FLEET_TABLES:
+        assert rows_digest(inc, table) == rows_digest(full, table), table
+    stored = read_arrow(str(inc), JOB_STEPS, columns=["job_id", "step_time_ns"]).to_pandas()
+    assert sorted(stored["job_id"].unique()) == ["fleet-dlrm-000", "fleet-dlrm-001", "fleet-dlrm-003"]
+    after = read_pandas(str(inc), ["fleet_stats"])["fleet_stats"]
+    p50 = {
+        name: f[(f["dimension"] == "job") & (f["date"] == "all")].set_index("value")["step_time_p50_ns"]
+        for name, f in (("before", before), ("after", after))
+    }
+    assert p50["after"]["fleet-dlrm-001#0"] == 2 * p50["before"]["fleet-dlrm-001#0"]
+    assert (
+        "fleet-dlrm-002#0" not in p50["after"].index
+        and p50["after"]["fleet-dlrm-000#0"] == p50["before"]["fleet-dlrm-000#0"]
+    )
+
+    # Spark reduces the changed job on its executors; the local executor's rebuild gives the same tables
+    ranks = read_arrow(str(inc), "ranks", job_ids=["fleet-dlrm-003"])
+    for wh in (inc, full):
+        _replace_job(wh, "ranks", "fleet-dlrm-003", ranks)  # the same rows, new files
+    assert run_fleet(spark, str(inc)).reduced_jobs == ["fleet-dlrm-003"]
+    with LocalExecutor() as ex:
+        run_fleet(ex, str(full), rebuild=True)
+    for table in FLEET_TABLES:
+        assert rows_digest(inc, table) == rows_digest(full, table), table
+    assert set(SOURCES) <= set(TABLES)

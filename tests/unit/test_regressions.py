@@ -178,7 +178,7 @@ def test_benjamini_hochberg_matches_a_hand_computation():
     assert bh_adjust(np.array([0.9, 0.8])) == pytest.approx([0.9, 0.9])
 
 
-def test_p_adjusted_spans_all_job_names_and_decides():
+def test_p_adjusted_spans_the_job_names_of_one_day_and_decides():
     out = find_regressions(
         _frame(
             _run("a", "2026-11-01", _jitter(100, seed=3)),
@@ -255,3 +255,70 @@ def test_steps_to_decide_scales_with_the_square_of_the_interval():
     few = find_regressions(_frame(_run("a", "2026-11-01", [100, 101, 99]), _run("b", "2026-11-02", [100, 102, 98])))
     r = _p50(few, "b")
     assert r["verdict"] == "inconclusive" and "at least" in r["reason"] and "steps on each side would" in r["reason"]
+
+
+def test_a_family_is_one_days_runs_and_each_day_can_be_compared_alone():
+    """``p_adjusted`` is adjusted over the tests of one ``date`` (every job name); comparing the runs of each date
+    alone (``dates``, the other runs as baselines) gives the same rows as comparing every run at once — what lets
+    a fleet run compare only the days whose runs or baselines changed."""
+    runs = []
+    for name, seed in (("nightly", 10), ("other", 20)):
+        for d in range(4):
+            slow = 1.3 if (name, d) == ("nightly", 3) else 1.0
+            runs.append(_run(f"{name}-{d}", f"2026-11-0{d + 1}", _jitter(100 * slow, seed=seed + d), name=name))
+    steps = _frame(*runs)
+    whole = find_regressions(steps, baseline_runs=2)
+    for date, g in whole[whole["p_value"].notna()].groupby("date"):
+        assert g["p_adjusted"].to_numpy() == pytest.approx(bh_adjust(g["p_value"].to_numpy())), date
+    days = [find_regressions(steps, baseline_runs=2, dates=[d]) for d in sorted(whole["date"].unique())]
+    by_day = pd.concat([d.astype(whole.dtypes.to_dict()) for d in days])
+    key = ["job_name", "job_id", "metric"]
+    pd.testing.assert_frame_equal(
+        whole.sort_values(key).reset_index(drop=True), by_day.sort_values(key).reset_index(drop=True)
+    )
+    assert set(find_regressions(steps, dates=["2026-11-03"])["job_id"]) == {"nightly-2", "other-2"}
+    assert _p50(whole, "nightly-3")["verdict"] == "regression" and _p50(whole, "nightly-3")["run_index"] == 3
+    assert list(_p50(whole, "nightly-3")["baseline_runs"]) == ["nightly-1#0", "nightly-2#0"]
+
+
+def test_only_the_days_a_change_makes_stale_are_compared_again():
+    """A new day's runs make only that day stale; a run changed in the middle of a job name's history makes its
+    day stale and the days of the runs whose baseline holds it; a run gone, every later day of its job name."""
+    from jobs.fleet.regressions import dates_to_compare, run_sequence
+
+    runs = [_run(f"n-{d}", f"2026-11-0{d + 1}", _jitter(100, seed=d)) for d in range(6)]
+    runs += [_run(f"o-{d}", f"2026-11-0{d + 1}", _jitter(100, seed=10 + d), name="other") for d in range(6)]
+    steps = _frame(*runs)
+    last = steps[steps["run_date"] < "2026-11-06"]
+    previous = find_regressions(last, baseline_runs=2)
+    seq = run_sequence(steps)
+    assert dates_to_compare(seq, previous, {"n-5", "o-5"}, 2) == {"2026-11-06"}
+    whole = find_regressions(steps, baseline_runs=2)
+    assert dates_to_compare(seq, whole, set(), 2) == set()
+    assert dates_to_compare(seq, whole, {"n-1"}, 2) == {"2026-11-02", "2026-11-03", "2026-11-04"}
+    gone = steps[steps["job_id"] != "n-1"]
+    # gone: its day, its followers' days (their baselines), and the later runs' days (their run_index moved)
+    assert dates_to_compare(run_sequence(gone), whole, {"n-1"}, 2) == {f"2026-11-0{d}" for d in range(2, 7)}
+    # the rows kept plus the stale days compared again are the rows of comparing everything
+    stale = dates_to_compare(run_sequence(gone), whole, {"n-1"}, 2)
+    merged = pd.concat(
+        [whole[~whole["date"].isin(stale)], find_regressions(gone, baseline_runs=2, dates=stale)], ignore_index=True
+    )
+    key = ["job_name", "job_id", "metric"]
+    pd.testing.assert_frame_equal(
+        merged.sort_values(key).reset_index(drop=True),
+        find_regressions(gone, baseline_runs=2).sort_values(key).reset_index(drop=True),
+    )
+
+
+def test_options_with_defaults_names_every_option_and_refuses_unknown_ones():
+    from jobs.fleet.regressions import options_with_defaults
+
+    assert options_with_defaults(alpha=0.05) == {
+        "baseline_runs": 5,
+        "threshold_pct": 5.0,
+        "threshold_pp": 2.0,
+        "alpha": 0.05,
+    }
+    with pytest.raises(TypeError, match="threshold"):
+        options_with_defaults(threshold=3)

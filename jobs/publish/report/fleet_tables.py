@@ -351,7 +351,7 @@ def validation_section(marks: dict | None) -> Section:
     sec = Section(
         "fleet-validation",
         "Fleet data quality",
-        intro="The fleet stage rebuilds these tables from every job, then validates them whole with Great "
+        intro="The fleet stage derives these tables from every job, then validates them whole with Great "
         "Expectations (schemas/expectations.py: keys unique, counts and ratios ≥ 0, percentiles "
         "ordered, a target slow in at most the jobs it ran in).",
     )

@@ -236,7 +236,7 @@ def regression_section(tables: dict) -> Section:
     if runs:
         sec.paragraphs.append(
             "Baseline: the pooled steps of " + ", ".join(runs) + " (the previous runs of its job name). Intervals: "
-            "Hodges-Lehmann, 98 %; verdicts on the Benjamini-Hochberg adjusted p over the fleet run."
+            "Hodges-Lehmann, 98 %; verdicts on the Benjamini-Hochberg adjusted p over each capture day's runs."
         )
     return sec
 

@@ -1,0 +1,243 @@
+"""The fleet stage's stored reductions: the job steps and job kernels of every job, kept in the warehouse between
+runs, so a fleet run reduces only the jobs whose rows changed since the last one.
+
+The big per-rank tables (``steps``: one row per rank and step, ``kernels``: per rank, step and kernel) grow with
+the whole history; their reductions (:func:`jobs.fleet.stats.job_steps_frame`: one row per job step or
+whole-trace window, :func:`jobs.fleet.stats.job_kernels_frame`: one row per (run, date, kernel)) are 1/ranks of
+that. Each fleet run:
+
+1. takes a fingerprint of each job's input rows from the Delta logs alone (no data read): per ``job_id``, the
+   names of its live data files in :data:`FINGERPRINTED` at the versions the run reads (:func:`fingerprints`). A
+   rewrite of a job (re-ingest, re-analysis, a late rank, compaction) gives new file names, so a new fingerprint;
+2. re-reduces the jobs whose fingerprint differs from the one stored with their reductions, or that are new,
+   from their own partitions only (partition-pruned reads, Spark or the local executor), and drops the jobs
+   that left the inputs;
+3. commits their rows (:data:`JOB_STEPS`, :data:`JOB_KERNELS`: Delta tables partitioned like their inputs by
+   ``date``/``job_id``, each job's rows replaced whole) and then the state (:data:`STATE`: the fingerprints and the
+   fleet options the derived rows were made with), each write recording the input versions (a concurrent run with
+   newer inputs wins, :func:`jobs.warehouse.write_table`); a run killed between the commits re-reduces those jobs
+   next time.
+
+The unit is the job (all its attempts and dates): a run's metadata (:func:`jobs.fleet.stats.run_metadata_frame`)
+and a job step (slowest rank) can span capture dates. ``rebuild`` re-reduces every job: the rows are the same
+(the same functions on the same rows), which ``tests/integration/test_fleet_incremental.py`` checks.
+
+These tables are internal (``_fleet_*``, not in :data:`schemas.FLEET_TABLES`): the fleet tables are derived
+from them, readers query those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import pandas as pd
+import pyarrow as pa
+
+from jobs.analyze.windows import WINDOW_TRACE, analysis_windows
+from jobs.executor import is_local
+from jobs.fleet.stats import (
+    JOB_KERNELS_SCHEMA,
+    JOB_STEPS_SCHEMA,
+    RUN_COLUMNS,
+    STEP_COLUMNS,
+    job_kernels_frame,
+    job_steps_frame,
+    reduce_job_kernels,
+    reduce_job_steps,
+    run_metadata_frame,
+)
+from jobs.warehouse import INTERNAL_TABLES, job_files, read_arrow, read_pandas, read_spark, write_table
+from schemas import STEPS
+
+#: The input tables a job's reductions are made of.
+SOURCES = ("captures", "steps", "ranks", "kernels")
+#: The tables whose file names make a job's fingerprint: the sources, and ``findings`` (what changed in a run,
+#: :mod:`jobs.fleet.changes`, reads them).
+FINGERPRINTED = (*SOURCES, "findings")
+#: The stored reductions and state (:data:`jobs.warehouse.INTERNAL_TABLES`, Delta tables under the root).
+JOB_STEPS, JOB_KERNELS, STATE = INTERNAL_TABLES
+#: :data:`STATE` keys: ``job:<job_id>`` → fingerprint, and the fleet options (JSON).
+_JOB, _OPTIONS = "job:", "fleet_options"
+
+#: :func:`jobs.fleet.stats.run_metadata_frame`'s columns after ``job_id, attempt``.
+_RUN_METADATA = pa.schema(
+    [
+        ("job_name", pa.string()),
+        ("job", pa.string()),
+        ("model", pa.string()),
+        ("hardware", pa.string()),
+        ("torch_version", pa.string()),
+        ("run_key", pa.string()),
+        ("run_date", pa.string()),
+        ("world_size", pa.int64()),
+    ]
+)
+#: Stored rows: the reduction's columns, then the run metadata (partition columns ``date``, ``job_id`` strings).
+SCHEMAS = {
+    JOB_STEPS: pa.schema([*JOB_STEPS_SCHEMA, *_RUN_METADATA]),
+    JOB_KERNELS: pa.schema([*JOB_KERNELS_SCHEMA, *_RUN_METADATA]),
+    STATE: pa.schema([("key", pa.string()), ("value", pa.string())]),
+}
+_PARTITION_BY = {JOB_STEPS: ("date", "job_id"), JOB_KERNELS: ("date", "job_id"), STATE: ()}
+
+
+@dataclass
+class Reduced:
+    """The fleet's reductions after :func:`update`: ``job_steps`` (:func:`jobs.fleet.stats.job_steps_frame` rows
+    of every job), ``job_kernels`` (:func:`jobs.fleet.stats.job_kernels_frame` rows; ``None`` without a
+    ``kernels`` table), ``reduced_jobs`` (the job ids this run re-reduced, sorted), ``dropped_jobs`` (the job
+    ids that left the inputs) and ``options_changed`` (the fleet options differ from those of the last run, or
+    it is the first)."""
+
+    job_steps: pd.DataFrame
+    job_kernels: pd.DataFrame | None
+    reduced_jobs: list[str] = field(default_factory=list)
+    dropped_jobs: list[str] = field(default_factory=list)
+    options_changed: bool = True
+
+
+def fingerprints(warehouse: str, versions: dict[str, int | None]) -> dict[str, str]:
+    """``{job_id: fingerprint}`` of every job in :data:`FINGERPRINTED` at ``versions``: a SHA-1 over the names of
+    the job's live data files in each table (Delta log only, no data read)."""
+    names: dict[str, list[str]] = {}
+    for table in FINGERPRINTED:
+        for job, paths in job_files(warehouse, table, versions.get(table)).items():
+            names.setdefault(job, []).extend(f"{table}/{p}" for p in paths)
+    return {job: hashlib.sha1("\n".join(sorted(paths)).encode()).hexdigest() for job, paths in names.items()}
+
+
+def stored_state(warehouse: str) -> tuple[dict[str, str], str | None]:
+    """``({job_id: fingerprint}, fleet options JSON)`` the stored reductions and the fleet tables were made from;
+    ``({}, None)`` before the first fleet run."""
+    t = read_arrow(warehouse, STATE, columns=["key", "value"])
+    state = {} if t is None else dict(zip(t["key"].to_pylist(), t["value"].to_pylist()))
+    jobs = {k[len(_JOB) :]: v for k, v in state.items() if k.startswith(_JOB)}
+    return jobs, state.get(_OPTIONS)
+
+
+def update(
+    engine, warehouse: str, versions: dict[str, int | None], rebuild: bool = False, options: dict | None = None
+) -> Reduced:
+    """Bring the stored reductions up to date with the inputs at ``versions`` and return all of them.
+
+    Args:
+        engine: a SparkSession (the reductions of the changed jobs on its executors, ``applyInPandas`` per run) or
+            a :class:`jobs.executor.LocalExecutor` (pandas).
+        warehouse: warehouse root.
+        versions: ``{table: version}`` of :data:`FINGERPRINTED` to read (one consistent set,
+            :func:`jobs.warehouse.table_versions`); also recorded with the stored rows.
+        rebuild: re-reduce every job (ignore the stored reductions).
+        options: the fleet options the derived tables are made with (JSON-able; stored, compared with the last).
+
+    Returns:
+        :class:`Reduced`; its ``job_steps`` is empty when no job has analysis windows.
+    """
+    now = fingerprints(warehouse, versions)
+    stored, stored_options = ({}, None) if rebuild else stored_state(warehouse)
+    opts = json.dumps(options or {}, sort_keys=True)
+    changed = sorted(j for j, fp in now.items() if stored.get(j) != fp)
+    dropped = sorted(set(stored) - set(now))
+    if changed or dropped or rebuild or opts != stored_options:
+        js, jk = _reduce_jobs(engine, warehouse, changed, versions) if changed else (None, None)
+        inputs = {t: versions.get(t) for t in FINGERPRINTED}
+        if changed or dropped or rebuild:
+            for name, rows in ((JOB_STEPS, js), (JOB_KERNELS, jk)):
+                _write(rows, warehouse, name, replace_jobs=[*changed, *dropped], replace_all=rebuild, inputs=inputs)
+        keys = [*(_JOB + j for j in now), _OPTIONS]
+        state = pa.table({"key": keys, "value": [*now.values(), opts]}, schema=SCHEMAS[STATE])
+        write_table(state, warehouse, STATE, replace_all=True, inputs=inputs, schema=SCHEMAS[STATE], partition_by=())
+    steps, kernels = _read(warehouse, JOB_STEPS), _read(warehouse, JOB_KERNELS, none_if_missing=True)
+    return Reduced(steps, kernels, changed, dropped, options_changed=opts != stored_options)
+
+
+def _write(rows: pd.DataFrame | None, warehouse: str, name: str, replace_jobs, replace_all: bool, inputs) -> None:
+    """Replace ``replace_jobs``' rows of a stored reduction with ``rows`` (every row when ``replace_all``)."""
+    schema = SCHEMAS[name]
+    if rows is None:
+        rows = pd.DataFrame(columns=schema.names)
+    t = pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False)
+    write_table(t, warehouse, name, replace_jobs, replace_all, inputs, schema=schema, partition_by=_PARTITION_BY[name])
+
+
+def _read(warehouse: str, name: str, none_if_missing: bool = False) -> pd.DataFrame | None:
+    """A stored reduction as pandas, sorted as the reductions return them; an empty frame (or ``None``) when
+    it holds no row."""
+    t = read_arrow(warehouse, name, columns=SCHEMAS[name].names)
+    if t is None or not t.num_rows:
+        return None if none_if_missing else pd.DataFrame(columns=SCHEMAS[name].names)
+    df = t.to_pandas()
+    keys = ["job_id", "attempt", "step"] if name == JOB_STEPS else ["job_id", "attempt", "date", "name"]
+    return df.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def _reduce_jobs(engine, warehouse: str, job_ids: list[str], versions: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`job_steps_frame` and :func:`job_kernels_frame` rows of ``job_ids`` (empty frames when none)."""
+    empty = (pd.DataFrame(columns=SCHEMAS[JOB_STEPS].names), pd.DataFrame(columns=SCHEMAS[JOB_KERNELS].names))
+    if is_local(engine):
+        t = read_pandas(warehouse, SOURCES, job_ids, skip_missing=True, versions=versions)
+        if "captures" not in t or ("steps" not in t and "ranks" not in t):
+            return empty
+        windows = analysis_windows(t.get("steps"), t.get("ranks"), t["captures"])
+        js = job_steps_frame(windows, t["captures"]) if len(windows) else empty[0]
+        jk = job_kernels_frame(t["kernels"], t["captures"]) if "kernels" in t and len(t["kernels"]) else empty[1]
+        return js, jk
+    captures, steps, ranks, kernels = (
+        read_spark(engine, warehouse, n, job_ids=job_ids, as_of=versions.get(n)) for n in SOURCES
+    )
+    if captures is None or (steps is None and ranks is None):
+        return empty
+    js, jk = _reduce_on_spark(captures, steps, kernels, ranks)
+    return js, (jk if jk is not None else empty[1])
+
+
+def _pandas(df) -> pd.DataFrame:
+    return df.toArrow().to_pandas()
+
+
+#: The ``ranks`` and ``captures`` columns a whole-trace window is made of (:func:`analysis_windows`).
+_WINDOW_RANK_KEY = ("job_id", "attempt", "rank", "capture_id")
+_WINDOW_CAPTURE_COLUMNS = ("capture_id", "trace_start_ns", "trace_end_ns")
+
+
+def _trace_windows_on_driver(captures, steps, ranks) -> pd.DataFrame:
+    """The whole-trace windows (:func:`analysis_windows` rows with ``window = "trace"``) from Spark tables: the
+    rank captures of ``ranks`` (one row each: small) without a row in ``steps`` (its distinct rank captures)."""
+    if ranks is None:
+        return pd.DataFrame()
+    r = _pandas(ranks.select(*[c for c in STEPS.names if c in ranks.columns]))
+    have = _pandas(steps.select(*_WINDOW_RANK_KEY).distinct()) if steps is not None else None
+    caps = _pandas(captures.select(*[c for c in _WINDOW_CAPTURE_COLUMNS if c in captures.columns]))
+    w = analysis_windows(have.assign(step=0) if have is not None else None, r, caps)
+    return w[(w["window"] == WINDOW_TRACE).to_numpy(dtype=bool)]
+
+
+def _reduce_on_spark(captures, steps, kernels, ranks=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """:func:`job_steps_frame` (over the analysis windows) and :func:`job_kernels_frame` with the big reductions
+    on Spark's executors: the same pandas transforms per job run (``applyInPandas``), joined on the driver with
+    the runs' metadata; the whole-trace windows (one per rank capture without ProfilerStep) are reduced on the
+    driver with the same :func:`reduce_job_steps`."""
+    from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
+
+    runs = run_metadata_frame(_pandas(captures.select(*[c for c in RUN_COLUMNS if c in captures.columns])))
+    by_run = ["job_id", "attempt"]
+    parts = []
+    if steps is not None:
+        js = (
+            steps.select(*STEP_COLUMNS)
+            .groupBy(*by_run)
+            .applyInPandas(reduce_job_steps, from_arrow_schema(JOB_STEPS_SCHEMA))
+        )
+        parts.append(_pandas(js))
+    trace = _trace_windows_on_driver(captures, steps, ranks)
+    if len(trace):
+        parts.append(reduce_job_steps(trace))
+    parts = [p for p in parts if len(p)]
+    js = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=JOB_STEPS_SCHEMA.names)
+    js = js.sort_values([*by_run, "step"], kind="stable").merge(runs, on=by_run, how="inner")
+    if kernels is None:
+        return js, None
+    jk = kernels.select(*JOB_KERNELS_SCHEMA.names).groupBy(*by_run)
+    jk = _pandas(jk.applyInPandas(reduce_job_kernels, from_arrow_schema(JOB_KERNELS_SCHEMA)))
+    return js, jk.sort_values([*by_run, "date", "name"], kind="stable").merge(runs, on=by_run, how="inner")
