@@ -248,6 +248,18 @@ def job_files(warehouse: str, table: str, as_of: AsOf = None) -> dict[str, list[
     return {job: sorted(paths) for job, paths in out.items()}
 
 
+def job_dates(warehouse: str, table: str, as_of: AsOf = None) -> dict[str, list[str]]:
+    """``{job_id: [date, …]}``: the ``date`` partitions of each job's live files in ``table`` at ``as_of``, sorted
+    (Delta log only, no data read); ``{}`` when never written."""
+    dt = _snapshot(warehouse, table, as_of)
+    out: dict[str, set[str]] = {}
+    for f in [] if dt is None else live_files(dt):
+        job, date = f["partition"].get("job_id"), f["partition"].get("date")
+        if job is not None and date is not None:
+            out.setdefault(str(job), set()).add(str(date))
+    return {job: sorted(dates) for job, dates in out.items()}
+
+
 def table_version(warehouse: str, table: str) -> int | None:
     """The latest version of ``table`` (Delta log version); ``None`` when never written."""
     dt = _snapshot(warehouse, table)

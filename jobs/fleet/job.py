@@ -9,8 +9,9 @@ row per (run, date, kernel), each joined with the run's job name, model, hardwar
 reductions are stored in the warehouse: a run reduces again only the jobs whose rows changed since the last one
 (``rebuild``: every job).
 transform (pandas, on the driver, over every job's stored reductions and the few columns read of ``findings``,
-``captures``, ``ranks`` and ``collectives``): :func:`jobs.fleet.stats.fleet_stats`,
-:func:`jobs.fleet.stats.fleet_kernels`, :func:`jobs.fleet.regressions.find_regressions`,
+``captures``, ``ranks`` and ``collectives`` — of the jobs in the insights' window and of the runs compared again
+only, :func:`insight_jobs`): :func:`jobs.fleet.stats.fleet_stats`, :func:`jobs.fleet.stats.fleet_kernels`,
+:func:`jobs.fleet.regressions.find_regressions` (the run dates a change made stale; the other rows kept),
 :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health`.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
 through the storage seam's commit (:func:`jobs.warehouse.write_table`), each table replaced whole in one commit
@@ -32,6 +33,7 @@ from jobs.fleet.impact import fleet_findings
 from jobs.fleet.reduced import update
 from jobs.fleet.regressions import (
     INPUT_COLUMNS,
+    baselines,
     dates_to_compare,
     find_regressions,
     options_with_defaults,
@@ -42,7 +44,8 @@ from jobs.fleet.stats import (
     fleet_stats,
     profiler_steps,
 )
-from jobs.warehouse import read_arrow, read_pandas, read_spark, table_versions, write_table
+from jobs.fleet.window import WINDOW_DAYS, capture_days, window
+from jobs.warehouse import job_dates, read_arrow, read_pandas, read_spark, table_versions, write_table
 from schemas import FLEET_TABLES, REGRESSIONS
 
 
@@ -65,18 +68,20 @@ def fleet_frames(
     job_kernels: pd.DataFrame | None,
     tables: dict | None = None,
     previous: pd.DataFrame | None = None,
-    changed_jobs=None,
+    dates=None,
     **regression_options,
 ) -> dict:
     """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
 
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows over the analysis windows (whole-trace windows
-            feed ``fleet_stats`` and ``fleet_findings``, not ``regressions``); job_kernels: :func:`jobs.fleet.stats.job_kernels_frame` rows.
-        tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet).
-        previous, changed_jobs: the ``regressions`` rows written last (with the same options) and the job ids whose
-            rows changed since: only the dates they make stale are compared again
-            (:func:`jobs.fleet.regressions.dates_to_compare`), the other rows kept; default every run compared.
+            feed ``fleet_stats`` and ``fleet_findings``, not ``regressions``); job_kernels:
+            :func:`jobs.fleet.stats.job_kernels_frame` rows.
+        tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet); the
+            rows of the jobs the window-based tables and ``what_changed`` look at suffice (:func:`insight_jobs`).
+        previous, dates: the ``regressions`` rows written last (with the same options) and the run dates to
+            compare again (:func:`jobs.fleet.regressions.dates_to_compare`): the other dates' rows are kept;
+            default every run compared.
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
@@ -84,21 +89,18 @@ def fleet_frames(
     """
     t = tables or {}
     steps_only = profiler_steps(job_steps)[INPUT_COLUMNS]  # regressions compare ProfilerSteps, not whole traces
-    dates = None
-    if previous is not None and changed_jobs is not None and len(steps_only):
-        baseline = options_with_defaults(**regression_options)["baseline_runs"]
-        dates = dates_to_compare(run_sequence(steps_only), previous, changed_jobs, baseline)
+    incremental = previous is not None and dates is not None
     regs = (
-        find_regressions(steps_only, dates=dates, **regression_options)
-        if len(steps_only) and (dates is None or dates)
+        find_regressions(steps_only, dates=dates if incremental else None, **regression_options)
+        if len(steps_only) and (not incremental or dates)
         else pd.DataFrame(columns=REGRESSIONS.names)
     )
     regs["changes_json"] = what_changed(
         regs, profiler_steps(job_steps), job_kernels, t.get("captures"), t.get("findings")
     )
     regs = regs[REGRESSIONS.names]
-    if dates is not None and previous is not None:
-        kept = previous[~previous["date"].astype(str).isin(dates)][REGRESSIONS.names]
+    if incremental:
+        kept = previous[~previous["date"].astype(str).isin({str(d) for d in dates})][REGRESSIONS.names]
         regs = pd.concat([d for d in (kept, regs) if len(d)], ignore_index=True) if len(kept) else regs
     return {
         "fleet_stats": fleet_stats(job_steps),
@@ -111,12 +113,15 @@ def fleet_frames(
 
 def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_options) -> FleetResult:
     """Bring the fleet tables of ``warehouse`` up to date: the jobs whose rows changed are reduced again
-    (:func:`jobs.fleet.reduced.update`), the fleet tables derived from every job's stored reductions.
+    (:func:`jobs.fleet.reduced.update`), the fleet tables derived from every job's stored reductions, the
+    regressions of the run dates that changed compared again, the per-job tables read only for the jobs the
+    insights' windows and the new regression rows look at (:func:`insight_jobs`).
 
     Args:
         engine: a SparkSession (reduction in Spark) or a :class:`jobs.executor.LocalExecutor` (in pandas).
         warehouse: warehouse root.
-        rebuild: reduce every job again (``tracelake fleet --rebuild``); the tables are the same.
+        rebuild: reduce every job again and compare every run (``tracelake fleet --rebuild``); the tables are the
+            same.
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
@@ -131,22 +136,91 @@ def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_option
     regression_options = options_with_defaults(**regression_options)
     reduced = update(engine, warehouse, inputs, rebuild=rebuild, options=regression_options)
     result.reduced_jobs = reduced.reduced_jobs
-    previous = None
+    previous, dates = None, None
+    steps_only = profiler_steps(reduced.job_steps)[INPUT_COLUMNS]
     if not rebuild and not reduced.options_changed:  # the last rows were made with these options: keep the fresh
         previous = read_pandas(warehouse, ["regressions"], skip_missing=True).get("regressions")
-    frames = fleet_frames(
-        reduced.job_steps,
-        reduced.job_kernels,
-        _read_columns(engine, warehouse, inputs),
-        previous,
-        {*reduced.reduced_jobs, *reduced.dropped_jobs},
-        **regression_options,
-    )
+    if previous is not None and len(steps_only):
+        changed = {*reduced.reduced_jobs, *reduced.dropped_jobs}
+        dates = dates_to_compare(run_sequence(steps_only), previous, changed, regression_options["baseline_runs"])
+    jobs = insight_jobs(engine, warehouse, inputs, reduced.job_steps, dates, regression_options["baseline_runs"])
+    tables = _read_columns(engine, warehouse, inputs, jobs)
+    frames = fleet_frames(reduced.job_steps, reduced.job_kernels, tables, previous, dates, **regression_options)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
         write_fleet_table(pdf, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
     result.regressions = frames["regressions"]
     return result
+
+
+def insight_jobs(
+    engine, warehouse: str, versions: dict, job_steps: pd.DataFrame, dates, baseline_runs: int
+) -> dict[str, list[str] | None]:
+    """The jobs whose rows of each :data:`READ_COLUMNS` table the fleet tables need (``None``: every job), so a
+    fleet run reads the window, not the history:
+
+    * ``host_health`` (``captures``, ``ranks``, ``collectives``): the jobs with a capture on or after the first day
+      of its window (:data:`jobs.fleet.window.WINDOW_DAYS` days ending at the newest day of an ingested capture
+      that names a host) — from the captures' Delta log and the captures of the newest days
+      (:func:`_host_window_jobs`);
+    * ``fleet_findings`` (``findings``): the jobs of the runs whose run date is in its window (from ``job_steps``);
+    * ``what_changed`` (``captures``, ``findings``): the runs of the regression ``dates`` compared again and their
+      baseline runs (every job when ``dates`` is ``None``: every run is compared).
+    """
+    by_run = job_steps.drop_duplicates(["job_id", "attempt"]) if len(job_steps) else job_steps
+    findings_jobs: set[str] = set()
+    if len(by_run):
+        span = window(capture_days(by_run["run_date"]))
+        if span is not None:
+            in_window = (capture_days(by_run["run_date"]) >= span[0]).to_numpy(dtype=bool)
+            findings_jobs = {str(j) for j in by_run["job_id"][in_window]}
+    changes_jobs: set[str] | None = None
+    if dates is not None:
+        steps_only = profiler_steps(job_steps)[INPUT_COLUMNS]
+        runs = run_sequence(steps_only) if len(steps_only) else steps_only
+        compared = {str(d) for d in dates}
+        base_of = baselines(runs, baseline_runs) if len(runs) else {}
+        changes_jobs = set()
+        for j, a, d in zip(runs.get("job_id", []), runs.get("attempt", []), runs.get("run_date", [])):
+            if str(d) in compared:
+                changes_jobs |= {str(j), *(b[0] for b in base_of[(str(j), int(a))])}
+    hosts = _host_window_jobs(engine, warehouse, versions)
+
+    def union(*sets):
+        return None if any(x is None for x in sets) else sorted(set().union(*sets))
+
+    return {
+        "captures": union(hosts, changes_jobs),
+        "ranks": hosts,
+        "collectives": hosts,
+        "findings": union(findings_jobs, changes_jobs),
+    }
+
+
+def _host_window_jobs(engine, warehouse: str, versions: dict) -> list[str] | None:
+    """The jobs with a ``captures`` partition on or after the first day of :func:`jobs.fleet.hosts.host_health`'s
+    window (a run whose first day is older is out of it), or ``None`` (every job) when the newest days hold no
+    ingested capture naming a host. The window's last day is found in the captures of the jobs with a partition
+    in the last :data:`WINDOW_DAYS` days of the log: any capture that late is among them."""
+    dates = {
+        j: capture_days(pd.Series(d)).dropna()
+        for j, d in job_dates(warehouse, "captures", versions.get("captures")).items()
+    }
+    last = {j: d.max() for j, d in dates.items() if len(d)}
+    if not last:
+        return []
+    first_day = max(last.values()) - pd.Timedelta(days=WINDOW_DAYS - 1)
+    recent = sorted(j for j, d in last.items() if d >= first_day)
+    cols = ["job_id", "status", "host_name", "date"]
+    c = _read_columns(engine, warehouse, versions, {"captures": recent}, {"captures": cols}).get("captures")
+    if c is None:
+        return None
+    named = c[(c["status"] == "ingested") & c["host_name"].notna()]
+    newest = capture_days(named["date"]).max() if len(named) else pd.NaT
+    if pd.isna(newest) or newest < first_day:
+        return None  # the window ends before the log's last days: every job may be in it
+    start = newest - pd.Timedelta(days=WINDOW_DAYS - 1)
+    return sorted(j for j, d in last.items() if d >= start)
 
 
 #: What :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health` and
@@ -173,19 +247,25 @@ READ_COLUMNS = {
 FLEET_INPUTS = tuple(dict.fromkeys(("captures", "steps", "ranks", "kernels", *READ_COLUMNS)))
 
 
-def _read_columns(engine, warehouse: str, versions: dict) -> dict[str, pd.DataFrame]:
-    """:data:`READ_COLUMNS` of the tables that exist at ``versions``, as pandas (pyarrow on the local executor,
-    else Spark)."""
+def _read_columns(
+    engine, warehouse: str, versions: dict, job_ids: dict | None = None, columns: dict | None = None
+) -> dict[str, pd.DataFrame]:
+    """:data:`READ_COLUMNS` (or ``columns``: ``{table: columns}``) of the tables that exist at ``versions``, as
+    pandas (pyarrow on the local executor, else Spark); only the jobs of ``job_ids[table]`` where given (not
+    ``None``)."""
     out = {}
-    for name, cols in READ_COLUMNS.items():
+    for name, cols in (columns or READ_COLUMNS).items():
+        jobs = (job_ids or {}).get(name)
         if is_local(engine):
-            t = read_arrow(warehouse, name, columns=list(cols), as_of=versions.get(name))
+            t = read_arrow(warehouse, name, job_ids=jobs, columns=list(cols), as_of=versions.get(name))
             if t is not None:
                 out[name] = t.to_pandas()
         else:
-            df = read_spark(engine, warehouse, name, as_of=versions.get(name))
+            df = read_spark(engine, warehouse, name, job_ids=jobs, as_of=versions.get(name))
             if df is not None:
                 out[name] = _pandas(df.select(*[c for c in cols if c in df.columns]))  # older warehouses lack some
+            elif jobs is not None and versions.get(name) is not None:
+                out[name] = pd.DataFrame(columns=list(cols))  # no row of these jobs: the table exists
     return out
 
 

@@ -242,3 +242,53 @@ def test_a_fleet_run_reduces_only_the_jobs_that_changed(fleet_wh, spark, tmp_pat
     for table in FLEET_TABLES:
         assert rows_digest(inc, table) == rows_digest(full, table), table
     assert set(SOURCES) <= set(TABLES)
+
+
+def test_the_window_insights_read_only_the_jobs_in_their_window(fleet_wh, tmp_path):
+    """A job captured 30 days before the others is out of the 7-day window of ``host_health`` and
+    ``fleet_findings``: the fleet run reads none of its captures, ranks, collectives or findings, and writes the
+    rows that reading every job gives."""
+    import shutil
+    from datetime import date, timedelta
+
+    import pyarrow as pa
+
+    from jobs.executor import LocalExecutor
+    from jobs.fleet.job import FLEET_INPUTS, _read_columns, fleet_frames, insight_jobs, run_fleet
+    from jobs.fleet.reduced import update
+    from jobs.warehouse import read_arrow, table_versions
+    from schemas import FLEET_TABLES, TABLES
+
+    wh = tmp_path / "wh"
+    shutil.copytree(fleet_wh, wh)
+    old = "fleet-dlrm-000"
+    for table in TABLES:
+        rows = read_arrow(str(wh), table, job_ids=[old])
+        if rows is None or not rows.num_rows:
+            continue
+        day = (date.fromisoformat(rows["date"][0].as_py()) - timedelta(days=30)).isoformat()
+        i = rows.schema.get_field_index("date")
+        _replace_job(wh, table, old, rows.set_column(i, "date", pa.array([day] * rows.num_rows, pa.string())))
+    with LocalExecutor() as ex:
+        assert run_fleet(ex, str(wh)).reduced_jobs == [old]
+        inputs = table_versions(str(wh), FLEET_INPUTS)
+        reduced = update(ex, str(wh), inputs)
+        jobs = insight_jobs(ex, str(wh), inputs, reduced.job_steps, set(), 5)
+        everything = fleet_frames(reduced.job_steps, reduced.job_kernels, _read_columns(ex, str(wh), inputs))
+    assert reduced.reduced_jobs == []
+    others = [f"fleet-dlrm-{j:03d}" for j in (1, 2, 3)]
+    assert {t: jobs[t] for t in ("captures", "ranks", "collectives", "findings")} == dict.fromkeys(
+        ("captures", "ranks", "collectives", "findings"), others
+    )
+    written = read_pandas(str(wh), ("host_health", "fleet_findings"))
+    assert len(written["host_health"]) and len(written["fleet_findings"])
+    for table in ("host_health", "fleet_findings"):
+        schema = FLEET_TABLES[table].arrow_schema()
+        as_text = [
+            sorted(
+                json.dumps(r, sort_keys=True, default=repr)
+                for r in pa.Table.from_pandas(d[schema.names], schema=schema, preserve_index=False).to_pylist()
+            )
+            for d in (written[table], everything[table])
+        ]
+        assert as_text[0] == as_text[1], table
