@@ -627,6 +627,7 @@ def stage_arrow(
         existing_data_behavior=existing,
         max_rows_per_group=1 << 17,
         max_rows_per_file=1 << 24,
+        max_partitions=1 << 24,  # pyarrow's default 1,024: a first fleet run over a big warehouse writes more jobs
         file_visitor=visitor,
     )
 

@@ -202,11 +202,10 @@ def _host_window_jobs(engine, warehouse: str, versions: dict) -> list[str] | Non
     window (a run whose first day is older is out of it), or ``None`` (every job) when the newest days hold no
     ingested capture naming a host. The window's last day is found in the captures of the jobs with a partition
     in the last :data:`WINDOW_DAYS` days of the log: any capture that late is among them."""
-    dates = {
-        j: capture_days(pd.Series(d)).dropna()
-        for j, d in job_dates(warehouse, "captures", versions.get("captures")).items()
-    }
-    last = {j: d.max() for j, d in dates.items() if len(d)}
+    pairs = [(j, d) for j, ds in job_dates(warehouse, "captures", versions.get("captures")).items() for d in ds]
+    days = pd.DataFrame(pairs, columns=["job_id", "date"])
+    days = days.assign(day=capture_days(days["date"])).dropna(subset=["day"])
+    last = days.groupby("job_id")["day"].max().to_dict()
     if not last:
         return []
     first_day = max(last.values()) - pd.Timedelta(days=WINDOW_DAYS - 1)

@@ -281,9 +281,10 @@ def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
     st = _stack(js)
     g = st.groupby(_GROUP, sort=True)
     qs = g["_step_ns"].quantile([0.5, 0.9, 0.99]).unstack()
+    pairs = st[_GROUP + ["job_id", "attempt"]].drop_duplicates()  # (group, run)
     out = pd.DataFrame(
         {
-            "n_runs": g[["job_id", "attempt"]].apply(lambda f: len(f.drop_duplicates())),
+            "n_runs": pairs.groupby(_GROUP, sort=True).size(),
             "n_steps": g["_is_step"].sum(),
             "n_rank_steps": g["n_rank_steps"].sum(),
             "step_time_p50_ns": qs[0.5].round(),
@@ -293,8 +294,7 @@ def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
             **{c: g[c].sum(min_count=1) for c in _SUMS},
         }
     )
-    ranks = st[_GROUP + ["job_id", "attempt", "ranks"]].explode("ranks").dropna(subset=["ranks"])
-    out["n_ranks"] = ranks.drop_duplicates().groupby(_GROUP).size().reindex(out.index).fillna(0)
+    out["n_ranks"] = _group_ranks(js, pairs).reindex(out.index).fillna(0)
     out = out.reset_index()
     out["idle_pct"] = _ratio_pct(out["idle_time_ns"], out["kernel_time_ns"])
     out["compute_pct"] = _ratio_pct(out["compute_time_ns"], out["kernel_time_ns"])
@@ -305,6 +305,19 @@ def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
     ):
         out[col] = _ratio_pct(out[num], out["rank_step_time_ns"])
     return _typed(out, FLEET_STATS)
+
+
+def _group_ranks(js: pd.DataFrame, pairs: pd.DataFrame) -> pd.Series:
+    """Distinct (run, rank) per group: a run's distinct ranks on the group's date (on every date for ``all``),
+    summed over the group's runs (the pairs of different runs never coincide). ``pairs``: distinct (group, run)."""
+    run = ["job_id", "attempt"]
+    ranks = js[[*run, "date", "ranks"]].explode("ranks").dropna(subset=["ranks"])
+    ranks = ranks.assign(date=ranks["date"].astype(str), ranks=ranks["ranks"].astype("int64"))
+    per_day = ranks.drop_duplicates().groupby([*run, "date"]).size().rename("n").reset_index()
+    per_run = ranks.drop_duplicates([*run, "ranks"]).groupby(run).size().rename("n").reset_index()
+    dated = pairs[pairs["date"] != "all"].merge(per_day, on=[*run, "date"], how="inner")
+    every = pairs[pairs["date"] == "all"].merge(per_run, on=run, how="inner")
+    return pd.concat([dated, every], ignore_index=True).groupby(_GROUP)["n"].sum()
 
 
 def fleet_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataFrame:

@@ -121,6 +121,15 @@ def test_first_write_commits_every_partition_in_one_version(tmp_path):
     assert all(os.path.basename(n).startswith(res.write_id + "-") for n in names)  # <write id>-<task>-<n>
 
 
+def test_one_write_of_more_partitions_than_pyarrows_default_limit(tmp_path):
+    """pyarrow writes at most 1,024 partitions per call by default: a first fleet run over a big warehouse stores
+    more jobs than that in one write."""
+    wh = str(tmp_path)
+    jobs = {f"j{i:04d}": 1 for i in range(1100)}
+    res = commit.write_partitions(pa.table(_rows(jobs, 1)), wh, "t", PARTS)
+    assert len(res.partitions) == 1100 and _read(wh) == _expected(jobs, 1)
+
+
 def test_rewrite_replaces_only_the_partitions_it_has_rows_for_and_keeps_history(tmp_path):
     wh = str(tmp_path)
     commit.write_partitions(FakeDF(_rows({"a": 3, "b": 2}, 1)), wh, "t", PARTS)
