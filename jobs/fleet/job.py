@@ -30,7 +30,7 @@ from jobs.executor import is_local
 from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
-from jobs.fleet.reduced import update
+from jobs.fleet.reduced import spark_pandas, update
 from jobs.fleet.regressions import (
     INPUT_COLUMNS,
     baselines,
@@ -59,10 +59,6 @@ class FleetResult:
     regressions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=REGRESSIONS.names))
 
 
-def _pandas(df) -> pd.DataFrame:
-    return df.toArrow().to_pandas()
-
-
 def fleet_frames(
     job_steps: pd.DataFrame,
     job_kernels: pd.DataFrame | None,
@@ -88,20 +84,19 @@ def fleet_frames(
         ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``.
     """
     t = tables or {}
-    steps_only = profiler_steps(job_steps)[INPUT_COLUMNS]  # regressions compare ProfilerSteps, not whole traces
+    steps = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
     incremental = previous is not None and dates is not None
     regs = (
-        find_regressions(steps_only, dates=dates if incremental else None, **regression_options)
-        if len(steps_only) and (not incremental or dates)
+        find_regressions(steps[INPUT_COLUMNS], dates=dates if incremental else None, **regression_options)
+        if len(steps) and (not incremental or dates)
         else pd.DataFrame(columns=REGRESSIONS.names)
     )
-    regs["changes_json"] = what_changed(
-        regs, profiler_steps(job_steps), job_kernels, t.get("captures"), t.get("findings")
-    )
+    regs["changes_json"] = what_changed(regs, steps, job_kernels, t.get("captures"), t.get("findings"))
     regs = regs[REGRESSIONS.names]
     if incremental:
         kept = previous[~previous["date"].astype(str).isin({str(d) for d in dates})][REGRESSIONS.names]
-        regs = pd.concat([d for d in (kept, regs) if len(d)], ignore_index=True) if len(kept) else regs
+        parts = [d for d in (kept, regs) if len(d)]
+        regs = pd.concat(parts, ignore_index=True) if parts else regs
     return {
         "fleet_stats": fleet_stats(job_steps),
         "fleet_kernels": fleet_kernels(job_kernels),
@@ -138,12 +133,13 @@ def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_option
     result.reduced_jobs = reduced.reduced_jobs
     previous, dates = None, None
     steps_only = profiler_steps(reduced.job_steps)[INPUT_COLUMNS]
+    runs = run_sequence(steps_only) if len(steps_only) else None  # every run, in comparison order
     if not rebuild and not reduced.options_changed:  # the last rows were made with these options: keep the fresh
         previous = read_pandas(warehouse, ["regressions"], skip_missing=True).get("regressions")
-    if previous is not None and len(steps_only):
-        changed = {*reduced.reduced_jobs, *reduced.dropped_jobs}
-        dates = dates_to_compare(run_sequence(steps_only), previous, changed, regression_options["baseline_runs"])
-    jobs = insight_jobs(engine, warehouse, inputs, reduced.job_steps, dates, regression_options["baseline_runs"])
+    baseline = regression_options["baseline_runs"]
+    if previous is not None and runs is not None:
+        dates = dates_to_compare(runs, previous, {*reduced.reduced_jobs, *reduced.dropped_jobs}, baseline)
+    jobs = insight_jobs(engine, warehouse, inputs, reduced.job_steps, runs, dates, baseline)
     tables = _read_columns(engine, warehouse, inputs, jobs)
     frames = fleet_frames(reduced.job_steps, reduced.job_kernels, tables, previous, dates, **regression_options)
     for name, pdf in frames.items():
@@ -154,7 +150,13 @@ def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_option
 
 
 def insight_jobs(
-    engine, warehouse: str, versions: dict, job_steps: pd.DataFrame, dates, baseline_runs: int
+    engine,
+    warehouse: str,
+    versions: dict,
+    job_steps: pd.DataFrame,
+    runs: pd.DataFrame | None,
+    dates,
+    baseline_runs: int,
 ) -> dict[str, list[str] | None]:
     """The jobs whose rows of each :data:`READ_COLUMNS` table the fleet tables need (``None``: every job), so a
     fleet run reads the window, not the history:
@@ -165,7 +167,8 @@ def insight_jobs(
       (:func:`_host_window_jobs`);
     * ``fleet_findings`` (``findings``): the jobs of the runs whose run date is in its window (from ``job_steps``);
     * ``what_changed`` (``captures``, ``findings``): the runs of the regression ``dates`` compared again and their
-      baseline runs (every job when ``dates`` is ``None``: every run is compared).
+      baseline runs (every job when ``dates`` is ``None``: every run is compared); ``runs``: every run in
+      comparison order (:func:`jobs.fleet.regressions.run_sequence`; ``None`` without ProfilerSteps).
     """
     by_run = job_steps.drop_duplicates(["job_id", "attempt"]) if len(job_steps) else job_steps
     findings_jobs: set[str] = set()
@@ -176,14 +179,13 @@ def insight_jobs(
             findings_jobs = {str(j) for j in by_run["job_id"][in_window]}
     changes_jobs: set[str] | None = None
     if dates is not None:
-        steps_only = profiler_steps(job_steps)[INPUT_COLUMNS]
-        runs = run_sequence(steps_only) if len(steps_only) else steps_only
-        compared = {str(d) for d in dates}
-        base_of = baselines(runs, baseline_runs) if len(runs) else {}
         changes_jobs = set()
-        for j, a, d in zip(runs.get("job_id", []), runs.get("attempt", []), runs.get("run_date", [])):
-            if str(d) in compared:
-                changes_jobs |= {str(j), *(b[0] for b in base_of[(str(j), int(a))])}
+        if runs is not None:
+            compared = {str(d) for d in dates}
+            base_of = baselines(runs, baseline_runs)
+            for j, a, d in zip(runs["job_id"], runs["attempt"], runs["run_date"]):
+                if str(d) in compared:
+                    changes_jobs |= {str(j), *(b[0] for b in base_of[(str(j), int(a))])}
     hosts = _host_window_jobs(engine, warehouse, versions)
 
     def union(*sets):
@@ -262,7 +264,7 @@ def _read_columns(
         else:
             df = read_spark(engine, warehouse, name, job_ids=jobs, as_of=versions.get(name))
             if df is not None:
-                out[name] = _pandas(df.select(*[c for c in cols if c in df.columns]))  # older warehouses lack some
+                out[name] = spark_pandas(df.select(*[c for c in cols if c in df.columns]))  # older warehouses lack some
             elif jobs is not None and versions.get(name) is not None:
                 out[name] = pd.DataFrame(columns=list(cols))  # no row of these jobs: the table exists
     return out

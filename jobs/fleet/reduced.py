@@ -41,6 +41,7 @@ from jobs.fleet.stats import (
     JOB_KERNELS_SCHEMA,
     JOB_STEPS_SCHEMA,
     RUN_COLUMNS,
+    RUN_METADATA_SCHEMA,
     STEP_COLUMNS,
     job_kernels_frame,
     job_steps_frame,
@@ -61,23 +62,10 @@ JOB_STEPS, JOB_KERNELS, STATE = INTERNAL_TABLES
 #: :data:`STATE` keys: ``job:<job_id>`` → fingerprint, and the fleet options (JSON).
 _JOB, _OPTIONS = "job:", "fleet_options"
 
-#: :func:`jobs.fleet.stats.run_metadata_frame`'s columns after ``job_id, attempt``.
-_RUN_METADATA = pa.schema(
-    [
-        ("job_name", pa.string()),
-        ("job", pa.string()),
-        ("model", pa.string()),
-        ("hardware", pa.string()),
-        ("torch_version", pa.string()),
-        ("run_key", pa.string()),
-        ("run_date", pa.string()),
-        ("world_size", pa.int64()),
-    ]
-)
 #: Stored rows: the reduction's columns, then the run metadata (partition columns ``date``, ``job_id`` strings).
 SCHEMAS = {
-    JOB_STEPS: pa.schema([*JOB_STEPS_SCHEMA, *_RUN_METADATA]),
-    JOB_KERNELS: pa.schema([*JOB_KERNELS_SCHEMA, *_RUN_METADATA]),
+    JOB_STEPS: pa.schema([*JOB_STEPS_SCHEMA, *RUN_METADATA_SCHEMA]),
+    JOB_KERNELS: pa.schema([*JOB_KERNELS_SCHEMA, *RUN_METADATA_SCHEMA]),
     STATE: pa.schema([("key", pa.string()), ("value", pa.string())]),
 }
 _PARTITION_BY = {JOB_STEPS: ("date", "job_id"), JOB_KERNELS: ("date", "job_id"), STATE: ()}
@@ -192,7 +180,8 @@ def _reduce_jobs(engine, warehouse: str, job_ids: list[str], versions: dict) -> 
     return js, (jk if jk is not None else empty[1])
 
 
-def _pandas(df) -> pd.DataFrame:
+def spark_pandas(df) -> pd.DataFrame:
+    """A (small) Spark DataFrame as pandas, pyarrow's default conversion (the fleet stage's driver-side frames)."""
     return df.toArrow().to_pandas()
 
 
@@ -206,9 +195,9 @@ def _trace_windows_on_driver(captures, steps, ranks) -> pd.DataFrame:
     rank captures of ``ranks`` (one row each: small) without a row in ``steps`` (its distinct rank captures)."""
     if ranks is None:
         return pd.DataFrame()
-    r = _pandas(ranks.select(*[c for c in STEPS.names if c in ranks.columns]))
-    have = _pandas(steps.select(*_WINDOW_RANK_KEY).distinct()) if steps is not None else None
-    caps = _pandas(captures.select(*[c for c in _WINDOW_CAPTURE_COLUMNS if c in captures.columns]))
+    r = spark_pandas(ranks.select(*[c for c in STEPS.names if c in ranks.columns]))
+    have = spark_pandas(steps.select(*_WINDOW_RANK_KEY).distinct()) if steps is not None else None
+    caps = spark_pandas(captures.select(*[c for c in _WINDOW_CAPTURE_COLUMNS if c in captures.columns]))
     w = analysis_windows(have.assign(step=0) if have is not None else None, r, caps)
     return w[(w["window"] == WINDOW_TRACE).to_numpy(dtype=bool)]
 
@@ -220,7 +209,7 @@ def _reduce_on_spark(captures, steps, kernels, ranks=None) -> tuple[pd.DataFrame
     driver with the same :func:`reduce_job_steps`."""
     from pyspark.sql.pandas.types import from_arrow_schema  # heavy: pyspark
 
-    runs = run_metadata_frame(_pandas(captures.select(*[c for c in RUN_COLUMNS if c in captures.columns])))
+    runs = run_metadata_frame(spark_pandas(captures.select(*[c for c in RUN_COLUMNS if c in captures.columns])))
     by_run = ["job_id", "attempt"]
     parts = []
     if steps is not None:
@@ -229,7 +218,7 @@ def _reduce_on_spark(captures, steps, kernels, ranks=None) -> tuple[pd.DataFrame
             .groupBy(*by_run)
             .applyInPandas(reduce_job_steps, from_arrow_schema(JOB_STEPS_SCHEMA))
         )
-        parts.append(_pandas(js))
+        parts.append(spark_pandas(js))
     trace = _trace_windows_on_driver(captures, steps, ranks)
     if len(trace):
         parts.append(reduce_job_steps(trace))
@@ -239,5 +228,5 @@ def _reduce_on_spark(captures, steps, kernels, ranks=None) -> tuple[pd.DataFrame
     if kernels is None:
         return js, None
     jk = kernels.select(*JOB_KERNELS_SCHEMA.names).groupBy(*by_run)
-    jk = _pandas(jk.applyInPandas(reduce_job_kernels, from_arrow_schema(JOB_KERNELS_SCHEMA)))
+    jk = spark_pandas(jk.applyInPandas(reduce_job_kernels, from_arrow_schema(JOB_KERNELS_SCHEMA)))
     return js, jk.sort_values([*by_run, "date", "name"], kind="stable").merge(runs, on=by_run, how="inner")

@@ -64,6 +64,21 @@ def _min(grouped) -> pd.Series:
     return grouped.agg(lambda v: min((x for x in v if x is not None and x == x), default=None))
 
 
+#: The columns of :func:`run_metadata_frame` after ``job_id, attempt`` (how the fleet stage stores them).
+RUN_METADATA_SCHEMA = pa.schema(
+    [
+        ("job_name", pa.string()),
+        ("job", pa.string()),
+        ("model", pa.string()),
+        ("hardware", pa.string()),
+        ("torch_version", pa.string()),
+        ("run_key", pa.string()),
+        ("run_date", pa.string()),
+        ("world_size", pa.int64()),
+    ]
+)
+
+
 def run_metadata_frame(captures: pd.DataFrame) -> pd.DataFrame:
     """One row per job run (job_id, attempt) with its grouping values, from its ``ingested`` captures.
 

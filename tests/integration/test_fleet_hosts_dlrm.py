@@ -273,7 +273,7 @@ def test_the_window_insights_read_only_the_jobs_in_their_window(fleet_wh, tmp_pa
         assert run_fleet(ex, str(wh)).reduced_jobs == [old]
         inputs = table_versions(str(wh), FLEET_INPUTS)
         reduced = update(ex, str(wh), inputs)
-        jobs = insight_jobs(ex, str(wh), inputs, reduced.job_steps, set(), 5)
+        jobs = insight_jobs(ex, str(wh), inputs, reduced.job_steps, None, set(), 5)
         everything = fleet_frames(reduced.job_steps, reduced.job_kernels, _read_columns(ex, str(wh), inputs))
     assert reduced.reduced_jobs == []
     others = [f"fleet-dlrm-{j:03d}" for j in (1, 2, 3)]
