@@ -413,7 +413,8 @@ def fleet(
     rebuild: bool = typer.Option(
         False,
         "--rebuild",
-        help="Reduce every job's steps and kernels again (default: only the jobs whose rows changed).",
+        help="Reduce every job's steps and kernels again and make every fleet row again (default: only the jobs "
+        "whose rows changed, and the rows of the dates and runs they touch).",
     ),
 ) -> None:
     """Only the fleet stage: bring fleet_stats, fleet_kernels, regressions, fleet_findings, host_health up to date

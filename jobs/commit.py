@@ -200,13 +200,13 @@ def open_table(uri: str, version: int | str | _dt.datetime | None = None):
                 "convert the warehouse once with: tracelake migrate --warehouse <warehouse>"
             )
         return None
-    dt = DeltaTable(uri, storage_options=opts)
     if isinstance(version, str):
         version = int(version) if version.isdigit() else _dt.datetime.fromisoformat(version)
+    if isinstance(version, int):  # one log replay, up to that version (not the latest, then back)
+        return DeltaTable(uri, version=version, storage_options=opts)
+    dt = DeltaTable(uri, storage_options=opts)
     if isinstance(version, _dt.datetime):
-        version = _version_at(dt, version, uri)
-    if version is not None:
-        dt.load_as_version(version)
+        dt.load_as_version(_version_at(dt, version, uri))
     return dt
 
 
@@ -230,12 +230,13 @@ def _version_at(dt, when: _dt.datetime, uri: str) -> int:
 def live_files(dt) -> list[dict]:
     """The live data files of a Delta table: ``{"path", "size_bytes", "partition": {column: value}}`` each
     (``path`` relative to the table root, as the file system names it)."""
-    rows = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
-    out = []
-    for r in rows:
-        part = {k[len("partition.") :]: v for k, v in r.items() if k.startswith("partition.")}
-        out.append({"path": r["path"], "size_bytes": int(r["size_bytes"]), "partition": part})
-    return out
+    t = pa.table(dt.get_add_actions(flatten=True))
+    # the columns needed only (the actions carry min/max statistics of every column too)
+    parts = {n[len("partition.") :]: t[n].to_pylist() for n in t.column_names if n.startswith("partition.")}
+    return [
+        {"path": path, "size_bytes": int(size), "partition": {k: v[i] for k, v in parts.items()}}
+        for i, (path, size) in enumerate(zip(t["path"].to_pylist(), t["size_bytes"].to_pylist()))
+    ]
 
 
 def write_partitions(

@@ -60,8 +60,16 @@ from jobs.executor import is_local
 from schemas import FLEET_TABLES, TABLES, declared
 
 #: Internal tables, not documented for readers (:mod:`schemas` does not declare them): the fleet stage's stored
-#: reductions and the state they were made from (:mod:`jobs.fleet.reduced`). Maintained like the others.
-INTERNAL_TABLES = ("_fleet_job_steps", "_fleet_job_kernels", "_fleet_state")
+#: reductions, runs, partial aggregates and the state they were made from (:mod:`jobs.fleet.reduced`).
+#: Maintained like the others.
+INTERNAL_TABLES = (
+    "_fleet_job_steps",
+    "_fleet_job_kernels",
+    "_fleet_runs",
+    "_fleet_stats_partials",
+    "_fleet_kernel_partials",
+    "_fleet_state",
+)
 
 
 def table_path(warehouse: str, table: str) -> str:
@@ -96,13 +104,34 @@ def reads_logged() -> Iterator[dict[str, int]]:
         _PINNED.reset(pinned)
 
 
+#: The snapshots of given version numbers opened in the current :func:`versions_cached` context.
+_VERSIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tracelake_versions", default=None)
+
+
+@contextmanager
+def versions_cached() -> Iterator[None]:
+    """Inside the context, a table read at a version number (``as_of`` an int: a snapshot that never changes) is
+    opened once, however many reads (a fleet run reads its inputs at one set of versions, several times each);
+    reads of the latest version open it anew, so a stage sees its own writes."""
+    token = _VERSIONS.set({})
+    try:
+        yield
+    finally:
+        _VERSIONS.reset(token)
+
+
 def _snapshot(warehouse: str, table: str, as_of: AsOf = None):
     """The table's Delta snapshot (``deltalake.DeltaTable``) at ``as_of``; ``None`` when never written."""
     uri, pinned = table_path(warehouse, table), _PINNED.get()
     key = (uri, as_of.isoformat() if isinstance(as_of, _dt.datetime) else as_of)
     if pinned is not None and key in pinned:
         return pinned[key]
+    versions = _VERSIONS.get() if isinstance(as_of, int) else None
+    if versions is not None and key in versions:
+        return versions[key]
     dt = open_table(uri, as_of)
+    if versions is not None:
+        versions[key] = dt
     if pinned is not None:
         pinned[key] = dt
     log = _READS.get()
@@ -203,9 +232,16 @@ def exact_ints(arrow_type):
     }.get(arrow_type)
 
 
-def _dataset(warehouse: str, table: str, as_of: AsOf = None):
+def _dataset(warehouse: str, table: str, as_of: AsOf = None, job_ids=None):
+    """The snapshot's ``pyarrow.dataset`` (``None`` when never written); with ``job_ids``, of those jobs' files
+    only when the table is partitioned by ``job_id`` (delta-rs prunes the files before making fragments: a few
+    jobs of a long history cost their files, not the history's)."""
     dt = _snapshot(warehouse, table, as_of)
-    return None if dt is None else dt.to_pyarrow_dataset()
+    if dt is None:
+        return None
+    if job_ids is not None and "job_id" in dt.metadata().partition_columns:
+        return dt.to_pyarrow_dataset(file_pruning_predicate=[("job_id", "in", sorted({str(j) for j in job_ids}))])
+    return dt.to_pyarrow_dataset()
 
 
 def table_columns(warehouse: str, table: str) -> list[str] | None:
@@ -289,7 +325,7 @@ def read_arrow(
     Raises:
         jobs.commit.CommitError: the table is of the pre-Delta layout (run ``tracelake migrate``).
     """
-    dataset = _dataset(warehouse, table, as_of)
+    dataset = _dataset(warehouse, table, as_of, job_ids)
     if dataset is None:
         return None
     filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None

@@ -88,9 +88,11 @@ def _rank_targets(h: pd.DataFrame):
 def _rank_runs(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) -> list[dict]:
     """One dict per (run, host) and (run, device): ranks, calls, last arrivals, ratio, excess, slow."""
     out = []
-    for (job, attempt), h in hosts.groupby(["job_id", "attempt"], sort=True):
-        r = ranks[(ranks["job_id"] == job) & (ranks["attempt"] == attempt)].set_index("rank")["step_time_p50_ns"]
-        c = colls[(colls["job_id"] == job) & (colls["attempt"] == attempt)]
+    by_run = ["job_id", "attempt"]
+    ranks_of, colls_of = (dict(list(d.groupby(by_run, sort=False))) for d in (ranks, colls))
+    for (job, attempt), h in hosts.groupby(by_run, sort=True):
+        r = ranks_of.get((job, attempt), ranks.iloc[0:0]).set_index("rank")["step_time_p50_ns"]
+        c = colls_of.get((job, attempt), colls.iloc[0:0])
         last = (
             c[c["is_last_arrival"].astype(bool).to_numpy()]
             .sort_values(["match_key", "rank"], kind="stable")
@@ -228,8 +230,10 @@ def _evidence(r) -> dict:
 
 
 def _median(values):
-    v = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").dropna()
-    return float(v.median()) if len(v) else None
+    """The median of the known numbers of ``values`` (None and NaN left out); ``None`` when none is known."""
+    v = np.array([np.nan if x is None else x for x in values], dtype="float64")
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if len(v) else None
 
 
 def host_health(

@@ -1,5 +1,5 @@
 """``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``, ``fleet_findings``,
-``host_health``.
+``host_health`` — a daily run costs what the day brings, not what the history holds.
 
 extract + reduce (:mod:`jobs.fleet.reduced`, on Spark per job run or on the local executor: :mod:`jobs.executor`):
 the analysis windows (:func:`jobs.analyze.windows.analysis_windows`: ``steps``, plus one whole-trace window per
@@ -7,22 +7,24 @@ rank capture of ``ranks`` without ProfilerStep) → one row per job step or whol
 row per (run, date, kernel), each joined with the run's job name, model, hardware and torch version from
 ``captures`` (:func:`jobs.fleet.stats.reduce_job_steps`, :func:`jobs.fleet.stats.reduce_job_kernels`). The
 reductions are stored in the warehouse: a run reduces again only the jobs whose rows changed since the last one
-(``rebuild``: every job).
-transform (pandas, on the driver, over every job's stored reductions and the few columns read of ``findings``,
-``captures``, ``ranks`` and ``collectives`` — of the jobs in the insights' window and of the runs compared again
-only, :func:`insight_jobs`): :func:`jobs.fleet.stats.fleet_stats`, :func:`jobs.fleet.stats.fleet_kernels`,
-:func:`jobs.fleet.regressions.find_regressions` (the run dates a change made stale; the other rows kept),
-:func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health`.
+(``rebuild``: every job), and keeps one row per run (its dates) to find what those jobs touch.
+transform (pandas, on the driver, over the stored reductions of the jobs it needs only): ``fleet_stats`` and
+``fleet_kernels`` rows of the capture dates and runs the changed jobs touch, the ``all`` rows of wide groups
+merged from per-run-date partials (:mod:`jobs.fleet.partials`, :func:`derive_stats`);
+:func:`jobs.fleet.regressions.find_regressions` for the run dates a change made stale (their runs and baselines);
+:func:`jobs.fleet.impact.fleet_findings` and :func:`jobs.fleet.hosts.host_health` over their window's jobs
+(:func:`insight_jobs`), from the few columns read of ``findings``, ``captures``, ``ranks`` and ``collectives``.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
 through the storage seam's commit (:func:`jobs.warehouse.write_table`), each table replaced whole in one commit
-(inputs read as of one set of versions, recorded with the write). The tables are derived whole by each run from
-the stored reductions, so a run is idempotent and sees late-arriving jobs.
+(inputs read as of one set of versions, recorded with the write); then the stored runs and state
+(:func:`jobs.fleet.reduced.commit`). A run is idempotent and sees late-arriving jobs (their dates are made again).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -30,7 +32,18 @@ from jobs.executor import is_local
 from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
-from jobs.fleet.reduced import spark_pandas, update
+from jobs.fleet.partials import kernel_partials, stats_partials, update_kernels, update_stats
+from jobs.fleet.reduced import (
+    KERNEL_PARTIALS,
+    STATS_PARTIALS,
+    Reduced,
+    commit,
+    read_internal,
+    read_reductions,
+    spark_pandas,
+    update,
+    write_internal,
+)
 from jobs.fleet.regressions import (
     INPUT_COLUMNS,
     baselines,
@@ -39,13 +52,17 @@ from jobs.fleet.regressions import (
     options_with_defaults,
     run_sequence,
 )
-from jobs.fleet.stats import (
-    fleet_kernels,
-    fleet_stats,
-    profiler_steps,
-)
+from jobs.fleet.stats import profiler_steps
 from jobs.fleet.window import WINDOW_DAYS, capture_days, window
-from jobs.warehouse import job_dates, read_arrow, read_pandas, read_spark, table_versions, write_table
+from jobs.warehouse import (
+    job_dates,
+    read_arrow,
+    read_pandas,
+    read_spark,
+    table_versions,
+    versions_cached,
+    write_table,
+)
 from schemas import FLEET_TABLES, REGRESSIONS
 
 
@@ -65,6 +82,8 @@ def fleet_frames(
     tables: dict | None = None,
     previous: pd.DataFrame | None = None,
     dates=None,
+    sequence: pd.DataFrame | None = None,
+    derived: dict | None = None,
     **regression_options,
 ) -> dict:
     """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
@@ -72,12 +91,16 @@ def fleet_frames(
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows over the analysis windows (whole-trace windows
             feed ``fleet_stats`` and ``fleet_findings``, not ``regressions``); job_kernels:
-            :func:`jobs.fleet.stats.job_kernels_frame` rows.
+            :func:`jobs.fleet.stats.job_kernels_frame` rows. Every job's, or (with ``sequence`` and ``derived``)
+            those of the runs compared and their baselines and of the insights' window.
         tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet); the
             rows of the jobs the window-based tables and ``what_changed`` look at suffice (:func:`insight_jobs`).
         previous, dates: the ``regressions`` rows written last (with the same options) and the run dates to
             compare again (:func:`jobs.fleet.regressions.dates_to_compare`): the other dates' rows are kept;
             default every run compared.
+        sequence: :func:`jobs.fleet.regressions.run_sequence` of every run (default: of ``job_steps``).
+        derived: ``{"fleet_stats": …, "fleet_kernels": …}`` made incrementally (:func:`derive_stats`); default
+            made from ``job_steps`` and ``job_kernels`` whole.
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
@@ -87,7 +110,9 @@ def fleet_frames(
     steps = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
     incremental = previous is not None and dates is not None
     regs = (
-        find_regressions(steps[INPUT_COLUMNS], dates=dates if incremental else None, **regression_options)
+        find_regressions(
+            steps[INPUT_COLUMNS], dates=dates if incremental else None, sequence=sequence, **regression_options
+        )
         if len(steps) and (not incremental or dates)
         else pd.DataFrame(columns=REGRESSIONS.names)
     )
@@ -97,31 +122,115 @@ def fleet_frames(
         kept = previous[~previous["date"].astype(str).isin({str(d) for d in dates})][REGRESSIONS.names]
         parts = [d for d in (kept, regs) if len(d)]
         regs = pd.concat(parts, ignore_index=True) if parts else regs
+    derived = derived or derive_stats(job_steps, job_kernels)
     return {
-        "fleet_stats": fleet_stats(job_steps),
-        "fleet_kernels": fleet_kernels(job_kernels),
+        "fleet_stats": derived["fleet_stats"],
+        "fleet_kernels": derived["fleet_kernels"],
         "regressions": regs,
         "fleet_findings": fleet_findings(t.get("findings"), job_steps),
         "host_health": host_health(t.get("captures"), t.get("ranks"), t.get("collectives")),
     }
 
 
+@dataclass
+class Touched:
+    """What a fleet run's changed and dropped jobs touch: their runs' capture ``dates`` and ``run_dates`` (before
+    and now) and their ``runs`` (``job_id#attempt``)."""
+
+    dates: set[str]
+    run_dates: set[str]
+    runs: set[str]
+
+    @classmethod
+    def of(cls, reduced: Reduced) -> Touched:
+        jobs = {*reduced.reduced_jobs, *reduced.dropped_jobs}
+        parts = [r[r["job_id"].isin(jobs)] for r in (reduced.runs_before, reduced.runs) if r is not None]
+        rows = pd.concat(parts, ignore_index=True)
+        dates = {str(d) for ds in rows["dates"] for d in ds}
+        return cls(dates, {str(d) for d in rows["run_date"]}, {str(r) for r in rows["job"]})
+
+    def jobs(self, runs: pd.DataFrame) -> set[str]:
+        """The job ids of ``runs`` (:data:`jobs.fleet.reduced.RUNS` rows) whose rows a derivation over these
+        dates reads: a run on a touched date or of a touched run date."""
+        on = [bool(self.dates.intersection(str(d) for d in ds)) for ds in runs["dates"]]
+        of = runs["run_date"].astype(str).isin(self.run_dates).to_numpy(dtype=bool)
+        return {str(j) for j in runs["job_id"][np.asarray(on, dtype=bool) | of]}
+
+
+def derive_stats(
+    job_steps: pd.DataFrame,
+    job_kernels: pd.DataFrame | None,
+    stored: dict | None = None,
+    touched: Touched | None = None,
+) -> dict:
+    """``fleet_stats``, ``fleet_kernels`` and their partials (:mod:`jobs.fleet.partials`), made again for what
+    ``touched`` touches, the rest kept from ``stored``, or (``stored`` ``None``) made whole.
+
+    Args:
+        job_steps, job_kernels: the stored reductions of at least the jobs of :meth:`Touched.jobs` (``stored``
+            ``None``: of every job).
+        stored: ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: pandas}`` written last.
+
+    Returns:
+        ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: pandas}``.
+    """
+    if stored is None or touched is None:
+        sp, kp = stats_partials(job_steps), kernel_partials(job_kernels)
+        return {
+            "fleet_stats": update_stats(job_steps, sp),
+            "fleet_kernels": update_kernels(job_kernels, kp),
+            STATS_PARTIALS: sp,
+            KERNEL_PARTIALS: kp,
+        }
+
+    def again(stored_rows: pd.DataFrame, frame: pd.DataFrame | None, make) -> pd.DataFrame:
+        kept = stored_rows[~stored_rows["run_date"].astype(str).isin(touched.run_dates)]
+        new = make(frame[frame["run_date"].astype(str).isin(touched.run_dates)]) if frame is not None else None
+        parts = [d for d in (kept, new) if d is not None and len(d)]
+        return pd.concat(parts, ignore_index=True) if parts else stored_rows.iloc[0:0]
+
+    sp = again(stored[STATS_PARTIALS], job_steps, stats_partials)
+    kp = again(stored[KERNEL_PARTIALS], job_kernels, kernel_partials)
+    return {
+        "fleet_stats": update_stats(job_steps, sp, stored["fleet_stats"], touched.dates, touched.runs),
+        "fleet_kernels": update_kernels(job_kernels, kp, stored["fleet_kernels"], touched.dates, touched.runs),
+        STATS_PARTIALS: sp,
+        KERNEL_PARTIALS: kp,
+    }
+
+
+def _stored_derivations(warehouse: str) -> dict | None:
+    """The fleet tables and partials written last, or ``None`` when one of them never was (made whole then)."""
+    out = read_pandas(warehouse, ["fleet_stats", "fleet_kernels"], skip_missing=True)
+    for name in (STATS_PARTIALS, KERNEL_PARTIALS):
+        rows = read_internal(warehouse, name)
+        if rows is not None:
+            out[name] = rows
+    return out if len(out) == 4 else None
+
+
 def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_options) -> FleetResult:
     """Bring the fleet tables of ``warehouse`` up to date: the jobs whose rows changed are reduced again
-    (:func:`jobs.fleet.reduced.update`), the fleet tables derived from every job's stored reductions, the
-    regressions of the run dates that changed compared again, the per-job tables read only for the jobs the
-    insights' windows and the new regression rows look at (:func:`insight_jobs`).
+    (:func:`jobs.fleet.reduced.update`); the fleet tables' rows those jobs touch are made again from the stored
+    reductions of the jobs on the same dates and the per-run-date partials (:mod:`jobs.fleet.partials`); the
+    regressions of the run dates that changed are compared again; the per-job tables are read only for the jobs
+    the insights' windows and the new regression rows look at (:func:`insight_jobs`).
 
     Args:
         engine: a SparkSession (reduction in Spark) or a :class:`jobs.executor.LocalExecutor` (in pandas).
         warehouse: warehouse root.
-        rebuild: reduce every job again and compare every run (``tracelake fleet --rebuild``); the tables are the
-            same.
+        rebuild: reduce every job again and make every row again (``tracelake fleet --rebuild``); the tables are
+            the same (the step-time percentiles of wide groups within the sketch's bound, :mod:`jobs.fleet.partials`).
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
         :class:`FleetResult` (nothing is written when no rank has been analyzed yet).
     """
+    with versions_cached():  # each input is read at one version: opened once
+        return _run_fleet(engine, warehouse, rebuild, **regression_options)
+
+
+def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_options) -> FleetResult:
     result = FleetResult()
     # one consistent set of input versions, read as of them and recorded with every fleet table written: a run
     # at the same time that derived the tables from newer inputs keeps its rows (jobs.commit: ``inputs``)
@@ -131,20 +240,32 @@ def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_option
     regression_options = options_with_defaults(**regression_options)
     reduced = update(engine, warehouse, inputs, rebuild=rebuild, options=regression_options)
     result.reduced_jobs = reduced.reduced_jobs
+    runs = reduced.runs
+    stepped = runs[(runs["n_steps"] > 0).to_numpy(dtype=bool)]
+    sequence = run_sequence(stepped) if len(stepped) else None  # every run, in comparison order
+    stored = None if reduced.runs_before is None else _stored_derivations(warehouse)
+    touched = Touched.of(reduced) if stored is not None else None
     previous, dates = None, None
-    steps_only = profiler_steps(reduced.job_steps)[INPUT_COLUMNS]
-    runs = run_sequence(steps_only) if len(steps_only) else None  # every run, in comparison order
     if not rebuild and not reduced.options_changed:  # the last rows were made with these options: keep the fresh
         previous = read_pandas(warehouse, ["regressions"], skip_missing=True).get("regressions")
     baseline = regression_options["baseline_runs"]
-    if previous is not None and runs is not None:
-        dates = dates_to_compare(runs, previous, {*reduced.reduced_jobs, *reduced.dropped_jobs}, baseline)
-    jobs = insight_jobs(engine, warehouse, inputs, reduced.job_steps, runs, dates, baseline)
+    if previous is not None and sequence is not None:
+        dates = dates_to_compare(sequence, previous, {*reduced.reduced_jobs, *reduced.dropped_jobs}, baseline)
+    jobs = insight_jobs(engine, warehouse, inputs, runs, sequence, dates, baseline)
+    needed = jobs["findings"]  # the insights' window, the runs compared again and their baselines
+    if touched is None or needed is None:
+        js, jk = read_reductions(warehouse)
+    else:
+        js, jk = read_reductions(warehouse, sorted({*needed, *touched.jobs(runs)}))
+    derived = derive_stats(js, jk, stored, touched)
     tables = _read_columns(engine, warehouse, inputs, jobs)
-    frames = fleet_frames(reduced.job_steps, reduced.job_kernels, tables, previous, dates, **regression_options)
+    frames = fleet_frames(js, jk, tables, previous, dates, sequence, derived, **regression_options)
+    for name in (STATS_PARTIALS, KERNEL_PARTIALS):
+        write_internal(derived[name], warehouse, name, reduced.inputs)
     for name, pdf in frames.items():
         result.counts[name] = len(pdf)
         write_fleet_table(pdf, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
+    commit(warehouse, reduced)  # last: a run killed before it redoes this one's work
     result.regressions = frames["regressions"]
     return result
 
@@ -153,8 +274,8 @@ def insight_jobs(
     engine,
     warehouse: str,
     versions: dict,
-    job_steps: pd.DataFrame,
-    runs: pd.DataFrame | None,
+    runs: pd.DataFrame,
+    sequence: pd.DataFrame | None,
     dates,
     baseline_runs: int,
 ) -> dict[str, list[str] | None]:
@@ -165,12 +286,15 @@ def insight_jobs(
       of its window (:data:`jobs.fleet.window.WINDOW_DAYS` days ending at the newest day of an ingested capture
       that names a host) — from the captures' Delta log and the captures of the newest days
       (:func:`_host_window_jobs`);
-    * ``fleet_findings`` (``findings``): the jobs of the runs whose run date is in its window (from ``job_steps``);
+    * ``fleet_findings`` (``findings``): the jobs of the runs with job steps whose run date is in its window;
     * ``what_changed`` (``captures``, ``findings``): the runs of the regression ``dates`` compared again and their
-      baseline runs (every job when ``dates`` is ``None``: every run is compared); ``runs``: every run in
-      comparison order (:func:`jobs.fleet.regressions.run_sequence`; ``None`` without ProfilerSteps).
+      baseline runs (every job when ``dates`` is ``None``: every run is compared).
+
+    Args:
+        runs: :data:`jobs.fleet.reduced.RUNS` rows of every run; sequence: every run with ProfilerSteps in
+            comparison order (:func:`jobs.fleet.regressions.run_sequence`; ``None`` without ProfilerSteps).
     """
-    by_run = job_steps.drop_duplicates(["job_id", "attempt"]) if len(job_steps) else job_steps
+    by_run = runs[(runs["n_job_steps"] > 0).to_numpy(dtype=bool)]
     findings_jobs: set[str] = set()
     if len(by_run):
         span = window(capture_days(by_run["run_date"]))
@@ -180,10 +304,10 @@ def insight_jobs(
     changes_jobs: set[str] | None = None
     if dates is not None:
         changes_jobs = set()
-        if runs is not None:
+        if sequence is not None:
             compared = {str(d) for d in dates}
-            base_of = baselines(runs, baseline_runs)
-            for j, a, d in zip(runs["job_id"], runs["attempt"], runs["run_date"]):
+            base_of = baselines(sequence, baseline_runs)
+            for j, a, d in zip(sequence["job_id"], sequence["attempt"], sequence["run_date"]):
                 if str(d) in compared:
                     changes_jobs |= {str(j), *(b[0] for b in base_of[(str(j), int(a))])}
     hosts = _host_window_jobs(engine, warehouse, versions)

@@ -13,14 +13,13 @@ that. Each fleet run:
    from their own partitions only (partition-pruned reads, Spark or the local executor), and drops the jobs
    that left the inputs;
 3. commits their rows (:data:`JOB_STEPS`, :data:`JOB_KERNELS`: Delta tables partitioned like their inputs by
-   ``date``/``job_id``, each job's rows replaced whole) and then the state (:data:`STATE`: the fingerprints and the
-   fleet options the derived rows were made with), each write recording the input versions (a concurrent run with
-   newer inputs wins, :func:`jobs.warehouse.write_table`); a run killed between the commits re-reduces those jobs
-   next time.
-
-The unit is the job (all its attempts and dates): a run's metadata (:func:`jobs.fleet.stats.run_metadata_frame`)
-and a job step (slowest rank) can span capture dates. ``rebuild`` re-reduces every job: the rows are the same
-(the same functions on the same rows), which ``tests/integration/test_fleet_incremental.py`` checks.
+   ``date``/``job_id``, each job's rows replaced whole). The fleet stage then derives its tables and the partial
+   aggregates (:mod:`jobs.fleet.partials`: :data:`STATS_PARTIALS`, :data:`KERNEL_PARTIALS`) and last calls
+   :func:`commit`: :data:`RUNS` (one row per run: its metadata and capture dates, what the next run looks up
+   instead of the history) and the state (:data:`STATE`: the fingerprints and the fleet options the derived rows
+   were made with). Each write records the input versions (a concurrent run with newer inputs wins,
+   :func:`jobs.warehouse.write_table`). A run killed before :func:`commit` reduces those jobs again next time and
+   recomputes the dates they had and have (:data:`RUNS` still holds the old ones).
 
 These tables are internal (``_fleet_*``, not in :data:`schemas.FLEET_TABLES`): the fleet tables are derived
 from them, readers query those.
@@ -37,6 +36,7 @@ import pyarrow as pa
 
 from jobs.analyze.windows import WINDOW_TRACE, analysis_windows
 from jobs.executor import is_local
+from jobs.fleet.partials import KERNEL_PARTIALS_SCHEMA, STATS_PARTIALS_SCHEMA
 from jobs.fleet.stats import (
     JOB_KERNELS_SCHEMA,
     JOB_STEPS_SCHEMA,
@@ -49,7 +49,7 @@ from jobs.fleet.stats import (
     reduce_job_steps,
     run_metadata_frame,
 )
-from jobs.warehouse import INTERNAL_TABLES, job_files, read_arrow, read_pandas, read_spark, write_table
+from jobs.warehouse import INTERNAL_TABLES, exists, job_files, read_arrow, read_pandas, read_spark, write_table
 from schemas import STEPS
 
 #: The input tables a job's reductions are made of.
@@ -58,7 +58,7 @@ SOURCES = ("captures", "steps", "ranks", "kernels")
 #: :mod:`jobs.fleet.changes`, reads them).
 FINGERPRINTED = (*SOURCES, "findings")
 #: The stored reductions and state (:data:`jobs.warehouse.INTERNAL_TABLES`, Delta tables under the root).
-JOB_STEPS, JOB_KERNELS, STATE = INTERNAL_TABLES
+JOB_STEPS, JOB_KERNELS, RUNS, STATS_PARTIALS, KERNEL_PARTIALS, STATE = INTERNAL_TABLES
 #: :data:`STATE` keys: ``job:<job_id>`` → fingerprint, and the fleet options (JSON).
 _JOB, _OPTIONS = "job:", "fleet_options"
 
@@ -66,24 +66,46 @@ _JOB, _OPTIONS = "job:", "fleet_options"
 SCHEMAS = {
     JOB_STEPS: pa.schema([*JOB_STEPS_SCHEMA, *RUN_METADATA_SCHEMA]),
     JOB_KERNELS: pa.schema([*JOB_KERNELS_SCHEMA, *RUN_METADATA_SCHEMA]),
+    RUNS: pa.schema(
+        [
+            ("job_id", pa.string()),
+            ("attempt", pa.int32()),
+            *RUN_METADATA_SCHEMA,
+            ("dates", pa.list_(pa.string())),  # the capture dates of its job steps and job kernels
+            ("n_job_steps", pa.int64()),  # its job steps and whole-trace windows
+            ("n_steps", pa.int64()),  # its ProfilerSteps
+        ]
+    ),
+    STATS_PARTIALS: STATS_PARTIALS_SCHEMA,
+    KERNEL_PARTIALS: KERNEL_PARTIALS_SCHEMA,
     STATE: pa.schema([("key", pa.string()), ("value", pa.string())]),
 }
-_PARTITION_BY = {JOB_STEPS: ("date", "job_id"), JOB_KERNELS: ("date", "job_id"), STATE: ()}
+_PARTITION_BY = {JOB_STEPS: ("date", "job_id"), JOB_KERNELS: ("date", "job_id")}
 
 
 @dataclass
 class Reduced:
-    """The fleet's reductions after :func:`update`: ``job_steps`` (:func:`jobs.fleet.stats.job_steps_frame` rows
-    of every job), ``job_kernels`` (:func:`jobs.fleet.stats.job_kernels_frame` rows; ``None`` without a
-    ``kernels`` table), ``reduced_jobs`` (the job ids this run re-reduced, sorted), ``dropped_jobs`` (the job
-    ids that left the inputs) and ``options_changed`` (the fleet options differ from those of the last run, or
-    it is the first)."""
+    """The fleet's reductions after :func:`update`.
+
+    Attributes:
+        job_steps, job_kernels: :func:`jobs.fleet.stats.job_steps_frame` / :func:`jobs.fleet.stats.job_kernels_frame`
+            rows of the jobs this run reduced (``job_kernels`` ``None`` without a ``kernels`` table).
+        runs: :data:`RUNS` rows of every run now; runs_before: those stored before this run (``None``: none were:
+            every job was reduced).
+        reduced_jobs, dropped_jobs: the job ids reduced again (sorted) and those that left the inputs.
+        options_changed: the fleet options differ from those of the last run, or it is the first.
+        state: the :data:`STATE` rows :func:`commit` writes; inputs: the input versions read.
+    """
 
     job_steps: pd.DataFrame
     job_kernels: pd.DataFrame | None
+    runs: pd.DataFrame
+    runs_before: pd.DataFrame | None = None
     reduced_jobs: list[str] = field(default_factory=list)
     dropped_jobs: list[str] = field(default_factory=list)
     options_changed: bool = True
+    state: pa.Table | None = None
+    inputs: dict = field(default_factory=dict)
 
 
 def fingerprints(warehouse: str, versions: dict[str, int | None]) -> dict[str, str]:
@@ -108,7 +130,7 @@ def stored_state(warehouse: str) -> tuple[dict[str, str], str | None]:
 def update(
     engine, warehouse: str, versions: dict[str, int | None], rebuild: bool = False, options: dict | None = None
 ) -> Reduced:
-    """Bring the stored reductions up to date with the inputs at ``versions`` and return all of them.
+    """Bring the stored reductions up to date with the inputs at ``versions``; :func:`commit` ends the run.
 
     Args:
         engine: a SparkSession (the reductions of the changed jobs on its executors, ``applyInPandas`` per run) or
@@ -116,28 +138,90 @@ def update(
         warehouse: warehouse root.
         versions: ``{table: version}`` of :data:`FINGERPRINTED` to read (one consistent set,
             :func:`jobs.warehouse.table_versions`); also recorded with the stored rows.
-        rebuild: re-reduce every job (ignore the stored reductions).
+        rebuild: re-reduce every job (ignore the stored reductions); also when no :data:`RUNS` is stored yet.
         options: the fleet options the derived tables are made with (JSON-able; stored, compared with the last).
 
     Returns:
-        :class:`Reduced`; its ``job_steps`` is empty when no job has analysis windows.
+        :class:`Reduced`.
     """
+    rebuild = rebuild or not exists(warehouse, RUNS)
     now = fingerprints(warehouse, versions)
     stored, stored_options = ({}, None) if rebuild else stored_state(warehouse)
     opts = json.dumps(options or {}, sort_keys=True)
     changed = sorted(j for j, fp in now.items() if stored.get(j) != fp)
     dropped = sorted(set(stored) - set(now))
+    js, jk = _reduce_jobs(engine, warehouse, changed, versions) if changed else (None, None)
+    inputs = {t: versions.get(t) for t in FINGERPRINTED}
+    if changed or dropped or rebuild:
+        for name, rows in ((JOB_STEPS, js), (JOB_KERNELS, jk)):
+            _write(rows, warehouse, name, replace_jobs=[*changed, *dropped], replace_all=rebuild, inputs=inputs)
+    before = None if rebuild else _read(warehouse, RUNS)
+    touched = {*changed, *dropped}
+    kept = before[~before["job_id"].isin(touched)] if before is not None else None
+    runs = pd.concat([d for d in (kept, run_rows(js, jk)) if d is not None and len(d)] or [run_rows(None, None)])
+    state = None
     if changed or dropped or rebuild or opts != stored_options:
-        js, jk = _reduce_jobs(engine, warehouse, changed, versions) if changed else (None, None)
-        inputs = {t: versions.get(t) for t in FINGERPRINTED}
-        if changed or dropped or rebuild:
-            for name, rows in ((JOB_STEPS, js), (JOB_KERNELS, jk)):
-                _write(rows, warehouse, name, replace_jobs=[*changed, *dropped], replace_all=rebuild, inputs=inputs)
         keys = [*(_JOB + j for j in now), _OPTIONS]
         state = pa.table({"key": keys, "value": [*now.values(), opts]}, schema=SCHEMAS[STATE])
-        write_table(state, warehouse, STATE, replace_all=True, inputs=inputs, schema=SCHEMAS[STATE], partition_by=())
-    steps, kernels = _read(warehouse, JOB_STEPS), _read(warehouse, JOB_KERNELS, none_if_missing=True)
-    return Reduced(steps, kernels, changed, dropped, options_changed=opts != stored_options)
+    return Reduced(
+        js if js is not None else pd.DataFrame(columns=SCHEMAS[JOB_STEPS].names),
+        jk if jk is not None and len(jk) else None,
+        runs.sort_values(["job_id", "attempt"], kind="stable").reset_index(drop=True),
+        before,
+        changed,
+        dropped,
+        options_changed=opts != stored_options,
+        state=state,
+        inputs=inputs,
+    )
+
+
+def commit(warehouse: str, reduced: Reduced) -> None:
+    """End a fleet run (after the fleet tables and partials are written): store :data:`RUNS` and then the state,
+    so the next run starts from them."""
+    if reduced.state is None:
+        return
+    write_internal(reduced.runs, warehouse, RUNS, reduced.inputs)
+    write_table(
+        reduced.state, warehouse, STATE, replace_all=True, inputs=reduced.inputs, schema=SCHEMAS[STATE], partition_by=()
+    )
+
+
+def run_rows(job_steps: pd.DataFrame | None, job_kernels: pd.DataFrame | None) -> pd.DataFrame:
+    """:data:`RUNS` rows of the runs in ``job_steps`` and ``job_kernels`` (their stored reductions)."""
+    names = SCHEMAS[RUNS].names
+    parts = [d.assign(_w=1 if d is job_steps else 0) for d in (job_steps, job_kernels) if d is not None and len(d)]
+    if not parts:
+        return pd.DataFrame(columns=names)
+    meta = list(RUN_METADATA_SCHEMA.names)
+    both = pd.concat(
+        [p[["job_id", "attempt", "date", "_w", *meta, *(["window"] if "window" in p else [])]] for p in parts]
+    )
+    both["_s"] = (both["_w"] == 1) & (both["window"] != WINDOW_TRACE) if "window" in both else both["_w"] == 1
+    g = both.groupby(["job_id", "attempt"], sort=True)
+    out = g[meta].first()
+    out["dates"] = g["date"].agg(lambda d: sorted({str(x) for x in d}))
+    out["n_job_steps"], out["n_steps"] = g["_w"].sum(), g["_s"].sum()
+    return out.reset_index()[names]
+
+
+def read_reductions(warehouse: str, job_ids=None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The stored job steps and job kernels of ``job_ids`` (``None``: every job), as :func:`update`'s frames."""
+    return _read(warehouse, JOB_STEPS, job_ids), _read(warehouse, JOB_KERNELS, job_ids, none_if_missing=True)
+
+
+def read_internal(warehouse: str, name: str) -> pd.DataFrame | None:
+    """An unpartitioned internal table (:data:`RUNS`, :data:`STATS_PARTIALS`, :data:`KERNEL_PARTIALS`) as pandas;
+    ``None`` when it was never written."""
+    t = read_arrow(warehouse, name, columns=SCHEMAS[name].names)
+    return None if t is None else t.to_pandas()
+
+
+def write_internal(rows: pd.DataFrame, warehouse: str, name: str, inputs: dict) -> None:
+    """Replace an unpartitioned internal table whole with ``rows`` (one commit)."""
+    schema = SCHEMAS[name]
+    t = pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False)
+    write_table(t, warehouse, name, replace_all=True, inputs=inputs, schema=schema, partition_by=())
 
 
 def _write(rows: pd.DataFrame | None, warehouse: str, name: str, replace_jobs, replace_all: bool, inputs) -> None:
@@ -149,15 +233,15 @@ def _write(rows: pd.DataFrame | None, warehouse: str, name: str, replace_jobs, r
     write_table(t, warehouse, name, replace_jobs, replace_all, inputs, schema=schema, partition_by=_PARTITION_BY[name])
 
 
-def _read(warehouse: str, name: str, none_if_missing: bool = False) -> pd.DataFrame | None:
-    """A stored reduction as pandas, sorted as the reductions return them; an empty frame (or ``None``) when
-    it holds no row."""
-    t = read_arrow(warehouse, name, columns=SCHEMAS[name].names)
+def _read(warehouse: str, name: str, job_ids=None, none_if_missing: bool = False) -> pd.DataFrame | None:
+    """A stored table (of ``job_ids`` only, where given) as pandas, sorted as the reductions return them; an
+    empty frame (or ``None``) when it holds no row."""
+    t = read_arrow(warehouse, name, job_ids=job_ids, columns=SCHEMAS[name].names)
     if t is None or not t.num_rows:
         return None if none_if_missing else pd.DataFrame(columns=SCHEMAS[name].names)
     df = t.to_pandas()
-    keys = ["job_id", "attempt", "step"] if name == JOB_STEPS else ["job_id", "attempt", "date", "name"]
-    return df.sort_values(keys, kind="stable").reset_index(drop=True)
+    keys = {JOB_STEPS: ["job_id", "attempt", "step"], JOB_KERNELS: ["job_id", "attempt", "date", "name"]}
+    return df.sort_values(keys.get(name, ["job_id", "attempt"]), kind="stable").reset_index(drop=True)
 
 
 def _reduce_jobs(engine, warehouse: str, job_ids: list[str], versions: dict) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -253,14 +253,15 @@ def options_with_defaults(**given) -> dict:
 
 def run_sequence(job_steps: pd.DataFrame) -> pd.DataFrame:
     """The runs of each job name in comparison order: ``job_name, job_id, attempt, run_key, run_date`` (one row per
-    run of ``job_steps``, :data:`INPUT_COLUMNS`), sorted by job name, ``run_key``, job id, attempt."""
-    return (
-        job_steps.groupby(["job_name", "job_id", "attempt"], sort=False)
-        .agg(run_key=("run_key", "min"), run_date=("run_date", "min"))
-        .reset_index()
-        .sort_values(["job_name", "run_key", "job_id", "attempt"], kind="stable")
-        .reset_index(drop=True)
-    )
+    run of ``job_steps``, :data:`INPUT_COLUMNS`, or of one row per run), sorted by job name, ``run_key``, job id,
+    attempt."""
+    key = ["job_name", "job_id", "attempt"]
+    if job_steps.duplicated(key).any():
+        runs = job_steps.groupby(key, sort=False).agg(run_key=("run_key", "min"), run_date=("run_date", "min"))
+        runs = runs.reset_index()
+    else:  # one row per run already (the fleet stage's stored runs)
+        runs = job_steps[[*key, "run_key", "run_date"]]
+    return runs.sort_values(["job_name", "run_key", "job_id", "attempt"], kind="stable").reset_index(drop=True)
 
 
 def baselines(runs: pd.DataFrame, baseline_runs: int) -> dict[tuple[str, int], list[tuple[str, int]]]:
@@ -322,6 +323,7 @@ def find_regressions(
     threshold_pp: float = THRESHOLD_PP,
     alpha: float = DEFAULT_ALPHA,
     dates=None,
+    sequence: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Compare every run of one or more job names with its previous runs.
 
@@ -334,6 +336,8 @@ def find_regressions(
         alpha: significance level on the Benjamini–Hochberg adjusted p (the intervals are at 1 − 2·alpha).
         dates: compare only the runs of these ``run_date`` values (default every run); the others serve as
             baselines. The rows are the same as those of a call over every run: a family is one date's runs.
+        sequence: :func:`run_sequence` of every run (default: of ``job_steps``); then ``job_steps`` need hold only
+            the runs compared and their baselines.
 
     Returns:
         ``regressions`` rows (:data:`OUTPUT_COLUMNS`, schema ``schemas.REGRESSIONS``), one per compared run and
@@ -351,8 +355,9 @@ def find_regressions(
     confidence = 1.0 - 2.0 * alpha
     rows = []
     wanted = None if dates is None else {str(d) for d in dates}
+    sequences = dict(tuple(sequence.groupby("job_name", sort=False))) if sequence is not None else {}
     for name, g in job_steps.groupby("job_name", sort=True):
-        runs = run_sequence(g).drop(columns="job_name")
+        runs = (sequences[name] if name in sequences else run_sequence(g)).drop(columns="job_name")
         compared = runs if wanted is None else runs[runs["run_date"].astype(str).isin(wanted)]
         if not len(compared):
             continue

@@ -6,8 +6,8 @@ Two halves: one pandas transform reduces the big tables to one row per job step 
 one row per (job run, date, kernel name) (:func:`reduce_job_kernels`) — the shape that scales with the fleet;
 the local executor runs it on the whole frame, Spark per job run (``applyInPandas``) —, then pure pandas
 functions group those small frames, joined with each run's metadata (:func:`run_metadata_frame`), on the
-driver (:func:`fleet_stats`, :func:`fleet_kernels`): a fleet of 10,000 runs × 100 steps is 10⁶ job-step
-rows.
+driver (:func:`fleet_stats`, :func:`fleet_kernels`) — the fleet stage over the jobs of the dates a run touches
+only (:func:`jobs.fleet.job.derive_stats`).
 
 Definitions (column docs in ``schemas/tables.py``):
 
@@ -18,7 +18,8 @@ Definitions (column docs in ``schemas/tables.py``):
 * **job step time**: per (job_id, attempt, step) the slowest rank's ``ProfilerStep`` duration — the
   time the job as a whole spent on the step (a synchronous-training step is as long as its slowest
   rank). p50/p90/p99 are exact percentiles (numpy, linear interpolation between closest ranks),
-  rounded to whole ns. Only ProfilerSteps count: a whole-trace window is no step, so it is left out of
+  rounded to whole ns — in the fleet stage's table, the ``all`` rows of the wide dimensions come from merged
+  sketches instead (:mod:`jobs.fleet.partials`, bound stated there). Only ProfilerSteps count: a whole-trace window is no step, so it is left out of
   the step-time percentiles and ``n_steps`` (a job with only whole-trace windows has null step time).
 * **idle % / compute %**: HTA temporal breakdown (``idle_time_pctg``, ``compute_time_pctg``) made
   time-weighted over the group: Σ idle_time_ns / Σ kernel_time_ns × 100 over every rank-step, so a
@@ -259,15 +260,16 @@ def job_kernels_frame(kernels: pd.DataFrame, captures: pd.DataFrame) -> pd.DataF
 # ----------------------------------------------------------------------------------------- pandas half
 
 
-def _stack(df: pd.DataFrame) -> pd.DataFrame:
-    """One copy of ``df`` per dimension (``dimension``/``value`` columns), per date and for ``all`` dates."""
+def _stack(df: pd.DataFrame, dimensions=DIMENSIONS, dated: bool = True, overall: bool = True) -> pd.DataFrame:
+    """One copy of ``df`` per dimension of ``dimensions`` (``dimension``/``value`` columns), per date (``dated``)
+    and for ``all`` dates (``overall``)."""
     parts = []
-    for d in DIMENSIONS:
+    for d in dimensions:
         value = "all" if d == "fleet" else df[d].astype(object).where(df[d].notna(), NONE_VALUE).astype(str)
         parts.append(df.assign(dimension=d, value=value))
     stacked = pd.concat(parts, ignore_index=True)
     stacked["date"] = stacked["date"].astype(str)
-    return pd.concat([stacked, stacked.assign(date="all")], ignore_index=True)
+    return pd.concat([stacked] * dated + [stacked.assign(date="all")] * overall, ignore_index=True)
 
 
 def _ratio_pct(num: pd.Series, den: pd.Series) -> pd.Series:
@@ -275,25 +277,24 @@ def _ratio_pct(num: pd.Series, den: pd.Series) -> pd.Series:
     return (num / den * 100.0).where(den > 0)
 
 
-def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
-    """The ``fleet_stats`` table (columns of :data:`schemas.FLEET_STATS`).
+def fleet_stats(
+    job_steps: pd.DataFrame, dimensions=DIMENSIONS, dated: bool = True, overall: bool = True
+) -> pd.DataFrame:
+    """The ``fleet_stats`` table (columns of :data:`schemas.FLEET_STATS`), exact.
 
     Args:
         job_steps: :func:`job_steps_frame` rows.
+        dimensions, dated, overall: the groups made: these dimensions, per date and/or over ``all`` dates (the
+            fleet stage makes the ``all`` rows of the wide dimensions from per-run-date partials instead:
+            :mod:`jobs.fleet.partials`).
 
     Returns:
         One row per (dimension, value, date), sorted; empty when ``job_steps`` is.
     """
     if job_steps is None or not len(job_steps):
         return pd.DataFrame(columns=FLEET_STATS.names)
-    js = job_steps.copy()
-    for c in _SUMS:
-        js[c] = js[c].astype("float64").fillna(0.0) if c != "kernel_time_ns" else js[c].astype("float64")
-    is_step = (js["window"] != WINDOW_TRACE).to_numpy(dtype=bool) if "window" in js.columns else np.ones(len(js), bool)
-    # a whole-trace window is no step: out of the step-time statistics and n_steps, in every sum and count
-    js["_step_ns"] = js["step_time_ns"].astype("float64").where(is_step)
-    js["_is_step"] = is_step.astype("int64")
-    st = _stack(js)
+    js = step_values(job_steps)
+    st = _stack(js, dimensions, dated, overall)
     g = st.groupby(_GROUP, sort=True)
     qs = g["_step_ns"].quantile([0.5, 0.9, 0.99]).unstack()
     pairs = st[_GROUP + ["job_id", "attempt"]].drop_duplicates()  # (group, run)
@@ -310,7 +311,27 @@ def fleet_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
         }
     )
     out["n_ranks"] = _group_ranks(js, pairs).reindex(out.index).fillna(0)
-    out = out.reset_index()
+    return stats_columns(out.reset_index())
+
+
+def step_values(job_steps: pd.DataFrame) -> pd.DataFrame:
+    """``job_steps`` with the sums as float64 (null → 0, but ``kernel_time_ns`` stays null), ``_step_ns`` (the
+    job step time of a ProfilerStep, null for a whole-trace window: no step) and ``_is_step`` (1 or 0): what
+    :func:`fleet_stats` and :func:`jobs.fleet.partials.stats_partials` group."""
+    js = job_steps.copy()
+    for c in _SUMS:
+        js[c] = js[c].astype("float64").fillna(0.0) if c != "kernel_time_ns" else js[c].astype("float64")
+    is_step = (js["window"] != WINDOW_TRACE).to_numpy(dtype=bool) if "window" in js.columns else np.ones(len(js), bool)
+    # a whole-trace window is no step: out of the step-time statistics and n_steps, in every sum and count
+    js["_step_ns"] = js["step_time_ns"].astype("float64").where(is_step)
+    js["_is_step"] = is_step.astype("int64")
+    return js
+
+
+def stats_columns(out: pd.DataFrame) -> pd.DataFrame:
+    """``fleet_stats`` rows from the group columns, counts, step-time statistics and sums: the percentages added
+    (HTA temporal breakdown, time-weighted), typed as :data:`schemas.FLEET_STATS`."""
+    out = out.copy()
     out["idle_pct"] = _ratio_pct(out["idle_time_ns"], out["kernel_time_ns"])
     out["compute_pct"] = _ratio_pct(out["compute_time_ns"], out["kernel_time_ns"])
     for col, num in (
@@ -335,19 +356,22 @@ def _group_ranks(js: pd.DataFrame, pairs: pd.DataFrame) -> pd.Series:
     return pd.concat([dated, every], ignore_index=True).groupby(_GROUP)["n"].sum()
 
 
-def fleet_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataFrame:
+def fleet_kernels(
+    job_kernels: pd.DataFrame, top: int = TOP_KERNELS, dimensions=DIMENSIONS, dated: bool = True, overall: bool = True
+) -> pd.DataFrame:
     """The ``fleet_kernels`` table: the ``top`` kernels by total time per (dimension, value, date).
 
     Args:
         job_kernels: :func:`job_kernels_frame` rows.
         top: kernels kept per group.
+        dimensions, dated, overall: the groups made (as :func:`fleet_stats`).
 
     Returns:
         Columns of :data:`schemas.FLEET_KERNELS`; ties in total time are broken by name.
     """
     if job_kernels is None or not len(job_kernels):
         return pd.DataFrame(columns=FLEET_KERNELS.names)
-    st = _stack(job_kernels)
+    st = _stack(job_kernels, dimensions, dated, overall)
     per = (
         st.groupby(_GROUP + ["name"], sort=False)
         .agg(
@@ -358,6 +382,13 @@ def fleet_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataF
         )
         .reset_index()
     )
+    return top_kernels(per, top)
+
+
+def top_kernels(per: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataFrame:
+    """``fleet_kernels`` rows from one row per (dimension, value, date, name) with ``kernel_type, n, total_ns,
+    n_runs``: each group's ``top`` kernels by total time (ties by name), ranked, with their share of the group's
+    kernel time (%)."""
     per = per.sort_values(_GROUP + ["total_ns", "name"], ascending=[True, True, True, False, True], kind="stable")
     per["kernel_rank"] = per.groupby(_GROUP).cumcount() + 1
     tot = per.groupby(_GROUP)["total_ns"].transform("sum").astype("float64")

@@ -244,6 +244,51 @@ def test_a_fleet_run_reduces_only_the_jobs_that_changed(fleet_wh, spark, tmp_pat
     assert set(SOURCES) <= set(TABLES)
 
 
+def test_a_job_moved_to_another_date_by_a_run_killed_before_its_end(fleet_wh, tmp_path, monkeypatch):
+    """Job 1 re-ingested 3 days later; the fleet run dies after writing the fleet tables and partials, before it
+    stores the runs and state (from which the next run learns the job's old date). The next run reduces the job
+    again and makes its old and new dates again: every fleet table equals a rebuild's."""
+    import shutil
+    from datetime import date, timedelta
+
+    import pyarrow as pa
+    from pipeline_compare import FLEET_TABLES, rows_digest
+
+    import jobs.fleet.job as fleet_job
+    from jobs.executor import LocalExecutor
+    from jobs.warehouse import read_arrow
+    from schemas import TABLES
+
+    inc, full = tmp_path / "inc", tmp_path / "full"
+    shutil.copytree(fleet_wh, inc)
+    moved, old_day = "fleet-dlrm-001", None
+    for table in TABLES:
+        rows = read_arrow(str(inc), table, job_ids=[moved])
+        if rows is None or not rows.num_rows:
+            continue
+        old_day = rows["date"][0].as_py()
+        day = (date.fromisoformat(old_day) + timedelta(days=3)).isoformat()
+        i = rows.schema.get_field_index("date")
+        _replace_job(inc, table, moved, rows.set_column(i, "date", pa.array([day] * rows.num_rows, pa.string())))
+
+    def killed(*_args, **_kw):
+        raise RuntimeError("killed before the runs and state were stored")
+
+    with LocalExecutor() as ex:
+        monkeypatch.setattr(fleet_job, "commit", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            fleet_job.run_fleet(ex, str(inc))
+        monkeypatch.undo()
+        assert fleet_job.run_fleet(ex, str(inc)).reduced_jobs == [moved]
+        shutil.copytree(inc, full)
+        assert len(fleet_job.run_fleet(ex, str(full), rebuild=True).reduced_jobs) == 4
+    for table in FLEET_TABLES:
+        assert rows_digest(inc, table) == rows_digest(full, table), table
+    stats = read_pandas(str(inc), ["fleet_stats"])["fleet_stats"]
+    job_dates = set(stats[(stats["dimension"] == "job") & (stats["value"] == f"{moved}#0")]["date"])
+    assert job_dates == {"all", day} and old_day not in job_dates
+
+
 def test_the_window_insights_read_only_the_jobs_in_their_window(fleet_wh, tmp_path):
     """A job captured 30 days before the others is out of the 7-day window of ``host_health`` and
     ``fleet_findings``: the fleet run reads none of its captures, ranks, collectives or findings, and writes the
@@ -255,7 +300,7 @@ def test_the_window_insights_read_only_the_jobs_in_their_window(fleet_wh, tmp_pa
 
     from jobs.executor import LocalExecutor
     from jobs.fleet.job import FLEET_INPUTS, _read_columns, fleet_frames, insight_jobs, run_fleet
-    from jobs.fleet.reduced import update
+    from jobs.fleet.reduced import read_reductions, update
     from jobs.warehouse import read_arrow, table_versions
     from schemas import FLEET_TABLES, TABLES
 
@@ -273,8 +318,8 @@ def test_the_window_insights_read_only_the_jobs_in_their_window(fleet_wh, tmp_pa
         assert run_fleet(ex, str(wh)).reduced_jobs == [old]
         inputs = table_versions(str(wh), FLEET_INPUTS)
         reduced = update(ex, str(wh), inputs)
-        jobs = insight_jobs(ex, str(wh), inputs, reduced.job_steps, None, set(), 5)
-        everything = fleet_frames(reduced.job_steps, reduced.job_kernels, _read_columns(ex, str(wh), inputs))
+        jobs = insight_jobs(ex, str(wh), inputs, reduced.runs, None, set(), 5)
+        everything = fleet_frames(*read_reductions(str(wh)), _read_columns(ex, str(wh), inputs))
     assert reduced.reduced_jobs == []
     others = [f"fleet-dlrm-{j:03d}" for j in (1, 2, 3)]
     assert {t: jobs[t] for t in ("captures", "ranks", "collectives", "findings")} == dict.fromkeys(

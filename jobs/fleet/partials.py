@@ -1,0 +1,261 @@
+"""Per-run-date partial aggregates: how the fleet stage keeps ``fleet_stats`` and ``fleet_kernels`` up to date
+without reading the history.
+
+The rows of a fleet table are of three kinds; a daily run recomputes only those its changed jobs touch
+(:func:`update_stats`, :func:`update_kernels`):
+
+* **per capture date** (``date = YYYY-MM-DD``): exact (:func:`jobs.fleet.stats.fleet_stats`), recomputed for the
+  dates a changed job has (or had) rows on, from the stored reductions of the jobs with rows on those dates;
+* **one run over all dates** (dimension ``job``, ``date = 'all'``): exact, recomputed for the changed runs — the
+  number ``run_summary``, the job report and MLflow show;
+* **a wide group over all dates** (dimensions ``fleet``, ``job_name``, ``model``, ``hardware``,
+  ``torch_version``, ``date = 'all'``): merged from one partial aggregate per (dimension, value, run date) — the
+  run date is a run's first capture date, so each run lies in exactly one partial and the counts of runs and
+  ranks add up exactly. Counts and sums (``n_*``, every ``*_ns`` sum, hence the percentages) and the mean are
+  exact. The step-time percentiles come from a KLL sketch per partial (Apache DataSketches,
+  ``kll_doubles_sketch``, k = :data:`SKETCH_K`), merged: while the merged sketch holds every step time (at most
+  a few hundred steps in the group) the percentile is exact (linear interpolation, as the other rows); beyond,
+  the value returned has a normalized rank error of at most :data:`RANK_ERROR` (≈1.65 %, at 99 % confidence:
+  the p50 returned lies between the exact p48.35 and p51.65) — the sketch compacts at random, so two
+  computations over the same rows may differ within that bound.
+
+Partials of a run date are recomputed when a run of that date changed; the others are read back
+(:data:`jobs.fleet.reduced.STATS_PARTIALS`, :data:`jobs.fleet.reduced.KERNEL_PARTIALS`). A run reads
+O(dates × groups) partial rows, not the job steps of the history.
+"""
+
+from __future__ import annotations
+
+import datasketches
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from jobs.fleet.stats import (
+    _SUMS,
+    DIMENSIONS,
+    TOP_KERNELS,
+    _stack,
+    fleet_kernels,
+    fleet_stats,
+    stats_columns,
+    step_values,
+    top_kernels,
+)
+from schemas import FLEET_KERNELS, FLEET_STATS
+
+#: The dimensions whose ``all`` rows are merged from partials (the ``job`` dimension's are exact per run).
+WIDE = tuple(d for d in DIMENSIONS if d != "job")
+#: KLL sketch size (DataSketches' default) and its normalized rank error at 99 % confidence (double-sided).
+SKETCH_K = 200
+RANK_ERROR = datasketches.kll_doubles_sketch.get_normalized_rank_error(SKETCH_K, True)
+_KEY = ["dimension", "value", "run_date"]
+_KEY_FIELDS = [(k, pa.string()) for k in _KEY]
+
+#: One partial of ``fleet_stats`` per (dimension, value, run date): counts and sums (ns), the step-time sum and
+#: count (the mean) and the serialized KLL sketch of the job step times (null without a ProfilerStep).
+STATS_PARTIALS_SCHEMA = pa.schema(
+    [
+        *_KEY_FIELDS,
+        ("n_runs", pa.int64()),
+        ("n_ranks", pa.int64()),
+        ("n_steps", pa.int64()),
+        ("n_rank_steps", pa.int64()),
+        *[(c, pa.float64()) for c in _SUMS],
+        ("step_ns_sum", pa.float64()),
+        ("step_ns_count", pa.int64()),
+        ("step_ns_sketch", pa.binary()),
+    ]
+)
+#: One partial of ``fleet_kernels`` per (dimension, value, run date, kernel name): sums and runs.
+KERNEL_PARTIALS_SCHEMA = pa.schema(
+    [
+        *_KEY_FIELDS,
+        ("name", pa.string()),
+        ("kernel_type", pa.string()),
+        ("n", pa.int64()),
+        ("total_ns", pa.int64()),
+        ("n_runs", pa.int64()),
+    ]
+)
+
+
+def _by_run_date(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` stacked over :data:`WIDE` with ``date`` := the run's ``run_date``."""
+    return _stack(
+        df.drop(columns="run_date").assign(date=df["run_date"].astype(str)), WIDE, dated=True, overall=False
+    ).rename(columns={"date": "run_date"})
+
+
+def _sketch(values: np.ndarray) -> bytes | None:
+    if not len(values):
+        return None
+    s = datasketches.kll_doubles_sketch(SKETCH_K)
+    s.update(values)
+    return s.serialize()
+
+
+def stats_partials(job_steps: pd.DataFrame) -> pd.DataFrame:
+    """:data:`STATS_PARTIALS_SCHEMA` rows of ``job_steps`` (:func:`jobs.fleet.stats.job_steps_frame` rows holding
+    every row of their runs)."""
+    if job_steps is None or not len(job_steps):
+        return pd.DataFrame(columns=STATS_PARTIALS_SCHEMA.names)
+    js = step_values(job_steps)
+    ranks = js[["job_id", "attempt", "ranks"]].explode("ranks").dropna(subset=["ranks"])
+    per_run = ranks.assign(ranks=ranks["ranks"].astype("int64")).drop_duplicates().groupby(["job_id", "attempt"])
+    js = js.merge(per_run.size().rename("_run_ranks").reset_index(), on=["job_id", "attempt"], how="left")
+    st = _by_run_date(js)
+    g = st.groupby(_KEY, sort=True)
+    runs = st.drop_duplicates([*_KEY, "job_id", "attempt"]).groupby(_KEY, sort=True)
+    out = pd.DataFrame(
+        {
+            "n_runs": runs.size(),
+            "n_ranks": runs["_run_ranks"].sum(),
+            "n_steps": g["_is_step"].sum(),
+            "n_rank_steps": g["n_rank_steps"].sum(),
+            **{c: g[c].sum(min_count=1) for c in _SUMS},
+            "step_ns_sum": g["_step_ns"].sum(),
+            "step_ns_count": g["_step_ns"].count(),
+            "step_ns_sketch": g["_step_ns"].agg(lambda v: _sketch(v.dropna().to_numpy(dtype="float64"))),
+        }
+    )
+    return out.reset_index()[STATS_PARTIALS_SCHEMA.names]
+
+
+def merge_stats(partials: pd.DataFrame) -> pd.DataFrame:
+    """The ``fleet_stats`` rows of date ``all`` of the :data:`WIDE` dimensions from every run date's partials."""
+    if partials is None or not len(partials):
+        return pd.DataFrame(columns=FLEET_STATS.names)
+    p = partials.sort_values(_KEY, kind="stable")
+    g = p.groupby(["dimension", "value"], sort=True)
+    out = pd.DataFrame(
+        {
+            "n_runs": g["n_runs"].sum(),
+            "n_ranks": g["n_ranks"].sum(),
+            "n_steps": g["n_steps"].sum(),
+            "n_rank_steps": g["n_rank_steps"].sum(),
+            **{c: g[c].sum(min_count=1) for c in _SUMS},
+            "step_time_mean_ns": g["step_ns_sum"].sum() / g["step_ns_count"].sum().where(lambda n: n > 0),
+        }
+    )
+    qs = g["step_ns_sketch"].agg(_merged_quantiles)
+    for i, col in enumerate(("step_time_p50_ns", "step_time_p90_ns", "step_time_p99_ns")):
+        out[col] = [None if q is None else round(q[i]) for q in qs.reindex(out.index)]
+    return stats_columns(out.reset_index().assign(date="all"))
+
+
+def _merged_quantiles(sketches) -> tuple[float, float, float] | None:
+    """p50, p90, p99 of the merged sketches: exact (linear interpolation) while the merge holds every item."""
+    merged = None
+    for b in sketches:
+        if b is None or (isinstance(b, float) and b != b):
+            continue
+        s = datasketches.kll_doubles_sketch.deserialize(bytes(b))
+        if merged is None:
+            merged = s
+        else:
+            merged.merge(s)
+    if merged is None or merged.is_empty():
+        return None
+    if not merged.is_estimation_mode():
+        items = np.array([x for x, _ in merged], dtype="float64")
+        return tuple(float(x) for x in np.quantile(items, [0.5, 0.9, 0.99]))
+    return tuple(float(merged.get_quantile(q)) for q in (0.5, 0.9, 0.99))
+
+
+def kernel_partials(job_kernels: pd.DataFrame) -> pd.DataFrame:
+    """:data:`KERNEL_PARTIALS_SCHEMA` rows of ``job_kernels`` (:func:`jobs.fleet.stats.job_kernels_frame` rows
+    holding every row of their runs)."""
+    if job_kernels is None or not len(job_kernels):
+        return pd.DataFrame(columns=KERNEL_PARTIALS_SCHEMA.names)
+    st = _by_run_date(job_kernels)
+    out = (
+        st.groupby([*_KEY, "name"], sort=True)
+        .agg(
+            kernel_type=("kernel_type", "first"),
+            n=("n", "sum"),
+            total_ns=("total_ns", "sum"),
+            n_runs=("job", "nunique"),
+        )
+        .reset_index()
+    )
+    return out[KERNEL_PARTIALS_SCHEMA.names]
+
+
+def merge_kernels(partials: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataFrame:
+    """The ``fleet_kernels`` rows of date ``all`` of the :data:`WIDE` dimensions from every run date's
+    partials (exact: sums and runs add up over run dates)."""
+    if partials is None or not len(partials):
+        return pd.DataFrame(columns=FLEET_KERNELS.names)
+    p = partials.sort_values([*_KEY, "name"], kind="stable")
+    per = (
+        p.groupby(["dimension", "value", "name"], sort=False)
+        .agg(
+            kernel_type=("kernel_type", "first"), n=("n", "sum"), total_ns=("total_ns", "sum"), n_runs=("n_runs", "sum")
+        )
+        .reset_index()
+        .assign(date="all")
+    )
+    return top_kernels(per, top)
+
+
+def _keep(previous: pd.DataFrame | None, dates, runs) -> pd.DataFrame | None:
+    """The rows of a fleet table not recomputed: other dates' rows, the unchanged runs' ``all`` rows."""
+    if previous is None:
+        return None
+    date = previous["date"].astype(str)
+    is_run_all = (previous["dimension"] == "job") & (date == "all")
+    keep = ((date != "all") & ~date.isin({str(d) for d in dates})) | (is_run_all & ~previous["value"].isin(runs))
+    return previous[keep.to_numpy(dtype=bool)]
+
+
+def _combine(parts, columns) -> pd.DataFrame:
+    parts = [p[columns] for p in parts if p is not None and len(p)]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["dimension", "value", "date"], kind="stable").reset_index(drop=True)
+
+
+def update_stats(
+    job_steps: pd.DataFrame, partials: pd.DataFrame, previous: pd.DataFrame | None = None, dates=(), runs=()
+) -> pd.DataFrame:
+    """``fleet_stats`` rows: ``previous``'s rows kept but those of ``dates`` and of the runs ``runs`` (``job#attempt``)
+    and the merged ones, which are made again.
+
+    Args:
+        job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows holding every row on ``dates`` and every row of
+            the runs of ``runs`` (``previous`` ``None``: every row of the fleet).
+        partials: :func:`stats_partials` rows of every run date.
+        previous: the ``fleet_stats`` rows written last (``None``: everything made again).
+    """
+    columns = FLEET_STATS.names
+    if previous is None:
+        dated, run_all = fleet_stats(job_steps, overall=False), fleet_stats(job_steps, ("job",), dated=False)
+    else:
+        js = job_steps if job_steps is not None else pd.DataFrame()
+        on = js[js["date"].astype(str).isin({str(d) for d in dates})] if len(js) else js
+        mine = js[js["job"].isin(set(runs))] if len(js) else js
+        dated, run_all = fleet_stats(on, overall=False), fleet_stats(mine, ("job",), dated=False)
+    return _combine([_keep(previous, dates, set(runs)), dated, run_all, merge_stats(partials)], columns)
+
+
+def update_kernels(
+    job_kernels: pd.DataFrame | None,
+    partials: pd.DataFrame,
+    previous: pd.DataFrame | None = None,
+    dates=(),
+    runs=(),
+    top: int = TOP_KERNELS,
+) -> pd.DataFrame:
+    """``fleet_kernels`` rows, as :func:`update_stats` (``job_kernels``: :func:`jobs.fleet.stats.job_kernels_frame`
+    rows; ``partials``: :func:`kernel_partials` rows of every run date)."""
+    columns = FLEET_KERNELS.names
+    jk = job_kernels if job_kernels is not None else pd.DataFrame()
+    if previous is not None and len(jk):
+        on, mine = jk[jk["date"].astype(str).isin({str(d) for d in dates})], jk[jk["job"].isin(set(runs))]
+    else:
+        on = mine = jk
+    dated = fleet_kernels(on, top, overall=False) if len(on) else None
+    run_all = fleet_kernels(mine, top, ("job",), dated=False) if len(mine) else None
+    return _combine([_keep(previous, dates, set(runs)), dated, run_all, merge_kernels(partials, top)], columns)
