@@ -91,7 +91,8 @@ def _rank_runs(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) ->
     by_run = ["job_id", "attempt"]
     ranks_of, colls_of = (dict(list(d.groupby(by_run, sort=False))) for d in (ranks, colls))
     for (job, attempt), h in hosts.groupby(by_run, sort=True):
-        r = ranks_of.get((job, attempt), ranks.iloc[0:0]).set_index("rank")["step_time_p50_ns"]
+        r = ranks_of.get((job, attempt), ranks.iloc[0:0])
+        r_rank, r_p50 = r["rank"].to_numpy(), r["step_time_p50_ns"].to_numpy(dtype="float64")
         c = colls_of.get((job, attempt), colls.iloc[0:0])
         last = (
             c[c["is_last_arrival"].astype(bool).to_numpy()]
@@ -102,12 +103,13 @@ def _rank_runs(hosts: pd.DataFrame, ranks: pd.DataFrame, colls: pd.DataFrame) ->
         n_calls = int(c["match_key"].nunique())
         n_ranks = len(h)
         for kind, target, host, idx, mine, device_name in _rank_targets(h):
-            others = r[[k for k in r.index if k not in mine]].dropna()
-            own = r[[k for k in r.index if k in mine]].dropna()
+            is_mine = np.isin(r_rank, list(mine))
+            own, others = r_p50[is_mine], r_p50[~is_mine]
+            own, others = own[~np.isnan(own)], others[~np.isnan(others)]
             excess = excess_ns = None
-            if len(own) and len(others) and float(others.median()) > 0:
-                excess_ns = float(own.median()) - float(others.median())
-                excess = 100.0 * excess_ns / float(others.median())
+            if len(own) and len(others) and float(np.median(others)) > 0:
+                excess_ns = float(np.median(own)) - float(np.median(others))
+                excess = 100.0 * excess_ns / float(np.median(others))
             n_last = int(last.isin(mine).sum())
             ratio = (n_last / n_calls) / (len(mine) / n_ranks) if n_calls else None
             p_value = binomial_tail(n_last, n_calls, len(mine) / n_ranks) if n_calls else None
@@ -287,38 +289,48 @@ def host_health(
     per_run = pd.DataFrame(_rank_runs(hosts, rk, co) + _link_runs(hosts, co))
     if not len(per_run):
         return empty
+    # one pass over the (run, target) rows, each target's rows contiguous: slow runs first, then by job and attempt
+    per_run["_i"] = np.arange(len(per_run))
+    per_run = per_run.sort_values(
+        ["kind", "target", "slow", "job_id", "attempt"], ascending=[True, True, False, True, True], kind="stable"
+    ).reset_index(drop=True)
+    evidence = [_evidence(r) for r in per_run.itertuples()]
+    col = {c: per_run[c].to_numpy() for c in per_run.columns}
+    fair_calls = pd.to_numeric(per_run["fair_calls"], errors="coerce").to_numpy(dtype="float64")
     rows = []
-    for (kind, target), g in per_run.groupby(["kind", "target"], sort=True):
-        slow = g[g["slow"]]
-        n_jobs, n_slow = int(g["job_id"].nunique()), int(slow["job_id"].nunique())
-        fair = pd.to_numeric(g["fair_calls"], errors="coerce").sum()
-        last = None if kind == "link" else int(g["n_last"].sum())
-        excess_ns = _median(g["excess_ns"])
-        order = g.sort_values(["slow", "job_id", "attempt"], ascending=[False, True, True])
+    for (kind, target), idx in sorted(per_run.groupby(["kind", "target"], sort=True).indices.items()):
+        first = idx[np.argmin(col["_i"][idx])]  # the target's first row as the runs came
+        slow = col["slow"][idx].astype(bool)
+        jobs = col["job_id"][idx]
+        n_jobs, slow_jobs = len(set(jobs)), sorted(set(jobs[slow]))
+        n_slow = len(slow_jobs)
+        fair = np.nansum(fair_calls[idx])
+        last = None if kind == "link" else int(col["n_last"][idx].sum())
+        excess_ns = _median(col["excess_ns"][idx])
         rows.append(
             {
                 "kind": kind,
                 "target": target,
-                "host_name": g["host_name"].iloc[0],
-                "device_index": g["device_index"].iloc[0],
-                "hosts": list(g["hosts"].iloc[0]),
-                "device_names": sorted({d for d in g["device_name"] if isinstance(d, str)}),
+                "host_name": col["host_name"][first],
+                "device_index": col["device_index"][first],
+                "hosts": list(col["hosts"][first]),
+                "device_names": sorted({d for d in col["device_name"][idx] if isinstance(d, str)}),
                 "window_start": start.strftime("%Y-%m-%d"),
                 "window_end": end.strftime("%Y-%m-%d"),
                 "window_days": int(window_days),
                 "n_jobs": n_jobs,
-                "n_runs": len(g),
-                "n_ranks": int(sum(len(x) for x in g["ranks"])),
+                "n_runs": len(idx),
+                "n_ranks": int(sum(len(x) for x in col["ranks"][idx])),
                 "n_slow_jobs": n_slow,
-                "slow_jobs": sorted(set(slow["job_id"])),
-                "matched_calls": int(g["n_calls"].sum()),
+                "slow_jobs": slow_jobs,
+                "matched_calls": int(col["n_calls"][idx].sum()),
                 "last_arrivals": last,
                 "last_arrival_ratio": (last / fair) if last is not None and fair else None,
-                "step_excess_p50_pct": _median(g["excess_pct"]),
+                "step_excess_p50_pct": _median(col["excess_pct"][idx]),
                 "step_excess_p50_ns": None if excess_ns is None else int(round(excess_ns)),
-                "busbw_ratio": _median(g["busbw_ratio"]),
+                "busbw_ratio": _median(col["busbw_ratio"][idx]),
                 "suspect_hardware": bool(n_slow >= SUSPECT_MIN_JOBS and n_slow >= SUSPECT_MIN_SHARE * n_jobs),
-                "evidence_json": json.dumps([_evidence(r) for r in order.itertuples()], sort_keys=True),
+                "evidence_json": json.dumps([evidence[i] for i in idx], sort_keys=True),
             }
         )
     out = pd.DataFrame(rows)
