@@ -44,6 +44,7 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -248,6 +249,7 @@ def write_partitions(
     schema: pa.Schema | None = None,
     replace_all: bool = False,
     inputs: dict[str, int | None] | None = None,
+    replace_where: Mapping[str, Iterable] | None = None,
 ) -> CommitResult:
     """Replace the partitions of ``{warehouse}/{table}`` that ``df`` has rows for with those rows, in one Delta
     commit (module docstring).
@@ -273,6 +275,9 @@ def write_partitions(
         inputs: ``{table: version}`` the rows were computed from (a derived table). Recorded in the commit; a
             write whose inputs are older than those of the table's last write is skipped (``skipped``): two
             runs that derive the table at once never leave the older derivation on top.
+        replace_where: ``{partition column: values}``: every partition with one of those values is removed in the
+            same commit, rows or not (``{"date": dates}``: those dates' rows made again, a date left without
+            rows leaves none behind).
 
     Returns:
         :class:`CommitResult`.
@@ -304,7 +309,7 @@ def write_partitions(
                 return CommitResult(table, write_id)  # nothing to learn the schema of an undeclared table from
             schema = _file_schema(uri, added[0][0], partition_by)
         dt = _create(uri, schema, partition_by)
-    return _commit(uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all, inputs)
+    return _commit(uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all, inputs, replace_where)
 
 
 def _mark_new(uri: str) -> None:
@@ -318,7 +323,10 @@ def _mark_new(uri: str) -> None:
 def _unmark_new(uri: str) -> None:
     """Remove :data:`NEW_TABLE_MARK` (and the folder, when that leaves it empty): nothing was written after all."""
     fs, base = _fs(uri)
-    fs.delete_file(posixpath.join(base, NEW_TABLE_MARK))
+    try:
+        fs.delete_file(posixpath.join(base, NEW_TABLE_MARK))
+    except FileNotFoundError:  # two runs creating the table at once, both without rows: the other removed it
+        pass
     if isinstance(fs, pafs.LocalFileSystem):
         _rmdir_quiet(base)
 
@@ -349,12 +357,13 @@ def _create(uri: str, schema: pa.Schema, partition_by: list[str]):
 
 
 def _commit(
-    uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all=False, inputs=None
+    uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all=False, inputs=None, replace_where=None
 ) -> CommitResult:
     """One commit of ``added`` (``(rel path, size, partition values, rows)``) plus the removes it implies, retried on
     conflict with the removes recomputed from the winner's version."""
     written = {_key(pv, partition_by) for _, _, pv, _ in added}
     jobs = {str(j) for j in replace_jobs} if replace_jobs is not None and "job_id" in partition_by else set()
+    where = {c: {str(v) for v in vs} for c, vs in (replace_where or {}).items() if c in partition_by}
     now = int(time.time() * 1000)
     adds = [AddAction(rel, size, pv, now, True, json.dumps({"numRecords": n})) for rel, size, pv, n in added]
     result = CommitResult(table, write_id, partitions=sorted({_rel(pv, partition_by) for _, _, pv, _ in added}))
@@ -379,6 +388,7 @@ def _commit(
                     if replace_all
                     or _key(f["partition"], partition_by) in written
                     or str(f["partition"].get("job_id")) in jobs
+                    or any(str(f["partition"].get(c)) in vs for c, vs in where.items())
                 ]
                 if not adds and not gone:
                     return result

@@ -44,6 +44,7 @@ from urllib.parse import quote
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from jobs.commit import RETENTION_HOURS as _RETENTION_HOURS
@@ -300,6 +301,18 @@ def job_dates(warehouse: str, table: str, as_of: AsOf = None) -> dict[str, list[
     return out
 
 
+def table_rows(warehouse: str, table: str) -> int | None:
+    """The rows of ``table``'s latest version from the Delta log's file statistics (no data read); ``None`` when
+    never written or a file has no row count."""
+    dt = _snapshot(warehouse, table)
+    if dt is None:
+        return None
+    add = pa.table(dt.get_add_actions(flatten=True))
+    if "num_records" not in add.schema.names or add["num_records"].null_count:
+        return None
+    return int(pc.sum(add["num_records"]).as_py() or 0)
+
+
 def table_version(warehouse: str, table: str) -> int | None:
     """The latest version of ``table`` (Delta log version); ``None`` when never written."""
     dt = _snapshot(warehouse, table)
@@ -519,6 +532,7 @@ def write_table(
     inputs=None,
     schema: pa.Schema | None = None,
     partition_by=None,
+    replace_where: Mapping[str, Iterable] | None = None,
 ) -> CommitResult:
     """Replace the rows of ``table`` that ``rows`` holds: the partitions (``date=…/job_id=…``) it has rows for
     are replaced whole, the others kept — in one Delta commit (:mod:`jobs.commit`).
@@ -538,6 +552,8 @@ def write_table(
             older inputs than the table's last write is skipped (two runs at once: the newer derivation stays).
         schema, partition_by: those of an internal table :mod:`schemas` does not declare (e.g. the fleet stage's
             stored reductions, :mod:`jobs.fleet.reduced`); default the declared ones.
+        replace_where: ``{partition column: values}`` whose partitions go in the same commit, rows or not
+            (``{"date": dates}``: the ``regressions`` of those dates made again).
 
     Returns:
         What was committed (:class:`jobs.commit.CommitResult`: version, partitions, files added and removed).
@@ -556,7 +572,15 @@ def write_table(
     if partition_by is None:
         partition_by = declared(table).partition_by
     return write_partitions(
-        rows, warehouse, table, partition_by, replace_jobs, schema=schema, replace_all=replace_all, inputs=inputs
+        rows,
+        warehouse,
+        table,
+        partition_by,
+        replace_jobs,
+        schema=schema,
+        replace_all=replace_all,
+        inputs=inputs,
+        replace_where=replace_where,
     )
 
 

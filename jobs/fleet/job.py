@@ -15,8 +15,9 @@ merged from per-run-date partials (:mod:`jobs.fleet.partials`, :func:`derive_sta
 :func:`jobs.fleet.impact.fleet_findings` and :func:`jobs.fleet.hosts.host_health` over their window's jobs
 (:func:`insight_jobs`), from the few columns read of ``findings``, ``captures``, ``ranks`` and ``collectives``.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
-through the storage seam's commit (:func:`jobs.warehouse.write_table`), each table replaced whole in one commit
-(inputs read as of one set of versions, recorded with the write); then the stored runs and state
+through the storage seam's commit (:func:`jobs.warehouse.write_table`), each table replaced whole in one commit —
+``regressions`` only in the partitions of the run dates compared again — (inputs read as of one set of versions,
+recorded with the write); then the stored runs and state
 (:func:`jobs.fleet.reduced.commit`). A run is idempotent and sees late-arriving jobs (their dates are made again).
 """
 
@@ -45,6 +46,7 @@ from jobs.fleet.reduced import (
     write_internal,
 )
 from jobs.fleet.regressions import (
+    COMPARED_COLUMNS,
     INPUT_COLUMNS,
     baselines,
     dates_to_compare,
@@ -59,6 +61,7 @@ from jobs.warehouse import (
     read_arrow,
     read_pandas,
     read_spark,
+    table_rows,
     table_versions,
     versions_cached,
     write_table,
@@ -68,8 +71,9 @@ from schemas import FLEET_TABLES, REGRESSIONS
 
 @dataclass
 class FleetResult:
-    """What a fleet run wrote: row counts per table, the ``regressions`` rows (pandas) and the job ids whose
-    rows it reduced again (:func:`jobs.fleet.reduced.update`)."""
+    """What a fleet run wrote: row counts per table (after the run), the ``regressions`` rows of the runs it
+    compared (every run on a first run, with ``rebuild`` or new options; else the run dates a change made stale)
+    and the job ids whose rows it reduced again (:func:`jobs.fleet.reduced.update`)."""
 
     counts: dict = field(default_factory=dict)
     reduced_jobs: list[str] = field(default_factory=list)
@@ -80,7 +84,6 @@ def fleet_frames(
     job_steps: pd.DataFrame,
     job_kernels: pd.DataFrame | None,
     tables: dict | None = None,
-    previous: pd.DataFrame | None = None,
     dates=None,
     sequence: pd.DataFrame | None = None,
     derived: dict | None = None,
@@ -95,9 +98,8 @@ def fleet_frames(
             those of the runs compared and their baselines and of the insights' window.
         tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet); the
             rows of the jobs the window-based tables and ``what_changed`` look at suffice (:func:`insight_jobs`).
-        previous, dates: the ``regressions`` rows written last (with the same options) and the run dates to
-            compare again (:func:`jobs.fleet.regressions.dates_to_compare`): the other dates' rows are kept;
-            default every run compared.
+        dates: the run dates to compare again (:func:`jobs.fleet.regressions.dates_to_compare`): ``regressions``
+            holds those dates' rows only (the other dates' rows stay as written); default every run compared.
         sequence: :func:`jobs.fleet.regressions.run_sequence` of every run (default: of ``job_steps``).
         derived: ``{"fleet_stats": …, "fleet_kernels": …}`` made incrementally (:func:`derive_stats`); default
             made from ``job_steps`` and ``job_kernels`` whole.
@@ -108,20 +110,13 @@ def fleet_frames(
     """
     t = tables or {}
     steps = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
-    incremental = previous is not None and dates is not None
     regs = (
-        find_regressions(
-            steps[INPUT_COLUMNS], dates=dates if incremental else None, sequence=sequence, **regression_options
-        )
-        if len(steps) and (not incremental or dates)
+        find_regressions(steps[INPUT_COLUMNS], dates=dates, sequence=sequence, **regression_options)
+        if len(steps) and (dates is None or dates)
         else pd.DataFrame(columns=REGRESSIONS.names)
     )
     regs["changes_json"] = what_changed(regs, steps, job_kernels, t.get("captures"), t.get("findings"))
     regs = regs[REGRESSIONS.names]
-    if incremental:
-        kept = previous[~previous["date"].astype(str).isin({str(d) for d in dates})][REGRESSIONS.names]
-        parts = [d for d in (kept, regs) if len(d)]
-        regs = pd.concat(parts, ignore_index=True) if parts else regs
     derived = derived or derive_stats(job_steps, job_kernels)
     return {
         "fleet_stats": derived["fleet_stats"],
@@ -247,10 +242,11 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     touched = Touched.of(reduced) if stored is not None else None
     previous, dates = None, None
     if not rebuild and not reduced.options_changed:  # the last rows were made with these options: keep the fresh
-        previous = read_pandas(warehouse, ["regressions"], skip_missing=True).get("regressions")
+        previous = read_arrow(warehouse, "regressions", columns=list(COMPARED_COLUMNS))
     baseline = regression_options["baseline_runs"]
     if previous is not None and sequence is not None:
-        dates = dates_to_compare(sequence, previous, {*reduced.reduced_jobs, *reduced.dropped_jobs}, baseline)
+        changed = {*reduced.reduced_jobs, *reduced.dropped_jobs}
+        dates = dates_to_compare(sequence, previous.to_pandas(), changed, baseline)
     jobs = insight_jobs(engine, warehouse, inputs, runs, sequence, dates, baseline)
     needed = jobs["findings"]  # the insights' window, the runs compared again and their baselines
     if touched is None or needed is None:
@@ -259,12 +255,16 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
         js, jk = read_reductions(warehouse, sorted({*needed, *touched.jobs(runs)}))
     derived = derive_stats(js, jk, stored, touched)
     tables = _read_columns(engine, warehouse, inputs, jobs)
-    frames = fleet_frames(js, jk, tables, previous, dates, sequence, derived, **regression_options)
+    frames = fleet_frames(js, jk, tables, dates, sequence, derived, **regression_options)
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
         write_internal(derived[name], warehouse, name, reduced.inputs)
     for name, pdf in frames.items():
-        result.counts[name] = len(pdf)
-        write_fleet_table(pdf, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
+        if name == "regressions" and dates is not None:  # the compared dates' partitions only
+            write_fleet_table(pdf, warehouse, name, inputs, dates=dates)
+            result.counts[name] = table_rows(warehouse, name) or 0
+        else:
+            write_fleet_table(pdf, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
+            result.counts[name] = len(pdf)
     commit(warehouse, reduced)  # last: a run killed before it redoes this one's work
     result.regressions = frames["regressions"]
     return result
@@ -394,10 +394,14 @@ def _read_columns(
     return out
 
 
-def write_fleet_table(pdf: pd.DataFrame, warehouse: str, table: str, inputs: dict | None = None) -> None:
+def write_fleet_table(pdf: pd.DataFrame, warehouse: str, table: str, inputs: dict | None = None, dates=None) -> None:
     """Write a fleet table (pandas) whole, in one commit: every old row goes (a dimension, date or kind with no
-    rows left leaves none behind). ``inputs``: the input table versions it was derived from (a concurrent run's
-    derivation from newer inputs is kept: :func:`jobs.warehouse.write_table`)."""
+    rows left leaves none behind); with ``dates`` (``regressions``, partitioned by date), the rows of those dates
+    only (a date left without rows leaves none). ``inputs``: the input table versions it was derived from (a
+    concurrent run's derivation from newer inputs is kept: :func:`jobs.warehouse.write_table`)."""
     t = FLEET_TABLES[table]
     rows = pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False)
-    write_table(rows, warehouse, table, replace_all=True, inputs=inputs)
+    if dates is None:
+        write_table(rows, warehouse, table, replace_all=True, inputs=inputs)
+    else:
+        write_table(rows, warehouse, table, inputs=inputs, replace_where={"date": sorted(str(d) for d in dates)})

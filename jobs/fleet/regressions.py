@@ -275,6 +275,10 @@ def baselines(runs: pd.DataFrame, baseline_runs: int) -> dict[tuple[str, int], l
     return out
 
 
+#: The ``regressions`` columns :func:`dates_to_compare` reads of the rows written last.
+COMPARED_COLUMNS = ("job_id", "attempt", "date", "run_index", "baseline_runs")
+
+
 def dates_to_compare(
     runs: pd.DataFrame, previous: pd.DataFrame, changed_jobs, baseline_runs: int = BASELINE_RUNS
 ) -> set[str]:
@@ -285,7 +289,8 @@ def dates_to_compare(
     a baseline run of a changed job.
 
     Args:
-        runs: :func:`run_sequence` of every run now; previous: the ``regressions`` rows written last time.
+        runs: :func:`run_sequence` of every run now; previous: the ``regressions`` rows written last time
+            (:data:`COMPARED_COLUMNS` suffice).
         changed_jobs: job ids whose rows changed since; baseline_runs: as :func:`find_regressions`.
 
     Returns:

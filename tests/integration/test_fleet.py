@@ -187,4 +187,6 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     assert np.allclose(
         got_ff["accelerator_hours"].astype(float), expect_ff["accelerator_hours"].astype(float), rtol=1e-12
     )
-    assert isinstance(res.regressions, pd.DataFrame) and len(res.regressions)
+    # res.regressions: the runs this run compared again (none when nothing changed); counts: the whole table
+    assert isinstance(res.regressions, pd.DataFrame) and len(res.regressions) <= res.counts["regressions"]
+    assert res.counts["regressions"] == len(read_pandas(str(wh), ["regressions"])["regressions"]) > 0

@@ -151,6 +151,21 @@ def test_replace_jobs_drops_the_jobs_other_partitions_in_the_same_commit(tmp_pat
     assert res.files_removed == 1 and _read(wh) == {}
 
 
+def test_replace_where_drops_the_named_partitions_rows_or_not_in_the_same_commit(tmp_path):
+    """``replace_where={"date": …}`` (the fleet stage's ``regressions`` of the dates it compared again): those dates'
+    partitions go, the rows written take their place, a named date without rows leaves none, other dates stay."""
+    wh = str(tmp_path)
+    days = ("2024-01-01", "2024-01-02", "2024-01-03")
+    rows = pa.table({"date": list(days), "run": ["a", "b", "c"]})
+    commit.write_partitions(rows, wh, "r", ("date",))
+    res = commit.write_partitions(
+        pa.table({"date": [days[0]], "run": ["a2"]}), wh, "r", ("date",), replace_where={"date": days[:2]}
+    )
+    got = commit.open_table(os.path.join(wh, "r")).to_pyarrow_table()
+    assert sorted(zip(got["date"].to_pylist(), got["run"].to_pylist())) == [(days[0], "a2"), (days[2], "c")]
+    assert res.files_removed == 2 and res.dropped == [f"date={days[1]}"]
+
+
 def test_empty_rows_commit_nothing(tmp_path):
     wh = str(tmp_path)
     res = commit.write_partitions(pa.table(_rows({}, 1)), wh, "t", PARTS, schema=pa.table(_rows({"x": 1}, 1)).schema)
