@@ -38,6 +38,7 @@ from jobs.fleet.stats import (
     _stack,
     fleet_kernels,
     fleet_stats,
+    run_ranks,
     stats_columns,
     step_values,
     top_kernels,
@@ -101,9 +102,7 @@ def stats_partials(job_steps: pd.DataFrame) -> pd.DataFrame:
     if job_steps is None or not len(job_steps):
         return pd.DataFrame(columns=STATS_PARTIALS_SCHEMA.names)
     js = step_values(job_steps)
-    ranks = js[["job_id", "attempt", "ranks"]].explode("ranks").dropna(subset=["ranks"])
-    per_run = ranks.assign(ranks=ranks["ranks"].astype("int64")).drop_duplicates().groupby(["job_id", "attempt"])
-    js = js.merge(per_run.size().rename("_run_ranks").reset_index(), on=["job_id", "attempt"], how="left")
+    js = js.merge(run_ranks(js).rename("_run_ranks").reset_index(), on=["job_id", "attempt"], how="left")
     st = _by_run_date(js)
     g = st.groupby(_KEY, sort=True)
     runs = st.drop_duplicates([*_KEY, "job_id", "attempt"]).groupby(_KEY, sort=True)

@@ -347,13 +347,24 @@ def _group_ranks(js: pd.DataFrame, pairs: pd.DataFrame) -> pd.Series:
     """Distinct (run, rank) per group: a run's distinct ranks on the group's date (on every date for ``all``),
     summed over the group's runs (the pairs of different runs never coincide). ``pairs``: distinct (group, run)."""
     run = ["job_id", "attempt"]
-    ranks = js[[*run, "date", "ranks"]].explode("ranks").dropna(subset=["ranks"])
-    ranks = ranks.assign(date=ranks["date"].astype(str), ranks=ranks["ranks"].astype("int64"))
+    ranks = _exploded_ranks(js)
     per_day = ranks.drop_duplicates().groupby([*run, "date"]).size().rename("n").reset_index()
-    per_run = ranks.drop_duplicates([*run, "ranks"]).groupby(run).size().rename("n").reset_index()
+    per_run = run_ranks(js, ranks).rename("n").reset_index()
     dated = pairs[pairs["date"] != "all"].merge(per_day, on=[*run, "date"], how="inner")
     every = pairs[pairs["date"] == "all"].merge(per_run, on=run, how="inner")
     return pd.concat([dated, every], ignore_index=True).groupby(_GROUP)["n"].sum()
+
+
+def _exploded_ranks(js: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, date, rank) entry of the job steps' ``ranks`` lists (int64 ranks, text dates)."""
+    ranks = js[["job_id", "attempt", "date", "ranks"]].explode("ranks").dropna(subset=["ranks"])
+    return ranks.assign(date=ranks["date"].astype(str), ranks=ranks["ranks"].astype("int64"))
+
+
+def run_ranks(js: pd.DataFrame, exploded: pd.DataFrame | None = None) -> pd.Series:
+    """Distinct ranks of each run (job_id, attempt) over all its dates, from job steps' ``ranks`` lists."""
+    ranks = _exploded_ranks(js) if exploded is None else exploded
+    return ranks.drop_duplicates(["job_id", "attempt", "ranks"]).groupby(["job_id", "attempt"]).size()
 
 
 def fleet_kernels(
