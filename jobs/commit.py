@@ -250,6 +250,7 @@ def write_partitions(
     replace_all: bool = False,
     inputs: dict[str, int | None] | None = None,
     replace_where: Mapping[str, Iterable] | None = None,
+    snapshot=None,
 ) -> CommitResult:
     """Replace the partitions of ``{warehouse}/{table}`` that ``df`` has rows for with those rows, in one Delta
     commit (module docstring).
@@ -278,6 +279,8 @@ def write_partitions(
         replace_where: ``{partition column: values}``: every partition with one of those values is removed in the
             same commit, rows or not (``{"date": dates}``: those dates' rows made again, a date left without
             rows leaves none behind).
+        snapshot: the table (``deltalake.DeltaTable``) as the caller opened it before, at any older version: brought
+            up to date from the log's newer commits instead of opened anew (:func:`jobs.warehouse.versions_cached`).
 
     Returns:
         :class:`CommitResult`.
@@ -294,7 +297,7 @@ def write_partitions(
         schema = decl.arrow_schema()
     uri = table_uri(warehouse, table)
     write_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
-    dt = open_table(uri)  # the layout check comes before anything is staged
+    dt = snapshot if snapshot is not None else open_table(uri)  # the layout check comes before anything is staged
     if dt is None:
         _mark_new(uri)  # a concurrent reader must not take the files staged below for the pre-Delta layout
     with _staging(warehouse, table, write_id) as staging:
@@ -309,7 +312,9 @@ def write_partitions(
                 return CommitResult(table, write_id)  # nothing to learn the schema of an undeclared table from
             schema = _file_schema(uri, added[0][0], partition_by)
         dt = _create(uri, schema, partition_by)
-    return _commit(uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all, inputs, replace_where)
+    return _commit(
+        uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all, inputs, replace_where, dt
+    )
 
 
 def _mark_new(uri: str) -> None:
@@ -357,10 +362,21 @@ def _create(uri: str, schema: pa.Schema, partition_by: list[str]):
 
 
 def _commit(
-    uri, table, added, partition_by, replace_jobs, write_id, schema, replace_all=False, inputs=None, replace_where=None
+    uri,
+    table,
+    added,
+    partition_by,
+    replace_jobs,
+    write_id,
+    schema,
+    replace_all=False,
+    inputs=None,
+    replace_where=None,
+    dt=None,
 ) -> CommitResult:
     """One commit of ``added`` (``(rel path, size, partition values, rows)``) plus the removes it implies, retried on
-    conflict with the removes recomputed from the winner's version."""
+    conflict with the removes recomputed from the winner's version. ``dt``: the table opened before staging,
+    brought up to date by reading the log's newer commits only (a long history is not replayed again)."""
     written = {_key(pv, partition_by) for _, _, pv, _ in added}
     jobs = {str(j) for j in replace_jobs} if replace_jobs is not None and "job_id" in partition_by else set()
     where = {c: {str(v) for v in vs} for c, vs in (replace_where or {}).items() if c in partition_by}
@@ -376,7 +392,10 @@ def _commit(
         ):
             with attempt:
                 result.attempts += 1
-                dt = open_table(uri)
+                if dt is None:
+                    dt = open_table(uri)
+                else:
+                    dt.update_incremental()  # the commits since it was opened (a winner's, on a retry)
                 if schema is not None:
                     _evolve(dt, schema)
                 if inputs is not None and _newer_inputs(dt, inputs):

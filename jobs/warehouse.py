@@ -105,20 +105,49 @@ def reads_logged() -> Iterator[dict[str, int]]:
         _PINNED.reset(pinned)
 
 
-#: The snapshots of given version numbers opened in the current :func:`versions_cached` context.
+#: The snapshots opened in the current :func:`versions_cached` context: ``{(table uri, version number): DeltaTable}``
+#: (never changed once there) and ``{(table uri, None): DeltaTable}``, the latest (brought up to date at each read).
 _VERSIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tracelake_versions", default=None)
 
 
 @contextmanager
 def versions_cached() -> Iterator[None]:
-    """Inside the context, a table read at a version number (``as_of`` an int: a snapshot that never changes) is
-    opened once, however many reads (a fleet run reads its inputs at one set of versions, several times each);
-    reads of the latest version open it anew, so a stage sees its own writes."""
+    """Inside the context each table's Delta log is replayed once: a read at a version number (``as_of`` an int,
+    a snapshot that never changes) reuses the snapshot of that version opened before (as the latest or at that
+    number: :func:`table_versions`, then reads as of them); a read of the latest version, or a write, brings the
+    snapshot opened before up to date by reading the log's newer commits only (a stage sees its own writes, and a
+    long history's log is not replayed per read)."""
     token = _VERSIONS.set({})
     try:
         yield
     finally:
         _VERSIONS.reset(token)
+
+
+def _cached_latest(uri: str):
+    """The latest snapshot of ``uri`` opened in this :func:`versions_cached` context, or ``None``; it is about to be
+    brought up to date (moved to a newer version), so it no longer stands for the version it was opened at."""
+    versions = _VERSIONS.get()
+    if versions is None:
+        return None
+    dt = versions.get((uri, None))
+    if dt is not None:
+        for k in [k for k, v in versions.items() if v is dt and k[1] is not None]:
+            del versions[k]
+    return dt
+
+
+def _snapshot_to_write(warehouse: str, table: str):
+    """In a :func:`versions_cached` context, the table's latest snapshot for a write (opened and kept there, or
+    the one kept; ``None`` when never written); elsewhere ``None`` (the commit opens it)."""
+    versions = _VERSIONS.get()
+    if versions is None:
+        return None
+    uri = table_path(warehouse, table)
+    dt = _cached_latest(uri) or open_table(uri)
+    if dt is not None:
+        versions[(uri, None)] = dt
+    return dt
 
 
 def _snapshot(warehouse: str, table: str, as_of: AsOf = None):
@@ -127,12 +156,18 @@ def _snapshot(warehouse: str, table: str, as_of: AsOf = None):
     key = (uri, as_of.isoformat() if isinstance(as_of, _dt.datetime) else as_of)
     if pinned is not None and key in pinned:
         return pinned[key]
-    versions = _VERSIONS.get() if isinstance(as_of, int) else None
-    if versions is not None and key in versions:
+    versions = _VERSIONS.get()
+    if versions is not None and isinstance(as_of, int) and key in versions:
         return versions[key]
-    dt = open_table(uri, as_of)
-    if versions is not None:
-        versions[key] = dt
+    dt = _cached_latest(uri) if as_of is None else None
+    if dt is not None:
+        dt.update_incremental()
+    else:
+        dt = open_table(uri, as_of)
+    if versions is not None and dt is not None:
+        if as_of is None:
+            versions[(uri, None)] = dt
+        versions[(uri, int(dt.version()))] = dt  # a version never changes: a later read at it reuses this one
     if pinned is not None:
         pinned[key] = dt
     log = _READS.get()
@@ -233,16 +268,16 @@ def exact_ints(arrow_type):
     }.get(arrow_type)
 
 
-def _dataset(warehouse: str, table: str, as_of: AsOf = None, job_ids=None):
-    """The snapshot's ``pyarrow.dataset`` (``None`` when never written); with ``job_ids``, of those jobs' files
-    only when the table is partitioned by ``job_id`` (delta-rs prunes the files before making fragments: a few
-    jobs of a long history cost their files, not the history's)."""
+def _dataset(warehouse: str, table: str, as_of: AsOf = None, partitions: Mapping[str, Iterable] | None = None):
+    """The snapshot's ``pyarrow.dataset`` (``None`` when never written); with ``partitions`` (``{partition column:
+    values}``), of the files in those partitions only, for the columns the table is partitioned by (delta-rs prunes
+    the files before making fragments: a few jobs or dates of a long history cost their files, not the history's)."""
     dt = _snapshot(warehouse, table, as_of)
     if dt is None:
         return None
-    if job_ids is not None and "job_id" in dt.metadata().partition_columns:
-        return dt.to_pyarrow_dataset(file_pruning_predicate=[("job_id", "in", sorted({str(j) for j in job_ids}))])
-    return dt.to_pyarrow_dataset()
+    cols = dt.metadata().partition_columns
+    prune = [(c, "in", sorted({str(v) for v in vs})) for c, vs in (partitions or {}).items() if c in cols]
+    return dt.to_pyarrow_dataset(file_pruning_predicate=prune) if prune else dt.to_pyarrow_dataset()
 
 
 def table_columns(warehouse: str, table: str) -> list[str] | None:
@@ -320,7 +355,13 @@ def table_version(warehouse: str, table: str) -> int | None:
 
 
 def read_arrow(
-    warehouse: str, table: str, job_ids: list[str] | None = None, columns=None, filter=None, as_of: AsOf = None
+    warehouse: str,
+    table: str,
+    job_ids: list[str] | None = None,
+    columns=None,
+    filter=None,
+    as_of: AsOf = None,
+    partitions: Mapping[str, Iterable] | None = None,
 ):
     """Rows of one table as a ``pyarrow.Table``, without Spark: the snapshot's ``pyarrow.dataset`` (delta-rs).
 
@@ -331,6 +372,8 @@ def read_arrow(
         columns: declared columns to read (default: all that exist, in declaration order).
         filter: a further ``pyarrow.dataset`` expression.
         as_of: a version number or time (:data:`AsOf`); default the latest version.
+        partitions: ``{string column: values}``: only the rows with one of those values in each column
+            (``{"date": dates}``), partition-pruned where the table is partitioned by it.
 
     Returns:
         The table, or ``None`` when it was never written.
@@ -338,10 +381,14 @@ def read_arrow(
     Raises:
         jobs.commit.CommitError: the table is of the pre-Delta layout (run ``tracelake migrate``).
     """
-    dataset = _dataset(warehouse, table, as_of, job_ids)
+    wanted_parts = {**(partitions or {}), **({"job_id": job_ids} if job_ids is not None else {})}
+    dataset = _dataset(warehouse, table, as_of, wanted_parts)
     if dataset is None:
         return None
-    filt = ds.field("job_id").isin([str(j) for j in job_ids]) if job_ids is not None else None
+    filt = None
+    for c, vs in wanted_parts.items():
+        f = ds.field(c).isin(pa.array(sorted({str(v) for v in vs}), type=pa.string()))
+        filt = f if filt is None else filt & f
     if filter is not None:
         filt = filter if filt is None else filt & filter
     wanted = columns if columns is not None else declared(table).names
@@ -581,6 +628,7 @@ def write_table(
         replace_all=replace_all,
         inputs=inputs,
         replace_where=replace_where,
+        snapshot=_snapshot_to_write(warehouse, table),
     )
 
 

@@ -53,6 +53,7 @@ from jobs.fleet.regressions import (
     find_regressions,
     options_with_defaults,
     run_sequence,
+    runs_after,
 )
 from jobs.fleet.stats import profiler_steps
 from jobs.fleet.window import WINDOW_DAYS, capture_days, window
@@ -236,17 +237,29 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     reduced = update(engine, warehouse, inputs, rebuild=rebuild, options=regression_options)
     result.reduced_jobs = reduced.reduced_jobs
     runs = reduced.runs
-    stepped = runs[(runs["n_steps"] > 0).to_numpy(dtype=bool)]
-    sequence = run_sequence(stepped) if len(stepped) else None  # every run, in comparison order
+    sequence = _stepped_sequence(runs)  # every run with ProfilerSteps, in comparison order
     stored = None if reduced.runs_before is None else _stored_derivations(warehouse)
     touched = Touched.of(reduced) if stored is not None else None
-    previous, dates = None, None
-    if not rebuild and not reduced.options_changed:  # the last rows were made with these options: keep the fresh
-        previous = read_arrow(warehouse, "regressions", columns=list(COMPARED_COLUMNS))
-    baseline = regression_options["baseline_runs"]
-    if previous is not None and sequence is not None:
+    dates, baseline = None, regression_options["baseline_runs"]
+    # the last rows were made with these options: compare again only the dates a change made stale, reading back
+    # the rows of the runs it can alter only (:func:`jobs.fleet.regressions.runs_after`)
+    if not rebuild and not reduced.options_changed and sequence is not None:
         changed = {*reduced.reduced_jobs, *reduced.dropped_jobs}
-        dates = dates_to_compare(sequence, previous.to_pandas(), changed, baseline)
+        before = _stepped_sequence(reduced.runs_before)
+        touched_runs = [
+            (j, a)
+            for r in (runs, reduced.runs_before)
+            if r is not None
+            for j, a in zip(r["job_id"], r["attempt"])
+            if str(j) in changed
+        ]
+        after = runs_after(sequence, before, touched_runs)
+        previous = read_arrow(
+            warehouse, "regressions", columns=list(COMPARED_COLUMNS), partitions={"date": set(after["run_date"])}
+        )
+        if previous is not None:
+            checked = set(zip(after["job_id"].astype(str), after["attempt"].astype(int)))
+            dates = dates_to_compare(sequence, previous.to_pandas(), changed, baseline, checked=checked)
     jobs = insight_jobs(engine, warehouse, inputs, runs, sequence, dates, baseline)
     needed = jobs["findings"]  # the insights' window, the runs compared again and their baselines
     if touched is None or needed is None:
@@ -268,6 +281,15 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     commit(warehouse, reduced)  # last: a run killed before it redoes this one's work
     result.regressions = frames["regressions"]
     return result
+
+
+def _stepped_sequence(runs: pd.DataFrame | None) -> pd.DataFrame | None:
+    """:func:`jobs.fleet.regressions.run_sequence` of the :data:`jobs.fleet.reduced.RUNS` rows with ProfilerSteps
+    (``None`` when none)."""
+    if runs is None:
+        return None
+    stepped = runs[(runs["n_steps"] > 0).to_numpy(dtype=bool)]
+    return run_sequence(stepped) if len(stepped) else None
 
 
 def insight_jobs(

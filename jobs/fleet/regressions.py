@@ -279,8 +279,34 @@ def baselines(runs: pd.DataFrame, baseline_runs: int) -> dict[tuple[str, int], l
 COMPARED_COLUMNS = ("job_id", "attempt", "date", "run_index", "baseline_runs")
 
 
+def runs_after(runs: pd.DataFrame, before: pd.DataFrame | None, touched) -> pd.DataFrame:
+    """The runs whose ``regressions`` rows a change of the ``touched`` runs (``(job_id, attempt)`` reduced again or
+    gone) can alter: in each job name holding a touched run now or before, every run from the first touched one on
+    (``run_key`` order) — a run's place, baselines and rows depend only on its own rows and the runs before it.
+
+    Args:
+        runs, before: :func:`run_sequence` rows of every run now and at the last fleet run (``None``: none).
+
+    Returns:
+        ``runs`` and ``before`` rows of those runs (``job_name, job_id, attempt, run_key, run_date``).
+    """
+    keys = {(str(j), int(a)) for j, a in touched}
+    frames = [f for f in (runs, before) if f is not None and len(f)]
+    if not frames or not keys:
+        return runs.iloc[0:0]
+    both = pd.concat(frames, ignore_index=True)
+    mine = [(str(j), int(a)) in keys for j, a in zip(both["job_id"], both["attempt"])]
+    first = both[np.asarray(mine, dtype=bool)].groupby("job_name")["run_key"].min()
+    start = both["job_name"].map(first)
+    return both[(start.notna() & (both["run_key"] >= start)).to_numpy(dtype=bool)]
+
+
 def dates_to_compare(
-    runs: pd.DataFrame, previous: pd.DataFrame, changed_jobs, baseline_runs: int = BASELINE_RUNS
+    runs: pd.DataFrame,
+    previous: pd.DataFrame,
+    changed_jobs,
+    baseline_runs: int = BASELINE_RUNS,
+    checked=None,
 ) -> set[str]:
     """The run dates whose ``regressions`` rows must be computed again (every run of such a date: one family).
 
@@ -292,6 +318,8 @@ def dates_to_compare(
         runs: :func:`run_sequence` of every run now; previous: the ``regressions`` rows written last time
             (:data:`COMPARED_COLUMNS` suffice).
         changed_jobs: job ids whose rows changed since; baseline_runs: as :func:`find_regressions`.
+        checked: only these runs (``(job_id, attempt)``: :func:`runs_after` of the changed jobs' runs) can be
+            stale; ``previous`` need then hold only the rows of their dates (now and before). Default every run.
 
     Returns:
         The dates (``run_date`` now, ``date`` in ``previous``) to compare again.
@@ -306,7 +334,10 @@ def dates_to_compare(
     for j, a, d, i in zip(runs["job_id"], runs["attempt"], runs["run_date"], index):
         date_of[(str(j), int(a))], index_of[(str(j), int(a))] = str(d), int(i)
     out = set()
+    wanted = None if checked is None else {(str(j), int(a)) for j, a in checked}
     for k, base in baselines(runs, baseline_runs).items():
+        if wanted is not None and k not in wanted:
+            continue
         was = old.get(k)
         if (
             was is None

@@ -216,6 +216,42 @@ def test_a_conflicting_commit_is_retried_with_fresh_removes(tmp_path, monkeypatc
     assert _read(wh) == _expected({"a": 1}, 3)
 
 
+def test_a_writer_holding_an_older_snapshot_commits_on_top_of_the_newer_one(tmp_path):
+    """``write_partitions(snapshot=…)``: the caller's snapshot of version 1, while another writer committed version
+    2, is brought up to date from the log before the commit: version 2's file of the job is removed, none lost."""
+    wh, uri = str(tmp_path), os.path.join(str(tmp_path), "t")
+    commit.write_partitions(pa.table(_rows({"a": 2, "b": 1}, 1)), wh, "t", PARTS)
+    held = commit.open_table(uri)
+    commit.write_partitions(pa.table(_rows({"a": 3}, 2)), wh, "t", PARTS)
+    res = commit.write_partitions(pa.table(_rows({"a": 1}, 3)), wh, "t", PARTS, snapshot=held)
+    assert res.version == 3 and res.files_removed == 1 and res.attempts == 1
+    assert _read(wh) == {"a": {(0, 3)}, "b": {(2, 1)}}
+
+
+def test_in_a_versions_cached_context_each_table_log_is_replayed_once(tmp_path, monkeypatch):
+    """``jobs.warehouse.versions_cached``: the latest version opened once, then read as of its number without a
+    second open; a read of the latest after this context's own write, and after another writer's, sees them
+    (the snapshot brought up to date from the log) without opening the table again."""
+    from jobs import warehouse
+
+    wh = str(tmp_path)
+    commit.write_partitions(pa.table(_rows({"a": 2}, 1)), wh, "t", PARTS)
+    opened = []
+    real = warehouse.open_table
+    monkeypatch.setattr(warehouse, "open_table", lambda uri, version=None: opened.append(version) or real(uri, version))
+    rows = lambda t: sorted(t.column("v").to_pylist())  # noqa: E731
+    with warehouse.versions_cached():
+        v = warehouse.table_version(wh, "t")
+        assert rows(warehouse.read_arrow(wh, "t", columns=["v"], as_of=v)) == [1, 1]
+        warehouse.write_table(pa.table(_rows({"b": 1}, 2)), wh, "t", partition_by=PARTS, schema=None)
+        assert rows(warehouse.read_arrow(wh, "t", columns=["v"])) == [1, 1, 2]
+        commit.write_partitions(pa.table(_rows({"a": 1}, 3)), wh, "t", PARTS)  # another writer
+        assert rows(warehouse.read_arrow(wh, "t", columns=["v"])) == [2, 3]
+        assert opened == [None]
+        assert rows(warehouse.read_arrow(wh, "t", columns=["v"], as_of=v)) == [1, 1]  # version v as it was:
+    assert opened == [None, v]  # opened at it again (the latest snapshot moved past it)
+
+
 def _writer(args) -> list[int]:
     """A concurrent writer (its own process): ``n`` rebuilds of jobs among ``jobs``; returns its commit attempts."""
     wh, who, n, jobs = args

@@ -311,6 +311,39 @@ def test_only_the_days_a_change_makes_stale_are_compared_again():
     )
 
 
+def test_the_rows_of_the_runs_after_a_change_find_the_stale_days_the_whole_table_finds():
+    """A fleet run reads back only the ``regressions`` rows of the dates of :func:`runs_after` (the runs from the
+    first changed one on, in its job names): the stale days are those found over every stored row — a new day, a
+    run changed in the middle, a run gone, a run moved to another job name."""
+    from jobs.fleet.regressions import dates_to_compare, run_sequence, runs_after
+
+    runs = [_run(f"n-{d}", f"2026-11-0{d + 1}", _jitter(100, seed=d)) for d in range(6)]
+    runs += [_run(f"o-{d}", f"2026-11-0{d + 1}", _jitter(100, seed=10 + d), name="other") for d in range(6)]
+    steps = _frame(*runs)
+    old = steps[steps["run_date"] < "2026-11-06"]
+    stored = find_regressions(old, baseline_runs=2)
+    moved = steps.assign(job_name=np.where(steps["job_id"] == "n-2", "other", steps["job_name"]))
+    cases = {  # now, before, changed jobs
+        "new day": (steps, old, {"n-5", "o-5"}),
+        "changed in the middle": (old, old, {"n-1"}),
+        "gone": (old[old["job_id"] != "n-1"], old, {"n-1"}),
+        "moved to another job name": (moved[moved["run_date"] < "2026-11-06"], old, {"n-2"}),
+    }
+    for case, (now, before, changed) in cases.items():
+        seq, seq_before = run_sequence(now), run_sequence(before)
+        touched = [(j, 0) for j in changed]
+        after = runs_after(seq, seq_before, touched)
+        read = stored[stored["date"].isin(set(after["run_date"]))]
+        checked = set(zip(after["job_id"], after["attempt"]))
+        assert dates_to_compare(seq, read, changed, 2, checked=checked) == dates_to_compare(seq, stored, changed, 2), (
+            case
+        )
+        assert set(after["job_name"]) <= {"nightly", "other"}
+    # a new day reads back that day's rows only
+    assert set(runs_after(run_sequence(steps), run_sequence(old), [("n-5", 0)])["run_date"]) == {"2026-11-06"}
+    assert not len(runs_after(run_sequence(steps), run_sequence(old), []))
+
+
 def test_options_with_defaults_names_every_option_and_refuses_unknown_ones():
     from jobs.fleet.regressions import options_with_defaults
 
