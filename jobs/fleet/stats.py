@@ -435,8 +435,8 @@ def run_summary(steps: pd.DataFrame, ranks: pd.DataFrame | None, captures: pd.Da
     windows = analysis_windows(steps, ranks, captures)
     if not len(windows):
         return pd.DataFrame(columns=[*FLEET_STATS.names, "job_id", "attempt"])
-    st = fleet_stats(job_steps_frame(windows, captures))
-    out = st[(st["dimension"] == "job") & (st["date"] == "all")].copy()
+    st = fleet_stats(job_steps_frame(windows, captures), ("job",), dated=False)  # the job rows of date all only
+    out = st.copy()
     parts = out["value"].astype(str).str.rsplit("#", n=1)
     out["job_id"] = parts.str[0]
     out["attempt"] = pd.array(parts.str[1].astype(int), dtype="Int32")
