@@ -307,33 +307,36 @@ def job_rows(warehouse: str, table: str, job_ids: list[str] | None = None) -> di
     return out
 
 
-def _files_by_job(warehouse: str, table: str, as_of: AsOf) -> dict[str, list[dict]]:
-    """``{job_id: [live file (:func:`jobs.commit.live_files`), …]}`` of ``table`` at ``as_of`` (Delta log only)."""
+def _log_columns(warehouse: str, table: str, as_of: AsOf, *columns: str) -> list[list]:
+    """Columns of the live files' add actions of ``table`` at ``as_of`` (``path``, ``partition.job_id`` …; a
+    partition column the table lacks is all ``None``), as lists — the Delta log only, no per-file objects (a
+    year of jobs is thousands of files)."""
     dt = _snapshot(warehouse, table, as_of)
-    out: dict[str, list[dict]] = {}
-    for f in [] if dt is None else live_files(dt):
-        job = f["partition"].get("job_id")
-        if job is not None:
-            out.setdefault(str(job), []).append(f)
-    return out
+    if dt is None:
+        return [[] for _ in columns]
+    t = pa.table(dt.get_add_actions(flatten=True))
+    return [t[c].to_pylist() if c in t.column_names else [None] * t.num_rows for c in columns]
 
 
 def job_files(warehouse: str, table: str, as_of: AsOf = None) -> dict[str, list[str]]:
     """``{job_id: [data file path, …]}`` of ``table``'s live files at ``as_of`` (Delta log only, no data read;
     paths relative to the table root, sorted); ``{}`` when never written. A rewrite of a job's rows (re-ingest,
     compaction) names new files."""
-    return {job: sorted(f["path"] for f in fs) for job, fs in _files_by_job(warehouse, table, as_of).items()}
+    out: dict[str, list[str]] = {}
+    for job, path in zip(*_log_columns(warehouse, table, as_of, "partition.job_id", "path")):
+        if job is not None:
+            out.setdefault(str(job), []).append(path)
+    return {job: sorted(paths) for job, paths in out.items()}
 
 
 def job_dates(warehouse: str, table: str, as_of: AsOf = None) -> dict[str, list[str]]:
     """``{job_id: [date, …]}``: the ``date`` partitions of each job's live files in ``table`` at ``as_of``, sorted
     (Delta log only, no data read); ``{}`` when never written."""
-    out = {}
-    for job, fs in _files_by_job(warehouse, table, as_of).items():
-        dates = sorted({str(f["partition"]["date"]) for f in fs if f["partition"].get("date") is not None})
-        if dates:
-            out[job] = dates
-    return out
+    out: dict[str, set[str]] = {}
+    for job, date in zip(*_log_columns(warehouse, table, as_of, "partition.job_id", "partition.date")):
+        if job is not None and date is not None:
+            out.setdefault(str(job), set()).add(str(date))
+    return {job: sorted(dates) for job, dates in out.items()}
 
 
 def table_rows(warehouse: str, table: str) -> int | None:

@@ -321,6 +321,25 @@ def test_a_new_declared_column_keeps_old_versions_readable(tmp_path):
     assert "note" not in commit.open_table(uri, 1).to_pyarrow_table().schema.names  # version 1 as it was
 
 
+def test_the_log_is_checkpointed_every_ten_commits_and_maintain_sets_it_on_older_tables(tmp_path):
+    """A table made here checkpoints its log every 10 commits (``delta.checkpointInterval``), so an open replays at
+    most 9 JSON commits; a table created without the property gets it from ``maintain``."""
+    from deltalake import DeltaTable
+
+    wh = str(tmp_path)
+    for v in range(21):
+        commit.write_partitions(pa.table(_rows({f"j{v}": 1}, v)), wh, "t", PARTS)
+    log = os.listdir(os.path.join(wh, "t", "_delta_log"))
+    assert sorted(f for f in log if f.endswith(".checkpoint.parquet")) == [
+        f"{v:020d}.checkpoint.parquet" for v in (9, 19)
+    ]
+    old = os.path.join(wh, "old")
+    DeltaTable.create(old, pa.schema([("date", pa.string()), ("x", pa.int64())]), partition_by=["date"])
+    assert "delta.checkpointInterval" not in commit.open_table(old).metadata().configuration
+    commit.maintain(old)
+    assert commit.open_table(old).metadata().configuration == commit.TABLE_PROPERTIES
+
+
 def test_maintain_compacts_and_vacuums_without_changing_what_readers_see(tmp_path):
     wh, uri = str(tmp_path), os.path.join(str(tmp_path), "t")
     for v in range(6):  # 6 versions, the job's files replaced each time: 5 × 4 removed files on disk
