@@ -131,11 +131,12 @@ def fleet_frames(
 @dataclass
 class Touched:
     """What a fleet run's changed and dropped jobs touch: their runs' capture ``dates`` and ``run_dates`` (before
-    and now) and their ``runs`` (``job_id#attempt``)."""
+    and now) and their ``runs`` (``job_id#attempt``; ``keys``: the same as ``(job_id, attempt)``)."""
 
     dates: set[str]
     run_dates: set[str]
     runs: set[str]
+    keys: set[tuple[str, int]]
 
     @classmethod
     def of(cls, reduced: Reduced) -> Touched:
@@ -143,7 +144,8 @@ class Touched:
         parts = [r[r["job_id"].isin(jobs)] for r in (reduced.runs_before, reduced.runs) if r is not None]
         rows = pd.concat(parts, ignore_index=True)
         dates = {str(d) for ds in rows["dates"] for d in ds}
-        return cls(dates, {str(d) for d in rows["run_date"]}, {str(r) for r in rows["job"]})
+        keys = {(str(j), int(a)) for j, a in zip(rows["job_id"], rows["attempt"])}
+        return cls(dates, {str(d) for d in rows["run_date"]}, {str(r) for r in rows["job"]}, keys)
 
     def jobs(self, runs: pd.DataFrame) -> set[str]:
         """The job ids of ``runs`` (:data:`jobs.fleet.reduced.RUNS` rows) whose rows a derivation over these
@@ -239,21 +241,14 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     runs = reduced.runs
     sequence = _stepped_sequence(runs)  # every run with ProfilerSteps, in comparison order
     stored = None if reduced.runs_before is None else _stored_derivations(warehouse)
-    touched = Touched.of(reduced) if stored is not None else None
+    changes = Touched.of(reduced)
+    touched = changes if stored is not None else None  # without stored derivations: every row made again
     dates, baseline = None, regression_options["baseline_runs"]
     # the last rows were made with these options: compare again only the dates a change made stale, reading back
     # the rows of the runs it can alter only (:func:`jobs.fleet.regressions.runs_after`)
     if not rebuild and not reduced.options_changed and sequence is not None:
         changed = {*reduced.reduced_jobs, *reduced.dropped_jobs}
-        before = _stepped_sequence(reduced.runs_before)
-        touched_runs = [
-            (j, a)
-            for r in (runs, reduced.runs_before)
-            if r is not None
-            for j, a in zip(r["job_id"], r["attempt"])
-            if str(j) in changed
-        ]
-        after = runs_after(sequence, before, touched_runs)
+        after = runs_after(sequence, _stepped_sequence(reduced.runs_before), changes.keys)
         previous = read_arrow(
             warehouse, "regressions", columns=list(COMPARED_COLUMNS), partitions={"date": set(after["run_date"])}
         )
