@@ -7,12 +7,12 @@ folder, on the jobs of the warehouse's run record (``<warehouse>/_runs/ingest/op
 
 * *wall* and *CPU* seconds of the call: CPU is this process' user + system time plus that of the child
   processes it waited for (``resource.getrusage``), so report rendering in worker processes is counted;
-* *imports*: seconds to import the stage's code, MLflow's client and matplotlib before the call (paid once
+* *imports*: seconds to import the stage's code, MLflow's client and pygal before the call (paid once
   per process; not part of the call's wall time);
 * with ``--profile``, a breakdown of the call from ``cProfile`` (cumulative seconds, profiler overhead
   included, so the parts add up to more than the unprofiled wall): *MLflow client set-up*
   (``MlflowClient.__init__``), *report rendering* (:func:`jobs.publish.report.html.render_job_report`, in
-  this process), *plots* (``savefig`` and layout inside it), and the *rest* (reading the warehouse,
+  this process), *plots* (pygal's SVG trees inside it), and the *rest* (reading the warehouse,
   MLflow logging), then the top functions by own time.
 
 The warehouse is built once with the pipeline, e.g. (from the repo root)::
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, REPO_ROOT)
 
     t0 = time.perf_counter()
-    import matplotlib.figure  # noqa: F401  (timed here: the cost of a fresh process)
     import mlflow.tracking  # noqa: F401
+    import pygal  # noqa: F401  (timed here: the cost of a fresh process)
 
     from jobs.pipeline.record import read_record
     from jobs.pipeline.stages import RunSettings, jobs_record, validation
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         parts = {
             "mlflow_client_setup_s": _cum(st, "mlflow/tracking/client.py", "__init__"),
             "report_render_s": _cum(st, "jobs/publish/report/html.py", "render_job_report"),
-            "savefig_s": _cum(st, "matplotlib/figure.py", "savefig"),
-            "layout_s": _cum(st, "matplotlib/layout_engine.py", "execute"),
+            "plots_s": _cum(st, "jobs/publish/report/plots.py", "_tree"),
             "total_profiled_s": st.total_tt,
         }
         parts["rest_s"] = parts["total_profiled_s"] - parts["mlflow_client_setup_s"] - parts["report_render_s"]

@@ -178,9 +178,10 @@ def print_summary(result) -> None:
         f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}"
     )
     if result.tracking_uri:
+        paths = job_report_paths(result.tracking_uri, list(result.run_ids.values()))
         for (job, attempt), run_id in sorted(result.run_ids.items()):
             console.print(f"MLflow run for job {job} (attempt {attempt}): {run_id}", soft_wrap=True)
-            path = job_report_path(result.tracking_uri, run_id)
+            path = paths.get(run_id)
             if path:
                 console.print(f"  job report: {path}", highlight=False, soft_wrap=True)
         console.print(f"view them: mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
@@ -188,19 +189,37 @@ def print_summary(result) -> None:
 
 def job_report_path(tracking_uri: str, run_id: str) -> str | None:
     """``file://`` URI of a run's HTML job report when its artifacts are on this machine, else ``None``."""
+    return job_report_paths(tracking_uri, [run_id]).get(run_id)
+
+
+def job_report_paths(tracking_uri: str, run_ids: list[str]) -> dict[str, str]:
+    """``{run_id: file:// URI of its HTML job report}`` for the runs whose report is on this machine (others left
+    out); the runs are looked up 100 at a time (``attributes.run_id IN (…)``), not one by one."""
     from mlflow.tracking import MlflowClient  # heavy: mlflow, only when runs were logged
 
     from jobs.publish.reports import JOB_REPORT_ARTIFACT  # keeps `tracelake --help` light
 
+    out: dict[str, str] = {}
     try:
-        root = MlflowClient(tracking_uri=tracking_uri).get_run(run_id).info.artifact_uri
+        client = MlflowClient(tracking_uri=tracking_uri)
+        exp_ids = sorted({client.get_run(run_ids[0]).info.experiment_id}) if run_ids else []
+        runs = [
+            r
+            for i in range(0, len(run_ids), 100)
+            for r in client.search_runs(
+                exp_ids, "attributes.run_id IN (" + ", ".join(f"'{x}'" for x in run_ids[i : i + 100]) + ")",
+                max_results=100,
+            )
+        ]  # fmt: skip
     except Exception:  # noqa: BLE001 - a report path is a convenience, never a reason to fail the summary
-        return None
-    local = root[len("file://") :] if root.startswith("file://") else (root if "://" not in root else None)
-    if local is None:
-        return None
-    path = Path(local) / JOB_REPORT_ARTIFACT
-    return path.resolve().as_uri() if path.exists() else None
+        return out
+    for r in runs:
+        root = r.info.artifact_uri
+        local = root[len("file://") :] if root.startswith("file://") else (root if "://" not in root else None)
+        path = Path(local) / JOB_REPORT_ARTIFACT if local is not None else None
+        if path is not None and path.exists():
+            out[r.info.run_id] = path.resolve().as_uri()
+    return out
 
 
 def _bare_tags(items: list[str], job_name: str | None) -> dict[str, str]:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from jobs.executor import LocalExecutor
 from jobs.pipeline.stages import INGEST, RunSettings, run_stages, validation
-from jobs.publish.tracking import create_store_in_child, open_store_in_background
+from jobs.publish.tracking import open_store_in_background
 from jobs.spark import get_spark
 from jobs.warehouse import read_pandas
 
@@ -137,17 +137,16 @@ def run_pipeline(
         return _stage(progress, stage.title.format(**s.model_dump(), n_jobs=n_jobs))
 
     with LocalExecutor() if kind == "local" else nullcontext(spark) as engine:
-        store = child = None
+        store = None
         try:
             if kind == "local":
-                # While the fork server imports Great Expectations once, for every worker to inherit, a child
-                # process creates the MLflow store on the other core; the driver imports mlflow in a thread
-                # while the first stages run in the workers.
+                # The driver imports mlflow and opens (or creates) the MLflow store in a thread while the fork
+                # server imports Great Expectations once, for every worker to inherit, and the first stages run in
+                # the workers (the fork server is a new process: no thread of the driver is copied into it).
                 uri = cast(str, s.tracking_uri)  # RunSettings.model_post_init filled it
-                child = create_store_in_child(uri) if log_to_mlflow else None
+                store = open_store_in_background(uri) if log_to_mlflow else None
                 with _stage(progress, f"Starting {engine.workers} worker processes"):
                     engine.start(preload=("great_expectations", "jobs.validate.gx_engine"))
-                store = open_store_in_background(uri, after=child) if log_to_mlflow else None
                 import_in_background()
 
             def on_stage_ready(stage, record):
@@ -158,10 +157,9 @@ def run_pipeline(
             record = run_stages(
                 INGEST, s, engine=engine, skip=() if log_to_mlflow else ("publish",), on_stage=on_stage_ready
             )
-        finally:  # never leave with the store half created (a new SQLite file is migrated by them)
-            for waiter in (store, child):
-                if waiter is not None:
-                    waiter.join()
+        finally:  # never leave with the store half created (a new SQLite file is migrated by the thread)
+            if store is not None:
+                store.join()
     job_ids = record.get("job_ids", [])
     t = read_pandas(warehouse, ("captures", "ranks", "steps", "neuron_summary", "regressions", "findings"), job_ids)
     run_ids = {(k.rsplit("#", 1)[0], int(k.rsplit("#", 1)[1])): v for k, v in record.get("run_ids", {}).items()}

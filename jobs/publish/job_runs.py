@@ -6,6 +6,7 @@ tables of a few jobs are small), so a scheduler runs it as a plain Python task.
 
 from __future__ import annotations
 
+from jobs.publish.headline import headline
 from jobs.publish.reports import log_job_reports, render_reports
 from jobs.publish.tracking import log_jobs
 from jobs.publish.validation import log_validations
@@ -51,9 +52,11 @@ def publish_jobs(
 
     client = MlflowClient(tracking_uri=tracking_uri)
     t = read_pandas(warehouse, RUN_TABLES, list(job_ids))
-    # the job reports render in the workers while this process logs the runs (the runs of log_jobs: captures')
+    # the job reports render in the workers while this process logs the runs (the runs of log_jobs: captures');
+    # both show the headline of one run_summary over every run
     runs = sorted({(str(j), int(a)) for j, a in zip(t["captures"]["job_id"], t["captures"]["attempt"])})
-    pages = render_reports(warehouse, runs, validation, map_fn)
+    heads = headline(t["steps"], t["ranks"], t["captures"])
+    pages = render_reports(warehouse, runs, validation, map_fn, heads=heads)
     failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
     run_ids = log_jobs(
         tracking_uri,
@@ -68,6 +71,7 @@ def publish_jobs(
         findings=t["findings"],
         client=client,
         rule_coverage=t["rule_coverage"],
+        heads=heads,
     )
     if validation is not None:
         log_validations(tracking_uri, run_ids, validation, client=client)

@@ -208,26 +208,60 @@ def load_jobs_tables(
     return read_pandas(warehouse, names, list(job_ids), exact=True, skip_missing=True)
 
 
-def _of_run(tables: dict[str, pd.DataFrame], job_id: str, attempt: int) -> dict[str, pd.DataFrame]:
-    out = {}
+def _by_run(tables: dict[str, pd.DataFrame], runs) -> dict[tuple[str, int], dict[str, pd.DataFrame]]:
+    """The rows of each ``(job_id, attempt)`` of ``runs`` in ``tables`` (a table without ``attempt``: the job's rows),
+    each table grouped once, not scanned once per run: ``{run: {table name: rows}}``, every table in each run's dict
+    (no row of the run: empty, with the table's columns)."""
+    out: dict[tuple[str, int], dict[str, pd.DataFrame]] = {run: {} for run in runs}
     for name, df in tables.items():
-        keep = df["job_id"].astype(str) == str(job_id)
+        keys = [df["job_id"].astype(str)]
         if "attempt" in df.columns:
-            keep &= df["attempt"] == int(attempt)
-        out[name] = df[keep.fillna(False).to_numpy(dtype=bool)].reset_index(drop=True)
+            keys.append(pd.to_numeric(df["attempt"], errors="coerce").fillna(-1).astype("int64"))
+        groups = df.groupby(keys, sort=False).indices if len(df) else {}
+        for job_id, attempt in runs:
+            idx = groups.get((job_id, attempt) if len(keys) == 2 else job_id)
+            out[(job_id, attempt)][name] = (df.iloc[idx] if idx is not None else df.iloc[0:0]).reset_index(drop=True)
     return out
 
 
-def render_reports(warehouse: str, runs, validation=None, map_fn=map) -> Iterator[tuple[tuple[str, int], str]]:
-    """Start rendering the HTML job report of every ``(job, attempt)`` of ``runs`` (:func:`render_run_report`
-    through ``map_fn``: a process pool's map submits them all at once and returns at once, so the driver can log
-    the MLflow runs meanwhile).
+def render_reports(
+    warehouse: str, runs, validation=None, map_fn=map, heads: dict | None = None
+) -> Iterator[tuple[tuple[str, int], str]]:
+    """Start rendering the HTML job report of every ``(job, attempt)`` of ``runs``: :func:`render_run_reports` over
+    batches of :func:`batch_size` runs through ``map_fn`` (a process pool's map submits them all at once and returns
+    at once, so the driver can log the MLflow runs meanwhile).
+
+    Args:
+        heads: ``{(job, attempt): headline metrics}`` (:func:`jobs.publish.headline.headline`, the numbers logged to
+            MLflow) for the reports' tiles and verdict; ``None``: each report computes its own.
 
     Returns:
-        ``((job, attempt), HTML)`` pairs, in ``runs`` order; taking one waits for its render.
+        ``((job, attempt), HTML)`` pairs, in ``runs`` order; taking one waits for its batch.
     """
     keys = [(str(job), int(attempt)) for job, attempt in runs]
-    return zip(keys, map_fn(render_run_report, [(warehouse, job, attempt, validation) for job, attempt in keys]))
+    n = batch_size(len(keys))
+    batches = [keys[i : i + n] for i in range(0, len(keys), n)]
+    args = [(warehouse, b, validation, None if heads is None else {k: heads.get(k, {}) for k in b}) for b in batches]
+    return zip(keys, (page for pages in map_fn(render_run_reports, args) for page in pages))
+
+
+def batch_size(n_runs: int, most: int = 16) -> int:
+    """Runs per :func:`render_run_reports` task: the runs spread over two tasks per CPU of this process (so a pool
+    keeps every worker busy), at most ``most`` (a batch's tables are held in memory together)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(most, -(-n_runs // (2 * cpus))))
+
+
+def render_run_reports(args: tuple) -> list[str]:
+    """The HTML job reports of a batch ``(warehouse, [(job_id, attempt), …], validation, heads)``
+    (:func:`render_job_report` of each run), the batch's tables read once (:func:`load_jobs_tables`): a module-level
+    function, so a process pool can run it. ``heads``: ``{(job_id, attempt): headline metrics}`` or ``None``."""
+    warehouse, runs, validation, heads = args
+    tables = _by_run(load_jobs_tables(warehouse, sorted({job for job, _ in runs})), runs)
+    return [
+        render_job_report(tables[run], validation=validation, head=None if heads is None else heads[run])
+        for run in runs
+    ]
 
 
 def log_job_reports(
@@ -235,7 +269,7 @@ def log_job_reports(
 ) -> dict:
     """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
 
-    Each job's report is rendered by :func:`render_run_report` through ``map_fn`` (default: the builtin
+    Each job's report is rendered by :func:`render_reports` through ``map_fn`` (default: the builtin
     ``map``, one after the other; ``tracelake run`` hands in its local executor's, which renders the
     reports in parallel worker processes), unless ``pages`` (:func:`render_reports`, started earlier) has them;
     one MLflow client logs them all (``client``, default: a new one).
@@ -254,13 +288,6 @@ def log_job_reports(
         log_text(client, run_id, html[(str(job), int(attempt))], JOB_REPORT_ARTIFACT)
         out[(job, attempt)] = JOB_REPORT_ARTIFACT
     return out
-
-
-def render_run_report(args: tuple) -> str:
-    """The HTML job report of one ``(warehouse, job_id, attempt, validation)`` (:func:`render_job_report`
-    over the run's tables, read from the warehouse): a module-level function, so a process pool can run it."""
-    warehouse, job_id, attempt, validation = args
-    return render_job_report(_of_run(load_jobs_tables(warehouse, [job_id]), job_id, attempt), validation=validation)
 
 
 #: The ``collectives`` columns the fleet report reads (straggler ranks: last arrivals at matched calls).

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import tempfile
 import threading
@@ -60,41 +59,16 @@ def _create_store(tracking_uri: str) -> None:
     MlflowClient(tracking_uri=tracking_uri)  # builds the store; mlflow caches it per URI
 
 
-def create_store_in_child(tracking_uri: str) -> multiprocessing.Process | None:
-    """Create the SQLite tracking store of ``tracking_uri`` (a new file: its tables and migrations,
-    ~1.6 s after mlflow's ~1.5 s import) in a forked child process, so that it is built on a core the
-    driver leaves idle while it prepares the local executor's workers. ``None`` for other URIs (a server
-    store exists already).
+def open_store_in_background(tracking_uri: str) -> threading.Thread:
+    """Open the MLflow tracking store of ``tracking_uri`` in a daemon thread: import mlflow and open the store
+    (creating a new SQLite store's tables), so that ``publish`` finds it ready.
 
-    Join the returned process before the store is used (:func:`open_store_in_background` does). A failure
-    is left for ``publish`` to raise when it opens the store itself.
-    """
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    child = multiprocessing.get_context("fork").Process(
-        target=_create_store, args=(tracking_uri,), name="tracelake-mlflow-store", daemon=True
-    )
-    child.start()
-    return child
-
-
-def open_store_in_background(tracking_uri: str, after: multiprocessing.Process | None = None) -> threading.Thread:
-    """Open the MLflow tracking store of ``tracking_uri`` in a daemon thread: import mlflow and open the
-    store (creating it unless ``after``, the child of :func:`create_store_in_child`, did: the thread
-    waits for it), so that ``publish`` finds it ready.
-
-    ``tracelake run`` starts it while the first stages run in its worker processes (after they are
-    forked). Join the returned thread before any other use of MLflow in the process. A failure is left for
+    ``tracelake run`` starts it while its fork server imports the workers' modules and the first stages run in the
+    workers. Join the returned thread before any other use of MLflow in the process. A failure is left for
     ``publish`` to raise when it opens the store itself.
     """
 
     def open_store() -> None:
-        try:
-            import mlflow.tracking  # noqa: F401  heavy: mlflow (imported while the child builds the store)
-        except Exception:  # noqa: BLE001
-            pass
-        if after is not None:
-            after.join()
         try:
             _create_store(tracking_uri)
         except Exception:  # noqa: BLE001 — publish opens the store again and reports what is wrong
@@ -325,6 +299,7 @@ def log_jobs(
     findings: pd.DataFrame | None = None,
     client=None,
     rule_coverage: pd.DataFrame | None = None,
+    heads: dict | None = None,
 ) -> dict[tuple[str, int], str]:
     """Log one MLflow run per (job_id, attempt) found in ``captures``, replacing an earlier one (:func:`replace_run`).
 
@@ -345,7 +320,8 @@ def log_jobs(
     the most time; ``none`` only when the verdict is ``ok``), ``finding/<rule>/lost_ms_per_step`` and the
     ``coverage/…`` counts.
     ``client``: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one), so that one publish
-    run sets up one client (:func:`jobs.publish.job_runs.publish_jobs`).
+    run sets up one client (:func:`jobs.publish.job_runs.publish_jobs`). ``heads``: ``{(job_id, attempt): headline
+    metrics}`` (:func:`jobs.publish.headline.headline` of these rows) when the caller made it; default: made here.
 
     Returns:
         ``{(job_id, attempt): run_id}``.
@@ -359,7 +335,8 @@ def log_jobs(
     client = client or MlflowClient(tracking_uri=tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT, tracking_uri, warehouse)
     out = {}
-    heads = headline(steps, ranks, captures)  # every job's headline in one run_summary (not one per job)
+    # every job's headline in one run_summary (not one per job), unless the caller has it
+    heads = headline(steps, ranks, captures) if heads is None else heads
     for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
         safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
         jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
@@ -428,21 +405,17 @@ def log_jobs(
                     cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str
                 )
             )
-            names = ["steps.csv", "ranks.csv", "captures.json"]
             fs, fj = fsspec.core.url_to_fs(
                 "/".join([str(warehouse).rstrip("/"), "findings_json", str(job_id), str(attempt), "findings.json"])
             )
             if fs.exists(fj):  # local disk or an object store alike
                 Path(tmp, "findings.json").write_bytes(fs.cat_file(fj))
-                names.append("findings.json")
             if neuron_rows is not None:
                 neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)
                 Path(tmp, "neuron_findings.json").write_text(
                     json.dumps(neuron_findings(neuron_rows).to_pylist(), indent=1, default=str)
                 )
-                names += ["neuron_summary.csv", "neuron_findings.json"]
-            for name in names:
-                client.log_artifact(run_id, os.path.join(tmp, name))
+            client.log_artifacts(run_id, tmp)  # the folder's files at the root: one artifact-store lookup, not one each
         client.set_terminated(run_id, status="FAILED" if job_id in failed_jobs else "FINISHED")
         out[(job_id, int(attempt))] = run_id
     return out

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import time
+from pathlib import Path
 
 from jobs.publish.report.html import render_validation_report
-from jobs.publish.reports import log_text
 from jobs.validate.report import ValidationReport
 
 
@@ -27,6 +28,7 @@ def log_validation(
     job_id: str | None = None,
     client=None,
     texts: dict[str, str] | None = None,
+    page: str | None = None,
 ) -> bool:
     """Attach ``report`` to an MLflow run; mark the run ``FAILED`` when its job failed validation.
 
@@ -42,6 +44,8 @@ def log_validation(
             this job is in :meth:`ValidationReport.failed_jobs`.
         client: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one).
         texts: :func:`report_texts` of ``report`` when already made (one serialization for every run).
+        page: ``validation.html`` when already made (:func:`log_validations`: the run's page, rendered once for
+            every job; default: rendered here with the job's status in its subtitle).
 
     Returns:
         True when the job passed.
@@ -70,8 +74,11 @@ def log_validation(
         ],
     )
     texts = texts or report_texts(report)
-    for name, text in (("validation.html", render_validation_report(report, job_id=job_id)), *texts.items()):
-        log_text(client, run_id, text, f"validation/{name}")
+    page = page if page is not None else render_validation_report(report, job_id=job_id)
+    with tempfile.TemporaryDirectory() as tmp:  # one artifact call for the three files
+        for name, text in (("validation.html", page), *texts.items()):
+            Path(tmp, name).write_text(text, encoding="utf-8")
+        client.log_artifacts(run_id, tmp, artifact_path="validation")
     if not ok:
         client.set_terminated(run_id, status="FAILED")
     return ok
@@ -79,7 +86,9 @@ def log_validation(
 
 def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport, client=None) -> dict:
     """:func:`log_validation` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``),
-    with one MLflow client for all of them (``client``, default: a new one).
+    with one MLflow client for all of them (``client``, default: a new one) and the artifacts made once: the JSON
+    texts and the run's ``validation.html`` (every job's page alike; each run's own status is in its
+    ``tracelake.validation`` tag, its ``validation/…`` metrics and its job report's data-quality section).
 
     Returns:
         ``{(job, attempt): passed?}``.
@@ -89,8 +98,8 @@ def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport, 
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
-    texts = report_texts(report)
+    texts, page = report_texts(report), render_validation_report(report)
     return {
-        key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client, texts=texts)
+        key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client, texts=texts, page=page)
         for key, run_id in run_ids.items()
     }

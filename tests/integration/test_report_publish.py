@@ -145,3 +145,26 @@ def test_fleet_report_numbers_agree_with_fleet_stats(corpus_warehouse, tmp_path)
     stragglers = [r for r in rows(page, "stragglers") if r["job"] == dlrm]
     assert stragglers[0]["rank"] == "7" and stragglers[0]["finding"] == "straggler_rank"
     assert stragglers[0]["measured by"] == "last arrivals"
+
+
+def test_batched_job_reports_equal_one_by_one(corpus_warehouse):
+    """The job reports of a publish run, rendered in batches that read their tables once, with the headline logged
+    to MLflow handed in (``render_reports(..., heads=headline(...))``), are the pages each run renders alone."""
+    import re
+
+    from jobs.publish.headline import headline
+    from jobs.publish.report.html import render_job_report
+    from jobs.publish.reports import batch_size, load_job_tables, render_reports
+    from jobs.warehouse import read_pandas
+
+    wh, _ = corpus_warehouse
+    t = read_pandas(str(wh), ("captures", "ranks", "steps"))
+    runs = sorted({(str(j), int(a)) for j, a in zip(t["captures"]["job_id"], t["captures"]["attempt"])})[:5]
+    heads = headline(t["steps"], t["ranks"], t["captures"])
+    pages = dict(render_reports(str(wh), runs, heads=heads))
+    assert list(pages) == runs and 1 <= batch_size(len(runs)) <= 16
+    stamp = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")  # the page's generation time
+    for job, attempt in runs:
+        alone = render_job_report(load_job_tables(str(wh), job, attempt))
+        assert stamp.sub("", pages[(job, attempt)]) == stamp.sub("", alone), job
+    assert sum("data-plot=" in p for p in pages.values()) >= 3  # the pages have plots to compare

@@ -4,8 +4,8 @@ The four pages of :mod:`jobs.publish.report.html` are rendered from tables whose
 evidence, validation messages and comparison labels are XSS / template-injection payloads, then parsed
 with :class:`html.parser.HTMLParser` (which splits ``<script>``/``<style>`` content the way a browser
 does): the only elements are the template's own, the only script is the page's marker script, no
-``on*`` attribute and no ``javascript:`` URL exists, every image is a PNG data URI, and each payload is
-present as text. Plots are PNGs: labels reach them as pixels only (math text and LaTeX off). The fleet
+``on*`` attribute and no ``javascript:`` URL exists, every image is an SVG data URI, and each payload is
+present as text. Plots are well-formed SVG without script or links: labels reach them as escaped text nodes. The fleet
 section's metric names (group values from manifest tags) stay valid MLflow names, and the terminal output
 of ``tracelake compare``/``sql``/``run`` (rich) prints names as text, never as console markup.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
 import pandas as pd
@@ -123,6 +124,20 @@ class _Page(HTMLParser):
         self.comments.append(data)
 
 
+def assert_inert_svg(data_uri: str) -> ET.Element:
+    """A plot's data URI is a well-formed SVG document (so every label in it is an escaped text node) with no
+    script, no foreign HTML, no event handler and no link out; returns its root."""
+    assert data_uri.startswith("data:image/svg+xml;base64,")
+    root = ET.fromstring(base64.b64decode(data_uri.split(",", 1)[1], validate=True))
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    for el in root.iter():
+        assert el.tag.rsplit("}", 1)[-1] not in ("script", "foreignObject", "a", "image", "use", "iframe"), el.tag
+        assert not any(k.rsplit("}", 1)[-1].lower().startswith("on") or k.endswith("href") for k in el.attrib), (
+            el.attrib
+        )
+    return root
+
+
 def assert_inert(html: str, shown: tuple[str, ...] = PAYLOADS) -> _Page:
     """The page holds only template markup, and each of ``shown`` appears as text."""
     from jobs.publish.report.html import CHECK_SCRIPT, SCRIPT_HASH
@@ -144,10 +159,7 @@ def assert_inert(html: str, shown: tuple[str, ...] = PAYLOADS) -> _Page:
         for k, v in attrs.items():
             assert not (v or "").strip().lower().startswith(("javascript:", "vbscript:")), (tag, k, v)
         if tag == "img":
-            assert attrs["src"].startswith("data:image/png;base64,")
-            png = base64.b64decode(attrs["src"].split(",", 1)[1], validate=True)
-            assert png.startswith(b"\x89PNG\r\n\x1a\n")
-            assert not any(p.encode() in png for p in PAYLOADS)  # no label is stored as PNG text
+            assert_inert_svg(attrs["src"])
     text = "".join(page.text)
     for p in shown:
         assert p in text, p
@@ -427,16 +439,14 @@ def test_comparison_report_renders_labels_names_and_findings_as_text():
     assert_inert(render_comparison_report(c))
 
 
-def test_plot_labels_are_pixels_even_with_latex_enabled(job_tables):
-    """A matplotlibrc with ``text.usetex: True`` would hand kernel names to LaTeX (``\\input``, ``\\write18``);
-    the plots force it off, and math text off, so a label is drawn as the characters it has."""
-    import matplotlib
-
+def test_plot_labels_are_escaped_text(job_tables):
+    """Kernel names, dates and critical-path labels (script, markup, LaTeX) in a plot are text nodes of a
+    well-formed SVG without script or links (:func:`assert_inert_svg`), drawn as the characters they have."""
     from jobs.publish.report import plots as P
     from jobs.publish.report import sections as S
 
     t = hostile_job(job_tables)
-    latexy = "\\input{/etc/passwd}\\write18{id} $\\frac{1}{0}$ %s" % SCRIPT
+    latexy = "\\input{/etc/passwd} %s" % SCRIPT
     t["kernels"].loc[0, "name"] = latexy
     top, _ = S.top_kernels_frame(t)
     ops = pd.DataFrame({"group": ["kernel", "op"], "name": [latexy, ATTR], "delta_ns_per_step": [5e5, -2e5]})
@@ -449,20 +459,19 @@ def test_plot_labels_are_pixels_even_with_latex_enabled(job_tables):
         }
     )
     share = pd.DataFrame({"bound_by": [latexy, SCRIPT], "dur_ns": [2e6, 1e6], "pct": [66.7, 33.3]})
-    with matplotlib.rc_context({"text.usetex": True}):
-        plots = [
-            P.top_kernels(top),
-            P.collective_wait_heatmap(t["collectives"]),
-            P.critical_path_attribution(share),
-            P.fleet_trends(daily),
-            P.op_deltas(ops),
-        ]
+    plots = [
+        P.top_kernels(top),
+        P.collective_wait_heatmap(t["collectives"]),
+        P.critical_path_attribution(share),
+        P.fleet_trends(daily),
+        P.op_deltas(ops),
+    ]
+    texts = []
     for plot in plots:
         assert plot is not None
-        assert plot.data_uri.startswith("data:image/png;base64,")
-        png = base64.b64decode(plot.data_uri.split(",", 1)[1], validate=True)
-        assert png.startswith(b"\x89PNG\r\n\x1a\n") and b"passwd" not in png and b"<script" not in png
+        texts.append(" ".join("".join(el.itertext()) for el in assert_inert_svg(plot.data_uri).iter()))
         assert not any(p in plot.title or p in plot.alt for p in PAYLOADS) and "passwd" not in plot.alt
+    assert P.short(latexy) in texts[0] and P.short(SCRIPT) in texts[2] and P.short(f"[op] {ATTR}") in texts[4]
 
 
 def _fleet_tables() -> dict:

@@ -4,8 +4,9 @@ Every page is ``templates/report.html.j2``: a header, metric cards and a list of
 :class:`~jobs.publish.report.blocks.Section` (plots, tables, notes) built by
 :mod:`jobs.publish.report.sections` and :mod:`jobs.publish.report.fleet_tables`. Safety: Jinja2
 autoescaping turns every value (kernel names, job ids, reasons, evidence JSON — all of which come
-from traces) into text; plots are PNG data URIs; the page carries a Content-Security-Policy that
-allows only its own inline script (by sha256), so even markup that slipped through could not run.
+from traces) into text; plots are SVG data URIs shown as images (no script in them runs); the page carries a
+Content-Security-Policy that allows only its own inline script (by sha256), so even markup that slipped through
+could not run.
 That one script adds ``<div id="tracelake-rendered" data-plots=N data-plots-ok=M>`` after load,
 which the headless-browser test looks for.
 
@@ -76,7 +77,9 @@ def render_page(title: str, sections: list[Section], subtitle: str = "", cards: 
     )
 
 
-def render_job_report(tables: dict, validation=None, title: str | None = None) -> str:
+def render_job_report(
+    tables: dict, validation=None, title: str | None = None, head: dict[str, float] | None = None
+) -> str:
     """The HTML report of one job run (one job, one attempt).
 
     Args:
@@ -86,6 +89,8 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
             "not available" note in their section.
         validation: a :class:`jobs.validate.report.ValidationReport` to summarize, if any.
         title: page title (default ``tracelake job <job_id> (attempt N)``).
+        head: the run's headline metrics (:func:`jobs.publish.headline.headline`, as logged to MLflow), when the
+            caller has them; default: computed here from ``tables`` (:func:`jobs.publish.report.sections.job_headline`).
 
     Sections: the verdict (ok only when the rules that could judge the job ran and none fired:
     :mod:`jobs.publish.verdict`; top bottleneck, its cost, what to do), the run against the previous runs of its job
@@ -94,8 +99,9 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
     straggler), data quality, captures, the capture-flag glossary.
     """
     job_id, attempt = S.job_identity(tables)
+    head = S.job_headline(tables) if head is None else head  # one run_summary for the tiles and the verdict
     secs = [
-        S.verdict_section(tables),
+        S.verdict_section(tables, head),
         S.regression_section(tables),
         S.coverage_section(tables),
         S.findings_section(tables),
@@ -112,7 +118,7 @@ def render_job_report(tables: dict, validation=None, title: str | None = None) -
         title or f"tracelake job {job_id} (attempt {attempt})",
         secs,
         subtitle=S.job_subtitle(tables),
-        cards=S.job_cards(tables),
+        cards=S.job_cards(tables, head),
     )
 
 

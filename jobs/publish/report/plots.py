@@ -1,22 +1,17 @@
-"""Plots for the HTML reports: pandas in, a :class:`Plot` (base64 PNG data URI) out.
+"""Plots for the HTML reports: pandas in, a :class:`Plot` (SVG data URI) out.
 
-matplotlib's object API (``Figure`` on an Agg canvas, no pyplot global state, no GUI backend). Names from
-traces are drawn with math-text parsing and LaTeX off (a ``$`` in a kernel name stays a ``$``) and shortened
-to :data:`LABEL_CHARS` characters. Every function returns ``None`` when its input has nothing to draw.
-
-Cost: a report renders a handful of plots per job, so each is kept cheap (issue 13): bars are one
-``PolyCollection`` per series (:func:`_hbars`, not one ``Rectangle`` artist per bar), and the margins are
-fitted in one measuring pass before saving (:func:`_fit`) instead of by the constrained-layout solver,
-which measured every artist twice and made ``savefig`` draw the figure twice. What remains is mostly
-matplotlib's text rendering (the glyphs of the tick labels).
+Charts are pygal's (SVG built as an element tree, no text rasterizing): a plot costs milliseconds, not the
+~0.1 s per plot of matplotlib's Agg text layout, which made plots most of a job report's CPU (issue 29). The
+SVG is shown as an ``<img>`` (an image document: no script in it runs, no external fetch) and pygal's
+tooltip script is dropped from the tree before it is written, so the file is the drawing only. Names from
+traces are text nodes of the tree (XML-escaped by the serializer) shortened to :data:`LABEL_CHARS`
+characters. Every function returns ``None`` when its input has nothing to draw.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
-import io
-import warnings
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,11 +33,16 @@ COLORS = {
     "MEMORY": "#009E73",
     "OTHER": "#999999",
 }
+#: Width of every plot, px (the page scales it down to fit).
+WIDTH = 900
+#: Most columns of a heatmap: the calls of a longer trace are grouped into this many (max per group).
+HEATMAP_COLUMNS = 48
+_SVG_NS = "http://www.w3.org/2000/svg"
 
 
 @dataclass
 class Plot:
-    """One rendered plot: ``key`` (stable id, used by tests), ``title``, ``data_uri`` (PNG), ``alt`` text."""
+    """One rendered plot: ``key`` (stable id, used by tests), ``title``, ``data_uri`` (SVG), ``alt`` text."""
 
     key: str
     title: str
@@ -57,89 +57,73 @@ def short(name, n: int = LABEL_CHARS) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-#: Pixels per inch of every plot (figure sizes are in inches).
-DPI = 100
+def _chart(kind: str, height: float, colors=(), **config):
+    """A pygal chart of class ``kind`` (e.g. ``"HorizontalStackedBar"``), :data:`WIDTH` × ``height`` px, series
+    drawn in ``colors`` order, legend below, no tooltip script, labels cut only by :func:`short`."""
+    import pygal  # heavy: pygal (~60 ms), only when a plot is drawn
+    from pygal.style import Style  # heavy: pygal
 
-
-def _figure(width: float, height: float):
-    """A ``width`` × ``height`` inch figure on its own Agg canvas (no layout engine: :func:`_png` fits it)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # heavy: matplotlib
-    from matplotlib.figure import Figure  # heavy: matplotlib
-
-    fig = Figure(figsize=(width, height), dpi=DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _hbars(ax, y, width, left=0.0, color=None, label: str | None = None, height: float = 0.8):
-    """Horizontal bars centred on ``y`` (data units), as ``ax.barh`` draws them, but as one ``PolyCollection``.
-
-    Args:
-        y: bar centres; width: bar lengths (negative: to the left of ``left``); left: bar starts
-            (scalar or per bar); color: one color or one per bar; height: bar thickness in y units.
-
-    Returns:
-        The collection (a legend entry when ``label`` is given).
-    """
-    from matplotlib.collections import PolyCollection  # heavy: matplotlib
-
-    y = np.asarray(y, dtype=float)
-    w = np.asarray(width, dtype=float)
-    x0 = np.broadcast_to(np.asarray(left, dtype=float), w.shape)
-    x1, y0, y1 = x0 + w, y - height / 2, y + height / 2
-    verts = np.stack([np.column_stack(c) for c in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))], axis=1)
-    bars = PolyCollection(verts, facecolors=color, edgecolors="none", linewidths=0, label=label)
-    bars.sticky_edges.x.append(float(np.min(x0, initial=0.0)))  # as barh: the value axis starts at the bars' base
-    ax.add_collection(bars, autolim=True)
-    ax.autoscale_view()
-    return bars
-
-
-def _legend_below(fig, **kwargs):
-    """A figure legend centred under the axes, without a frame (:func:`_fit` keeps room for it)."""
-    return fig.legend(loc="lower center", frameon=False, **kwargs)
-
-
-def _fit(fig, pad: float = 4.0) -> None:
-    """Fit the subplots to the figure in one measuring pass: every subplot's tight box (tick labels, axis
-    labels, title, inset colorbar) inside the figure, ``pad`` pixels from its edges and from each other,
-    above the figure's legends.
-
-    The figures here are one column of subplots (``add_subplot()`` or ``subplots(n, 1)``), so the margins
-    are the largest overhangs of the tight boxes over the axes, measured once at the figure's default
-    subplot positions with its renderer (the text extents are cached for the draw that follows):
-    ``tight_layout`` measures twice, constrained layout twice on every draw. The right margin keeps at least
-    half of the widest x tick label, in case the wider axes get a tick at their right end.
-    """
-    renderer = fig.canvas.get_renderer()
-    width, height = fig.bbox.width, fig.bbox.height
-    floor = max((leg.get_window_extent(renderer).y1 for leg in fig.legends), default=0.0)
-    axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]  # insets ride in their parent's tight box
-    boxes = [(ax.bbox, ax.get_tightbbox(renderer)) for ax in axes]
-    xtick = max(
-        (t.get_window_extent(renderer).width for ax in axes for t in ax.get_xticklabels() if t.get_text()), default=0.0
+    style = Style(
+        background="white",
+        plot_background="white",
+        foreground="#1f2430",
+        foreground_strong="#1f2430",
+        foreground_subtle="#c9ced6",
+        colors=tuple(colors) or ("#0072B2",),
+        font_family="sans-serif",
+        label_font_size=11,
+        major_label_font_size=11,
+        legend_font_size=11,
+        title_font_size=15,
+        opacity=".95",
+        opacity_hover=".95",
+        transition="0ms",
     )
-    left = max(a.x0 - t.x0 for a, t in boxes) + pad
-    right = max(max(t.x1 - a.x1 for a, t in boxes), xtick / 2) + pad
-    top = boxes[0][1].y1 - boxes[0][0].y1 + pad
-    bottom = boxes[-1][0].y0 - boxes[-1][1].y0 + pad + floor
-    gap = max((a.y0 - t.y0 + t2.y1 - a2.y1 for (a, t), (a2, t2) in zip(boxes, boxes[1:])), default=0.0) + pad
-    n = len(axes)
-    axes_height = (height - top - bottom - (n - 1) * gap) / n
-    fig.subplots_adjust(
-        left=left / width,
-        right=1 - right / width,
-        bottom=bottom / height,
-        top=1 - top / height,
-        hspace=gap / axes_height if n > 1 and axes_height > 0 else None,
+    return getattr(pygal, kind)(
+        width=WIDTH,
+        height=int(height),
+        style=style,
+        js=[],
+        explicit_size=True,
+        disable_xml_declaration=True,
+        legend_at_bottom=True,
+        legend_at_bottom_columns=config.pop("legend_columns", 5),
+        truncate_label=-1,
+        truncate_legend=-1,
+        print_values=False,
+        max_scale=8,  # at most about 8 ticks on the value axis
+        **config,
     )
 
 
-def _png(fig, key: str, title: str, alt: str) -> Plot:
-    _fit(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return Plot(key, title, "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii"), alt)
+def _tree(chart, uid: str):
+    """``chart``'s SVG element tree, its id ``chart-<uid>`` (pygal's default is random: the same data now draws the
+    same bytes), without pygal's script (tooltip config: the drawing needs none) or comments (today's date)."""
+    chart.uuid = uid
+    root = chart.render_tree()
+    for parent in [root, *root.iter()]:
+        for el in [c for c in parent if c.tag in ("script", f"{{{_SVG_NS}}}script", ET.Comment)]:
+            parent.remove(el)
+    return root
+
+
+def _plot(roots: list, key: str, title: str, alt: str) -> Plot:
+    """A :class:`Plot` of one chart tree, or of several stacked top to bottom in one SVG (each keeps its own id
+    and styles)."""
+    if len(roots) == 1:
+        root = roots[0]
+    else:
+        heights = [float(r.get("height")) for r in roots]
+        # as pygal writes its root: a plain tag with the namespace as an attribute
+        root = ET.Element("svg", xmlns=_SVG_NS, width=str(WIDTH), height=str(sum(heights)),
+                          viewBox=f"0 0 {WIDTH} {sum(heights)}")  # fmt: skip
+        y = 0.0
+        for r, h in zip(roots, heights):
+            r.set("y", str(y))
+            root.append(r)
+            y += h
+    svg = ET.tostring(root, encoding="utf-8")
+    return Plot(key, title, "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii"), alt)
 
 
 def _ms(v) -> np.ndarray:
@@ -150,27 +134,37 @@ def _has(df: pd.DataFrame | None, *cols: str) -> bool:
     return df is not None and len(df) > 0 and all(c in df.columns for c in cols)
 
 
-def _plotting(fn):
-    """Run a plot function with math-text and LaTeX off (``$`` and ``\\input`` in names stay literal text,
-    whatever the matplotlibrc says) and glyph warnings muted."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        import matplotlib  # heavy: matplotlib
-
-        with warnings.catch_warnings(), matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
-            warnings.simplefilter("ignore")  # missing glyphs for exotic names are not errors
-            return fn(*args, **kwargs)
-
-    return wrapper
+def _values(v) -> list:
+    """Floats for pygal, NaN as ``None`` (no bar)."""
+    return [None if not np.isfinite(x) else float(x) for x in np.asarray(v, dtype=float)]
 
 
-@_plotting
+def _hbars(labels: list[str], series: list[tuple[str, str, object]], title: str, x_title: str, legend: bool = True,
+           legend_columns: int = 5, label_px: int = 22):  # fmt: skip
+    """Horizontal (stacked) bars: one bar per label, top to bottom in ``labels`` order; ``series``: ``(legend,
+    color, values)`` stacked left to right (a ``None`` value: no bar in that series)."""
+    ch = _chart(
+        "HorizontalStackedBar",
+        130 + label_px * len(labels) + (30 if legend else 0),
+        colors=[c for _, c, _ in series],
+        title=title,
+        x_title=x_title,
+        show_legend=legend,
+        # pygal's room for the bottom legend is rows = series // columns: with fewer series than columns it
+        # reserves none, so columns are never more than the series
+        legend_columns=max(1, min(legend_columns, len(series))),
+    )
+    ch.x_labels = list(reversed(labels))  # pygal draws the first label at the bottom
+    for name, _, vals in series:
+        ch.add(name, list(reversed(_values(vals))))
+    return _tree(ch, "hbars")
+
+
 def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     """Mean step time per rank, split by HTA's temporal breakdown (compute / non-compute / idle).
 
     Source: ``steps`` (per-step HTA temporal breakdown). Ranks without GPU activity show host busy
-    time (``cpu_op_time_ns``) and the rest of the step instead. A black tick marks the median step time.
+    time (``cpu_op_time_ns``) and the rest of the step instead. Each rank's label gives its median step time.
     """
     if not _has(steps, "rank", "step_time_ns"):
         return None
@@ -188,49 +182,41 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     g = s.groupby("rank").agg(**{c: (c, "mean") for c in cols}, p50=("step_time_ns", "median")).sort_index()
     if g["step_time_ns"].isna().all():
         return None
-    ranks = [str(r) for r in g.index]
-    y = np.arange(len(ranks))
-    fig = _figure(9, 1.6 + 0.32 * len(ranks))
-    ax = fig.add_subplot()
-    gpu = g["kernel_time_ns"].notna()
-    left = np.zeros(len(g))
-    parts = [
+    gpu = g["kernel_time_ns"].notna().to_numpy()
+    series = []
+    for col, key, label in (
         ("compute_time_ns", "compute", "GPU compute"),
         ("non_compute_time_ns", "non_compute", "GPU non-compute"),
         ("idle_time_ns", "idle", "GPU idle"),
-    ]
-    for col, key, label in parts:
+    ):
         v = np.where(gpu, np.nan_to_num(g[col].to_numpy() / 1e6), 0.0)
         if v.any():
-            _hbars(ax, y, v, left=left, color=COLORS[key], label=label)
-        left += v
+            series.append((label, COLORS[key], v))
     busy = np.where(~gpu, np.nan_to_num(g["cpu_op_time_ns"].to_numpy() / 1e6), 0.0)
     rest = np.where(~gpu, np.clip(np.nan_to_num(g["step_time_ns"].to_numpy() / 1e6) - busy, 0, None), 0.0)
     if busy.any():
-        _hbars(ax, y, busy, left=left, color=COLORS["host_busy"], label="host busy (no GPU)")
+        series.append(("host busy (no GPU)", COLORS["host_busy"], busy))
     if rest.any():
-        _hbars(ax, y, rest, left=left + busy, color=COLORS["host_other"], label="rest of step (no GPU)")
-    ax.scatter(g["p50"].to_numpy() / 1e6, y, marker="|", s=300, color="black", label="median step time", zorder=3)
-    ax.set_yticks(y, [f"rank {r}" for r in ranks])
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per step (mean over steps)")
-    _legend_below(fig, ncols=5, fontsize=8)
-    ax.set_title(
+        series.append(("rest of step (no GPU)", COLORS["host_other"], rest))
+    labels = [f"rank {r} (p50 {p / 1e6:.3g} ms)" if np.isfinite(p) else f"rank {r}" for r, p in g["p50"].items()]
+    tree = _hbars(
+        labels,
+        series,
         "Step time per rank: GPU temporal breakdown (HTA)"
         if gpu.any()
-        else "Step time per rank: host busy time (no GPU activity)"
+        else "Step time per rank: host busy time (no GPU activity)",
+        "ms per step (mean over steps)",
     )
-    return _png(
-        fig,
+    return _plot(
+        [tree],
         "step_breakdown",
         "Step-time breakdown per rank",
-        f"Stacked bars of mean compute, non-compute and idle time per step for {len(ranks)} ranks"
+        f"Stacked bars of mean compute, non-compute and idle time per step for {len(g)} ranks"
         if gpu.any()
-        else f"Stacked bars of mean host busy time and the rest of the step for {len(ranks)} ranks",
+        else f"Stacked bars of mean host busy time and the rest of the step for {len(g)} ranks",
     )
 
 
-@_plotting
 def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None) -> Plot | None:
     """GPU idle time per rank split into host wait / kernel wait / other (HTA idle time breakdown).
 
@@ -243,76 +229,89 @@ def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None
     g = src.assign(**{c: pd.to_numeric(src[c], errors="coerce") for c in cols}).groupby("rank")[cols].sum(min_count=1)
     if g.isna().all().all() or not np.nansum(g.to_numpy(dtype=float)):
         return None
-    y = np.arange(len(g))
-    fig = _figure(9, 1.6 + 0.32 * len(g))
-    ax = fig.add_subplot()
-    left = np.zeros(len(g))
-    for col, key, label in zip(cols, ("host_wait", "kernel_wait", "other"), ("host wait", "kernel wait", "other")):
-        v = np.nan_to_num(g[col].to_numpy(dtype=float) / 1e6)
-        _hbars(ax, y, v, left=left, color=COLORS[key], label=label)
-        left += v
-    ax.set_yticks(y, [f"rank {r}" for r in g.index])
-    ax.invert_yaxis()
-    ax.set_xlabel("ms (Σ over streams of the gaps between device events)")
-    _legend_below(fig, ncols=3, fontsize=8)
-    ax.set_title("Idle time breakdown per rank (HTA)")
-    return _png(
-        fig,
+    series = [
+        (label, COLORS[key], np.nan_to_num(g[col].to_numpy(dtype=float) / 1e6))
+        for col, key, label in zip(cols, ("host_wait", "kernel_wait", "other"), ("host wait", "kernel wait", "other"))
+    ]
+    tree = _hbars(
+        [f"rank {r}" for r in g.index],
+        series,
+        "Idle time breakdown per rank (HTA)",
+        "ms (Σ over streams of the gaps between device events)",
+    )
+    return _plot(
+        [tree],
         "idle_breakdown",
         "Idle-time breakdown per rank",
         f"Stacked bars of host-wait, kernel-wait and other idle time for {len(g)} ranks",
     )
 
 
-@_plotting
 def top_kernels(top: pd.DataFrame | None) -> Plot | None:
-    """Horizontal bars of the kernels with the most total time (``top``: name, total_ns, kernel_type)."""
+    """Horizontal bars of the kernels with the most total time (``top``: name, total_ns, kernel_type), one color
+    (and legend entry) per kernel type."""
     if not _has(top, "name", "total_ns") or not np.nansum(top["total_ns"].astype(float)):
         return None
-    fig = _figure(9, 1.6 + 0.3 * len(top))
-    ax = fig.add_subplot()
-    y = np.arange(len(top))
     types = top["kernel_type"].fillna("OTHER") if "kernel_type" in top.columns else pd.Series(["OTHER"] * len(top))
-    _hbars(ax, y, top["total_ns"].astype(float).to_numpy() / 1e6, color=[COLORS.get(t, COLORS["OTHER"]) for t in types])
-    ax.set_yticks(y, [short(n) for n in top["name"]], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("total ms (Σ over ranks and steps)")
-    from matplotlib.patches import Patch  # heavy: matplotlib
+    types = types.where(types.isin(["COMPUTATION", "COMMUNICATION", "MEMORY"]), "OTHER").to_numpy()
+    ms = top["total_ns"].astype(float).to_numpy() / 1e6
+    series = [
+        (t.lower(), COLORS[t], np.where(types == t, ms, np.nan))
+        for t in ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER")
+        if (types == t).any()
+    ]
+    tree = _hbars(
+        [short(n) for n in top["name"]], series, f"Top {len(top)} kernels by total time",
+        "total ms (Σ over ranks and steps)", legend_columns=4, label_px=20,
+    )  # fmt: skip
+    return _plot([tree], "top_kernels", "Top kernels", f"Bar chart of the {len(top)} kernels with the most total time")
 
-    seen = [t for t in ("COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER") if t in set(types)]
-    _legend_below(fig, handles=[Patch(color=COLORS[t], label=t.lower()) for t in seen], fontsize=8, ncols=4)
-    ax.set_title(f"Top {len(top)} kernels by total time")
-    return _png(fig, "top_kernels", "Top kernels", f"Bar chart of the {len(top)} kernels with the most total time")
 
-
-@_plotting
 def recoverable_hours(impact: pd.DataFrame | None) -> Plot | None:
     """Horizontal bars of the accelerator-hours per day fixing each finding rule would recover
     (``impact``: the fleet rows of ``fleet_findings``: rule, accelerator_hours_per_day), most first."""
     if not _has(impact, "rule", "accelerator_hours_per_day"):
         return None
     d = impact.sort_values("accelerator_hours_per_day", ascending=False)
-    fig = _figure(9, 1.6 + 0.35 * len(d))
-    ax = fig.add_subplot()
-    y = np.arange(len(d))
-    _hbars(ax, y, d["accelerator_hours_per_day"].astype(float).to_numpy(), color=COLORS["host_wait"])
-    ax.set_yticks(y, [short(r) for r in d["rule"]], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("accelerator-hours per day (time lost per step × steps × world size, over the window)")
-    ax.set_title("Recoverable accelerator-hours by finding rule")
-    return _png(
-        fig,
+    tree = _hbars(
+        [short(r) for r in d["rule"]],
+        [("accelerator-hours per day", COLORS["host_wait"], d["accelerator_hours_per_day"].astype(float))],
+        "Recoverable accelerator-hours by finding rule",
+        "accelerator-hours per day (time lost per step × steps × world size, over the window)",
+        legend=False,
+    )
+    return _plot(
+        [tree],
         "recoverable_hours",
         "Recoverable accelerator-hours",
         f"Bar chart of the accelerator-hours per day {len(d)} finding rules cost the fleet",
     )
 
 
-@_plotting
+def _heatmap(m: pd.DataFrame, title: str, x_title: str, row_labels: list[str], col_labels: list[str]):
+    """A heatmap as pygal's dot matrix: one row per row of ``m`` (top to bottom), one column per column, each
+    dot's area the cell's value (NaN: no dot)."""
+    ch = _chart(
+        "Dot",
+        130 + 24 * len(m) + 8 * max((len(c) for c in col_labels), default=0),
+        colors=["#D55E00"] * len(m),  # one color: the dot area is the value
+        title=title,
+        x_title=x_title,
+        show_legend=False,
+        x_label_rotation=45,
+    )
+    ch.x_labels = col_labels
+    for label, (_, row) in zip(reversed(row_labels), m.iloc[::-1].iterrows()):  # pygal: first series at the bottom
+        ch.add(label, _values(row.to_numpy(dtype=float)))
+    return _tree(ch, "heatmap")
+
+
 def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     """Heatmap of ``wait_ns`` (time a rank waited for the slowest rank) by rank × collective call.
 
-    Calls are ordered by their earliest aligned start on the job clock (else ``call_index``).
+    Calls are ordered by their earliest aligned start on the job clock (else ``call_index``); more than
+    :data:`HEATMAP_COLUMNS` calls are grouped into that many runs of consecutive calls, each cell the group's
+    longest wait.
     """
     if not _has(collectives, "rank", "match_key", "wait_ns"):
         return None
@@ -329,22 +328,29 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     m = c.pivot_table(index="rank", columns="match_key", values="wait_ms", aggfunc="max").reindex(columns=order.index)
     if m.empty or m.isna().all().all():
         return None
-    fig = _figure(10, 1.6 + 0.28 * len(m))
-    ax = fig.add_subplot()
-    im = ax.imshow(m.to_numpy(dtype=float), aspect="auto", interpolation="nearest", cmap="magma_r")
-    ax.set_yticks(np.arange(len(m)), [f"rank {r}" for r in m.index])
-    ax.set_xlabel(f"collective call (job order, {m.shape[1]} calls)")
-    fig.colorbar(im, cax=ax.inset_axes([1.015, 0.0, 0.018, 1.0]), label="wait for slowest rank, ms")
-    ax.set_title("Collective wait by rank and call")
-    return _png(
-        fig,
+    n = m.shape[1]
+    if n > HEATMAP_COLUMNS:
+        group = np.arange(n) * HEATMAP_COLUMNS // n
+        m = m.T.groupby(group).max().T
+        edges = [int(np.flatnonzero(group == g)[0]) for g in range(HEATMAP_COLUMNS)] + [n]
+        cols = [f"{a + 1}–{b}" if b - a > 1 else str(a + 1) for a, b in zip(edges, edges[1:])]
+    else:
+        cols = [str(i + 1) for i in range(n)]
+    tree = _heatmap(
+        m,
+        "Collective wait by rank and call (dot area: wait for the slowest rank, ms)",
+        f"collective call (job order, {n} calls)",
+        [f"rank {r}" for r in m.index],
+        cols,
+    )
+    return _plot(
+        [tree],
         "collective_wait",
         "Collective wait heatmap",
-        f"Heatmap of collective wait time, {len(m)} ranks by {m.shape[1]} calls",
+        f"Heatmap of collective wait time, {len(m)} ranks by {n} calls",
     )
 
 
-@_plotting
 def host_job_heatmap(cells: pd.DataFrame | None) -> Plot | None:
     """Heatmap of hosts × jobs: each cell the host's last-arrival ratio in that job (1 = its fair share of
     the collectives' last arrivals; ``cells``: host_name, job, last_arrival_ratio), suspects' rows first."""
@@ -353,69 +359,69 @@ def host_job_heatmap(cells: pd.DataFrame | None) -> Plot | None:
     m = cells.pivot_table(index="host_name", columns="job", values="last_arrival_ratio", aggfunc="max", sort=False)
     if m.empty or m.isna().all().all():
         return None
-    fig = _figure(10, 1.8 + 0.3 * len(m))
-    ax = fig.add_subplot()
-    im = ax.imshow(m.to_numpy(dtype=float), aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0.0)
-    ax.set_yticks(np.arange(len(m)), [short(h, 30) for h in m.index], fontsize=8)
-    ax.set_xticks(np.arange(m.shape[1]), [short(j, 18) for j in m.columns], rotation=45, ha="right", fontsize=7)
-    fig.colorbar(im, cax=ax.inset_axes([1.015, 0.0, 0.018, 1.0]), label="last-arrival ratio (1 = fair share)")
-    ax.set_title("Hosts by job: how often their ranks arrive last at collectives")
-    return _png(
-        fig,
+    tree = _heatmap(
+        m,
+        "Hosts by job: how often their ranks arrive last at collectives (dot area: last-arrival ratio)",
+        "job (ratio 1 = the host's fair share of last arrivals)",
+        [short(h, 30) for h in m.index],
+        [short(j, 18) for j in m.columns],
+    )
+    return _plot(
+        [tree],
         "host_job_heatmap",
         "Host × job heatmap",
         f"Heatmap of the last-arrival ratio of {len(m)} hosts in {m.shape[1]} jobs",
     )
 
 
-@_plotting
 def critical_path_attribution(share: pd.DataFrame | None) -> Plot | None:
     """Bars of the critical-path time per ``bound_by`` (``share``: bound_by, dur_ns, pct)."""
     if not _has(share, "bound_by", "pct") or not len(share):
         return None
-    fig = _figure(9, 1.2 + 0.35 * len(share))
-    ax = fig.add_subplot()
-    y = np.arange(len(share))
-    _hbars(ax, y, share["pct"].astype(float).to_numpy(), color="#0072B2")
-    ax.set_yticks(y, [short(b) for b in share["bound_by"]])
-    ax.invert_yaxis()
-    ax.set_xlabel("% of critical-path time")
-    ax.set_title("What the critical path is bound by")
-    return _png(fig, "critical_path", "Critical-path summary", "Bar chart of critical-path time by attribution")
+    tree = _hbars(
+        [short(b) for b in share["bound_by"]],
+        [("% of critical-path time", "#0072B2", share["pct"].astype(float))],
+        "What the critical path is bound by",
+        "% of critical-path time",
+        legend=False,
+    )
+    return _plot([tree], "critical_path", "Critical-path summary", "Bar chart of critical-path time by attribution")
 
 
-@_plotting
+def _counts(v) -> list[int]:
+    """Whole-number ticks from 0 to the largest of ``v`` (about 5 of them)."""
+    top = int(np.nanmax(np.asarray(v, dtype=float), initial=0.0))
+    return list(range(0, top + 1, max(1, -(-top // 5))))
+
+
 def fleet_trends(daily: pd.DataFrame | None) -> Plot | None:
-    """Lines over capture date: median GPU idle % and median step time of the jobs, jobs per day.
+    """Lines over capture date: median GPU idle % and median step time of the jobs, jobs per day (three charts
+    stacked; the step time on a log scale when it spans more than 50×).
 
     ``daily``: date, n_jobs, idle_pct_median, step_time_p50_ms_median.
     """
     if not _has(daily, "date") or len(daily) == 0:
         return None
     d = daily.sort_values("date")
-    x = np.arange(len(d))
-    fig = _figure(10, 5.5)
-    a1, a2, a3 = fig.subplots(3, 1, sharex=True)
-    a1.plot(x, d["idle_pct_median"].astype(float), marker="o", color=COLORS["idle"])
-    a1.set_ylabel("GPU idle, %\n(median job)")
+    dates = [short(v, 12) for v in d["date"]]
     st = d["step_time_p50_ms_median"].astype(float)
-    a2.plot(x, st, marker="o", color=COLORS["compute"])
-    if st.notna().sum() > 1 and st.min() > 0 and st.max() / st.min() > 50:
-        a2.set_yscale("log")
-        # plain numbers: the default log labels are math text ($10^{4}$), drawn literally with math text off
-        from matplotlib.ticker import FuncFormatter, NullFormatter  # heavy: matplotlib
+    log = bool(st.notna().sum() > 1 and st.min() > 0 and st.max() / st.min() > 50)
+    charts = [
+        ("Line", "Fleet trends by capture date: GPU idle, % (median job)", "idle_pct_median", COLORS["idle"], {}),
+        ("Line", "job step time p50, ms (median job)", "step_time_p50_ms_median", COLORS["compute"],
+         {"logarithmic": log}),
+        ("Line", "jobs", "n_jobs", COLORS["host_busy"], {"fill": True, "y_labels": _counts(d["n_jobs"])}),
+    ]  # fmt: skip
+    trees = []
+    for i, (kind, title, col, color, extra) in enumerate(charts):
+        ch = _chart(kind, 230 if i == len(charts) - 1 else 170, colors=[color], title=title, show_legend=False,
+                    x_label_rotation=45, show_x_labels=i == len(charts) - 1, **extra)  # fmt: skip
+        ch.x_labels = dates
+        ch.add(title, _values(d[col].astype(float)))
+        trees.append(_tree(ch, f"trend-{i}"))
+    return _plot(trees, "fleet_trends", "Trends over time", f"Line charts of fleet metrics over {len(d)} dates")
 
-        a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-        a2.yaxis.set_minor_formatter(NullFormatter())
-    a2.set_ylabel("job step time p50, ms\n(median job)")
-    a3.bar(x, d["n_jobs"].astype(float), color=COLORS["host_busy"])
-    a3.set_ylabel("jobs")
-    a3.set_xticks(x, [short(v, 12) for v in d["date"]], rotation=45, ha="right", fontsize=8)
-    a1.set_title("Fleet trends by capture date")
-    return _png(fig, "fleet_trends", "Trends over time", f"Line charts of fleet metrics over {len(d)} dates")
 
-
-@_plotting
 def op_deltas(ops: pd.DataFrame | None, k: int = 20) -> Plot | None:
     """Diverging bars of the largest per-step time changes B − A (``ops``: name, delta_ns_per_step)."""
     if not _has(ops, "name", "delta_ns_per_step"):
@@ -424,16 +430,18 @@ def op_deltas(ops: pd.DataFrame | None, k: int = 20) -> Plot | None:
     o = o[o["_abs"] > 0].sort_values("_abs", ascending=False).head(k)
     if not len(o):
         return None
-    fig = _figure(10, 1.2 + 0.3 * len(o))
-    ax = fig.add_subplot()
     v = o["delta_ns_per_step"].astype(float).to_numpy() / 1e6
-    y = np.arange(len(o))
-    _hbars(ax, y, v, color=np.where(v > 0, "#D55E00", "#009E73"))
-    ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(y, [short(f"[{c}] {n}") for c, n in zip(o.get("group", [""] * len(o)), o["name"])], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("Δ ms per step (B − A; red = slower in B)")
-    ax.set_title(f"Largest per-step time changes ({len(o)})")
-    return _png(
-        fig, "op_deltas", "Kernel and op time changes", f"Diverging bar chart of {len(o)} per-step time changes"
+    tree = _hbars(
+        [short(f"[{c}] {n}") for c, n in zip(o.get("group", [""] * len(o)), o["name"])],
+        [
+            ("slower in B", "#D55E00", np.where(v > 0, v, np.nan)),
+            ("faster in B", "#009E73", np.where(v < 0, v, np.nan)),
+        ],
+        f"Largest per-step time changes ({len(o)})",
+        "Δ ms per step (B − A)",
+        legend_columns=2,
+        label_px=20,
+    )
+    return _plot(
+        [tree], "op_deltas", "Kernel and op time changes", f"Diverging bar chart of {len(o)} per-step time changes"
     )

@@ -130,11 +130,11 @@ def job_headline(tables: dict) -> dict[str, float]:
     return one_headline(_get(tables, "steps"), _get(tables, "ranks"), _get(tables, "captures"))
 
 
-def job_cards(tables: dict) -> list[dict]:
-    """Headline tiles: :func:`job_headline` labelled with :data:`CARD_LABELS` (whole-trace labels for a run
-    without ProfilerStep). One job step: a single step-time tile that says so (no p90). Numbers without data
-    (GPU % of a CPU-only trace) are left out."""
-    m = job_headline(tables)
+def job_cards(tables: dict, head: dict[str, float] | None = None) -> list[dict]:
+    """Headline tiles: ``head`` (default :func:`job_headline`) labelled with :data:`CARD_LABELS` (whole-trace labels
+    for a run without ProfilerStep). One job step: a single step-time tile that says so (no p90). Numbers without
+    data (GPU % of a CPU-only trace) are left out."""
+    m = job_headline(tables) if head is None else head
     if not m:
         return []
     labels = labels_for(_get(tables, "steps"))
@@ -159,10 +159,10 @@ def job_verdict_of(tables: dict) -> Verdict:
     return job_verdict(_get(tables, "findings"), cov if isinstance(cov, pd.DataFrame) else None)
 
 
-def verdict_section(tables: dict) -> Section:
+def verdict_section(tables: dict, head: dict[str, float] | None = None) -> Section:
     """The answer first: the verdict (:func:`job_verdict_of`), then for a finding the top bottleneck in words, what
-    it costs per step (and as a share of the job step time p50 of :func:`job_headline`) and what to do, the next two
-    findings, and how the straggler relates to the critical path. Status badge: the verdict."""
+    it costs per step (and as a share of the job step time p50 of ``head``, default :func:`job_headline`) and what
+    to do, the next two findings, and how the straggler relates to the critical path. Status badge: the verdict."""
     key, title = "verdict", "Verdict"
     v = job_verdict_of(tables)
     f = _get(tables, "findings")
@@ -174,7 +174,7 @@ def verdict_section(tables: dict) -> Section:
     f = f.sort_values("rank_order") if "rank_order" in f.columns else f
     top = f.iloc[0]
     lost = top.get("est_time_lost_per_step_ns")
-    step_p50 = job_headline(tables).get("step_time_p50_ms")
+    step_p50 = (job_headline(tables) if head is None else head).get("step_time_p50_ms")
     cost = ""
     window = finding_window(top.get("evidence_json"))
     if lost is not None and lost == lost:
