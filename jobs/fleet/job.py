@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.executor import is_local
 from jobs.fleet.changes import what_changed
@@ -39,7 +40,8 @@ from jobs.fleet.reduced import (
     STATS_PARTIALS,
     Reduced,
     commit,
-    read_internal,
+    internal_table,
+    read_internal_table,
     read_reductions,
     spark_pandas,
     update,
@@ -167,41 +169,47 @@ def derive_stats(
     Args:
         job_steps, job_kernels: the stored reductions of at least the jobs of :meth:`Touched.jobs` (``stored``
             ``None``: of every job).
-        stored: ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: pandas}`` written last.
+        stored: ``{"fleet_stats", "fleet_kernels": pandas, STATS_PARTIALS, KERNEL_PARTIALS: Arrow}`` written last
+            (:func:`_stored_derivations`).
 
     Returns:
-        ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: pandas}``.
+        ``{"fleet_stats", "fleet_kernels": pandas, STATS_PARTIALS, KERNEL_PARTIALS: Arrow}``: the partials as they are
+        written (the kept rows never go through pandas and back: at a year of history that round trip was most of
+        their cost).
     """
     if stored is None or touched is None:
         sp, kp = stats_partials(job_steps), kernel_partials(job_kernels)
         return {
             "fleet_stats": update_stats(job_steps, sp),
             "fleet_kernels": update_kernels(job_kernels, kp),
-            STATS_PARTIALS: sp,
-            KERNEL_PARTIALS: kp,
+            STATS_PARTIALS: internal_table(sp, STATS_PARTIALS),
+            KERNEL_PARTIALS: internal_table(kp, KERNEL_PARTIALS),
         }
+    dates = pa.array(sorted(touched.run_dates), pa.string())
 
-    def again(stored_rows: pd.DataFrame, frame: pd.DataFrame | None, make) -> pd.DataFrame:
-        kept = stored_rows[~stored_rows["run_date"].astype(str).isin(touched.run_dates)]
+    def again(name: str, frame: pd.DataFrame | None, make) -> pa.Table:
+        kept = stored[name].filter(pc.invert(pc.is_in(pc.cast(stored[name]["run_date"], pa.string()), dates)))
         new = make(frame[frame["run_date"].astype(str).isin(touched.run_dates)]) if frame is not None else None
-        parts = [d for d in (kept, new) if d is not None and len(d)]
-        return pd.concat(parts, ignore_index=True) if parts else stored_rows.iloc[0:0]
+        return pa.concat_tables([kept, *([internal_table(new, name)] if new is not None and len(new) else [])])
 
-    sp = again(stored[STATS_PARTIALS], job_steps, stats_partials)
-    kp = again(stored[KERNEL_PARTIALS], job_kernels, kernel_partials)
+    sp = again(STATS_PARTIALS, job_steps, stats_partials)
+    kp = again(KERNEL_PARTIALS, job_kernels, kernel_partials)
     return {
-        "fleet_stats": update_stats(job_steps, sp, stored["fleet_stats"], touched.dates, touched.runs),
-        "fleet_kernels": update_kernels(job_kernels, kp, stored["fleet_kernels"], touched.dates, touched.runs),
+        "fleet_stats": update_stats(job_steps, sp.to_pandas(), stored["fleet_stats"], touched.dates, touched.runs),
+        "fleet_kernels": update_kernels(
+            job_kernels, kp.to_pandas(), stored["fleet_kernels"], touched.dates, touched.runs
+        ),
         STATS_PARTIALS: sp,
         KERNEL_PARTIALS: kp,
     }
 
 
 def _stored_derivations(warehouse: str) -> dict | None:
-    """The fleet tables and partials written last, or ``None`` when one of them never was (made whole then)."""
+    """The fleet tables (pandas) and partials (Arrow) written last, or ``None`` when one of them never was (made
+    whole then)."""
     out = read_pandas(warehouse, ["fleet_stats", "fleet_kernels"], skip_missing=True)
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
-        rows = read_internal(warehouse, name)
+        rows = read_internal_table(warehouse, name)
         if rows is not None:
             out[name] = rows
     return out if len(out) == 4 else None

@@ -213,14 +213,29 @@ def read_reductions(warehouse: str, job_ids=None) -> tuple[pd.DataFrame, pd.Data
 def read_internal(warehouse: str, name: str) -> pd.DataFrame | None:
     """An unpartitioned internal table (:data:`RUNS`, :data:`STATS_PARTIALS`, :data:`KERNEL_PARTIALS`) as pandas;
     ``None`` when it was never written."""
-    t = read_arrow(warehouse, name, columns=SCHEMAS[name].names)
+    t = read_internal_table(warehouse, name)
     return None if t is None else t.to_pandas()
 
 
-def write_internal(rows: pd.DataFrame, warehouse: str, name: str, inputs: dict) -> None:
-    """Replace an unpartitioned internal table whole with ``rows`` (one commit)."""
+def read_internal_table(warehouse: str, name: str) -> pa.Table | None:
+    """:func:`read_internal` as Arrow, in :data:`SCHEMAS`' columns and types; ``None`` when never written."""
+    t = read_arrow(warehouse, name, columns=SCHEMAS[name].names)
+    return None if t is None else internal_table(t, name)
+
+
+def internal_table(rows: pd.DataFrame | pa.Table, name: str) -> pa.Table:
+    """``rows`` as an Arrow table of internal table ``name``'s schema (:data:`SCHEMAS`; pandas converted, Arrow cast),
+    without pandas metadata, so that tables of one name concatenate."""
     schema = SCHEMAS[name]
-    t = pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False)
+    if isinstance(rows, pa.Table):
+        return rows.select(schema.names).cast(schema)
+    return pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False).replace_schema_metadata(None)
+
+
+def write_internal(rows: pd.DataFrame | pa.Table, warehouse: str, name: str, inputs: dict) -> None:
+    """Replace an unpartitioned internal table whole with ``rows`` (pandas or Arrow; one commit)."""
+    schema = SCHEMAS[name]
+    t = internal_table(rows, name)
     write_table(t, warehouse, name, replace_all=True, inputs=inputs, schema=schema, partition_by=())
 
 
