@@ -433,3 +433,71 @@ def test_capture_flag_glossary_covers_every_parser_flag_and_is_linked(job_tables
     assert 'id="capture-flags"' in html and 'href="#capture-flags"' in html
     flags = html[html.index('data-table="capture-flags"') :]
     assert "negative_launch_delay" in flags and "counted as 0 in the launch statistics" in flags
+
+
+def test_collective_heatmap_of_a_large_job_is_bounded():
+    """100 ranks × 300 collective calls: the dot matrix keeps the :data:`HEATMAP_ROWS` ranks with the most wait
+    and groups the calls into :data:`HEATMAP_COLUMNS` columns, and its title and alt text say so."""
+    import base64
+    import xml.etree.ElementTree as ET
+
+    import numpy as np
+
+    from jobs.publish.report import plots as P
+
+    rng = np.random.default_rng(0)
+    heavy = {7, 70}  # the ranks that waited most
+    rows = [
+        {
+            "rank": r,
+            "match_key": f"c{k}",
+            "call_index": k,
+            "wait_ns": (5e6 if r in heavy else 1e5) * (0.5 + rng.random()),
+        }
+        for r in range(100)
+        for k in range(300)
+    ]
+    plot = P.collective_wait_heatmap(pd.DataFrame(rows))
+    root = ET.fromstring(base64.b64decode(plot.data_uri.split(",", 1)[1]))
+    dots = [el for el in root.iter() if el.tag.rsplit("}", 1)[-1] == "circle"]
+    assert len(dots) == P.HEATMAP_ROWS * P.HEATMAP_COLUMNS
+    labels = {el.text for el in root.iter() if el.text and el.text.startswith("rank ")}
+    assert len(labels) == P.HEATMAP_ROWS and {"rank 7", "rank 70"} <= labels
+    title = "".join(root.find("{http://www.w3.org/2000/svg}title").itertext())
+    assert f"{P.HEATMAP_ROWS} of 100 ranks" in title and "of 100 ranks by 300 calls" in plot.alt
+
+
+def test_per_rank_bars_of_a_large_job_are_bounded():
+    """200 ranks: the step-time and idle bar charts draw the :data:`RANK_BARS` slowest / most idle ranks (the planted
+    slow rank among them), in rank order, and say so in the title."""
+    import base64
+    import xml.etree.ElementTree as ET
+
+    from jobs.publish.report import plots as P
+
+    n = 200
+    steps = pd.DataFrame(
+        {
+            "rank": [r for r in range(n) for _ in range(3)],
+            "step": [s for _ in range(n) for s in range(3)],
+            "step_time_ns": [(9e6 if r == 123 else 1e6 + r) for r in range(n) for _ in range(3)],
+            "kernel_time_ns": 5e5,
+            "compute_time_ns": 5e5,
+            "non_compute_time_ns": 1e5,
+            "idle_time_ns": [(8e6 if r == 123 else 4e5) for r in range(n) for _ in range(3)],
+        }
+    )
+    ranks = pd.DataFrame(
+        {"rank": range(n), "idle_host_wait_ns": [9e9 if r == 5 else 1e6 + r for r in range(n)],
+         "idle_kernel_wait_ns": 1e5, "idle_other_ns": 1e5}
+    )  # fmt: skip
+    for plot, planted, what in (
+        (P.step_breakdown(steps), "rank 123", "the slowest"),
+        (P.idle_breakdown(ranks), "rank 5", "the most idle"),
+    ):
+        root = ET.fromstring(base64.b64decode(plot.data_uri.split(",", 1)[1]))
+        labels = [el.text.split(" (")[0] for el in root.iter() if el.text and el.text.startswith("rank ")]
+        assert len(set(labels)) == P.RANK_BARS and planted in labels
+        assert sorted(set(labels), key=lambda s: int(s.split()[1]))[-1] == f"rank {n - 1}"  # the largest, kept
+        title = "".join(root.find("{http://www.w3.org/2000/svg}title").itertext())
+        assert f"({P.RANK_BARS} of {n} ranks: {what})" in title and f"{P.RANK_BARS} of {n} ranks" in plot.alt

@@ -36,7 +36,11 @@ COLORS = {
 #: Width of every plot, px (the page scales it down to fit).
 WIDTH = 900
 #: Most columns of a heatmap: the calls of a longer trace are grouped into this many (max per group).
-HEATMAP_COLUMNS = 48
+HEATMAP_COLUMNS = 32
+#: Most bars of a per-rank bar chart: of a larger job, the ranks that matter most to it (slowest, most idle) are drawn.
+RANK_BARS = 48
+#: Most rows of a heatmap (a dot matrix's size grows with rows × columns): the ranks with the most wait are kept.
+HEATMAP_ROWS = 16
 _SVG_NS = "http://www.w3.org/2000/svg"
 
 
@@ -98,11 +102,13 @@ def _chart(kind: str, height: float, colors=(), **config):
 
 def _tree(chart, uid: str):
     """``chart``'s SVG element tree, its id ``chart-<uid>`` (pygal's default is random: the same data now draws the
-    same bytes), without pygal's script (tooltip config: the drawing needs none) or comments (today's date)."""
+    same bytes), without pygal's script and the tooltips' ``desc`` data it reads (an image shows no tooltip) or
+    comments (today's date)."""
     chart.uuid = uid
     root = chart.render_tree()
+    drop = ("script", f"{{{_SVG_NS}}}script", "desc", f"{{{_SVG_NS}}}desc", ET.Comment)
     for parent in [root, *root.iter()]:
-        for el in [c for c in parent if c.tag in ("script", f"{{{_SVG_NS}}}script", ET.Comment)]:
+        for el in [c for c in parent if c.tag in drop]:
             parent.remove(el)
     return root
 
@@ -160,11 +166,22 @@ def _hbars(labels: list[str], series: list[tuple[str, str, object]], title: str,
     return _tree(ch, "hbars")
 
 
+def _most(g: pd.DataFrame, key: pd.Series, n: int = RANK_BARS) -> pd.DataFrame:
+    """``g`` (one row per rank, rank order) cut to the ``n`` rows of the largest ``key``, kept in rank order."""
+    return g if len(g) <= n else g.loc[sorted(key.fillna(-np.inf).nlargest(n).index)]
+
+
+def _of(g: pd.DataFrame, n_ranks: int, what: str) -> str:
+    """`` (48 of 1,024 ranks: the slowest)`` when ``g`` was cut, else ``""``."""
+    return f" ({len(g)} of {n_ranks:,} ranks: {what})" if len(g) < n_ranks else ""
+
+
 def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     """Mean step time per rank, split by HTA's temporal breakdown (compute / non-compute / idle).
 
     Source: ``steps`` (per-step HTA temporal breakdown). Ranks without GPU activity show host busy
-    time (``cpu_op_time_ns``) and the rest of the step instead. Each rank's label gives its median step time.
+    time (``cpu_op_time_ns``) and the rest of the step instead. Each rank's label gives its median step time. Of
+    more than :data:`RANK_BARS` ranks, the slowest (mean step time) are drawn, in rank order.
     """
     if not _has(steps, "rank", "step_time_ns"):
         return None
@@ -182,6 +199,8 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     g = s.groupby("rank").agg(**{c: (c, "mean") for c in cols}, p50=("step_time_ns", "median")).sort_index()
     if g["step_time_ns"].isna().all():
         return None
+    n_ranks = len(g)
+    g = _most(g, g["step_time_ns"])
     gpu = g["kernel_time_ns"].notna().to_numpy()
     series = []
     for col, key, label in (
@@ -202,25 +221,26 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
     tree = _hbars(
         labels,
         series,
-        "Step time per rank: GPU temporal breakdown (HTA)"
-        if gpu.any()
-        else "Step time per rank: host busy time (no GPU activity)",
+        ("Step time per rank: GPU temporal breakdown (HTA)" if gpu.any() else
+         "Step time per rank: host busy time (no GPU activity)") + _of(g, n_ranks, "the slowest"),
         "ms per step (mean over steps)",
-    )
+    )  # fmt: skip
+    shown = f"{len(g)} of {n_ranks:,}" if len(g) < n_ranks else str(len(g))
     return _plot(
         [tree],
         "step_breakdown",
         "Step-time breakdown per rank",
-        f"Stacked bars of mean compute, non-compute and idle time per step for {len(g)} ranks"
+        f"Stacked bars of mean compute, non-compute and idle time per step for {shown} ranks"
         if gpu.any()
-        else f"Stacked bars of mean host busy time and the rest of the step for {len(g)} ranks",
+        else f"Stacked bars of mean host busy time and the rest of the step for {shown} ranks",
     )
 
 
 def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None) -> Plot | None:
     """GPU idle time per rank split into host wait / kernel wait / other (HTA idle time breakdown).
 
-    Source: ``ranks`` (whole trace); else Σ over ``steps``.
+    Source: ``ranks`` (whole trace); else Σ over ``steps``. Of more than :data:`RANK_BARS` ranks, the most idle are
+    drawn, in rank order.
     """
     cols = ["idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns"]
     src = ranks if _has(ranks, "rank", *cols) else steps if _has(steps, "rank", *cols) else None
@@ -229,6 +249,8 @@ def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None
     g = src.assign(**{c: pd.to_numeric(src[c], errors="coerce") for c in cols}).groupby("rank")[cols].sum(min_count=1)
     if g.isna().all().all() or not np.nansum(g.to_numpy(dtype=float)):
         return None
+    n_ranks = len(g)
+    g = _most(g, g.sum(axis=1))
     series = [
         (label, COLORS[key], np.nan_to_num(g[col].to_numpy(dtype=float) / 1e6))
         for col, key, label in zip(cols, ("host_wait", "kernel_wait", "other"), ("host wait", "kernel wait", "other"))
@@ -236,14 +258,15 @@ def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None
     tree = _hbars(
         [f"rank {r}" for r in g.index],
         series,
-        "Idle time breakdown per rank (HTA)",
+        "Idle time breakdown per rank (HTA)" + _of(g, n_ranks, "the most idle"),
         "ms (Σ over streams of the gaps between device events)",
     )
+    shown = f"{len(g)} of {n_ranks:,}" if len(g) < n_ranks else str(len(g))
     return _plot(
         [tree],
         "idle_breakdown",
         "Idle-time breakdown per rank",
-        f"Stacked bars of host-wait, kernel-wait and other idle time for {len(g)} ranks",
+        f"Stacked bars of host-wait, kernel-wait and other idle time for {shown} ranks",
     )
 
 
@@ -311,7 +334,8 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
 
     Calls are ordered by their earliest aligned start on the job clock (else ``call_index``); more than
     :data:`HEATMAP_COLUMNS` calls are grouped into that many runs of consecutive calls, each cell the group's
-    longest wait.
+    longest wait; of more than :data:`HEATMAP_ROWS` ranks, the ranks with the most total wait are drawn (the title
+    says how many of how many).
     """
     if not _has(collectives, "rank", "match_key", "wait_ns"):
         return None
@@ -328,7 +352,9 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
     m = c.pivot_table(index="rank", columns="match_key", values="wait_ms", aggfunc="max").reindex(columns=order.index)
     if m.empty or m.isna().all().all():
         return None
-    n = m.shape[1]
+    n, n_ranks = m.shape[1], len(m)
+    if n_ranks > HEATMAP_ROWS:
+        m = m.loc[sorted(m.sum(axis=1, min_count=1).fillna(0.0).nlargest(HEATMAP_ROWS).index)]
     if n > HEATMAP_COLUMNS:
         group = np.arange(n) * HEATMAP_COLUMNS // n
         m = m.T.groupby(group).max().T
@@ -336,9 +362,10 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
         cols = [f"{a + 1}–{b}" if b - a > 1 else str(a + 1) for a, b in zip(edges, edges[1:])]
     else:
         cols = [str(i + 1) for i in range(n)]
+    shown = f" ({len(m)} of {n_ranks} ranks: the most total wait)" if len(m) < n_ranks else ""
     tree = _heatmap(
         m,
-        "Collective wait by rank and call (dot area: wait for the slowest rank, ms)",
+        f"Collective wait by rank and call{shown} (dot area: wait for the slowest rank, ms)",
         f"collective call (job order, {n} calls)",
         [f"rank {r}" for r in m.index],
         cols,
@@ -347,18 +374,20 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
         [tree],
         "collective_wait",
         "Collective wait heatmap",
-        f"Heatmap of collective wait time, {len(m)} ranks by {n} calls",
+        f"Heatmap of collective wait time, {len(m)} of {n_ranks} ranks by {n} calls",
     )
 
 
 def host_job_heatmap(cells: pd.DataFrame | None) -> Plot | None:
     """Heatmap of hosts × jobs: each cell the host's last-arrival ratio in that job (1 = its fair share of
-    the collectives' last arrivals; ``cells``: host_name, job, last_arrival_ratio), suspects' rows first."""
+    the collectives' last arrivals; ``cells``: host_name, job, last_arrival_ratio), suspects' rows first; at most
+    :data:`HEATMAP_ROWS` hosts and :data:`HEATMAP_COLUMNS` jobs, the first ones in ``cells``' order."""
     if not _has(cells, "host_name", "job", "last_arrival_ratio"):
         return None
     m = cells.pivot_table(index="host_name", columns="job", values="last_arrival_ratio", aggfunc="max", sort=False)
     if m.empty or m.isna().all().all():
         return None
+    m = m.iloc[:HEATMAP_ROWS, :HEATMAP_COLUMNS]
     tree = _heatmap(
         m,
         "Hosts by job: how often their ranks arrive last at collectives (dot area: last-arrival ratio)",
