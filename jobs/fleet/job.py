@@ -188,7 +188,7 @@ def derive_stats(
     dates = pa.array(sorted(touched.run_dates), pa.string())
 
     def again(name: str, frame: pd.DataFrame | None, make) -> pa.Table:
-        kept = stored[name].filter(pc.invert(pc.is_in(pc.cast(stored[name]["run_date"], pa.string()), dates)))
+        kept = stored[name].filter(pc.invert(pc.is_in(stored[name]["run_date"], dates)))  # string, as stored
         new = make(frame[frame["run_date"].astype(str).isin(touched.run_dates)]) if frame is not None else None
         return pa.concat_tables([kept, *([internal_table(new, name)] if new is not None and len(new) else [])])
 

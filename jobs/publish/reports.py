@@ -78,11 +78,17 @@ def load_job_tables(
 def log_text(client, run_id: str, text: str, artifact_path: str) -> None:
     """Log ``text`` (UTF-8) as the run's artifact ``artifact_path`` (e.g. ``report/job_report.html``)."""
     folder, name = os.path.split(artifact_path)
+    log_texts(client, run_id, {name: text}, folder or None)
+
+
+def log_texts(client, run_id: str, texts: dict[str, str], folder: str | None = None) -> None:
+    """Log each ``{file name: text}`` (UTF-8) as the run's artifact ``<folder>/<file name>``, in one artifact call
+    (one artifact-store lookup for them all)."""
     with tempfile.TemporaryDirectory() as tmp:
-        p = os.path.join(tmp, name)
-        with open(p, "w", encoding="utf-8") as f:
-            f.write(text)
-        client.log_artifact(run_id, p, artifact_path=folder or None)
+        for name, text in texts.items():
+            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        client.log_artifacts(run_id, tmp, artifact_path=folder)
 
 
 def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None, client=None) -> str:

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from pathlib import Path
 
 from jobs.publish.report.html import render_validation_report
+from jobs.publish.reports import log_texts
 from jobs.validate.report import ValidationReport
 
 
@@ -75,10 +74,7 @@ def log_validation(
     )
     texts = texts or report_texts(report)
     page = page if page is not None else render_validation_report(report, job_id=job_id)
-    with tempfile.TemporaryDirectory() as tmp:  # one artifact call for the three files
-        for name, text in (("validation.html", page), *texts.items()):
-            Path(tmp, name).write_text(text, encoding="utf-8")
-        client.log_artifacts(run_id, tmp, artifact_path="validation")
+    log_texts(client, run_id, {"validation.html": page, **texts}, "validation")
     if not ok:
         client.set_terminated(run_id, status="FAILED")
     return ok

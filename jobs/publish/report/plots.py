@@ -65,7 +65,10 @@ def _chart(kind: str, height: float, colors=(), **config):
     """A pygal chart of class ``kind`` (e.g. ``"HorizontalStackedBar"``), :data:`WIDTH` × ``height`` px, series
     drawn in ``colors`` order, legend below, no tooltip script, labels cut only by :func:`short`."""
     import pygal  # heavy: pygal (~60 ms), only when a plot is drawn
+    from pygal.etree import etree  # heavy: pygal
     from pygal.style import Style  # heavy: pygal
+
+    etree.to_etree()  # the standard library's trees, which _tree and _plot handle (pygal takes lxml when installed)
 
     style = Style(
         background="white",
@@ -106,7 +109,7 @@ def _tree(chart, uid: str):
     comments (today's date)."""
     chart.uuid = uid
     root = chart.render_tree()
-    drop = ("script", f"{{{_SVG_NS}}}script", "desc", f"{{{_SVG_NS}}}desc", ET.Comment)
+    drop = ("script", "desc", ET.Comment)  # pygal's tags are plain names (its root carries the namespace)
     for parent in [root, *root.iter()]:
         for el in [c for c in parent if c.tag in drop]:
             parent.remove(el)
@@ -171,9 +174,14 @@ def _most(g: pd.DataFrame, key: pd.Series, n: int = RANK_BARS) -> pd.DataFrame:
     return g if len(g) <= n else g.loc[sorted(key.fillna(-np.inf).nlargest(n).index)]
 
 
-def _of(g: pd.DataFrame, n_ranks: int, what: str) -> str:
-    """`` (48 of 1,024 ranks: the slowest)`` when ``g`` was cut, else ``""``."""
-    return f" ({len(g)} of {n_ranks:,} ranks: {what})" if len(g) < n_ranks else ""
+def _shown(kept: int, total: int) -> str:
+    """``"48 of 1,024"`` when rows were left out, else ``"8"``."""
+    return f"{kept:,} of {total:,}" if kept < total else f"{kept:,}"
+
+
+def _of(kept: int, total: int, what: str) -> str:
+    """`` (48 of 1,024 ranks: the slowest)`` for a title when ranks were left out, else ``""``."""
+    return f" ({_shown(kept, total)} ranks: {what})" if kept < total else ""
 
 
 def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
@@ -222,10 +230,10 @@ def step_breakdown(steps: pd.DataFrame | None) -> Plot | None:
         labels,
         series,
         ("Step time per rank: GPU temporal breakdown (HTA)" if gpu.any() else
-         "Step time per rank: host busy time (no GPU activity)") + _of(g, n_ranks, "the slowest"),
+         "Step time per rank: host busy time (no GPU activity)") + _of(len(g), n_ranks, "the slowest"),
         "ms per step (mean over steps)",
     )  # fmt: skip
-    shown = f"{len(g)} of {n_ranks:,}" if len(g) < n_ranks else str(len(g))
+    shown = _shown(len(g), n_ranks)
     return _plot(
         [tree],
         "step_breakdown",
@@ -258,10 +266,10 @@ def idle_breakdown(ranks: pd.DataFrame | None, steps: pd.DataFrame | None = None
     tree = _hbars(
         [f"rank {r}" for r in g.index],
         series,
-        "Idle time breakdown per rank (HTA)" + _of(g, n_ranks, "the most idle"),
+        "Idle time breakdown per rank (HTA)" + _of(len(g), n_ranks, "the most idle"),
         "ms (Σ over streams of the gaps between device events)",
     )
-    shown = f"{len(g)} of {n_ranks:,}" if len(g) < n_ranks else str(len(g))
+    shown = _shown(len(g), n_ranks)
     return _plot(
         [tree],
         "idle_breakdown",
@@ -362,10 +370,10 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
         cols = [f"{a + 1}–{b}" if b - a > 1 else str(a + 1) for a, b in zip(edges, edges[1:])]
     else:
         cols = [str(i + 1) for i in range(n)]
-    shown = f" ({len(m)} of {n_ranks} ranks: the most total wait)" if len(m) < n_ranks else ""
     tree = _heatmap(
         m,
-        f"Collective wait by rank and call{shown} (dot area: wait for the slowest rank, ms)",
+        f"Collective wait by rank and call{_of(len(m), n_ranks, 'the most total wait')} (dot area: wait for the "
+        "slowest rank, ms)",
         f"collective call (job order, {n} calls)",
         [f"rank {r}" for r in m.index],
         cols,
@@ -374,7 +382,7 @@ def collective_wait_heatmap(collectives: pd.DataFrame | None) -> Plot | None:
         [tree],
         "collective_wait",
         "Collective wait heatmap",
-        f"Heatmap of collective wait time, {len(m)} of {n_ranks} ranks by {n} calls",
+        f"Heatmap of collective wait time, {_shown(len(m), n_ranks)} ranks by {n} calls",
     )
 
 
