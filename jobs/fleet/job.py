@@ -34,7 +34,7 @@ from jobs.executor import is_local
 from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
-from jobs.fleet.partials import kernel_partials, stats_partials, update_kernels, update_stats
+from jobs.fleet.partials import as_table, kernel_partials, stats_partials, update_kernels, update_stats
 from jobs.fleet.reduced import (
     KERNEL_PARTIALS,
     STATS_PARTIALS,
@@ -62,7 +62,6 @@ from jobs.fleet.window import WINDOW_DAYS, capture_days, window
 from jobs.warehouse import (
     job_dates,
     read_arrow,
-    read_pandas,
     read_spark,
     table_rows,
     table_versions,
@@ -92,7 +91,7 @@ def fleet_frames(
     derived: dict | None = None,
     **regression_options,
 ) -> dict:
-    """The fleet tables (pandas) from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
+    """The fleet tables from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
 
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows over the analysis windows (whole-trace windows
@@ -109,7 +108,8 @@ def fleet_frames(
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
-        ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``.
+        ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``: the
+        first two Arrow (:func:`derive_stats`), the others pandas.
     """
     t = tables or {}
     steps = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
@@ -169,11 +169,11 @@ def derive_stats(
     Args:
         job_steps, job_kernels: the stored reductions of at least the jobs of :meth:`Touched.jobs` (``stored``
             ``None``: of every job).
-        stored: ``{"fleet_stats", "fleet_kernels": pandas, STATS_PARTIALS, KERNEL_PARTIALS: Arrow}`` written last
+        stored: ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: Arrow}`` written last
             (:func:`_stored_derivations`).
 
     Returns:
-        ``{"fleet_stats", "fleet_kernels": pandas, STATS_PARTIALS, KERNEL_PARTIALS: Arrow}``: the partials as they are
+        ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: Arrow}``: the tables as they are
         written (the kept rows never go through pandas and back: at a year of history that round trip was most of
         their cost).
     """
@@ -195,19 +195,21 @@ def derive_stats(
     sp = again(STATS_PARTIALS, job_steps, stats_partials)
     kp = again(KERNEL_PARTIALS, job_kernels, kernel_partials)
     return {
-        "fleet_stats": update_stats(job_steps, sp.to_pandas(), stored["fleet_stats"], touched.dates, touched.runs),
-        "fleet_kernels": update_kernels(
-            job_kernels, kp.to_pandas(), stored["fleet_kernels"], touched.dates, touched.runs
-        ),
+        "fleet_stats": update_stats(job_steps, sp, stored["fleet_stats"], touched.dates, touched.runs),
+        "fleet_kernels": update_kernels(job_kernels, kp, stored["fleet_kernels"], touched.dates, touched.runs),
         STATS_PARTIALS: sp,
         KERNEL_PARTIALS: kp,
     }
 
 
 def _stored_derivations(warehouse: str) -> dict | None:
-    """The fleet tables (pandas) and partials (Arrow) written last, or ``None`` when one of them never was (made
+    """The fleet tables and partials (Arrow) written last, or ``None`` when one of them never was (made
     whole then)."""
-    out = read_pandas(warehouse, ["fleet_stats", "fleet_kernels"], skip_missing=True)
+    out = {}
+    for name in ("fleet_stats", "fleet_kernels"):
+        rows = read_arrow(warehouse, name)
+        if rows is not None:
+            out[name] = as_table(rows, FLEET_TABLES[name].arrow_schema())
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
         rows = read_internal_table(warehouse, name)
         if rows is not None:
@@ -274,13 +276,13 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     frames = fleet_frames(js, jk, tables, dates, sequence, derived, **regression_options)
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
         write_internal(derived[name], warehouse, name, reduced.inputs)
-    for name, pdf in frames.items():
+    for name, rows in frames.items():
         if name == "regressions" and dates is not None:  # the compared dates' partitions only
-            write_fleet_table(pdf, warehouse, name, inputs, dates=dates)
+            write_fleet_table(rows, warehouse, name, inputs, dates=dates)
             result.counts[name] = table_rows(warehouse, name) or 0
         else:
-            write_fleet_table(pdf, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
-            result.counts[name] = len(pdf)
+            write_fleet_table(rows, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
+            result.counts[name] = len(rows)
     commit(warehouse, reduced)  # last: a run killed before it redoes this one's work
     result.regressions = frames["regressions"]
     return result
@@ -419,14 +421,15 @@ def _read_columns(
     return out
 
 
-def write_fleet_table(pdf: pd.DataFrame, warehouse: str, table: str, inputs: dict | None = None, dates=None) -> None:
-    """Write a fleet table (pandas) whole, in one commit: every old row goes (a dimension, date or kind with no
+def write_fleet_table(
+    rows: pd.DataFrame | pa.Table, warehouse: str, table: str, inputs: dict | None = None, dates=None
+) -> None:
+    """Write a fleet table (pandas or Arrow) whole, in one commit: every old row goes (a dimension, date or kind with no
     rows left leaves none behind); with ``dates`` (``regressions``, partitioned by date), the rows of those dates
     only (a date left without rows leaves none). ``inputs``: the input table versions it was derived from (a
     concurrent run's derivation from newer inputs is kept: :func:`jobs.warehouse.write_table`)."""
-    t = FLEET_TABLES[table]
-    rows = pa.Table.from_pandas(pdf[t.names], schema=t.arrow_schema(), preserve_index=False)
+    t = as_table(rows, FLEET_TABLES[table].arrow_schema())
     if dates is None:
-        write_table(rows, warehouse, table, replace_all=True, inputs=inputs)
+        write_table(t, warehouse, table, replace_all=True, inputs=inputs)
     else:
-        write_table(rows, warehouse, table, inputs=inputs, replace_where={"date": sorted(str(d) for d in dates)})
+        write_table(t, warehouse, table, inputs=inputs, replace_where={"date": sorted(str(d) for d in dates)})

@@ -30,6 +30,7 @@ import datasketches
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.fleet.stats import (
     _SUMS,
@@ -181,54 +182,72 @@ def kernel_partials(job_kernels: pd.DataFrame) -> pd.DataFrame:
     return out[KERNEL_PARTIALS_SCHEMA.names]
 
 
-def merge_kernels(partials: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataFrame:
+def merge_kernels(partials: pd.DataFrame | pa.Table, top: int = TOP_KERNELS) -> pd.DataFrame:
     """The ``fleet_kernels`` rows of date ``all`` of the :data:`WIDE` dimensions from every run date's
-    partials (exact: sums and runs add up over run dates)."""
+    partials (pandas or Arrow; exact: sums and runs add up over run dates). The partials are summed in Arrow (a
+    year of them is ~10^5 rows); only one row per (dimension, value, kernel) reaches pandas."""
     if partials is None or not len(partials):
         return pd.DataFrame(columns=FLEET_KERNELS.names)
-    p = partials.sort_values([*_KEY, "name"], kind="stable")
-    per = (
-        p.groupby(["dimension", "value", "name"], sort=False)
-        .agg(
-            kernel_type=("kernel_type", "first"), n=("n", "sum"), total_ns=("total_ns", "sum"), n_runs=("n_runs", "sum")
-        )
-        .reset_index()
-        .assign(date="all")
+    p = as_table(partials, KERNEL_PARTIALS_SCHEMA).sort_by([(k, "ascending") for k in [*_KEY, "name"]])
+    per = p.group_by(["dimension", "value", "name"], use_threads=False).aggregate(
+        [("kernel_type", "first"), ("n", "sum"), ("total_ns", "sum"), ("n_runs", "sum")]
     )
-    return top_kernels(per, top)
+    names = {"kernel_type_first": "kernel_type", "n_sum": "n", "total_ns_sum": "total_ns", "n_runs_sum": "n_runs"}
+    per = per.rename_columns([names.get(c, c) for c in per.column_names]).to_pandas()
+    return top_kernels(per.assign(date="all"), top)
 
 
-def _keep(previous: pd.DataFrame | None, dates, runs) -> pd.DataFrame | None:
-    """The rows of a fleet table not recomputed: other dates' rows, the unchanged runs' ``all`` rows."""
+def as_table(rows: pd.DataFrame | pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` as an Arrow table of ``schema`` (pandas converted, Arrow cast; no pandas metadata)."""
+    if isinstance(rows, pa.Table):
+        return rows.select(schema.names).cast(schema)
+    return pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False).replace_schema_metadata(None)
+
+
+def _keep(previous: pa.Table | None, dates, runs) -> pa.Table | None:
+    """The rows of a fleet table not recomputed: other dates' rows, the unchanged runs' ``all`` rows (Arrow: a
+    year of kept rows never goes through pandas)."""
     if previous is None:
         return None
-    date = previous["date"].astype(str)
-    is_run_all = (previous["dimension"] == "job") & (date == "all")
-    keep = ((date != "all") & ~date.isin({str(d) for d in dates})) | (is_run_all & ~previous["value"].isin(runs))
-    return previous[keep.to_numpy(dtype=bool)]
+    date, dimension = previous["date"], previous["dimension"]
+    is_all = pc.equal(date, "all")
+    other_date = pc.and_(pc.invert(is_all), pc.invert(pc.is_in(date, pa.array(sorted(map(str, dates)), pa.string()))))
+    other_run = pc.and_(
+        pc.and_(pc.equal(dimension, "job"), is_all),
+        pc.invert(pc.is_in(previous["value"], pa.array(sorted(map(str, runs)), pa.string()))),
+    )
+    return previous.filter(pc.fill_null(pc.or_(other_date, other_run), False))
 
 
-def _combine(parts, columns) -> pd.DataFrame:
-    parts = [p[columns] for p in parts if p is not None and len(p)]
-    if not parts:
-        return pd.DataFrame(columns=columns)
-    out = pd.concat(parts, ignore_index=True)
-    return out.sort_values(["dimension", "value", "date"], kind="stable").reset_index(drop=True)
+def _combine(parts, table) -> pa.Table:
+    """The fleet table ``table`` (:data:`schemas.FLEET_STATS` / :data:`schemas.FLEET_KERNELS`) of ``parts``
+    (pandas or Arrow), sorted by (dimension, value, date), as Arrow."""
+    schema = table.arrow_schema()
+    parts = [as_table(p, schema) for p in parts if p is not None and len(p)]
+    out = pa.concat_tables(parts) if parts else schema.empty_table()
+    keys = ["dimension", "value", "date", *(["kernel_rank"] if "kernel_rank" in schema.names else [])]
+    return out.sort_by([(k, "ascending") for k in keys])
 
 
 def update_stats(
-    job_steps: pd.DataFrame, partials: pd.DataFrame, previous: pd.DataFrame | None = None, dates=(), runs=()
-) -> pd.DataFrame:
+    job_steps: pd.DataFrame,
+    partials: pd.DataFrame | pa.Table,
+    previous: pd.DataFrame | pa.Table | None = None,
+    dates=(),
+    runs=(),
+) -> pa.Table:
     """``fleet_stats`` rows: ``previous``'s rows kept but those of ``dates`` and of the runs ``runs`` (``job#attempt``)
     and the merged ones, which are made again.
 
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows holding every row on ``dates`` and every row of
             the runs of ``runs`` (``previous`` ``None``: every row of the fleet).
-        partials: :func:`stats_partials` rows of every run date.
-        previous: the ``fleet_stats`` rows written last (``None``: everything made again).
+        partials: :func:`stats_partials` rows of every run date (pandas or Arrow).
+        previous: the ``fleet_stats`` rows written last (pandas or Arrow; ``None``: everything made again).
+
+    Returns:
+        The table as Arrow (:data:`schemas.FLEET_STATS`), sorted by dimension, value and date.
     """
-    columns = FLEET_STATS.names
     if previous is None:
         dated, run_all = fleet_stats(job_steps, overall=False), fleet_stats(job_steps, ("job",), dated=False)
     else:
@@ -236,20 +255,23 @@ def update_stats(
         on = js[js["date"].astype(str).isin({str(d) for d in dates})] if len(js) else js
         mine = js[js["job"].isin(set(runs))] if len(js) else js
         dated, run_all = fleet_stats(on, overall=False), fleet_stats(mine, ("job",), dated=False)
-    return _combine([_keep(previous, dates, set(runs)), dated, run_all, merge_stats(partials)], columns)
+    if isinstance(partials, pa.Table):
+        partials = partials.to_pandas()  # one row per (dimension, value, run date): the sketches merge in Python
+    kept = _keep(as_table(previous, FLEET_STATS.arrow_schema()), dates, set(runs)) if previous is not None else None
+    return _combine([kept, dated, run_all, merge_stats(partials)], FLEET_STATS)
 
 
 def update_kernels(
     job_kernels: pd.DataFrame | None,
-    partials: pd.DataFrame,
-    previous: pd.DataFrame | None = None,
+    partials: pd.DataFrame | pa.Table,
+    previous: pd.DataFrame | pa.Table | None = None,
     dates=(),
     runs=(),
     top: int = TOP_KERNELS,
-) -> pd.DataFrame:
+) -> pa.Table:
     """``fleet_kernels`` rows, as :func:`update_stats` (``job_kernels``: :func:`jobs.fleet.stats.job_kernels_frame`
-    rows; ``partials``: :func:`kernel_partials` rows of every run date)."""
-    columns = FLEET_KERNELS.names
+    rows; ``partials``: :func:`kernel_partials` rows of every run date); Arrow, sorted by dimension, value, date and
+    kernel rank."""
     jk = job_kernels if job_kernels is not None else pd.DataFrame()
     if previous is not None and len(jk):
         on, mine = jk[jk["date"].astype(str).isin({str(d) for d in dates})], jk[jk["job"].isin(set(runs))]
@@ -257,4 +279,5 @@ def update_kernels(
         on = mine = jk
     dated = fleet_kernels(on, top, overall=False) if len(on) else None
     run_all = fleet_kernels(mine, top, ("job",), dated=False) if len(mine) else None
-    return _combine([_keep(previous, dates, set(runs)), dated, run_all, merge_kernels(partials, top)], columns)
+    kept = _keep(as_table(previous, FLEET_KERNELS.arrow_schema()), dates, set(runs)) if previous is not None else None
+    return _combine([kept, dated, run_all, merge_kernels(partials, top)], FLEET_KERNELS)

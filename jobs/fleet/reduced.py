@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from jobs.analyze.windows import WINDOW_TRACE, analysis_windows
 from jobs.executor import is_local
-from jobs.fleet.partials import KERNEL_PARTIALS_SCHEMA, STATS_PARTIALS_SCHEMA
+from jobs.fleet.partials import KERNEL_PARTIALS_SCHEMA, STATS_PARTIALS_SCHEMA, as_table
 from jobs.fleet.stats import (
     JOB_KERNELS_SCHEMA,
     JOB_STEPS_SCHEMA,
@@ -226,10 +226,7 @@ def read_internal_table(warehouse: str, name: str) -> pa.Table | None:
 def internal_table(rows: pd.DataFrame | pa.Table, name: str) -> pa.Table:
     """``rows`` as an Arrow table of internal table ``name``'s schema (:data:`SCHEMAS`; pandas converted, Arrow cast),
     without pandas metadata, so that tables of one name concatenate."""
-    schema = SCHEMAS[name]
-    if isinstance(rows, pa.Table):
-        return rows.select(schema.names).cast(schema)
-    return pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False).replace_schema_metadata(None)
+    return as_table(rows, SCHEMAS[name])
 
 
 def write_internal(rows: pd.DataFrame | pa.Table, warehouse: str, name: str, inputs: dict) -> None:

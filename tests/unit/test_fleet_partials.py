@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from jobs.fleet.partials import (
     RANK_ERROR,
@@ -67,7 +68,9 @@ def _fleet(n_runs: int, steps: int, seed: int = 0, scale: dict | None = None):
     return pd.DataFrame(js), pd.DataFrame(jk)
 
 
-def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+def _sorted(df: pd.DataFrame | pa.Table) -> pd.DataFrame:
+    if isinstance(df, pa.Table):  # integers as the pandas functions type them
+        df = df.to_pandas(types_mapper=lambda t: pd.Int64Dtype() if pa.types.is_integer(t) else None)
     key = ["dimension", "value", "date", *(["kernel_rank"] if "kernel_rank" in df else [])]
     return df.sort_values(key).reset_index(drop=True)
 
@@ -129,6 +132,7 @@ def test_an_update_of_a_few_runs_equals_making_everything_again():
     inc_kernels = update_kernels(jk, kp, prev_kernels, dates, runs)
     pd.testing.assert_frame_equal(_sorted(inc_stats), _sorted(full["stats"]))
     pd.testing.assert_frame_equal(_sorted(inc_kernels), _sorted(full["kernels"]))
+    inc_stats, prev_stats = _sorted(inc_stats), _sorted(prev_stats)
     j3 = inc_stats[(inc_stats["value"] == "j003#0") & (inc_stats["date"] == "all")]["step_time_p50_ns"].iloc[0]
     was = prev_stats[(prev_stats["value"] == "j003#0") & (prev_stats["date"] == "all")]["step_time_p50_ns"].iloc[0]
     assert abs(j3 / was - 3.0) < 1e-6 and "j007#0" not in set(inc_stats["value"])
