@@ -6,10 +6,13 @@ tables of a few jobs are small), so a scheduler runs it as a plain Python task.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from jobs.publish.headline import headline
-from jobs.publish.reports import log_job_reports, render_reports
-from jobs.publish.tracking import log_jobs
-from jobs.publish.validation import log_validations
+from jobs.publish.report.html import render_validation_report
+from jobs.publish.reports import JOB_REPORT_ARTIFACT, render_reports
+from jobs.publish.tracking import RunExtras, log_jobs
+from jobs.publish.validation import report_texts, run_validation
 from jobs.warehouse import read_pandas
 
 #: Tables the MLflow runs are made from (:func:`jobs.publish.tracking.log_jobs`).
@@ -37,11 +40,12 @@ def publish_jobs(
         job_ids: the jobs of the run (every job normalized, quarantined-only ones included).
         validation: the run's :class:`~jobs.validate.report.ValidationReport` (``None``: not validated);
             runs of jobs that failed it end ``FAILED``.
-        map_fn: renders the HTML job reports (:func:`jobs.publish.reports.log_job_reports`): the builtin
+        map_fn: renders the HTML job reports (:func:`jobs.publish.reports.render_reports`): the builtin
             ``map``, or a process pool's (:meth:`jobs.executor.LocalExecutor.map`).
 
-    One MLflow client (and so one tracking store) serves the whole run: the runs, the validation reports
-    and the job reports.
+    One MLflow client (and so one tracking store) serves the whole run; each run's validation report
+    (:func:`jobs.publish.validation.run_validation`) and job report (``report/job_report.html``) go in with its own
+    calls (:func:`jobs.publish.tracking.log_jobs`: one ``log_batch``, one ``log_artifacts``).
 
     Returns:
         ``{(job_id, attempt): run_id}`` (empty when ``job_ids`` is).
@@ -56,9 +60,19 @@ def publish_jobs(
     # both show the headline of one run_summary over every run
     runs = sorted({(str(j), int(a)) for j, a in zip(t["captures"]["job_id"], t["captures"]["attempt"])})
     heads = headline(t["steps"], t["ranks"], t["captures"])
-    pages = render_reports(warehouse, runs, validation, map_fn, heads=heads)
+    pages = ready(render_reports(warehouse, runs, validation, map_fn, heads=heads))
+    # the run-wide validation artifacts made once: the same files in every run
+    texts = report_texts(validation) if validation is not None else None
+    page = render_validation_report(validation) if validation is not None else None
+
+    def extras(run: tuple[str, int]) -> RunExtras:
+        more = run_validation(validation, run[0], texts, page) if validation is not None else RunExtras()
+        files = more.files
+        more.files = lambda: {**(files() if files is not None else {}), JOB_REPORT_ARTIFACT: pages(run)}
+        return more
+
     failed = frozenset(validation.failed_jobs()) if validation is not None else frozenset()
-    run_ids = log_jobs(
+    return log_jobs(
         tracking_uri,
         warehouse,
         t["captures"],
@@ -72,8 +86,19 @@ def publish_jobs(
         client=client,
         rule_coverage=t["rule_coverage"],
         heads=heads,
+        extras=extras,
     )
-    if validation is not None:
-        log_validations(tracking_uri, run_ids, validation, client=client)
-    log_job_reports(tracking_uri, warehouse, run_ids, validation, client=client, pages=pages)
-    return run_ids
+
+
+def ready(pairs: Iterator[tuple[tuple[str, int], str]]) -> Callable[[tuple[str, int]], str]:
+    """``run`` → its page, from :func:`jobs.publish.reports.render_reports`' ``(run, page)`` pairs, taken in order
+    as they are asked for (the pages of the runs before it kept until asked)."""
+    got: dict[tuple[str, int], str] = {}
+
+    def page(run: tuple[str, int]) -> str:
+        while run not in got:
+            key, html = next(pairs)
+            got[key] = html
+        return got.pop(run)
+
+    return page

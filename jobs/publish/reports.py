@@ -270,32 +270,6 @@ def render_run_reports(args: tuple) -> list[str]:
     ]
 
 
-def log_job_reports(
-    tracking_uri: str, warehouse: str, run_ids: dict, validation=None, client=None, map_fn=map, pages=None
-) -> dict:
-    """:func:`log_job_report` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``).
-
-    Each job's report is rendered by :func:`render_reports` through ``map_fn`` (default: the builtin
-    ``map``, one after the other; ``tracelake run`` hands in its local executor's, which renders the
-    reports in parallel worker processes), unless ``pages`` (:func:`render_reports`, started earlier) has them;
-    one MLflow client logs them all (``client``, default: a new one).
-
-    Returns:
-        ``{(job, attempt): artifact path}``.
-    """
-    if not run_ids:
-        return {}
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    client = client or MlflowClient(tracking_uri=tracking_uri)
-    html = dict(pages if pages is not None else render_reports(warehouse, list(run_ids), validation, map_fn))
-    out = {}
-    for (job, attempt), run_id in run_ids.items():
-        log_text(client, run_id, html[(str(job), int(attempt))], JOB_REPORT_ARTIFACT)
-        out[(job, attempt)] = JOB_REPORT_ARTIFACT
-    return out
-
-
 #: The ``collectives`` columns the fleet report reads (straggler ranks: last arrivals at matched calls).
 FLEET_COLLECTIVE_COLUMNS = ("job_id", "attempt", "rank", "match_key", "n_ranks_matched", "is_last_arrival")
 

@@ -31,6 +31,8 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import fsspec
@@ -286,6 +288,18 @@ def finding_metrics(
     return metrics, {"tracelake.top_finding": v.top_finding_tag, "tracelake.verdict": v.status}
 
 
+@dataclass
+class RunExtras:
+    """What a caller adds to a run of :func:`log_jobs`, in the same calls: ``metrics`` and ``tags`` (with the run's
+    own, one ``log_batch``), ``files`` (``{artifact path: UTF-8 text}``, e.g. ``report/job_report.html``, with the
+    run's own artifacts, one ``log_artifacts``) and ``failed`` (the run ends ``FAILED``)."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    files: Callable[[], dict[str, str]] | None = None  # called when the run's artifacts are written
+    failed: bool = False
+
+
 def log_jobs(
     tracking_uri: str,
     warehouse: str,
@@ -300,6 +314,7 @@ def log_jobs(
     client=None,
     rule_coverage: pd.DataFrame | None = None,
     heads: dict | None = None,
+    extras: Callable[[tuple[str, int]], RunExtras] | None = None,
 ) -> dict[tuple[str, int], str]:
     """Log one MLflow run per (job_id, attempt) found in ``captures``, replacing an earlier one (:func:`replace_run`).
 
@@ -322,6 +337,11 @@ def log_jobs(
     ``client``: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one), so that one publish
     run sets up one client (:func:`jobs.publish.job_runs.publish_jobs`). ``heads``: ``{(job_id, attempt): headline
     metrics}`` (:func:`jobs.publish.headline.headline` of these rows) when the caller made it; default: made here.
+    ``extras``: ``(job_id, attempt)`` → :class:`RunExtras` (the validation report, the job report) logged in the
+    run's own calls.
+
+    Every run is made and its metrics logged first, then each run's artifacts go in one ``log_artifacts`` call
+    and the run ends (``FINISHED`` once everything is attached): five tracking calls a run, whatever it carries.
 
     Returns:
         ``{(job_id, attempt): run_id}``.
@@ -334,7 +354,7 @@ def log_jobs(
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT, tracking_uri, warehouse)
-    out = {}
+    out, logged = {}, []
     # every job's headline in one run_summary (not one per job), unless the caller has it
     heads = headline(steps, ranks, captures) if heads is None else heads
     for (job_id, attempt), cap in captures.groupby(["job_id", "attempt"], sort=True):
@@ -382,6 +402,8 @@ def log_jobs(
         metrics["n_events"] = float(ingested["n_events"].sum())
         metrics["n_quarantined"] = float((cap["status"] == "quarantined").sum())
         metrics["n_cataloged"] = float((cap["status"] == "cataloged").sum())
+        more = extras((str(job_id), int(attempt))) if extras is not None else RunExtras()
+        metrics.update(more.metrics)
         uris = sorted(cap["uri"])
         tags = {
             "tracelake.job_id": job_id,
@@ -389,6 +411,7 @@ def log_jobs(
             "tracelake.capture_uris": ",".join(uris[:20])[:4000],
             "tracelake.warehouse": str(warehouse),
             **extra_tags,
+            **more.tags,
         }
         now = int(time.time() * 1000)
         client.log_batch(
@@ -397,25 +420,35 @@ def log_jobs(
             params=[Param(k, v) for k, v in params.items()],
             tags=[RunTag(k, v) for k, v in tags.items()],
         )  # MLflow splits it into batches it accepts
-        with tempfile.TemporaryDirectory() as tmp:
-            js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)
-            jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)
-            Path(tmp, "captures.json").write_text(
-                json.dumps(
-                    cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str
-                )
-            )
-            fs, fj = fsspec.core.url_to_fs(
-                "/".join([str(warehouse).rstrip("/"), "findings_json", str(job_id), str(attempt), "findings.json"])
-            )
-            if fs.exists(fj):  # local disk or an object store alike
-                Path(tmp, "findings.json").write_bytes(fs.cat_file(fj))
-            if neuron_rows is not None:
-                neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)
-                Path(tmp, "neuron_findings.json").write_text(
-                    json.dumps(neuron_findings(neuron_rows).to_pylist(), indent=1, default=str)
-                )
-            client.log_artifacts(run_id, tmp)  # the folder's files at the root: one artifact-store lookup, not one each
-        client.set_terminated(run_id, status="FAILED" if job_id in failed_jobs else "FINISHED")
+        logged.append((job_id, attempt, run_id, js, jr, cap, neuron_rows, more))
         out[(job_id, int(attempt))] = run_id
+    # the artifacts after every run's metrics: a caller's files (job reports rendered meanwhile) are ready by then
+    for job_id, attempt, run_id, js, jr, cap, neuron_rows, more in logged:
+        with tempfile.TemporaryDirectory() as tmp:
+            _run_files(tmp, warehouse, job_id, attempt, js, jr, cap, neuron_rows)
+            for rel, text in (more.files() if more.files is not None else {}).items():
+                os.makedirs(os.path.dirname(os.path.join(tmp, rel)) or tmp, exist_ok=True)
+                Path(tmp, rel).write_text(text, encoding="utf-8")
+            client.log_artifacts(run_id, tmp)  # every file in one call: one artifact-store lookup, not one each
+        failed = job_id in failed_jobs or more.failed
+        client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
     return out
+
+
+def _run_files(tmp: str, warehouse: str, job_id, attempt, js, jr, cap, neuron_rows) -> None:
+    """Write a run's own artifacts (:func:`log_jobs`) into folder ``tmp``."""
+    js.sort_values(["rank", "step"]).to_csv(os.path.join(tmp, "steps.csv"), index=False)
+    jr.sort_values(["rank"]).to_csv(os.path.join(tmp, "ranks.csv"), index=False)
+    Path(tmp, "captures.json").write_text(
+        json.dumps(cap.drop(columns=["flags"], errors="ignore").to_dict(orient="records"), indent=1, default=str)
+    )
+    fs, fj = fsspec.core.url_to_fs(
+        "/".join([str(warehouse).rstrip("/"), "findings_json", str(job_id), str(attempt), "findings.json"])
+    )
+    if fs.exists(fj):  # local disk or an object store alike
+        Path(tmp, "findings.json").write_bytes(fs.cat_file(fj))
+    if neuron_rows is not None:
+        neuron_rows.to_csv(os.path.join(tmp, "neuron_summary.csv"), index=False)
+        Path(tmp, "neuron_findings.json").write_text(
+            json.dumps(neuron_findings(neuron_rows).to_pylist(), indent=1, default=str)
+        )

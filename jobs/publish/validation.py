@@ -8,6 +8,7 @@ import time
 
 from jobs.publish.report.html import render_validation_report
 from jobs.publish.reports import log_texts
+from jobs.publish.tracking import RunExtras
 from jobs.validate.report import ValidationReport
 
 
@@ -20,31 +21,57 @@ def report_texts(report: ValidationReport) -> dict[str, str]:
     }
 
 
-def log_validation(
-    tracking_uri: str,
-    run_id: str,
-    report: ValidationReport,
-    job_id: str | None = None,
-    client=None,
-    texts: dict[str, str] | None = None,
-    page: str | None = None,
-) -> bool:
-    """Attach ``report`` to an MLflow run; mark the run ``FAILED`` when its job failed validation.
+def run_validation(
+    report: ValidationReport, job_id: str | None, texts: dict[str, str] | None = None, page: str | None = None
+) -> RunExtras:
+    """What ``report`` adds to a job's MLflow run (:class:`jobs.publish.tracking.RunExtras`): tags
+    ``tracelake.validation`` = ``passed``/``failed`` and ``tracelake.validation.failed_tables``; metrics
+    ``validation/failed_checks`` and ``validation/checks`` (the checks that looked at the job's rows:
+    :meth:`~jobs.validate.report.ValidationReport.job_checks`; stable names); artifacts
+    ``validation/validation.html`` (self-contained, our Data Docs page), ``validation/validation.json`` (the
+    report) and ``validation/gx_results.json`` (GX's own validation results); failed when the job failed it.
 
-    Logs artifacts ``validation/validation.html`` (self-contained, our Data Docs page),
-    ``validation/validation.json`` (the report) and ``validation/gx_results.json`` (GX's own
-    validation results); tags ``tracelake.validation`` = ``passed``/``failed`` and
-    ``tracelake.validation.failed_tables``; metrics ``validation/failed_checks`` and
-    ``validation/checks`` (the checks that looked at the job's rows:
-    :meth:`~jobs.validate.report.ValidationReport.job_checks`; stable names).
+    Args:
+        job_id: the run's job (``None``: the whole report's status).
+        texts: :func:`report_texts` of ``report`` when already made (one serialization for every run).
+        page: ``validation.html`` when already made (one page for every run of a publish run: each run's own
+            status is in its tag, metrics and job report); default rendered with the job's status in its subtitle.
+    """
+    ok = report.success if job_id is None else report.job_success(job_id)
+    failed_tables = sorted(
+        {t.table for t in report.tables.values() if not t.success and (job_id is None or job_id in t.failed_jobs())}
+    )
+    n_failed = sum(1 for t in report.tables.values() for c in t.failed if job_id is None or job_id in c.jobs)
+
+    def files() -> dict[str, str]:
+        html = page if page is not None else render_validation_report(report, job_id=job_id)
+        return {
+            f"validation/{name}": text
+            for name, text in {"validation.html": html, **(texts or report_texts(report))}.items()
+        }
+
+    return RunExtras(
+        metrics={"validation/checks": float(report.job_checks(job_id)), "validation/failed_checks": float(n_failed)},
+        tags={
+            "tracelake.validation": "passed" if ok else "failed",
+            "tracelake.validation.failed_tables": ",".join(failed_tables) or "-",
+        },
+        files=files,
+        failed=not ok,
+    )
+
+
+def log_validation(
+    tracking_uri: str, run_id: str, report: ValidationReport, job_id: str | None = None, client=None
+) -> bool:
+    """Attach ``report`` to an existing MLflow run (:func:`run_validation`: tags, metrics, artifacts); mark the run
+    ``FAILED`` when its job failed validation. (:func:`jobs.publish.job_runs.publish_jobs` logs the same with each
+    run's own calls.)
 
     Args:
         job_id: the run's job (default: the run's ``tracelake.job_id`` tag); the run fails when
             this job is in :meth:`ValidationReport.failed_jobs`.
         client: an ``MlflowClient`` of ``tracking_uri`` to reuse (default: a new one).
-        texts: :func:`report_texts` of ``report`` when already made (one serialization for every run).
-        page: ``validation.html`` when already made (:func:`log_validations`: the run's page, rendered once for
-            every job; default: rendered here with the job's status in its subtitle).
 
     Returns:
         True when the job passed.
@@ -54,48 +81,14 @@ def log_validation(
 
     client = client or MlflowClient(tracking_uri=tracking_uri)
     job_id = job_id or client.get_run(run_id).data.tags.get("tracelake.job_id")
-    ok = report.success if job_id is None else report.job_success(job_id)
-    failed_tables = sorted(
-        {t.table for t in report.tables.values() if not t.success and (job_id is None or job_id in t.failed_jobs())}
-    )
-    n_checks = report.job_checks(job_id)
-    n_failed = sum(1 for t in report.tables.values() for c in t.failed if job_id is None or job_id in c.jobs)
+    more = run_validation(report, job_id)
     now = int(time.time() * 1000)
     client.log_batch(
         run_id,
-        metrics=[
-            Metric("validation/checks", float(n_checks), now, 0),
-            Metric("validation/failed_checks", float(n_failed), now, 0),
-        ],
-        tags=[
-            RunTag("tracelake.validation", "passed" if ok else "failed"),
-            RunTag("tracelake.validation.failed_tables", ",".join(failed_tables) or "-"),
-        ],
+        metrics=[Metric(k, v, now, 0) for k, v in more.metrics.items()],
+        tags=[RunTag(k, v) for k, v in more.tags.items()],
     )
-    texts = texts or report_texts(report)
-    page = page if page is not None else render_validation_report(report, job_id=job_id)
-    log_texts(client, run_id, {"validation.html": page, **texts}, "validation")
-    if not ok:
+    log_texts(client, run_id, {k.split("/", 1)[1]: v for k, v in more.files().items()}, "validation")
+    if more.failed:
         client.set_terminated(run_id, status="FAILED")
-    return ok
-
-
-def log_validations(tracking_uri: str, run_ids: dict, report: ValidationReport, client=None) -> dict:
-    """:func:`log_validation` for every run of :func:`jobs.publish.tracking.log_jobs` (``{(job, attempt): run_id}``),
-    with one MLflow client for all of them (``client``, default: a new one) and the artifacts made once: the JSON
-    texts and the run's ``validation.html`` (every job's page alike; each run's own status is in its
-    ``tracelake.validation`` tag, its ``validation/…`` metrics and its job report's data-quality section).
-
-    Returns:
-        ``{(job, attempt): passed?}``.
-    """
-    if not run_ids:
-        return {}
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    client = client or MlflowClient(tracking_uri=tracking_uri)
-    texts, page = report_texts(report), render_validation_report(report)
-    return {
-        key: log_validation(tracking_uri, run_id, report, job_id=key[0], client=client, texts=texts, page=page)
-        for key, run_id in run_ids.items()
-    }
+    return not more.failed

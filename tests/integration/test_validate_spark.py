@@ -114,6 +114,7 @@ def test_corrupted_batch_is_caught_marked_and_reported(spark, bad_wh, tmp_path):
 def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_path):
     from mlflow.tracking import MlflowClient
 
+    from jobs.publish.job_runs import publish_jobs
     from jobs.publish.reports import JOB_REPORT_ARTIFACT, load_job_tables, log_job_report
     from jobs.publish.tracking import log_jobs
     from jobs.publish.validation import log_validation
@@ -141,3 +142,19 @@ def test_failed_job_run_is_marked_failed_in_mlflow(spark, dlrm_wh, bad_wh, tmp_p
         assert JOB_REPORT_ARTIFACT in {a.path for a in client.list_artifacts(run_id, "report")}
         html = open(client.download_artifacts(run_id, JOB_REPORT_ARTIFACT, str(tmp_path)), encoding="utf-8").read()
         assert 'data-plot="step_breakdown"' in html and ("badge failed" in html) is (not ok)
+        # the publish stage: the same tags, metrics and files in the run's own calls, the old run replaced
+        published = publish_jobs(uri, str(wh), ["dlrm2"], validation=report)[("dlrm2", 0)]
+        again = client.get_run(published)
+        assert (
+            again.data.tags["tracelake.replaces"] == run_id and client.get_run(run_id).info.lifecycle_stage == "deleted"
+        )
+        assert again.info.status == run.info.status
+        for key in ("tracelake.validation", "tracelake.validation.failed_tables"):
+            assert again.data.tags[key] == run.data.tags[key], key
+        for key in ("validation/checks", "validation/failed_checks", "step_time_p50_ms"):
+            assert again.data.metrics[key] == run.data.metrics[key], key
+        files = {a.path for a in client.list_artifacts(published)}
+        files |= {a.path for d in ("validation", "report") for a in client.list_artifacts(published, d)}
+        assert {"steps.csv", "ranks.csv", "captures.json", JOB_REPORT_ARTIFACT} | arts <= files
+        page = client.download_artifacts(published, JOB_REPORT_ARTIFACT, str(tmp_path / "published"))
+        assert ("badge failed" in open(page, encoding="utf-8").read()) is (not ok)
