@@ -402,16 +402,25 @@ def hta_loop(
 
 
 def tracelake_run(
-    landing: str, work: str, cores: int, mlflow: bool, timeout: float, sample_s: float, executor: str = "local"
+    landing: str,
+    work: str,
+    cores: int,
+    mlflow: bool,
+    timeout: float,
+    sample_s: float,
+    executor: str = "local",
+    stages: bool = False,
 ) -> dict[str, Any]:
     """``python -m jobs.cli run`` on ``landing`` into a fresh warehouse (removed after), pinned to ``cores``
     CPUs: the default local executor (one worker per CPU), or ``executor="spark"`` on ``local[cores]``.
 
     ``wall_s`` (process wall s, JVM start included), ``cpu_s`` (all descendants), ``memory`` (peaks,
-    bytes), ``captures`` / ``ingested`` (from the command's summary line).
+    bytes), ``captures`` / ``ingested`` (from the command's summary line); with ``stages``, the CLI run through
+    ``stage_cpu.py`` and ``stages``: ``{stage: {"wall_s", "cpu_s"}}``.
     """
     wh = tempfile.mkdtemp(prefix="wh-", dir=work)
-    cmd = [sys.executable, "-m", "jobs.cli", "run", "--raw", landing, "--warehouse", wh]
+    cli = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "stage_cpu.py")] if stages else ["-m", "jobs.cli"]
+    cmd = [sys.executable, *cli, "run", "--raw", landing, "--warehouse", wh]
     cmd += ["--master", f"local[{cores}]"] if executor == "spark" else ["--executor", "local"]
     cmd += [] if mlflow else ["--no-mlflow"]
     r = fb.run_pinned(cmd, cores, timeout, sample_s, env=fb.child_env(cores))
@@ -425,6 +434,9 @@ def tracelake_run(
         "ingested": int(m.group(2)) if m else None,
         **{k: v for k, v in r.items() if k not in ("returncode", "stdout", "stderr")},
     }
+    if stages:
+        found = re.findall(r"^STAGE (\S+) ([\d.]+) ([\d.]+)$", r["stderr"], flags=re.M)
+        out["stages"] = {name: {"wall_s": float(w), "cpu_s": float(c)} for name, w, c in found}
     if r["returncode"] != 0:
         out["error"] = f"exit {r['returncode']}: {fb.stderr_tail(r['stderr'])}"
     return out
