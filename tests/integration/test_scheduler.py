@@ -572,9 +572,14 @@ def test_backfill_runs_every_interval_and_the_asset_triggers_the_fleet_report(sc
         assert states == {t: "success" for t in ("settings", "discover", *(st.name for st in INGEST))}, (r, states)
     fleet = scheduled["fleet"]
     assert fleet and all(r["state"] == "success" for r in fleet), fleet
-    # unpausing runs the latest daily interval (catchup=False); every other fleet run came from the Asset
+    # unpausing runs the latest daily interval (catchup=False), and a UTC midnight the test runs across that day's;
+    # every other fleet run came from the Asset
     assert {r["run_type"] for r in fleet} <= {"asset_triggered", "scheduled"}, fleet
-    assert sum(r["run_type"] == "scheduled" for r in fleet) <= 1, fleet
+    daily = sorted(_t(r["logical_date"]) for r in fleet if r["run_type"] == "scheduled")
+    assert len(set(daily)) == len(daily) and all(
+        t == t.replace(hour=0, minute=0, second=0, microsecond=0) for t in daily
+    ), fleet
+    assert all(t >= marks[0] for t in daily[1:]), fleet
     last_ingest = max(_t(r["end_date"]) for r in backfill)
     assert any(r["run_type"] == "asset_triggered" and _t(r["end_date"]) >= last_ingest for r in fleet), fleet
 
