@@ -22,8 +22,8 @@ Measured so far:
   repetitions of each one's paired differences (a 2-vCPU machine's speed drifts by more than the figure between
   runs minutes apart); the set-up a run pays once whatever its jobs (importing MLflow, creating the store's tables)
   is the intercept, printed beside it. Beside it, the same slope of the ``publish`` stage's own CPU s
-  (``stage_cpu.py``: every process of the tree while the stage runs), which the other stages' noise does not reach. Target: the wall ratio run / ``--no-mlflow`` on fleet 2 ≤ 1.3.
-  ``--no-publishing`` skips it.
+  (``stage_cpu.py``: every process of the tree while the stage runs), which the other stages' noise does not reach.
+  Target: the wall ratio run / ``--no-mlflow`` on fleet 2 ≤ 1.3. ``--no-publishing`` skips it.
 
 * **daily runs** — the demo's captures (``make demo``: two 2-rank DDP jobs of job name ``demo-ddp``, taken from
   ``--demo-landing``, or captured once with :func:`jobs.demo.train_ddp.run_demo_training` when not given) copied

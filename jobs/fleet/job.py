@@ -207,9 +207,9 @@ def _stored_derivations(warehouse: str) -> dict | None:
     whole then)."""
     out = {}
     for name in ("fleet_stats", "fleet_kernels"):
-        rows = read_arrow(warehouse, name)
+        rows = read_arrow(warehouse, name)  # in the table's schema by update_stats / update_kernels
         if rows is not None:
-            out[name] = as_table(rows, FLEET_TABLES[name].arrow_schema())
+            out[name] = rows
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
         rows = read_internal_table(warehouse, name)
         if rows is not None:

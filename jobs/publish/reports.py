@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -35,7 +34,7 @@ from jobs.publish.report.fleet_tables import (
     impact_metrics,
 )
 from jobs.publish.report.html import render_fleet_report, render_job_report
-from jobs.publish.tracking import experiment_id, replace_run
+from jobs.publish.tracking import experiment_id, log_texts, replace_run
 from jobs.validate.marks import read_table_marks
 from jobs.warehouse import exact_ints, read_arrow, read_pandas
 from schemas import FLEET_TABLES
@@ -77,18 +76,7 @@ def load_job_tables(
 
 def log_text(client, run_id: str, text: str, artifact_path: str) -> None:
     """Log ``text`` (UTF-8) as the run's artifact ``artifact_path`` (e.g. ``report/job_report.html``)."""
-    folder, name = os.path.split(artifact_path)
-    log_texts(client, run_id, {name: text}, folder or None)
-
-
-def log_texts(client, run_id: str, texts: dict[str, str], folder: str | None = None) -> None:
-    """Log each ``{file name: text}`` (UTF-8) as the run's artifact ``<folder>/<file name>``, in one artifact call
-    (one artifact-store lookup for them all)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, text in texts.items():
-            with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
-                f.write(text)
-        client.log_artifacts(run_id, tmp, artifact_path=folder)
+    log_texts(client, run_id, {artifact_path: text})
 
 
 def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None, client=None) -> str:

@@ -426,13 +426,27 @@ def log_jobs(
     for job_id, attempt, run_id, js, jr, cap, neuron_rows, more in logged:
         with tempfile.TemporaryDirectory() as tmp:
             _run_files(tmp, warehouse, job_id, attempt, js, jr, cap, neuron_rows)
-            for rel, text in (more.files() if more.files is not None else {}).items():
-                os.makedirs(os.path.dirname(os.path.join(tmp, rel)) or tmp, exist_ok=True)
-                Path(tmp, rel).write_text(text, encoding="utf-8")
+            write_texts(tmp, more.files() if more.files is not None else {})
             client.log_artifacts(run_id, tmp)  # every file in one call: one artifact-store lookup, not one each
         failed = job_id in failed_jobs or more.failed
         client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
     return out
+
+
+def write_texts(folder: str, texts: dict[str, str]) -> None:
+    """Write each ``{path relative to folder: text}`` (UTF-8) under ``folder``, its subfolders made."""
+    for rel, text in texts.items():
+        path = Path(folder, rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def log_texts(client, run_id: str, texts: dict[str, str]) -> None:
+    """Log each ``{artifact path: text}`` (UTF-8, e.g. ``report/job_report.html``) to the run in one artifact call
+    (one artifact-store lookup for them all)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_texts(tmp, texts)
+        client.log_artifacts(run_id, tmp)
 
 
 def _run_files(tmp: str, warehouse: str, job_id, attempt, js, jr, cap, neuron_rows) -> None:

@@ -7,8 +7,7 @@ import json
 import time
 
 from jobs.publish.report.html import render_validation_report
-from jobs.publish.reports import log_texts
-from jobs.publish.tracking import RunExtras
+from jobs.publish.tracking import RunExtras, log_texts
 from jobs.validate.report import ValidationReport
 
 
@@ -88,7 +87,7 @@ def log_validation(
         metrics=[Metric(k, v, now, 0) for k, v in more.metrics.items()],
         tags=[RunTag(k, v) for k, v in more.tags.items()],
     )
-    log_texts(client, run_id, {k.split("/", 1)[1]: v for k, v in more.files().items()}, "validation")
+    log_texts(client, run_id, more.files())
     if more.failed:
         client.set_terminated(run_id, status="FAILED")
     return not more.failed
