@@ -312,7 +312,7 @@ def run(
 @app.command()
 def demo(
     workdir: Path = typer.Option(Path("demo"), help="Folder for the landing zone, warehouse and MLflow store."),
-    steps: int = typer.Option(10, help="Training steps per rank (ProfilerStep#2..#9 are recorded)."),
+    steps: int = typer.Option(18, help="Training steps per rank (ProfilerStep#2..#17 are recorded)."),
     world_size: int = typer.Option(2, help="Number of ranks (processes, gloo backend)."),
     slow_ms: float = typer.Option(20.0, help="Extra host work per step on the last rank of the second run, ms."),
 ) -> None:

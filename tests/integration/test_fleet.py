@@ -76,7 +76,7 @@ def nightly(spark, tmp_path_factory):
     return wh, result, f"sqlite:///{base}/mlflow.db"
 
 
-def test_regression_of_the_slow_run_is_found_and_logged(nightly):
+def test_regression_of_the_slow_run_is_found_and_logged(spark, nightly):
     from mlflow.tracking import MlflowClient
 
     wh, result, uri = nightly
@@ -84,8 +84,21 @@ def test_regression_of_the_slow_run_is_found_and_logged(nightly):
     p50 = reg[reg["metric"] == "step_time_p50_ns"].set_index("job_id")
     assert list(p50.sort_values("run_index").index) == ["nightly-0", "nightly-1", "nightly-2", "nightly-3"]
     assert p50.loc["nightly-0", "verdict"] == "no_baseline"
-    # the alike runs are never flagged; 'unchanged' or, when load spreads a run's steps (CI), 'inconclusive'
-    assert set(p50.loc[["nightly-1", "nightly-2"], "verdict"]) <= {"unchanged", "inconclusive"}
+    # the alike runs: 'unchanged' or, when load spreads a run's steps, 'inconclusive'; flagged only when a loaded
+    # machine really moved their steps (CI saw both ways on 2 busy cores): then the steps table shows the move
+    steps = _table(spark, wh, "steps").toPandas()
+    job_step = steps[steps["step"] >= 0].groupby(["job_id", "step"])["step_time_ns"].max()
+    quiet = []
+    for job, base in (("nightly-1", ["nightly-0"]), ("nightly-2", ["nightly-0", "nightly-1"])):
+        verdict = p50.loc[job, "verdict"]
+        moved = job_step.loc[job].median() / job_step.loc[base].median() - 1
+        if verdict == "regression":
+            assert moved > 0.025, (job, moved)
+        elif verdict == "improvement":
+            assert moved < -0.025, (job, moved)
+        else:
+            assert verdict in {"unchanged", "inconclusive"}
+            quiet.append(job)
     slow = p50.loc["nightly-3"]
     assert slow["verdict"] == "regression" and slow["p_value"] < 0.01
     assert list(slow["baseline_runs"]) == ["nightly-0#0", "nightly-1#0", "nightly-2#0"]
@@ -97,7 +110,7 @@ def test_regression_of_the_slow_run_is_found_and_logged(nightly):
     assert ctx["torch_version"][0] == "2.99.0" and ctx["torch_version"][1] != ["2.99.0"]
     assert ctx["tags.git_sha"] == ("bbb222", ["aaa111"]) and "tags.model" not in ctx
     assert changes["baseline_runs"] == ["nightly-0#0", "nightly-1#0", "nightly-2#0"] and len(changes["kernels"]) <= 5
-    assert p50.loc[["nightly-1", "nightly-2"], "changes_json"].isna().all()  # unchanged runs: nothing to explain
+    assert p50.loc[quiet, "changes_json"].isna().all()  # runs not flagged: nothing to explain
 
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(result.run_ids[("nightly-3", 0)])
