@@ -21,6 +21,15 @@ write (:func:`write_partitions`) is:
    removes and commits again (:data:`COMMIT_TRIES` tries, jittered backoff, tenacity). Nothing is dropped
    silently: after the last try :class:`CommitError` is raised.
 
+**Keyed writes** (``replace_rows``): a table keyed by its rows rather than its partitions (the fleet tables, the
+fleet stage's partials) replaces the rows a predicate matches. Their data files' add actions carry Delta
+statistics (min / max / null count of its string and numeric columns, :func:`parquet_stats`), so delta-rs prunes
+the live files to those that may hold a matching row; those are scanned for the predicate's columns, a file
+holding a match is removed and its other rows written again with the new ones, in one commit. A table may keep
+rows apart in files of their own (``files_apart``: the fleet tables' ``date = 'all'`` rows), in these writes and in
+:func:`maintain`'s compaction, so that the other files' statistics stay narrow: a daily run then reads and
+rewrites what the day touched, not the history. Statistics are written for these tables only (``stats``).
+
 A writer killed at any point leaves the table at its old or its new version; what it staged and never
 committed is invisible, and ``tracelake maintain`` (vacuum) deletes it after the retention period. Files a
 commit removes stay on disk until a vacuum after the retention period, so a reader that planned on the old
@@ -37,6 +46,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import json
+import math
 import os
 import posixpath
 import shutil
@@ -51,6 +61,7 @@ from functools import partial
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -78,6 +89,8 @@ TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
 #: Left in a table folder by the first write before it stages files (the table's log does not exist yet): a folder
 #: with data files and this mark is a table being created, not one of the pre-Delta layout.
 NEW_TABLE_MARK = "_tracelake_table"
+#: Leaf columns (in file order) whose min / max / null counts go into a data file's Delta statistics.
+STATS_COLUMNS = 32
 
 
 class CommitError(RuntimeError):
@@ -255,9 +268,12 @@ def write_partitions(
     inputs: dict[str, int | None] | None = None,
     replace_where: Mapping[str, Iterable] | None = None,
     snapshot=None,
+    replace_rows: list | None = None,
+    files_apart: tuple[str, str] | None = None,
+    stats: bool = False,
 ) -> CommitResult:
     """Replace the partitions of ``{warehouse}/{table}`` that ``df`` has rows for with those rows, in one Delta
-    commit (module docstring).
+    commit (module docstring); or, with ``replace_rows``, the rows matching a predicate.
 
     Same result as ``df.write.mode("overwrite").partitionBy(...).parquet(path)`` under dynamic partition
     overwrite (partitions absent from ``df`` are kept), atomic for the whole write. An empty ``df`` commits
@@ -285,6 +301,18 @@ def write_partitions(
             rows leaves none behind).
         snapshot: the table (``deltalake.DeltaTable``) as the caller opened it before, at any older version: brought
             up to date from the log's newer commits instead of opened anew (:func:`jobs.warehouse.versions_cached`).
+        replace_rows: a predicate in disjunctive normal form (``[[(column, op, value), …], …]``: OR of ANDs; ops
+            ``=``, ``!=``, ``in``): the rows matching it are removed and ``df`` (a ``pyarrow.Table`` whose rows all
+            match it) added, in one commit — an update of a table keyed by its rows, not its partitions. Only the
+            files whose partition values and min/max statistics (:func:`parquet_stats`, written into every add)
+            may hold a matching row are scanned; a file holding one is written again without it, every other file
+            stays. ``[]``: append. Not with ``replace_jobs``, ``replace_all`` or ``replace_where``.
+        files_apart: ``(column, value)``: the rows holding the value go to files of their own (:func:`apart`; a
+            ``pyarrow.Table``'s rows); default the declared table's (:class:`schemas.tables.Table`).
+        stats: write Delta min / max statistics into the add actions (:func:`parquet_stats`; a ``pyarrow.Table``'s
+            files; always with ``replace_rows``). For tables updated by key, whose files stay few: delta-rs turns
+            every file's statistics into a pyarrow expression when it opens a dataset (~2 ms a file at 32 columns,
+            measured), too much for the per-job tables' thousands of files.
 
     Returns:
         :class:`CommitResult`.
@@ -292,6 +320,7 @@ def write_partitions(
     Raises:
         CommitError: the table is of the pre-Delta layout, or the commit still conflicted after
             :data:`COMMIT_TRIES` tries (nothing of this write is visible; what it staged is vacuumed later).
+        ValueError: ``replace_rows`` with rows that are not a ``pyarrow.Table`` or with another ``replace_*``.
     """
     decl = _declared_or_none(table)
     if partition_by is None:
@@ -302,10 +331,18 @@ def write_partitions(
     uri = table_uri(warehouse, table)
     write_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
     dt = snapshot if snapshot is not None else open_table(uri)  # the layout check comes before anything is staged
+    if replace_rows is not None:
+        if not isinstance(df, pa.Table) or replace_jobs is not None or replace_all or replace_where:
+            raise ValueError(f"{table}: replace_rows takes a pyarrow.Table and no other replace_* argument")
+        if dt is None:
+            dt = _create(uri, schema if schema is not None else _arrow_schema_of(df, partition_by), partition_by)
+        split = apart(files_apart or getattr(decl, "files_apart", None))
+        return _commit_rows(uri, table, df, partition_by, replace_rows, write_id, schema, inputs, dt, split)
     if dt is None:
         _mark_new(uri)  # a concurrent reader must not take the files staged below for the pre-Delta layout
     with _staging(warehouse, table, write_id) as staging:
-        added = _stage(df, uri, staging, partition_by, write_id, table)
+        split = apart(files_apart or getattr(decl, "files_apart", None))
+        added = _stage(df, uri, staging, partition_by, write_id, table, split, stats)
     _crash_point(f"{table}:staged")
     if dt is None:
         if not added and replace_jobs is not None:
@@ -380,22 +417,17 @@ def _commit(
     replace_where=None,
     dt=None,
 ) -> CommitResult:
-    """One commit of ``added`` (``(rel path, size, partition values, rows)``) plus the removes it implies, retried on
-    conflict with the removes recomputed from the winner's version. ``dt``: the table opened before staging,
+    """One commit of ``added`` (``(rel path, size, partition values, Delta statistics)``) plus the removes it
+    implies, retried on conflict with the removes recomputed from the winner's version. ``dt``: the table opened before staging,
     brought up to date by reading the log's newer commits only (a long history is not replayed again)."""
     written = {_key(pv, partition_by) for _, _, pv, _ in added}
     jobs = {str(j) for j in replace_jobs} if replace_jobs is not None and "job_id" in partition_by else set()
     where = {c: {str(v) for v in vs} for c, vs in (replace_where or {}).items() if c in partition_by}
     now = int(time.time() * 1000)
-    adds = [AddAction(rel, size, pv, now, True, json.dumps({"numRecords": n})) for rel, size, pv, n in added]
+    adds = [AddAction(rel, size, pv, now, True, json.dumps(st)) for rel, size, pv, st in added]
     result = CommitResult(table, write_id, partitions=sorted({_rel(pv, partition_by) for _, _, pv, _ in added}))
     try:
-        for attempt in Retrying(
-            retry=retry_if_exception_type(CommitFailedError),
-            stop=stop_after_attempt(COMMIT_TRIES),
-            wait=wait_random_exponential(multiplier=0.05, max=2.0),
-            reraise=True,
-        ):
+        for attempt in _attempts():
             with attempt:
                 result.attempts += 1
                 if dt is None:
@@ -423,39 +455,155 @@ def _commit(
                     - {_rel(pv, partition_by) for _, _, pv, _ in added}
                 )
                 _crash_point(f"{table}:committing")
-                committed_on = int(dt.version())
-                dt.create_write_transaction(
-                    [*adds, *removes],
-                    mode="append",
-                    schema=dt.schema(),
-                    partition_by=partition_by,
-                    commit_properties=CommitProperties(
-                        custom_metadata={
-                            "tracelake.write_id": write_id,
-                            "tracelake.run": _run_label(),
-                            "tracelake.files_added": len(adds),
-                            "tracelake.files_removed": len(removes),
-                            **({"tracelake.inputs": json.dumps(inputs, sort_keys=True)} if inputs else {}),
-                        },
-                        app_transactions=[Transaction(app_id=f"{APP_ID}:{table}", version=dt.version() + 1)],
-                        max_commit_retries=0,
-                    ),
-                )
+                committed_on = _transact(dt, table, [*adds, *removes], partition_by, write_id, inputs)
                 result.files_removed = len(removes)
-    except CommitFailedError as exc:
-        raise CommitError(
-            f"{uri}: the commit of write {write_id} still conflicted after {COMMIT_TRIES} tries ({exc}); the table "
-            "is unchanged by it — run again"
-        ) from exc
-    except (DeltaError, OSError) as exc:  # the store failed (an S3 outage, a full disk) around the log entry
-        raise CommitError(
-            f"{uri}: the commit of write {write_id} failed: {exc}. The table is at its version before this write "
-            "(or, if the store took the log entry before failing, at this write's): run again"
-        ) from exc
+    except (CommitFailedError, DeltaError, OSError) as exc:
+        raise _commit_error(uri, write_id, exc) from exc
     result.files_added = len(adds)
     result.version = committed_on + 1  # no retries inside delta-rs: the commit took exactly the next version
     _crash_point(f"{table}:committed")
     return result
+
+
+def _attempts() -> Retrying:
+    """The commit attempts of one write: retried on a conflict (:data:`COMMIT_TRIES`, jittered backoff)."""
+    return Retrying(
+        retry=retry_if_exception_type(CommitFailedError),
+        stop=stop_after_attempt(COMMIT_TRIES),
+        wait=wait_random_exponential(multiplier=0.05, max=2.0),
+        reraise=True,
+    )
+
+
+def _commit_error(uri: str, write_id: str, exc: Exception) -> CommitError:
+    """What a failed commit raises: still conflicting after the last attempt, or the store failed (an S3 outage, a
+    full disk) around the log entry."""
+    if isinstance(exc, CommitFailedError):
+        return CommitError(
+            f"{uri}: the commit of write {write_id} still conflicted after {COMMIT_TRIES} tries ({exc}); the table "
+            "is unchanged by it — run again"
+        )
+    return CommitError(
+        f"{uri}: the commit of write {write_id} failed: {exc}. The table is at its version before this write "
+        "(or, if the store took the log entry before failing, at this write's): run again"
+    )
+
+
+def _transact(dt, table: str, actions: list, partition_by, write_id: str, inputs) -> int:
+    """Write one log entry of ``actions`` on top of ``dt``'s version (the table's application transaction and our
+    metadata with it; no retry inside delta-rs: a concurrent commit raises ``CommitFailedError``). Returns the
+    version it was committed on (the entry is that version + 1)."""
+    committed_on = int(dt.version())
+    n_add = sum(isinstance(a, AddAction) for a in actions)
+    dt.create_write_transaction(
+        actions,
+        mode="append",
+        schema=dt.schema(),
+        partition_by=partition_by,
+        commit_properties=CommitProperties(
+            custom_metadata={
+                "tracelake.write_id": write_id,
+                "tracelake.run": _run_label(),
+                "tracelake.files_added": n_add,
+                "tracelake.files_removed": len(actions) - n_add,
+                **({"tracelake.inputs": json.dumps(inputs, sort_keys=True)} if inputs else {}),
+            },
+            app_transactions=[Transaction(app_id=f"{APP_ID}:{table}", version=committed_on + 1)],
+            max_commit_retries=0,
+        ),
+    )
+    return committed_on
+
+
+def _commit_rows(
+    uri, table, rows: pa.Table, partition_by, predicate: list, write_id, schema, inputs, dt, split
+) -> CommitResult:
+    """One commit removing the rows matching ``predicate`` (DNF) and adding ``rows`` (:func:`write_partitions`'
+    ``replace_rows``): the live files whose partition values and min/max statistics may hold a matching row are
+    scanned (the predicate's columns only); those holding one are removed and their other rows written again with
+    ``rows`` (each piece of ``split(rows)`` in files of its own). Retried on conflict as :func:`_commit`, the
+    files found again."""
+    groups = [g for g in predicate if not any(op == "in" and not len(v) for _, op, v in g)]  # an empty IN: no row
+    expr = pq.filters_to_expression(groups) if groups else None
+    fs, base = _fs(uri)
+    result = CommitResult(table, write_id)
+    try:
+        for attempt in _attempts():
+            with attempt:
+                result.attempts += 1
+                dt.update_incremental()
+                if schema is not None:
+                    _evolve(dt, schema)
+                if inputs is not None and _newer_inputs(dt, inputs):
+                    result.skipped = True
+                    return result
+                gone, kept = _files_matching(dt, groups, expr)
+                if not rows.num_rows and not gone:
+                    return result
+                stored = pa.schema(dt.schema().to_arrow())
+                pieces = [t.select(stored.names).cast(stored) for t in (rows, *kept)]
+                added = _stage_pieces(pieces, split, fs, base, partition_by, f"{write_id}-{result.attempts}", True)
+                now = int(time.time() * 1000)
+                adds = [AddAction(rel, size, pv, now, True, json.dumps(st)) for rel, size, pv, st in added]
+                removes = [RemoveAction(f["path"], True, now, f["size_bytes"], f["partition"]) for f in gone]
+                result.partitions = sorted({_rel(pv, partition_by) for _, _, pv, _ in added})
+                _crash_point(f"{table}:committing")
+                committed_on = _transact(dt, table, [*adds, *removes], partition_by, write_id, inputs)
+    except (CommitFailedError, DeltaError, OSError) as exc:
+        raise _commit_error(uri, write_id, exc) from exc
+    result.files_added, result.files_removed = len(adds), len(removes)
+    result.version = committed_on + 1
+    _crash_point(f"{table}:committed")
+    return result
+
+
+def apart(files_apart: tuple[str, str] | None):
+    """``split(rows) -> [pyarrow.Table]`` of a table's ``files_apart`` (:class:`schemas.tables.Table`): the rows
+    without the value, then those with it (``None``: the rows as one piece)."""
+    if files_apart is None:
+        return lambda rows: [rows]
+    column, value = files_apart
+
+    def split(rows: pa.Table) -> list[pa.Table]:
+        has = pc.fill_null(pc.equal(rows[column], value), False)
+        return [rows.filter(pc.invert(has)), rows.filter(has)]
+
+    return split
+
+
+def _stage_pieces(tables, split, fs, base: str, partition_by, prefix: str, stats: bool = False) -> list[tuple]:
+    """Stage the rows of ``tables`` (one schema), each piece of ``split`` over their concatenation in files of its
+    own (with :func:`parquet_stats` where ``stats``); the :func:`_added` tuples."""
+    rows = pa.concat_tables(tables) if tables else None
+    if rows is None or not rows.num_rows:
+        return []
+    pieces = [p for p in split(rows) if p.num_rows]
+    return [a for i, p in enumerate(pieces) for a in _stage_arrow_in(p, fs, base, partition_by, f"{prefix}-{i}", stats)]
+
+
+def _files_matching(dt, groups: list, expr) -> tuple[list[dict], list[pa.Table]]:
+    """The live files (:func:`live_files` entries) holding a row of ``expr`` (``groups``: the same predicate as
+    DNF tuples, which delta-rs prunes the files by: partition values, then min/max statistics), and each one's
+    other rows."""
+    if expr is None:
+        return [], []
+    data = dt.to_pyarrow_dataset(file_pruning_predicate=groups)
+    names = {str(n) for n in data.to_table(columns=["__filename"], filter=expr)["__filename"].unique().to_pylist()}
+    if not names:
+        return [], []
+    live = {unquote(f["path"]): f for f in live_files(dt)}
+    gone, kept = [], []
+    for frag in data.get_fragments():
+        if frag.path in names:
+            gone.append(live[unquote(frag.path)])
+            kept.append(frag.to_table(schema=data.schema).filter(~expr))
+    return gone, kept
+
+
+def _arrow_schema_of(rows: pa.Table, partition_by) -> pa.Schema:
+    return pa.schema(
+        [*(f for f in rows.schema if f.name not in partition_by), *(rows.schema.field(p) for p in partition_by)]
+    )
 
 
 def _newer_inputs(dt, inputs: dict[str, int | None]) -> bool:
@@ -502,12 +650,15 @@ def _staging(warehouse: str, table: str, write_id: str):
         yield os.path.join(work, f"stage-{table}-{write_id}")
 
 
-def _stage(df, uri: str, staging: str, partition_by: list[str], write_id: str, table: str) -> list[tuple]:
-    """Put ``df``'s rows into the table folder as data files named ``<write id>-<name>``; returns
-    ``[(path relative to the table root, size in bytes, partition values, rows)]``."""
+def _stage(
+    df, uri: str, staging: str, partition_by: list[str], write_id: str, table: str, split, stats: bool = False
+) -> list[tuple]:
+    """Put ``df``'s rows into the table folder as data files named ``<write id>-<name>`` (a ``pyarrow.Table``'s
+    pieces of ``split`` in files of their own, :func:`apart`); returns ``[(path relative to the table root, size in
+    bytes, partition values, Delta statistics)]``."""
     fs, base = _fs(uri)
     if isinstance(df, pa.Table):
-        return _stage_arrow_in(df, fs, base, partition_by, write_id)
+        return _stage_pieces([df], split, fs, base, partition_by, write_id, stats)
     if not callable(df):
         return _stage_spark(df, uri, partition_by, write_id)
     os.makedirs(staging)
@@ -548,25 +699,28 @@ def _write_task(uri: str, partition_by: tuple, write_id: str, batches):
         return
     yield pa.RecordBatch.from_pydict(
         {
-            "path": [posixpath.relpath(path, base) for path, _, _ in files],
-            "size": [size for _, size, _ in files],
-            "rows": [n for _, _, n in files],
+            "path": [posixpath.relpath(path, base) for path, _, _, _ in files],
+            "size": [size for _, size, _, _ in files],
+            "rows": [n for _, _, n, _ in files],
         },
         schema=pa.schema([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64())]),
     )
 
 
-def _stage_arrow_in(rows: pa.Table, fs, base: str, partition_by: list[str], write_id: str) -> list[tuple]:
+def _stage_arrow_in(
+    rows: pa.Table, fs, base: str, partition_by: list[str], write_id: str, stats: bool = False
+) -> list[tuple]:
     if rows.num_rows == 0:
         return []
-    files = _write_arrow(rows, fs, base, partition_by, f"{write_id}-part")
-    return [_added(base, path, size, partition_by, n) for path, size, n in files]
+    files = _write_arrow(rows, fs, base, partition_by, f"{write_id}-part", stats)
+    return [_added(base, path, size, partition_by, n, st) for path, size, n, st in files]
 
 
-def _write_arrow(rows, fs, base: str, partition_by, prefix: str) -> list[tuple[str, int, int]]:
+def _write_arrow(rows, fs, base: str, partition_by, prefix: str, stats: bool = False) -> list[tuple]:
     """Write ``rows`` (a ``pyarrow.Table`` or ``RecordBatchReader``) Hive-partitioned under ``base`` as
-    ``<prefix>-<n>.parquet`` files; ``[(path, size in bytes, rows)]`` of the files written."""
-    written: dict[str, int] = {}
+    ``<prefix>-<n>.parquet`` files; ``[(path, size in bytes, rows, statistics)]`` of the files written
+    (:func:`parquet_stats` with ``stats``, else ``{}``)."""
+    written: dict[str, tuple[int, dict]] = {}
     stage_arrow(
         rows,
         base,
@@ -574,9 +728,11 @@ def _write_arrow(rows, fs, base: str, partition_by, prefix: str) -> list[tuple[s
         existing="overwrite_or_ignore",
         basename=f"{prefix}-{{i}}.parquet",
         filesystem=fs,
-        visitor=lambda w: written.__setitem__(w.path, w.metadata.num_rows),
+        visitor=lambda w: written.__setitem__(
+            w.path, (w.metadata.num_rows, parquet_stats(w.metadata) if stats else {})
+        ),
     )
-    return [(i.path, int(i.size), written[i.path]) for i in fs.get_file_info(list(written))]
+    return [(i.path, int(i.size), *written[i.path]) for i in fs.get_file_info(list(written))]
 
 
 def _move_in(staging: str, fs, base: str, partition_by: list[str], write_id: str, table: str) -> list[tuple]:
@@ -610,8 +766,47 @@ def _num_rows(path: str, fs) -> int:
         return int(pq.read_metadata(f).num_rows)
 
 
-def _added(base: str, path: str, size: int, partition_by: list[str], num_rows: int) -> tuple:
-    """``(path relative to the table root, size in bytes, partition values, rows)`` of one staged data file."""
+def parquet_stats(md: pq.FileMetaData) -> dict:
+    """Delta file statistics (``minValues``, ``maxValues``, ``nullCount``) of a Parquet file's top-level string and
+    numeric columns, from its footer's row-group statistics (Delta protocol, "Per-file Statistics"): what lets a
+    reader or :func:`write_partitions`' ``replace_rows`` skip files by value, not only by partition. The first
+    :data:`STATS_COLUMNS` leaf columns only (Delta's ``dataSkippingNumIndexedCols`` default; a wide table's log
+    stays small); columns of other types (timestamps, binary, nested), or without statistics in a row group, are
+    left out (a file without a column's statistics is never skipped for it)."""
+    lo: dict = {}
+    hi: dict = {}
+    nulls: dict = {}
+    for i in range(min(md.num_columns, STATS_COLUMNS)):
+        path = md.schema.column(i).path
+        if "." in path:
+            continue
+        n, ok, mn, mx = 0, True, None, None
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(i).statistics
+            if st is None or not st.has_null_count:
+                ok = False
+                break
+            n += st.null_count
+            if st.has_min_max:
+                a, b = st.min, st.max
+                if isinstance(a, bool) or not isinstance(a, (str, int, float)) or not _finite(a) or not _finite(b):
+                    ok = False
+                    break
+                mn, mx = a if mn is None else min(mn, a), b if mx is None else max(mx, b)
+        if ok:
+            nulls[path] = n
+            if mn is not None:
+                lo[path], hi[path] = mn, mx
+    return {"minValues": lo, "maxValues": hi, "nullCount": nulls}
+
+
+def _finite(v) -> bool:
+    return not isinstance(v, float) or math.isfinite(v)
+
+
+def _added(base: str, path: str, size: int, partition_by: list[str], num_rows: int, stats: dict | None = None) -> tuple:
+    """``(path relative to the table root, size in bytes, partition values, Delta statistics)`` of one staged data
+    file (``numRecords``, and ``stats``' min / max / null counts where given)."""
     rel = posixpath.relpath(path, base) if path.startswith("/") else path[len(base) :].lstrip("/")
     segs = rel.split("/")[:-1]
     pv = {}
@@ -619,7 +814,7 @@ def _added(base: str, path: str, size: int, partition_by: list[str], num_rows: i
         k, _, v = seg.partition("=")
         if k in partition_by:
             pv[k] = unquote(v)
-    return rel, int(size), pv, int(num_rows)
+    return rel, int(size), pv, {"numRecords": int(num_rows), **(stats or {})}
 
 
 def _hive(partition_by, types=None):
@@ -901,9 +1096,15 @@ def _convert(uri: str, table: str, decl) -> None:
     _commit(uri, table, added, partition_by, None, write_id, schema)
 
 
-def maintain(uri: str, retention_hours: float = RETENTION_HOURS, target_mb: float = 128) -> dict:
+def maintain(
+    uri: str,
+    retention_hours: float = RETENTION_HOURS,
+    target_mb: float = 128,
+    files_apart: tuple[str, str] | None = None,
+) -> dict:
     """Compact the small data files of the Delta table at ``uri`` (bin-packing to ``target_mb`` per partition,
-    delta-rs ``optimize.compact``), then vacuum the files no version within ``retention_hours`` references
+    delta-rs ``optimize.compact``; with ``files_apart``, :func:`_compact_apart`: the rows holding the value stay in
+    files of their own), then vacuum the files no version within ``retention_hours`` references
     (removed by a commit, or staged by a writer that died), set :data:`TABLE_PROPERTIES` where missing, and
     checkpoint the log.
 
@@ -919,8 +1120,16 @@ def maintain(uri: str, retention_hours: float = RETENTION_HOURS, target_mb: floa
     if dt is None:
         return out
     try:
-        m = dt.optimize.compact(target_size=int(target_mb * (1 << 20)))
-        out["files_compacted"], out["files_added"] = int(m.get("numFilesRemoved", 0)), int(m.get("numFilesAdded", 0))
+        if files_apart is None:
+            m = dt.optimize.compact(target_size=int(target_mb * (1 << 20)))
+            out["files_compacted"], out["files_added"] = (
+                int(m.get("numFilesRemoved", 0)),
+                int(m.get("numFilesAdded", 0)),
+            )
+        else:
+            out["files_compacted"], out["files_added"] = _compact_apart(
+                dt, uri, files_apart, int(target_mb * (1 << 20))
+            )
     except CommitFailedError:
         out["skipped"] = 1
     dt = open_table(uri)
@@ -936,6 +1145,42 @@ def maintain(uri: str, retention_hours: float = RETENTION_HOURS, target_mb: floa
     dt.cleanup_metadata()
     out["version"] = int(dt.version())
     return out
+
+
+def _compact_apart(dt, uri: str, files_apart: tuple[str, str], target_bytes: int) -> tuple[int, int]:
+    """Compaction that keeps ``files_apart`` (:func:`apart`): in each partition, the files under ``target_bytes``
+    — when there are several, or one holds both kinds of rows (its statistics of the column span the value) —
+    are read and written again as one file per kind, in one commit (``dataChange`` false, as delta-rs' compaction;
+    a concurrent writer's commit raises ``CommitFailedError``). Returns (files removed, files added)."""
+    column, value = files_apart
+    partition_by = list(dt.metadata().partition_columns)
+    acts = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    groups: dict[tuple, list[dict]] = {}
+    for a in acts:
+        if a["size_bytes"] < target_bytes:
+            groups.setdefault(tuple(a.get(f"partition.{p}") for p in partition_by), []).append(a)
+
+    def mixed(a: dict) -> bool:
+        lo, hi = a.get(f"min.{column}"), a.get(f"max.{column}")
+        return lo is None or hi is None or (lo <= value <= hi and not lo == hi == value)
+
+    todo = [a for files in groups.values() if len(files) > 1 or mixed(files[0]) for a in files]
+    if not todo:
+        return 0, 0
+    data = dt.to_pyarrow_dataset()
+    frags = {unquote(f.path): f for f in data.get_fragments()}
+    rows = [frags[unquote(a["path"])].to_table(schema=data.schema) for a in todo]
+    fs, base = _fs(uri)
+    write_id = "compact-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
+    added = _stage_pieces(rows, apart(files_apart), fs, base, partition_by, write_id, True)
+    now = int(time.time() * 1000)
+    adds = [AddAction(rel, size, pv, now, False, json.dumps(st)) for rel, size, pv, st in added]
+    removes = [
+        RemoveAction(a["path"], False, now, a["size_bytes"], {p: a.get(f"partition.{p}") for p in partition_by})
+        for a in todo
+    ]
+    _transact(dt, posixpath.basename(uri.rstrip("/")), [*adds, *removes], partition_by, write_id, None)
+    return len(removes), len(adds)
 
 
 def migrate(warehouse: str, tables) -> dict[str, str]:

@@ -583,9 +583,12 @@ def write_table(
     schema: pa.Schema | None = None,
     partition_by=None,
     replace_where: Mapping[str, Iterable] | None = None,
+    replace_rows: list | None = None,
+    stats: bool = False,
 ) -> CommitResult:
     """Replace the rows of ``table`` that ``rows`` holds: the partitions (``date=…/job_id=…``) it has rows for
-    are replaced whole, the others kept — in one Delta commit (:mod:`jobs.commit`).
+    are replaced whole, the others kept — in one Delta commit (:mod:`jobs.commit`); or, with ``replace_rows``,
+    the rows a predicate matches.
 
     The write is atomic on any warehouse location: a run killed at any point leaves the table at its old or its
     new version; a concurrent writer of the same table makes this one re-read and retry, never lose or
@@ -604,6 +607,10 @@ def write_table(
             stored reductions, :mod:`jobs.fleet.reduced`); default the declared ones.
         replace_where: ``{partition column: values}`` whose partitions go in the same commit, rows or not
             (``{"date": dates}``: the ``regressions`` of those dates made again).
+        replace_rows: a predicate in disjunctive normal form whose rows ``rows`` (a ``pyarrow.Table``) replace:
+            only the files that may hold one are read and rewritten (:func:`jobs.commit.write_partitions`).
+        stats: write the data files' min / max statistics into the log (a ``pyarrow.Table``'s; a table updated by
+            ``replace_rows`` then skips them by value).
 
     Returns:
         What was committed (:class:`jobs.commit.CommitResult`: version, partitions, files added and removed).
@@ -632,6 +639,8 @@ def write_table(
         inputs=inputs,
         replace_where=replace_where,
         snapshot=_snapshot_to_write(warehouse, table),
+        replace_rows=replace_rows,
+        stats=stats,
     )
 
 
@@ -652,7 +661,12 @@ def maintain(warehouse: str, tables=None, retention_hours: float | None = None) 
     for t in tables or [*TABLES, *FLEET_TABLES, *INTERNAL_TABLES]:
         if not exists(warehouse, t):
             continue
-        out[t] = _maintain(table_path(warehouse, t), _RETENTION_HOURS if retention_hours is None else retention_hours)
+        decl = TABLES.get(t) or FLEET_TABLES.get(t)  # the internal tables are not declared
+        out[t] = _maintain(
+            table_path(warehouse, t),
+            _RETENTION_HOURS if retention_hours is None else retention_hours,
+            files_apart=decl.files_apart if decl is not None else None,
+        )
     _recover(warehouse)
     return out
 

@@ -38,6 +38,11 @@ class Table:
     partition_by: tuple[str, ...] = ()
     key: tuple[str, ...] = ()
     stage: str = ""
+    #: ``(column, value)``: the rows holding that value are kept in data files of their own, apart from the others
+    #: (keyed writes and compaction, :mod:`jobs.commit`), so that the others' min/max statistics of ``column``
+    #: stay narrow — the fleet tables' ``date = 'all'`` rows, which would otherwise widen every file's date range
+    #: to ``'all'`` (the last string) and make every new date look into every file.
+    files_apart: tuple[str, str] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -778,6 +783,7 @@ FLEET_STATS = Table(
     ),
     stage="fleet",
     partition_by=("dimension",),
+    files_apart=("date", "all"),
     key=("dimension", "value", "date"),
 )
 
@@ -796,6 +802,7 @@ FLEET_KERNELS = Table(
     ),
     stage="fleet",
     partition_by=("dimension",),
+    files_apart=("date", "all"),
     key=("dimension", "value", "date", "kernel_rank"),
 )
 

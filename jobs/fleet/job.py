@@ -15,9 +15,11 @@ merged from per-run-date partials (:mod:`jobs.fleet.partials`, :func:`derive_sta
 :func:`jobs.fleet.impact.fleet_findings` and :func:`jobs.fleet.hosts.host_health` over their window's jobs
 (:func:`insight_jobs`), from the few columns read of ``findings``, ``captures``, ``ranks`` and ``collectives``.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
-through the storage seam's commit (:func:`jobs.warehouse.write_table`), each table replaced whole in one commit —
-``regressions`` only in the partitions of the run dates compared again — (inputs read as of one set of versions,
-recorded with the write); then the stored runs and state
+through the storage seam's commit (:func:`jobs.warehouse.write_table`), one commit per table: ``fleet_stats``,
+``fleet_kernels`` and the partials by key (the rows :func:`jobs.fleet.partials.made_again` names and the touched run
+dates' partials replaced, the files that cannot hold them untouched: :mod:`jobs.commit`'s keyed writes),
+``regressions`` in the partitions of the run dates compared again, the window tables whole (inputs read as of one
+set of versions, recorded with the write); then the stored runs and state
 (:func:`jobs.fleet.reduced.commit`). A run is idempotent and sees late-arriving jobs (their dates are made again).
 """
 
@@ -34,9 +36,17 @@ from jobs.executor import is_local
 from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
-from jobs.fleet.partials import as_table, kernel_partials, stats_partials, update_kernels, update_stats
+from jobs.fleet.partials import (
+    as_table,
+    changed_kernels,
+    changed_stats,
+    kernel_partials,
+    made_again,
+    stats_partials,
+)
 from jobs.fleet.reduced import (
     KERNEL_PARTIALS,
+    SCHEMAS,
     STATS_PARTIALS,
     Reduced,
     commit,
@@ -64,6 +74,7 @@ from jobs.warehouse import (
     read_arrow,
     read_spark,
     table_rows,
+    table_version,
     table_versions,
     versions_cached,
     write_table,
@@ -120,7 +131,7 @@ def fleet_frames(
     )
     regs["changes_json"] = what_changed(regs, steps, job_kernels, t.get("captures"), t.get("findings"))
     regs = regs[REGRESSIONS.names]
-    derived = derived or derive_stats(job_steps, job_kernels)
+    derived = derived or derive_stats(job_steps, job_kernels).tables
     return {
         "fleet_stats": derived["fleet_stats"],
         "fleet_kernels": derived["fleet_kernels"],
@@ -157,64 +168,82 @@ class Touched:
         return {str(j) for j in runs["job_id"][np.asarray(on, dtype=bool) | of]}
 
 
+@dataclass
+class Derived:
+    """``fleet_stats``, ``fleet_kernels`` and their partials as a fleet run writes them: ``tables`` (Arrow, by name)
+    and, per name, the predicate whose rows they replace (``replace``: DNF, :func:`jobs.commit.predicate_sql`;
+    ``None``: the table whole)."""
+
+    tables: dict
+    replace: dict
+
+
 def derive_stats(
     job_steps: pd.DataFrame,
     job_kernels: pd.DataFrame | None,
-    stored: dict | None = None,
+    partials: dict | None = None,
     touched: Touched | None = None,
-) -> dict:
-    """``fleet_stats``, ``fleet_kernels`` and their partials (:mod:`jobs.fleet.partials`), made again for what
-    ``touched`` touches, the rest kept from ``stored``, or (``stored`` ``None``) made whole.
+) -> Derived:
+    """``fleet_stats``, ``fleet_kernels`` and their partials (:mod:`jobs.fleet.partials`): the rows made again for
+    what ``touched`` touches, or (``partials`` ``None``) every row.
 
     Args:
-        job_steps, job_kernels: the stored reductions of at least the jobs of :meth:`Touched.jobs` (``stored``
+        job_steps, job_kernels: the stored reductions of at least the jobs of :meth:`Touched.jobs` (``partials``
             ``None``: of every job).
-        stored: ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: Arrow}`` written last
-            (:func:`_stored_derivations`).
+        partials: ``{STATS_PARTIALS, KERNEL_PARTIALS: Arrow}`` written last (:func:`_stored_partials`): the wide
+            groups' ``all`` rows merge every run date's partials.
 
     Returns:
-        ``{"fleet_stats", "fleet_kernels", STATS_PARTIALS, KERNEL_PARTIALS: Arrow}``: the tables as they are
-        written (the kept rows never go through pandas and back: at a year of history that round trip was most of
-        their cost).
+        :class:`Derived`: with ``touched``, the rows :func:`jobs.fleet.partials.made_again` names and the partials of
+        the touched run dates, each with the predicate of the stored rows it replaces (a daily run writes what the
+        day touched, not the history); else every row, each table whole.
     """
-    if stored is None or touched is None:
+    if partials is None or touched is None:
         sp, kp = stats_partials(job_steps), kernel_partials(job_kernels)
-        return {
-            "fleet_stats": update_stats(job_steps, sp),
-            "fleet_kernels": update_kernels(job_kernels, kp),
+        tables = {
+            "fleet_stats": changed_stats(job_steps, sp),
+            "fleet_kernels": changed_kernels(job_kernels, kp),
             STATS_PARTIALS: internal_table(sp, STATS_PARTIALS),
             KERNEL_PARTIALS: internal_table(kp, KERNEL_PARTIALS),
         }
+        return Derived(tables, dict.fromkeys(tables))
     dates = pa.array(sorted(touched.run_dates), pa.string())
 
-    def again(name: str, frame: pd.DataFrame | None, make) -> pa.Table:
-        kept = stored[name].filter(pc.invert(pc.is_in(stored[name]["run_date"], dates)))  # string, as stored
+    def again(name: str, frame: pd.DataFrame | None, make) -> tuple[pa.Table, pa.Table]:
+        """(every run date's partials, the touched run dates' made again)"""
+        stale = pc.is_in(partials[name]["run_date"], dates)  # string, as stored
+        kept = partials[name].filter(pc.invert(stale)) if pc.any(stale).as_py() else partials[name]  # a new day: none
         new = make(frame[frame["run_date"].astype(str).isin(touched.run_dates)]) if frame is not None else None
-        return pa.concat_tables([kept, *([internal_table(new, name)] if new is not None and len(new) else [])])
+        new = internal_table(new if new is not None else pd.DataFrame(columns=SCHEMAS[name].names), name)
+        return pa.concat_tables([kept, new]), new
 
-    sp = again(STATS_PARTIALS, job_steps, stats_partials)
-    kp = again(KERNEL_PARTIALS, job_kernels, kernel_partials)
-    return {
-        "fleet_stats": update_stats(job_steps, sp, stored["fleet_stats"], touched.dates, touched.runs),
-        "fleet_kernels": update_kernels(job_kernels, kp, stored["fleet_kernels"], touched.dates, touched.runs),
-        STATS_PARTIALS: sp,
-        KERNEL_PARTIALS: kp,
-    }
+    sp, sp_new = again(STATS_PARTIALS, job_steps, stats_partials)
+    kp, kp_new = again(KERNEL_PARTIALS, job_kernels, kernel_partials)
+    by_run_date = [[("run_date", "in", sorted(touched.run_dates))]]
+    rows = made_again(touched.dates, touched.runs)
+    return Derived(
+        {
+            "fleet_stats": changed_stats(job_steps, sp, touched.dates, touched.runs),
+            "fleet_kernels": changed_kernels(job_kernels, kp, touched.dates, touched.runs),
+            STATS_PARTIALS: sp_new,
+            KERNEL_PARTIALS: kp_new,
+        },
+        {"fleet_stats": rows, "fleet_kernels": rows, STATS_PARTIALS: by_run_date, KERNEL_PARTIALS: by_run_date},
+    )
 
 
-def _stored_derivations(warehouse: str) -> dict | None:
-    """The fleet tables and partials (Arrow) written last, or ``None`` when one of them never was (made
-    whole then)."""
+def _stored_partials(warehouse: str) -> dict | None:
+    """The partials (Arrow) written last, or ``None`` when one of them or of the fleet tables they feed never was
+    (everything is made whole then)."""
+    if any(table_version(warehouse, name) is None for name in ("fleet_stats", "fleet_kernels")):
+        return None
     out = {}
-    for name in ("fleet_stats", "fleet_kernels"):
-        rows = read_arrow(warehouse, name)  # in the table's schema by update_stats / update_kernels
-        if rows is not None:
-            out[name] = rows
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
         rows = read_internal_table(warehouse, name)
-        if rows is not None:
-            out[name] = rows
-    return out if len(out) == 4 else None
+        if rows is None:
+            return None
+        out[name] = rows
+    return out
 
 
 def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_options) -> FleetResult:
@@ -250,7 +279,7 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     result.reduced_jobs = reduced.reduced_jobs
     runs = reduced.runs
     sequence = _stepped_sequence(runs)  # every run with ProfilerSteps, in comparison order
-    stored = None if reduced.runs_before is None else _stored_derivations(warehouse)
+    stored = None if reduced.runs_before is None else _stored_partials(warehouse)
     changes = Touched.of(reduced)
     touched = changes if stored is not None else None  # without stored derivations: every row made again
     dates, baseline = None, regression_options["baseline_runs"]
@@ -273,16 +302,16 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
         js, jk = read_reductions(warehouse, sorted({*needed, *touched.jobs(runs)}))
     derived = derive_stats(js, jk, stored, touched)
     tables = _read_columns(engine, warehouse, inputs, jobs)
-    frames = fleet_frames(js, jk, tables, dates, sequence, derived, **regression_options)
+    frames = fleet_frames(js, jk, tables, dates, sequence, derived.tables, **regression_options)
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
-        write_internal(derived[name], warehouse, name, reduced.inputs)
+        write_internal(derived.tables[name], warehouse, name, reduced.inputs, derived.replace[name])
     for name, rows in frames.items():
+        keyed = derived.replace.get(name)
         if name == "regressions" and dates is not None:  # the compared dates' partitions only
             write_fleet_table(rows, warehouse, name, inputs, dates=dates)
-            result.counts[name] = table_rows(warehouse, name) or 0
-        else:
-            write_fleet_table(rows, warehouse, name, inputs)  # an empty table is written too: it exists, with 0 rows
-            result.counts[name] = len(rows)
+        else:  # an empty table is written too: it exists, with 0 rows
+            write_fleet_table(rows, warehouse, name, inputs, replace_rows=keyed)
+        result.counts[name] = len(rows) if keyed is None and name != "regressions" else table_rows(warehouse, name) or 0
     commit(warehouse, reduced)  # last: a run killed before it redoes this one's work
     result.regressions = frames["regressions"]
     return result
@@ -422,14 +451,24 @@ def _read_columns(
 
 
 def write_fleet_table(
-    rows: pd.DataFrame | pa.Table, warehouse: str, table: str, inputs: dict | None = None, dates=None
+    rows: pd.DataFrame | pa.Table,
+    warehouse: str,
+    table: str,
+    inputs: dict | None = None,
+    dates=None,
+    replace_rows: list | None = None,
 ) -> None:
     """Write a fleet table (pandas or Arrow) whole, in one commit: every old row goes (a dimension, date or kind with no
     rows left leaves none behind); with ``dates`` (``regressions``, partitioned by date), the rows of those dates
-    only (a date left without rows leaves none). ``inputs``: the input table versions it was derived from (a
-    concurrent run's derivation from newer inputs is kept: :func:`jobs.warehouse.write_table`)."""
+    only (a date left without rows leaves none); with ``replace_rows`` (a predicate in disjunctive normal form), the
+    rows it matches only (:func:`jobs.fleet.partials.made_again`). ``inputs``: the input table versions it was
+    derived from (a concurrent run's derivation from newer inputs is kept: :func:`jobs.warehouse.write_table`)."""
     t = as_table(rows, FLEET_TABLES[table].arrow_schema())
-    if dates is None:
-        write_table(t, warehouse, table, replace_all=True, inputs=inputs)
+    if replace_rows is not None:
+        write_table(t, warehouse, table, inputs=inputs, replace_rows=replace_rows)
+    elif dates is None:  # the tables updated by key keep min / max statistics of their files
+        write_table(
+            t, warehouse, table, replace_all=True, inputs=inputs, stats=table in ("fleet_stats", "fleet_kernels")
+        )
     else:
         write_table(t, warehouse, table, inputs=inputs, replace_where={"date": sorted(str(d) for d in dates)})

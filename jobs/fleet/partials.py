@@ -21,7 +21,8 @@ The rows of a fleet table are of three kinds; a daily run recomputes only those 
 
 Partials of a run date are recomputed when a run of that date changed; the others are read back
 (:data:`jobs.fleet.reduced.STATS_PARTIALS`, :data:`jobs.fleet.reduced.KERNEL_PARTIALS`). A run reads
-O(dates × groups) partial rows, not the job steps of the history.
+O(dates × groups) partial rows, not the job steps of the history, and writes only the rows it made again
+(:func:`made_again`, :func:`changed_stats`, :func:`changed_kernels`): the stored tables are updated by key.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import datasketches
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from jobs.fleet.stats import (
     _SUMS,
@@ -204,19 +205,24 @@ def as_table(rows: pd.DataFrame | pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False).replace_schema_metadata(None)
 
 
+def made_again(dates, runs) -> list:
+    """The rows of a fleet table a derivation over ``dates`` and ``runs`` (``job#attempt``) makes again, as a
+    predicate in disjunctive normal form (:func:`jobs.commit.predicate_sql`): the rows of those capture dates, the
+    ``job`` dimension's ``all`` rows of those runs, and every wide group's ``all`` row (merged from every run
+    date's partials each time)."""
+    return [
+        [("date", "in", sorted(map(str, dates)))],
+        [("dimension", "=", "job"), ("date", "=", "all"), ("value", "in", sorted(map(str, runs)))],
+        [("dimension", "!=", "job"), ("date", "=", "all")],
+    ]
+
+
 def _keep(previous: pa.Table | None, dates, runs) -> pa.Table | None:
-    """The rows of a fleet table not recomputed: other dates' rows, the unchanged runs' ``all`` rows (Arrow: a
-    year of kept rows never goes through pandas)."""
+    """The rows of a fleet table not made again (:func:`made_again`; Arrow: a year of kept rows never goes through
+    pandas)."""
     if previous is None:
         return None
-    date, dimension = previous["date"], previous["dimension"]
-    is_all = pc.equal(date, "all")
-    other_date = pc.and_(pc.invert(is_all), pc.invert(pc.is_in(date, pa.array(sorted(map(str, dates)), pa.string()))))
-    other_run = pc.and_(
-        pc.and_(pc.equal(dimension, "job"), is_all),
-        pc.invert(pc.is_in(previous["value"], pa.array(sorted(map(str, runs)), pa.string()))),
-    )
-    return previous.filter(pc.fill_null(pc.or_(other_date, other_run), False))
+    return previous.filter(~pq.filters_to_expression(made_again(dates, runs)))  # a null key: not kept
 
 
 def _combine(parts, table) -> pa.Table:
@@ -236,8 +242,8 @@ def update_stats(
     dates=(),
     runs=(),
 ) -> pa.Table:
-    """``fleet_stats`` rows: ``previous``'s rows kept but those of ``dates`` and of the runs ``runs`` (``job#attempt``)
-    and the merged ones, which are made again.
+    """``fleet_stats`` rows: ``previous``'s rows kept but those :func:`made_again` for ``dates`` and ``runs``
+    (``job#attempt``), which are made again (:func:`changed_stats`).
 
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows holding every row on ``dates`` and every row of
@@ -249,16 +255,25 @@ def update_stats(
         The table as Arrow (:data:`schemas.FLEET_STATS`), sorted by dimension, value and date.
     """
     if previous is None:
-        dated, run_all = fleet_stats(job_steps, overall=False), fleet_stats(job_steps, ("job",), dated=False)
+        return changed_stats(job_steps, partials)
+    kept = _keep(as_table(previous, FLEET_STATS.arrow_schema()), dates, set(runs))
+    return _combine([kept, changed_stats(job_steps, partials, dates, runs)], FLEET_STATS)
+
+
+def changed_stats(job_steps: pd.DataFrame, partials: pd.DataFrame | pa.Table, dates=None, runs=None) -> pa.Table:
+    """The ``fleet_stats`` rows :func:`made_again` for ``dates`` and ``runs`` (``None``: every date and run of
+    ``job_steps``, the whole table), Arrow, sorted as :func:`update_stats` — what a keyed write adds
+    (:func:`jobs.fleet.job.run_fleet`). ``job_steps`` holds every row on ``dates`` and of ``runs``."""
+    js = job_steps if job_steps is not None else pd.DataFrame()
+    if dates is None:
+        dated, run_all = fleet_stats(js, overall=False), fleet_stats(js, ("job",), dated=False)
     else:
-        js = job_steps if job_steps is not None else pd.DataFrame()
         on = js[js["date"].astype(str).isin({str(d) for d in dates})] if len(js) else js
         mine = js[js["job"].isin(set(runs))] if len(js) else js
         dated, run_all = fleet_stats(on, overall=False), fleet_stats(mine, ("job",), dated=False)
     if isinstance(partials, pa.Table):
         partials = partials.to_pandas()  # one row per (dimension, value, run date): the sketches merge in Python
-    kept = _keep(as_table(previous, FLEET_STATS.arrow_schema()), dates, set(runs)) if previous is not None else None
-    return _combine([kept, dated, run_all, merge_stats(partials)], FLEET_STATS)
+    return _combine([dated, run_all, merge_stats(partials)], FLEET_STATS)
 
 
 def update_kernels(
@@ -272,12 +287,21 @@ def update_kernels(
     """``fleet_kernels`` rows, as :func:`update_stats` (``job_kernels``: :func:`jobs.fleet.stats.job_kernels_frame`
     rows; ``partials``: :func:`kernel_partials` rows of every run date); Arrow, sorted by dimension, value, date and
     kernel rank."""
+    if previous is None:
+        return changed_kernels(job_kernels, partials, top=top)
+    kept = _keep(as_table(previous, FLEET_KERNELS.arrow_schema()), dates, set(runs))
+    return _combine([kept, changed_kernels(job_kernels, partials, dates, runs, top)], FLEET_KERNELS)
+
+
+def changed_kernels(
+    job_kernels: pd.DataFrame | None, partials: pd.DataFrame | pa.Table, dates=None, runs=None, top: int = TOP_KERNELS
+) -> pa.Table:
+    """The ``fleet_kernels`` rows :func:`made_again` for ``dates`` and ``runs``, as :func:`changed_stats`."""
     jk = job_kernels if job_kernels is not None else pd.DataFrame()
-    if previous is not None and len(jk):
+    if dates is not None and len(jk):
         on, mine = jk[jk["date"].astype(str).isin({str(d) for d in dates})], jk[jk["job"].isin(set(runs))]
     else:
         on = mine = jk
     dated = fleet_kernels(on, top, overall=False) if len(on) else None
     run_all = fleet_kernels(mine, top, ("job",), dated=False) if len(mine) else None
-    kept = _keep(as_table(previous, FLEET_KERNELS.arrow_schema()), dates, set(runs)) if previous is not None else None
-    return _combine([kept, dated, run_all, merge_kernels(partials, top)], FLEET_KERNELS)
+    return _combine([dated, run_all, merge_kernels(partials, top)], FLEET_KERNELS)

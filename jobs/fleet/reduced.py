@@ -229,11 +229,19 @@ def internal_table(rows: pd.DataFrame | pa.Table, name: str) -> pa.Table:
     return as_table(rows, SCHEMAS[name])
 
 
-def write_internal(rows: pd.DataFrame | pa.Table, warehouse: str, name: str, inputs: dict) -> None:
-    """Replace an unpartitioned internal table whole with ``rows`` (pandas or Arrow; one commit)."""
+def write_internal(
+    rows: pd.DataFrame | pa.Table, warehouse: str, name: str, inputs: dict, replace_rows: list | None = None
+) -> None:
+    """Replace an unpartitioned internal table whole with ``rows`` (pandas or Arrow; one commit), or only the rows
+    the predicate ``replace_rows`` matches (:func:`jobs.warehouse.write_table`); the partials' files carry min / max
+    statistics (updated by key, by run date)."""
     schema = SCHEMAS[name]
     t = internal_table(rows, name)
-    write_table(t, warehouse, name, replace_all=True, inputs=inputs, schema=schema, partition_by=())
+    keyed = name in (STATS_PARTIALS, KERNEL_PARTIALS)
+    if replace_rows is not None:
+        write_table(t, warehouse, name, inputs=inputs, schema=schema, partition_by=(), replace_rows=replace_rows)
+    else:
+        write_table(t, warehouse, name, replace_all=True, inputs=inputs, schema=schema, partition_by=(), stats=keyed)
 
 
 def _write(rows: pd.DataFrame | None, warehouse: str, name: str, replace_jobs, replace_all: bool, inputs) -> None:

@@ -102,8 +102,10 @@ def test_regression_of_the_slow_run_is_found_and_logged(spark, nightly):
     slow = p50.loc["nightly-3"]
     assert slow["verdict"] == "regression" and slow["p_value"] < 0.01
     assert list(slow["baseline_runs"]) == ["nightly-0#0", "nightly-1#0", "nightly-2#0"]
-    # the step-time change is the injected 100 ms per step, measured against the baseline's median
-    assert slow["delta"] == pytest.approx(100 * MS, rel=0.2)
+    # the step-time change is the injected 100 ms per step (more when load slowed the run: CI saw 127 ms), and what
+    # the steps table shows: the run's median step against the baseline runs' (outliers dropped aside)
+    shown = job_step.loc["nightly-3"].median() - job_step.loc[["nightly-0", "nightly-1", "nightly-2"]].median()
+    assert slow["delta"] >= 80 * MS and slow["delta"] == pytest.approx(shown, rel=0.15)
     # what changed: the version bump and the commit, next to the kernels that moved (jobs/fleet/changes.py)
     changes = json.loads(slow["changes_json"])
     ctx = {c["field"]: (c["run"], c["baseline"]) for c in changes["context"]}

@@ -8,6 +8,7 @@ tests/integration/test_crash_rerun.py."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import subprocess
@@ -535,3 +536,95 @@ def test_storage_options_give_an_s3_warehouse_its_credentials(monkeypatch):
     assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9" and os.environ["AWS_DEFAULT_REGION"] == "r"
     assert commit.storage_options("s3://b/wh/t") == {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ALLOW_HTTP": "true"}
     assert commit.use_storage_options("s3://b/wh", {}) == []
+
+
+def _keyed(day: str, runs: list[str], n: int) -> pa.Table:
+    """Rows of a fleet-like table keyed by (dimension, value, date): ``runs``' rows of ``day`` and their ``all``
+    rows, each ``n``."""
+    rows = [(d, r, date, n) for d in ("job", "fleet") for r in runs for date in (day, "all")]
+    return pa.table(
+        {k: [r[i] for r in rows] for i, k in enumerate(("dimension", "value", "date", "n"))},
+        schema=pa.schema(
+            [("dimension", pa.string()), ("value", pa.string()), ("date", pa.string()), ("n", pa.int64())]
+        ),
+    )
+
+
+def test_added_files_carry_min_max_statistics_where_asked(tmp_path):
+    """``stats=True`` (the tables updated by key) writes Delta statistics (min / max / null count of the string and
+    numeric columns) into the add actions: what prunes files by value. Other writes carry the row count only (delta-rs
+    makes a pyarrow expression of every file's statistics when it opens a dataset: costly over thousands of files)."""
+    wh = str(tmp_path)
+    commit.write_partitions(pa.table(_rows({"a": 3, "b": 1}, 1)), wh, "keyed", PARTS, stats=True)
+    commit.write_partitions(pa.table(_rows({"a": 3}, 2)), wh, "plain", PARTS)
+    acts = pa.table(commit.open_table(os.path.join(wh, "keyed")).get_add_actions(flatten=True)).to_pylist()
+    assert len(acts) == 2 and all(a["min.v"] == a["max.v"] == 1 and a["null_count.v"] == 0 for a in acts)
+    assert {a["partition.job_id"]: (a["min.i"], a["max.i"], a["num_records"]) for a in acts} == {
+        "a": (0, 2, 3),
+        "b": (3, 3, 1),
+    }
+    (plain,) = pa.table(commit.open_table(os.path.join(wh, "plain")).get_add_actions(flatten=True)).to_pylist()
+    assert plain.get("min.v") is None and plain["num_records"] == 3
+    nan = pa.table({"x": pa.array([1.0, float("nan")]), "s": ["a", None]})
+    buf = pa.BufferOutputStream()
+    pq.write_table(nan, buf)
+    stats = commit.parquet_stats(pq.read_metadata(pa.BufferReader(buf.getvalue())))
+    assert stats["nullCount"]["s"] == 1 and stats["minValues"]["s"] == "a"
+    json.dumps(stats, allow_nan=False)  # no NaN or infinite bound: the log entry stays valid JSON
+
+
+def test_replace_rows_rewrites_only_the_files_holding_a_matching_row(tmp_path):
+    """A keyed write (``replace_rows``): the rows matching the predicate go, the new rows come, in one commit; the
+    files whose statistics rule the predicate out are not touched, and a file holding a match is written again
+    without it (its other rows kept)."""
+    wh, uri = str(tmp_path), os.path.join(str(tmp_path), "k")
+    for day, runs in (("2025-01-01", ["r1", "r2"]), ("2025-01-02", ["r3"])):
+        again = [[("date", "in", [day])], [("date", "=", "all"), ("value", "in", runs)]]
+        commit.write_partitions(
+            _keyed(day, runs, 1), wh, "k", ["dimension"], replace_rows=again, files_apart=("date", "all")
+        )
+    before = set(commit.open_table(uri).file_uris())
+    assert len(before) == 8  # 2 days x 2 dimensions x (dated, all)
+    # day 3 is new: nothing on record can hold its keys, nothing is read or removed
+    day3 = [[("date", "in", ["2025-01-03"])], [("date", "=", "all"), ("value", "in", ["r4"])]]
+    res = commit.write_partitions(
+        _keyed("2025-01-03", ["r4"], 1), wh, "k", ["dimension"], replace_rows=day3, files_apart=("date", "all")
+    )
+    assert res.files_removed == 0 and res.files_added == 4 and before <= set(commit.open_table(uri).file_uris())
+    # r1 made again on day 1: the day-1 files go (their rows of r2 written again), the others stay
+    redo = [[("date", "in", ["2025-01-01"])], [("date", "=", "all"), ("value", "in", ["r1"])]]
+    res = commit.write_partitions(
+        _keyed("2025-01-01", ["r1"], 7), wh, "k", ["dimension"], replace_rows=redo, files_apart=("date", "all")
+    )
+    assert res.files_removed == 4 and res.attempts == 1
+    got = commit.open_table(uri).to_pyarrow_table().to_pylist()
+    n = {(r["dimension"], r["value"], r["date"]): r["n"] for r in got}
+    assert len(got) == len(n) == 14  # r1 and r2 lost their day-1 rows, r1 has new ones; nothing doubled
+    assert n[("job", "r1", "2025-01-01")] == n[("fleet", "r1", "all")] == 7 and n[("job", "r2", "all")] == 1
+    assert ("job", "r2", "2025-01-01") not in n and n[("job", "r3", "2025-01-02")] == 1
+    # an empty IN matches no row: an append
+    res = commit.write_partitions(
+        _keyed("2025-01-04", ["r5"], 1), wh, "k", ["dimension"], replace_rows=[[("value", "in", [])]]
+    )
+    assert res.files_removed == 0 and len(commit.open_table(uri).to_pyarrow_table()) == 18
+
+
+def test_replace_rows_retries_a_conflict_and_keeps_the_winners_rows(tmp_path, monkeypatch):
+    """Another writer commits between this write's scan and its log entry: the commit conflicts, the files are found
+    again on the new version, and neither write's rows are lost or doubled."""
+    wh, uri = str(tmp_path), os.path.join(str(tmp_path), "k")
+    commit.write_partitions(_keyed("2025-01-01", ["r1"], 1), wh, "k", ["dimension"], replace_rows=[])
+    fired = []
+
+    def other_writer(point):
+        if point == "k:committing" and not fired:
+            fired.append(point)
+            commit.write_partitions(_keyed("2025-01-02", ["r2"], 2), wh, "k", ["dimension"], replace_rows=[])
+
+    monkeypatch.setattr(commit, "_crash_point", other_writer)
+    res = commit.write_partitions(
+        _keyed("2025-01-01", ["r1"], 5), wh, "k", ["dimension"], replace_rows=[[("value", "=", "r1")]]
+    )
+    assert res.attempts == 2 and fired
+    got = commit.open_table(uri).to_pyarrow_table().to_pylist()
+    assert sorted((r["value"], r["n"]) for r in got) == [("r1", 5)] * 4 + [("r2", 2)] * 4

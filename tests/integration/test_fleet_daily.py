@@ -1,0 +1,94 @@
+"""The daily fleet stage writes what the day touched (issue 29): over a simulated fleet (``benchmarks/fleet_history.py``'s
+rows written straight into the warehouse), each day's run replaces the fleet tables' and partials' rows by key — the
+number of files a run removes is the same on day 3 as on day 8 — and the tables equal a ``--rebuild``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _history():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module("fleet_history")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def _last_commit(wh: Path, table: str) -> tuple[list[dict], list[dict]]:
+    """(add, remove) actions of the table's last log entry."""
+    log = wh / table / "_delta_log"
+    last = max(log.glob("*.json"), key=lambda p: int(p.stem))
+    actions = [json.loads(line) for line in last.read_text().splitlines() if line.strip()]
+    return [a["add"] for a in actions if "add" in a], [a["remove"] for a in actions if "remove" in a]
+
+
+def test_a_daily_run_rewrites_what_the_day_touched_and_equals_a_rebuild(tmp_path):
+    from pipeline_compare import FLEET_TABLES, rows_digest
+
+    from jobs.executor import LocalExecutor
+    from jobs.fleet.job import run_fleet
+    from jobs.fleet.reduced import STATS_PARTIALS
+    from jobs.warehouse import maintain, open_table
+
+    fh = _history()
+    args = argparse.Namespace(jobs_per_day=3, ranks=2, steps=4, kernels=5)
+    wh, rng = tmp_path / "wh", np.random.default_rng(3)
+    removed: dict[int, dict[str, int]] = {}
+    with LocalExecutor() as ex:
+        for day in range(8):
+            fh.add_days(str(wh), day, day + 1, args, rng)
+            assert len(run_fleet(ex, str(wh)).reduced_jobs) == 3  # the day's jobs only
+            removed[day] = {t: len(_last_commit(wh, t)[1]) for t in ("fleet_kernels", "fleet_stats", STATS_PARTIALS)}
+    # from the second day on, a run removes the same files whatever the history: the wide groups' `all` rows
+    assert removed[2] == removed[7] and removed[7]["fleet_kernels"] > 0 and removed[7][STATS_PARTIALS] == 0
+    adds, removes = _last_commit(wh, "fleet_stats")
+    gone = {r["path"] for r in removes}
+    before = [a for a in _all_adds(wh, "fleet_stats") if a["path"] in gone]
+    assert len(before) == len(gone)
+    for a in before:  # each file removed held `all` rows of a wide group only (its statistics say so)
+        stats = json.loads(a["stats"])
+        assert stats["minValues"]["date"] == stats["maxValues"]["date"] == "all"
+        assert a["partitionValues"]["dimension"] != "job"
+    # maintenance compacts the small files but keeps the `all` rows apart: the next day still removes only those
+    digests = {t: rows_digest(wh, t) for t in FLEET_TABLES}
+    done = maintain(str(wh), retention_hours=0)
+    assert done["fleet_stats"]["files_compacted"] > 0 and done["fleet_stats"]["skipped"] == 0
+    assert {t: rows_digest(wh, t) for t in FLEET_TABLES} == digests
+    for table in ("fleet_stats", "fleet_kernels"):
+        acts = pa.table(open_table(str(wh / table)).get_add_actions(flatten=True)).to_pylist()
+        per = Counter(a["partition.dimension"] for a in acts)
+        assert max(per.values()) <= 2 and set(per) == {"job", "fleet", "job_name", "model", "hardware", "torch_version"}
+        assert all(a["min.date"] == a["max.date"] == "all" or a["max.date"] < "all" for a in acts)  # one kind a file
+    with LocalExecutor() as ex:
+        fh.add_days(str(wh), 8, 9, args, rng)
+        run_fleet(ex, str(wh))
+    assert {t: len(_last_commit(wh, t)[1]) for t in removed[7]} == removed[7]
+    full = tmp_path / "full"
+    shutil.copytree(wh, full)
+    with LocalExecutor() as ex:
+        run_fleet(ex, str(full), rebuild=True)
+    for table in FLEET_TABLES:
+        assert rows_digest(wh, table) == rows_digest(full, table), table
+
+
+def _all_adds(wh: Path, table: str) -> list[dict]:
+    """Every add action ever written to the table's log (checkpoints aside: the test's tables stay small)."""
+    out = []
+    for p in sorted((wh / table / "_delta_log").glob("*.json"), key=lambda p: int(p.stem)):
+        out += [json.loads(line)["add"] for line in p.read_text().splitlines() if '"add"' in line]
+    return out
