@@ -418,8 +418,9 @@ def _commit(
     dt=None,
 ) -> CommitResult:
     """One commit of ``added`` (``(rel path, size, partition values, Delta statistics)``) plus the removes it
-    implies, retried on conflict with the removes recomputed from the winner's version. ``dt``: the table opened before staging,
-    brought up to date by reading the log's newer commits only (a long history is not replayed again)."""
+    implies, retried on conflict with the removes recomputed from the winner's version. ``dt``: the table opened
+    before staging, brought up to date by reading the log's newer commits only (a long history is not replayed
+    again)."""
     written = {_key(pv, partition_by) for _, _, pv, _ in added}
     jobs = {str(j) for j in replace_jobs} if replace_jobs is not None and "job_id" in partition_by else set()
     where = {c: {str(v) for v in vs} for c, vs in (replace_where or {}).items() if c in partition_by}

@@ -171,8 +171,8 @@ class Touched:
 @dataclass
 class Derived:
     """``fleet_stats``, ``fleet_kernels`` and their partials as a fleet run writes them: ``tables`` (Arrow, by name)
-    and, per name, the predicate whose rows they replace (``replace``: DNF, :func:`jobs.commit.predicate_sql`;
-    ``None``: the table whole)."""
+    and, per name, the predicate whose rows they replace (``replace``: DNF, :func:`jobs.warehouse.write_table`'s
+    ``replace_rows``; ``None``: the table whole)."""
 
     tables: dict
     replace: dict

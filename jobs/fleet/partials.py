@@ -207,9 +207,9 @@ def as_table(rows: pd.DataFrame | pa.Table, schema: pa.Schema) -> pa.Table:
 
 def made_again(dates, runs) -> list:
     """The rows of a fleet table a derivation over ``dates`` and ``runs`` (``job#attempt``) makes again, as a
-    predicate in disjunctive normal form (:func:`jobs.commit.predicate_sql`): the rows of those capture dates, the
-    ``job`` dimension's ``all`` rows of those runs, and every wide group's ``all`` row (merged from every run
-    date's partials each time)."""
+    predicate in disjunctive normal form (:func:`jobs.warehouse.write_table`'s ``replace_rows``): the rows of those
+    capture dates, the ``job`` dimension's ``all`` rows of those runs, and every wide group's ``all`` row (merged
+    from every run date's partials each time)."""
     return [
         [("date", "in", sorted(map(str, dates)))],
         [("dimension", "=", "job"), ("date", "=", "all"), ("value", "in", sorted(map(str, runs)))],
