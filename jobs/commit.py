@@ -304,13 +304,13 @@ def write_partitions(
         replace_rows: a predicate in disjunctive normal form (``[[(column, op, value), …], …]``: OR of ANDs; ops
             ``=``, ``!=``, ``in``): the rows matching it are removed and ``df`` (a ``pyarrow.Table`` whose rows all
             match it) added, in one commit — an update of a table keyed by its rows, not its partitions. Only the
-            files whose partition values and min/max statistics (:func:`parquet_stats`, written into every add)
+            files whose partition values and min/max statistics (:func:`parquet_stats`, written into its adds)
             may hold a matching row are scanned; a file holding one is written again without it, every other file
             stays. ``[]``: append. Not with ``replace_jobs``, ``replace_all`` or ``replace_where``.
         files_apart: ``(column, value)``: the rows holding the value go to files of their own (:func:`apart`; a
-            ``pyarrow.Table``'s rows); default the declared table's (:class:`schemas.tables.Table`).
+            ``pyarrow.Table``'s rows, with statistics); default the declared table's (:class:`schemas.tables.Table`).
         stats: write Delta min / max statistics into the add actions (:func:`parquet_stats`; a ``pyarrow.Table``'s
-            files; always with ``replace_rows``). For tables updated by key, whose files stay few: delta-rs turns
+            files; always with ``replace_rows`` or ``files_apart``). For tables updated by key, whose files stay few: delta-rs turns
             every file's statistics into a pyarrow expression when it opens a dataset (~2 ms a file at 32 columns,
             measured), too much for the per-job tables' thousands of files.
 
@@ -329,20 +329,20 @@ def write_partitions(
     if schema is None and decl is not None:
         schema = decl.arrow_schema()
     uri = table_uri(warehouse, table)
-    write_id = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
+    write_id = _write_id()
     dt = snapshot if snapshot is not None else open_table(uri)  # the layout check comes before anything is staged
+    files_apart = files_apart or getattr(decl, "files_apart", None)
+    split = apart(files_apart)
     if replace_rows is not None:
         if not isinstance(df, pa.Table) or replace_jobs is not None or replace_all or replace_where:
             raise ValueError(f"{table}: replace_rows takes a pyarrow.Table and no other replace_* argument")
         if dt is None:
             dt = _create(uri, schema if schema is not None else _arrow_schema_of(df, partition_by), partition_by)
-        split = apart(files_apart or getattr(decl, "files_apart", None))
         return _commit_rows(uri, table, df, partition_by, replace_rows, write_id, schema, inputs, dt, split)
     if dt is None:
         _mark_new(uri)  # a concurrent reader must not take the files staged below for the pre-Delta layout
     with _staging(warehouse, table, write_id) as staging:
-        split = apart(files_apart or getattr(decl, "files_apart", None))
-        added = _stage(df, uri, staging, partition_by, write_id, table, split, stats)
+        added = _stage(df, uri, staging, partition_by, write_id, table, split, stats or files_apart is not None)
     _crash_point(f"{table}:staged")
     if dt is None:
         if not added and replace_jobs is not None:
@@ -464,6 +464,11 @@ def _commit(
     result.version = committed_on + 1  # no retries inside delta-rs: the commit took exactly the next version
     _crash_point(f"{table}:committed")
     return result
+
+
+def _write_id(prefix: str = "") -> str:
+    """A write's id: ``prefix``, the UTC time (sortable), a random suffix."""
+    return prefix + _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
 
 
 def _attempts() -> Retrying:
@@ -1093,7 +1098,7 @@ def _convert(uri: str, table: str, decl) -> None:
     if schema is None:
         return
     _create(uri, schema, partition_by)
-    write_id = "migrate-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    write_id = _write_id("migrate-")
     _commit(uri, table, added, partition_by, None, write_id, schema)
 
 
@@ -1104,8 +1109,8 @@ def maintain(
     files_apart: tuple[str, str] | None = None,
 ) -> dict:
     """Compact the small data files of the Delta table at ``uri`` (bin-packing to ``target_mb`` per partition,
-    delta-rs ``optimize.compact``; with ``files_apart``, :func:`_compact_apart`: the rows holding the value stay in
-    files of their own), then vacuum the files no version within ``retention_hours`` references
+    delta-rs ``optimize.compact``; with ``files_apart`` — default the declared table's, by the folder's name —
+    :func:`_compact_apart`: the rows holding the value stay in files of their own), then vacuum the files no version within ``retention_hours`` references
     (removed by a commit, or staged by a writer that died), set :data:`TABLE_PROPERTIES` where missing, and
     checkpoint the log.
 
@@ -1120,17 +1125,17 @@ def maintain(
     out = {"files_compacted": 0, "files_added": 0, "files_vacuumed": 0, "skipped": 0, "version": -1}
     if dt is None:
         return out
+    files_apart = files_apart or getattr(_declared_or_none(posixpath.basename(uri.rstrip("/"))), "files_apart", None)
+    target = int(target_mb * (1 << 20))
     try:
         if files_apart is None:
-            m = dt.optimize.compact(target_size=int(target_mb * (1 << 20)))
+            m = dt.optimize.compact(target_size=target)
             out["files_compacted"], out["files_added"] = (
                 int(m.get("numFilesRemoved", 0)),
                 int(m.get("numFilesAdded", 0)),
             )
         else:
-            out["files_compacted"], out["files_added"] = _compact_apart(
-                dt, uri, files_apart, int(target_mb * (1 << 20))
-            )
+            out["files_compacted"], out["files_added"] = _compact_apart(dt, uri, files_apart, target)
     except CommitFailedError:
         out["skipped"] = 1
     dt = open_table(uri)
@@ -1149,10 +1154,11 @@ def maintain(
 
 
 def _compact_apart(dt, uri: str, files_apart: tuple[str, str], target_bytes: int) -> tuple[int, int]:
-    """Compaction that keeps ``files_apart`` (:func:`apart`): in each partition, the files under ``target_bytes``
-    — when there are several, or one holds both kinds of rows (its statistics of the column span the value) —
-    are read and written again as one file per kind, in one commit (``dataChange`` false, as delta-rs' compaction;
-    a concurrent writer's commit raises ``CommitFailedError``). Returns (files removed, files added)."""
+    """Compaction that keeps ``files_apart`` (:func:`apart`): in each partition whose files under ``target_bytes``
+    are more than one of a kind, or hold both kinds in one file (its statistics of the column span the value, or
+    it has none), those files are read and written again as one file per kind, in one commit (``dataChange``
+    false, as delta-rs' compaction; a concurrent writer's commit raises ``CommitFailedError``). A compacted table
+    is left as it is. Returns (files removed, files added)."""
     column, value = files_apart
     partition_by = list(dt.metadata().partition_columns)
     acts = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
@@ -1161,18 +1167,24 @@ def _compact_apart(dt, uri: str, files_apart: tuple[str, str], target_bytes: int
         if a["size_bytes"] < target_bytes:
             groups.setdefault(tuple(a.get(f"partition.{p}") for p in partition_by), []).append(a)
 
-    def mixed(a: dict) -> bool:
+    def kind(a: dict) -> str:
         lo, hi = a.get(f"min.{column}"), a.get(f"max.{column}")
-        return lo is None or hi is None or (lo <= value <= hi and not lo == hi == value)
+        if lo is not None and lo == hi == value:
+            return "apart"
+        return "mixed" if lo is None or hi is None or lo <= value <= hi else "rest"
 
-    todo = [a for files in groups.values() if len(files) > 1 or mixed(files[0]) for a in files]
+    def untidy(files: list[dict]) -> bool:
+        kinds = [kind(a) for a in files]
+        return "mixed" in kinds or kinds.count("apart") > 1 or kinds.count("rest") > 1
+
+    todo = [a for files in groups.values() if untidy(files) for a in files]
     if not todo:
         return 0, 0
     data = dt.to_pyarrow_dataset()
     frags = {unquote(f.path): f for f in data.get_fragments()}
     rows = [frags[unquote(a["path"])].to_table(schema=data.schema) for a in todo]
     fs, base = _fs(uri)
-    write_id = "compact-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
+    write_id = _write_id("compact-")
     added = _stage_pieces(rows, apart(files_apart), fs, base, partition_by, write_id, True)
     now = int(time.time() * 1000)
     adds = [AddAction(rel, size, pv, now, False, json.dumps(st)) for rel, size, pv, st in added]

@@ -661,12 +661,7 @@ def maintain(warehouse: str, tables=None, retention_hours: float | None = None) 
     for t in tables or [*TABLES, *FLEET_TABLES, *INTERNAL_TABLES]:
         if not exists(warehouse, t):
             continue
-        decl = TABLES.get(t) or FLEET_TABLES.get(t)  # the internal tables are not declared
-        out[t] = _maintain(
-            table_path(warehouse, t),
-            _RETENTION_HOURS if retention_hours is None else retention_hours,
-            files_apart=decl.files_apart if decl is not None else None,
-        )
+        out[t] = _maintain(table_path(warehouse, t), _RETENTION_HOURS if retention_hours is None else retention_hours)
     _recover(warehouse)
     return out
 

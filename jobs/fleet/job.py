@@ -466,9 +466,7 @@ def write_fleet_table(
     t = as_table(rows, FLEET_TABLES[table].arrow_schema())
     if replace_rows is not None:
         write_table(t, warehouse, table, inputs=inputs, replace_rows=replace_rows)
-    elif dates is None:  # the tables updated by key keep min / max statistics of their files
-        write_table(
-            t, warehouse, table, replace_all=True, inputs=inputs, stats=table in ("fleet_stats", "fleet_kernels")
-        )
+    elif dates is None:
+        write_table(t, warehouse, table, replace_all=True, inputs=inputs)
     else:
         write_table(t, warehouse, table, inputs=inputs, replace_where={"date": sorted(str(d) for d in dates)})

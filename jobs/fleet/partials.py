@@ -2,7 +2,7 @@
 without reading the history.
 
 The rows of a fleet table are of three kinds; a daily run recomputes only those its changed jobs touch
-(:func:`update_stats`, :func:`update_kernels`):
+(:func:`made_again`; :func:`changed_stats`, :func:`changed_kernels`):
 
 * **per capture date** (``date = YYYY-MM-DD``): exact (:func:`jobs.fleet.stats.fleet_stats`), recomputed for the
   dates a changed job has (or had) rows on, from the stored reductions of the jobs with rows on those dates;
@@ -31,7 +31,6 @@ import datasketches
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from jobs.fleet.stats import (
     _SUMS,
@@ -217,14 +216,6 @@ def made_again(dates, runs) -> list:
     ]
 
 
-def _keep(previous: pa.Table | None, dates, runs) -> pa.Table | None:
-    """The rows of a fleet table not made again (:func:`made_again`; Arrow: a year of kept rows never goes through
-    pandas)."""
-    if previous is None:
-        return None
-    return previous.filter(~pq.filters_to_expression(made_again(dates, runs)))  # a null key: not kept
-
-
 def _combine(parts, table) -> pa.Table:
     """The fleet table ``table`` (:data:`schemas.FLEET_STATS` / :data:`schemas.FLEET_KERNELS`) of ``parts``
     (pandas or Arrow), sorted by (dimension, value, date), as Arrow."""
@@ -235,35 +226,19 @@ def _combine(parts, table) -> pa.Table:
     return out.sort_by([(k, "ascending") for k in keys])
 
 
-def update_stats(
-    job_steps: pd.DataFrame,
-    partials: pd.DataFrame | pa.Table,
-    previous: pd.DataFrame | pa.Table | None = None,
-    dates=(),
-    runs=(),
-) -> pa.Table:
-    """``fleet_stats`` rows: ``previous``'s rows kept but those :func:`made_again` for ``dates`` and ``runs``
-    (``job#attempt``), which are made again (:func:`changed_stats`).
+def changed_stats(job_steps: pd.DataFrame, partials: pd.DataFrame | pa.Table, dates=None, runs=None) -> pa.Table:
+    """The ``fleet_stats`` rows :func:`made_again` for ``dates`` and ``runs`` (``None``: every date and run of
+    ``job_steps``, the whole table) — what a keyed write adds in place of the stored rows :func:`made_again`
+    names (:func:`jobs.fleet.job.run_fleet`).
 
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows holding every row on ``dates`` and every row of
-            the runs of ``runs`` (``previous`` ``None``: every row of the fleet).
+            the runs of ``runs`` (``dates`` ``None``: every row of the fleet).
         partials: :func:`stats_partials` rows of every run date (pandas or Arrow).
-        previous: the ``fleet_stats`` rows written last (pandas or Arrow; ``None``: everything made again).
 
     Returns:
-        The table as Arrow (:data:`schemas.FLEET_STATS`), sorted by dimension, value and date.
+        Arrow (:data:`schemas.FLEET_STATS`), sorted by dimension, value and date.
     """
-    if previous is None:
-        return changed_stats(job_steps, partials)
-    kept = _keep(as_table(previous, FLEET_STATS.arrow_schema()), dates, set(runs))
-    return _combine([kept, changed_stats(job_steps, partials, dates, runs)], FLEET_STATS)
-
-
-def changed_stats(job_steps: pd.DataFrame, partials: pd.DataFrame | pa.Table, dates=None, runs=None) -> pa.Table:
-    """The ``fleet_stats`` rows :func:`made_again` for ``dates`` and ``runs`` (``None``: every date and run of
-    ``job_steps``, the whole table), Arrow, sorted as :func:`update_stats` — what a keyed write adds
-    (:func:`jobs.fleet.job.run_fleet`). ``job_steps`` holds every row on ``dates`` and of ``runs``."""
     js = job_steps if job_steps is not None else pd.DataFrame()
     if dates is None:
         dated, run_all = fleet_stats(js, overall=False), fleet_stats(js, ("job",), dated=False)
@@ -276,27 +251,12 @@ def changed_stats(job_steps: pd.DataFrame, partials: pd.DataFrame | pa.Table, da
     return _combine([dated, run_all, merge_stats(partials)], FLEET_STATS)
 
 
-def update_kernels(
-    job_kernels: pd.DataFrame | None,
-    partials: pd.DataFrame | pa.Table,
-    previous: pd.DataFrame | pa.Table | None = None,
-    dates=(),
-    runs=(),
-    top: int = TOP_KERNELS,
-) -> pa.Table:
-    """``fleet_kernels`` rows, as :func:`update_stats` (``job_kernels``: :func:`jobs.fleet.stats.job_kernels_frame`
-    rows; ``partials``: :func:`kernel_partials` rows of every run date); Arrow, sorted by dimension, value, date and
-    kernel rank."""
-    if previous is None:
-        return changed_kernels(job_kernels, partials, top=top)
-    kept = _keep(as_table(previous, FLEET_KERNELS.arrow_schema()), dates, set(runs))
-    return _combine([kept, changed_kernels(job_kernels, partials, dates, runs, top)], FLEET_KERNELS)
-
-
 def changed_kernels(
     job_kernels: pd.DataFrame | None, partials: pd.DataFrame | pa.Table, dates=None, runs=None, top: int = TOP_KERNELS
 ) -> pa.Table:
-    """The ``fleet_kernels`` rows :func:`made_again` for ``dates`` and ``runs``, as :func:`changed_stats`."""
+    """The ``fleet_kernels`` rows :func:`made_again` for ``dates`` and ``runs``, as :func:`changed_stats`
+    (``job_kernels``: :func:`jobs.fleet.stats.job_kernels_frame` rows; ``partials``: :func:`kernel_partials` rows of
+    every run date); Arrow, sorted by dimension, value, date and kernel rank."""
     jk = job_kernels if job_kernels is not None else pd.DataFrame()
     if dates is not None and len(jk):
         on, mine = jk[jk["date"].astype(str).isin({str(d) for d in dates})], jk[jk["job"].isin(set(runs))]

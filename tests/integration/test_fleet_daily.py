@@ -74,6 +74,8 @@ def test_a_daily_run_rewrites_what_the_day_touched_and_equals_a_rebuild(tmp_path
         per = Counter(a["partition.dimension"] for a in acts)
         assert max(per.values()) <= 2 and set(per) == {"job", "fleet", "job_name", "model", "hardware", "torch_version"}
         assert all(a["min.date"] == a["max.date"] == "all" or a["max.date"] < "all" for a in acts)  # one kind a file
+    again = maintain(str(wh), tables=["fleet_stats", "fleet_kernels"], retention_hours=0)
+    assert all(m["files_compacted"] == m["files_added"] == 0 for m in again.values()), again  # compacted: left alone
     with LocalExecutor() as ex:
         fh.add_days(str(wh), 8, 9, args, rng)
         run_fleet(ex, str(wh))

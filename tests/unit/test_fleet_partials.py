@@ -7,15 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from jobs.fleet.partials import (
     RANK_ERROR,
     WIDE,
+    changed_kernels,
+    changed_stats,
     kernel_partials,
+    made_again,
     merge_stats,
     stats_partials,
-    update_kernels,
-    update_stats,
 )
 from jobs.fleet.stats import fleet_kernels, fleet_stats
 
@@ -78,10 +80,10 @@ def _sorted(df: pd.DataFrame | pa.Table) -> pd.DataFrame:
 def test_merged_rows_equal_the_exact_ones_while_the_sketch_holds_every_step():
     js, jk = _fleet(12, 8)
     exact = fleet_stats(js)
-    merged = update_stats(js, stats_partials(js))
+    merged = changed_stats(js, stats_partials(js))
     pd.testing.assert_frame_equal(_sorted(merged), _sorted(exact), check_exact=False, rtol=1e-12)
     assert set(exact["dimension"]) >= {*WIDE, "job"} and (exact["date"] == "all").sum() > 12
-    pd.testing.assert_frame_equal(_sorted(update_kernels(jk, kernel_partials(jk))), _sorted(fleet_kernels(jk)))
+    pd.testing.assert_frame_equal(_sorted(changed_kernels(jk, kernel_partials(jk))), _sorted(fleet_kernels(jk)))
 
 
 def test_merged_percentiles_stay_within_the_rank_error_beyond():
@@ -109,8 +111,8 @@ def test_an_update_of_a_few_runs_equals_making_everything_again():
     new_js, new_jk = _fleet(13, 8, scale={"j003": 3.0})
     new_js, new_jk = (d[d["job_id"] != "j007"] for d in (new_js, new_jk))
     full = {
-        "stats": update_stats(new_js, stats_partials(new_js)),
-        "kernels": update_kernels(new_jk, kernel_partials(new_jk)),
+        "stats": changed_stats(new_js, stats_partials(new_js)),
+        "kernels": changed_kernels(new_jk, kernel_partials(new_jk)),
     }
     touched_jobs = {"j003", "j007", "j012"}
     rows = pd.concat([d[d["job_id"].isin(touched_jobs)] for d in (old_js, new_js, old_jk, new_jk)])
@@ -126,10 +128,12 @@ def test_an_update_of_a_few_runs_equals_making_everything_again():
 
     sp = again(stats_partials(old_js), js, stats_partials)
     kp = again(kernel_partials(old_jk), jk, kernel_partials)
-    prev_stats = update_stats(old_js, stats_partials(old_js))
-    prev_kernels = update_kernels(old_jk, kernel_partials(old_jk))
-    inc_stats = update_stats(js, sp, prev_stats, dates, runs)
-    inc_kernels = update_kernels(jk, kp, prev_kernels, dates, runs)
+    prev_stats = changed_stats(old_js, stats_partials(old_js))
+    prev_kernels = changed_kernels(old_jk, kernel_partials(old_jk))
+    # what a keyed write leaves: the stored rows made_again does not name, and the rows made again
+    again = ~pq.filters_to_expression(made_again(dates, runs))
+    inc_stats = pa.concat_tables([prev_stats.filter(again), changed_stats(js, sp, dates, runs)])
+    inc_kernels = pa.concat_tables([prev_kernels.filter(again), changed_kernels(jk, kp, dates, runs)])
     pd.testing.assert_frame_equal(_sorted(inc_stats), _sorted(full["stats"]))
     pd.testing.assert_frame_equal(_sorted(inc_kernels), _sorted(full["kernels"]))
     inc_stats, prev_stats = _sorted(inc_stats), _sorted(prev_stats)
