@@ -628,3 +628,14 @@ def test_replace_rows_retries_a_conflict_and_keeps_the_winners_rows(tmp_path, mo
     assert res.attempts == 2 and fired
     got = commit.open_table(uri).to_pyarrow_table().to_pylist()
     assert sorted((r["value"], r["n"]) for r in got) == [("r1", 5)] * 4 + [("r2", 2)] * 4
+
+
+def test_replace_rows_names_the_table_when_given_rows_it_cannot_key(tmp_path):
+    """A keyed write takes a pyarrow.Table and no other replace_* argument; anything else is refused before a file
+    is staged, naming the table."""
+    wh = str(tmp_path)
+    with pytest.raises(ValueError, match="k: replace_rows takes a pyarrow.Table"):
+        commit.write_partitions(FakeDF(_rows({"a": 1}, 1)), wh, "k", PARTS, replace_rows=[])
+    with pytest.raises(ValueError, match="k: replace_rows takes a pyarrow.Table"):
+        commit.write_partitions(pa.table(_rows({"a": 1}, 1)), wh, "k", PARTS, replace_rows=[], replace_all=True)
+    assert not os.path.exists(os.path.join(wh, "k"))
