@@ -245,10 +245,14 @@ def _version_at(dt, when: _dt.datetime, uri: str) -> int:
     return max(at)
 
 
-def live_files(dt) -> list[dict]:
+def live_files(dt, where=None) -> list[dict]:
     """The live data files of a Delta table: ``{"path", "size_bytes", "partition": {column: value}}`` each
-    (``path`` relative to the table root, as the file system names it)."""
+    (``path`` relative to the table root, as the file system names it). ``where(actions) -> boolean Arrow array``
+    over the log's add actions (columns ``path``, ``partition.<column>`` …): only the files it selects, chosen in
+    Arrow (a long history is thousands of files; only the selected ones become Python objects)."""
     t = pa.table(dt.get_add_actions(flatten=True))
+    if where is not None:
+        t = t.filter(where(t))
     # the columns needed only (the actions carry min/max statistics of every column too)
     parts = {n[len("partition.") :]: t[n].to_pylist() for n in t.column_names if n.startswith("partition.")}
     return [
@@ -440,14 +444,7 @@ def _commit(
                 if inputs is not None and _newer_inputs(dt, inputs):
                     result.skipped = True  # a concurrent run derived the table from newer inputs: keep its rows
                     return result
-                gone = [
-                    f
-                    for f in live_files(dt)
-                    if replace_all
-                    or _key(f["partition"], partition_by) in written
-                    or str(f["partition"].get("job_id")) in jobs
-                    or any(str(f["partition"].get(c)) in vs for c, vs in where.items())
-                ]
+                gone = live_files(dt, None if replace_all else partial(_replaced, partition_by, written, jobs, where))
                 if not adds and not gone:
                     return result
                 removes = [RemoveAction(f["path"], True, now, f["size_bytes"], f["partition"]) for f in gone]
@@ -597,13 +594,15 @@ def _files_matching(dt, groups: list, expr) -> tuple[list[dict], list[pa.Table]]
     names = {str(n) for n in data.to_table(columns=["__filename"], filter=expr)["__filename"].unique().to_pylist()}
     if not names:
         return [], []
-    live = {unquote(f["path"]): f for f in live_files(dt)}
-    gone, kept = [], []
-    for frag in data.get_fragments():
-        if frag.path in names:
-            gone.append(live[unquote(frag.path)])
-            kept.append(frag.to_table(schema=data.schema).filter(~expr))
-    return gone, kept
+    frags = [frag for frag in data.get_fragments() if frag.path in names]
+    paths = {unquote(frag.path) for frag in frags}
+    live = {unquote(f["path"]): f for f in live_files(dt, lambda t: _unquoted_in(t["path"], paths))}
+    return [live[unquote(f.path)] for f in frags], [f.to_table(schema=data.schema).filter(~expr) for f in frags]
+
+
+def _unquoted_in(paths: pa.ChunkedArray, wanted: set[str]) -> pa.Array:
+    """Which of the log's (URL-quoted) ``paths`` name a file of ``wanted`` (unquoted)."""
+    return pa.array([unquote(p) in wanted for p in paths.to_pylist()], pa.bool_())
 
 
 def _arrow_schema_of(rows: pa.Table, partition_by) -> pa.Schema:
@@ -641,6 +640,29 @@ def _run_label() -> str:
 
 def _key(pv: dict, partition_by: list[str]) -> tuple:
     return tuple(None if pv.get(c) is None else str(pv.get(c)) for c in partition_by)
+
+
+_NULL_PART, _SEP = "\x00", "\x1f"  # a null partition value, the separator of partition values in a key
+
+
+def _replaced(partition_by: list[str], written: set, jobs: set, where: dict, actions: pa.Table) -> pa.Array:
+    """Which live files (the log's add actions) a write replaces: those of the partitions it writes (``written``:
+    :func:`_key` tuples), of the jobs ``jobs`` and of the partition values ``where`` (``{column: values}``)."""
+
+    def part(c: str) -> pa.ChunkedArray:
+        name = f"partition.{c}"
+        col = actions[name] if name in actions.column_names else pa.nulls(actions.num_rows)
+        return pc.fill_null(pc.cast(col, pa.string()), _NULL_PART)
+
+    cols = [part(c) for c in partition_by]
+    keys = cols[0] if len(cols) == 1 else pc.binary_join_element_wise(*cols, _SEP) if cols else None
+    wanted = [_SEP.join(_NULL_PART if v is None else v for v in k) for k in written]
+    mask = pc.is_in(keys, pa.array(wanted, pa.string())) if keys is not None else pa.repeat(bool(written), len(actions))
+    if jobs:
+        mask = pc.or_(mask, pc.is_in(part("job_id"), pa.array(sorted(jobs), pa.string())))
+    for c, vs in where.items():
+        mask = pc.or_(mask, pc.is_in(part(c), pa.array(sorted(vs), pa.string())))
+    return mask
 
 
 def _rel(pv: dict, partition_by: list[str]) -> str:

@@ -71,6 +71,10 @@ INTERNAL_TABLES = (
     "_fleet_kernel_partials",
     "_fleet_state",
 )
+#: The internal tables whose rows of one value stay in files of their own (:func:`jobs.commit.apart`, as the
+#: declared tables' ``files_apart``): the partials' merged rows (``run_date = 'all'``), rewritten by most runs,
+#: apart from the dated ones, which a run leaves alone.
+INTERNAL_FILES_APART = {"_fleet_stats_partials": ("run_date", "all"), "_fleet_kernel_partials": ("run_date", "all")}
 
 
 def table_path(warehouse: str, table: str) -> str:
@@ -182,12 +186,14 @@ def _files(dt, job_ids) -> list[dict]:
     root = dt.table_uri.rstrip("/")
     if root.startswith("file://"):
         root = root[len("file://") :]
-    want = {str(j) for j in job_ids} if job_ids is not None else None
-    return [
-        {"uri": posixpath.join(root, f["path"]), "partition": f["partition"]}
-        for f in live_files(dt)
-        if want is None or str(f["partition"].get("job_id")) in want
-    ]
+
+    def of_jobs(actions: pa.Table):
+        if "partition.job_id" not in actions.column_names:
+            return pa.repeat(False, actions.num_rows)
+        return pc.is_in(pc.cast(actions["partition.job_id"], pa.string()), pa.array(sorted(map(str, job_ids))))
+
+    files = live_files(dt, None if job_ids is None else of_jobs)
+    return [{"uri": posixpath.join(root, f["path"]), "partition": f["partition"]} for f in files]
 
 
 def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = None, as_of: AsOf = None):
@@ -641,6 +647,7 @@ def write_table(
         snapshot=_snapshot_to_write(warehouse, table),
         replace_rows=replace_rows,
         stats=stats,
+        files_apart=INTERNAL_FILES_APART.get(table),
     )
 
 
@@ -661,7 +668,8 @@ def maintain(warehouse: str, tables=None, retention_hours: float | None = None) 
     for t in tables or [*TABLES, *FLEET_TABLES, *INTERNAL_TABLES]:
         if not exists(warehouse, t):
             continue
-        out[t] = _maintain(table_path(warehouse, t), _RETENTION_HOURS if retention_hours is None else retention_hours)
+        hours = _RETENTION_HOURS if retention_hours is None else retention_hours
+        out[t] = _maintain(table_path(warehouse, t), hours, files_apart=INTERNAL_FILES_APART.get(t))
     _recover(warehouse)
     return out
 

@@ -37,9 +37,13 @@ from jobs.fleet.changes import what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
 from jobs.fleet.partials import (
+    MERGED,
     as_table,
     changed_kernels,
     changed_stats,
+    combine_kernels,
+    combine_stats,
+    groups_of,
     kernel_partials,
     made_again,
     stats_partials,
@@ -178,10 +182,20 @@ class Derived:
     replace: dict
 
 
+@dataclass
+class StoredPartials:
+    """The partials a fleet run reads back (:func:`_stored_partials`), per partials table: its rows (``tables``,
+    Arrow) and whether they are every stored row (``whole``) or only the wide groups' merged rows
+    (:data:`jobs.fleet.partials.MERGED`: the run dates the run touches hold no stored partial)."""
+
+    tables: dict
+    whole: dict
+
+
 def derive_stats(
     job_steps: pd.DataFrame,
     job_kernels: pd.DataFrame | None,
-    partials: dict | None = None,
+    partials: StoredPartials | None = None,
     touched: Touched | None = None,
 ) -> Derived:
     """``fleet_stats``, ``fleet_kernels`` and their partials (:mod:`jobs.fleet.partials`): the rows made again for
@@ -190,60 +204,94 @@ def derive_stats(
     Args:
         job_steps, job_kernels: the stored reductions of at least the jobs of :meth:`Touched.jobs` (``partials``
             ``None``: of every job).
-        partials: ``{STATS_PARTIALS, KERNEL_PARTIALS: Arrow}`` written last (:func:`_stored_partials`): the wide
-            groups' ``all`` rows merge every run date's partials.
+        partials: the stored partials (:func:`_stored_partials`): the wide groups' ``all`` rows are their merged
+            rows plus the touched run dates' new partials, or (``whole``) every run date's partials merged again.
 
     Returns:
-        :class:`Derived`: with ``touched``, the rows :func:`jobs.fleet.partials.made_again` names and the partials of
-        the touched run dates, each with the predicate of the stored rows it replaces (a daily run writes what the
-        day touched, not the history); else every row, each table whole.
+        :class:`Derived`: with ``touched``, the rows :func:`jobs.fleet.partials.made_again` names (the ``all`` rows
+        of the wide groups the new partials have, or of every wide group when merged again) and the partials of the
+        touched run dates with the merged rows made again, each with the predicate of the stored rows it replaces
+        (a daily run writes what the day touched, not the history); else every row, each table whole.
     """
     if partials is None or touched is None:
         sp, kp = stats_partials(job_steps), kernel_partials(job_kernels)
         tables = {
             "fleet_stats": changed_stats(job_steps, sp),
             "fleet_kernels": changed_kernels(job_kernels, kp),
-            STATS_PARTIALS: internal_table(sp, STATS_PARTIALS),
-            KERNEL_PARTIALS: internal_table(kp, KERNEL_PARTIALS),
+            STATS_PARTIALS: _with_merged(internal_table(sp, STATS_PARTIALS), STATS_PARTIALS),
+            KERNEL_PARTIALS: _with_merged(internal_table(kp, KERNEL_PARTIALS), KERNEL_PARTIALS),
         }
         return Derived(tables, dict.fromkeys(tables))
-    dates = pa.array(sorted(touched.run_dates), pa.string())
+    run_dates = sorted(touched.run_dates)
 
-    def again(name: str, frame: pd.DataFrame | None, make) -> tuple[pa.Table, pa.Table]:
-        """(every run date's partials, the touched run dates' made again)"""
-        stale = pc.is_in(partials[name]["run_date"], dates)  # string, as stored
-        kept = partials[name].filter(pc.invert(stale)) if pc.any(stale).as_py() else partials[name]  # a new day: none
+    def again(name: str, frame: pd.DataFrame | None, make) -> tuple[pa.Table, pa.Table, dict | None]:
+        """(the touched run dates' partials made again with the merged rows, those merged rows, their groups:
+        ``None`` when every group was merged again)"""
         new = make(frame[frame["run_date"].astype(str).isin(touched.run_dates)]) if frame is not None else None
         new = internal_table(new if new is not None else pd.DataFrame(columns=SCHEMAS[name].names), name)
-        return pa.concat_tables([kept, new]), new
+        stored = partials.tables[name]
+        if partials.whole[name]:  # every other run date's partials, merged again
+            groups = None
+            base = stored.filter(pc.invert(pc.is_in(stored["run_date"], pa.array([*run_dates, MERGED]))))
+        else:  # the merged rows of the groups the new partials add to
+            groups = groups_of(new)
+            base = stored.filter(pc.is_in(_group_key(stored), _group_key(new).unique()))
+        written = _with_merged(pa.concat_tables([base, new]), name, dated=new)
+        return written, written.filter(pc.equal(written["run_date"], MERGED)), groups
 
-    sp, sp_new = again(STATS_PARTIALS, job_steps, stats_partials)
-    kp, kp_new = again(KERNEL_PARTIALS, job_kernels, kernel_partials)
-    by_run_date = [[("run_date", "in", sorted(touched.run_dates))]]
-    rows = made_again(touched.dates, touched.runs)
+    sp, sp_merged, sp_groups = again(STATS_PARTIALS, job_steps, stats_partials)
+    kp, kp_merged, kp_groups = again(KERNEL_PARTIALS, job_kernels, kernel_partials)
+
+    def replaced(groups: dict | None) -> list:
+        """the stored partials the written ones replace: the touched run dates' and the merged rows made again"""
+        if groups is None:
+            return [[("run_date", "in", [*run_dates, MERGED])]]
+        merged = [[("run_date", "=", MERGED), ("dimension", "=", d), ("value", "in", v)] for d, v in groups.items()]
+        return [[("run_date", "in", run_dates)], *merged]
+
     return Derived(
         {
-            "fleet_stats": changed_stats(job_steps, sp, touched.dates, touched.runs),
-            "fleet_kernels": changed_kernels(job_kernels, kp, touched.dates, touched.runs),
-            STATS_PARTIALS: sp_new,
-            KERNEL_PARTIALS: kp_new,
+            "fleet_stats": changed_stats(job_steps, sp_merged, touched.dates, touched.runs),
+            "fleet_kernels": changed_kernels(job_kernels, kp_merged, touched.dates, touched.runs),
+            STATS_PARTIALS: sp,
+            KERNEL_PARTIALS: kp,
         },
-        {"fleet_stats": rows, "fleet_kernels": rows, STATS_PARTIALS: by_run_date, KERNEL_PARTIALS: by_run_date},
+        {
+            "fleet_stats": made_again(touched.dates, touched.runs, sp_groups),
+            "fleet_kernels": made_again(touched.dates, touched.runs, kp_groups),
+            STATS_PARTIALS: replaced(sp_groups),
+            KERNEL_PARTIALS: replaced(kp_groups),
+        },
     )
 
 
-def _stored_partials(warehouse: str) -> dict | None:
-    """The partials (Arrow) written last, or ``None`` when one of them or of the fleet tables they feed never was
-    (everything is made whole then)."""
+def _with_merged(partials: pa.Table, name: str, dated: pa.Table | None = None) -> pa.Table:
+    """``dated`` (default: ``partials``) and the merged rows of ``partials`` (one per wide group: every row of the
+    group merged, :func:`jobs.fleet.partials.combine_stats` / :func:`jobs.fleet.partials.combine_kernels`)."""
+    combine = combine_stats if name == STATS_PARTIALS else combine_kernels
+    return pa.concat_tables([partials if dated is None else dated, internal_table(combine(partials), name)])
+
+
+def _group_key(partials: pa.Table):
+    """``dimension`` and ``value`` of each partial as one string (Arrow), to match the rows of given groups."""
+    return pc.binary_join_element_wise(partials["dimension"], partials["value"], "\x1f")
+
+
+def _stored_partials(warehouse: str, run_dates) -> StoredPartials | None:
+    """The partials written last (Arrow): the wide groups' merged rows when no partial of ``run_dates`` is stored,
+    else (or when no merged row is: a warehouse written before they were) every stored partial; ``None`` when one
+    of them or of the fleet tables they feed was never written (everything is made whole then)."""
     if any(table_version(warehouse, name) is None for name in ("fleet_stats", "fleet_kernels")):
         return None
-    out = {}
+    tables, whole = {}, {}
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
-        rows = read_internal_table(warehouse, name)
+        rows = read_internal_table(warehouse, name, run_dates=[*run_dates, MERGED])
         if rows is None:
             return None
-        out[name] = rows
-    return out
+        merged = pc.equal(rows["run_date"], MERGED)
+        whole[name] = bool(pc.any(pc.invert(merged)).as_py()) or not pc.any(merged).as_py()
+        tables[name] = read_internal_table(warehouse, name) if whole[name] else rows
+    return StoredPartials(tables, whole)
 
 
 def run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_options) -> FleetResult:
@@ -279,8 +327,8 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     result.reduced_jobs = reduced.reduced_jobs
     runs = reduced.runs
     sequence = _stepped_sequence(runs)  # every run with ProfilerSteps, in comparison order
-    stored = None if reduced.runs_before is None else _stored_partials(warehouse)
     changes = Touched.of(reduced)
+    stored = None if reduced.runs_before is None else _stored_partials(warehouse, changes.run_dates)
     touched = changes if stored is not None else None  # without stored derivations: every row made again
     dates, baseline = None, regression_options["baseline_runs"]
     # the last rows were made with these options: compare again only the dates a change made stale, reading back

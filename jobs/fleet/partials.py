@@ -16,13 +16,17 @@ The rows of a fleet table are of three kinds; a daily run recomputes only those 
   ``kll_doubles_sketch``, k = :data:`SKETCH_K`), merged: while the merged sketch holds every step time (at most
   a few hundred steps in the group) the percentile is exact (linear interpolation, as the other rows); beyond,
   the value returned has a normalized rank error of at most :data:`RANK_ERROR` (≈1.65 %, at 99 % confidence:
-  the p50 returned lies between the exact p48.35 and p51.65) — the sketch compacts at random, so two
-  computations over the same rows may differ within that bound.
+  the p50 returned lies between the exact p48.35 and p51.65; the bound holds for any order of merges) — the
+  sketch compacts at random, so two computations over the same rows may differ within that bound.
 
-Partials of a run date are recomputed when a run of that date changed; the others are read back
-(:data:`jobs.fleet.reduced.STATS_PARTIALS`, :data:`jobs.fleet.reduced.KERNEL_PARTIALS`). A run reads
-O(dates × groups) partial rows, not the job steps of the history, and writes only the rows it made again
-(:func:`made_again`, :func:`changed_stats`, :func:`changed_kernels`): the stored tables are updated by key.
+Partials of a run date are recomputed when a run of that date changed (:data:`jobs.fleet.reduced.STATS_PARTIALS`,
+:data:`jobs.fleet.reduced.KERNEL_PARTIALS`). Beside them each wide group keeps a :data:`MERGED` row, the merge of
+every run date's partials. A daily run whose changed runs all lie on run dates without stored partials (new runs:
+the usual day) reads the merged rows and adds the new partials to them: O(groups) rows, not O(dates × groups).
+A run that touches a run date with stored partials (a job re-ingested or dropped, a late rank) cannot take a
+sketch out of a merge: it reads every run date's partials and merges them again. Either way it writes only the
+rows it made again (:func:`made_again`, :func:`changed_stats`, :func:`changed_kernels`): the stored tables are
+updated by key.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import datasketches
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.fleet.stats import (
     _SUMS,
@@ -52,6 +57,10 @@ WIDE = tuple(d for d in DIMENSIONS if d != "job")
 SKETCH_K = 200
 RANK_ERROR = datasketches.kll_doubles_sketch.get_normalized_rank_error(SKETCH_K, True)
 _KEY = ["dimension", "value", "run_date"]
+#: ``run_date`` of a wide group's merged partial, stored beside the dated ones: every run date's partials of the
+#: group merged (:func:`combine_stats`, :func:`combine_kernels`), so a day of new run dates adds to it instead of
+#: merging the history again.
+MERGED = "all"
 _KEY_FIELDS = [(k, pa.string()) for k in _KEY]
 
 #: One partial of ``fleet_stats`` per (dimension, value, run date): counts and sums (ns), the step-time sum and
@@ -122,11 +131,17 @@ def stats_partials(job_steps: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[STATS_PARTIALS_SCHEMA.names]
 
 
-def merge_stats(partials: pd.DataFrame) -> pd.DataFrame:
-    """The ``fleet_stats`` rows of date ``all`` of the :data:`WIDE` dimensions from every run date's partials."""
+def combine_stats(partials: pd.DataFrame | pa.Table) -> pd.DataFrame:
+    """One :data:`STATS_PARTIALS_SCHEMA` row per (dimension, value) of ``partials`` (any run dates, merged rows
+    included), run date :data:`MERGED`: counts and sums added, the KLL sketches merged (in run-date order, a
+    group's merged row first)."""
+    if isinstance(partials, pa.Table):
+        partials = partials.to_pandas()  # one row per (dimension, value, run date): the sketches merge in Python
     if partials is None or not len(partials):
-        return pd.DataFrame(columns=FLEET_STATS.names)
-    p = partials.sort_values(_KEY, kind="stable")
+        return pd.DataFrame(columns=STATS_PARTIALS_SCHEMA.names)
+    p = partials.assign(_dated=partials["run_date"] != MERGED).sort_values(
+        ["dimension", "value", "_dated", "run_date"], kind="stable"
+    )
     g = p.groupby(["dimension", "value"], sort=True)
     out = pd.DataFrame(
         {
@@ -135,17 +150,32 @@ def merge_stats(partials: pd.DataFrame) -> pd.DataFrame:
             "n_steps": g["n_steps"].sum(),
             "n_rank_steps": g["n_rank_steps"].sum(),
             **{c: g[c].sum(min_count=1) for c in _SUMS},
-            "step_time_mean_ns": g["step_ns_sum"].sum() / g["step_ns_count"].sum().where(lambda n: n > 0),
+            "step_ns_sum": g["step_ns_sum"].sum(),
+            "step_ns_count": g["step_ns_count"].sum(),
+            "step_ns_sketch": g["step_ns_sketch"].agg(_merged_sketch),
         }
     )
-    qs = g["step_ns_sketch"].agg(_merged_quantiles)
+    return out.reset_index().assign(run_date=MERGED)[STATS_PARTIALS_SCHEMA.names]
+
+
+def merge_stats(partials: pd.DataFrame | pa.Table) -> pd.DataFrame:
+    """The ``fleet_stats`` rows of date ``all`` of the :data:`WIDE` dimensions from ``partials``: every run date's,
+    or each group's :data:`MERGED` row and the partials of run dates it does not hold (:func:`combine_stats`)."""
+    m = combine_stats(partials)
+    if not len(m):
+        return pd.DataFrame(columns=FLEET_STATS.names)
+    count = m["step_ns_count"].astype("float64")
+    out = m.drop(columns=["run_date", "step_ns_sum", "step_ns_count", "step_ns_sketch"]).assign(
+        step_time_mean_ns=(m["step_ns_sum"].astype("float64") / count).where(count > 0)
+    )
+    qs = [_quantiles(b) for b in m["step_ns_sketch"]]
     for i, col in enumerate(("step_time_p50_ns", "step_time_p90_ns", "step_time_p99_ns")):
-        out[col] = [None if q is None else round(q[i]) for q in qs.reindex(out.index)]
-    return stats_columns(out.reset_index().assign(date="all"))
+        out[col] = [None if q is None else round(q[i]) for q in qs]
+    return stats_columns(out.assign(date="all"))
 
 
-def _merged_quantiles(sketches) -> tuple[float, float, float] | None:
-    """p50, p90, p99 of the merged sketches: exact (linear interpolation) while the merge holds every item."""
+def _merged_sketch(sketches) -> bytes | None:
+    """The serialized merge of serialized KLL sketches (``None`` / NaN skipped; ``None`` when none is left)."""
     merged = None
     for b in sketches:
         if b is None or (isinstance(b, float) and b != b):
@@ -155,12 +185,20 @@ def _merged_quantiles(sketches) -> tuple[float, float, float] | None:
             merged = s
         else:
             merged.merge(s)
-    if merged is None or merged.is_empty():
+    return None if merged is None else merged.serialize()
+
+
+def _quantiles(sketch) -> tuple[float, float, float] | None:
+    """p50, p90, p99 of a serialized KLL sketch: exact (linear interpolation) while it holds every item."""
+    if sketch is None or (isinstance(sketch, float) and sketch != sketch):
         return None
-    if not merged.is_estimation_mode():
-        items = np.array([x for x, _ in merged], dtype="float64")
+    s = datasketches.kll_doubles_sketch.deserialize(bytes(sketch))
+    if s.is_empty():
+        return None
+    if not s.is_estimation_mode():
+        items = np.array([x for x, _ in s], dtype="float64")
         return tuple(float(x) for x in np.quantile(items, [0.5, 0.9, 0.99]))
-    return tuple(float(merged.get_quantile(q)) for q in (0.5, 0.9, 0.99))
+    return tuple(float(s.get_quantile(q)) for q in (0.5, 0.9, 0.99))
 
 
 def kernel_partials(job_kernels: pd.DataFrame) -> pd.DataFrame:
@@ -182,18 +220,29 @@ def kernel_partials(job_kernels: pd.DataFrame) -> pd.DataFrame:
     return out[KERNEL_PARTIALS_SCHEMA.names]
 
 
-def merge_kernels(partials: pd.DataFrame | pa.Table, top: int = TOP_KERNELS) -> pd.DataFrame:
-    """The ``fleet_kernels`` rows of date ``all`` of the :data:`WIDE` dimensions from every run date's
-    partials (pandas or Arrow; exact: sums and runs add up over run dates). The partials are summed in Arrow (a
-    year of them is ~10^5 rows); only one row per (dimension, value, kernel) reaches pandas."""
-    if partials is None or not len(partials):
-        return pd.DataFrame(columns=FLEET_KERNELS.names)
-    p = as_table(partials, KERNEL_PARTIALS_SCHEMA).sort_by([(k, "ascending") for k in [*_KEY, "name"]])
+def combine_kernels(partials: pd.DataFrame | pa.Table) -> pa.Table:
+    """One :data:`KERNEL_PARTIALS_SCHEMA` row per (dimension, value, kernel name) of ``partials`` (any run dates,
+    merged rows included), run date :data:`MERGED`: sums and runs added (exact), the kernel type of the first
+    (a group's merged row, then by run date). Summed in Arrow: a year of partials is ~10^5 rows."""
+    p = as_table(partials, KERNEL_PARTIALS_SCHEMA)
+    p = p.append_column("_dated", pc.not_equal(p["run_date"], MERGED)).sort_by(
+        [(k, "ascending") for k in ["dimension", "value", "_dated", "run_date", "name"]]
+    )
     per = p.group_by(["dimension", "value", "name"], use_threads=False).aggregate(
         [("kernel_type", "first"), ("n", "sum"), ("total_ns", "sum"), ("n_runs", "sum")]
     )
     names = {"kernel_type_first": "kernel_type", "n_sum": "n", "total_ns_sum": "total_ns", "n_runs_sum": "n_runs"}
-    per = per.rename_columns([names.get(c, c) for c in per.column_names]).to_pandas()
+    per = per.rename_columns([names.get(c, c) for c in per.column_names])
+    per = per.append_column("run_date", pa.array([MERGED] * per.num_rows, pa.string()))
+    return as_table(per, KERNEL_PARTIALS_SCHEMA)
+
+
+def merge_kernels(partials: pd.DataFrame | pa.Table, top: int = TOP_KERNELS) -> pd.DataFrame:
+    """The ``fleet_kernels`` rows of date ``all`` of the :data:`WIDE` dimensions from ``partials`` (pandas or
+    Arrow), as :func:`merge_stats` (:func:`combine_kernels`; exact: sums and runs add up over run dates)."""
+    if partials is None or not len(partials):
+        return pd.DataFrame(columns=FLEET_KERNELS.names)
+    per = combine_kernels(partials).drop_columns(["run_date"]).to_pandas()
     return top_kernels(per.assign(date="all"), top)
 
 
@@ -204,16 +253,30 @@ def as_table(rows: pd.DataFrame | pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pandas(rows[schema.names], schema=schema, preserve_index=False).replace_schema_metadata(None)
 
 
-def made_again(dates, runs) -> list:
+def made_again(dates, runs, groups: dict | None = None) -> list:
     """The rows of a fleet table a derivation over ``dates`` and ``runs`` (``job#attempt``) makes again, as a
     predicate in disjunctive normal form (:func:`jobs.warehouse.write_table`'s ``replace_rows``): the rows of those
-    capture dates, the ``job`` dimension's ``all`` rows of those runs, and every wide group's ``all`` row (merged
-    from every run date's partials each time)."""
+    capture dates, the ``job`` dimension's ``all`` rows of those runs, and the ``all`` rows of the wide groups of
+    ``groups`` (``{dimension: values}``; ``None``: of every wide group)."""
+    wide = (
+        [[("dimension", "!=", "job"), ("date", "=", "all")]]
+        if groups is None
+        else [[("dimension", "=", d), ("date", "=", "all"), ("value", "in", sorted(groups[d]))] for d in sorted(groups)]
+    )
     return [
         [("date", "in", sorted(map(str, dates)))],
         [("dimension", "=", "job"), ("date", "=", "all"), ("value", "in", sorted(map(str, runs)))],
-        [("dimension", "!=", "job"), ("date", "=", "all")],
+        *wide,
     ]
+
+
+def groups_of(partials: pa.Table) -> dict[str, list[str]]:
+    """``{dimension: [value, …]}``: the wide groups ``partials`` (Arrow, either partials schema) has rows of."""
+    pairs = partials.select(["dimension", "value"]).group_by(["dimension", "value"]).aggregate([])
+    out: dict[str, list[str]] = {}
+    for d, v in zip(pairs["dimension"].to_pylist(), pairs["value"].to_pylist()):
+        out.setdefault(d, []).append(v)
+    return {d: sorted(vs) for d, vs in sorted(out.items())}
 
 
 def _combine(parts, table) -> pa.Table:
@@ -234,7 +297,8 @@ def changed_stats(job_steps: pd.DataFrame, partials: pd.DataFrame | pa.Table, da
     Args:
         job_steps: :func:`jobs.fleet.stats.job_steps_frame` rows holding every row on ``dates`` and every row of
             the runs of ``runs`` (``dates`` ``None``: every row of the fleet).
-        partials: :func:`stats_partials` rows of every run date (pandas or Arrow).
+        partials: :func:`stats_partials` rows (pandas or Arrow) whose merge per wide group is the group's
+            ``all`` row (:func:`merge_stats`): every run date's, or the :data:`MERGED` rows and the new run dates'.
 
     Returns:
         Arrow (:data:`schemas.FLEET_STATS`), sorted by dimension, value and date.
@@ -246,8 +310,6 @@ def changed_stats(job_steps: pd.DataFrame, partials: pd.DataFrame | pa.Table, da
         on = js[js["date"].astype(str).isin({str(d) for d in dates})] if len(js) else js
         mine = js[js["job"].isin(set(runs))] if len(js) else js
         dated, run_all = fleet_stats(on, overall=False), fleet_stats(mine, ("job",), dated=False)
-    if isinstance(partials, pa.Table):
-        partials = partials.to_pandas()  # one row per (dimension, value, run date): the sketches merge in Python
     return _combine([dated, run_all, merge_stats(partials)], FLEET_STATS)
 
 
@@ -255,8 +317,8 @@ def changed_kernels(
     job_kernels: pd.DataFrame | None, partials: pd.DataFrame | pa.Table, dates=None, runs=None, top: int = TOP_KERNELS
 ) -> pa.Table:
     """The ``fleet_kernels`` rows :func:`made_again` for ``dates`` and ``runs``, as :func:`changed_stats`
-    (``job_kernels``: :func:`jobs.fleet.stats.job_kernels_frame` rows; ``partials``: :func:`kernel_partials` rows of
-    every run date); Arrow, sorted by dimension, value, date and kernel rank."""
+    (``job_kernels``: :func:`jobs.fleet.stats.job_kernels_frame` rows; ``partials``: :func:`kernel_partials` rows, as
+    :func:`changed_stats`'); Arrow, sorted by dimension, value, date and kernel rank."""
     jk = job_kernels if job_kernels is not None else pd.DataFrame()
     if dates is not None and len(jk):
         on, mine = jk[jk["date"].astype(str).isin({str(d) for d in dates})], jk[jk["job"].isin(set(runs))]

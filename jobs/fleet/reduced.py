@@ -217,9 +217,11 @@ def read_internal(warehouse: str, name: str) -> pd.DataFrame | None:
     return None if t is None else t.to_pandas()
 
 
-def read_internal_table(warehouse: str, name: str) -> pa.Table | None:
-    """:func:`read_internal` as Arrow, in :data:`SCHEMAS`' columns and types; ``None`` when never written."""
-    t = read_arrow(warehouse, name, columns=SCHEMAS[name].names)
+def read_internal_table(warehouse: str, name: str, run_dates=None) -> pa.Table | None:
+    """:func:`read_internal` as Arrow, in :data:`SCHEMAS`' columns and types; ``None`` when never written. With
+    ``run_dates``, the partials of those run dates only (the files whose statistics exclude them are skipped)."""
+    parts = None if run_dates is None else {"run_date": run_dates}
+    t = read_arrow(warehouse, name, columns=SCHEMAS[name].names, partitions=parts)
     return None if t is None else internal_table(t, name)
 
 
@@ -234,14 +236,14 @@ def write_internal(
 ) -> None:
     """Replace an unpartitioned internal table whole with ``rows`` (pandas or Arrow; one commit), or only the rows
     the predicate ``replace_rows`` matches (:func:`jobs.warehouse.write_table`); the partials' files carry min / max
-    statistics (updated by key, by run date)."""
+    statistics, their merged rows in files of their own (:data:`jobs.warehouse.INTERNAL_FILES_APART`: updated by
+    key, by run date)."""
     schema = SCHEMAS[name]
     t = internal_table(rows, name)
-    keyed = name in (STATS_PARTIALS, KERNEL_PARTIALS)
     if replace_rows is not None:
         write_table(t, warehouse, name, inputs=inputs, schema=schema, partition_by=(), replace_rows=replace_rows)
     else:
-        write_table(t, warehouse, name, replace_all=True, inputs=inputs, schema=schema, partition_by=(), stats=keyed)
+        write_table(t, warehouse, name, replace_all=True, inputs=inputs, schema=schema, partition_by=())
 
 
 def _write(rows: pd.DataFrame | None, warehouse: str, name: str, replace_jobs, replace_all: bool, inputs) -> None:

@@ -10,10 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.fleet.partials import (
+    MERGED,
     RANK_ERROR,
     WIDE,
     changed_kernels,
     changed_stats,
+    combine_kernels,
+    combine_stats,
     kernel_partials,
     made_again,
     merge_stats,
@@ -102,6 +105,34 @@ def test_merged_percentiles_stay_within_the_rank_error_beyond():
         for q, col in ((0.5, "step_time_p50_ns"), (0.9, "step_time_p90_ns"), (0.99, "step_time_p99_ns")):
             rank = np.searchsorted(times, row[col], side="right") / len(times)
             assert abs(rank - q) <= RANK_ERROR + 1 / len(times), (dim, value, col, rank)
+
+
+def test_a_day_added_to_the_merged_rows_equals_merging_every_run_date():
+    """A daily run adds the new run date's partials to each group's merged row: the same counts, sums and kernel
+    rows as merging every run date's partials; the percentiles exact while the sketch holds every step, within
+    the rank error beyond (the fleet group's sketch compacts here)."""
+    js, jk = _fleet(40, 60, seed=2)
+    last = js["run_date"] == DAYS[-1]
+    merged = combine_stats(stats_partials(js[~last]))
+    assert set(merged["run_date"]) == {MERGED} and not merged.duplicated(["dimension", "value"]).any()
+    running = merge_stats(pd.concat([merged, stats_partials(js[last])], ignore_index=True))
+    every = merge_stats(stats_partials(js))
+    running, every = (d.set_index(["dimension", "value"]).sort_index() for d in (running, every))
+    assert running.index.equals(every.index)
+    for col in ("n_runs", "n_ranks", "n_steps", "n_rank_steps"):
+        assert running[col].tolist() == every[col].tolist(), col
+    for col in ("step_time_mean_ns", "idle_pct", "compute_pct", "exposed_comm_pct"):
+        assert np.allclose(running[col], every[col], rtol=1e-12), col
+    for (dim, value), row in running.iterrows():
+        group = js if dim == "fleet" else js[js[dim].astype(object).fillna("(none)").astype(str) == value]
+        times = np.sort(group["step_time_ns"].to_numpy(dtype=float))
+        for q, col in ((0.5, "step_time_p50_ns"), (0.9, "step_time_p90_ns")):
+            rank = np.searchsorted(times, row[col], side="right") / len(times)
+            assert abs(rank - q) <= RANK_ERROR + 1 / len(times), (dim, value, col, rank)
+    kl = jk["run_date"] == DAYS[-1]
+    added = pa.concat_tables([combine_kernels(kernel_partials(jk[~kl])), combine_kernels(kernel_partials(jk[kl]))])
+    key = [("dimension", "ascending"), ("value", "ascending"), ("name", "ascending")]
+    assert combine_kernels(added).sort_by(key).equals(combine_kernels(kernel_partials(jk)).sort_by(key))
 
 
 def test_an_update_of_a_few_runs_equals_making_everything_again():
