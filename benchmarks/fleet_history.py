@@ -6,15 +6,18 @@ baseline), each ``--ranks`` ranks × ``--steps`` ProfilerSteps × ``--kernels`` 
 of ``captures``, ``steps``, ``ranks``, ``kernels`` and ``findings`` built with numpy (log-normal step times, σ 0.05)
 and committed one table per day through the storage seam (:func:`jobs.warehouse.write_table`); no trace is parsed.
 
-Measured: the fleet stage (:func:`jobs.fleet.job.run_fleet`, local executor, in a fresh process) after ``--short``
-and after ``--long`` days of history — its wall (the median of ``--repeat`` daily runs, each after one more day is
-written: a 2-vCPU machine's walls vary by ±15 %) and the process's peak RSS (the local executor runs the fleet
-stage's reads and transforms in the driver). An unmeasured run first brings the stored reductions up to date, so
-each measured run has one new day to reduce, as a daily run does. Targets (the issue's):
+Measured: the fleet stage (:func:`jobs.fleet.job.run_fleet`, local executor, in a fresh process) in a warehouse of
+``--short`` and one of ``--long`` days of history — its wall (the median of ``--repeat`` daily runs, each after one
+more day is written; the two warehouses' runs alternate, since a 2-vCPU machine's walls drift by ±15 % over
+minutes) and the process's peak RSS (the local executor runs the fleet stage's reads and transforms in the
+driver). An unmeasured run first brings each warehouse's stored reductions up to date, so each measured run has one
+new day to reduce, as a daily run does. Targets (the issue's):
 long / short wall ≤ 1.2×, driver peak ≤ 2 GB. Usage (from the repo root)::
 
     .venv/bin/python benchmarks/fleet_history.py [--jobs-per-day 10] [--short 30] [--long 365] \\
         [--repeat 3] [--warehouse DIR]
+
+``--warehouse DIR`` keeps the two warehouses (``DIR/30-days``, ``DIR/365-days``).
 """
 
 from __future__ import annotations
@@ -172,28 +175,32 @@ def fleet_stage(wh: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(wh: str, args, log=print) -> dict[int, dict]:
-    """``{days of history: fleet stage figures}`` for ``--short`` and ``--long``: the median wall (and the largest
-    peak) of ``--repeat`` daily runs, each after one more day is written."""
-    rng = np.random.default_rng(29)
-    out, have = {}, 0
-    for days in (args.short, args.long):
+def measure(root: str, args, log=print) -> dict[int, dict]:
+    """``{days of history: fleet stage figures}`` for ``--short`` and ``--long``, in two warehouses under ``root``
+    (the same simulated days up to ``--short``): the median wall (and the largest peak) of ``--repeat`` daily runs
+    each, each after one more day is written — the two ages alternate, so a machine that slows down for a while
+    slows both alike."""
+    ages = {days: str(Path(root) / f"{days}-days") for days in (args.short, args.long)}
+    rngs = {days: np.random.default_rng(29) for days in ages}
+    for days, wh in ages.items():
         start = time.perf_counter()
-        add_days(wh, have, days, args, rng)
+        add_days(wh, 0, days, args, rngs[days])
         fleet_stage(wh)  # catch up: the history's reductions stored, as the daily runs before would have
         log(f"  {days} days written and reduced in {time.perf_counter() - start:.0f} s")
-        runs = []
-        for k in range(args.repeat):
-            add_days(wh, days + k, days + k + 1, args, rng)
-            runs.append(fleet_stage(wh))
-        walls = [r["wall_s"] for r in runs]
+    runs: dict[int, list[dict]] = {days: [] for days in ages}
+    for k in range(args.repeat):
+        for days, wh in ages.items():
+            add_days(wh, days + k, days + k + 1, args, rngs[days])
+            runs[days].append(fleet_stage(wh))
+    out = {}
+    for days, rs in runs.items():
+        walls = [r["wall_s"] for r in rs]
         log(f"  {days} days: walls {', '.join(f'{w:.2f}' for w in walls)} s")
         out[days] = {
             "wall_s": statistics.median(walls),
-            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in runs),
-            "reduced_jobs": runs[-1]["reduced_jobs"],
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in rs),
+            "reduced_jobs": rs[-1]["reduced_jobs"],
         }
-        have = days + args.repeat
     return out
 
 
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--short", type=int, default=30)
     ap.add_argument("--long", type=int, default=365)
     ap.add_argument("--repeat", type=int, default=3, help="daily runs measured per age (one new day each; median)")
-    ap.add_argument("--warehouse", help="write the simulated warehouse here and keep it (an empty or new folder)")
+    ap.add_argument("--warehouse", help="write the two simulated warehouses under this folder and keep them")
     args = ap.parse_args(argv)
     print(
         f"simulated fleet: {args.jobs_per_day} jobs/day x {args.ranks} ranks x {args.steps} steps x {args.kernels} "
@@ -216,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         res = measure(args.warehouse, args)
     else:
         with tempfile.TemporaryDirectory(prefix="fleet_history-") as tmp:
-            res = measure(str(Path(tmp) / "wh"), args)
+            res = measure(tmp, args)
     print(f"{'history days':>13} {'wall s':>7} {'peak RSS MB':>12} {'jobs reduced':>13}")
     for days, r in res.items():
         print(f"{days:>13} {r['wall_s']:>7.1f} {r['peak_rss_bytes'] / 1e6:>12,.0f} {r['reduced_jobs']:>13}")
