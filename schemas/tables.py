@@ -755,9 +755,11 @@ FLEET_STATS = Table(
             "Median job step time over the group's ProfilerSteps (exact percentile, linear interpolation between "
             "closest ranks as numpy; rounded), ns; null when the group has no ProfilerStep. Exception: a row of "
             "date `all` of the fleet, job_name, model, hardware or torch_version dimension merges one KLL sketch "
-            "per run date (jobs/fleet/partials.py, so a daily run need not read the history): exact while the "
-            "merged sketch keeps every step time (a few hundred), beyond that within a normalized rank error of "
-            "1.65 % (99 % confidence: the value returned lies between the exact p48.35 and p51.65). Per-date rows "
+            "per run date (jobs/fleet/partials.py: a group's merged sketch is kept, and a daily run adds the new "
+            "run date's to it instead of reading the history): exact while the merged sketch keeps every step "
+            "time (a few hundred), beyond that within a normalized rank error of 1.65 % (99 % confidence: the "
+            "value returned lies between the exact p48.35 and p51.65; the bound holds for any order of merges). "
+            "Per-date rows "
             "and `job` rows are always exact.",
         ),
         Column("step_time_p90_ns", _I64, "90th percentile job step time, ns (exact or sketched as the p50)."),
