@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pandas as pd
 import pyarrow as pa
@@ -190,10 +190,12 @@ def _files(dt, job_ids) -> list[dict]:
     def of_jobs(actions: pa.Table):
         if "partition.job_id" not in actions.column_names:
             return pa.repeat(False, actions.num_rows)
-        return pc.is_in(pc.cast(actions["partition.job_id"], pa.string()), pa.array(sorted(map(str, job_ids))))
+        wanted = pa.array(sorted(map(str, job_ids)), pa.string())  # typed: no job at all is an empty string set
+        return pc.is_in(pc.cast(actions["partition.job_id"], pa.string()), wanted)
 
     files = live_files(dt, None if job_ids is None else of_jobs)
-    return [{"uri": posixpath.join(root, f["path"]), "partition": f["partition"]} for f in files]
+    # the log's paths are URIs (Delta protocol: "needs to be decoded to get the data file path")
+    return [{"uri": posixpath.join(root, unquote(f["path"])), "partition": f["partition"]} for f in files]
 
 
 def read_spark(spark, warehouse: str, table: str, job_ids: list[str] | None = None, as_of: AsOf = None):

@@ -78,3 +78,17 @@ def test_one_answer_reads_one_version_of_each_table(tmp_path):
         assert _jobs(wh, "steps") == {"a": [0, 1]}
     assert read == {"steps": v} and table_version(wh, "steps") == v + 1
     assert _jobs(wh, "steps") == {"a": [0, 1], "b": [0]}
+
+
+def test_the_spark_readers_file_list_of_some_jobs_or_none(tmp_path):
+    """``read_spark``'s file list (``_files``): the live files of the jobs asked for, chosen over the log's add
+    actions; no job at all is no file (not an error), and a job id that the log quotes is matched as written."""
+    from jobs.warehouse import _files, _snapshot
+
+    wh = str(tmp_path / "wh")
+    write_table(pa.concat_tables([_rows("a", 2), _rows("b", 1), _rows("x/1", 1)]), wh, "steps")
+    dt = _snapshot(wh, "steps")
+    assert _files(dt, []) == []
+    assert [f["partition"]["job_id"] for f in _files(dt, ["a", "x/1"])] in (["a", "x/1"], ["x/1", "a"])
+    assert sorted(f["partition"]["job_id"] for f in _files(dt, None)) == ["a", "b", "x/1"]
+    assert all(os.path.exists(f["uri"]) for f in _files(dt, None))
