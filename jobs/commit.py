@@ -645,23 +645,31 @@ def _key(pv: dict, partition_by: list[str]) -> tuple:
 _NULL_PART, _SEP = "\x00", "\x1f"  # a null partition value, the separator of partition values in a key
 
 
+def _partition(actions: pa.Table, column: str) -> pa.ChunkedArray:
+    """The add actions' values of partition ``column`` as strings, a null one (or a column the table is not
+    partitioned by) as :data:`_NULL_PART`."""
+    name = f"partition.{column}"
+    col = actions[name] if name in actions.column_names else pa.nulls(actions.num_rows)
+    return pc.fill_null(pc.cast(col, pa.string()), _NULL_PART)
+
+
+def partition_in(actions: pa.Table, column: str, values) -> pa.ChunkedArray:
+    """Which of the log's add actions (:func:`live_files`' ``where``) lie in a partition of ``column`` with one of
+    ``values`` (compared as strings; none: no file)."""
+    return pc.is_in(_partition(actions, column), pa.array(sorted({str(v) for v in values}), pa.string()))
+
+
 def _replaced(partition_by: list[str], written: set, jobs: set, where: dict, actions: pa.Table) -> pa.Array:
     """Which live files (the log's add actions) a write replaces: those of the partitions it writes (``written``:
     :func:`_key` tuples), of the jobs ``jobs`` and of the partition values ``where`` (``{column: values}``)."""
-
-    def part(c: str) -> pa.ChunkedArray:
-        name = f"partition.{c}"
-        col = actions[name] if name in actions.column_names else pa.nulls(actions.num_rows)
-        return pc.fill_null(pc.cast(col, pa.string()), _NULL_PART)
-
-    cols = [part(c) for c in partition_by]
+    cols = [_partition(actions, c) for c in partition_by]
     keys = cols[0] if len(cols) == 1 else pc.binary_join_element_wise(*cols, _SEP) if cols else None
     wanted = [_SEP.join(_NULL_PART if v is None else v for v in k) for k in written]
     mask = pc.is_in(keys, pa.array(wanted, pa.string())) if keys is not None else pa.repeat(bool(written), len(actions))
     if jobs:
-        mask = pc.or_(mask, pc.is_in(part("job_id"), pa.array(sorted(jobs), pa.string())))
+        mask = pc.or_(mask, partition_in(actions, "job_id", jobs))
     for c, vs in where.items():
-        mask = pc.or_(mask, pc.is_in(part(c), pa.array(sorted(vs), pa.string())))
+        mask = pc.or_(mask, partition_in(actions, c, vs))
     return mask
 
 

@@ -49,7 +49,15 @@ import pyarrow.dataset as ds
 
 from jobs.commit import RETENTION_HOURS as _RETENTION_HOURS
 from jobs.commit import CommitError as CommitError  # re-exported: readers and the CLI catch it
-from jobs.commit import CommitResult, live_files, move_staged, open_table, stage_arrow, write_partitions
+from jobs.commit import (
+    CommitResult,
+    live_files,
+    move_staged,
+    open_table,
+    partition_in,
+    stage_arrow,
+    write_partitions,
+)
 from jobs.commit import maintain as _maintain
 from jobs.commit import migrate as _migrate
 from jobs.commit import recover as _recover
@@ -186,14 +194,7 @@ def _files(dt, job_ids) -> list[dict]:
     root = dt.table_uri.rstrip("/")
     if root.startswith("file://"):
         root = root[len("file://") :]
-
-    def of_jobs(actions: pa.Table):
-        if "partition.job_id" not in actions.column_names:
-            return pa.repeat(False, actions.num_rows)
-        wanted = pa.array(sorted(map(str, job_ids)), pa.string())  # typed: no job at all is an empty string set
-        return pc.is_in(pc.cast(actions["partition.job_id"], pa.string()), wanted)
-
-    files = live_files(dt, None if job_ids is None else of_jobs)
+    files = live_files(dt, None if job_ids is None else lambda actions: partition_in(actions, "job_id", job_ids))
     # the log's paths are URIs (Delta protocol: "needs to be decoded to get the data file path")
     return [{"uri": posixpath.join(root, unquote(f["path"])), "partition": f["partition"]} for f in files]
 
