@@ -94,6 +94,12 @@ def test_merged_percentiles_stay_within_the_rank_error_beyond():
     merged = merge_stats(stats_partials(js)).set_index(["dimension", "value"])
     exact = fleet_stats(js, dated=False)
     exact = exact[exact["dimension"] != "job"].set_index(["dimension", "value"])
+    _assert_merged_as_exact(merged, exact, js)
+
+
+def _assert_merged_as_exact(merged: pd.DataFrame, exact: pd.DataFrame, js: pd.DataFrame) -> None:
+    """``merged`` wide ``all`` rows (indexed by dimension, value) against ``exact`` ones: the same groups, counts
+    equal, sums and percentages equal to rounding, each step-time percentile within the rank error of ``js``'s."""
     assert sorted(merged.index) == sorted(exact.index)
     for col in ("n_runs", "n_ranks", "n_steps", "n_rank_steps"):
         assert merged[col].tolist() == exact.loc[merged.index, col].tolist(), col
@@ -117,18 +123,7 @@ def test_a_day_added_to_the_merged_rows_equals_merging_every_run_date():
     assert set(merged["run_date"]) == {MERGED} and not merged.duplicated(["dimension", "value"]).any()
     running = merge_stats(pd.concat([merged, stats_partials(js[last])], ignore_index=True))
     every = merge_stats(stats_partials(js))
-    running, every = (d.set_index(["dimension", "value"]).sort_index() for d in (running, every))
-    assert running.index.equals(every.index)
-    for col in ("n_runs", "n_ranks", "n_steps", "n_rank_steps"):
-        assert running[col].tolist() == every[col].tolist(), col
-    for col in ("step_time_mean_ns", "idle_pct", "compute_pct", "exposed_comm_pct"):
-        assert np.allclose(running[col], every[col], rtol=1e-12), col
-    for (dim, value), row in running.iterrows():
-        group = js if dim == "fleet" else js[js[dim].astype(object).fillna("(none)").astype(str) == value]
-        times = np.sort(group["step_time_ns"].to_numpy(dtype=float))
-        for q, col in ((0.5, "step_time_p50_ns"), (0.9, "step_time_p90_ns")):
-            rank = np.searchsorted(times, row[col], side="right") / len(times)
-            assert abs(rank - q) <= RANK_ERROR + 1 / len(times), (dim, value, col, rank)
+    _assert_merged_as_exact(*(d.set_index(["dimension", "value"]) for d in (running, every)), js)
     kl = jk["run_date"] == DAYS[-1]
     added = pa.concat_tables([combine_kernels(kernel_partials(jk[~kl])), combine_kernels(kernel_partials(jk[kl]))])
     key = [("dimension", "ascending"), ("value", "ascending"), ("name", "ascending")]
