@@ -21,6 +21,8 @@ import json
 import pandas as pd
 
 TOP_KERNELS = 5
+#: The verdicts whose rows say what changed.
+EXPLAINED = ("regression", "improvement")
 CONTEXT_FIELDS = ("torch_version", "hardware", "world_size")
 
 
@@ -68,7 +70,7 @@ def what_changed(
         A Series aligned with ``regressions``' index.
     """
     out = pd.Series([None] * len(regressions), index=regressions.index, dtype=object)
-    moved = regressions["verdict"].isin(["regression", "improvement"]) if len(regressions) else []
+    moved = regressions["verdict"].isin(EXPLAINED) if len(regressions) else []
     if not len(regressions) or not moved.any():
         return out
     js = job_steps.assign(run=job_steps["job_id"].astype(str) + "#" + job_steps["attempt"].astype(int).astype(str))

@@ -11,7 +11,10 @@ reductions are stored in the warehouse: a run reduces again only the jobs whose 
 transform (pandas, on the driver, over the stored reductions of the jobs it needs only): ``fleet_stats`` and
 ``fleet_kernels`` rows of the capture dates and runs the changed jobs touch, the ``all`` rows of wide groups
 merged from per-run-date partials (:mod:`jobs.fleet.partials`, :func:`derive_stats`);
-:func:`jobs.fleet.regressions.find_regressions` for the run dates a change made stale (their runs and baselines);
+:func:`jobs.fleet.regressions.find_regressions` for the run dates a change made stale (their runs and baselines).
+When every row is made again (a first run, ``rebuild``) on Spark, the same functions run by group on the executors
+(:mod:`jobs.fleet.on_spark`) and the driver reads back summary rows and the reductions of the insights' window and
+of the runs a regression explains;
 :func:`jobs.fleet.impact.fleet_findings` and :func:`jobs.fleet.hosts.host_health` over their window's jobs
 (:func:`insight_jobs`), from the few columns read of ``findings``, ``captures``, ``ranks`` and ``collectives``.
 load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
@@ -33,9 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.executor import is_local
-from jobs.fleet.changes import what_changed
+from jobs.fleet.changes import EXPLAINED, what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
+from jobs.fleet.on_spark import derive_whole, regressions_whole
 from jobs.fleet.partials import (
     MERGED,
     as_table,
@@ -104,6 +108,7 @@ def fleet_frames(
     dates=None,
     sequence: pd.DataFrame | None = None,
     derived: dict | None = None,
+    regressions: pd.DataFrame | None = None,
     **regression_options,
 ) -> dict:
     """The fleet tables from the reduced frames and the columns of :data:`READ_COLUMNS` (pure).
@@ -118,8 +123,12 @@ def fleet_frames(
         dates: the run dates to compare again (:func:`jobs.fleet.regressions.dates_to_compare`): ``regressions``
             holds those dates' rows only (the other dates' rows stay as written); default every run compared.
         sequence: :func:`jobs.fleet.regressions.run_sequence` of every run (default: of ``job_steps``).
-        derived: ``{"fleet_stats": …, "fleet_kernels": …}`` made incrementally (:func:`derive_stats`); default
-            made from ``job_steps`` and ``job_kernels`` whole.
+        derived: ``{"fleet_stats": …, "fleet_kernels": …}`` made incrementally (:func:`derive_stats`) or on Spark's
+            executors (:func:`jobs.fleet.on_spark.derive_whole`); default made from ``job_steps`` and ``job_kernels``
+            whole.
+        regressions: the ``regressions`` rows made already, without ``changes_json`` (every run compared on Spark's
+            executors: :func:`jobs.fleet.on_spark.regressions_whole`); ``job_steps`` then need hold only their
+            decided runs and baselines (and the insights' window).
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
@@ -128,11 +137,12 @@ def fleet_frames(
     """
     t = tables or {}
     steps = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
-    regs = (
-        find_regressions(steps[INPUT_COLUMNS], dates=dates, sequence=sequence, **regression_options)
-        if len(steps) and (dates is None or dates)
-        else pd.DataFrame(columns=REGRESSIONS.names)
-    )
+    if regressions is not None:
+        regs = regressions.copy()
+    elif len(steps) and (dates is None or dates):
+        regs = find_regressions(steps[INPUT_COLUMNS], dates=dates, sequence=sequence, **regression_options)
+    else:
+        regs = pd.DataFrame(columns=REGRESSIONS.names)
     regs["changes_json"] = what_changed(regs, steps, job_kernels, t.get("captures"), t.get("findings"))
     regs = regs[REGRESSIONS.names]
     derived = derived or derive_stats(job_steps, job_kernels).tables
@@ -272,6 +282,14 @@ def _with_merged(partials: pa.Table, name: str, dated: pa.Table | None = None) -
     return pa.concat_tables([partials if dated is None else dated, internal_table(combine(partials), name)])
 
 
+def _derived_whole(spark, warehouse: str) -> Derived:
+    """:func:`derive_stats` of every stored reduction (every table whole), on Spark's executors
+    (:func:`jobs.fleet.on_spark.derive_whole`)."""
+    whole = derive_whole(spark, warehouse)
+    tables = {**whole.tables, **{n: _with_merged(p, n) for n, p in whole.partials.items()}}
+    return Derived(tables, dict.fromkeys(tables))
+
+
 def _group_key(partials: pa.Table):
     """``dimension`` and ``value`` of each partial as one string (Arrow), to match the rows of given groups."""
     return pc.binary_join_element_wise(partials["dimension"], partials["value"], "\x1f")
@@ -342,15 +360,19 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
         if previous is not None:
             checked = set(zip(after["job_id"].astype(str), after["attempt"].astype(int)))
             dates = dates_to_compare(sequence, previous.to_pandas(), changed, baseline, checked=checked)
-    jobs = insight_jobs(engine, warehouse, inputs, runs, sequence, dates, baseline)
+    # every row made again on Spark: by group on the executors, the driver reading back summary rows and the
+    # reductions of the insights' window and of the runs what_changed explains only (jobs.fleet.on_spark)
+    spread = touched is None and not is_local(engine)
+    regs = regressions_whole(engine, warehouse, **regression_options) if spread and dates is None else None
+    jobs = insight_jobs(engine, warehouse, inputs, runs, sequence, dates, baseline, regs)
     needed = jobs["findings"]  # the insights' window, the runs compared again and their baselines
-    if touched is None or needed is None:
+    if (touched is None and not spread) or needed is None:
         js, jk = read_reductions(warehouse)
     else:
-        js, jk = read_reductions(warehouse, sorted({*needed, *touched.jobs(runs)}))
-    derived = derive_stats(js, jk, stored, touched)
+        js, jk = read_reductions(warehouse, sorted({*needed, *(touched.jobs(runs) if touched else ())}))
+    derived = _derived_whole(engine, warehouse) if spread else derive_stats(js, jk, stored, touched)
     tables = _read_columns(engine, warehouse, inputs, jobs)
-    frames = fleet_frames(js, jk, tables, dates, sequence, derived.tables, **regression_options)
+    frames = fleet_frames(js, jk, tables, dates, sequence, derived.tables, regs, **regression_options)
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):
         write_internal(derived.tables[name], warehouse, name, reduced.inputs, derived.replace[name])
     for name, rows in frames.items():
@@ -382,6 +404,7 @@ def insight_jobs(
     sequence: pd.DataFrame | None,
     dates,
     baseline_runs: int,
+    regressions: pd.DataFrame | None = None,
 ) -> dict[str, list[str] | None]:
     """The jobs whose rows of each :data:`READ_COLUMNS` table the fleet tables need (``None``: every job), so a
     fleet run reads the window, not the history:
@@ -392,7 +415,8 @@ def insight_jobs(
       (:func:`_host_window_jobs`);
     * ``fleet_findings`` (``findings``): the jobs of the runs with job steps whose run date is in its window;
     * ``what_changed`` (``captures``, ``findings``): the runs of the regression ``dates`` compared again and their
-      baseline runs (every job when ``dates`` is ``None``: every run is compared).
+      baseline runs (every job when ``dates`` is ``None``: every run is compared); with ``regressions`` (the rows
+      made already), the runs it explains (verdict ``regression`` or ``improvement``) and their baselines.
 
     Args:
         runs: :data:`jobs.fleet.reduced.RUNS` rows of every run; sequence: every run with ProfilerSteps in
@@ -406,7 +430,9 @@ def insight_jobs(
             in_window = (capture_days(by_run["run_date"]) >= span[0]).to_numpy(dtype=bool)
             findings_jobs = {str(j) for j in by_run["job_id"][in_window]}
     changes_jobs: set[str] | None = None
-    if dates is not None:
+    if regressions is not None:
+        changes_jobs = explained_jobs(regressions)
+    elif dates is not None:
         changes_jobs = set()
         if sequence is not None:
             compared = {str(d) for d in dates}
@@ -425,6 +451,14 @@ def insight_jobs(
         "collectives": hosts,
         "findings": union(findings_jobs, changes_jobs),
     }
+
+
+def explained_jobs(regressions: pd.DataFrame) -> set[str]:
+    """The job ids of the ``regressions`` rows :func:`jobs.fleet.changes.what_changed` explains (verdict
+    ``regression`` or ``improvement``) and of their baseline runs (``job_id#attempt``)."""
+    decided = regressions[regressions["verdict"].isin(EXPLAINED).to_numpy(dtype=bool)]
+    bases = {str(b).rpartition("#")[0] for runs in decided["baseline_runs"] for b in runs}
+    return {str(j) for j in decided["job_id"]} | bases
 
 
 def _host_window_jobs(engine, warehouse: str, versions: dict) -> list[str] | None:

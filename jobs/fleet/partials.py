@@ -279,7 +279,7 @@ def groups_of(partials: pa.Table) -> dict[str, list[str]]:
     return {d: sorted(vs) for d, vs in sorted(out.items())}
 
 
-def _combine(parts, table) -> pa.Table:
+def fleet_rows(parts, table) -> pa.Table:
     """The fleet table ``table`` (:data:`schemas.FLEET_STATS` / :data:`schemas.FLEET_KERNELS`) of ``parts``
     (pandas or Arrow), sorted by (dimension, value, date), as Arrow."""
     schema = table.arrow_schema()
@@ -305,12 +305,32 @@ def changed_stats(job_steps: pd.DataFrame, partials: pd.DataFrame | pa.Table, da
     """
     js = job_steps if job_steps is not None else pd.DataFrame()
     if dates is None:
-        dated, run_all = fleet_stats(js, overall=False), fleet_stats(js, ("job",), dated=False)
+        on = mine = js
     else:
         on = js[js["date"].astype(str).isin({str(d) for d in dates})] if len(js) else js
         mine = js[js["job"].isin(set(runs))] if len(js) else js
-        dated, run_all = fleet_stats(on, overall=False), fleet_stats(mine, ("job",), dated=False)
-    return _combine([dated, run_all, merge_stats(partials)], FLEET_STATS)
+    return fleet_rows([dated_stats(on), run_stats(mine), merge_stats(partials)], FLEET_STATS)
+
+
+def dated_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
+    """The ``fleet_stats`` rows of each capture date of ``job_steps`` (every dimension; exact). A date's rows
+    depend on that date's job steps only: the rows of several dates are those of each date, concatenated."""
+    return fleet_stats(job_steps, overall=False)
+
+
+def run_stats(job_steps: pd.DataFrame) -> pd.DataFrame:
+    """The ``job`` dimension's ``all`` rows: one per run of ``job_steps`` (holding every row of those runs)."""
+    return fleet_stats(job_steps, ("job",), dated=False)
+
+
+def dated_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataFrame:
+    """The ``fleet_kernels`` rows of each capture date of ``job_kernels``, as :func:`dated_stats`."""
+    return fleet_kernels(job_kernels, top, overall=False)
+
+
+def run_kernels(job_kernels: pd.DataFrame, top: int = TOP_KERNELS) -> pd.DataFrame:
+    """The ``job`` dimension's ``all`` ``fleet_kernels`` rows of each run of ``job_kernels``, as :func:`run_stats`."""
+    return fleet_kernels(job_kernels, top, ("job",), dated=False)
 
 
 def changed_kernels(
@@ -324,6 +344,4 @@ def changed_kernels(
         on, mine = jk[jk["date"].astype(str).isin({str(d) for d in dates})], jk[jk["job"].isin(set(runs))]
     else:
         on = mine = jk
-    dated = fleet_kernels(on, top, overall=False) if len(on) else None
-    run_all = fleet_kernels(mine, top, ("job",), dated=False) if len(mine) else None
-    return _combine([dated, run_all, merge_kernels(partials, top)], FLEET_KERNELS)
+    return fleet_rows([dated_kernels(on, top), run_kernels(mine, top), merge_kernels(partials, top)], FLEET_KERNELS)

@@ -88,8 +88,6 @@ class Reduced:
     """The fleet's reductions after :func:`update`.
 
     Attributes:
-        job_steps, job_kernels: :func:`jobs.fleet.stats.job_steps_frame` / :func:`jobs.fleet.stats.job_kernels_frame`
-            rows of the jobs this run reduced (``job_kernels`` ``None`` without a ``kernels`` table).
         runs: :data:`RUNS` rows of every run now; runs_before: those stored before this run (``None``: none were:
             every job was reduced).
         reduced_jobs, dropped_jobs: the job ids reduced again (sorted) and those that left the inputs.
@@ -97,8 +95,6 @@ class Reduced:
         state: the :data:`STATE` rows :func:`commit` writes; inputs: the input versions read.
     """
 
-    job_steps: pd.DataFrame
-    job_kernels: pd.DataFrame | None
     runs: pd.DataFrame
     runs_before: pd.DataFrame | None = None
     reduced_jobs: list[str] = field(default_factory=list)
@@ -150,22 +146,19 @@ def update(
     opts = json.dumps(options or {}, sort_keys=True)
     changed = sorted(j for j, fp in now.items() if stored.get(j) != fp)
     dropped = sorted(set(stored) - set(now))
-    js, jk = _reduce_jobs(engine, warehouse, changed, versions) if changed else (None, None)
     inputs = {t: versions.get(t) for t in FINGERPRINTED}
-    if changed or dropped or rebuild:
-        for name, rows in ((JOB_STEPS, js), (JOB_KERNELS, jk)):
-            _write(rows, warehouse, name, replace_jobs=[*changed, *dropped], replace_all=rebuild, inputs=inputs)
+    if rebuild:  # every job reduced again; the stored rows of jobs no longer in the inputs go
+        dropped = sorted({j for n in (JOB_STEPS, JOB_KERNELS) for j in job_files(warehouse, n)} - set(now))
+    new_runs = _reduce_in_batches(engine, warehouse, changed, dropped, versions, inputs)
     before = None if rebuild else _read(warehouse, RUNS)
     touched = {*changed, *dropped}
     kept = before[~before["job_id"].isin(touched)] if before is not None else None
-    runs = pd.concat([d for d in (kept, run_rows(js, jk)) if d is not None and len(d)] or [run_rows(None, None)])
+    runs = pd.concat([d for d in (kept, new_runs) if d is not None and len(d)] or [run_rows(None, None)])
     state = None
     if changed or dropped or rebuild or opts != stored_options:
         keys = [*(_JOB + j for j in now), _OPTIONS]
         state = pa.table({"key": keys, "value": [*now.values(), opts]}, schema=SCHEMAS[STATE])
     return Reduced(
-        js if js is not None else pd.DataFrame(columns=SCHEMAS[JOB_STEPS].names),
-        jk if jk is not None and len(jk) else None,
         runs.sort_values(["job_id", "attempt"], kind="stable").reset_index(drop=True),
         before,
         changed,
@@ -174,6 +167,28 @@ def update(
         state=state,
         inputs=inputs,
     )
+
+
+#: Jobs reduced and written per batch (:func:`update`): the driver holds one batch's job steps and job kernels
+#: (~10 job steps and ~500 kernel rows per job and date: a batch is ~10^6 rows), never the history's.
+REDUCE_BATCH_JOBS = 2000
+
+
+def _reduce_in_batches(engine, warehouse: str, jobs: list[str], dropped: list[str], versions: dict, inputs: dict):
+    """Reduce ``jobs`` and store their rows, :data:`REDUCE_BATCH_JOBS` at a time (one commit per table and batch,
+    each replacing its jobs' rows; the first also removes ``dropped``'s); :data:`RUNS` rows of the jobs reduced.
+    A run killed between batches leaves every job's rows either as before or made again from the same inputs: the
+    stored state (:func:`commit`) is what says which jobs are current."""
+    batches = [jobs[i : i + REDUCE_BATCH_JOBS] for i in range(0, len(jobs), REDUCE_BATCH_JOBS)]
+    runs = []
+    for k, batch in enumerate(batches or [[]]):
+        js, jk = _reduce_jobs(engine, warehouse, batch, versions) if batch else (None, None)
+        gone = dropped if k == 0 else []
+        for name, rows in ((JOB_STEPS, js), (JOB_KERNELS, jk)):
+            if batch or gone or not exists(warehouse, name):
+                _write(rows, warehouse, name, replace_jobs=[*batch, *gone], replace_all=False, inputs=inputs)
+        runs.append(run_rows(js, jk))
+    return pd.concat(runs, ignore_index=True) if len(runs) > 1 else runs[0]
 
 
 def commit(warehouse: str, reduced: Reduced) -> None:

@@ -383,6 +383,29 @@ def find_regressions(
     Raises:
         ValueError: ``baseline_runs`` < 1 or a missing input column.
     """
+    raw = compare_runs(job_steps, baseline_runs, alpha, dates, sequence)
+    return decide(raw, threshold_pct, threshold_pp, alpha)
+
+
+#: What :func:`compare_runs` adds to :data:`OUTPUT_COLUMNS` for :func:`decide` (private: not written).
+DECIDE_COLUMNS = ["_base_noisy", "_first"]
+
+
+def compare_runs(
+    job_steps: pd.DataFrame,
+    baseline_runs: int = BASELINE_RUNS,
+    alpha: float = DEFAULT_ALPHA,
+    dates=None,
+    sequence: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The tests of :func:`find_regressions` before the correction: one row per compared run and metric with its
+    statistics, raw ``p_value`` and interval (at 1 − 2·``alpha``); ``p_adjusted``, ``verdict``, ``reason`` and
+    ``summary`` null (:func:`decide` fills them), plus :data:`DECIDE_COLUMNS`. Rows of different job names are
+    independent: the fleet stage computes them per job name on Spark's executors (``applyInPandas``).
+
+    Raises:
+        ValueError: ``baseline_runs`` < 1 or a missing input column.
+    """
     if baseline_runs < 1:
         raise ValueError(f"baseline_runs must be >= 1, got {baseline_runs}")
     missing = [c for c in INPUT_COLUMNS if c not in job_steps.columns]
@@ -454,6 +477,7 @@ def find_regressions(
                         "p_adjusted": None,
                         "verdict": None,
                         "reason": None,
+                        "summary": None,
                         "noisy": noisy,
                         "baseline_runs": [f"{j}#{int(t)}" for j, t in base_ids],
                         "n_steps": int(len(cur)),
@@ -463,9 +487,22 @@ def find_regressions(
                         "_first": not base_ids,
                     }
                 )
-    out = pd.DataFrame(rows, columns=[*OUTPUT_COLUMNS, "_base_noisy", "_first"])
+    return pd.DataFrame(rows, columns=[*OUTPUT_COLUMNS, *DECIDE_COLUMNS])
+
+
+def decide(
+    compared: pd.DataFrame,
+    threshold_pct: float = THRESHOLD_PCT,
+    threshold_pp: float = THRESHOLD_PP,
+    alpha: float = DEFAULT_ALPHA,
+) -> pd.DataFrame:
+    """:func:`compare_runs` rows (of every job name: a family spans one capture date's runs) with ``p_adjusted``
+    (Benjamini–Hochberg per ``date``), ``verdict``, ``reason`` and ``summary``: ``regressions`` rows
+    (:data:`OUTPUT_COLUMNS`) in the order given."""
+    confidence = 1.0 - 2.0 * alpha
+    out = compared.reset_index(drop=True)
     if not len(out):
-        return out[OUTPUT_COLUMNS]
+        return out.reindex(columns=OUTPUT_COLUMNS)
     family = out["date"].astype(str)  # one capture day's runs: a family
     out["p_adjusted"] = out.groupby(family, sort=False)["p_value"].transform(lambda p: bh_adjust(p.to_numpy(float)))
     decided = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -24,6 +25,21 @@ def spark():
     session = get_spark(master="local[2]", driver_memory="3g")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def benchmark():
+    """``benchmark(name)``: the module ``benchmarks/<name>.py`` (the simulated fleets benchmarks and tests share)."""
+    folder = str(Path(__file__).resolve().parents[2] / "benchmarks")
+
+    def load(name: str):
+        sys.path.insert(0, folder)
+        try:
+            return importlib.import_module(name)
+        finally:
+            sys.path.remove(folder)
+
+    return load
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,8 @@ number of files a run removes is the same on day 3 as on day 8 — and the table
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import shutil
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,16 +15,6 @@ import pyarrow as pa
 import pytest
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _history():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module("fleet_history")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def _last_commit(wh: Path, table: str) -> tuple[list[dict], list[dict]]:
@@ -37,7 +25,7 @@ def _last_commit(wh: Path, table: str) -> tuple[list[dict], list[dict]]:
     return [a["add"] for a in actions if "add" in a], [a["remove"] for a in actions if "remove" in a]
 
 
-def test_a_daily_run_rewrites_what_the_day_touched_and_equals_a_rebuild(tmp_path):
+def test_a_daily_run_rewrites_what_the_day_touched_and_equals_a_rebuild(tmp_path, benchmark):
     from pipeline_compare import FLEET_TABLES, rows_digest
 
     from jobs.executor import LocalExecutor
@@ -45,7 +33,7 @@ def test_a_daily_run_rewrites_what_the_day_touched_and_equals_a_rebuild(tmp_path
     from jobs.fleet.reduced import KERNEL_PARTIALS, STATS_PARTIALS
     from jobs.warehouse import maintain, open_table
 
-    fh = _history()
+    fh = benchmark("fleet_history")
     args = argparse.Namespace(jobs_per_day=3, ranks=2, steps=4, kernels=5)
     wh, rng = tmp_path / "wh", np.random.default_rng(3)
     removed: dict[int, dict[str, int]] = {}
@@ -113,7 +101,7 @@ def _all_adds(wh: Path, table: str) -> list[dict]:
     return out
 
 
-def test_partials_without_merged_rows_are_merged_whole_once(tmp_path):
+def test_partials_without_merged_rows_are_merged_whole_once(tmp_path, benchmark):
     """A warehouse whose partials predate the merged rows (``run_date = 'all'``): the next run merges every run
     date's partials, writes the merged rows, and its tables equal a ``--rebuild``."""
     import pyarrow.compute as pc
@@ -122,7 +110,7 @@ def test_partials_without_merged_rows_are_merged_whole_once(tmp_path):
     from jobs.fleet.job import run_fleet
     from jobs.fleet.reduced import KERNEL_PARTIALS, STATS_PARTIALS, read_internal_table, write_internal
 
-    fh = _history()
+    fh = benchmark("fleet_history")
     args = argparse.Namespace(jobs_per_day=3, ranks=2, steps=4, kernels=5)
     wh, rng = tmp_path / "wh", np.random.default_rng(5)
     with LocalExecutor() as ex:

@@ -8,7 +8,6 @@ rank ran on its own GPU (device pid = rank): of ``node-bad``'s devices, the stra
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -30,12 +29,8 @@ def _hosts(j: int, rank: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def fleet_wh(tmp_path_factory):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        fb = importlib.import_module("fleet_bench")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+def fleet_wh(tmp_path_factory, benchmark):
+    fb = benchmark("fleet_bench")
     from jobs.pipeline.run import run_pipeline
 
     base = tmp_path_factory.mktemp("hosts")
