@@ -39,7 +39,7 @@ from jobs.executor import is_local
 from jobs.fleet.changes import EXPLAINED, what_changed
 from jobs.fleet.hosts import host_health
 from jobs.fleet.impact import fleet_findings
-from jobs.fleet.on_spark import derive_whole, regressions_whole
+from jobs.fleet.on_spark import Whole, derive_whole
 from jobs.fleet.partials import (
     MERGED,
     as_table,
@@ -127,7 +127,7 @@ def fleet_frames(
             executors (:func:`jobs.fleet.on_spark.derive_whole`); default made from ``job_steps`` and ``job_kernels``
             whole.
         regressions: the ``regressions`` rows made already, without ``changes_json`` (every run compared on Spark's
-            executors: :func:`jobs.fleet.on_spark.regressions_whole`); ``job_steps`` then need hold only their
+            executors: :func:`jobs.fleet.on_spark.derive_whole`); ``job_steps`` then need hold only their
             decided runs and baselines (and the insights' window).
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
@@ -282,10 +282,9 @@ def _with_merged(partials: pa.Table, name: str, dated: pa.Table | None = None) -
     return pa.concat_tables([partials if dated is None else dated, internal_table(combine(partials), name)])
 
 
-def _derived_whole(spark, warehouse: str) -> Derived:
-    """:func:`derive_stats` of every stored reduction (every table whole), on Spark's executors
-    (:func:`jobs.fleet.on_spark.derive_whole`)."""
-    whole = derive_whole(spark, warehouse)
+def _derived_whole(whole: Whole) -> Derived:
+    """:func:`derive_stats` of every stored reduction (every table whole) from what Spark's executors made
+    (:func:`jobs.fleet.on_spark.derive_whole`): the partials with their merged rows."""
     tables = {**whole.tables, **{n: _with_merged(p, n) for n, p in whole.partials.items()}}
     return Derived(tables, dict.fromkeys(tables))
 
@@ -363,14 +362,15 @@ def _run_fleet(engine, warehouse: str, rebuild: bool = False, **regression_optio
     # every row made again on Spark: by group on the executors, the driver reading back summary rows and the
     # reductions of the insights' window and of the runs what_changed explains only (jobs.fleet.on_spark)
     spread = touched is None and not is_local(engine)
-    regs = regressions_whole(engine, warehouse, **regression_options) if spread and dates is None else None
+    whole = derive_whole(engine, warehouse, regression_options if dates is None else None) if spread else None
+    regs = whole.regressions if whole is not None else None
     jobs = insight_jobs(engine, warehouse, inputs, runs, sequence, dates, baseline, regs)
     needed = jobs["findings"]  # the insights' window, the runs compared again and their baselines
     if (touched is None and not spread) or needed is None:
         js, jk = read_reductions(warehouse)
     else:
         js, jk = read_reductions(warehouse, sorted({*needed, *(touched.jobs(runs) if touched else ())}))
-    derived = _derived_whole(engine, warehouse) if spread else derive_stats(js, jk, stored, touched)
+    derived = _derived_whole(whole) if whole is not None else derive_stats(js, jk, stored, touched)
     tables = _read_columns(engine, warehouse, inputs, jobs)
     frames = fleet_frames(js, jk, tables, dates, sequence, derived.tables, regs, **regression_options)
     for name in (STATS_PARTIALS, KERNEL_PARTIALS):

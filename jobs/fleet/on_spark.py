@@ -48,45 +48,53 @@ from schemas import FLEET_KERNELS, FLEET_STATS, REGRESSIONS
 
 @dataclass
 class Whole:
-    """What :func:`derive_whole` made: ``partials`` (``{name: Arrow}``, per run date: every stored run date's) and
+    """What :func:`derive_whole` made: ``partials`` (``{name: Arrow}``, per run date: every stored run date's),
     ``tables`` (``{"fleet_stats"|"fleet_kernels": Arrow}``: every row, the wide groups' ``all`` rows merged from
-    ``partials``)."""
+    ``partials``) and ``regressions`` (every run compared, pandas, without ``changes_json``; ``None`` when not
+    asked)."""
 
     partials: dict
     tables: dict
+    regressions: pd.DataFrame | None = None
 
 
-def derive_whole(spark, warehouse: str) -> Whole:
+def derive_whole(spark, warehouse: str, compare: dict | None = None) -> Whole:
     """Every ``fleet_stats`` and ``fleet_kernels`` row and every partial, from the stored reductions of
     ``warehouse`` (:data:`jobs.fleet.reduced.JOB_STEPS`, :data:`jobs.fleet.reduced.JOB_KERNELS`, written by
-    :func:`jobs.fleet.reduced.update`), per group on the executors (module docstring).
+    :func:`jobs.fleet.reduced.update`), per group on the executors (module docstring); with ``compare`` (the
+    regression options: ``baseline_runs``, ``threshold_pct``, ``threshold_pp``, ``alpha``), every run compared too
+    (:func:`_regressions`).
 
     Raises:
         pyspark's exceptions for a read error of the stored reductions.
     """
-    js, jk = read_spark(spark, warehouse, JOB_STEPS), read_spark(spark, warehouse, JOB_KERNELS)
-    sp = _by(js, ["run_date"], stats_partials, SCHEMAS[STATS_PARTIALS])
-    kp = _by(jk, ["run_date"], kernel_partials, SCHEMAS[KERNEL_PARTIALS])
-    ss, ks = FLEET_STATS.arrow_schema(), FLEET_KERNELS.arrow_schema()
-    stats = [_by(js, ["date"], dated_stats, ss), _by(js, ["run_date"], run_stats, ss)]
-    kernels = [_by(jk, ["date"], dated_kernels, ks), _by(jk, ["run_date"], run_kernels, ks)]
+    js, jk = (_cached(read_spark(spark, warehouse, n)) for n in (JOB_STEPS, JOB_KERNELS))
+    try:
+        sp = _by(js, ["run_date"], stats_partials, SCHEMAS[STATS_PARTIALS])
+        kp = _by(jk, ["run_date"], kernel_partials, SCHEMAS[KERNEL_PARTIALS])
+        ss, ks = FLEET_STATS.arrow_schema(), FLEET_KERNELS.arrow_schema()
+        stats = [_by(js, ["date"], dated_stats, ss), _by(js, ["run_date"], run_stats, ss)]
+        kernels = [_by(jk, ["date"], dated_kernels, ks), _by(jk, ["run_date"], run_kernels, ks)]
+        regressions = None if compare is None else _regressions(js, **compare)
+    finally:
+        for df in (js, jk):
+            if df is not None:
+                df.unpersist()
     return Whole(
         {STATS_PARTIALS: sp, KERNEL_PARTIALS: kp},
         {
             "fleet_stats": fleet_rows([*stats, merge_stats(sp)], FLEET_STATS),
             "fleet_kernels": fleet_rows([*kernels, merge_kernels(kp)], FLEET_KERNELS),
         },
+        regressions,
     )
 
 
-def regressions_whole(
-    spark, warehouse: str, baseline_runs: int, threshold_pct: float, threshold_pp: float, alpha: float
-):
-    """Every run compared (:func:`jobs.fleet.regressions.find_regressions` over every stored job step): the tests
-    per job name on the executors (:func:`jobs.fleet.regressions.compare_runs`), the correction and verdicts on
-    the driver (:func:`jobs.fleet.regressions.decide`); ``regressions`` rows (pandas, :data:`OUTPUT_COLUMNS`), in
-    job name, run and :data:`METRICS` order. ``changes_json`` is the caller's (it needs the decided runs' rows)."""
-    js = read_spark(spark, warehouse, JOB_STEPS)
+def _regressions(js, baseline_runs: int, threshold_pct: float, threshold_pp: float, alpha: float) -> pd.DataFrame:
+    """Every run of the job steps ``js`` (Spark) compared (:func:`jobs.fleet.regressions.find_regressions`): the
+    tests per job name on the executors (:func:`jobs.fleet.regressions.compare_runs`), the correction and verdicts
+    on the driver (:func:`jobs.fleet.regressions.decide`); ``regressions`` rows (:data:`OUTPUT_COLUMNS`) in job name,
+    run and :data:`METRICS` order."""
     if js is None:
         return decide(pd.DataFrame(columns=[*OUTPUT_COLUMNS, *DECIDE_COLUMNS]))
     steps = js.where(js["window"].isNull() | (js["window"] != WINDOW_TRACE)).select(*INPUT_COLUMNS)
@@ -95,6 +103,13 @@ def regressions_whole(
     raw = raw.assign(_m=raw["metric"].map({m: i for i, m in enumerate(METRICS)}))
     raw = raw.sort_values(["job_name", "run_index", "_m"], kind="stable").drop(columns="_m")
     return decide(raw, threshold_pct, threshold_pp, alpha)
+
+
+def _cached(df):
+    """``df`` kept in the executors' memory (and disk) for the groupings that read it: its files read once."""
+    from pyspark import StorageLevel  # heavy: pyspark, only on the Spark path
+
+    return None if df is None else df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _by(df, keys, fn, schema: pa.Schema) -> pa.Table:
