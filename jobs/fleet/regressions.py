@@ -4,6 +4,9 @@ Pure pandas: one or more job names' job steps in, one row per (run, metric) out.
 :func:`find_regressions` once per fleet run, on the driver, over every job name, for the capture days whose runs or
 baselines changed (:func:`dates_to_compare`; every day on a rebuild): the multiple-testing correction below spans
 one day's runs, so a run's row changes only when its day's runs or its baseline do, never because history grew.
+:func:`find_regressions` is :func:`compare_runs` (the tests, independent per job name: on a whole derivation on Spark
+they run per job name on the executors, :mod:`jobs.fleet.on_spark`) then :func:`decide` (the correction and
+verdicts, on the driver).
 
 Method, per run in ``run_key`` order (manifest ``created_at``, else date; then job id, attempt):
 
