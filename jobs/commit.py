@@ -247,7 +247,8 @@ def _version_at(dt, when: _dt.datetime, uri: str) -> int:
 
 def live_files(dt, where=None) -> list[dict]:
     """The live data files of a Delta table: ``{"path", "size_bytes", "partition": {column: value}}`` each
-    (``path`` relative to the table root, as the file system names it). ``where(actions) -> boolean Arrow array``
+    (``path`` relative to the table root as the log writes it: a URI, which a remove action repeats as is and
+    :func:`urllib.parse.unquote` turns into the file's name). ``where(actions) -> boolean Arrow array``
     over the log's add actions (columns ``path``, ``partition.<column>`` …): only the files it selects, chosen in
     Arrow (a long history is thousands of files; only the selected ones become Python objects)."""
     t = pa.table(dt.get_add_actions(flatten=True))
