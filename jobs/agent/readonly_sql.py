@@ -420,7 +420,9 @@ def _collect(spark, df, timeout_s: float) -> list:
         deadline = time.monotonic() + 30.0
         while worker.is_alive() and time.monotonic() < deadline:  # a query may start several jobs: cancel each
             if classic:
-                sc.cancelJobGroup(group)
+                # and the group's later ones: a broadcast or an adaptive stage may submit a job from another thread
+                # after this cancel, which plain cancelJobGroup would let run to its end
+                sc._jsc.sc().cancelJobGroupAndFutureJobs(group, f"tracelake sql: past its {timeout_s:g} s limit")
             else:
                 spark.interruptTag(group)
             worker.join(0.5)
