@@ -6,8 +6,8 @@ duration such as ``PT20S``),
 
 One task per declared stage of :data:`jobs.pipeline.stages.INGEST` (the stages ``tracelake run``
 runs, in the same order): ``settings`` resolves the Airflow Variables and the interval
-(:mod:`jobs.pipeline.settings`); ``discover`` skips the rest of the run when no capture was
-committed in ``[since, until)``; each Spark stage is a spark-submit of
+(:mod:`jobs.pipeline.settings`); ``discover`` is skipped, with the rest of the run, when no capture was
+committed in ``[since, until)`` (its log: "0 captures in 2026-12-03T16:00–17:00"); each Spark stage is a spark-submit of
 :mod:`jobs.pipeline.submit` with the ``spark_tracelake`` connection (local mode when it is not
 defined); ``publish`` (MLflow runs, validation and HTML reports) is a Python task and marks the
 warehouse Asset as updated, which triggers ``tracelake_fleet_report``. A job that failed a Great
@@ -23,11 +23,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable, dag, task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from jobs.pipeline import settings as cfg
 from jobs.pipeline.operators import TracelakeSparkSubmitOperator
-from jobs.pipeline.stages import INGEST, ValidationFailed, check_validation, discover_interval, run_stage
+from jobs.pipeline.stages import (
+    INGEST,
+    ValidationFailed,
+    check_validation,
+    discover_interval,
+    empty_interval,
+    published_links,
+    run_stage,
+)
 
 INGEST_SCHEDULE, INGEST_START, INGEST_END = cfg.ingest_schedule()  # hourly from 2026-01-01 unless the environment says
 
@@ -50,18 +58,23 @@ def tracelake_ingest():
         """Variables with their defaults, and the interval [since, until) of this run."""
         return cfg.resolve_ingest(context)
 
-    @task.short_circuit
+    @task
     def discover(conf: dict) -> dict:
-        """Summary of the captures committed in the interval; an empty dict skips the run."""
+        """Summary of the captures committed in the interval; none skips this task and every stage after it, the
+        reason ("0 captures in 2026-12-03T16:00–17:00") in the task's log."""
         found = discover_interval(conf)
         print(f"discovered in [{conf['since']}, {conf['until']}): {found}")
-        return found if found["n_new"] else {}
+        if not found["n_new"]:
+            raise AirflowSkipException(empty_interval(conf))
+        return found
 
     @task
     def python_stage(conf: dict, name: str, final: bool) -> dict:
         """A declared stage that needs no Spark; the final one fails the run (after publishing) when a
         job failed validation."""
         record = run_stage(name, conf)
+        for line in published_links(record):  # where this task's MLflow runs and job reports open
+            print(line, flush=True)
         if final:
             try:
                 check_validation(record)

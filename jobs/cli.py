@@ -11,6 +11,8 @@ import enum
 import json
 import os
 import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +29,7 @@ from jobs.executor import LocalExecutor
 from jobs.fleet.regressions import BASELINE_RUNS, DEFAULT_ALPHA, THRESHOLD_PCT, THRESHOLD_PP, testing_in_words
 from jobs.publish.headline import HEADLINE_LABELS, headline
 from jobs.publish.verdict import job_verdict
-from jobs.spark import get_spark
+from jobs.spark import SparkUnavailable, get_spark, spark_log_file
 from jobs.sql import parse_as_of, run_sql
 from jobs.warehouse import CommitError, read_pandas, register_views
 from jobs.warehouse import history as warehouse_history
@@ -270,7 +272,8 @@ def run(
     ),
     master: str | None = typer.Option(
         None,
-        help="Run on Spark with this master URL, e.g. spark://127.0.0.1:7077 (infra/local/spark.sh start) or local[2].",
+        help="Run on Spark with this master URL, e.g. spark://127.0.0.1:7077, local[2], or local-cluster: the one "
+        "infra/local/spark.sh start runs.",
     ),
     executor: Executor = typer.Option(
         Executor.local,
@@ -292,7 +295,7 @@ def run(
     from jobs.pipeline.run import run_pipeline  # keeps `tracelake --help` light (loads the pipeline)
 
     bare_tags = _bare_tags(tag or [], job_name)
-    with _progress() as progress:
+    with _spark_errors_in_one_line("tracelake run"), _progress() as progress:
         result = run_pipeline(
             raw,
             warehouse,
@@ -307,6 +310,32 @@ def run(
             bare_tags=bare_tags,
         )
     print_summary(result)
+
+
+@contextmanager
+def _spark_errors_in_one_line(command: str):
+    """Show a Spark failure as one line on stderr and exit 1: an unreachable master (:class:`SparkUnavailable`) as
+    it is; an error raised through Py4J or Spark (a Java stack trace) by its first line, with the whole traceback
+    appended to :func:`jobs.spark.spark_log_file`, whose path the line names. Other errors pass unchanged."""
+    err = Console(stderr=True)
+    try:
+        yield
+    except SparkUnavailable as exc:
+        err.print(f"[red]{command}:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("py4j", "pyspark")):
+            raise
+        log = spark_log_file()
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as f:
+            traceback.print_exception(exc, file=f)
+            java = getattr(exc, "_stackTrace", None)  # pyspark's CapturedException keeps the JVM frames out of str()
+            if java:
+                f.write(f"JVM stack trace:\n{java}\n")
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        err.print(f"[red]{command}:[/red] {escape(first)} (stack trace in {log})", soft_wrap=True, highlight=False)
+        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -12,14 +12,16 @@
 #                                                      # wait (SIGKILL after 30 s)
 #
 # Processes: `spark-class org.apache.spark.deploy.master.Master` and `…deploy.worker.Worker spark://127.0.0.1:P`
-# (Java 17), every port on 127.0.0.1 and picked free at start (SPARK_LOCAL_IP=127.0.0.1). Nothing is downloaded.
+# (Java 17), every port on 127.0.0.1 (SPARK_LOCAL_IP=127.0.0.1): the master's 7077 ($TRACELAKE_SPARK_MASTER_PORT) when it
+# is free, else one picked free (start says which); the others picked free. Nothing is downloaded.
 # State in D = $TRACELAKE_SPARK_DIR (default ${TMPDIR:-/tmp}/tracelake-spark): master.pid, worker-I.pid, ports
 # (master, webui, worker-I, worker-I-webui: one `name port` a line), master.log, worker-I.log, work/ (executor logs:
 # work/<app id>/<executor id>/stderr). Worker size: $TRACELAKE_SPARK_WORKER_CORES (1) cores and
 # $TRACELAKE_SPARK_WORKER_MEMORY (2g) each. Start timeout: $TRACELAKE_SPARK_TIMEOUT s (default 120).
 # Workers' Python: PYSPARK_PYTHON = $PYTHON (default the repo's .venv/bin/python); they import tracelake as installed
 # in it, with this checkout first on their PYTHONPATH (infra/local/README.md, "Spark standalone cluster").
-# Then: tracelake run --master "$(infra/local/spark.sh url)" --raw R --warehouse W
+# Then: tracelake run --master local-cluster --raw R --warehouse W   (jobs/spark.py reads D's master.pid and ports;
+# the same as --master "$(infra/local/spark.sh url)")
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -119,13 +121,20 @@ case "$action" in
     spark_env
     mkdir -p "$dir/work"
     rm -f "$dir"/worker-*.pid
-    # 2 + 2N distinct free loopback ports, bound together so that none is handed out twice
-    "$python" - "$workers" > "$dir/ports" <<'PY'
+    # 2 + 2N distinct free loopback ports, bound together so that none is handed out twice; the master on
+    # $TRACELAKE_SPARK_MASTER_PORT (default 7077, Spark's own) when it is free
+    "$python" - "$workers" "${TRACELAKE_SPARK_MASTER_PORT:-7077}" > "$dir/ports" <<'PY'
 import socket, sys
-n = int(sys.argv[1])
+n, wanted = int(sys.argv[1]), int(sys.argv[2])
 names = ["master", "webui"] + [f"worker-{i}{s}" for i in range(1, n + 1) for s in ("", "-webui")]
 socks = [socket.socket() for _ in names]
-for s in socks:
+try:
+    socks[0].bind(("127.0.0.1", wanted))
+except OSError:
+    socks[0].bind(("127.0.0.1", 0))
+    print(f"port {wanted} is taken: the master listens on {socks[0].getsockname()[1]} "
+          "(--master local-cluster, or `infra/local/spark.sh url`, finds it)", file=sys.stderr)
+for s in socks[1:]:
     s.bind(("127.0.0.1", 0))
 for name, s in zip(names, socks):
     print(name, s.getsockname()[1])

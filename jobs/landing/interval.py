@@ -290,6 +290,16 @@ def discover_interval(
     return restrict_to_interval(merged, raw_root, since, until, storage_options)
 
 
+def interval_words(since, until) -> str:
+    """``[since, until)`` as a person reads it: ``2026-12-03T16:00–17:00`` (one day), ``2026-12-03T16:00–2026-12-04T01:00``
+    (two), ``…`` for an open end; times in UTC (:func:`as_utc`)."""
+    lo, hi = as_utc(since), as_utc(until)
+    left = f"{lo:%Y-%m-%dT%H:%M}" if lo else "…"
+    if hi is None:
+        return f"{left}–…"
+    return f"{left}–{hi:%H:%M}" if lo and hi.date() == lo.date() else f"{left}–{hi:%Y-%m-%dT%H:%M}"
+
+
 def summarize_interval(raw_root: str, since, until, storage_options: dict | None = None) -> dict:
     """What an interval run would normalize, as a small JSON-ready dict (edge: lists the interval's
     :func:`date_prefixes` of ``raw_root``, or all of it).

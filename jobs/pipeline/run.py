@@ -70,8 +70,10 @@ def _stage(progress, text: str):
     task = progress.add_task(text, total=None)
     try:
         yield
-    finally:
-        progress.update(task, completed=1, total=1, description=f"[green]✓[/green] {text}")
+    except BaseException:
+        progress.update(task, completed=1, total=1, description=f"[red]✗[/red] {text}")
+        raise
+    progress.update(task, completed=1, total=1, description=f"[green]✓[/green] {text}")
 
 
 def run_pipeline(

@@ -40,7 +40,7 @@ from typing import cast
 from pydantic import BaseModel, Field, field_validator
 
 from jobs.executor import is_local
-from jobs.landing.interval import as_utc, summarize_interval
+from jobs.landing.interval import as_utc, interval_words, summarize_interval
 from jobs.pipeline.record import build_record, read_record, write_record
 from jobs.publish.tracking import default_tracking_uri
 from jobs.spark import get_spark
@@ -381,6 +381,22 @@ def check_validation(record: dict) -> None:
             f"fleet table(s) {', '.join(bad)} failed validation (rebuilt by the fleet stage; "
             f"the job runs are unaffected)\n{r.summary()}"
         )
+
+
+def published_links(record: dict) -> list[str]:
+    """Where the ``publish`` stage's MLflow runs and job reports open, one line a run
+    (:func:`jobs.publish.job_runs.run_links`); none when it published nothing."""
+    if not record.get("run_ids"):
+        return []
+    from jobs.publish.job_runs import run_links  # mlflow: loaded when asked (DAG parsing stays light)
+
+    return run_links(record["tracking_uri"], record["run_ids"])
+
+
+def empty_interval(settings: RunSettings | dict) -> str:
+    """Why an ingest run of ``settings`` has nothing to do: ``0 captures in 2026-12-03T16:00–17:00``."""
+    s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
+    return f"0 captures in {interval_words(s.since or None, s.until or None)}"
 
 
 def discover_interval(settings: RunSettings | dict) -> dict:

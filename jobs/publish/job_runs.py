@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from jobs.publish.headline import headline
 from jobs.publish.report.html import render_validation_report
 from jobs.publish.reports import JOB_REPORT_ARTIFACT, render_reports
-from jobs.publish.tracking import RunExtras, log_jobs
+from jobs.publish.tracking import EXPERIMENT, RunExtras, log_jobs, run_link
 from jobs.publish.validation import report_texts, run_validation
 from jobs.warehouse import read_pandas
 
@@ -88,6 +88,25 @@ def publish_jobs(
         heads=heads,
         extras=extras,
     )
+
+
+def run_links(tracking_uri: str, run_ids: dict[str, str]) -> list[str]:
+    """One line per published run: where it and its job report open (:func:`jobs.publish.tracking.run_link`).
+
+    Args:
+        run_ids: ``{"<job_id>#<attempt>": run_id}`` (the run record's ``run_ids``).
+    """
+    if not run_ids:
+        return []
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(EXPERIMENT)
+    eid = exp.experiment_id if exp is not None else "0"
+    return [
+        f"MLflow run of job {key.rsplit('#', 1)[0]} (attempt {key.rsplit('#', 1)[1]}): "
+        f"{run_link(tracking_uri, eid, run_id)}; job report: {run_link(tracking_uri, eid, run_id, JOB_REPORT_ARTIFACT)}"
+        for key, run_id in sorted(run_ids.items())
+    ]
 
 
 def ready(pairs: Iterator[tuple[tuple[str, int], str]]) -> Callable[[tuple[str, int]], str]:

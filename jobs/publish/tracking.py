@@ -115,6 +115,20 @@ def experiment_id(client, name: str, tracking_uri: str, warehouse: str | None) -
     return exp.experiment_id
 
 
+def run_link(tracking_uri: str, experiment: str, run_id: str, artifact: str | None = None) -> str:
+    """Where a person opens an MLflow run (or one artifact of it): the run's page of an ``http(s)://`` tracking
+    server's UI, else ``run <id> of <tracking_uri>`` (open with ``mlflow ui --backend-store-uri <tracking_uri>``).
+
+    Args:
+        experiment: the run's experiment id.
+        artifact: a path inside the run's artifacts (e.g. ``report/job_report.html``), or ``None``.
+    """
+    if tracking_uri.startswith(("http://", "https://")):
+        page = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
+        return f"{page}/artifacts/{artifact}" if artifact else page
+    return f"run {run_id} of {tracking_uri}" + (f", artifact {artifact}" if artifact else "")
+
+
 def replace_run(client, exp_id: str, filter_string: str, run_name: str) -> str:
     """A new run in ``exp_id`` that replaces the active runs matching ``filter_string``: they are deleted
     (MLflow's soft delete: ``mlflow runs restore`` brings one back) once the new run exists, and their ids

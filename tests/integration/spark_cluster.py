@@ -91,6 +91,7 @@ def cluster_env() -> dict:
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "TRACELAKE_SPARK_TIMEOUT": "150",
+        "TRACELAKE_SPARK_MASTER_PORT": "0",  # a free port, not 7077: test modules start their clusters side by side
         "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
 

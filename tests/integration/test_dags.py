@@ -284,8 +284,8 @@ def test_ingest_dag_skips_an_interval_without_commits(dag_runs):
         (SINCE - timedelta(hours=2)).isoformat(),
         (SINCE - timedelta(hours=1)).isoformat(),
     )
-    assert empty["tasks"]["discover"] == "success"
-    assert {t for t, s in empty["tasks"].items() if s == "skipped"} == {st.name for st in INGEST}
+    assert {t for t, s in empty["tasks"].items() if s == "skipped"} == {"discover", *(st.name for st in INGEST)}
+    assert "0 captures in 2026-03-01T08:00–09:00" in dag_runs["log"].read_text(encoding="utf-8")
 
 
 def test_warehouse_holds_the_jobs_touched_in_the_interval(dag_runs):
@@ -326,6 +326,12 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
         a.path for a in client.list_artifacts(dlrm.info.run_id)
     }  # the job report and validation report too
     assert runs["trn"].data.metrics["neuron/n_profiles"] == 1  # Neuron metrics, as tracelake run logs them
+    # the publish task's log says where each run and its job report open on the server's UI
+    page = f"{dag_runs['tracking_uri'].rstrip('/')}/#/experiments/{exp.experiment_id}/runs/{dlrm.info.run_id}"
+    assert (
+        f"MLflow run of job dlrm (attempt 0): {page}; job report: {page}/artifacts/report/job_report.html"
+        in dag_runs["log"].read_text(encoding="utf-8")
+    )
 
     fleet = dag_runs["result"]["fleet"]
     assert fleet["state"] == "success", (fleet, dag_runs["log"])

@@ -131,6 +131,7 @@ def stack(tmp_path_factory):
         TRACELAKE_MLFLOW_DIR=str(tmp / "mlflow"),
         TRACELAKE_MLFLOW_PORT=str(free_port()),
         TRACELAKE_SPARK_DIR=str(tmp / "spark"),
+        TRACELAKE_SPARK_MASTER_PORT="0",  # a free port: other test modules run clusters beside this one
         TRACELAKE_AIRFLOW_HOME=str(tmp / "airflow"),
         VENV_BIN=str(Path(sys.executable).parent),
         TRACELAKE_DAGS_FOLDER=str(dags),

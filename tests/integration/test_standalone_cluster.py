@@ -83,9 +83,12 @@ def test_run_on_the_cluster_equals_local(cluster, landing, tmp_path):  # noqa: F
     assert state["aliveworkers"] == 2 and state["cores"] == 2
 
     wh_cluster, wh_local = tmp_path / "wh-cluster", tmp_path / "wh-local"
-    t_cluster = _tracelake_run(cluster.url, landing, wh_cluster, cluster.env, timeout=400)
+    # --master local-cluster: the cluster spark.sh runs, found from its state folder
+    t_cluster = _tracelake_run(
+        "local-cluster", landing, wh_cluster, {**cluster.env, "TRACELAKE_SPARK_DIR": str(cluster.dir)}, timeout=400
+    )
     t_local = _tracelake_run("local[2]", landing, wh_local, cluster.env, timeout=300)
-    print(f"\ntracelake run wall time: --master {cluster.url} {t_cluster:.1f} s, --master local[2] {t_local:.1f} s")
+    print(f"\ntracelake run wall time: --master local-cluster {t_cluster:.1f} s, --master local[2] {t_local:.1f} s")
 
     caps = read_arrow(wh_cluster, "captures").to_pydict()
     assert sorted(caps["status"]) == ["ingested", "ingested", "quarantined"]

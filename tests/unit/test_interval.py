@@ -280,3 +280,15 @@ def test_a_landing_zone_not_laid_out_by_date_is_listed_whole(tmp_path):
     assert date_prefixes(str(lz), H, H + timedelta(hours=1)) is None
     _, sel = discover_interval(str(lz), H, H + timedelta(hours=1))
     assert sel.job_ids == ["a", "handmade"]
+
+
+def test_interval_words_reads_as_a_person_writes_it():
+    from jobs.landing.interval import interval_words
+
+    assert interval_words("2026-12-03T16:00:00+00:00", "2026-12-03T17:00:00+00:00") == "2026-12-03T16:00–17:00"
+    assert (
+        interval_words(datetime(2026, 12, 3, 23, tzinfo=UTC), "2026-12-04T01:00:00")
+        == "2026-12-03T23:00–2026-12-04T01:00"
+    )
+    assert interval_words(None, "2026-12-04T01:00:00+00:00") == "…–2026-12-04T01:00"
+    assert interval_words("2026-12-04T01:00:00+00:00", None) == "2026-12-04T01:00–…"

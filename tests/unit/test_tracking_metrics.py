@@ -199,3 +199,14 @@ def test_verdict_tags_never_say_none_unless_the_job_was_judged_ok():
     m, t = finding_metrics(f, ok)
     assert t == {"tracelake.top_finding": "blocking_sync", "tracelake.verdict": "findings"}
     assert m["finding/blocking_sync/lost_ms_per_step"] == 2.0
+
+
+def test_run_link_opens_the_run_on_a_server_and_names_it_elsewhere():
+    from jobs.publish.tracking import run_link
+
+    assert run_link("http://127.0.0.1:5000/", "3", "abc") == "http://127.0.0.1:5000/#/experiments/3/runs/abc"
+    assert (
+        run_link("https://mlflow.example", "3", "abc", "report/job_report.html")
+        == "https://mlflow.example/#/experiments/3/runs/abc/artifacts/report/job_report.html"
+    )
+    assert run_link("sqlite:///w/mlflow.db", "3", "abc") == "run abc of sqlite:///w/mlflow.db"
