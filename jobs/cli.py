@@ -272,8 +272,8 @@ def run(
     ),
     master: str | None = typer.Option(
         None,
-        help="Run on Spark with this master URL, e.g. spark://127.0.0.1:7077, local[2], or local-cluster: the one "
-        "infra/local/spark.sh start runs.",
+        help="Run on Spark with this master URL, e.g. spark://127.0.0.1:7077, local[2], sc://127.0.0.1:15002 (a Spark "
+        "Connect server), or local-cluster / local-connect: the ones infra/local/spark.sh start / connect runs.",
     ),
     executor: Executor = typer.Option(
         Executor.local,

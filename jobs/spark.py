@@ -16,9 +16,12 @@ from pathlib import Path
 
 #: ``--master`` / ``$TRACELAKE_SPARK_MASTER`` value that names the cluster ``infra/local/spark.sh`` runs.
 LOCAL_CLUSTER = "local-cluster"
+#: … and the Spark Connect server ``infra/local/spark.sh connect`` runs.
+LOCAL_CONNECT = "local-connect"
 #: Seconds to wait for a standalone master's port before giving up (a JVM would retry for about a minute).
 CONNECT_TIMEOUT_S = 5.0
 HOW_TO_START = "start one with `infra/local/spark.sh start` (it prints its URL; `infra/local/spark.sh url` finds it)"
+HOW_TO_CONNECT = "start one with `infra/local/spark.sh connect` (it prints its sc:// URL)"
 
 
 class SparkUnavailable(RuntimeError):
@@ -31,46 +34,57 @@ def local_cluster_dir() -> Path:
 
 
 def resolve_master(master: str) -> str:
-    """``master`` with :data:`LOCAL_CLUSTER` replaced by the running local cluster's ``spark://127.0.0.1:P``.
+    """``master`` with :data:`LOCAL_CLUSTER` replaced by the running local cluster's ``spark://127.0.0.1:P``, and
+    :data:`LOCAL_CONNECT` by its Spark Connect server's ``sc://127.0.0.1:P``.
 
-    Reads ``master.pid`` and ``ports`` of :func:`local_cluster_dir` (written by ``infra/local/spark.sh start``).
+    Reads ``master.pid`` and ``ports`` (``connect.pid`` and ``connect.port``) of :func:`local_cluster_dir`, written
+    by ``infra/local/spark.sh start`` (``connect``).
 
     Raises:
-        SparkUnavailable: ``local-cluster`` asked for and no local cluster runs.
+        SparkUnavailable: ``local-cluster`` (``local-connect``) asked for and none runs.
     """
-    if master != LOCAL_CLUSTER:
+    if master not in (LOCAL_CLUSTER, LOCAL_CONNECT):
         return master
     d = local_cluster_dir()
+    pid_file, port_file, name, scheme, what, how = (
+        ("master.pid", "ports", "master", "spark", "local Spark cluster", HOW_TO_START)
+        if master == LOCAL_CLUSTER
+        else ("connect.pid", "connect.port", "connect", "sc", "Spark Connect server", HOW_TO_CONNECT)
+    )
     try:
-        pid = int((d / "master.pid").read_text().strip())
-        os.kill(pid, 0)
-        ports = dict(line.split() for line in (d / "ports").read_text().splitlines() if line.strip())
-        return f"spark://127.0.0.1:{int(ports['master'])}"
+        os.kill(int((d / pid_file).read_text().strip()), 0)
+        ports = dict(line.split() for line in (d / port_file).read_text().splitlines() if line.strip())
+        return f"{scheme}://127.0.0.1:{int(ports[name])}"
     except (OSError, ValueError, KeyError):
-        raise SparkUnavailable(
-            f"--master {LOCAL_CLUSTER}: no local Spark cluster runs (state folder {d}); {HOW_TO_START}"
-        ) from None
+        raise SparkUnavailable(f"--master {master}: no {what} runs (state folder {d}); {how}") from None
 
 
 def check_master(master: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Fail fast when a standalone master (``spark://host:port[,host:port]``) accepts no connection on any address.
+    """Fail fast when a standalone master (``spark://host:port[,host:port]``) or a Spark Connect server
+    (``sc://host[:port]``, port 15002 by default) accepts no connection on any address.
 
     Other masters (``local[…]``, ``yarn``, ``k8s://…``) are left to Spark.
 
     Raises:
         SparkUnavailable: no address of ``master`` accepted a TCP connection within ``timeout_s`` seconds.
     """
-    if not master.startswith("spark://"):
+    if master.startswith("sc://"):  # Spark Connect: sc://host[:port][/;params], port 15002 by default
+        hostport = master.removeprefix("sc://").split("/")[0].split(";")[0]
+        addresses = [hostport if ":" in hostport else f"{hostport}:15002"]
+    elif master.startswith("spark://"):
+        addresses = master.removeprefix("spark://").split(",")
+    else:
         return
     reasons = []
-    for hostport in master.removeprefix("spark://").split(","):
+    for hostport in addresses:
         host, _, port = hostport.rpartition(":")
         try:
             with socket.create_connection((host, int(port)), timeout=timeout_s):
                 return
         except (OSError, ValueError) as exc:
             reasons.append(f"{hostport}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{hostport}: {exc}")
-    raise SparkUnavailable(f"cannot reach the Spark master {master} ({'; '.join(reasons)}); {HOW_TO_START}")
+    how = HOW_TO_CONNECT if master.startswith("sc://") else HOW_TO_START
+    raise SparkUnavailable(f"cannot reach the Spark master {master} ({'; '.join(reasons)}); {how}")
 
 
 def spark_log_file() -> Path:
@@ -99,6 +113,18 @@ def _log4j_to_file(log: Path) -> str:
     return str(conf)
 
 
+def session_conf() -> dict[str, str]:
+    """The SQL settings every tracelake session runs with, a classic one or a Spark Connect one."""
+    return {
+        "spark.sql.shuffle.partitions": os.environ.get("TRACELAKE_SHUFFLE_PARTITIONS", "8"),
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        # Partition values are read back as declared in schemas/ (`date` is a string, not a DATE).
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+
+
 def get_spark(master: str | None = None, app_name: str = "tracelake", driver_memory: str = "4g"):
     """Return the active SparkSession, creating one if needed.
 
@@ -115,9 +141,9 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
     The driver JVM's log (Java stack traces included) goes to :func:`spark_log_file`, not to the terminal.
 
     Args:
-        master: Spark master URL, or ``local-cluster`` (:func:`resolve_master`); default
-            ``$TRACELAKE_SPARK_MASTER`` or ``local[*]``. Ignored when a session already exists (e.g. under
-            ``spark-submit``).
+        master: Spark master URL, ``sc://host:port`` (a Spark Connect server's session: no JVM in this process),
+            or ``local-cluster`` / ``local-connect`` (:func:`resolve_master`); default ``$TRACELAKE_SPARK_MASTER``
+            or ``local[*]``. Ignored when a session already exists (e.g. under ``spark-submit``).
         app_name: application name shown in the Spark UI.
         driver_memory: JVM heap of the driver (local mode runs executors inside it).
 
@@ -138,6 +164,8 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
         return active
     master = resolve_master(master or os.environ.get("TRACELAKE_SPARK_MASTER", "local[*]"))
     check_master(master)
+    if master.startswith("sc://"):  # Spark Connect: a long-running server's session, no JVM here
+        return SparkSession.builder.remote(master).config(map=session_conf()).getOrCreate()
     java_opts = f"-Dlog4j2.configurationFile={_log4j_to_file(spark_log_file())}"
     builder = (
         SparkSession.builder.appName(app_name)
@@ -145,12 +173,7 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
         .config("spark.driver.memory", driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", os.environ.get("TRACELAKE_SHUFFLE_PARTITIONS", "8"))
-        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
-        # Partition values are read back as declared in schemas/ (`date` is a string, not a DATE).
-        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config(map=session_conf())
         .config("spark.driver.extraJavaOptions", java_opts)
     )
     if master.startswith("local"):
@@ -162,3 +185,27 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client of a server: no SparkContext, no JVM here)."""
+    return getattr(spark, "_jsparkSession", None) is None
+
+
+def parallelism(spark) -> int:
+    """Task slots of ``spark``'s cluster: ``SparkContext.defaultParallelism``; on Spark Connect (no SparkContext on
+    the client) the server's ``spark.default.parallelism`` when set, else ``spark.sql.shuffle.partitions``."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    return int(spark.conf.get("spark.default.parallelism", None) or spark.conf.get("spark.sql.shuffle.partitions"))
+
+
+def is_connect_master(master: str) -> bool:
+    """Whether ``master`` names a Spark Connect server (``sc://…`` or :data:`LOCAL_CONNECT`)."""
+    return master.startswith("sc://") or master == LOCAL_CONNECT
+
+
+def where_it_runs(spark) -> str:
+    """``spark``'s master for a log line: ``local[*]``, ``spark://…``, or ``Spark Connect (server on local[*])``."""
+    master = spark.conf.get("spark.master")
+    return f"Spark Connect (server on {master})" if is_connect(spark) else master

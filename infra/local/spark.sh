@@ -8,8 +8,14 @@
 #   infra/local/spark.sh url    [--dir D]             # print the master URL of the running cluster
 #   infra/local/spark.sh status [--dir D]             # exit 0 when master and all workers run, 3 when stopped,
 #                                                      # 1 when only part of it runs (then `stop`, `start`)
-#   infra/local/spark.sh stop   [--dir D]             # SIGTERM workers (with their executors), then the master;
-#                                                      # wait (SIGKILL after 30 s)
+#   infra/local/spark.sh connect [--dir D] [--master M]  # a Spark Connect server (SparkConnectServer from the same
+#                                                      # jars) on master M (default: this cluster's when it runs,
+#                                                      # else local[*]); waits until it listens; last stdout line:
+#                                                      # its URL sc://127.0.0.1:15002 (else a free port);
+#                                                      # `tracelake run --master local-connect` finds it
+#   infra/local/spark.sh connect-url [--dir D]        # print the sc:// URL of the running Connect server
+#   infra/local/spark.sh stop   [--dir D]             # SIGTERM the Connect server, workers (with their executors),
+#                                                      # then the master; wait (SIGKILL after 30 s)
 #
 # Processes: `spark-class org.apache.spark.deploy.master.Master` and `…deploy.worker.Worker spark://127.0.0.1:P`
 # (Java 17), every port on 127.0.0.1 (SPARK_LOCAL_IP=127.0.0.1): the master's 7077 ($TRACELAKE_SPARK_MASTER_PORT) when it
@@ -32,9 +38,11 @@ action="${1:-}"; shift || true
 dir="${TRACELAKE_SPARK_DIR:-${TMPDIR:-/tmp}/tracelake-spark}"
 workers=2
 timeout="${TRACELAKE_SPARK_TIMEOUT:-120}"
+connect_master=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir="$2"; shift 2 ;;
+    --master) connect_master="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -155,6 +163,10 @@ PY
     alive "$dir/master.pid" >/dev/null || { echo "spark master not running (dir $dir)" >&2; exit 3; }
     echo "spark://127.0.0.1:$(port_of master)"
     ;;
+  connect-url)
+    alive "$dir/connect.pid" >/dev/null || { echo "no Spark Connect server running (dir $dir)" >&2; exit 3; }
+    echo "sc://127.0.0.1:$(awk '$1 == "connect" { print $2 }' "$dir/connect.port")"
+    ;;
   status)
     mpid="$(alive "$dir/master.pid")" || {
       [ -z "$(for f in $(worker_pidfiles); do alive "$f"; done)" ] || { echo "master stopped, workers running (dir $dir)"; exit 1; }
@@ -167,10 +179,60 @@ PY
     fi
     echo "degraded: master pid $mpid, $n of $expected workers alive (dir $dir)"; exit 1
     ;;
+  connect)
+    if alive "$dir/connect.pid" >/dev/null; then exec "$0" connect-url --dir "$dir"; fi
+    spark_env
+    mkdir -p "$dir"
+    if [ -z "$connect_master" ]; then
+      connect_master="local[*]"
+      alive "$dir/master.pid" >/dev/null && connect_master="spark://127.0.0.1:$(port_of master)"
+    fi
+    "$python" - "${TRACELAKE_SPARK_CONNECT_PORT:-15002}" > "$dir/connect.port" <<'PY'
+import socket, sys
+wanted = int(sys.argv[1])
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", wanted))
+except OSError:
+    s.bind(("127.0.0.1", 0))
+    print(f"port {wanted} is taken: the Connect server listens on {s.getsockname()[1]}", file=sys.stderr)
+print("connect", s.getsockname()[1])
+s.close()
+PY
+    cport="$(awk '$1 == "connect" { print $2 }' "$dir/connect.port")"
+    # on a cluster the server is one long-running application: it gives its executors back after 30 s idle, those
+    # holding shuffle or cached data too (dynamic allocation with shuffle tracking: no external shuffle service), so
+    # other applications get cores too
+    setsid "$SPARK_HOME/bin/spark-submit" --class org.apache.spark.sql.connect.service.SparkConnectServer \
+      --name tracelake-connect --master "$connect_master" \
+      --conf spark.connect.grpc.binding.address=127.0.0.1 --conf spark.connect.grpc.binding.port="$cport" \
+      --conf spark.ui.enabled=false --conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1 \
+      --conf spark.executor.memory="${TRACELAKE_EXECUTOR_MEMORY:-1g}" --conf spark.executor.cores="${TRACELAKE_EXECUTOR_CORES:-1}" \
+      --conf spark.dynamicAllocation.enabled=true --conf spark.dynamicAllocation.shuffleTracking.enabled=true \
+      --conf spark.dynamicAllocation.executorIdleTimeout=30s --conf spark.dynamicAllocation.shuffleTracking.timeout=30s \
+      --conf spark.dynamicAllocation.cachedExecutorIdleTimeout=30s \
+      ${TRACELAKE_CONNECT_JAVA_OPTIONS:+--driver-java-options "$TRACELAKE_CONNECT_JAVA_OPTIONS"} \
+      > "$dir/connect.log" 2>&1 < /dev/null &
+    echo $! > "$dir/connect.pid"
+    deadline=$(( $(date +%s) + timeout ))
+    until grep -q "Spark Connect server started" "$dir/connect.log" 2>/dev/null; do
+      if ! alive "$dir/connect.pid" >/dev/null; then
+        echo "the Connect server exited during start; last lines of $dir/connect.log:" >&2; tail -20 "$dir/connect.log" >&2
+        rm -f "$dir/connect.pid"; exit 1
+      fi
+      if [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "the Connect server did not start in ${timeout} s; see $dir/connect.log" >&2; stop_group "$dir/connect.pid"; exit 1
+      fi
+      sleep 0.3
+    done
+    echo "Spark Connect server on $connect_master (log $dir/connect.log)" >&2
+    echo "sc://127.0.0.1:$cport"
+    ;;
   stop)
+    stop_group "$dir/connect.pid"
     for f in $(worker_pidfiles); do stop_group "$f"; done
     stop_group "$dir/master.pid"
     echo "stopped"
     ;;
-  *) echo "usage: $0 start|stop|url|status [--dir D] [--workers N]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|connect|stop|url|connect-url|status [--dir D] [--workers N] [--master M]" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole local stack of tracelake in one command, wired the way a team deploys it:
 # S3 (SeaweedFS, s3.sh) → Airflow (airflow.sh: scheduler, dag-processor, triggerer, api-server) → Spark standalone
-# cluster (spark.sh: a master and two workers) → MLflow server (mlflow.sh). Everything on 127.0.0.1.
+# cluster (spark.sh: a master and two workers, and a Spark Connect server on it) → MLflow server (mlflow.sh).
+# Everything on 127.0.0.1.
 #
 #   infra/local/stack.sh start [--port P]   # start what is not running (each part waits until it is ready);
 #                                           # Airflow's UI and REST API on P (default 8080)
@@ -11,8 +12,9 @@
 #   infra/local/stack.sh stop               # Airflow, Spark, MLflow, S3, each by its pid (data is kept)
 #
 # The DAGs read the landing zone $TRACELAKE_RAW (default s3://tracelake/raw, the capture hooks' sink:
-# TRACELAKE_SINK=s3://tracelake/raw) with the S3 server's credentials, submit every Spark stage to the cluster
-# (connection spark_tracelake) and log to the MLflow server. Each part keeps its own state folder and options:
+# TRACELAKE_SINK=s3://tracelake/raw) with the S3 server's credentials, run every Spark stage as a client of the
+# Connect server (connection spark_tracelake = its sc:// URL: no JVM starts per task) and log to the MLflow server.
+# Each part keeps its own state folder and options:
 # $TRACELAKE_S3_DIR, $TRACELAKE_MLFLOW_DIR / $TRACELAKE_MLFLOW_PORT, $TRACELAKE_SPARK_DIR, $TRACELAKE_AIRFLOW_HOME
 # (see each script's header and infra/local/README.md).
 set -euo pipefail
@@ -41,7 +43,8 @@ case "$action" in
   start)
     s3_env="$("$here/s3.sh" start)"
     tracking="$("$here/mlflow.sh" start | tail -1)"
-    master="$("$here/spark.sh" start | tail -1)"
+    "$here/spark.sh" start >/dev/null
+    master="$("$here/spark.sh" connect | tail -1)"
     wire "$s3_env" "$tracking" "$master"
     ui="$("$here/airflow.sh" start "${airflow_args[@]}" | tail -1)"
     cat >&2 <<EOF
@@ -56,7 +59,7 @@ EOF
     ;;
   env)
     s3_env="$("$here/s3.sh" env)" || { echo "the stack's S3 server has no state; $0 start" >&2; exit 3; }
-    tracking="$("$here/mlflow.sh" uri)" && master="$("$here/spark.sh" url)" || { echo "$0 start first" >&2; exit 3; }
+    tracking="$("$here/mlflow.sh" uri)" && master="$("$here/spark.sh" connect-url)" || { echo "$0 start first" >&2; exit 3; }
     wire "$s3_env" "$tracking" "$master"
     echo "$s3_env" | grep '^export '
     for v in MLFLOW_TRACKING_URI TRACELAKE_SPARK_MASTER; do printf 'export %s=%q\n' "$v" "${!v}"; done

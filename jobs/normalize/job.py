@@ -36,6 +36,7 @@ from jobs.normalize.limits import ParseLimits
 from jobs.normalize.neuron.summary import summary_table
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
+from jobs.spark import parallelism
 from jobs.warehouse import read_arrow, recover, stage_rows, staged_rows, work_dir, write_table
 from schemas import CAPTURES, EVENTS, NEURON_SUMMARY
 
@@ -440,7 +441,7 @@ def _normalize_spark(spark, ordered: list[dict], storage_options: dict, warehous
     from pyspark import StorageLevel  # heavy: pyspark
     from pyspark.sql import functions as F  # heavy: pyspark
 
-    n_parts = max(1, min(len(ordered), spark.sparkContext.defaultParallelism * 4))
+    n_parts = max(1, min(len(ordered), parallelism(spark) * 4))
     task_df = spark.createDataFrame([(json.dumps(t),) for t in ordered], "task_json string").repartition(n_parts)
     work = task_df.mapInArrow(make_partition_parser(storage_options), _spark_schema(work_schema()))
     work = work.persist(StorageLevel.DISK_ONLY)

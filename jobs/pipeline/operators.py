@@ -5,7 +5,9 @@ embedded default is Spark ``local[*]`` on the Airflow worker instead. In local m
 gets what a one-machine Spark needs: the worker's own Python interpreter for the driver and the
 Python workers (``PYSPARK_PYTHON``), ``spark-submit`` from that interpreter's environment,
 loopback networking (``SPARK_LOCAL_IP``) and :data:`jobs.pipeline.settings.LOCAL_SPARK_CONF`.
-With a cluster connection nothing is added: the cluster's own configuration applies.
+With a cluster connection nothing is added: the cluster's own configuration applies. With a Spark Connect
+connection (host ``sc://…``, or ``local-connect``: the server ``infra/local/spark.sh connect`` runs) there is no
+spark-submit: the task's own process runs the stage as a client of that long-running server, so no JVM starts per task.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from jobs.pipeline import settings
+from jobs.spark import is_connect_master
 
 
 def local_environment() -> dict[str, str]:
@@ -86,6 +89,9 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
             label = f"airflow:{run.dag_id}/{run.run_id}/{ti.task_id}"
             self.env_vars = {**(self.env_vars or {}), "TRACELAKE_RUN_LABEL": label}
         master = connection_master(self.tracelake_conn_id)
+        if master is not None and is_connect_master(master):
+            self._as_connect_client(master)
+            return None
         if (master or self.default_master).startswith("local"):
             self.env_vars = {**local_environment(), **(self.env_vars or {})}
             self.conf = {**settings.LOCAL_SPARK_CONF, **(self.conf or {})}
@@ -97,3 +103,12 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
         )
         with _default_connection(self.tracelake_conn_id, self.default_master):
             return super().execute(context)
+
+    def _as_connect_client(self, master: str) -> None:
+        """Run the stage in this task's process as a client of the Spark Connect server ``master``: no spark-submit,
+        no driver JVM; the transforms run on the server's executors (:mod:`jobs.pipeline.submit`'s ``main``)."""
+        from jobs.pipeline.submit import main  # heavy: pyspark's Connect client, loaded when the task runs
+
+        self.log.info("running the stage as a Spark Connect client of %s (no spark-submit, no JVM here)", master)
+        os.environ.update({"TRACELAKE_SPARK_MASTER": master, **(self.env_vars or {})})
+        main([str(a) for a in self.application_args or []])  # the run record is in the warehouse, not in XCom

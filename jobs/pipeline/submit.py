@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo of this
 
 from jobs.pipeline.session import submit_session  # noqa: E402 (after the sys.path line above)
 from jobs.pipeline.stages import PIPELINES, STAGES, RunSettings, check_validation, run_stage, run_stages  # noqa: E402
+from jobs.spark import where_it_runs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
         record = run_stages(stages, settings, engine=spark)
     else:
         spark = submit_session(f"tracelake-{args.stage}") if STAGES[args.stage].spark else None
-        print(f"tracelake {args.stage}: starting on {spark.sparkContext.master if spark else 'the driver'}", flush=True)
+        print(f"tracelake {args.stage}: starting on {where_it_runs(spark) if spark else 'the driver'}", flush=True)
         record = run_stage(args.stage, settings, engine=spark)
     print(f"tracelake {args.stage or args.pipeline}: {json.dumps(record.get('stages', {}))}", flush=True)
     if "publish" in record.get("stages", {}) and (args.pipeline or args.stage == "publish"):

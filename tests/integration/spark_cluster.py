@@ -92,6 +92,7 @@ def cluster_env() -> dict:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "TRACELAKE_SPARK_TIMEOUT": "150",
         "TRACELAKE_SPARK_MASTER_PORT": "0",  # a free port, not 7077: test modules start their clusters side by side
+        "TRACELAKE_SPARK_CONNECT_PORT": "0",  # nor 15002
         "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
 

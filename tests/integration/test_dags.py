@@ -195,7 +195,7 @@ def test_dag_folder_imports_with_zero_errors(stack):
 
 
 RUN_DAGS = """
-import importlib.util, json, sys
+import importlib.util, json, sys, time
 from datetime import datetime
 
 def load(path):
@@ -208,8 +208,9 @@ args = json.loads(sys.argv[1])
 out = {}
 for name, path, var, logical_date, skip in args["runs"]:
     dag = getattr(load(path), var)
+    t0 = time.monotonic()
     dr = dag.test(logical_date=datetime.fromisoformat(logical_date), mark_success_pattern=skip or None)
-    out[name] = {"state": str(dr.state), "since": dr.data_interval_start.isoformat() if dr.data_interval_start else None,
+    out[name] = {"state": str(dr.state), "wall_s": time.monotonic() - t0, "since": dr.data_interval_start.isoformat() if dr.data_interval_start else None,
                  "until": dr.data_interval_end.isoformat() if dr.data_interval_end else None,
                  "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}}
 from airflow.models.asset import AssetEvent, AssetModel
@@ -374,3 +375,55 @@ def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, l
     dlrm = cli_runs[("dlrm", "0")]["artifacts"]
     assert {"report/job_report.html", "findings.json", "steps.csv", "ranks.csv"} <= set(dlrm)
     assert any(p.startswith("validation/") for p in dlrm)
+
+
+def test_ingest_dag_on_a_spark_connect_server_leaves_the_same_tables(dag_runs, stack, landing, tmp_path):
+    """Connection ``spark_tracelake`` = a Spark Connect server (``infra/local/spark.sh connect``, here on local[2]):
+    no Spark task spark-submits or starts a JVM; each runs its stage as a client of the one server, and the
+    warehouse equals the spark-submit run's. Both DAG runs' wall times are printed."""
+    spark_dir, home, wh = tmp_path / "spark", tmp_path / "airflow", tmp_path / "warehouse"
+    env = {
+        **stack["env"],
+        "AIRFLOW_HOME": str(home),
+        "TRACELAKE_SPARK_DIR": str(spark_dir),
+        "TRACELAKE_SPARK_CONNECT_PORT": "0",
+        "PYTHON": PYTHON,
+    }
+    sh = [str(REPO / "infra/local/spark.sh")]
+    started = subprocess.run(
+        [*sh, "connect", "--master", "local[2]"], env=env, capture_output=True, text=True, timeout=200
+    )
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        url = started.stdout.strip().splitlines()[-1]
+        migrate = subprocess.run(
+            [str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert migrate.returncode == 0, migrate.stderr[-3000:]
+        host, port = url.rsplit(":", 1)
+        env.update(
+            AIRFLOW_VAR_TRACELAKE_RAW=str(landing),
+            AIRFLOW_VAR_TRACELAKE_WAREHOUSE=str(wh),
+            AIRFLOW_VAR_TRACELAKE_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
+            AIRFLOW_CONN_SPARK_TRACELAKE=json.dumps({"conn_type": "spark", "host": host, "port": int(port)}),
+        )
+        runs = [["ingest", str(REPO / "dags/tracelake_ingest.py"), "ingest_dag", UNTIL.isoformat(), ""]]
+        res = _python(RUN_DAGS, env, 900, json.dumps({"runs": runs}))
+        (tmp_path / "dag_test.log").write_text(res.stdout + "\n--- stderr ---\n" + res.stderr)
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert res.returncode == 0 and lines, res.stderr[-4000:]
+        ingest = json.loads(lines[-1][len("RESULT ") :])["ingest"]
+        assert ingest["state"] == "success", (ingest, tmp_path / "dag_test.log")
+        submitted = dag_runs["result"]["ingest"]["wall_s"]
+        print(
+            f"\ningest DAG run (dag.test): Spark Connect {ingest['wall_s']:.1f} s, spark-submit per task {submitted:.1f} s"
+        )
+    finally:
+        subprocess.run([*sh, "stop"], env=env, capture_output=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert f"Spark Connect client of {url}" in out and "spark-submit" not in out.replace("no spark-submit", "")
+    got, want = warehouse_digests(wh), warehouse_digests(dag_runs["warehouse"])
+    for table in WAREHOUSE_TABLES:
+        assert got[table] == want[table], table
+    for table in FLEET_TABLES:
+        assert rows_digest(wh, table) == rows_digest(dag_runs["warehouse"], table), table

@@ -132,6 +132,7 @@ def stack(tmp_path_factory):
         TRACELAKE_MLFLOW_PORT=str(free_port()),
         TRACELAKE_SPARK_DIR=str(tmp / "spark"),
         TRACELAKE_SPARK_MASTER_PORT="0",  # a free port: other test modules run clusters beside this one
+        TRACELAKE_SPARK_CONNECT_PORT="0",
         TRACELAKE_AIRFLOW_HOME=str(tmp / "airflow"),
         VENV_BIN=str(Path(sys.executable).parent),
         TRACELAKE_DAGS_FOLDER=str(dags),
@@ -158,7 +159,7 @@ def test_one_command_starts_the_wired_stack(stack):
     env, port, started, pids = stack["env"], stack["port"], stack["started"], stack["pids"]
     assert started.returncode == 0, started.stderr[-4000:]
     assert started.stdout.strip().splitlines()[-1] == f"http://127.0.0.1:{port}"
-    assert len(pids) == 1 + 1 + 3 + 4, pids  # S3, MLflow, master + 2 workers, four Airflow processes
+    assert len(pids) == 1 + 1 + 4 + 4, pids  # S3, MLflow, master + 2 workers + Connect server, four Airflow processes
     status = subprocess.run([str(STACK), "status"], env=env, capture_output=True, text=True, timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
     # wired: the Airflow CLI of the stack's shell sees the S3 landing zone, the cluster, the MLflow server
@@ -167,7 +168,7 @@ def test_one_command_starts_the_wired_stack(stack):
     assert res.returncode == 0, res.stderr[-3000:]
     seen = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line and not line.startswith("["))
     master = seen["TRACELAKE_SPARK_MASTER"]
-    assert master.startswith("spark://127.0.0.1:")
+    assert master.startswith("sc://127.0.0.1:")  # the Spark stages are clients of the cluster's Connect server
     assert json.loads(seen["AIRFLOW_CONN_SPARK_TRACELAKE"])["host"] == master
     assert seen["AIRFLOW_VAR_TRACELAKE_RAW"] == "s3://tracelake/raw"
     options = json.loads(seen["AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS"])

@@ -3,7 +3,8 @@
 One master and two workers (1 core, 2 GiB each) from the pyspark package's jars; the main job runs as a
 subprocess (its own driver, not this session's SparkSession) on 2 DLRM ranks and a broken file, then the
 same command with ``local[2]``; both warehouses must hold the same rows, and the master must have given
-the application an executor on each worker that ran tasks. 2.3-4.2 minutes on a shared 2-core machine
+the application an executor on each worker that ran tasks. Then a Spark Connect server on the cluster
+(``spark.sh connect``) runs the same job as ``tracelake run --master local-connect``'s server side. 2.3-4.2 minutes on a shared 2-core machine
 (cluster start ~10 s, cluster run 65-120 s, local run 50-105 s, stop ~6 s); every subprocess is
 bounded by a timeout.
 """
@@ -39,13 +40,15 @@ def landing(tmp_path_factory, torch_corpus):
     return root
 
 
-def _tracelake_run(master: str, raw: Path, warehouse: Path, env: dict, timeout: float) -> float:
-    """``tracelake run --master M --raw R --warehouse W --no-mlflow`` in its own process group; wall seconds.
+def _tracelake_run(master: str | None, raw: Path, warehouse: Path, env: dict, timeout: float) -> float:
+    """``tracelake run [--master M] --raw R --warehouse W --no-mlflow`` in its own process group; wall seconds
+    (no master: the local executor).
 
     Killed with its group (the driver JVM with it) when it runs past ``timeout``."""
     exe = Path(sys.executable).with_name("tracelake")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "jobs.cli"]
-    cmd += ["run", "--master", master, "--raw", str(raw), "--warehouse", str(warehouse), "--no-mlflow"]
+    cmd += ["run", *(["--master", master] if master else []), "--raw", str(raw), "--warehouse", str(warehouse)]
+    cmd += ["--no-mlflow"]
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -66,7 +69,7 @@ def _tracelake_run(master: str, raw: Path, warehouse: Path, env: dict, timeout: 
 
 
 def _finished_app(cluster: Cluster, timeout: float = 30) -> dict:  # noqa: F811
-    """The one application the master has seen, once it has finished."""
+    """The one application the master has seen (before the Connect server's), once it has finished."""
     deadline = time.monotonic() + timeout
     while True:
         state = cluster.master_state()
@@ -114,9 +117,35 @@ def test_run_on_the_cluster_equals_local(cluster, landing, tmp_path):  # noqa: F
         assert "Running task" in text and "Starting Python task execution" in text, log
 
 
+def test_run_through_the_spark_connect_server_equals_local(cluster, landing, tmp_path):  # noqa: F811
+    """``spark.sh connect``: a Spark Connect server on the cluster, one long-running application; ``tracelake run
+    --master local-connect`` runs every stage as its client (no driver JVM of its own) and leaves the tables the
+    local executor leaves; idle, the server gives the workers' cores back for other applications."""
+    started = cluster.script("connect", timeout=200)
+    assert started.returncode == 0, started.stderr
+    url = started.stdout.strip().splitlines()[-1]
+    assert url.startswith("sc://127.0.0.1:"), started.stdout
+    env = {**cluster.env, "TRACELAKE_SPARK_DIR": str(cluster.dir)}
+    wh_connect, wh_local = tmp_path / "wh-connect", tmp_path / "wh-local"
+    t_connect = _tracelake_run("local-connect", landing, wh_connect, env, timeout=400)
+    t_local = _tracelake_run(None, landing, wh_local, env, timeout=300)
+    print(f"\ntracelake run wall time: --master {url} {t_connect:.1f} s, local executor {t_local:.1f} s")
+    got, want = warehouse_digests(wh_connect), warehouse_digests(wh_local)
+    for table in WAREHOUSE_TABLES:
+        assert got[table] == want[table], table
+
+    (server,) = [a for a in cluster.master_state()["activeapps"] if a["name"] == "tracelake-connect"]
+    assert not [a for a in cluster.master_state()["activeapps"] if a["name"] == "tracelake"]  # no app of the run's own
+    deadline = time.monotonic() + 90  # executors idle 30 s are given back (spark.sh: dynamic allocation)
+    while time.monotonic() < deadline and cluster.master_state()["coresused"]:
+        time.sleep(1)
+    assert cluster.master_state()["coresused"] == 0, cluster.master_state()["activeapps"]
+    assert server["id"] in {a["id"] for a in cluster.master_state()["activeapps"]}  # the server itself stays
+
+
 def test_stop_leaves_no_process(cluster):  # noqa: F811
     pids = cluster.pids()
-    assert len(pids) == 3  # master + 2 workers
+    assert len(pids) == 4  # master + 2 workers + the Connect server
     stopped = cluster.script("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert not [pid for pid in pids if group_alive(pid)]  # master, workers, executors, their Python workers

@@ -83,3 +83,18 @@ def test_tracelake_run_on_an_unreachable_master_prints_one_line(tmp_path):
     assert len(errors) == 1 and errors[0].startswith(f"tracelake run: cannot reach the Spark master {url}"), out.stderr
     assert "✓" not in out.stdout and "✗ Starting Spark" in out.stdout, out.stdout
     assert "Traceback" not in out.stdout + out.stderr and "at org.apache" not in out.stdout + out.stderr
+
+
+def test_local_connect_and_sc_urls(tmp_path, monkeypatch):
+    from jobs.spark import LOCAL_CONNECT, is_connect_master
+
+    monkeypatch.setenv("TRACELAKE_SPARK_DIR", str(tmp_path))
+    with pytest.raises(SparkUnavailable, match=r"no Spark Connect server runs .*infra/local/spark.sh connect"):
+        resolve_master(LOCAL_CONNECT)
+    (tmp_path / "connect.pid").write_text(f"{os.getpid()}\n")
+    (tmp_path / "connect.port").write_text("connect 15123\n")
+    assert resolve_master(LOCAL_CONNECT) == "sc://127.0.0.1:15123"
+    assert is_connect_master("sc://h:1") and is_connect_master(LOCAL_CONNECT) and not is_connect_master("local[2]")
+    port = _closed_port()
+    with pytest.raises(SparkUnavailable, match=rf"cannot reach the Spark master sc://127.0.0.1:{port}/;user_id=a "):
+        check_master(f"sc://127.0.0.1:{port}/;user_id=a")
