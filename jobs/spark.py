@@ -151,8 +151,8 @@ def get_spark(master: str | None = None, app_name: str = "tracelake", driver_mem
         ``pyspark.sql.SparkSession``.
 
     Raises:
-        SparkUnavailable: ``local-cluster`` with no local cluster running, or a ``spark://`` master that accepts no
-            connection (:func:`check_master`, in seconds).
+        SparkUnavailable: ``local-cluster`` / ``local-connect`` with none running, or a ``spark://`` master or
+            ``sc://`` server that accepts no connection (:func:`check_master`, in seconds).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -32,6 +32,7 @@ import sqlglot
 from sqlglot import exp
 
 from jobs.common.floats import finite_float
+from jobs.spark import is_connect
 from jobs.warehouse import register_views
 
 
@@ -392,7 +393,7 @@ def _collect(spark, df, timeout_s: float) -> list:
     Raises:
         QueryTimeout: the jobs were cancelled; whatever ``collect`` raised otherwise.
     """
-    classic = getattr(spark, "_jsparkSession", None) is not None
+    classic = not is_connect(spark)
     sc = spark.sparkContext if classic else None
     group = f"tracelake-mcp-sql-{uuid.uuid4().hex}"
     box: dict = {}

@@ -202,6 +202,9 @@ def test_airflow_sh_runs_a_task_on_a_non_default_port(stack):
         return runs if runs and runs[0]["state"] in ("success", "failed") else None
 
     runs = _wait(finished, "the dag run", 240)
+    # the run turns success before the LocalExecutor worker's supervisor has finished the workload: stopping the
+    # stack then would catch the worker in mid-task (a SIGTERM it forwards, then the scheduler waits on it)
+    _wait(lambda: "Workload finished" in (home / "scheduler.log").read_text(errors="replace"), "the workload's end", 60)
     logs = "\n".join(p.read_text(errors="replace") for p in (home / "logs").rglob("*") if p.is_file())
     assert runs[0]["state"] == "success", logs[-4000:]
     assert "answer: 42" in logs and "Connection refused" not in logs

@@ -12,7 +12,6 @@ import argparse
 import ast
 import importlib
 import importlib.util
-import inspect
 import json
 import re
 import shlex
@@ -340,7 +339,7 @@ def test_emr_bootstrap_imports_the_application_without_pyspark():
     assert out.returncode == 0 and "tracelake ok" in out.stdout, out.stderr
 
 
-def test_emr_configurations():
+def test_emr_configurations(monkeypatch):
     conf = json.loads((CLUSTER / "emr" / "configurations.json").read_text())
     by = {c["Classification"]: c for c in conf}
     assert {"spark-defaults", "spark-env"} <= set(by)
@@ -356,7 +355,8 @@ def test_emr_configurations():
     env = by["spark-env"]["Configurations"][0]
     assert env["Classification"] == "export" and env["Properties"]["PYSPARK_PYTHON"] == EMR_VENV + "/bin/python"
     # get_spark takes the shuffle partitions from the environment (its builder setting beats spark-defaults)
-    assert "TRACELAKE_SHUFFLE_PARTITIONS" in inspect.getsource(jobs.spark.get_spark)
+    monkeypatch.setenv("TRACELAKE_SHUFFLE_PARTITIONS", "64")
+    assert jobs.spark.session_conf()["spark.sql.shuffle.partitions"] == "64"
     assert "TRACELAKE_SHUFFLE_PARTITIONS" in env["Properties"]
     assert "spark.yarn.appMasterEnv.TRACELAKE_SHUFFLE_PARTITIONS" in defaults
     assert "spark.sql.shuffle.partitions" not in defaults, "overridden by get_spark: set the env var instead"
