@@ -7,9 +7,10 @@
 #                                              # (when some of them run: start only the ones that died, e.g. a
 #                                              # scheduler killed with -9; its orphaned tasks finish or are reset)
 #   infra/local/airflow.sh status              # exit 0 when all four run and the scheduler heartbeats, 3 otherwise
-#   infra/local/airflow.sh stop                # SIGTERM each process group it started (<home>/<name>.groups: a
-#                                              # restarted scheduler's dead predecessor's too), again after half
-#                                              # the grace, SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90)
+#   infra/local/airflow.sh stop                # SIGTERM each running process (it ends its children) and the
+#                                              # groups of dead ones (<home>/<name>.groups: a restarted
+#                                              # scheduler's predecessor), every group again after half the
+#                                              # grace, SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90)
 #   infra/local/airflow.sh standalone [--port P]  # foreground `airflow standalone`; Ctrl-C stops everything
 #   eval "$(infra/local/airflow.sh env)"       # this shell's `airflow` CLI on the same home, e.g.
 #                                              #   airflow dags unpause tracelake_ingest
@@ -115,16 +116,21 @@ scheduler_heartbeats() {
   "$venv_bin/airflow" jobs check --job-type SchedulerJob --local >/dev/null 2>&1
 }
 stop_all() {  # one component after the other (the scheduler first: its executor's workers still reach the
-  # api-server while they end), SIGTERM every process group it had (its pid's and earlier ones'); a second SIGTERM
-  # after half the grace (a scheduler waiting for its running tasks stops waiting: "Signal again if you don't want
-  # to wait"), SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90: a loaded scheduler took over 30 s),
-  # naming the processes still there
+  # api-server while they end): SIGTERM to the running process itself, which stops its own children (the
+  # scheduler ends its LocalExecutor workers through their queue: a SIGTERM to every worker at once can kill the one
+  # that holds the queue's read lock, and a worker that ran a task, whose SIGTERM the task supervisor took over, then
+  # waits on that lock for ever), and to the groups of earlier processes that died (their workers have no one to
+  # ask); SIGTERM to every group after half the grace (a scheduler waiting for its running tasks stops waiting:
+  # "Signal again if you don't want to wait"), SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90: a loaded
+  # scheduler took over 30 s), naming the processes still there
   local name pid groups g t left grace="${TRACELAKE_AIRFLOW_STOP_GRACE_S:-90}" started
   for name in "${components[@]}"; do
     pid="$(pid_of "$name")" || pid=""
     groups="$( { [ -n "$pid" ] && echo "$pid"; cat "$AIRFLOW_HOME/$name.groups" 2>/dev/null || true; } | sort -u)"
     started=$SECONDS
-    for g in $groups; do kill -TERM -- "-$g" 2>/dev/null || true; done
+    for g in $groups; do
+      if [ "$g" = "$pid" ]; then kill -TERM "$g" 2>/dev/null || true; else kill -TERM -- "-$g" 2>/dev/null || true; fi
+    done
     for t in $(seq 1 $((grace * 5))); do
       left=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && left="$left $g"; done
       [ -z "$left" ] && break
