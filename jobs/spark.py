@@ -82,7 +82,7 @@ def check_master(master: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
             with socket.create_connection((host, int(port)), timeout=timeout_s):
                 return
         except (OSError, ValueError) as exc:
-            reasons.append(f"{hostport}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{hostport}: {exc}")
+            reasons.append(f"{hostport}: {getattr(exc, 'strerror', None) or exc}")
     how = HOW_TO_CONNECT if master.startswith("sc://") else HOW_TO_START
     raise SparkUnavailable(f"cannot reach the Spark master {master} ({'; '.join(reasons)}); {how}")
 

@@ -48,8 +48,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-port_of() {  # port_of NAME: the port recorded for NAME at start
-  [ -f "$dir/ports" ] && awk -v n="$1" '$1 == n { print $2 }' "$dir/ports"
+port_of() {  # port_of NAME [FILE]: the port recorded for NAME at start (in ports, or connect.port)
+  [ -f "$dir/${2:-ports}" ] && awk -v n="$1" '$1 == n { print $2 }' "$dir/${2:-ports}"
 }
 alive() {  # alive PIDFILE: print the pid when its process runs
   [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null && cat "$1"
@@ -165,7 +165,7 @@ PY
     ;;
   connect-url)
     alive "$dir/connect.pid" >/dev/null || { echo "no Spark Connect server running (dir $dir)" >&2; exit 3; }
-    echo "sc://127.0.0.1:$(awk '$1 == "connect" { print $2 }' "$dir/connect.port")"
+    echo "sc://127.0.0.1:$(port_of connect connect.port)"
     ;;
   status)
     mpid="$(alive "$dir/master.pid")" || {
@@ -199,7 +199,7 @@ except OSError:
 print("connect", s.getsockname()[1])
 s.close()
 PY
-    cport="$(awk '$1 == "connect" { print $2 }' "$dir/connect.port")"
+    cport="$(port_of connect connect.port)"
     # on a cluster the server is one long-running application: it gives its executors back after 30 s idle, those
     # holding shuffle or cached data too (dynamic allocation with shuffle tracking: no external shuffle service), so
     # other applications get cores too
