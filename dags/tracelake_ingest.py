@@ -7,9 +7,11 @@ duration such as ``PT20S``),
 One task per declared stage of :data:`jobs.pipeline.stages.INGEST` (the stages ``tracelake run``
 runs, in the same order): ``settings`` resolves the Airflow Variables and the interval
 (:mod:`jobs.pipeline.settings`); ``discover`` is skipped, with the rest of the run, when no capture was
-committed in ``[since, until)`` (its log: "0 captures in 2026-12-03T16:00–17:00"); each Spark stage is a spark-submit of
-:mod:`jobs.pipeline.submit` with the ``spark_tracelake`` connection (local mode when it is not
-defined); ``publish`` (MLflow runs, validation and HTML reports) is a Python task and marks the
+committed in ``[since, until)`` (its log: "0 captures in 2026-12-03T16:00–17:00"), and chooses the engine: an
+interval below ``tracelake_local_max_bytes`` runs each engine stage on the local executor inside its task
+(:func:`jobs.pipeline.stages.choose_engine`; each task's log says which ran); else each engine stage is a spark-submit
+of :mod:`jobs.pipeline.submit` with the ``spark_tracelake`` connection (local mode when it is not
+defined; a client of it when it is a Spark Connect server); ``publish`` (MLflow runs, validation and HTML reports) is a Python task and marks the
 warehouse Asset as updated, which triggers ``tracelake_fleet_report``. A job that failed a Great
 Expectations check is published as a FAILED run, and then the run fails.
 
@@ -20,6 +22,7 @@ their results on through the run record in the warehouse; XCom holds only the se
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import timedelta
 
 from airflow.sdk import Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable, dag, task
@@ -29,10 +32,13 @@ from jobs.pipeline import settings as cfg
 from jobs.pipeline.operators import TracelakeSparkSubmitOperator
 from jobs.pipeline.stages import (
     INGEST,
+    STAGES,
     ValidationFailed,
     check_validation,
+    choose_engine,
     discover_interval,
     empty_interval,
+    local_engine,
     published_links,
     run_stage,
 )
@@ -58,21 +64,24 @@ def tracelake_ingest():
         """Variables with their defaults, and the interval [since, until) of this run."""
         return cfg.resolve_ingest(context)
 
-    @task
+    @task(task_id=cfg.DISCOVER_TASK)
     def discover(conf: dict) -> dict:
-        """Summary of the captures committed in the interval; none skips this task and every stage after it, the
-        reason ("0 captures in 2026-12-03T16:00–17:00") in the task's log."""
+        """Summary of the captures committed in the interval, with the engine of the stages; none skips this task
+        and every stage after it, the reason ("0 captures in 2026-12-03T16:00–17:00") in the task's log."""
         found = discover_interval(conf)
         print(f"discovered in [{conf['since']}, {conf['until']}): {found}")
         if not found["n_new"]:
             raise AirflowSkipException(empty_interval(conf))
+        found["engine"], found["engine_reason"] = choose_engine(found, cfg.local_max_bytes())
+        print(f"engine: {found['engine_reason']}")
         return found
 
     @task
-    def python_stage(conf: dict, name: str, final: bool) -> dict:
-        """A declared stage that needs no Spark; the final one fails the run (after publishing) when a
-        job failed validation."""
-        record = run_stage(name, conf)
+    def python_stage(conf: dict, found: dict, name: str, final: bool) -> dict:
+        """A declared stage that needs no Spark (on the local executor's workers when ``discover`` chose it: the
+        reports render in parallel); the final one fails the run (after publishing) when a job failed validation."""
+        with local_engine((STAGES[name],)) if found.get("engine") == "local" else nullcontext() as engine:
+            record = run_stage(name, conf, engine=engine)
         for line in published_links(record):  # where this task's MLflow runs and job reports open
             print(line, flush=True)
         if final:
@@ -83,7 +92,7 @@ def tracelake_ingest():
         return record.get("run_ids", {})
 
     conf = settings()
-    upstream = discover(conf)
+    upstream = found = discover(conf)
     for stage in INGEST:
         final = stage is INGEST[-1]
         if stage.spark:
@@ -92,10 +101,12 @@ def tracelake_ingest():
                 name=f"tracelake-{stage.name}",
                 application=cfg.application(),
                 application_args=["--stage", stage.name, "--settings", cfg.settings_arg()],
+                engine=cfg.discovered_arg("engine"),
+                engine_reason=cfg.discovered_arg("engine_reason"),
             )
         else:
             op = python_stage.override(task_id=stage.name, outlets=[Asset(name=cfg.WAREHOUSE_ASSET)] if final else [])(
-                conf, stage.name, final
+                conf, found, stage.name, final
             )
         upstream >> op
         upstream = op

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 
 #: Worker processes of the local executor (default: the CPUs this process may run on).
@@ -60,16 +63,23 @@ class LocalExecutor:
         self.workers = int(workers or os.environ.get(WORKERS_ENV) or available_cpus())
         self._pool: ProcessPoolExecutor | None = None
         self._preload: tuple[str, ...] = PRELOAD
+        self._starter: threading.Thread | None = None
 
-    def start(self, preload: Iterable[str] = ()) -> LocalExecutor:
+    def start(self, preload: Iterable[str] = (), wait: bool = True) -> LocalExecutor:
         """Start the pool and its workers now (each runs a no-op). Returns ``self``.
 
         ``preload``: more modules for the fork server to import before it forks the workers (e.g. Great
         Expectations, ~3 CPU s to import): paid once, inherited by every worker. Only before the pool first
-        starts in this process (the fork server is started once).
+        starts in this process (the fork server is started once). ``wait=False``: start them in a thread and return
+        at once, so that this process's own imports overlap the fork server's; the first :meth:`map` waits for them.
         """
         self._preload = tuple(dict.fromkeys([*self._preload, *preload]))
-        list(self._ensure_pool().map(_noop, range(self.workers)))
+        pool = self._ensure_pool()
+        if wait:
+            list(pool.map(_noop, range(self.workers)))
+        else:
+            self._starter = threading.Thread(target=lambda: list(pool.map(_noop, range(self.workers))), daemon=True)
+            self._starter.start()
         return self
 
     def map(self, fn: Callable, items: Iterable) -> Iterator:
@@ -96,6 +106,9 @@ class LocalExecutor:
 
     def close(self) -> None:
         """Stop the pool's workers (the executor can be used again: a new pool starts)."""
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -108,6 +121,24 @@ class LocalExecutor:
 
     def __repr__(self) -> str:
         return f"LocalExecutor(workers={self.workers})"
+
+
+@contextmanager
+def main_script_hidden() -> Iterator[None]:
+    """Hide this process's ``__main__.__file__`` for the duration, so that workers started meanwhile do not run it.
+
+    multiprocessing starts each worker by running the parent's main script (by path) as ``__mp_main__``. In an
+    Airflow task that script is Airflow's CLI, and importing airflow there fails (a task process has no metadata
+    database); elsewhere it only costs the workers its imports. The local executor's workers run module-level
+    functions of importable modules, never of ``__main__``.
+    """
+    main = sys.modules["__main__"]
+    path = main.__dict__.pop("__file__", None)
+    try:
+        yield
+    finally:
+        if path is not None:
+            main.__file__ = path
 
 
 def _with_env(env: dict, fn: Callable, item):

@@ -32,6 +32,8 @@
 #                                                       when it runs, else sqlite:///<warehouse>/mlflow.db)
 #   TRACELAKE_STORAGE_OPTIONS -> tracelake_storage_options  fsspec options of the landing zone and an s3:// warehouse (JSON)
 #   TRACELAKE_SPARK_CONF    -> tracelake_spark_conf     extra Spark properties (JSON)
+#   TRACELAKE_LOCAL_MAX_BYTES -> tracelake_local_max_bytes  intervals below it run on the local executor in each task
+#                                                       (default 64000000; 0: always Spark)
 #   TRACELAKE_SPARK_MASTER  -> connection spark_tracelake (default: not defined = local[*] on this machine)
 #   TRACELAKE_INGEST_SCHEDULE, TRACELAKE_INGEST_START, TRACELAKE_INGEST_END  the ingest DAG's cron and bounds
 #   TRACELAKE_TASK_RETRIES, TRACELAKE_TASK_RETRY_DELAY_S                     task retries (default 2, 300 s)
@@ -63,10 +65,14 @@ port="${port:-8080}"
 export AIRFLOW__CORE__DAGS_FOLDER="${TRACELAKE_DAGS_FOLDER:-$repo/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
-# task slots (the LocalExecutor's worker processes): 2 per core, at least 4 — Airflow's default 32 workers on a
-# laptop are 32 idle Python processes to start and to stop (each stage task waits on Spark, it does not compute)
+# task slots (the LocalExecutor's worker processes): one per core, at least 2 — Airflow's default 32 workers on a
+# laptop are 32 idle Python processes to start and to stop, and a small interval's stage task computes on the
+# machine's cores itself (the local executor in the task: jobs.pipeline.stages.choose_engine)
 cores="$(nproc 2>/dev/null || echo 2)"
-export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-$(( cores * 2 > 4 ? cores * 2 : 4 ))}"
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-$(( cores > 2 ? cores : 2 ))}"
+# an idle scheduler loops every 0.25 s (Airflow's default 1 s): a task's successor starts ~0.4 s sooner on average,
+# which is most of the gap between the stage tasks of a small interval's run
+export AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME="${AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME:-0.25}"
 # the SQLite metadata DB: a writer waits up to 60 s for the lock (sqlite3's default 5 s fails "database is locked"
 # while the scheduler, dag-processor, api-server and tasks write at once on a loaded machine); WAL after migrate
 sqlite_db="$AIRFLOW_HOME/airflow.db"
@@ -88,6 +94,7 @@ export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$venv_bin/python}"
 [ -n "${TRACELAKE_WAREHOUSE:-}" ] && export AIRFLOW_VAR_TRACELAKE_WAREHOUSE="$TRACELAKE_WAREHOUSE"
 [ -n "${TRACELAKE_STORAGE_OPTIONS:-}" ] && export AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS="$TRACELAKE_STORAGE_OPTIONS"
 [ -n "${TRACELAKE_SPARK_CONF:-}" ] && export AIRFLOW_VAR_TRACELAKE_SPARK_CONF="$TRACELAKE_SPARK_CONF"
+[ -n "${TRACELAKE_LOCAL_MAX_BYTES:-}" ] && export AIRFLOW_VAR_TRACELAKE_LOCAL_MAX_BYTES="$TRACELAKE_LOCAL_MAX_BYTES"
 if [ -z "${TRACELAKE_TRACKING_URI:-}" ] && uri="$("$here/mlflow.sh" uri 2>/dev/null)"; then
   TRACELAKE_TRACKING_URI="$uri"
 fi
@@ -226,12 +233,14 @@ case "$action" in
     exec "$venv_bin/airflow" standalone
     ;;
   env)
-    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__CORE__EXECUTOR AIRFLOW__CORE__PARALLELISM AIRFLOW__DATABASE__SQL_ALCHEMY_CONN \
+    for v in AIRFLOW_HOME AIRFLOW__CORE__DAGS_FOLDER AIRFLOW__CORE__LOAD_EXAMPLES AIRFLOW__CORE__EXECUTOR AIRFLOW__CORE__PARALLELISM \
+             AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME AIRFLOW__DATABASE__SQL_ALCHEMY_CONN \
              AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS AIRFLOW__API__PORT AIRFLOW__API__HOST AIRFLOW__API__BASE_URL \
              AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT \
              AIRFLOW__CORE__EXECUTION_API_SERVER_URL PATH SPARK_LOCAL_IP \
              AIRFLOW_VAR_TRACELAKE_RAW AIRFLOW_VAR_TRACELAKE_WAREHOUSE AIRFLOW_VAR_TRACELAKE_TRACKING_URI \
-             AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS AIRFLOW_VAR_TRACELAKE_SPARK_CONF AIRFLOW_CONN_SPARK_TRACELAKE; do
+             AIRFLOW_VAR_TRACELAKE_STORAGE_OPTIONS AIRFLOW_VAR_TRACELAKE_SPARK_CONF AIRFLOW_VAR_TRACELAKE_LOCAL_MAX_BYTES \
+             AIRFLOW_CONN_SPARK_TRACELAKE; do
       if [ -n "${!v:-}" ]; then printf 'export %s=%q\n' "$v" "${!v}"; fi
     done
     ;;

@@ -306,7 +306,7 @@ def summarize_interval(raw_root: str, since, until, storage_options: dict | None
 
     Returns:
         ``{"n_new": captures committed in the interval, "n_files": files to normalize (the job closure within the
-        listed folders; the run adds the touched jobs' captures in older dates),
+        listed folders; the run adds the touched jobs' captures in older dates), "bytes": their stored size,
         "job_ids": touched jobs, "n_pending"/"pending": capture folders not yet committed,
         "n_undated"/"undated": files with no commit time}`` (the two lists cut to their first
         :data:`SUMMARY_LIST_MAX` entries).
@@ -315,6 +315,7 @@ def summarize_interval(raw_root: str, since, until, storage_options: dict | None
     return {
         "n_new": len(sel.new),
         "n_files": len(sel.files),
+        "bytes": sum(f.size_bytes or 0 for f in sel.files),
         "job_ids": sel.job_ids,
         "n_pending": len(found.pending),
         "pending": list(found.pending)[:SUMMARY_LIST_MAX],

@@ -8,6 +8,8 @@ loopback networking (``SPARK_LOCAL_IP``) and :data:`jobs.pipeline.settings.LOCAL
 With a cluster connection nothing is added: the cluster's own configuration applies. With a Spark Connect
 connection (host ``sc://…``, or ``local-connect``: the server ``infra/local/spark.sh connect`` runs) there is no
 spark-submit: the task's own process runs the stage as a client of that long-running server, so no JVM starts per task.
+With ``engine="local"`` (an ingest interval below ``tracelake_local_max_bytes``: :func:`jobs.pipeline.stages.choose_engine`)
+there is no Spark at all: the task's process runs the stage on the embedded local executor.
 """
 
 from __future__ import annotations
@@ -67,8 +69,11 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
 
     Takes the arguments of ``SparkSubmitOperator``; ``conn_id`` defaults to ``spark_tracelake`` and
     ``conf`` to :data:`~jobs.pipeline.settings.SPARK_CONF`, with the Variable ``tracelake_spark_conf``
-    (read when the task runs) on top.
+    (read when the task runs) on top. ``engine`` (templated): ``spark`` (default), or ``local`` to run the stage in
+    the task's process on the local executor, logging ``engine_reason`` (templated) first.
     """
+
+    template_fields = (*SparkSubmitOperator.template_fields, "engine", "engine_reason")
 
     def __init__(
         self,
@@ -76,11 +81,15 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
         conn_id: str = settings.SPARK_CONN_ID,
         default_master: str = settings.DEFAULT_SPARK_MASTER,
         conf: dict | None = None,
+        engine: str = "spark",
+        engine_reason: str = "",
         **kwargs,
     ) -> None:
         super().__init__(conn_id=conn_id, conf={**settings.SPARK_CONF, **(conf or {})}, **kwargs)
         self.tracelake_conn_id = conn_id
         self.default_master = default_master
+        self.engine = engine
+        self.engine_reason = engine_reason
 
     def execute(self, context):
         run = context.get("dag_run")
@@ -88,9 +97,18 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
         if run is not None and ti is not None:  # the warehouse history names the task that wrote each version
             label = f"airflow:{run.dag_id}/{run.run_id}/{ti.task_id}"
             self.env_vars = {**(self.env_vars or {}), "TRACELAKE_RUN_LABEL": label}
+        if self.engine_reason:
+            self.log.info("engine: %s", self.engine_reason)
+        if self.engine == "local":
+            self.log.info("running the stage on the local executor in this task's process (no Spark)")
+            self._in_task(["--engine", "local"])
+            return None
+        if self.engine != "spark":
+            raise ValueError(f"engine must be 'spark' or 'local', got {self.engine!r}")
         master = connection_master(self.tracelake_conn_id)
         if master is not None and is_connect_master(master):
-            self._as_connect_client(master)
+            self.log.info("running the stage as a Spark Connect client of %s (no spark-submit, no JVM here)", master)
+            self._in_task([], {"TRACELAKE_SPARK_MASTER": master})
             return None
         if (master or self.default_master).startswith("local"):
             self.env_vars = {**local_environment(), **(self.env_vars or {})}
@@ -104,11 +122,11 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
         with _default_connection(self.tracelake_conn_id, self.default_master):
             return super().execute(context)
 
-    def _as_connect_client(self, master: str) -> None:
-        """Run the stage in this task's process as a client of the Spark Connect server ``master``: no spark-submit,
-        no driver JVM; the transforms run on the server's executors (:mod:`jobs.pipeline.submit`'s ``main``)."""
-        from jobs.pipeline.submit import main  # heavy: pyspark's Connect client, loaded when the task runs
+    def _in_task(self, extra_args: list[str], env: dict[str, str] | None = None) -> None:
+        """Run the stage in this task's process (:mod:`jobs.pipeline.submit`'s ``main`` with ``extra_args``, ``env``
+        added to the environment): as a Spark Connect client (the transforms run on the server's executors) or on
+        the local executor; no spark-submit, no driver JVM."""
+        from jobs.pipeline.submit import main  # heavy: the stages' code, loaded when the task runs
 
-        self.log.info("running the stage as a Spark Connect client of %s (no spark-submit, no JVM here)", master)
-        os.environ.update({"TRACELAKE_SPARK_MASTER": master, **(self.env_vars or {})})
-        main([str(a) for a in self.application_args or []])  # the run record is in the warehouse, not in XCom
+        os.environ.update({**(env or {}), **(self.env_vars or {})})
+        main([str(a) for a in self.application_args or []] + extra_args)  # the run record is in the warehouse

@@ -148,7 +148,7 @@ def run_pipeline(
                 uri = cast(str, s.tracking_uri)  # RunSettings.model_post_init filled it
                 store = open_store_in_background(uri) if log_to_mlflow else None
                 with _stage(progress, f"Starting {engine.workers} worker processes"):
-                    engine.start(preload=("great_expectations", "jobs.validate.gx_engine"))
+                    engine.start(preload=[m for st in INGEST for m in st.preload])
                 import_in_background()
 
             def on_stage_ready(stage, record):

@@ -13,6 +13,10 @@ Airflow Variables (all optional):
                                credentials); default ``{}``
 ``tracelake_spark_conf``       extra Spark properties for every stage as JSON, read when the task
                                runs (e.g. executor memory on a cluster); default ``{}``
+``tracelake_local_max_bytes``  an interval whose files to normalize hold fewer stored bytes runs
+                               its engine stages on the local executor inside each task, not on
+                               Spark (:func:`jobs.pipeline.stages.choose_engine`); default
+                               :data:`LOCAL_MAX_BYTES`; ``0``: always Spark
 =============================  ===============================================================
 
 Airflow Connection ``spark_tracelake`` (type ``spark``): the Spark master the stages are
@@ -37,6 +41,15 @@ VAR_WAREHOUSE = "tracelake_warehouse"
 VAR_TRACKING_URI = "tracelake_tracking_uri"
 VAR_STORAGE_OPTIONS = "tracelake_storage_options"
 VAR_SPARK_CONF = "tracelake_spark_conf"
+VAR_LOCAL_MAX_BYTES = "tracelake_local_max_bytes"
+
+#: Default of ``tracelake_local_max_bytes``: 64 MB of stored trace files, about a minute of local-executor work on
+#: two cores (``benchmarks/scheduled_path.py``); above it, a cluster's executors beat a task's own pool.
+LOCAL_MAX_BYTES = 64_000_000
+
+#: Task id of the task that summarizes the interval (its XCom: :func:`jobs.pipeline.stages.discover_interval`, with
+#: the engine of the run's stages, :func:`jobs.pipeline.stages.choose_engine`).
+DISCOVER_TASK = "discover"
 
 #: Name of the Airflow Asset that stands for the warehouse (updated by ``tracelake_ingest``).
 WAREHOUSE_ASSET = "tracelake_warehouse"
@@ -129,6 +142,25 @@ def application() -> str:
 def settings_arg() -> str:
     """Jinja template for the resolved settings of the current run as JSON (``--settings`` of the application)."""
     return "{{ ti.xcom_pull(task_ids='" + SETTINGS_TASK + "') | tojson }}"
+
+
+def discovered_arg(key: str) -> str:
+    """Jinja template for ``key`` of the discover task's summary (e.g. ``engine``), rendered when a stage task runs."""
+    return "{{ ti.xcom_pull(task_ids='" + DISCOVER_TASK + "')['" + key + "'] }}"
+
+
+def local_max_bytes() -> int:
+    """The Variable ``tracelake_local_max_bytes`` (default :data:`LOCAL_MAX_BYTES`; call inside a task).
+
+    Raises:
+        ValueError: the Variable is not a non-negative integer.
+    """
+    from airflow.sdk import Variable  # heavy: airflow, only inside a task
+
+    text = str(Variable.get(VAR_LOCAL_MAX_BYTES, default=LOCAL_MAX_BYTES)).strip()
+    if not text.isdigit():
+        raise ValueError(f"Airflow Variable {VAR_LOCAL_MAX_BYTES} must be a number of bytes (0 or more), got {text!r}")
+    return int(text)
 
 
 def resolve(since=None, until=None, run_conf: dict | None = None) -> dict:

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import cast
 
 from pydantic import BaseModel, Field, field_validator
 
-from jobs.executor import is_local
+from jobs.executor import LocalExecutor, is_local, main_script_hidden
 from jobs.landing.interval import as_utc, interval_words, summarize_interval
 from jobs.pipeline.record import build_record, read_record, write_record
 from jobs.publish.tracking import default_tracking_uri
@@ -109,6 +109,8 @@ class Stage:
         title: progress text, formatted with the settings' fields and ``n_jobs``.
         needs: record key whose list must be non-empty for the stage to run (``None`` = always).
         recorded: reads and writes the ingest run record (the fleet report keeps none).
+        preload: modules the local executor's fork server imports once for its workers (:meth:`LocalExecutor.start
+            <jobs.executor.LocalExecutor.start>`) before the stage runs on it.
     """
 
     name: str
@@ -117,6 +119,7 @@ class Stage:
     title: str
     needs: str | None = None
     recorded: bool = True
+    preload: tuple[str, ...] = ()
 
 
 class ValidationFailed(RuntimeError):
@@ -213,6 +216,9 @@ def _maintain(_spark, s: RunSettings, record: dict) -> None:
     record["maintain"] = maintain(s.warehouse)
 
 
+#: What the Great Expectations stages' workers import (~3 CPU s, paid once by the fork server).
+GX_PRELOAD = ("great_expectations", "jobs.validate.gx_engine")
+
 INGEST: tuple[Stage, ...] = (
     Stage("normalize", True, _normalize, "Normalizing traces from {raw}"),
     Stage(
@@ -221,6 +227,7 @@ INGEST: tuple[Stage, ...] = (
         _validate("normalize"),
         "Validating captures and events (Great Expectations)",
         needs="job_ids",
+        preload=GX_PRELOAD,
     ),
     Stage("analyze", True, _analyze, "Analyzing {n_jobs} job(s)", needs="ingested_job_ids"),
     Stage(
@@ -229,8 +236,16 @@ INGEST: tuple[Stage, ...] = (
         _validate("analyze"),
         "Validating the analysis tables (Great Expectations)",
         needs="ingested_job_ids",
+        preload=GX_PRELOAD,
     ),
-    Stage("fleet", True, _fleet, "Fleet statistics and regressions against previous runs", needs="ingested_job_ids"),
+    Stage(
+        "fleet",
+        True,
+        _fleet,
+        "Fleet statistics and regressions against previous runs",
+        needs="ingested_job_ids",
+        preload=GX_PRELOAD,
+    ),
     Stage("publish", False, _publish, "Logging {n_jobs} job(s) to MLflow with their reports", needs="job_ids"),
 )
 """The main job (``tracelake run``, DAG ``tracelake_ingest``)."""
@@ -325,6 +340,17 @@ def run_stage(
     return record
 
 
+@contextmanager
+def local_engine(stages: tuple[Stage, ...]):
+    """A :class:`~jobs.executor.LocalExecutor` for running ``stages`` in this process, closed on exit: its workers
+    start in the background (this process's imports overlap the fork server's) with the stages' ``preload``, and
+    never run this process's main script (:func:`~jobs.executor.main_script_hidden`: an Airflow task's is Airflow's
+    CLI). What an ingest DAG task runs a small interval's stage on (:func:`choose_engine`)."""
+    with main_script_hidden(), LocalExecutor() as engine:
+        engine.start(preload=[m for st in stages for m in st.preload], wait=False)
+        yield engine
+
+
 def run_stages(stages, settings: RunSettings | dict, engine=None, skip=(), on_stage=None) -> dict:
     """Run ``stages`` in order in this process, sharing one engine and the run record.
 
@@ -400,7 +426,22 @@ def empty_interval(settings: RunSettings | dict) -> str:
 
 
 def discover_interval(settings: RunSettings | dict) -> dict:
-    """What an ingest run of ``settings``' interval would normalize (:func:`jobs.landing.interval.summarize_interval`):
-    the scheduler skips a run whose ``n_new`` is 0."""
+    """What an ingest run of ``settings``' interval would normalize (:func:`jobs.landing.interval.summarize_interval`,
+    ``bytes`` included): the scheduler skips a run whose ``n_new`` is 0."""
     s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)
     return summarize_interval(s.raw, s.since or None, s.until or None, s.storage_options)
+
+
+def choose_engine(found: dict, max_bytes: int) -> tuple[str, str]:
+    """Where an ingest run's engine stages run: ``("local", why)`` when the interval's files to normalize
+    (``found["bytes"]``, stored bytes, of :func:`discover_interval`) are fewer than ``max_bytes``, else
+    ``("spark", why)``. ``why`` is the line each stage task logs, e.g. ``8.3 MB in 10 file(s) < 64.0 MB
+    (tracelake_local_max_bytes): the local executor in each task, no Spark``.
+
+    The local executor (:mod:`jobs.executor`) leaves the same tables as Spark; it saves a small interval the Spark
+    session of each task (seconds of fixed cost per task) at the price of the task's own CPUs."""
+    size, n = int(found.get("bytes") or 0), found.get("n_files", 0)
+    what, limit = f"{size / 1e6:.1f} MB in {n} file(s)", f"{max_bytes / 1e6:.1f} MB (tracelake_local_max_bytes)"
+    if size < max_bytes:
+        return "local", f"{what} < {limit}: the local executor in each task, no Spark"
+    return "spark", f"{what} >= {limit}: Spark"

@@ -231,6 +231,9 @@ def dag_runs(stack, landing):
         "AIRFLOW_VAR_TRACELAKE_RAW": str(landing),
         "AIRFLOW_VAR_TRACELAKE_WAREHOUSE": str(wh),
         "AIRFLOW_VAR_TRACELAKE_TRACKING_URI": stack["tracking_uri"],
+        # the Spark path: every interval on Spark (the default, a small interval on the local executor in each task,
+        # is test_a_small_interval_runs_on_the_local_executor_in_each_task)
+        "AIRFLOW_VAR_TRACELAKE_LOCAL_MAX_BYTES": "0",
         # small batches on 2 cores: a JVM that starts fast (C1 JIT only) halves each spark-submit's start
         "AIRFLOW_VAR_TRACELAKE_SPARK_CONF": json.dumps(
             {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", "spark.driver.memory": "2g"}
@@ -377,6 +380,28 @@ def test_dag_and_tracelake_run_leave_the_same_tables_and_mlflow_runs(dag_runs, l
     assert any(p.startswith("validation/") for p in dlrm)
 
 
+def _ingest_alone(env: dict, landing: Path, wh: Path, tmp_path: Path) -> tuple[dict, subprocess.CompletedProcess]:
+    """One ingest run of ``[SINCE, UNTIL)`` with ``dag.test()`` in a fresh Airflow home (``env["AIRFLOW_HOME"]``) into
+    the warehouse ``wh``, MLflow in ``tmp_path/mlflow.db``; ``(its RESULT entry, the process)``, asserted a success."""
+    env = {
+        **env,
+        "AIRFLOW_VAR_TRACELAKE_RAW": str(landing),
+        "AIRFLOW_VAR_TRACELAKE_WAREHOUSE": str(wh),
+        "AIRFLOW_VAR_TRACELAKE_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+    migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    runs = [["ingest", str(REPO / "dags/tracelake_ingest.py"), "ingest_dag", UNTIL.isoformat(), ""]]
+    res = _python(RUN_DAGS, env, 900, json.dumps({"runs": runs}))
+    (tmp_path / "dag_test.log").write_text(res.stdout + "\n--- stderr ---\n" + res.stderr)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert res.returncode == 0 and lines, res.stderr[-4000:]
+    ingest = json.loads(lines[-1][len("RESULT ") :])["ingest"]
+    assert ingest["state"] == "success", (ingest, tmp_path / "dag_test.log")
+    return ingest, res
+
+
 def test_ingest_dag_on_a_spark_connect_server_leaves_the_same_tables(dag_runs, stack, landing, tmp_path):
     """Connection ``spark_tracelake`` = a Spark Connect server (``infra/local/spark.sh connect``, here on local[2]):
     no Spark task spark-submits or starts a JVM; each runs its stage as a client of the one server, and the
@@ -396,24 +421,12 @@ def test_ingest_dag_on_a_spark_connect_server_leaves_the_same_tables(dag_runs, s
     try:
         assert started.returncode == 0, started.stderr[-3000:]
         url = started.stdout.strip().splitlines()[-1]
-        migrate = subprocess.run(
-            [str(BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert migrate.returncode == 0, migrate.stderr[-3000:]
         host, port = url.rsplit(":", 1)
         env.update(
-            AIRFLOW_VAR_TRACELAKE_RAW=str(landing),
-            AIRFLOW_VAR_TRACELAKE_WAREHOUSE=str(wh),
-            AIRFLOW_VAR_TRACELAKE_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
             AIRFLOW_CONN_SPARK_TRACELAKE=json.dumps({"conn_type": "spark", "host": host, "port": int(port)}),
+            AIRFLOW_VAR_TRACELAKE_LOCAL_MAX_BYTES="0",  # Spark, whatever the interval's size
         )
-        runs = [["ingest", str(REPO / "dags/tracelake_ingest.py"), "ingest_dag", UNTIL.isoformat(), ""]]
-        res = _python(RUN_DAGS, env, 900, json.dumps({"runs": runs}))
-        (tmp_path / "dag_test.log").write_text(res.stdout + "\n--- stderr ---\n" + res.stderr)
-        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
-        assert res.returncode == 0 and lines, res.stderr[-4000:]
-        ingest = json.loads(lines[-1][len("RESULT ") :])["ingest"]
-        assert ingest["state"] == "success", (ingest, tmp_path / "dag_test.log")
+        ingest, res = _ingest_alone(env, landing, wh, tmp_path)
         submitted = dag_runs["result"]["ingest"]["wall_s"]
         print(
             f"\ningest DAG run (dag.test): Spark Connect {ingest['wall_s']:.1f} s, spark-submit per task {submitted:.1f} s"
@@ -427,3 +440,28 @@ def test_ingest_dag_on_a_spark_connect_server_leaves_the_same_tables(dag_runs, s
         assert got[table] == want[table], table
     for table in FLEET_TABLES:
         assert rows_digest(wh, table) == rows_digest(dag_runs["warehouse"], table), table
+
+
+def test_a_small_interval_runs_on_the_local_executor_in_each_task(dag_runs, stack, landing, tmp_path):
+    """The default (``tracelake_local_max_bytes`` not set: 64 MB): the interval's 2 MB run each engine stage on the
+    local executor inside its task, with no Spark at all; each task's log says so and why, ``publish`` renders in
+    the pool too, and the warehouse equals the Spark run's."""
+    home, wh = tmp_path / "airflow", tmp_path / "warehouse"
+    env = {k: v for k, v in stack["env"].items() if not k.startswith("AIRFLOW_CONN_")}
+    env["AIRFLOW_HOME"] = str(home)
+    ingest, res = _ingest_alone(env, landing, wh, tmp_path)
+    print(f"\ningest DAG run (dag.test): local executor in each task {ingest['wall_s']:.1f} s, "
+          f"spark-submit per task {dag_runs['result']['ingest']['wall_s']:.1f} s")  # fmt: skip
+    out = res.stdout + res.stderr
+    why = "2.1 MB in 5 file(s) < 64.0 MB (tracelake_local_max_bytes): the local executor in each task, no Spark"
+    engine_stages = [st.name for st in INGEST if st.spark]
+    assert out.count(f"engine: {why}") == 1 + len(engine_stages), out[-4000:]  # discover's log and each stage's
+    for name in engine_stages:
+        assert f"tracelake {name}: starting on the local executor" in out, name
+    assert "spark-submit" not in out and "SparkSession" not in out and "Spark Connect" not in out
+    got, want = warehouse_digests(wh), warehouse_digests(dag_runs["warehouse"])
+    for table in WAREHOUSE_TABLES:
+        assert got[table] == want[table], table
+    for table in FLEET_TABLES:
+        assert rows_digest(wh, table) == rows_digest(dag_runs["warehouse"], table), table
+    assert sorted(mlflow_content(f"sqlite:///{tmp_path / 'mlflow.db'}")) == [(j, "0") for j in JOBS]

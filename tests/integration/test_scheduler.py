@@ -404,6 +404,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         TRACELAKE_STORAGE_OPTIONS=json.dumps({**s3.storage_options, **S3_CLIENT}),
         GX_ANALYTICS_ENABLED="false",
         TRACELAKE_SPARK_MASTER=cluster.url,
+        TRACELAKE_LOCAL_MAX_BYTES="0",  # every interval on the cluster (the faults are Spark's), however small
         PYSPARK_PYTHON=PYTHON,
         TRACELAKE_INGEST_SCHEDULE=f"PT{INTERVAL_S}S",  # intervals of seconds: a duration, not cron
         TRACELAKE_INGEST_START=marks[0].isoformat(),

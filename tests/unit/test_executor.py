@@ -6,6 +6,9 @@ tests/integration/test_executors.py."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -37,6 +40,32 @@ def test_map_runs_in_worker_processes_in_item_order():
         assert list(ex.map(_pid_and_square, [])) == []
     assert is_local(ex) and not is_local(object())
     assert 1 <= available_cpus() <= (os.cpu_count() or 1)
+
+
+#: A main script that a worker must never run: an Airflow task's main script is Airflow's CLI, whose import fails there.
+MAIN_SCRIPT = """
+import sys
+from contextlib import nullcontext
+if __name__ != "__main__":
+    raise RuntimeError("a worker ran the main script")
+from jobs.executor import LocalExecutor, main_script_hidden
+with main_script_hidden() if sys.argv[1] == "hidden" else nullcontext(), LocalExecutor(2) as ex:
+    ex.start(wait=False)
+    print("squares", list(ex.map(abs, [-1, -2, -3])))
+"""
+
+
+@pytest.mark.parametrize("hidden", [True, False])
+def test_workers_started_with_the_main_script_hidden_never_run_it(tmp_path, hidden):
+    script = tmp_path / "main.py"
+    script.write_text(MAIN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    res = subprocess.run([sys.executable, str(script), "hidden" if hidden else "shown"], env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    if hidden:
+        assert res.returncode == 0 and "squares [1, 2, 3]" in res.stdout, res.stderr[-2000:]
+    else:  # the control: without it multiprocessing runs the main script in each worker
+        assert res.returncode != 0 and "a worker ran the main script" in res.stderr, res.stdout + res.stderr[-2000:]
 
 
 def test_a_failing_item_raises_its_error():

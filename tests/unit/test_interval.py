@@ -292,3 +292,24 @@ def test_interval_words_reads_as_a_person_writes_it():
     )
     assert interval_words(None, "2026-12-04T01:00:00+00:00") == "…–2026-12-04T01:00"
     assert interval_words("2026-12-04T01:00:00+00:00", None) == "2026-12-04T01:00–…"
+
+
+def test_the_interval_summary_counts_the_stored_bytes_and_chooses_the_engine(tmp_path):
+    from jobs.landing.interval import summarize_interval
+    from jobs.pipeline.stages import choose_engine
+
+    trace = tmp_path / "t.json"
+    trace.write_text("{}" + " " * 998)  # 1,000 bytes
+    lz = tmp_path / "lz"
+    _write_capture(lz, "a", 0, H + timedelta(minutes=10), trace)
+    _write_capture(lz, "a", 1, H + timedelta(minutes=20), trace)
+    _write_capture(lz, "b", 0, H - timedelta(hours=2), trace)  # before the interval: not touched
+    found = summarize_interval(str(lz), H, H + timedelta(hours=1))
+    assert (found["n_new"], found["n_files"], found["bytes"], found["job_ids"]) == (2, 2, 2000, ["a"])
+    engine, why = choose_engine(found, max_bytes=2001)
+    assert engine == "local" and why.startswith("0.0 MB in 2 file(s) < 0.0 MB (tracelake_local_max_bytes)")
+    assert choose_engine(found, max_bytes=2000)[0] == "spark"  # at the threshold: Spark
+    assert choose_engine({"bytes": 64_000_000, "n_files": 9}, 64_000_000)[1] == (
+        "64.0 MB in 9 file(s) >= 64.0 MB (tracelake_local_max_bytes): Spark"
+    )
+    assert choose_engine(found, max_bytes=0)[0] == "spark"  # 0: always Spark
