@@ -32,6 +32,7 @@ class Cluster:
     dir: Path
     env: dict
     seen: set[int] = field(default_factory=set)  # every master/worker pid read so far (for the last-resort kill)
+    connect_url: str = ""  # sc://… of its Spark Connect server, once ``script("connect")`` started one
 
     def ports(self) -> dict[str, int]:
         """``{name: port}`` from the state dir's ``ports`` file (``master``, ``webui``, ``worker-I``, …)."""
