@@ -410,9 +410,11 @@ def tracelake_run(
     sample_s: float,
     executor: str = "local",
     stages: bool = False,
+    master: str | None = None,
 ) -> dict[str, Any]:
     """``python -m jobs.cli run`` on ``landing`` into a fresh warehouse (removed after), pinned to ``cores``
-    CPUs: the default local executor (one worker per CPU), or ``executor="spark"`` on ``local[cores]``.
+    CPUs: the default local executor (one worker per CPU), or ``executor="spark"`` on ``local[cores]`` (``master``:
+    on that Spark master instead, e.g. a cluster's ``spark://…`` or a Connect server's ``sc://…``).
 
     ``wall_s`` (process wall s, JVM start included), ``cpu_s`` (all descendants), ``memory`` (peaks,
     bytes), ``captures`` / ``ingested`` (from the command's summary line); with ``stages``, the CLI run through
@@ -421,7 +423,7 @@ def tracelake_run(
     wh = tempfile.mkdtemp(prefix="wh-", dir=work)
     cli = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "stage_cpu.py")] if stages else ["-m", "jobs.cli"]
     cmd = [sys.executable, *cli, "run", "--raw", landing, "--warehouse", wh]
-    cmd += ["--master", f"local[{cores}]"] if executor == "spark" else ["--executor", "local"]
+    cmd += ["--master", master or f"local[{cores}]"] if executor == "spark" else ["--executor", "local"]
     cmd += [] if mlflow else ["--no-mlflow"]
     r = fb.run_pinned(cmd, cores, timeout, sample_s, env=fb.child_env(cores))
     shutil.rmtree(wh, ignore_errors=True)

@@ -11,7 +11,8 @@ committed in ``[since, until)`` (its log: "0 captures in 2026-12-03T16:00–17:0
 interval below ``tracelake_local_max_bytes`` runs each engine stage on the local executor inside its task
 (:func:`jobs.pipeline.stages.choose_engine`; each task's log says which ran); else each engine stage is a spark-submit
 of :mod:`jobs.pipeline.submit` with the ``spark_tracelake`` connection (local mode when it is not
-defined; a client of it when it is a Spark Connect server); ``publish`` (MLflow runs, validation and HTML reports) is a Python task and marks the
+defined; a client of it when it is a Spark Connect server); ``publish`` (MLflow runs, validation and HTML reports) is a Python task
+(:class:`~jobs.pipeline.operators.TracelakeStageOperator`; its "MLflow runs" button opens what it logged) and marks the
 warehouse Asset as updated, which triggers ``tracelake_fleet_report``. A job that failed a Great
 Expectations check is published as a FAILED run, and then the run fails.
 
@@ -22,26 +23,14 @@ their results on through the run record in the warehouse; XCom holds only the se
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from datetime import timedelta
 
 from airflow.sdk import Asset, CronDataIntervalTimetable, DeltaDataIntervalTimetable, dag, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
 from jobs.pipeline import settings as cfg
-from jobs.pipeline.operators import TracelakeSparkSubmitOperator
-from jobs.pipeline.stages import (
-    INGEST,
-    STAGES,
-    ValidationFailed,
-    check_validation,
-    choose_engine,
-    discover_interval,
-    empty_interval,
-    local_engine,
-    published_links,
-    run_stage,
-)
+from jobs.pipeline.operators import TracelakeSparkSubmitOperator, TracelakeStageOperator
+from jobs.pipeline.stages import INGEST, choose_engine, discover_interval, empty_interval
 
 INGEST_SCHEDULE, INGEST_START, INGEST_END = cfg.ingest_schedule()  # hourly from 2026-01-01 unless the environment says
 
@@ -76,23 +65,8 @@ def tracelake_ingest():
         print(f"engine: {found['engine_reason']}")
         return found
 
-    @task
-    def python_stage(conf: dict, found: dict, name: str, final: bool) -> dict:
-        """A declared stage that needs no Spark (on the local executor's workers when ``discover`` chose it: the
-        reports render in parallel); the final one fails the run (after publishing) when a job failed validation."""
-        with local_engine((STAGES[name],)) if found.get("engine") == "local" else nullcontext() as engine:
-            record = run_stage(name, conf, engine=engine)
-        for line in published_links(record):  # where this task's MLflow runs and job reports open
-            print(line, flush=True)
-        if final:
-            try:
-                check_validation(record)
-            except ValidationFailed as exc:
-                raise AirflowFailException(str(exc)) from exc  # a retry would publish the same again
-        return record.get("run_ids", {})
-
     conf = settings()
-    upstream = found = discover(conf)
+    upstream = discover(conf)
     for stage in INGEST:
         final = stage is INGEST[-1]
         if stage.spark:
@@ -105,8 +79,13 @@ def tracelake_ingest():
                 engine_reason=cfg.discovered_arg("engine_reason"),
             )
         else:
-            op = python_stage.override(task_id=stage.name, outlets=[Asset(name=cfg.WAREHOUSE_ASSET)] if final else [])(
-                conf, found, stage.name, final
+            op = TracelakeStageOperator(
+                task_id=stage.name,
+                stage=stage.name,
+                settings=cfg.settings_arg(),
+                engine=cfg.discovered_arg("engine"),
+                final=final,
+                outlets=[Asset(name=cfg.WAREHOUSE_ASSET)] if final else [],
             )
         upstream >> op
         upstream = op

@@ -17,12 +17,23 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
 
 from jobs.pipeline import settings
+from jobs.pipeline.links import MlflowRunsLink
+from jobs.pipeline.stages import (
+    STAGES,
+    ValidationFailed,
+    check_validation,
+    local_engine,
+    published_links,
+    published_page,
+    run_stage,
+)
 from jobs.spark import is_connect_master
 
 
@@ -130,3 +141,43 @@ class TracelakeSparkSubmitOperator(SparkSubmitOperator):
 
         os.environ.update({**(env or {}), **(self.env_vars or {})})
         main([str(a) for a in self.application_args or []] + extra_args)  # the run record is in the warehouse
+
+
+class TracelakeStageOperator(BaseOperator):
+    """A declared stage that needs no Spark (``publish``), run in the task's process.
+
+    Args:
+        stage: a key of :data:`jobs.pipeline.stages.STAGES`.
+        settings: the run's settings as JSON (templated: :func:`jobs.pipeline.settings.settings_arg`).
+        engine: ``local`` to give the stage a local executor (the reports render in its pool), else ``spark``
+            (templated: ``discover``'s choice, :func:`jobs.pipeline.stages.choose_engine`).
+        final: the run's last stage: after it, a job that failed validation fails the task
+            (``AirflowFailException``: a retry would publish the same again).
+
+    The task's log names each MLflow run and job report it produced (:func:`jobs.pipeline.stages.published_links`), and
+    its "MLflow runs" button (:class:`jobs.pipeline.links.MlflowRunsLink`) opens them. Returns the run ids (XCom).
+    """
+
+    template_fields = ("settings", "engine")
+    operator_extra_links = (MlflowRunsLink(),)
+
+    def __init__(self, *, stage: str, settings: str, engine: str = "spark", final: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.stage, self.settings, self.engine, self.final = stage, settings, engine, final
+        self.mlflow_page = ""
+
+    def execute(self, context) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException  # heavy: airflow, only inside a task
+
+        conf = json.loads(self.settings)
+        with local_engine((STAGES[self.stage],)) if self.engine == "local" else nullcontext() as engine:
+            record = run_stage(self.stage, conf, engine=engine)
+        for line in published_links(record):  # where this task's MLflow runs and job reports open
+            print(line, flush=True)
+        self.mlflow_page = published_page(record)
+        if self.final:
+            try:
+                check_validation(record)
+            except ValidationFailed as exc:
+                raise AirflowFailException(str(exc)) from exc
+        return record.get("run_ids", {})

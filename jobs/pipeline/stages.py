@@ -419,6 +419,16 @@ def published_links(record: dict) -> list[str]:
     return run_links(record["tracking_uri"], record["run_ids"])
 
 
+def published_page(record: dict) -> str:
+    """The one page of the ``publish`` stage's MLflow runs (:func:`jobs.publish.job_runs.runs_page`), ``""`` when there
+    is none."""
+    if not record.get("run_ids"):
+        return ""
+    from jobs.publish.job_runs import runs_page  # mlflow: loaded when asked (DAG parsing stays light)
+
+    return runs_page(record["tracking_uri"], record["run_ids"])
+
+
 def empty_interval(settings: RunSettings | dict) -> str:
     """Why an ingest run of ``settings`` has nothing to do: ``0 captures in 2026-12-03T16:00–17:00``."""
     s = settings if isinstance(settings, RunSettings) else RunSettings(**settings)

@@ -109,6 +109,24 @@ def run_links(tracking_uri: str, run_ids: dict[str, str]) -> list[str]:
     ]
 
 
+def runs_page(tracking_uri: str, run_ids: dict[str, str]) -> str:
+    """One web page for the published runs (Airflow's "MLflow runs" link): the run's page when there is one run, else
+    the experiment's page, on an ``http(s)://`` tracking server; ``""`` for any other tracking URI or no run.
+
+    Args:
+        run_ids: ``{"<job_id>#<attempt>": run_id}`` (the run record's ``run_ids``).
+    """
+    if not run_ids or not tracking_uri.startswith(("http://", "https://")):
+        return ""
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(EXPERIMENT)
+    eid = exp.experiment_id if exp is not None else "0"
+    if len(run_ids) == 1:
+        return run_link(tracking_uri, eid, next(iter(run_ids.values())))
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{eid}"
+
+
 def ready(pairs: Iterator[tuple[tuple[str, int], str]]) -> Callable[[tuple[str, int]], str]:
     """``run`` → its page, from :func:`jobs.publish.reports.render_reports`' ``(run, page)`` pairs, taken in order
     as they are asked for (the pages of the runs before it kept until asked)."""

@@ -179,8 +179,10 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1] if len(sys.argv) > 1 else None)
 heavy = sorted(m for m in ("pyspark", "pandas", "mlflow", "great_expectations", "pyarrow", "jobs.normalize.job")
                if m in sys.modules)
+from airflow import plugins_manager
+links = sorted(type(link).__name__ for link in plugins_manager.get_operator_extra_links())
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids),
-                  "heavy": heavy}))
+                  "heavy": heavy, "links": links}))
 """
 
 
@@ -192,6 +194,8 @@ def test_dag_folder_imports_with_zero_errors(stack):
     assert {"tracelake_ingest", "tracelake_fleet_report"} <= set(out["dags"])
     # DAG files only wire: parsing them imports no Spark, MLflow, GX (pandas/pyarrow may come with Airflow itself)
     assert not {"pyspark", "mlflow", "great_expectations", "jobs.normalize.job"} & set(out["heavy"]), out["heavy"]
+    # the tracelake plugin (an entry point of the package) registers the tasks' "MLflow runs" button with Airflow
+    assert "MlflowRunsLink" in out["links"], out["links"]
 
 
 RUN_DAGS = """
@@ -214,10 +218,13 @@ for name, path, var, logical_date, skip in args["runs"]:
                  "until": dr.data_interval_end.isoformat() if dr.data_interval_end else None,
                  "tasks": {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}}
 from airflow.models.asset import AssetEvent, AssetModel
+from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 with create_session() as s:
     out["asset_events"] = s.query(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).filter(
         AssetModel.name == "tracelake_warehouse").count()
+    out["links"] = {f"{x.dag_id}/{x.task_id}/{x.key}": x.value for x in s.query(XComModel).filter(
+        XComModel.key.like("_link_%"))}
 print("RESULT " + json.dumps(out))
 """
 
@@ -336,6 +343,12 @@ def test_mlflow_server_has_one_run_per_job_and_the_fleet_run(dag_runs):
         f"MLflow run of job dlrm (attempt 0): {page}; job report: {page}/artifacts/report/job_report.html"
         in dag_runs["log"].read_text(encoding="utf-8")
     )
+    # its "MLflow runs" button (an Airflow extra link, stored as an XCom when the task ends): the experiment's page
+    links = dag_runs["result"]["links"]
+    assert list(links) == ["tracelake_ingest/publish/_link_MlflowRunsLink"], links
+    assert f"{dag_runs['tracking_uri'].rstrip('/')}/#/experiments/{exp.experiment_id}" == links[
+        "tracelake_ingest/publish/_link_MlflowRunsLink"
+    ].strip('"'), links
 
     fleet = dag_runs["result"]["fleet"]
     assert fleet["state"] == "success", (fleet, dag_runs["log"])
