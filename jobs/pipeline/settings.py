@@ -43,8 +43,9 @@ VAR_STORAGE_OPTIONS = "tracelake_storage_options"
 VAR_SPARK_CONF = "tracelake_spark_conf"
 VAR_LOCAL_MAX_BYTES = "tracelake_local_max_bytes"
 
-#: Default of ``tracelake_local_max_bytes``: 64 MB of stored trace files, about a minute of local-executor work on
-#: two cores (``benchmarks/scheduled_path.py``); above it, a cluster's executors beat a task's own pool.
+#: Default of ``tracelake_local_max_bytes``: 64 MB of stored trace files, about three times fleet 1 of
+#: ``benchmarks/fleet_vs_hta.py`` (20.6 MB stored, 248.8 MB of JSON: 21.2 s on the local executor on two cores,
+#: ``benchmarks/cluster_path.py``), so about a minute by that rate; above it, a cluster's executors beat a task's pool.
 LOCAL_MAX_BYTES = 64_000_000
 
 #: Task id of the task that summarizes the interval (its XCom: :func:`jobs.pipeline.stages.discover_interval`, with

@@ -90,6 +90,15 @@ def publish_jobs(
     )
 
 
+def _experiment_id(tracking_uri: str) -> str:
+    """The id of the job runs' experiment (:data:`~jobs.publish.tracking.EXPERIMENT`) on ``tracking_uri``, ``"0"``
+    when it does not exist."""
+    from mlflow.tracking import MlflowClient  # heavy: mlflow
+
+    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(EXPERIMENT)
+    return exp.experiment_id if exp is not None else "0"
+
+
 def run_links(tracking_uri: str, run_ids: dict[str, str]) -> list[str]:
     """One line per published run: where it and its job report open (:func:`jobs.publish.tracking.run_link`).
 
@@ -98,10 +107,7 @@ def run_links(tracking_uri: str, run_ids: dict[str, str]) -> list[str]:
     """
     if not run_ids:
         return []
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(EXPERIMENT)
-    eid = exp.experiment_id if exp is not None else "0"
+    eid = _experiment_id(tracking_uri)
     return [
         f"MLflow run of job {key.rsplit('#', 1)[0]} (attempt {key.rsplit('#', 1)[1]}): "
         f"{run_link(tracking_uri, eid, run_id)}; job report: {run_link(tracking_uri, eid, run_id, JOB_REPORT_ARTIFACT)}"
@@ -118,10 +124,7 @@ def runs_page(tracking_uri: str, run_ids: dict[str, str]) -> str:
     """
     if not run_ids or not tracking_uri.startswith(("http://", "https://")):
         return ""
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(EXPERIMENT)
-    eid = exp.experiment_id if exp is not None else "0"
+    eid = _experiment_id(tracking_uri)
     if len(run_ids) == 1:
         return run_link(tracking_uri, eid, next(iter(run_ids.values())))
     return f"{tracking_uri.rstrip('/')}/#/experiments/{eid}"

@@ -313,3 +313,19 @@ def test_the_interval_summary_counts_the_stored_bytes_and_chooses_the_engine(tmp
         "64.0 MB in 9 file(s) >= 64.0 MB (tracelake_local_max_bytes): Spark"
     )
     assert choose_engine(found, max_bytes=0)[0] == "spark"  # 0: always Spark
+
+
+def test_the_local_threshold_variable_reads_bytes_and_names_a_bad_value(monkeypatch):
+    from airflow.sdk import Variable
+
+    from jobs.pipeline.settings import LOCAL_MAX_BYTES, VAR_LOCAL_MAX_BYTES, local_max_bytes
+
+    values: dict[str, str] = {}
+    monkeypatch.setattr(Variable, "get", staticmethod(lambda key, default=None: values.get(key, default)))
+    assert local_max_bytes() == LOCAL_MAX_BYTES == 64_000_000  # not set: the default
+    values[VAR_LOCAL_MAX_BYTES] = " 0 "
+    assert local_max_bytes() == 0  # always Spark
+    for bad in ("64MB", "-1", "1e6"):
+        values[VAR_LOCAL_MAX_BYTES] = bad
+        with pytest.raises(ValueError, match=f"tracelake_local_max_bytes must be a number of bytes .*'{bad}'"):
+            local_max_bytes()
