@@ -10,7 +10,8 @@
 #   infra/local/airflow.sh stop                # SIGTERM each running process (it ends its children) and the
 #                                              # groups of dead ones (<home>/<name>.groups: a restarted
 #                                              # scheduler's predecessor), every group again after half the
-#                                              # grace, SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90)
+#                                              # grace, SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90;
+#                                              # a dead one's group after $TRACELAKE_AIRFLOW_ORPHAN_GRACE_S s, 10)
 #   infra/local/airflow.sh standalone [--port P]  # foreground `airflow standalone`; Ctrl-C stops everything
 #   eval "$(infra/local/airflow.sh env)"       # this shell's `airflow` CLI on the same home, e.g.
 #                                              #   airflow dags unpause tracelake_ingest
@@ -129,8 +130,11 @@ stop_all() {  # one component after the other (the scheduler first: its executor
   # waits on that lock for ever), and to the groups of earlier processes that died (their workers have no one to
   # ask); SIGTERM to every group after half the grace (a scheduler waiting for its running tasks stops waiting:
   # "Signal again if you don't want to wait"), SIGKILL after $TRACELAKE_AIRFLOW_STOP_GRACE_S s (default 90: a loaded
-  # scheduler took over 30 s), naming the processes still there
-  local name pid groups g t left grace="${TRACELAKE_AIRFLOW_STOP_GRACE_S:-90}" started
+  # scheduler took over 30 s), naming the processes still there. A dead process's group gets SIGKILL after
+  # $TRACELAKE_AIRFLOW_ORPHAN_GRACE_S s (default 10): its idle LocalExecutor workers and log server ignore SIGTERM
+  # (they wait for their parent's queue), which held every `stop` after a scheduler restart for the full grace
+  local name pid groups g t left orphans grace="${TRACELAKE_AIRFLOW_STOP_GRACE_S:-90}" started
+  local orphan_grace="${TRACELAKE_AIRFLOW_ORPHAN_GRACE_S:-10}"
   for name in "${components[@]}"; do
     pid="$(pid_of "$name")" || pid=""
     groups="$( { [ -n "$pid" ] && echo "$pid"; cat "$AIRFLOW_HOME/$name.groups" 2>/dev/null || true; } | sort -u)"
@@ -141,6 +145,13 @@ stop_all() {  # one component after the other (the scheduler first: its executor
     for t in $(seq 1 $((grace * 5))); do
       left=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && left="$left $g"; done
       [ -z "$left" ] && break
+      if [ "$t" -eq $((orphan_grace * 5)) ]; then
+        orphans=""; for g in $left; do [ "$g" != "$pid" ] && orphans="$orphans $g"; done
+        if [ -n "$orphans" ]; then
+          echo "airflow $name: process groups$orphans of a dead $name still running after $orphan_grace s: SIGKILL" >&2
+          for g in $orphans; do kill -KILL -- "-$g" 2>/dev/null || true; done
+        fi
+      fi
       if [ "$t" -eq $((grace * 5 / 2)) ]; then
         echo "airflow $name: process groups$left still running after $((grace / 2)) s: SIGTERM again" >&2
         for g in $left; do kill -TERM -- "-$g" 2>/dev/null || true; done

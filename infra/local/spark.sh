@@ -12,7 +12,9 @@
 #                                                      # jars) on master M (default: this cluster's when it runs,
 #                                                      # else local[*]); waits until it listens; last stdout line:
 #                                                      # its URL sc://127.0.0.1:15002 (else a free port);
-#                                                      # `tracelake run --master local-connect` finds it
+#                                                      # `tracelake run --master local-connect` finds it;
+#                                                      # executors idle $TRACELAKE_SPARK_IDLE_TIMEOUT_S s (30)
+#                                                      # are given back to the cluster
 #   infra/local/spark.sh connect-url [--dir D]        # print the sc:// URL of the running Connect server
 #   infra/local/spark.sh stop   [--dir D]             # SIGTERM the Connect server, workers (with their executors),
 #                                                      # then the master; wait (SIGKILL after 30 s)
@@ -200,17 +202,19 @@ print("connect", s.getsockname()[1])
 s.close()
 PY
     cport="$(port_of connect connect.port)"
-    # on a cluster the server is one long-running application: it gives its executors back after 30 s idle, those
-    # holding shuffle or cached data too (dynamic allocation with shuffle tracking: no external shuffle service), so
-    # other applications get cores too
+    # on a cluster the server is one long-running application: it gives its executors back after
+    # $TRACELAKE_SPARK_IDLE_TIMEOUT_S s idle (default 30), those holding shuffle or cached data too (dynamic allocation
+    # with shuffle tracking: no external shuffle service), so other applications get cores too; a longer timeout
+    # keeps them for the next stage of a DAG run (each new executor is a JVM and Python workers to start)
+    idle="${TRACELAKE_SPARK_IDLE_TIMEOUT_S:-30}s"
     setsid "$SPARK_HOME/bin/spark-submit" --class org.apache.spark.sql.connect.service.SparkConnectServer \
       --name tracelake-connect --master "$connect_master" \
       --conf spark.connect.grpc.binding.address=127.0.0.1 --conf spark.connect.grpc.binding.port="$cport" \
       --conf spark.ui.enabled=false --conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1 \
       --conf spark.executor.memory="${TRACELAKE_EXECUTOR_MEMORY:-1g}" --conf spark.executor.cores="${TRACELAKE_EXECUTOR_CORES:-1}" \
       --conf spark.dynamicAllocation.enabled=true --conf spark.dynamicAllocation.shuffleTracking.enabled=true \
-      --conf spark.dynamicAllocation.executorIdleTimeout=30s --conf spark.dynamicAllocation.shuffleTracking.timeout=30s \
-      --conf spark.dynamicAllocation.cachedExecutorIdleTimeout=30s \
+      --conf spark.dynamicAllocation.executorIdleTimeout="$idle" --conf spark.dynamicAllocation.shuffleTracking.timeout="$idle" \
+      --conf spark.dynamicAllocation.cachedExecutorIdleTimeout="$idle" \
       ${TRACELAKE_CONNECT_JAVA_OPTIONS:+--driver-java-options "$TRACELAKE_CONNECT_JAVA_OPTIONS"} \
       > "$dir/connect.log" 2>&1 < /dev/null &
     echo $! > "$dir/connect.pid"

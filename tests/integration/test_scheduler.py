@@ -4,13 +4,15 @@ through three faults.
 
 Processes, every one on loopback and stopped by pid at the end: ``infra/local/airflow.sh`` (scheduler,
 dag-processor, triggerer, api-server; LocalExecutor), ``infra/local/spark.sh`` (a master, two workers and a Spark
-Connect server on them; the ``spark_tracelake`` connection points at the server, so every Spark stage runs in its task
-as a client of that one long-running application, whose executors are other JVMs and Python workers; the Variable
-``tracelake_local_max_bytes`` is 0, so even these small intervals go to the cluster), SeaweedFS (S3 with real credentials, which the stages take from the
-Variable ``tracelake_storage_options`` and the Spark workers from their own environment) and ``infra/local/mlflow.sh``. The DAG files are ``dags/`` as
-shipped; the environment gives the ingest DAG intervals of a few seconds (``$TRACELAKE_INGEST_SCHEDULE`` as an
-ISO 8601 duration, ``_START``, ``_END``: :func:`jobs.pipeline.settings.ingest_schedule`), 3 task retries and 5 s
-between them.
+Connect server on them; the ``spark_tracelake`` connection points at the server, so a Spark stage runs in its task
+as a client of that one long-running application, whose executors are other JVMs and Python workers), SeaweedFS (S3
+with real credentials, which the stages take from the Variable ``tracelake_storage_options`` and the Spark workers
+from their own environment) and ``infra/local/mlflow.sh``. The DAG files are ``dags/`` as shipped; the environment
+gives the ingest DAG intervals of a few seconds (``$TRACELAKE_INGEST_SCHEDULE`` as an ISO 8601 duration, ``_START``,
+``_END``: :func:`jobs.pipeline.settings.ingest_schedule`), 3 task retries and 5 s between them, and the Variable
+``tracelake_local_max_bytes`` :data:`LOCAL_MAX_BYTES`: interval 2 (3.7 MB) runs on the cluster, intervals 1 and 3
+(0.1 and 2.8 MB) on the local executor in each task, as a deployment sends small intervals (both engines write the
+same warehouse).
 
 Captures land in three consecutive intervals: a real 2-rank gloo DDP job through ``capture_hooks`` (S3
 sink), corpus DLRM ranks uploaded with schema-valid manifests, and one capture created (trace and
@@ -19,13 +21,13 @@ take it (its commit time is the second interval's), the second must, the third m
 of the three intervals (``airflow backfill create``, one run at a time) runs them through the scheduler;
 each ``publish`` emits the warehouse Asset, which triggers the fleet report.
 
-Faults, one per interval, injected while the backfill runs:
-1. interval 1, as soon as ``normalize`` runs: the S3 server is stopped for 15 s. The task must fail (the
-   landing zone cannot be read: :mod:`jobs.landing.store`; nothing may be quarantined) and its retry succeed.
+Faults, injected while the backfill runs:
+1. interval 2, as soon as ``normalize`` runs on the cluster: the S3 server is stopped for 15 s. The task must fail
+   (the landing zone cannot be read: :mod:`jobs.landing.store`; nothing may be quarantined) and its retry succeed.
 2. interval 2, while ``analyze``'s tasks run: ``kill -9`` of one Spark worker with its executor of the Connect
    server's application and its Python workers (a lost node); Spark reruns the lost tasks, or the Airflow task
-   retries; the server lives on. The worker is
-   then started again (``spark.sh start`` restarts dead workers), as a supervisor would.
+   retries; the server lives on. The worker is then started again (``spark.sh start`` restarts dead workers), as a
+   supervisor would.
 3. interval 3, while ``normalize`` runs: ``kill -9`` of the scheduler, then ``airflow.sh start`` starts it
    again (only it); the run must finish.
 
@@ -91,6 +93,13 @@ INTERVAL_S = 30
 S3_CLIENT = {
     "config_kwargs": {"retries": {"max_attempts": 2, "mode": "standard"}, "connect_timeout": 3, "read_timeout": 10}
 }
+#: The Variable ``tracelake_local_max_bytes``: between interval 3's 2.8 MB (the three DLRM ranks, 2,772,270 bytes) and
+#: interval 2's 3.7 MB, so that interval 2 (faults 1 and 2) runs on the cluster and the others on the local executor.
+LOCAL_MAX_BYTES = 3_200_000
+#: How long the Connect server keeps an idle executor (``spark.sh``'s ``$TRACELAKE_SPARK_IDLE_TIMEOUT_S``): through
+#: interval 2, whose validating tasks keep the executors idle for minutes on a loaded machine; a new executor is a JVM
+#: and Python workers to start on 2 shared cores.
+SPARK_IDLE_TIMEOUT_S = 900
 #: The application name of ``infra/local/spark.sh connect``'s server: the one application the Spark stages run in.
 CONNECT_APP = "tracelake-connect"
 
@@ -268,7 +277,7 @@ def _log_path(home: Path, run_id: str, task_id: str, attempt: int) -> Path:
 def _stop_s3_during_normalize(db: Path, home: Path, run: dict, s3) -> dict:  # noqa: F811
     """Fault 1: the S3 server stopped for :data:`S3_DOWN_S` s from the moment the ``normalize`` stage starts
     (its task log says ``tracelake normalize: starting``, once its Spark session is up)."""
-    ti = _wait(lambda: _running(db, run["run_id"], "normalize"), "interval 1: normalize running", 900)
+    ti = _wait(lambda: _running(db, run["run_id"], "normalize"), "interval 2: normalize running", 900)
     log = _log_path(home, run["run_id"], "normalize", ti["try_number"])
     _wait(
         lambda: log.exists() and "tracelake normalize: starting" in log.read_text(errors="replace"),
@@ -344,7 +353,7 @@ def _kill_scheduler_during_normalize(db: Path, run: dict, home: Path, restart) -
     """Fault 3: ``kill -9`` of the scheduler (its pid only: the task processes it forked go on) while
     interval 3's ``normalize`` runs, then ``restart()`` (``airflow.sh start``, which starts only it)."""
     _wait(lambda: _running(db, run["run_id"], "normalize"), "interval 3: normalize running", 900)
-    time.sleep(3)
+    time.sleep(1)  # the task has started (its local-executor stage takes seconds)
     pid = int((home / "scheduler.pid").read_text())
     fault = {"run_id": run["run_id"], "task": "normalize", "scheduler_pid": pid, "killed_at": _now()}
     os.kill(pid, signal.SIGKILL)
@@ -368,7 +377,10 @@ def cluster(s3, tmp_path_factory):  # noqa: F811
     """The Spark cluster and its Spark Connect server (``spark.sh connect``: ``cluster.connect_url``); its workers hold
     the S3 server's credentials, as a worker machine's own would be (an instance role): the executors write the
     warehouse's data files."""
-    with running_cluster(tmp_path_factory.mktemp("spark-cluster"), extra_env=s3.env) as c:
+    with running_cluster(
+        tmp_path_factory.mktemp("spark-cluster"),
+        extra_env={**s3.env, "TRACELAKE_SPARK_IDLE_TIMEOUT_S": str(SPARK_IDLE_TIMEOUT_S)},
+    ) as c:
         started = c.script("connect", timeout=200)
         assert started.returncode == 0, started.stderr[-3000:]
         c.connect_url = started.stdout.strip().splitlines()[-1]
@@ -424,7 +436,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
         TRACELAKE_STORAGE_OPTIONS=json.dumps({**s3.storage_options, **S3_CLIENT}),
         GX_ANALYTICS_ENABLED="false",
         TRACELAKE_SPARK_MASTER=cluster.connect_url,  # the Spark stages are clients of the cluster's Connect server
-        TRACELAKE_LOCAL_MAX_BYTES="0",  # every interval on the cluster (the faults are Spark's), however small
+        TRACELAKE_LOCAL_MAX_BYTES=str(LOCAL_MAX_BYTES),  # interval 2 on the cluster, 1 and 3 in their tasks
         PYSPARK_PYTHON=PYTHON,
         TRACELAKE_INGEST_SCHEDULE=f"PT{INTERVAL_S}S",  # intervals of seconds: a duration, not cron
         TRACELAKE_INGEST_START=marks[0].isoformat(),
@@ -513,7 +525,7 @@ def scheduled(s3, mlflow_server, cluster, tmp_path_factory, torch_corpus):  # no
             120,
         )
         faults = {
-            "s3_down": _stop_s3_during_normalize(db, home, backfill[0], s3),
+            "s3_down": _stop_s3_during_normalize(db, home, backfill[1], s3),
             "worker_killed": _kill_worker_during_analyze(db, backfill[1], cluster),
         }
 
@@ -586,6 +598,14 @@ def test_backfill_runs_every_interval_and_the_asset_triggers_the_fleet_report(sc
     for r in backfill:
         states = {ti["task_id"]: ti["state"] for ti in _task_instances(scheduled["db"], INGEST_DAG, r["run_id"])}
         assert states == {t: "success" for t in ("settings", "discover", *(st.name for st in INGEST))}, (r, states)
+    # discover chose the engine by the interval's bytes: interval 2 on the cluster, 1 and 3 in their tasks
+    engines = []
+    for r in backfill:
+        line = next(x for x in _log(scheduled["home"], r["run_id"], "discover", 1).splitlines() if "engine: " in x)
+        engines.append(
+            "local" if "the local executor in each task" in line else "spark" if "): Spark" in line else line
+        )
+    assert engines == ["local", "spark", "local"], engines
     fleet = scheduled["fleet"]
     assert fleet and all(r["state"] == "success" for r in fleet), fleet
     # unpausing runs the latest daily interval (catchup=False), and a UTC midnight the test runs across that day's;
