@@ -21,6 +21,7 @@ from schemas.tables import (  # noqa: F401
     HOST_HEALTH,
     KERNELS,
     NEURON_SUMMARY,
+    OP_EFFICIENCY,
     RANKS,
     REGRESSIONS,
     RULE_COVERAGE,

@@ -277,6 +277,33 @@ class Kernels(_Answer):
     page: Page
 
 
+class OpEfficiencyRow(_Model):
+    op_name: str
+    shape_sig: str = Field(description="The tensor inputs' sizes as recorded.")
+    dtype: str
+    kind: str | None = Field(description="gemm, conv, attention, elementwise or normalization.")
+    n_ranks: int
+    n_calls: int
+    kernel_time_ns: int = Field(description="Σ duration of the kernels the calls launched (all ranks), ns.")
+    achieved_tflops: float | None
+    achieved_gbps: float | None
+    peak_flops_pct: float | None = Field(description="% of the device's datasheet peak FLOP/s for the dtype.")
+    peak_bandwidth_pct: float | None = Field(description="% of its memory bandwidth (above 100: on-chip cache).")
+    bound: str | None = Field(description="compute, memory or cache (roofline side); null without a peak.")
+    top_kernel: str | None
+
+
+class OpEfficiency(_Answer):
+    """``op_efficiency``: one job's ops with recorded shapes against the device's roofline, most kernel time first."""
+
+    job_id: str
+    attempt: int
+    device_names: list[str]
+    peak_sources: list[str] = Field(description="The datasheets the peaks come from, or why a device has none.")
+    ops: list[OpEfficiencyRow]
+    page: Page
+
+
 class MetricDelta(_Model):
     metric: str
     a: float | None
@@ -467,6 +494,7 @@ TOOL_ANSWERS: dict[str, type[_Model]] = {
     "critical_path": CriticalPath,
     "collectives": Collectives,
     "kernels": Kernels,
+    "op_efficiency": OpEfficiency,
     "compare": Comparison,
     "regressions": Regressions,
     "fleet_stats": FleetStats,

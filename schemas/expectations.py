@@ -10,7 +10,8 @@ Great Expectations 1.x expectation and runs it on a pandas or Spark batch. Rules
   (``*_ratio``), hours (``*_hours``, ``*_per_day``), queue lengths, ids/positions (``attempt``, ``rank``,
   ``event_id``, ``depth``, ``segment``, ``call_index``, ``run_index``, ``device_index``);
   ``world_size``/``group_size``/``rank_order``/``impact_rank``/``kernel_rank``/``window_days`` ≥ 1.
-* **range**: ``*_pct`` in [0, 100] except changes and excesses (``change_pct``, ``step_excess_p50_pct``);
+* **range**: ``*_pct`` in [0, 100] except changes and excesses (``change_pct``, ``step_excess_p50_pct``) and shares
+  of a memory bandwidth that cache can exceed (``peak_bandwidth_pct``, ``roofline_pct``: ≥ 0);
   ``confidence`` and ``p_value`` in [0, 1].
 * **value sets**: enumerated columns (``captures.status``, ``events.ph``, ``critical_path.bound_by``, …)
   take only the back-quoted values their doc lists (:func:`value_set`).
@@ -43,6 +44,9 @@ _SIGNED_NS = frozenset({"base_time_ns", "clock_offset_ns", "step_excess_p50_ns"}
 _SIGNED_PCT = frozenset(
     {"change_pct", "step_excess_p50_pct", "change_est_pct", "change_ci_low_pct", "change_ci_high_pct"}
 )
+#: Percentages of a device's memory bandwidth: ≥ 0, and above 100 when on-chip cache served the operands
+#: (``op_efficiency.bound`` = ``cache``); ``peak_flops_pct`` keeps the 0–100 range (no kernel beats its peak FLOP/s).
+_CACHE_PCT = frozenset({"peak_bandwidth_pct", "roofline_pct"})
 #: Integer columns that are ids, positions or counts (≥ 0) without a unit suffix.
 _NON_NEGATIVE = frozenset(
     {
@@ -74,6 +78,8 @@ ENUM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("events", "source"),
     ("events", "ph"),
     ("kernels", "kernel_type"),
+    ("op_efficiency", "kind"),
+    ("op_efficiency", "bound"),
     ("critical_path", "scope"),
     ("critical_path", "bound_by"),
     ("fleet_stats", "dimension"),
@@ -370,6 +376,18 @@ def checks_for(table: Table | str, n_discovered: int | None = None) -> list[Chec
         if not _numeric(c.type):
             continue
         if c.name in _SIGNED_PCT:
+            continue
+        if c.name in _CACHE_PCT:
+            out.append(
+                Check(
+                    f"non_negative:{c.name}",
+                    "between",
+                    (c.name,),
+                    0,
+                    None,
+                    doc="A share of the memory bandwidth: ≥ 0 (above 100 when served from cache).",
+                )
+            )
             continue
         if c.name.endswith("_pct"):
             out.append(

@@ -521,6 +521,63 @@ KERNELS = Table(
     key=("job_id", "attempt", "rank", "capture_id", "step", "name"),
 )
 
+OP_EFFICIENCY = Table(
+    name="op_efficiency",
+    doc="One row per (job, attempt, rank, capture, op name, shape signature, dtype) of the ops whose work the recorded "
+    "shapes determine (GEMM, convolution, attention, elementwise, normalization: jobs/analyze/efficiency/perf_model.py): "
+    "the device time of the kernels each call launched (charged to the innermost modelled op above the launch) "
+    "against the device's datasheet roofline (jobs/analyze/efficiency/devices.py). AMD TraceLens PerfModel/TreePerf; "
+    "Williams et al., Roofline, CACM 2009.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture of this rank.", False),
+        Column("device_name", _STR, "Accelerator name (`captures.device_name`): the key of the datasheet peaks."),
+        Column("op_name", _STR, "CPU op that launched the kernels (`aten::addmm`, …).", False),
+        Column("kind", _STR, "Formula family: `gemm`, `conv`, `attention`, `elementwise` or `normalization`.", False),
+        Column("shape_sig", _STR, "The tensor inputs' sizes as recorded (`[5185,1024]x[1024,1024]`).", False),
+        Column("dtype", _STR, "`Input type` of the first tensor input (`c10::BFloat16`, `float`, …).", False),
+        Column("precision", _STR, "Its precision class (`bf16`, `fp16`, `fp32`, `fp8`, `fp64`): the peak used."),
+        Column("n_calls", _I64, "Calls of the op that launched kernels."),
+        Column("n_kernels", _I64, "Kernels they launched."),
+        Column("kernel_time_ns", _I64, "Σ duration of those kernels, ns."),
+        Column("kernel_time_per_call_ns", _F64, "kernel_time_ns / n_calls, ns."),
+        Column("flops_per_call", _F64, "FLOPs of one call from its shapes (multiply-accumulate = 2), FLOP."),
+        Column("bytes_per_call", _F64, "Compulsory memory traffic of one call (operands once, result once), bytes."),
+        Column("intensity", _F64, "Arithmetic intensity flops_per_call / bytes_per_call, FLOP/byte."),
+        Column("achieved_tflops", _F64, "n_calls × flops_per_call / kernel_time, TFLOP/s."),
+        Column("achieved_gbps", _F64, "n_calls × bytes_per_call / kernel_time, GB/s."),
+        Column(
+            "peak_tflops", _F64, "Datasheet dense peak of the device for the precision, TFLOP/s; null when unknown."
+        ),
+        Column("peak_gbps", _F64, "Datasheet memory bandwidth of the device, GB/s; null when unknown."),
+        Column("peak_flops_pct", _F64, "achieved_tflops / peak_tflops × 100, %."),
+        Column(
+            "peak_bandwidth_pct",
+            _F64,
+            "achieved_gbps / peak_gbps × 100, %; above 100 when the operands came from on-chip cache (bound `cache`).",
+        ),
+        Column("roofline_pct", _F64, "Achieved over attainable FLOP/s (the larger of the two above), %."),
+        Column(
+            "bound",
+            _STR,
+            "Roofline side: `compute` (intensity ≥ the device's ridge point), `memory`, or `cache` (faster than device "
+            "memory allows); null without a peak.",
+        ),
+        Column("top_kernel", _STR, "The group's longest kernel."),
+        Column(
+            "top_kernel_launch",
+            _STR,
+            "Its launch arguments as JSON (`grid`, `block`, `registers per thread`, `shared memory`, "
+            "`est. achieved occupancy %` as Kineto records them).",
+        ),
+        Column("peak_source", _STR, "The datasheet of the peaks, or why there is none (unknown device, no such peak)."),
+    ),
+    stage="analyze",
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id", "op_name", "shape_sig", "dtype"),
+)
+
 COLLECTIVES = Table(
     name="collectives",
     doc="One row per collective call per rank, matched across the ranks of a job by process group and call "
@@ -1220,6 +1277,7 @@ TABLES: dict[str, Table] = {
         STEPS,
         RANKS,
         KERNELS,
+        OP_EFFICIENCY,
         COLLECTIVES,
         CRITICAL_PATH,
         FINDINGS,

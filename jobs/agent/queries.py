@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from jobs.agent.paging import bounded, fingerprint
+from jobs.analyze.efficiency.ops import job_op_groups
 from jobs.analyze.findings.ranking import findings_document
 from jobs.common.floats import finite_float as _num
 from jobs.common.ids import safe_date, safe_id, safe_index
@@ -601,6 +602,51 @@ def kernels(
     return bounded(
         rows,
         lambda r, page: A.Kernels(job_id=job_id, attempt=attempt, total_kernel_ns=total, kernels=r, page=page),
+        q,
+        cursor,
+        top,
+    )
+
+
+def op_efficiency(
+    warehouse: str, job_id: str, attempt: int | None = None, top: int | None = None, cursor: str | None = None
+) -> A.OpEfficiency:
+    """One job's modelled ops per (op, shapes, dtype) over all ranks against the device's datasheet roofline
+    (``op_efficiency`` table, :func:`jobs.analyze.efficiency.ops.job_op_groups`), ``top`` per page (default 50).
+
+    Raises:
+        NotFound: no such job or attempt.
+    """
+    job_id = _job_id(job_id)
+    attempt = _attempt_of(warehouse, job_id, attempt)
+    rows = _of_attempt(_read(warehouse, "op_efficiency", [job_id]), attempt)
+    g = job_op_groups(rows) if len(rows) else pd.DataFrame()
+    ops = [
+        A.OpEfficiencyRow(
+            op_name=str(r.op_name),
+            shape_sig=str(r.shape_sig),
+            dtype=str(r.dtype),
+            kind=_str(r.kind),
+            n_ranks=int(r.n_ranks),
+            n_calls=int(r.n_calls),
+            kernel_time_ns=int(r.kernel_time_ns),
+            achieved_tflops=_num(r.achieved_tflops),
+            achieved_gbps=_num(r.achieved_gbps),
+            peak_flops_pct=_num(r.peak_flops_pct),
+            peak_bandwidth_pct=_num(r.peak_bandwidth_pct),
+            bound=_str(r.bound),
+            top_kernel=_str(r.top_kernel),
+        )
+        for r in g.itertuples()
+    ]
+    names = sorted({str(v) for v in rows["device_name"].dropna()}) if len(rows) else []
+    sources = sorted({str(v) for v in rows["peak_source"].dropna()}) if len(rows) else []
+    q = fingerprint("op_efficiency", dict(job_id=job_id, attempt=attempt))
+    return bounded(
+        ops,
+        lambda r, page: A.OpEfficiency(
+            job_id=job_id, attempt=attempt, device_names=names, peak_sources=sources, ops=r, page=page
+        ),
         q,
         cursor,
         top,

@@ -1,7 +1,7 @@
 """``tracelake mcp``: a Model Context Protocol server over one warehouse (MCP Python SDK 2.x, ``MCPServer``).
 
 Tools (answers: :mod:`schemas.agent`, every one bounded and paged): ``list_jobs``, ``job_summary``,
-``findings``, ``critical_path``, ``collectives``, ``kernels``, ``compare``, ``regressions``,
+``findings``, ``critical_path``, ``collectives``, ``kernels``, ``op_efficiency``, ``compare``, ``regressions``,
 ``fleet_stats``, ``fleet_findings``, ``host_health`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
 ``sql``: one read-only Spark SQL query over the warehouse views (:mod:`jobs.agent.readonly_sql`) on a
 Spark session started in the background when the server starts. Resources: the table schemas and
@@ -39,11 +39,12 @@ SQL_MAX_ROWS, SQL_TIMEOUT_S = 500, 30.0
 FINDINGS_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "findings.v1.json"
 
 INSTRUCTIONS = """tracelake holds every profiled training job of the fleet: per rank and ProfilerStep the HTA
-temporal breakdown (idle / compute / non-compute), kernels, collectives, the critical path, ranked
+temporal breakdown (idle / compute / non-compute), kernels, op efficiency against the device's roofline,
+collectives, the critical path, ranked
 bottleneck findings with evidence and recommendations, fleet statistics and regressions between runs.
 Start with list_jobs, fleet_findings (what would recover the most accelerator-hours) or findings (no
 job_id: the fleet's largest estimated losses per step), then job_summary,
-critical_path, collectives, kernels for one job; compare two runs; sql for anything else (read-only
+critical_path, collectives, kernels, op_efficiency for one job; compare two runs; sql for anything else (read-only
 Spark SQL over the tables named in the tracelake://schemas/tables resources). Times are ns, shares %.
 Answers are paged: when page.truncated is true, call again with cursor=page.next_cursor."""
 
@@ -229,6 +230,17 @@ def build_server(
     ) -> A.Kernels:
         """One job's top kernels by total time over all ranks and steps."""
         return answer(queries.kernels, job_id, attempt=attempt, top=top, cursor=cursor)
+
+    @tool
+    def op_efficiency(
+        job_id: JobId,
+        attempt: Attempt = None,
+        top: Annotated[int | None, Field(description="Op groups per page (default 50).", ge=1)] = None,
+        cursor: Cursor = None,
+    ) -> A.OpEfficiency:
+        """One job's ops (op, shapes, dtype) against the device's datasheet roofline: kernel time, achieved
+        TFLOP/s and GB/s, % of peak, compute- or memory-bound; most kernel time first."""
+        return answer(queries.op_efficiency, job_id, attempt=attempt, top=top, cursor=cursor)
 
     @tool
     def compare(

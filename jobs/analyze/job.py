@@ -1,11 +1,12 @@
-"""``jobs.analyze``: ``events`` → ``steps``, ``ranks``, ``kernels``, ``collectives``, ``critical_path``.
+"""``jobs.analyze``: ``events`` → ``steps``, ``ranks``, ``kernels``, ``op_efficiency``, ``collectives``, ``critical_path``.
 
 extract: the ``events`` of the jobs to analyze (partition-pruned on ``job_id``).
 transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
 
 1. per (job, attempt, rank, capture), in parallel — :func:`rank_stage`: HTA-parity step and rank
-   statistics (:mod:`jobs.analyze.hta.breakdown`), kernel statistics, the rank's critical path and its
-   legs between collectives (:mod:`jobs.analyze.critical_path.rank`), its communication calls
+   statistics (:mod:`jobs.analyze.hta.breakdown`), kernel statistics, op efficiency against the device's
+   roofline (:mod:`jobs.analyze.efficiency.ops`; the driver adds the peaks of the captures' devices), the rank's
+   critical path and its legs between collectives (:mod:`jobs.analyze.critical_path.rank`), its communication calls
    (:mod:`jobs.analyze.collectives.calls`); Neuron device profiles get their device critical path;
 2. per (job, attempt) — :func:`job_stage`: collectives matched across ranks (wait, skew, bus
    bandwidth, clock offsets) and the cross-rank critical path stitched from the per-rank legs.
@@ -34,6 +35,7 @@ import pyarrow.dataset as ds
 from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_collectives
 from jobs.analyze.critical_path.cross_rank import job_critical_path
 from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_path
+from jobs.analyze.efficiency.ops import add_device_peaks, op_efficiency
 from jobs.analyze.findings.coverage import rule_coverage
 from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
 from jobs.analyze.findings.rules import SYNC_NAMES
@@ -99,7 +101,8 @@ def _with_identity(tbl: pa.Table, trace: RankTrace) -> pa.Table:
 def rank_tables(events: pa.Table) -> dict[str, pa.Table]:
     """Stage 1 for the events of one (job, attempt, rank, capture): every per-rank output.
 
-    Tables: ``steps``, ``ranks``, ``kernels``, ``critical_path`` (scope ``rank``), and the inputs of
+    Tables: ``steps``, ``ranks``, ``kernels``, ``op_efficiency`` (peaks null: :func:`op_efficiency_with_captures`),
+    ``critical_path`` (scope ``rank``), and the inputs of
     stage 2: ``_calls`` (:data:`jobs.analyze.collectives.calls.CALLS_SCHEMA`) and ``_legs``
     (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`), each :func:`conform`-ed. The events
     are typed once into a :class:`~jobs.analyze.trace.model.RankTrace` that every per-rank analysis
@@ -118,6 +121,8 @@ def rank_tables(events: pa.Table) -> dict[str, pa.Table]:
         "steps": steps,
         "ranks": ranks,
         "kernels": _with_identity(kernel_table(trace), trace),
+        # the device's peaks once the driver has the captures' device names (_DRIVER_WRITES)
+        "op_efficiency": pa.Table.from_pandas(op_efficiency(trace), preserve_index=False),
         "critical_path": segments,
         "_legs": legs,
         "_calls": comm_calls(trace),
@@ -251,8 +256,8 @@ def _analyze_spark(spark, warehouse: str, job_ids, captures: pa.Table) -> dict[s
         for name in OUTPUT_TABLES:
             if not counts[name]:  # no rows (e.g. Neuron-only batches have no steps): the jobs' old rows go
                 write_table(OUTPUT_TABLES[name].empty(), warehouse, name, jobs)
-            elif name == "ranks":
-                write_table(ranks_with_captures(_rows(out, name).toArrow(), captures), warehouse, name, jobs)
+            elif name in _DRIVER_WRITES:
+                write_table(_DRIVER_WRITES[name](_rows(out, name).toArrow(), captures), warehouse, name, jobs)
             else:  # critical_path (~0.45 rows per event) is written by every partition, the small ones as one file
                 df = _rows(out, name)
                 write_table(df if name == "critical_path" else df.coalesce(1), warehouse, name, jobs)
@@ -263,11 +268,6 @@ def _analyze_spark(spark, warehouse: str, job_ids, captures: pa.Table) -> dict[s
 
 
 # --------------------------------------------------------------------------- the local executor
-
-
-#: Output tables the driver writes (it adds the captures' columns to the workers' rows); the workers stage every
-#: other output table, so a newly declared one is written without being listed anywhere.
-_DRIVER_WRITES = ("ranks",)
 
 
 def _stage_outputs(tables: dict[str, pa.Table], folder: str) -> dict[str, int]:
@@ -290,7 +290,7 @@ def _rank_task(args: tuple) -> dict:
     return {
         "job": (job_id, attempt),
         "counts": _stage_outputs(tables, folder),
-        **{k: tables[k] for k in ("ranks", *_INTERNAL) if k in tables},
+        **{k: tables[k] for k in (*_DRIVER_WRITES, *_INTERNAL) if k in tables},
     }
 
 
@@ -329,9 +329,9 @@ def _analyze_local(ex, warehouse: str, job_ids, captures: pa.Table, work: str) -
     for name in OUTPUT_TABLES:
         if not counts[name]:  # no rows: the jobs' old rows go
             write_table(OUTPUT_TABLES[name].empty(), warehouse, name, jobs)
-        elif name in _DRIVER_WRITES:  # ranks
-            ranks = pa.concat_tables([r["ranks"] for r in results if "ranks" in r])
-            write_table(ranks_with_captures(ranks, captures), warehouse, name, jobs)
+        elif name in _DRIVER_WRITES:  # ranks, op_efficiency
+            rows = pa.concat_tables([r[name] for r in results if name in r])
+            write_table(_DRIVER_WRITES[name](rows, captures), warehouse, name, jobs)
         else:
             write_table(staged_rows(name, folders), warehouse, name, jobs)
     return counts
@@ -356,6 +356,20 @@ def ranks_with_captures(ranks: pa.Table, captures: pa.Table) -> pa.Table:
         i = out.schema.get_field_index(col)
         out = out.set_column(i, out.schema.field(i), pa.array(filled, out.schema.field(i).type))
     return out.select(RANKS.names)
+
+
+def op_efficiency_with_captures(rows: pa.Table, captures: pa.Table) -> pa.Table:
+    """``op_efficiency`` rows with ``device_name`` from the rank's capture and the peak columns it decides
+    (:func:`jobs.analyze.efficiency.ops.add_device_peaks`)."""
+    cap = {tuple(r[g] for g in _GROUP): r["device_name"] for r in captures.select([*_GROUP, "device_name"]).to_pylist()}
+    df = rows.to_pandas()
+    df["device_name"] = [cap.get(k) for k in zip(*(df[g] for g in _GROUP))] if len(df) else []
+    return conform("op_efficiency", pa.Table.from_pandas(add_device_peaks(df), preserve_index=False))
+
+
+#: Output tables the driver writes, with what it adds from the captures to the workers' rows; the workers stage
+#: every other output table, so a newly declared one is written without being listed anywhere.
+_DRIVER_WRITES = {"ranks": ranks_with_captures, "op_efficiency": op_efficiency_with_captures}
 
 
 def run_analyze(engine, warehouse: str, job_ids: list[str] | None = None) -> dict[str, int]:

@@ -47,6 +47,7 @@ REPORT_TABLES = (
     "ranks",
     "steps",
     "kernels",
+    "op_efficiency",
     "collectives",
     "critical_path",
     "findings",

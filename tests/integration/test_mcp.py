@@ -34,6 +34,7 @@ TOOLS = {
     "critical_path",
     "collectives",
     "kernels",
+    "op_efficiency",
     "compare",
     "regressions",
     "fleet_stats",
@@ -162,6 +163,13 @@ async def _exercise(client, dlrm: str, wh: str) -> None:
         "kernels", job_id=ids[0] if ids[0] != dlrm else ids[1], cursor=big["page"]["next_cursor"]
     )
     assert "not a cursor" in await s.error("kernels", job_id=dlrm, cursor="garbage")
+
+    ops = await s.call("op_efficiency", job_id=dlrm, top=10)
+    assert ops["device_names"] == ["Tesla V100-SXM2-32GB"] and "V100" in ops["peak_sources"][0], ops
+    times = [r["kernel_time_ns"] for r in ops["ops"]]
+    assert ops["ops"] and times == sorted(times, reverse=True) and sum(times) <= k["total_kernel_ns"]
+    assert all(r["peak_flops_pct"] is None or 0 <= r["peak_flops_pct"] <= 100 for r in ops["ops"]), ops["ops"]
+    assert {r["n_ranks"] for r in ops["ops"]} <= set(range(1, 9)) and any(r["kind"] == "gemm" for r in ops["ops"])
 
     other = next(j for j in ids if j != dlrm)
     cmp_ = await s.call("compare", a=dlrm, b=other, limit=10)

@@ -126,6 +126,28 @@ def _hostile_tables(base: dict) -> dict:
             for i, (d, b) in enumerate([(4_000_000, "compute"), (2_000_000, "collective_wait")])
         ]
     )
+    t["op_efficiency"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "rank": 0,
+                "capture_id": "c0",
+                "device_name": HOSTILE,
+                "op_name": HOSTILE,
+                "kind": "gemm",
+                "shape_sig": HOSTILE_ATTR,
+                "dtype": MATH,
+                "n_calls": 2,
+                "kernel_time_ns": 1_000_000,
+                "flops_per_call": 1e9,
+                "bytes_per_call": 1e6,
+                "peak_tflops": 989.4,
+                "peak_gbps": 3350.0,
+                "bound": "compute",
+                "peak_source": HOSTILE_ATTR,
+            }
+        ]
+    )
     t["findings"] = pd.DataFrame(
         [
             {

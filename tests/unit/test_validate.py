@@ -82,7 +82,9 @@ def test_checks_are_derived_from_the_table_declarations():
         ids = {c.id for c in checks_for(table)}
         for col in table.columns:
             assert (f"not_null:{col.name}" in ids) == (not col.nullable), (name, col.name)
-            if col.name.endswith("_pct"):
+            if col.name in ("peak_bandwidth_pct", "roofline_pct"):  # on-chip cache can beat device memory
+                assert f"non_negative:{col.name}" in ids and f"pct_range:{col.name}" not in ids
+            elif col.name.endswith("_pct"):
                 assert f"pct_range:{col.name}" in ids
         assert "unique:key" in ids
         key = next(c for c in checks_for(table) if c.id == "unique:key")
@@ -95,6 +97,8 @@ def test_checks_are_derived_from_the_table_declarations():
     assert {"non_negative:step_time_ns", "consistent:breakdown_sum", "consistent:host_busy_within_step"} <= steps_ids
     assert "non_negative:step_start_ns" not in steps_ids
     assert "row_count:discovered" in {c.id for c in checks_for("captures", n_discovered=3)}
+    # no op runs above its device's peak FLOP/s: the sanity check of op_efficiency
+    assert "pct_range:peak_flops_pct" in {c.id for c in checks_for("op_efficiency")}
     assert {"captures", "events"} <= set(STAGE_TABLES["normalize"])
     assert set(STAGE_TABLES["normalize"]) | set(STAGE_TABLES["analyze"]) == set(TABLES)  # every table is validated
 

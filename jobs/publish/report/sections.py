@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.efficiency.ops import job_op_groups
 from jobs.analyze.findings.ranking import LOST_UNITS, LOST_WORDS, finding_window
 from jobs.fleet.regressions import METRICS
 from jobs.publish.headline import HEADLINE_LABELS, labels_for, one_headline, whole_trace
@@ -438,6 +439,40 @@ def kernels_section(tables: dict, k: int = 15) -> Section:
     if plot:
         sec.plots.append(plot)
     return sec
+
+
+def op_efficiency_section(tables: dict, k: int = 15) -> Section:
+    """The op groups with the most kernel time against their device's roofline (``op_efficiency``): achieved TFLOP/s
+    and GB/s, % of the datasheet peaks, which side of the roofline bounds them."""
+    key, title = "op-efficiency", "Op efficiency"
+    df = _get(tables, "op_efficiency")
+    intro = (
+        "Kernel time per op and shapes (over all ranks), with the FLOPs and bytes its shapes imply against the "
+        "device's datasheet roofline: % of peak FLOP/s for compute-bound ops, % of peak memory bandwidth for "
+        "memory-bound ones (above 100 %: served from on-chip cache)."
+    )
+    if df is None or not len(df) or "kernel_time_ns" not in df.columns:
+        return unavailable(
+            key, title, "no modelled op with recorded shapes (profile with `record_shapes=True`).", intro
+        )
+    g = job_op_groups(df).head(k)
+    devices = sorted({str(d) for d in df["device_name"].dropna()}) if "device_name" in df.columns else []
+    sources = sorted({str(s) for s in df["peak_source"].dropna()}) if "peak_source" in df.columns else []
+    if devices:
+        intro += f" Device: {', '.join(devices)}; peaks: {'; '.join(sources)}."
+    spec = [
+        ("op_name", "op", fmt_text, "name"),
+        ("shape_sig", "shapes", lambda v: P.short(v, 80), "name"),
+        ("dtype", "dtype", fmt_text, ""),
+        ("n_calls", "calls", fmt_int, "num"),
+        ("kernel_time_ns", "kernel ms", fmt_ms, "num"),
+        ("achieved_tflops", "TFLOP/s", _pct, "num"),
+        ("achieved_gbps", "GB/s", lambda v: fmt_num(v, 0), "num"),
+        ("peak_flops_pct", "% peak FLOP/s", _pct, "num"),
+        ("peak_bandwidth_pct", "% peak bandwidth", _pct, "num"),
+        ("bound", "bound", fmt_text, ""),
+    ]
+    return Section(key, title, intro=intro, tables=[table_view("op-efficiency", g, spec)])
 
 
 def collectives_section(tables: dict) -> Section:
