@@ -535,7 +535,13 @@ OP_EFFICIENCY = Table(
         Column("device_name", _STR, "Accelerator name (`captures.device_name`): the key of the datasheet peaks."),
         Column("op_name", _STR, "CPU op that launched the kernels (`aten::addmm`, …).", False),
         Column("kind", _STR, "Formula family: `gemm`, `conv`, `attention`, `elementwise` or `normalization`.", False),
-        Column("shape_sig", _STR, "The tensor inputs' sizes as recorded (`[5185,1024]x[1024,1024]`).", False),
+        Column(
+            "shape_sig",
+            _STR,
+            "The tensor inputs' sizes as recorded (`[5185,1024]x[1024,1024]`), then what else decides the work (a "
+            "convolution's `stride=… padding=… dilation=… groups=…`, an attention's `causal`).",
+            False,
+        ),
         Column("dtype", _STR, "`Input type` of the first tensor input (`c10::BFloat16`, `float`, …).", False),
         Column("precision", _STR, "Its precision class (`bf16`, `fp16`, `fp32`, `fp8`, `fp64`): the peak used."),
         Column("n_calls", _I64, "Calls of the op that launched kernels."),

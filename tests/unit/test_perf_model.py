@@ -76,7 +76,11 @@ def test_conv2d_output_size_from_stride_padding_dilation():
             ["", "", "", "[1, 1]", "[2, 2]", "[1, 1]", "1", "False", "False"],
         ),
     )
-    assert (miopen.flops, miopen.bytes) == (c.flops, c.bytes)
+    assert (miopen.flops, miopen.bytes, miopen.shape_sig) == (c.flops, c.bytes, c.shape_sig)
+    # the shapes alone do not decide the work: the signature carries what does, so one group is one cost
+    assert c.shape_sig == "[10,256,14,14]x[512,256,3,3] stride=[2,2] padding=[1,1] dilation=[1,1] groups=1"
+    stride1 = op_cost("aten::conv2d", {**args, "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]})
+    assert stride1.flops == 4 * c.flops and stride1.shape_sig != c.shape_sig  # a 14 x 14 output, not 7 x 7
 
 
 def test_grouped_conv_and_conv_without_concrete_inputs():
@@ -106,7 +110,7 @@ def test_convolution_backward_counts_the_gradients_its_mask_asks_for():
     # read grad_out, input, weight; write grad input, grad weight
     assert both.bytes == (3 * 10 * 512 * 49 + 2 * 512 * 512 * 9) * 2
     weight_only = op_cost("aten::convolution_backward", _args(dims, types, [*concrete[:-1], "[False, True, False]"]))
-    assert weight_only.flops == fwd
+    assert weight_only.flops == fwd and weight_only.shape_sig.endswith(" mask=[False,True,False]")
 
 
 def test_attention_forward_causal_and_backward():
@@ -118,7 +122,7 @@ def test_attention_forward_causal_and_backward():
     causal = op_cost(
         "aten::_scaled_dot_product_flash_attention", {**fwd_args, "Concrete Inputs": ["", "", "", "0.0", "True"]}
     )
-    assert causal.flops == fwd.flops / 2
+    assert causal.flops == fwd.flops / 2 and causal.shape_sig == fwd.shape_sig + " causal"
     bwd = op_cost(
         "aten::_scaled_dot_product_flash_attention_backward",
         _args([q, q, q, q, q, [], []], [BF16] * 5 + ["Scalar", "Scalar"], ["", "", "", "", "", "0.0", "False"]),

@@ -171,7 +171,10 @@ class OpCost:
         dtype: the ``Input type`` of the op's first tensor input (``c10::BFloat16``, ``float``, …).
         precision: its class (``bf16``, ``fp16``, ``fp32``, ``fp8``, ``fp64``, …; ``None`` when unknown): the peak to
             compare with (:func:`jobs.analyze.efficiency.devices.peak_flops`).
-        shape_sig: the tensor inputs' sizes, ``"[4096,1024]x[1024,1024]"``: the group key with the op name.
+        shape_sig: the tensor inputs' sizes, ``"[4096,1024]x[1024,1024]"``, then what else decides the work
+            (``stride=[2,2] padding=[1,1] dilation=[1,1] groups=1`` of a convolution, ``causal`` of an attention,
+            ``mask=[True,True,False]`` of a convolution backward): the group key with the op name, so calls in one
+            group do the same work.
     """
 
     kind: str
@@ -282,11 +285,16 @@ def _floating(dtype: str) -> bool:
     return precision_of(dtype) in ("fp64", "fp32", "fp16", "bf16", "fp8")
 
 
-def _cost(kind: str, flops: float, nbytes: float, ins: _Inputs) -> OpCost | None:
+def _cost(kind: str, flops: float, nbytes: float, ins: _Inputs, params: str = "") -> OpCost | None:
     dtype = ins.first_dtype()
     if not _floating(dtype):
         return None
-    return OpCost(kind, float(flops), float(nbytes), dtype, precision_of(dtype), ins.sig())
+    sig = ins.sig() + (f" {params}" if params else "")
+    return OpCost(kind, float(flops), float(nbytes), dtype, precision_of(dtype), sig)
+
+
+def _ints(v: list[int]) -> str:
+    return "[" + ",".join(str(x) for x in v) + "]"
 
 
 def _gemm(name: str, ins: _Inputs) -> OpCost | None:
@@ -368,7 +376,9 @@ def _conv(name: str, ins: _Inputs) -> OpCost | None:
     bias = ins.numel(2) if name != "aten::cudnn_convolution" and ins.is_tensor(2) else 0
     out_numel = n * c_out * math.prod(out)
     es = DTYPE_BYTES[ins.first_dtype()]
-    return _cost("conv", flops + (out_numel if bias else 0), (ins.numel(0) + ins.numel(1) + bias + out_numel) * es, ins)
+    params = f"stride={_ints(stride)} padding={_ints(pad)} dilation={_ints(dil)} groups={groups}"
+    nbytes = (ins.numel(0) + ins.numel(1) + bias + out_numel) * es
+    return _cost("conv", flops + (out_numel if bias else 0), nbytes, ins, params)
 
 
 def _per_dim(v, nd: int) -> list[int] | None:
@@ -387,13 +397,15 @@ def _conv_backward(ins: _Inputs) -> OpCost | None:
     g, x, w = ins.shape(0), ins.shape(1), ins.shape(2)
     fwd = 2 * g[0] * g[1] * math.prod(g[2:]) * w[1] * math.prod(w[2:])
     mask = ins.value(10)
-    if not (isinstance(mask, list) and len(mask) == 3):
+    recorded = isinstance(mask, list) and len(mask) == 3
+    if not recorded:
         mask = [True, True, False]
     flops = fwd * (int(bool(mask[0])) + int(bool(mask[1])))
     es = DTYPE_BYTES[ins.first_dtype()]
     read = math.prod(g) + math.prod(x) + math.prod(w)
     written = (math.prod(x) if mask[0] else 0) + (math.prod(w) if mask[1] else 0) + (g[1] if mask[2] else 0)
-    return _cost("conv", flops, (read + written) * es, ins)
+    params = "mask=[" + ",".join(str(bool(m)) for m in mask) + "]" if recorded else ""
+    return _cost("conv", flops, (read + written) * es, ins, params)
 
 
 def _attention(ins: _Inputs, backward: bool) -> OpCost | None:
@@ -417,7 +429,7 @@ def _attention(ins: _Inputs, backward: bool) -> OpCost | None:
         nbytes = (math.prod(q) + math.prod(k) + math.prod(v) + 2 * out) + (math.prod(q) + math.prod(k) + math.prod(v))
     else:
         nbytes = math.prod(q) + math.prod(k) + math.prod(v) + out
-    return _cost("attention", flops, nbytes * es, ins)
+    return _cost("attention", flops, nbytes * es, ins, "causal" if causal else "")
 
 
 def _is_causal(ins: _Inputs, backward: bool) -> bool:
