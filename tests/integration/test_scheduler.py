@@ -69,7 +69,7 @@ from warehouse_digest import WAREHOUSE_TABLES, warehouse_digests
 from jobs.pipeline.stages import INGEST
 
 # the module's fixture (Airflow, the landing, the backfill through its faults) runs in its first test's time
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(3000)]
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
