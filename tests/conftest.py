@@ -35,17 +35,8 @@ _GROUP_OF = {stem: group for group, stems in GROUPS.items() for stem in stems}
 #: The longest units of work (a file's stem, or a group), handed out first in this order: the scheduler test
 #: (Airflow driving a Spark cluster through faults), the corpus group, then the other files that start real
 #: services. Measured with ``pytest --durations=80`` on one process (HEAD 733262e: 922, ~280, 157, 117, ~130,
-#: ~100 s); ``test_warehouse_s3`` (S3 warehouses, both executors, kills mid-commit; its four longest tests took
-#: 489 s in the fresh-clone run of 2fcaafd) was handed out last there and ran while the other worker sat idle.
-FIRST = (
-    "test_scheduler",
-    "corpus",
-    "test_warehouse_s3",
-    "test_standalone_cluster",
-    "test_dags",
-    "test_local_stack",
-    "test_crash_rerun",
-)
+#: ~100 s).
+FIRST = ("test_scheduler", "corpus", "test_standalone_cluster", "test_dags", "test_local_stack", "test_crash_rerun")
 
 
 def unit_of(nodeid: str) -> str:
