@@ -28,6 +28,7 @@ from schemas.tables import (  # noqa: F401
     STAGES,
     STEPS,
     TABLES,
+    UTILIZATION_WINDOWS,
     Column,
     Table,
     declared,

@@ -304,6 +304,34 @@ class OpEfficiency(_Answer):
     page: Page
 
 
+class WindowGroupRow(_Model):
+    rank: int
+    cause: str = Field(description="sync, collective, memcpy, dataloader, host (CPU-bound) or host_idle.")
+    host_op: str | None = Field(description="The host event the device waited on (cudaStreamSynchronize, …).")
+    host_stack: str | None = Field(description="Its enclosing calls, outermost first, in the longest window.")
+    n_windows: int
+    n_steps: int = Field(description="Steps with such a window.")
+    idle_ns: int = Field(description="Σ window duration, ns.")
+    mean_dur_ns: float | None
+    offset_p50_ns: float | None = Field(description="Median start of the windows into their step, ns.")
+    step_pct: float | None = Field(description="Mean share of the step, %.")
+    recurs_pct: float | None = Field(description="Share of the rank's steps where it recurs at the same place, %.")
+    step: int = Field(description="Step of the longest window (-1: whole trace): the evidence.")
+    window_id: int = Field(description="Its window_id in utilization_windows.")
+    host_event_id: int | None = Field(description="events.event_id of its host event.")
+
+
+class UtilizationWindows(_Answer):
+    """``utilization_windows``: when inside the step one job's devices are idle, grouped by rank, cause and host
+    op, most idle time first."""
+
+    job_id: str
+    attempt: int
+    total_idle_ns: int = Field(description="Σ of every window of the job (all ranks), ns.")
+    groups: list[WindowGroupRow]
+    page: Page
+
+
 class MetricDelta(_Model):
     metric: str
     a: float | None
@@ -495,6 +523,7 @@ TOOL_ANSWERS: dict[str, type[_Model]] = {
     "collectives": Collectives,
     "kernels": Kernels,
     "op_efficiency": OpEfficiency,
+    "utilization_windows": UtilizationWindows,
     "compare": Comparison,
     "regressions": Regressions,
     "fleet_stats": FleetStats,

@@ -66,7 +66,9 @@ _NON_NEGATIVE = frozenset(
         "last_arrivals",
     }
 )
-_AT_LEAST_ONE = frozenset({"world_size", "group_size", "rank_order", "impact_rank", "kernel_rank", "window_days"})
+_AT_LEAST_ONE = frozenset(
+    {"world_size", "group_size", "rank_order", "impact_rank", "kernel_rank", "window_days", "recurring_steps"}
+)
 _UNIT_RANGES = {"confidence": (0.0, 1.0), "p_value": (0.0, 1.0)}
 
 #: Enumerated columns: their allowed values are the back-quoted words of the column's doc in
@@ -80,6 +82,8 @@ ENUM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("kernels", "kernel_type"),
     ("op_efficiency", "kind"),
     ("op_efficiency", "bound"),
+    ("utilization_windows", "engine"),
+    ("utilization_windows", "cause"),
     ("critical_path", "scope"),
     ("critical_path", "bound_by"),
     ("fleet_stats", "dimension"),

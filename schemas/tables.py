@@ -584,6 +584,54 @@ OP_EFFICIENCY = Table(
     key=("job_id", "attempt", "rank", "capture_id", "op_name", "shape_sig", "dtype"),
 )
 
+UTILIZATION_WINDOWS = Table(
+    name="utilization_windows",
+    doc="One row per window, inside a ProfilerStep (or the whole trace of a rank without one), during which the "
+    "rank's device runs nothing, of at least 0.5 ms or 5 % of the step (whichever is shorter; the 64 longest per "
+    "step), with what the host was doing then and whether the window recurs at the same place in other steps. "
+    "Per step Σ dur_ns ≤ the step's time − the device's busy time in it. Ours: jobs/analyze/efficiency/utilization.py.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        *_IDENTITY,
+        Column("capture_id", _STR, "Capture of this rank.", False),
+        Column("step", _I64, "ProfilerStep number N; −1 for the whole-trace window of a rank without one.", False),
+        Column("window_id", _I32, "0-based order of the window in its step.", False),
+        Column("engine", _STR, "What is idle: `device` (no activity on any stream of the rank's GPU)."),
+        Column("start_ns", _I64, "Window start, ns on the rank's clock."),
+        Column("end_ns", _I64, "Window end, ns on the rank's clock."),
+        Column("dur_ns", _I64, "end_ns − start_ns, ns."),
+        Column("offset_ns", _I64, "start_ns − the step's start: where in the step the window opens, ns."),
+        Column("step_start_ns", _I64, "Start of the step (ProfilerStep ts, or the first event), ns."),
+        Column("step_time_ns", _I64, "Duration of the step, ns."),
+        Column("step_pct", _F64, "dur_ns / step_time_ns × 100, %."),
+        Column(
+            "cause",
+            _STR,
+            "What the host was in: `sync` (a synchronizing call), `collective` (a host-side collective or wait: a "
+            "peer rank), `memcpy` (a runtime copy call), `dataloader`, `host` (other ops and launches: CPU-bound) "
+            "or `host_idle` (no captured host event).",
+        ),
+        Column("cause_pct", _F64, "Share of the window the cause's host events cover, %."),
+        Column("host_op", _STR, "The cause's host event overlapping the window most (`cudaStreamSynchronize`, …)."),
+        Column("host_event_id", _I64, "`events.event_id` of that host event."),
+        Column(
+            "host_stack",
+            _STR,
+            "Its enclosing calls, outermost first below the ProfilerStep, at most 8 (`aten::item → "
+            "aten::_local_scalar_dense → cudaStreamSynchronize`).",
+        ),
+        Column(
+            "recurring_steps",
+            _I32,
+            "Steps (this one included) with a window of the same cause and host_op overlapping the same offsets.",
+        ),
+        Column("recurs_pct", _F64, "recurring_steps / the rank's steps × 100, %."),
+    ),
+    stage="analyze",
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "rank", "capture_id", "step", "window_id"),
+)
+
 COLLECTIVES = Table(
     name="collectives",
     doc="One row per collective call per rank, matched across the ranks of a job by process group and call "
@@ -1284,6 +1332,7 @@ TABLES: dict[str, Table] = {
         RANKS,
         KERNELS,
         OP_EFFICIENCY,
+        UTILIZATION_WINDOWS,
         COLLECTIVES,
         CRITICAL_PATH,
         FINDINGS,

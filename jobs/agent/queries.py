@@ -21,6 +21,7 @@ import pyarrow.dataset as ds
 
 from jobs.agent.paging import bounded, fingerprint
 from jobs.analyze.efficiency.ops import job_op_groups
+from jobs.analyze.efficiency.utilization import job_window_groups
 from jobs.analyze.findings.ranking import findings_document
 from jobs.common.floats import finite_float as _num
 from jobs.common.ids import safe_date, safe_id, safe_index
@@ -647,6 +648,57 @@ def op_efficiency(
         lambda r, page: A.OpEfficiency(
             job_id=job_id, attempt=attempt, device_names=names, peak_sources=sources, ops=r, page=page
         ),
+        q,
+        cursor,
+        top,
+    )
+
+
+def utilization_windows(
+    warehouse: str,
+    job_id: str,
+    attempt: int | None = None,
+    rank: int | None = None,
+    top: int | None = None,
+    cursor: str | None = None,
+) -> A.UtilizationWindows:
+    """One job's device idle windows per (rank, cause, host op) (``utilization_windows`` table,
+    :func:`jobs.analyze.efficiency.utilization.job_window_groups`), of one ``rank`` or all, ``top`` per page
+    (default 50).
+
+    Raises:
+        NotFound: no such job or attempt.
+    """
+    job_id = _job_id(job_id)
+    attempt = _attempt_of(warehouse, job_id, attempt)
+    rows = _of_attempt(_read(warehouse, "utilization_windows", [job_id]), attempt)
+    if rank is not None and len(rows):
+        rows = rows[rows["rank"] == rank]
+    g = job_window_groups(rows)
+    groups = [
+        A.WindowGroupRow(
+            rank=int(r.rank),
+            cause=str(r.cause),
+            host_op=_str(r.host_op),
+            host_stack=_str(r.host_stack),
+            n_windows=int(r.n_windows),
+            n_steps=int(r.n_steps),
+            idle_ns=int(r.idle_ns),
+            mean_dur_ns=_num(r.mean_dur_ns),
+            offset_p50_ns=_num(r.offset_p50_ns),
+            step_pct=_num(r.step_pct),
+            recurs_pct=_num(r.recurs_pct),
+            step=int(r.step),
+            window_id=int(r.window_id),
+            host_event_id=None if pd.isna(r.host_event_id) else int(r.host_event_id),
+        )
+        for r in g.itertuples()
+    ]
+    total = int(pd.to_numeric(rows["dur_ns"], errors="coerce").sum()) if len(rows) else 0
+    q = fingerprint("utilization_windows", dict(job_id=job_id, attempt=attempt, rank=rank))
+    return bounded(
+        groups,
+        lambda r, page: A.UtilizationWindows(job_id=job_id, attempt=attempt, total_idle_ns=total, groups=r, page=page),
         q,
         cursor,
         top,

@@ -1,8 +1,8 @@
 """``tracelake mcp``: a Model Context Protocol server over one warehouse (MCP Python SDK 2.x, ``MCPServer``).
 
 Tools (answers: :mod:`schemas.agent`, every one bounded and paged): ``list_jobs``, ``job_summary``,
-``findings``, ``critical_path``, ``collectives``, ``kernels``, ``op_efficiency``, ``compare``, ``regressions``,
-``fleet_stats``, ``fleet_findings``, ``host_health`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
+``findings``, ``critical_path``, ``collectives``, ``kernels``, ``op_efficiency``, ``utilization_windows``,
+``compare``, ``regressions``, ``fleet_stats``, ``fleet_findings``, ``host_health`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
 ``sql``: one read-only Spark SQL query over the warehouse views (:mod:`jobs.agent.readonly_sql`) on a
 Spark session started in the background when the server starts. Resources: the table schemas and
 the findings schema. Prompt: ``diagnose_job``.
@@ -39,13 +39,13 @@ SQL_MAX_ROWS, SQL_TIMEOUT_S = 500, 30.0
 FINDINGS_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "findings.v1.json"
 
 INSTRUCTIONS = """tracelake holds every profiled training job of the fleet: per rank and ProfilerStep the HTA
-temporal breakdown (idle / compute / non-compute), kernels, op efficiency against the device's roofline,
-collectives, the critical path, ranked
+temporal breakdown (idle / compute / non-compute), kernels, op efficiency against the device's roofline, the
+device's idle windows inside the step with their host cause, collectives, the critical path, ranked
 bottleneck findings with evidence and recommendations, fleet statistics and regressions between runs.
 Start with list_jobs, fleet_findings (what would recover the most accelerator-hours) or findings (no
 job_id: the fleet's largest estimated losses per step), then job_summary,
-critical_path, collectives, kernels, op_efficiency for one job; compare two runs; sql for anything else (read-only
-Spark SQL over the tables named in the tracelake://schemas/tables resources). Times are ns, shares %.
+critical_path, collectives, kernels, op_efficiency, utilization_windows for one job; compare two runs; sql for
+anything else (read-only Spark SQL over the tables named in the tracelake://schemas/tables resources). Times are ns, shares %.
 Answers are paged: when page.truncated is true, call again with cursor=page.next_cursor."""
 
 
@@ -241,6 +241,19 @@ def build_server(
         """One job's ops (op, shapes, dtype) against the device's datasheet roofline: kernel time, achieved
         TFLOP/s and GB/s, % of peak, compute- or memory-bound; most kernel time first."""
         return answer(queries.op_efficiency, job_id, attempt=attempt, top=top, cursor=cursor)
+
+    @tool
+    def utilization_windows(
+        job_id: JobId,
+        attempt: Attempt = None,
+        rank: Annotated[int | None, Field(description="Only this rank (default: all).", ge=0)] = None,
+        top: Annotated[int | None, Field(description="Groups per page (default 50).", ge=1)] = None,
+        cursor: Cursor = None,
+    ) -> A.UtilizationWindows:
+        """When inside the step one job's devices sit idle, and why: windows grouped by rank, cause (sync,
+        collective, memcpy, dataloader, host, host_idle) and the host op the device waited on, with where in the
+        step they open and how often they recur; most idle time first."""
+        return answer(queries.utilization_windows, job_id, attempt=attempt, rank=rank, top=top, cursor=cursor)
 
     @tool
     def compare(

@@ -1,11 +1,13 @@
-"""``jobs.analyze``: ``events`` → ``steps``, ``ranks``, ``kernels``, ``op_efficiency``, ``collectives``, ``critical_path``.
+"""``jobs.analyze``: ``events`` → ``steps``, ``ranks``, ``kernels``, ``op_efficiency``, ``utilization_windows``,
+``collectives``, ``critical_path``.
 
 extract: the ``events`` of the jobs to analyze (partition-pruned on ``job_id``).
 transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
 
 1. per (job, attempt, rank, capture), in parallel — :func:`rank_stage`: HTA-parity step and rank
    statistics (:mod:`jobs.analyze.hta.breakdown`), kernel statistics, op efficiency against the device's
-   roofline (:mod:`jobs.analyze.efficiency.ops`; the driver adds the peaks of the captures' devices), the rank's
+   roofline (:mod:`jobs.analyze.efficiency.ops`; the driver adds the peaks of the captures' devices), the device's idle
+   windows and their host causes (:mod:`jobs.analyze.efficiency.utilization`), the rank's
    critical path and its legs between collectives (:mod:`jobs.analyze.critical_path.rank`), its communication calls
    (:mod:`jobs.analyze.collectives.calls`); Neuron device profiles get their device critical path;
 2. per (job, attempt) — :func:`job_stage`: collectives matched across ranks (wait, skew, bus
@@ -36,11 +38,12 @@ from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_colle
 from jobs.analyze.critical_path.cross_rank import job_critical_path
 from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_path
 from jobs.analyze.efficiency.ops import add_device_peaks, op_efficiency
+from jobs.analyze.efficiency.utilization import utilization_windows
 from jobs.analyze.findings.coverage import rule_coverage
 from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
-from jobs.analyze.findings.rules import SYNC_NAMES
 from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.kernel_stats import kernel_table
+from jobs.analyze.trace.launches import SYNC_NAMES
 from jobs.analyze.trace.model import IDENTITY, RankTrace, build_rank_trace
 from jobs.common.ids import safe_id
 from jobs.executor import is_local
@@ -102,6 +105,7 @@ def rank_tables(events: pa.Table) -> dict[str, pa.Table]:
     """Stage 1 for the events of one (job, attempt, rank, capture): every per-rank output.
 
     Tables: ``steps``, ``ranks``, ``kernels``, ``op_efficiency`` (peaks null: :func:`op_efficiency_with_captures`),
+    ``utilization_windows``,
     ``critical_path`` (scope ``rank``), and the inputs of
     stage 2: ``_calls`` (:data:`jobs.analyze.collectives.calls.CALLS_SCHEMA`) and ``_legs``
     (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`), each :func:`conform`-ed. The events
@@ -123,6 +127,7 @@ def rank_tables(events: pa.Table) -> dict[str, pa.Table]:
         "kernels": _with_identity(kernel_table(trace), trace),
         # the device's peaks once the driver has the captures' device names (_DRIVER_WRITES)
         "op_efficiency": pa.Table.from_pandas(op_efficiency(trace), preserve_index=False),
+        "utilization_windows": pa.Table.from_pandas(utilization_windows(trace), preserve_index=False),
         "critical_path": segments,
         "_legs": legs,
         "_calls": comm_calls(trace),
@@ -345,14 +350,20 @@ def _jobs_of(captures: pa.Table) -> list[str]:
 # --------------------------------------------------------------------------- the stage
 
 
+def _from_captures(rows: pa.Table, captures: pa.Table, col: str) -> list:
+    """``captures[col]`` of each row's capture (matched on job, attempt, rank, capture), ``None`` where none."""
+    cap = {tuple(r[g] for g in _GROUP): r[col] for r in captures.select([*_GROUP, col]).to_pylist()}
+    return [cap.get(k) for k in zip(*(rows.column(g).to_pylist() for g in _GROUP))]
+
+
 def ranks_with_captures(ranks: pa.Table, captures: pa.Table) -> pa.Table:
     """``ranks`` with ``world_size`` and ``device_name`` filled from the rank's capture where it has none."""
-    cap = {tuple(r[g] for g in _GROUP): r for r in captures.select([*_GROUP, "world_size", "device_name"]).to_pylist()}
-    keys = list(zip(*(ranks.column(g).to_pylist() for g in _GROUP)))
     out = ranks
     for col in ("world_size", "device_name"):
-        mine = ranks.column(col).to_pylist()
-        filled = [v if v is not None else (cap.get(k) or {}).get(col) for v, k in zip(mine, keys)]
+        filled = [
+            v if v is not None else c
+            for v, c in zip(ranks.column(col).to_pylist(), _from_captures(ranks, captures, col))
+        ]
         i = out.schema.get_field_index(col)
         out = out.set_column(i, out.schema.field(i), pa.array(filled, out.schema.field(i).type))
     return out.select(RANKS.names)
@@ -361,9 +372,8 @@ def ranks_with_captures(ranks: pa.Table, captures: pa.Table) -> pa.Table:
 def op_efficiency_with_captures(rows: pa.Table, captures: pa.Table) -> pa.Table:
     """``op_efficiency`` rows with ``device_name`` from the rank's capture and the peak columns it decides
     (:func:`jobs.analyze.efficiency.ops.add_device_peaks`)."""
-    cap = {tuple(r[g] for g in _GROUP): r["device_name"] for r in captures.select([*_GROUP, "device_name"]).to_pylist()}
     df = rows.to_pandas()
-    df["device_name"] = [cap.get(k) for k in zip(*(df[g] for g in _GROUP))] if len(df) else []
+    df["device_name"] = _from_captures(rows, captures, "device_name")
     return conform("op_efficiency", pa.Table.from_pandas(add_device_peaks(df), preserve_index=False))
 
 
@@ -409,7 +419,7 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
 
     The inputs are the analysis tables of the jobs, their ``captures`` (the span of a whole-trace window for a
     rank without ProfilerStep, :func:`jobs.analyze.windows.analysis_windows`) plus the sync calls of ``events``
-    (the only raw events a rule needs, :data:`jobs.analyze.findings.rules.SYNC_NAMES`); steps cut short by a
+    (the only raw events a rule needs, :data:`jobs.analyze.trace.launches.SYNC_NAMES`); steps cut short by a
     truncated trace are left out (:func:`jobs.analyze.findings.ranking.drop_truncated_steps`). ``rule_coverage``
     (:func:`jobs.analyze.findings.coverage.rule_coverage`) gets a row per rule for every job, findings or not, and
     goes into findings.json as ``coverage``. The rules judge each job alone: on the local executor the jobs are

@@ -48,6 +48,7 @@ REPORT_TABLES = (
     "steps",
     "kernels",
     "op_efficiency",
+    "utilization_windows",
     "collectives",
     "critical_path",
     "findings",

@@ -35,6 +35,7 @@ TOOLS = {
     "collectives",
     "kernels",
     "op_efficiency",
+    "utilization_windows",
     "compare",
     "regressions",
     "fleet_stats",
@@ -170,6 +171,15 @@ async def _exercise(client, dlrm: str, wh: str) -> None:
     assert ops["ops"] and times == sorted(times, reverse=True) and sum(times) <= k["total_kernel_ns"]
     assert all(r["peak_flops_pct"] is None or 0 <= r["peak_flops_pct"] <= 100 for r in ops["ops"]), ops["ops"]
     assert {r["n_ranks"] for r in ops["ops"]} <= set(range(1, 9)) and any(r["kind"] == "gemm" for r in ops["ops"])
+
+    idle = await s.call("utilization_windows", job_id=dlrm, top=20)
+    spans = [r["idle_ns"] for r in idle["groups"]]
+    assert idle["groups"] and spans == sorted(spans, reverse=True) and sum(spans) <= idle["total_idle_ns"]
+    assert all(
+        r["cause"] in ("sync", "collective", "memcpy", "dataloader", "host", "host_idle") for r in idle["groups"]
+    )
+    one = await s.call("utilization_windows", job_id=dlrm, rank=idle["groups"][0]["rank"])
+    assert one["groups"] and {r["rank"] for r in one["groups"]} == {idle["groups"][0]["rank"]}
 
     other = next(j for j in ids if j != dlrm)
     cmp_ = await s.call("compare", a=dlrm, b=other, limit=10)

@@ -148,6 +148,29 @@ def _hostile_tables(base: dict) -> dict:
             }
         ]
     )
+    t["utilization_windows"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "rank": rank,
+                "capture_id": f"c{rank}",
+                "step": 551,
+                "window_id": 0,
+                "engine": "device",
+                "dur_ns": 2_000_000,
+                "offset_ns": 1_000_000,
+                "step_time_ns": 10_000_000,
+                "step_pct": 20.0,
+                "cause": "sync",
+                "cause_pct": 100.0,
+                "host_op": HOSTILE,
+                "host_stack": HOSTILE_ATTR,
+                "recurring_steps": 1,
+                "recurs_pct": 100.0,
+            }
+            for rank in (0, 1)
+        ]
+    )
     t["findings"] = pd.DataFrame(
         [
             {
@@ -220,7 +243,7 @@ def test_job_report_escapes_every_name_from_a_trace(job_tables):
     _assert_safe(html)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text
     assert "&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
-    for plot in ("step_breakdown", "idle_breakdown", "top_kernels", "collective_wait", "critical_path"):
+    for plot in ("step_breakdown", "idle_breakdown", "idle-windows", "top_kernels", "collective_wait", "critical_path"):
         assert f'data-plot="{plot}"' in html, plot
     assert 'data-unavailable=' not in html.split('id="data-quality"')[0]  # every analysis section has data
     # the run against its earlier run, in words: change, interval, verdict

@@ -16,7 +16,6 @@ import json
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from jobs.analyze.efficiency.devices import device_peaks, roofline
 from jobs.analyze.efficiency.perf_model import MODELLED_OPS, OpCost, op_cost
@@ -48,8 +47,8 @@ def op_efficiency(trace: RankTrace | pa.Table, device_name: str | None = None) -
         trace: the rank's :class:`~jobs.analyze.trace.model.RankTrace` or EVENTS rows of one capture (with
             ``args_json``, ``parent`` and ``event_id``).
         device_name: the profiler's device name (``captures.device_name``); ``None`` or an unknown device leaves the
-            peak columns null (:func:`add_device_peaks`). The analyze stage passes ``None`` and adds the peaks once
-            the driver has joined the captures.
+            peak columns null (:func:`add_device_peaks`; ``None`` leaves them out). The analyze stage passes ``None``
+            and adds the peaks once the driver has joined the captures.
 
     Returns:
         The columns of ``schemas.OP_EFFICIENCY`` (meaning and units there), largest ``kernel_time_ns`` first.
@@ -103,7 +102,7 @@ def op_efficiency(trace: RankTrace | pa.Table, device_name: str | None = None) -
         )
     out = pd.DataFrame(rows, columns=columns)
     out = out.sort_values(["kernel_time_ns", "op_name", "shape_sig"], ascending=[False, True, True], ignore_index=True)
-    return add_device_peaks(out)
+    return add_device_peaks(out) if device_name is not None else out
 
 
 def add_device_peaks(rows: pd.DataFrame) -> pd.DataFrame:
@@ -184,17 +183,10 @@ def _kernel_owners(tr: RankTrace, costs: dict[int, OpCost]) -> dict[int, int]:
     if not costs:
         return {}
     kernels = np.flatnonzero(tr.device_activity & tr.category_in(["kernel"]) & (tr.launcher >= 0) & tr.has_dur)
-    parent_id = pc.fill_null(tr.events.column("parent"), -1).to_numpy().astype(np.int64)
-    eid = tr.event_id
-    order = np.argsort(eid, kind="stable")
-    sorted_ids = eid[order]
+    parent = tr.parent_row
 
     def parent_row(r: int) -> int:
-        p = parent_id[r]
-        if p < 0:
-            return -1
-        j = int(np.searchsorted(sorted_ids, p))
-        return int(order[j]) if j < sorted_ids.size and sorted_ids[j] == p else -1
+        return int(parent[r])
 
     memo: dict[int, int] = {}
 

@@ -48,7 +48,7 @@ without ProfilerStep is judged on its whole trace as one window (step -1):
 * ``critical_path`` (CRITICAL_PATH): scope, path_rank, step, rank, capture_id, event_id, name,
   dur_ns, bound_by — corroboration and evidence.
 * ``events``: a **reduced** EVENTS frame is enough — :data:`EVENTS_COLUMNS` of the host rows whose
-  ``name`` is in :data:`jobs.analyze.findings.rules.SYNC_NAMES` (e.g. ``category in ('cuda_runtime',
+  ``name`` is in :data:`jobs.analyze.trace.launches.SYNC_NAMES` (e.g. ``category in ('cuda_runtime',
   'cpu_op', 'cuda_driver') and name in SYNC_NAMES``); rows with a null ``step`` are ignored, except on a
   capture judged on its whole trace, where they belong to that window. Only ``blocking_sync`` reads it.
 * ``neuron_summary`` (NEURON_SUMMARY), optional: passed to ``neuron_findings``.

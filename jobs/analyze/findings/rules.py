@@ -81,6 +81,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.trace.launches import SYNC_NAMES
 from jobs.analyze.windows import WINDOW_TRACE
 from jobs.common.binomial import binomial_tail
 from jobs.common.floats import finite_float as _num
@@ -158,30 +159,6 @@ SYNC_PCT = 1.0
 SYNC_CALLS_PER_STEP = 10
 """… or when there are ≥ 10 top-level synchronizing calls per step: each one drains the launch queue
 (CUDA Best Practices: avoid host-device synchronization), even when it returns at once."""
-
-SYNC_NAMES: tuple[str, ...] = (
-    "cudaDeviceSynchronize",
-    "cudaStreamSynchronize",
-    "cudaEventSynchronize",
-    "cudaMemcpy",
-    "hipDeviceSynchronize",
-    "hipStreamSynchronize",
-    "hipEventSynchronize",
-    "hipMemcpy",
-    "cuCtxSynchronize",
-    "cuStreamSynchronize",
-    "cuEventSynchronize",
-    "aten::_local_scalar_dense",
-    "aten::item",
-    "aten::nonzero",
-)
-"""Host events that block until the device catches up (exact names): the runtime / driver
-synchronize calls HTA treats as blocking (``CPGraph`` ``is_blocking``: cudaDeviceSynchronize,
-cudaStreamSynchronize, cudaEventSynchronize, synchronous cudaMemcpy), their HIP and driver
-equivalents, and the ATen ops ``torch.cuda.set_sync_debug_mode`` reports: ``aten::_local_scalar_dense``
-(``Tensor.item()``, ``bool(tensor)``, ``.tolist()``), ``aten::item`` and ``aten::nonzero`` (output size
-depends on device data). ``cudaMemcpyAsync`` is not listed: it blocks only for pageable memory, and
-inside ``_local_scalar_dense`` it is covered by the op."""
 
 MEMORY_PCT = 10.0
 """``memcpy_bound`` fires when copy/set time not hidden under computation or communication is ≥ 10 %

@@ -49,7 +49,7 @@ from jobs.analyze.trace.model import REQUIRED_COLUMNS, RankTrace, as_rank_trace
 from jobs.common.intervals import clip_intervals, intersection_length, merge_intervals, total_length
 from schemas.tables import RANKS, STEPS
 
-__all__ = ["analyze_rank", "temporal_breakdown", "Breakdown"]
+__all__ = ["analyze_rank", "temporal_breakdown", "Breakdown", "cpu_profiler_steps"]
 
 _COMP = KERNEL_TYPES.index("COMPUTATION")
 _COMM = KERNEL_TYPES.index("COMMUNICATION")
@@ -120,7 +120,7 @@ def temporal_breakdown(ts_ns, dur_ns, kernel_type_codes) -> Breakdown:
     )
 
 
-def _cpu_profiler_steps(trace: RankTrace):
+def cpu_profiler_steps(trace: RankTrace):
     """CPU-side ``ProfilerStep#N`` rows: (step numbers, starts, durations), one per N, by step.
 
     When the same N appears more than once (e.g. on two threads) the earliest-starting row wins.
@@ -215,7 +215,7 @@ def analyze_rank(
     sel = gpu & keep
     rank_bd = temporal_breakdown(ts[sel], dur[sel], codes[sel])
 
-    steps = _cpu_profiler_steps(trace)
+    steps = cpu_profiler_steps(trace)
     step_times = np.array([s[2] for s in steps], dtype=np.int64)
     rank_row = {
         **ident,

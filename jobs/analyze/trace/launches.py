@@ -15,6 +15,8 @@ Three lists:
 
 :func:`launch_name_mask` matches a name exactly, after removing CUPTI's per-thread-stream and
 version suffixes (``_ptsz``, ``_ptds``, ``_v7000``…), plus any ``extra_names`` given.
+
+And the calls that do the opposite, block the host until the device catches up: :data:`SYNC_NAMES`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,32 @@ __all__ = [
     "launch_name_mask",
     "is_launch_name",
     "pairs_on_key",
+    "SYNC_NAMES",
 ]
+
+SYNC_NAMES: tuple[str, ...] = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+    "aten::_local_scalar_dense",
+    "aten::item",
+    "aten::nonzero",
+)
+"""Host events that block until the device catches up (exact names): the runtime / driver
+synchronize calls HTA treats as blocking (``CPGraph`` ``is_blocking``: cudaDeviceSynchronize,
+cudaStreamSynchronize, cudaEventSynchronize, synchronous cudaMemcpy), their HIP and driver
+equivalents, and the ATen ops ``torch.cuda.set_sync_debug_mode`` reports: ``aten::_local_scalar_dense``
+(``Tensor.item()``, ``bool(tensor)``, ``.tolist()``), ``aten::item`` and ``aten::nonzero`` (output size
+depends on device data). ``cudaMemcpyAsync`` is not listed: it blocks only for pageable memory, and
+inside ``_local_scalar_dense`` it is covered by the op."""
 
 _MTIA_LAUNCH = "runFunction - job_prep_and_submit_for_execution"
 

@@ -337,6 +337,21 @@ class RankTrace:
         return self.loaded & self.is_gpu & self.category_in(DEVICE_ACTIVITY_CATEGORIES)
 
     @cached_property
+    def parent_row(self) -> np.ndarray:
+        """Per row: row index of its enclosing host call (the ``parent`` column's ``event_id``), else −1."""
+        out = np.full(self.n, -1, np.int64)
+        if "parent" not in self.columns or self.n == 0:
+            return out
+        parent = _np(self.events.column("parent"), np.int64, -1)
+        order = np.argsort(self.event_id, kind="stable")
+        ids = self.event_id[order]
+        has = np.flatnonzero(parent >= 0)
+        j = np.minimum(np.searchsorted(ids, parent[has]), ids.size - 1)
+        ok = ids[j] == parent[has]
+        out[has[ok]] = order[j[ok]]
+        return out
+
+    @cached_property
     def launch_call(self) -> np.ndarray:
         """Loaded host rows named like a launch call (:func:`jobs.analyze.trace.launches.launch_name_mask`)."""
         return self.host & launch_name_mask(self.names)

@@ -95,7 +95,7 @@ def render_job_report(
     Sections: the verdict (ok only when the rules that could judge the job ran and none fired:
     :mod:`jobs.publish.verdict`; top bottleneck, its cost, what to do), the run against the previous runs of its job
     name (regression verdict and interval in words), rule coverage, findings, step-time breakdown per rank,
-    idle-time breakdown, top kernels, op efficiency against the device's roofline, collective wait heatmap, critical-path summary (related to the
+    idle-time breakdown, idle windows inside the step with their host cause, top kernels, op efficiency against the device's roofline, collective wait heatmap, critical-path summary (related to the
     straggler), data quality, captures, the capture-flag glossary.
     """
     job_id, attempt = S.job_identity(tables)
@@ -107,6 +107,7 @@ def render_job_report(
         S.findings_section(tables),
         S.step_section(tables),
         S.idle_section(tables),
+        S.idle_windows_section(tables),
         S.kernels_section(tables),
         S.op_efficiency_section(tables),
         S.collectives_section(tables),

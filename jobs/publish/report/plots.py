@@ -32,6 +32,13 @@ COLORS = {
     "COMMUNICATION": "#E69F00",
     "MEMORY": "#009E73",
     "OTHER": "#999999",
+    # idle-window causes (utilization_windows.cause)
+    "sync": "#D55E00",
+    "collective": "#E69F00",
+    "memcpy": "#009E73",
+    "dataloader": "#CC79A7",
+    "host": "#0072B2",
+    "host_idle": "#999999",
 }
 #: Width of every plot, px (the page scales it down to fit).
 WIDTH = 900
@@ -482,3 +489,53 @@ def op_deltas(ops: pd.DataFrame | None, k: int = 20) -> Plot | None:
     return _plot(
         [tree], "op_deltas", "Kernel and op time changes", f"Diverging bar chart of {len(o)} per-step time changes"
     )
+
+
+def idle_window_strip(windows: pd.DataFrame | None) -> Plot | None:
+    """Per rank, a strip of its step (0–100 % of the step) with the device's idle windows drawn where they open,
+    coloured by cause; all steps of the rank are overlaid, each at ``1 / steps`` opacity, so a window that recurs at
+    the same place is dark and a one-off is faint. Of more than :data:`HEATMAP_ROWS` ranks, those with the most
+    idle time are drawn, in rank order.
+
+    Source: ``utilization_windows`` (:mod:`jobs.analyze.efficiency.utilization`). Pygal has no Gantt chart: the
+    strip is an SVG element tree built here (text escaped by the serializer).
+    """
+    if not _has(windows, "rank", "step", "offset_ns", "dur_ns", "step_time_ns", "cause"):
+        return None
+    w = windows.assign(
+        _o=pd.to_numeric(windows["offset_ns"], errors="coerce")
+        / pd.to_numeric(windows["step_time_ns"], errors="coerce"),
+        _d=pd.to_numeric(windows["dur_ns"], errors="coerce") / pd.to_numeric(windows["step_time_ns"], errors="coerce"),
+    ).dropna(subset=["_o", "_d"])
+    if not len(w):
+        return None
+    idle = w.groupby("rank")["dur_ns"].sum()
+    ranks = sorted(idle.nlargest(HEATMAP_ROWS).index) if len(idle) > HEATMAP_ROWS else sorted(idle.index)
+    left, top, row, bar = 90, 40, 26, 18
+    plot_w = WIDTH - left - 20
+    causes = [c for c in ("sync", "collective", "memcpy", "dataloader", "host", "host_idle") if c in set(w["cause"])]
+    height = top + row * len(ranks) + 60
+    root = ET.Element("svg", xmlns=_SVG_NS, width=str(WIDTH), height=str(height), viewBox=f"0 0 {WIDTH} {height}")
+    title = "Device idle windows inside the step, per rank (all steps overlaid: darker = recurs)"
+    ET.SubElement(root, "text", x=str(left), y="20", style="font: 15px sans-serif").text = title
+    for i, rank in enumerate(ranks):
+        y = top + i * row
+        ET.SubElement(root, "text", x=str(left - 8), y=str(y + bar - 4), style="font: 11px sans-serif",
+                      **{"text-anchor": "end"}).text = f"rank {rank}"  # fmt: skip
+        ET.SubElement(root, "rect", x=str(left), y=str(y), width=str(plot_w), height=str(bar), fill="#f3f4f6")
+        mine = w[w["rank"] == rank]
+        alpha = max(1.0 / max(mine["step"].nunique(), 1), 0.08)
+        for o, d, c in zip(mine["_o"], mine["_d"], mine["cause"]):
+            ET.SubElement(root, "rect", x=f"{left + plot_w * min(max(o, 0), 1):.1f}", y=str(y),
+                          width=f"{max(plot_w * min(d, 1), 1):.1f}", height=str(bar), fill=COLORS.get(c, "#999999"),
+                          **{"fill-opacity": f"{alpha:.3f}"})  # fmt: skip
+    y = top + row * len(ranks) + 14
+    for pct in (0, 25, 50, 75, 100):
+        ET.SubElement(root, "text", x=f"{left + plot_w * pct / 100:.1f}", y=str(y), style="font: 11px sans-serif",
+                      **{"text-anchor": "middle"}).text = f"{pct} % of step"  # fmt: skip
+    for k, c in enumerate(causes):
+        x = left + k * 130
+        ET.SubElement(root, "rect", x=str(x), y=str(y + 14), width="12", height="12", fill=COLORS[c])
+        ET.SubElement(root, "text", x=str(x + 16), y=str(y + 24), style="font: 11px sans-serif").text = c
+    alt = "; ".join(f"rank {r}: {idle[r] / 1e6:.1f} ms idle in windows" for r in ranks[:8])
+    return _plot([root], "idle-windows", title, alt)

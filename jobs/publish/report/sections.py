@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.analyze.efficiency.ops import job_op_groups
+from jobs.analyze.efficiency.utilization import job_window_groups
 from jobs.analyze.findings.ranking import LOST_UNITS, LOST_WORDS, finding_window
 from jobs.fleet.regressions import METRICS
 from jobs.publish.headline import HEADLINE_LABELS, labels_for, one_headline, whole_trace
@@ -376,6 +377,35 @@ def idle_section(tables: dict) -> Section:
             key, title, "no GPU idle time breakdown (CPU-only trace, or `ranks`/`steps` missing).", intro
         )
     return Section(key, title, intro=intro, plots=[plot])
+
+
+def idle_windows_section(tables: dict, k: int = 15) -> Section:
+    """Where inside the step the devices sit idle and what the host was doing then (``utilization_windows``): a
+    strip per rank, then the groups (rank, cause, host op) with the most idle time."""
+    key, title = "idle-windows", "Idle windows"
+    intro = (
+        "Windows of at least 0.5 ms (or 5 % of a short step) during which a rank's device runs nothing, with the "
+        "host activity that overlaps them: a synchronizing call, a host-side collective, a copy, the data loader, "
+        "other host work (CPU-bound) or nothing captured. Recurs = share of the rank's steps with such a window "
+        "at the same place."
+    )
+    df = _get(tables, "utilization_windows")
+    if df is None:
+        return unavailable(key, title, "no idle window (no device activity, or none idle long enough).", intro)
+    g = job_window_groups(df).head(k)
+    spec = [
+        ("rank", "rank", fmt_int, "num"),
+        ("cause", "cause", fmt_text, ""),
+        ("host_op", "host op", lambda v: P.short(v, 60), "name"),
+        ("n_windows", "windows", fmt_int, "num"),
+        ("idle_ns", "idle ms", fmt_ms, "num"),
+        ("offset_p50_ns", "opens at (ms into step)", fmt_ms, "num"),
+        ("step_pct", "% of step", _pct, "num"),
+        ("recurs_pct", "recurs %", _pct, "num"),
+        ("host_stack", "stack (longest window)", lambda v: P.short(v, 120), "name"),
+    ]
+    plot = P.idle_window_strip(df)
+    return Section(key, title, intro=intro, plots=[plot] if plot else [], tables=[table_view("idle-windows", g, spec)])
 
 
 def top_kernels_frame(tables: dict, k: int = 15) -> tuple[pd.DataFrame | None, str]:
