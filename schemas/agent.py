@@ -306,9 +306,12 @@ class OpEfficiency(_Answer):
 
 class WindowGroupRow(_Model):
     rank: int
-    cause: str = Field(description="sync, collective, memcpy, dataloader, host (CPU-bound) or host_idle.")
-    host_op: str | None = Field(description="The host event the device waited on (cudaStreamSynchronize, …).")
-    host_stack: str | None = Field(description="Its enclosing calls, outermost first, in the longest window.")
+    cause: str = Field(
+        description="GPU: sync, collective, memcpy, dataloader, host (CPU-bound) or host_idle; NeuronCore tensor "
+        "engine: collective, dma, engine, semaphore or device_idle."
+    )
+    cause_op: str | None = Field(description="The host call the GPU waited on, or the DMA queue / instruction.")
+    cause_stack: str | None = Field(description="Its enclosing calls, outermost first, in the longest window.")
     n_windows: int
     n_steps: int = Field(description="Steps with such a window.")
     idle_ns: int = Field(description="Σ window duration, ns.")
@@ -318,12 +321,12 @@ class WindowGroupRow(_Model):
     recurs_pct: float | None = Field(description="Share of the rank's steps where it recurs at the same place, %.")
     step: int = Field(description="Step of the longest window (-1: whole trace): the evidence.")
     window_id: int = Field(description="Its window_id in utilization_windows.")
-    host_event_id: int | None = Field(description="events.event_id of its host event.")
+    cause_event_id: int | None = Field(description="events.event_id of its cause_op event.")
 
 
 class UtilizationWindows(_Answer):
-    """``utilization_windows``: when inside the step one job's devices are idle, grouped by rank, cause and host
-    op, most idle time first."""
+    """``utilization_windows``: when inside the step one job's devices are idle (GPU) or under-used (NeuronCore
+    tensor engine), grouped by rank, cause and cause op, most time first."""
 
     job_id: str
     attempt: int

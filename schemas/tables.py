@@ -587,16 +587,23 @@ OP_EFFICIENCY = Table(
 UTILIZATION_WINDOWS = Table(
     name="utilization_windows",
     doc="One row per window, inside a ProfilerStep (or the whole trace of a rank without one), during which the "
-    "rank's device runs nothing, of at least 0.5 ms or 5 % of the step (whichever is shorter; the 64 longest per "
-    "step), with what the host was doing then and whether the window recurs at the same place in other steps. "
-    "Per step Σ dur_ns ≤ the step's time − the device's busy time in it. Ours: jobs/analyze/efficiency/utilization.py.",
+    "rank's GPU runs nothing, or a NeuronCore's tensor engine runs below 20 %, of at least 0.5 ms or 5 % of the step "
+    "(whichever is shorter; the 64 longest per step), with its cause (what the host was in, what ran instead) and "
+    "whether the window recurs at the same place in other steps. Per step Σ dur_ns ≤ the step's time − the GPU's "
+    "busy time in it. Ours: jobs/analyze/efficiency/utilization.py.",
     columns=(
         Column("date", _STR, "Partition: as in `captures`.", False),
         *_IDENTITY,
         Column("capture_id", _STR, "Capture of this rank.", False),
         Column("step", _I64, "ProfilerStep number N; −1 for the whole-trace window of a rank without one.", False),
         Column("window_id", _I32, "0-based order of the window in its step.", False),
-        Column("engine", _STR, "What is idle: `device` (no activity on any stream of the rank's GPU)."),
+        Column(
+            "engine",
+            _STR,
+            "What is under-used: `device` (a GPU running nothing on any stream) or `tensor` (a NeuronCore's tensor "
+            "engine below 20 % busy).",
+        ),
+        Column("engine_util_pct", _F64, "The engine's busy share inside the window, % (0 for an idle GPU)."),
         Column("start_ns", _I64, "Window start, ns on the rank's clock."),
         Column("end_ns", _I64, "Window end, ns on the rank's clock."),
         Column("dur_ns", _I64, "end_ns − start_ns, ns."),
@@ -607,23 +614,29 @@ UTILIZATION_WINDOWS = Table(
         Column(
             "cause",
             _STR,
-            "What the host was in: `sync` (a synchronizing call), `collective` (a host-side collective or wait: a "
-            "peer rank), `memcpy` (a runtime copy call), `dataloader`, `host` (other ops and launches: CPU-bound) "
-            "or `host_idle` (no captured host event).",
+            "GPU: what the host was in: `sync` (a synchronizing call), `collective` (a host-side collective or wait: "
+            "a peer rank), `memcpy` (a runtime copy call), `dataloader`, `host` (other ops and launches: CPU-bound) "
+            "or `host_idle` (no captured host event). NeuronCore: what ran instead: `collective`, `dma` (DMA "
+            "queues), `engine` (Vector, Scalar or GpSimd), `semaphore` (Sync engine waits) or `device_idle`.",
         ),
         Column("cause_pct", _F64, "Share of the window the cause's host events cover, %."),
-        Column("host_op", _STR, "The cause's host event overlapping the window most (`cudaStreamSynchronize`, …)."),
-        Column("host_event_id", _I64, "`events.event_id` of that host event."),
         Column(
-            "host_stack",
+            "cause_op",
             _STR,
-            "Its enclosing calls, outermost first below the ProfilerStep, at most 8 (`aten::item → "
-            "aten::_local_scalar_dense → cudaStreamSynchronize`).",
+            "The cause's event: the host call the GPU waited on (`cudaStreamSynchronize`, …), the busiest DMA queue, "
+            "or the instruction of the busiest other engine.",
+        ),
+        Column("cause_event_id", _I64, "`events.event_id` of that event."),
+        Column(
+            "cause_stack",
+            _STR,
+            "GPU: the host event's enclosing calls, outermost first below the ProfilerStep, at most 8 (`aten::item → "
+            "aten::_local_scalar_dense → cudaStreamSynchronize`); NeuronCore: track → instruction.",
         ),
         Column(
             "recurring_steps",
             _I32,
-            "Steps (this one included) with a window of the same cause and host_op overlapping the same offsets.",
+            "Steps (this one included) with a window of the same cause and cause_op overlapping the same offsets.",
         ),
         Column("recurs_pct", _F64, "recurring_steps / the rank's steps × 100, %."),
     ),

@@ -679,8 +679,8 @@ def utilization_windows(
         A.WindowGroupRow(
             rank=int(r.rank),
             cause=str(r.cause),
-            host_op=_str(r.host_op),
-            host_stack=_str(r.host_stack),
+            cause_op=_str(r.cause_op),
+            cause_stack=_str(r.cause_stack),
             n_windows=int(r.n_windows),
             n_steps=int(r.n_steps),
             idle_ns=int(r.idle_ns),
@@ -690,7 +690,7 @@ def utilization_windows(
             recurs_pct=_num(r.recurs_pct),
             step=int(r.step),
             window_id=int(r.window_id),
-            host_event_id=None if pd.isna(r.host_event_id) else int(r.host_event_id),
+            cause_event_id=None if pd.isna(r.cause_event_id) else int(r.cause_event_id),
         )
         for r in g.itertuples()
     ]

@@ -250,9 +250,10 @@ def build_server(
         top: Annotated[int | None, Field(description="Groups per page (default 50).", ge=1)] = None,
         cursor: Cursor = None,
     ) -> A.UtilizationWindows:
-        """When inside the step one job's devices sit idle, and why: windows grouped by rank, cause (sync,
-        collective, memcpy, dataloader, host, host_idle) and the host op the device waited on, with where in the
-        step they open and how often they recur; most idle time first."""
+        """When inside the step one job's devices sit idle, and why: windows grouped by rank, cause (GPU: sync,
+        collective, memcpy, dataloader, host, host_idle; NeuronCore tensor engine below 20 %: collective, dma, engine,
+        semaphore, device_idle) and what the device waited on, with where in the step they open and how often they
+        recur; most idle time first."""
         return answer(queries.utilization_windows, job_id, attempt=attempt, rank=rank, top=top, cursor=cursor)
 
     @tool

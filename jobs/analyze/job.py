@@ -9,7 +9,7 @@ transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
    roofline (:mod:`jobs.analyze.efficiency.ops`; the driver adds the peaks of the captures' devices), the device's idle
    windows and their host causes (:mod:`jobs.analyze.efficiency.utilization`), the rank's
    critical path and its legs between collectives (:mod:`jobs.analyze.critical_path.rank`), its communication calls
-   (:mod:`jobs.analyze.collectives.calls`); Neuron device profiles get their device critical path;
+   (:mod:`jobs.analyze.collectives.calls`); Neuron device profiles get their device critical path and tensor-engine windows;
 2. per (job, attempt) — :func:`job_stage`: collectives matched across ranks (wait, skew, bus
    bandwidth, clock offsets) and the cross-rank critical path stitched from the per-rank legs.
 
@@ -38,7 +38,7 @@ from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_colle
 from jobs.analyze.critical_path.cross_rank import job_critical_path
 from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_path
 from jobs.analyze.efficiency.ops import add_device_peaks, op_efficiency
-from jobs.analyze.efficiency.utilization import utilization_windows
+from jobs.analyze.efficiency.utilization import neuron_utilization_windows, utilization_windows
 from jobs.analyze.findings.coverage import rule_coverage
 from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
 from jobs.analyze.hta.breakdown import analyze_rank
@@ -110,14 +110,19 @@ def rank_tables(events: pa.Table) -> dict[str, pa.Table]:
     stage 2: ``_calls`` (:data:`jobs.analyze.collectives.calls.CALLS_SCHEMA`) and ``_legs``
     (:data:`jobs.analyze.critical_path.rank.BOUNDARIES_SCHEMA`), each :func:`conform`-ed. The events
     are typed once into a :class:`~jobs.analyze.trace.model.RankTrace` that every per-rank analysis
-    reads; a Neuron device profile gives its device critical path only. Rows are put in trace order
+    reads; a Neuron device profile gives its device critical path and its tensor engine's windows only. Rows are put in trace order
     (``event_id``) first, so the results (float sums included) do not depend on how an engine
     ordered the group.
     """
     events = _in_trace_order(events)
     neuron = pc.equal(events.column("source"), "neuron")
     if pc.any(neuron).as_py():
-        return {"critical_path": conform("critical_path", _neuron_path(events.filter(neuron)))}
+        device = events.filter(neuron)
+        windows = pa.Table.from_pandas(neuron_utilization_windows(device), preserve_index=False)
+        return {
+            "critical_path": conform("critical_path", _neuron_path(device)),
+            "utilization_windows": conform("utilization_windows", windows),
+        }
     trace = build_rank_trace(events)
     steps, ranks = analyze_rank(trace)
     segments, legs = rank_critical_path(trace)

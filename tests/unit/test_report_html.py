@@ -163,8 +163,8 @@ def _hostile_tables(base: dict) -> dict:
                 "step_pct": 20.0,
                 "cause": "sync",
                 "cause_pct": 100.0,
-                "host_op": HOSTILE,
-                "host_stack": HOSTILE_ATTR,
+                "cause_op": HOSTILE,
+                "cause_stack": HOSTILE_ATTR,
                 "recurring_steps": 1,
                 "recurs_pct": 100.0,
             }

@@ -68,14 +68,14 @@ def test_windows_their_causes_stacks_and_recurrence():
     first = w.iloc[0]
     # idle from the first kernel's end (100 µs) to the second's start (1200 µs)
     assert (first["offset_ns"], first["dur_ns"]) == (100_000, 1_100_000)
-    assert first["cause"] == "sync" and first["host_op"] == "cudaStreamSynchronize"
-    assert first["host_stack"] == "aten::item → aten::_local_scalar_dense → cudaStreamSynchronize"
+    assert first["cause"] == "sync" and first["cause_op"] == "cudaStreamSynchronize"
+    assert first["cause_stack"] == "aten::item → aten::_local_scalar_dense → cudaStreamSynchronize"
     assert first["step_pct"] == pytest.approx(55.0) and first["cause_pct"] == 100.0  # aten::item blocks too
     second = w.iloc[1]
     assert (second["offset_ns"], second["dur_ns"], second["cause"]) == (1_300_000, 650_000, "dataloader")
     assert second["cause_pct"] == pytest.approx(100 * 600 / 650)
     assert (w["recurring_steps"] == 2).all() and (w["recurs_pct"] == 100.0).all()
-    assert (w["engine"] == "device").all() and w["host_event_id"].notna().all()
+    assert (w["engine"] == "device").all() and w["cause_event_id"].notna().all()
 
 
 def test_short_gaps_are_not_windows_and_a_longer_minimum_drops_more():
@@ -175,12 +175,12 @@ def test_groups_the_report_strip_and_section():
     from jobs.publish.report.sections import idle_windows_section
 
     one = utilization_windows(_events(_step(1, 0) + _step(2, 3000)))
-    two = pd.concat([one, one.assign(rank=1, host_op="<script>x</script>")], ignore_index=True)
+    two = pd.concat([one, one.assign(rank=1, cause_op="<script>x</script>")], ignore_index=True)
     g = job_window_groups(two)
     assert list(g["idle_ns"]) == [2_200_000, 2_200_000, 1_300_000, 1_300_000]
     assert list(g["n_windows"]) == [2] * 4 and list(g["n_steps"]) == [2] * 4
     top = g.iloc[0]
-    assert (top["rank"], top["cause"], top["host_op"], top["offset_p50_ns"]) == (
+    assert (top["rank"], top["cause"], top["cause_op"], top["offset_p50_ns"]) == (
         0,
         "sync",
         "cudaStreamSynchronize",
@@ -198,3 +198,62 @@ def test_groups_the_report_strip_and_section():
     assert idle_windows_section({}).status == "unavailable"
     html = render_job_report({"utilization_windows": two})
     assert 'id="idle-windows"' in html and "<script>x</script>" not in html
+
+
+NEURON = "neuron/AnchovyPark__npu_profiling_code/matmul/neuron_profile_results/profile_128x128x1024.json"
+
+
+def _neuron_events(rows):
+    """EVENTS rows of a Neuron capture from ``(category, track, name, ts_ns, dur_ns)``."""
+    import pyarrow as pa
+
+    from schemas import EVENTS
+
+    ident = dict(date="d", job_id="j", attempt=0, rank=0, capture_id="c", source="neuron", ph="X", is_gpu=True)
+    recs = [
+        {**ident, "event_id": i, "category": c, "thread_name": t, "name": n, "ts_ns": ts, "dur_ns": d}
+        for i, (c, t, n, ts, d) in enumerate(rows)
+    ]
+    schema = EVENTS.arrow_schema()
+    return pa.Table.from_pylist(recs, schema=pa.schema([schema.field(k) for k in recs[0]]))
+
+
+def test_neuron_tensor_engine_below_threshold_while_a_dma_queue_runs():
+    from jobs.analyze.efficiency.utilization import neuron_utilization_windows
+
+    ins = "neuron_instruction"
+    rows = [("neuron_instruction", "Tensor", "MATMUL", 0, 100_000)]
+    # 100 µs → 900 µs: the tensor engine runs 2 µs in every 40 µs (5 %), DMA queue Q3-E0 moves data all along
+    rows += [(ins, "Tensor", "MATMUL", t, 2_000) for t in range(100_000, 900_000, 40_000)]
+    rows += [("neuron_dma", "Q3-E0", "Q3", t, 39_000) for t in range(100_000, 900_000, 40_000)]
+    rows += [("neuron_dma", "Q1-E0", "Q1", 100_000, 1_000), (ins, "Tensor", "MATMUL", 900_000, 100_000)]
+    w = neuron_utilization_windows(_neuron_events(rows))
+    assert len(w) == 1 and list(w.columns) == list(UTILIZATION_WINDOWS.names)
+    win = w.iloc[0]
+    assert win["engine"] == "tensor" and win["step"] == -1 and win["cause"] == "dma" and win["cause_op"] == "Q3-E0"
+    # the busy share is measured over the minimum length (50 µs) around each 5 µs bin: edges within half of it
+    assert abs(win["start_ns"] - 100_000) <= 25_000 and abs(win["end_ns"] - 900_000) <= 25_000
+    assert win["engine_util_pct"] == pytest.approx(5.0, abs=1.0) and win["cause_pct"] > 90
+
+
+def test_neuron_corpus_profile_start_up_is_a_semaphore_wait(CORPUS):
+    """The corpus matmul profile: the tensor engine is below 20 % for 99 % of the profile while the Vector engine
+    waits on a semaphore (the first execution's start-up); checked against the profile's Instruction rows."""
+    from jobs.analyze.efficiency.utilization import neuron_utilization_windows
+    from jobs.normalize.neuron.events import profile_events
+    from jobs.normalize.neuron.json_view import parse_neuron_json
+
+    p = parse_neuron_json((CORPUS / NEURON).read_bytes(), "x")
+    ev = with_identity(profile_events(p), dict(date="d", job_id="j", attempt=0, rank=0, capture_id="c"))
+    w = neuron_utilization_windows(ev)
+    assert len(w) == 1
+    win = w.iloc[0]
+    assert win["cause"] == "semaphore" and win["cause_op"] == "EVENT_SEMAPHORE" and win["step_pct"] > 99
+    ins = p.table("Instruction").to_pandas()
+    tensor = ins[ins["engine"].str.lower().str.startswith("tensor")]
+    a, b = win["start_ns"], win["end_ns"]
+    ms, me = merge_intervals(tensor["start_ts"].to_numpy(), tensor["end_ts"].to_numpy())  # both tensor tracks, once
+    busy = sum(max(0, min(e, b) - max(s, a)) for s, e in zip(ms, me))
+    assert win["engine_util_pct"] == pytest.approx(100 * busy / (b - a)) and win["engine_util_pct"] < 20
+    sem = ins[(ins["opcode"] == "EVENT_SEMAPHORE") & (ins["engine"].str.lower() == "vector")]
+    assert ((sem["start_ts"] <= a + 0.1 * (b - a)) & (sem["end_ts"] >= b - 0.1 * (b - a))).any()

@@ -25,14 +25,27 @@ covers most, else ``host_idle``:
 ``host_idle``   no captured host event: Python between ops, or a thread the profiler did not record
 ==============  ==================================================================================================
 
-``host_op`` is the innermost event of that class overlapping the window nearly as much as the one that overlaps it
-most (≥ 90 %), and ``host_stack`` its
+``cause_op`` is the innermost event of that class overlapping the window nearly as much as the one that overlaps it
+most (≥ 90 %), and ``cause_stack`` its
 enclosing calls from the outermost below the ProfilerStep, e.g.
 ``aten::item → aten::_local_scalar_dense → cudaStreamSynchronize`` (the ``parent`` links of the trace).
 
-**Recurrence** — a window recurs in another step when that step has a window of the same cause and ``host_op``
+**Recurrence** — a window recurs in another step when that step has a window of the same cause and ``cause_op``
 whose offset range into the step overlaps this one's; ``recurring_steps`` counts the steps (its own included),
 ``recurs_pct`` their share of the rank's steps.
+
+**NeuronCore profiles** (:func:`neuron_utilization_windows`): the engine judged is the tensor engine (the
+``Tensor``/``TensorMatrix`` tracks: the matmul engine MFU counts), and a window is a maximal run of time bins (a tenth
+of the minimum length each) around which, over the minimum length centred on the bin, it is busy less than
+:data:`LOW_UTIL_PCT` % of the time — below the threshold, not only idle; its edges are within half the minimum
+length of where the engine's use drops and returns — over the profile (``step`` = −1: device profiles have no ProfilerStep). Its cause, from what else runs
+on the core then, the first class covering :data:`CAUSE_MIN_PCT` %: ``collective`` (``CcOp``/CC-core rows, collective
+instructions), ``dma`` (DMA queues and DMA instructions; ``cause_op`` = the busiest queue), ``engine`` (compute
+instructions of the Vector, Scalar or GpSimd engine; ``cause_op`` = the busiest engine's longest instruction),
+``semaphore`` (``EVENT_SEMAPHORE*`` waits on any engine, the Sync engine), else ``device_idle`` (instruction classes:
+:func:`jobs.normalize.neuron.critical_path.instruction_category`).
+``engine_util_pct`` is the tensor engine's busy share inside the window (0 for a GPU window). Neuron Explorer shows
+engine timelines; the windows and causes are ours.
 
 These definitions are ours: HTA's idle time is one total per step, not windows nor causes.
 """
@@ -52,10 +65,14 @@ from jobs.analyze.trace.model import RankTrace, as_rank_trace
 from jobs.analyze.windows import WHOLE_TRACE_STEP
 from jobs.common.interval_sets import covered_not_excluded, length_in_windows
 from jobs.common.intervals import merge_intervals
+from jobs.normalize.neuron.critical_path import instruction_category
 from schemas import UTILIZATION_WINDOWS
 
 __all__ = [
     "utilization_windows",
+    "neuron_utilization_windows",
+    "LOW_UTIL_PCT",
+    "NEURON_CAUSES",
     "job_window_groups",
     "CAUSES",
     "MIN_WINDOW_NS",
@@ -74,6 +91,12 @@ MAX_WINDOWS_PER_STEP = 64
 CAUSE_MIN_PCT = 10.0
 #: Cause classes, in the order they are tried (module docstring), then ``host_idle``.
 CAUSES = ("sync", "collective", "memcpy", "dataloader", "host", "host_idle")
+#: A NeuronCore's tensor engine is under-used below this busy share of a time bin (%).
+LOW_UTIL_PCT = 20.0
+#: Cause classes of a NeuronCore window, in the order they are tried, then ``device_idle``.
+NEURON_CAUSES = ("collective", "dma", "engine", "semaphore", "device_idle")
+_TENSOR_TRACKS = ("Tensor", "TensorMatrix")
+_OTHER_ENGINES = ("Vector", "Scalar", "GpSimd")
 _COLLECTIVE = re.compile(r"^(nccl|gloo|c10d|ProcessGroup|_c10d_functional)|record_param_comms|wait_tensor", re.I)
 _MEMCPY = re.compile(r"^(cuda|hip|cu)Memcpy", re.I)
 _STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -132,8 +155,106 @@ def utilization_windows(
     _recurrence(w, n_steps=len(steps))
     for k in ("date", "job_id", "attempt", "rank", "capture_id"):
         w[k] = tr.identity.get(k)
-    w["engine"] = "device"
+    w["engine"], w["engine_util_pct"] = "device", 0.0
     return w.reindex(columns=columns)
+
+
+def neuron_utilization_windows(
+    events: pa.Table, *, min_window_ns: int = MIN_WINDOW_NS, min_window_step_pct: float = MIN_WINDOW_STEP_PCT
+) -> pd.DataFrame:
+    """The windows of a NeuronCore profile in which its tensor engine runs below :data:`LOW_UTIL_PCT` % (module
+    docstring), each with what the core did instead.
+
+    Args:
+        events: EVENTS rows of one Neuron capture (``source`` = ``neuron``: instructions on engine tracks, DMA
+            queues, collectives, as :mod:`jobs.normalize.neuron.events` writes them).
+        min_window_ns, min_window_step_pct: shortest window: ns, or % of the profile's span, whichever is shorter.
+
+    Returns:
+        The columns of ``schemas.UTILIZATION_WINDOWS``, ``step`` −1, by start; none without tensor-engine rows.
+    """
+    columns = list(UTILIZATION_WINDOWS.names)
+    df = events.select(
+        [c for c in ("event_id", "category", "name", "thread_name", "ts_ns", "dur_ns") if c in events.column_names]
+    ).to_pandas()
+    df = df[df["ts_ns"].notna() & df["dur_ns"].notna()]
+    if not len(df):
+        return pd.DataFrame(columns=columns)
+    ts, end = df["ts_ns"].to_numpy(np.int64), (df["ts_ns"] + df["dur_ns"]).to_numpy(np.int64)
+    cat, track = df["category"].to_numpy(object), df["thread_name"].fillna("").to_numpy(object)
+    ins = cat == "neuron_instruction"
+    tensor = ins & np.isin(track, _TENSOR_TRACKS)
+    if not tensor.any():
+        return pd.DataFrame(columns=columns)
+    active = ins | np.isin(cat, ("neuron_dma", "neuron_dma_block", "neuron_collective", "neuron_cc_instruction"))
+    s0, s1 = int(ts[active].min()), int(end[active].max())
+    lo = int(max(min(min_window_ns, min_window_step_pct / 100 * (s1 - s0)), 10))
+    width = max(lo // 10, 1)
+    edges = np.append(np.arange(s0, s1, width, dtype=np.int64), s1)
+    busy_s, busy_e = merge_intervals(ts[tensor], end[tensor])
+    busy = length_in_windows(busy_s, busy_e, edges[:-1], edges[1:])
+    k = np.ones(10)  # the busy share around each bin, over the minimum window length
+    low = np.convolve(busy, k, "same") * 100 < LOW_UTIL_PCT * np.convolve(np.diff(edges), k, "same")
+    brk = np.flatnonzero(np.diff(np.concatenate([[0], low.astype(np.int8), [0]])))
+    runs = [(int(edges[a]), int(edges[b])) for a, b in zip(brk[::2], brk[1::2]) if edges[b] - edges[a] >= lo]
+    if not runs:
+        return pd.DataFrame(columns=columns)
+    runs = sorted(sorted(runs, key=lambda r: r[0] - r[1])[:MAX_WINDOWS_PER_STEP])
+    ws, we = np.array([r[0] for r in runs], np.int64), np.array([r[1] for r in runs], np.int64)
+    w = pd.DataFrame({"start_ns": ws, "end_ns": we})
+    w["dur_ns"] = we - ws
+    w["engine_util_pct"] = 100.0 * length_in_windows(busy_s, busy_e, ws, we) / w["dur_ns"]
+    names, eids = df["name"].fillna("").to_numpy(object), df["event_id"].to_numpy()
+    kind = np.array([instruction_category(n) if i else "" for n, i in zip(names, ins)], object)
+    classes = {
+        "collective": np.isin(cat, ("neuron_collective", "neuron_cc_instruction")) | (kind == "collective"),
+        "dma": np.isin(cat, ("neuron_dma", "neuron_dma_block")) | (kind == "dma"),
+        "engine": ins & np.isin(track, _OTHER_ENGINES) & (kind == "compute"),
+        "semaphore": (kind == "semaphore_wait") | (ins & (track == "Sync")),
+    }
+    cause, pct, ops, ids, stacks = [], [], [], [], []
+    for a, b in zip(ws, we):
+        got = "device_idle", 0.0, None, None, None
+        for cls, m in classes.items():
+            cs, ce = merge_intervals(ts[m], end[m])
+            cov = 100.0 * int(length_in_windows(cs, ce, [a], [b])[0]) / (b - a)
+            if cov >= CAUSE_MIN_PCT:
+                r = _busiest(ts, end, track, m, a, b) if cls in ("dma", "engine") else _longest(ts, end, m, a, b)
+                label = track[r] if cls == "dma" else names[r]
+                got = cls, min(cov, 100.0), label, int(eids[r]), f"{track[r]} → {names[r]}"
+                break
+        for lst, v in zip((cause, pct, ops, ids, stacks), got):
+            lst.append(v)
+    w["cause"], w["cause_pct"], w["cause_op"], w["cause_stack"] = cause, pct, ops, stacks
+    w["cause_event_id"] = pd.array(ids, "Int64")
+    w["step"], w["window_id"], w["step_start_ns"], w["step_time_ns"] = WHOLE_TRACE_STEP, range(len(w)), s0, s1 - s0
+    w["offset_ns"] = w["start_ns"] - s0
+    w["step_pct"] = 100.0 * w["dur_ns"] / max(s1 - s0, 1)
+    _recurrence(w, n_steps=1)
+    first = events.slice(0, 1).to_pylist()[0]
+    for k in ("date", "job_id", "attempt", "rank", "capture_id"):
+        w[k] = first.get(k)
+    w["engine"] = "tensor"
+    return w.reindex(columns=columns)
+
+
+def _overlap(ts, end, rows: np.ndarray, a: int, b: int) -> np.ndarray:
+    return np.maximum(np.minimum(end[rows], b) - np.maximum(ts[rows], a), 0)
+
+
+def _longest(ts, end, mask: np.ndarray, a: int, b: int) -> int:
+    """The row under ``mask`` overlapping ``[a, b)`` most."""
+    rows = np.flatnonzero(mask)
+    return int(rows[np.argmax(_overlap(ts, end, rows, a, b))])
+
+
+def _busiest(ts, end, track, mask: np.ndarray, a: int, b: int) -> int:
+    """The longest row inside ``[a, b)`` of the track under ``mask`` busiest there (Σ overlap, tracks not merged)."""
+    rows = np.flatnonzero(mask)
+    ov = _overlap(ts, end, rows, a, b)
+    per = pd.Series(ov).groupby(track[rows]).sum()
+    mine = rows[track[rows] == per.idxmax()]
+    return int(mine[np.argmax(_overlap(ts, end, mine, a, b))])
 
 
 def _classes(tr: RankTrace) -> dict[str, np.ndarray]:
@@ -159,7 +280,7 @@ def _classes(tr: RankTrace) -> dict[str, np.ndarray]:
 
 
 def _attribute(tr: RankTrace, w: pd.DataFrame) -> None:
-    """Set ``cause``, ``cause_pct``, ``host_op``, ``host_event_id``, ``host_stack`` of the windows ``w``."""
+    """Set ``cause``, ``cause_pct``, ``cause_op``, ``cause_event_id``, ``cause_stack`` of the windows ``w``."""
     ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
     dur = (we - ws).astype(float)
     classes = _classes(tr)
@@ -186,7 +307,7 @@ def _attribute(tr: RankTrace, w: pd.DataFrame) -> None:
         ids.append(int(tr.event_id[r]) if r >= 0 else None)
         stacks.append(_stack(tr, r) if r >= 0 else None)
     w["cause"], w["cause_pct"] = cause, np.minimum(pct, 100.0)
-    w["host_op"], w["host_event_id"], w["host_stack"] = ops, pd.array(ids, "Int64"), stacks
+    w["cause_op"], w["cause_event_id"], w["cause_stack"] = ops, pd.array(ids, "Int64"), stacks
 
 
 def _top_event(tr: RankTrace, rows: np.ndarray | None, a: int, b: int) -> int:
@@ -220,7 +341,7 @@ def _recurrence(w: pd.DataFrame, n_steps: int) -> None:
     rec = np.ones(len(w), np.int64)
     lo, hi = w["offset_ns"].to_numpy(np.int64), (w["offset_ns"] + w["dur_ns"]).to_numpy(np.int64)
     step = w["step"].to_numpy(np.int64)
-    key = w["cause"].astype(str) + "\0" + w["host_op"].fillna("").astype(str)
+    key = w["cause"].astype(str) + "\0" + w["cause_op"].fillna("").astype(str)
     for _, idx in w.groupby(key, sort=False).indices.items():
         if idx.size < 2:
             continue
@@ -237,27 +358,27 @@ def job_window_groups(rows: pd.DataFrame) -> pd.DataFrame:
     ``utilization_windows`` tool show.
 
     Returns:
-        ``rank, cause, host_op, host_stack, n_windows, n_steps, idle_ns, mean_dur_ns, offset_p50_ns, step_pct,
-        recurs_pct, step, window_id, host_event_id`` — ``n_steps``: steps with such a window; ``step_pct``: mean
-        share of the step; ``recurs_pct``: the largest of the group; ``step``/``window_id``/``host_event_id``/
-        ``host_stack``: of its longest window (the evidence). Most idle time first.
+        ``rank, cause, cause_op, cause_stack, n_windows, n_steps, idle_ns, mean_dur_ns, offset_p50_ns, step_pct,
+        recurs_pct, step, window_id, cause_event_id`` — ``n_steps``: steps with such a window; ``step_pct``: mean
+        share of the step; ``recurs_pct``: the largest of the group; ``step``/``window_id``/``cause_event_id``/
+        ``cause_stack``: of its longest window (the evidence). Most idle time first.
     """
     cols = [
-        "rank", "cause", "host_op", "host_stack", "n_windows", "n_steps", "idle_ns", "mean_dur_ns", "offset_p50_ns",
-        "step_pct", "recurs_pct", "step", "window_id", "host_event_id",
+        "rank", "cause", "cause_op", "cause_stack", "n_windows", "n_steps", "idle_ns", "mean_dur_ns", "offset_p50_ns",
+        "step_pct", "recurs_pct", "step", "window_id", "cause_event_id",
     ]  # fmt: skip
     if not len(rows):
         return pd.DataFrame(columns=cols)
     w = rows.reindex(columns=list(UTILIZATION_WINDOWS.names)).copy()
     for c in ("dur_ns", "offset_ns", "step_pct", "recurs_pct"):
         w[c] = pd.to_numeric(w[c], errors="coerce")
-    w["host_op"] = w["host_op"].fillna("")
+    w["cause_op"] = w["cause_op"].fillna("")
     w = w.sort_values(["dur_ns", "step", "window_id"], ascending=[False, True, True], kind="stable")
-    keys = ["rank", "cause", "host_op"]
+    keys = ["rank", "cause", "cause_op"]
     g = (
         w.groupby(keys, dropna=False, sort=False)
         .agg(
-            host_stack=("host_stack", "first"),
+            cause_stack=("cause_stack", "first"),
             n_windows=("dur_ns", "size"),
             n_steps=("step", "nunique"),
             idle_ns=("dur_ns", "sum"),
@@ -267,9 +388,9 @@ def job_window_groups(rows: pd.DataFrame) -> pd.DataFrame:
             recurs_pct=("recurs_pct", "max"),
             step=("step", "first"),
             window_id=("window_id", "first"),
-            host_event_id=("host_event_id", "first"),
+            cause_event_id=("cause_event_id", "first"),
         )
         .reset_index()
     )
-    g["host_op"] = g["host_op"].replace("", None)
+    g["cause_op"] = g["cause_op"].replace("", None)
     return g.sort_values(["idle_ns", "rank", "cause"], ascending=[False, True, True], ignore_index=True)[cols]

@@ -384,10 +384,11 @@ def idle_windows_section(tables: dict, k: int = 15) -> Section:
     strip per rank, then the groups (rank, cause, host op) with the most idle time."""
     key, title = "idle-windows", "Idle windows"
     intro = (
-        "Windows of at least 0.5 ms (or 5 % of a short step) during which a rank's device runs nothing, with the "
-        "host activity that overlaps them: a synchronizing call, a host-side collective, a copy, the data loader, "
-        "other host work (CPU-bound) or nothing captured. Recurs = share of the rank's steps with such a window "
-        "at the same place."
+        "Windows of at least 0.5 ms (or 5 % of a short step) during which a rank's GPU runs nothing, with the host "
+        "activity that overlaps them: a synchronizing call, a host-side collective, a copy, the data loader, other "
+        "host work (CPU-bound) or nothing captured; on a NeuronCore, when its tensor engine runs below 20 % and what "
+        "ran instead (DMA, collectives, other engines, semaphore waits). Recurs = share of the rank's steps with "
+        "such a window at the same place."
     )
     df = _get(tables, "utilization_windows")
     if df is None:
@@ -396,13 +397,13 @@ def idle_windows_section(tables: dict, k: int = 15) -> Section:
     spec = [
         ("rank", "rank", fmt_int, "num"),
         ("cause", "cause", fmt_text, ""),
-        ("host_op", "host op", lambda v: P.short(v, 60), "name"),
+        ("cause_op", "waiting on", lambda v: P.short(v, 60), "name"),
         ("n_windows", "windows", fmt_int, "num"),
         ("idle_ns", "idle ms", fmt_ms, "num"),
         ("offset_p50_ns", "opens at (ms into step)", fmt_ms, "num"),
         ("step_pct", "% of step", _pct, "num"),
         ("recurs_pct", "recurs %", _pct, "num"),
-        ("host_stack", "stack (longest window)", lambda v: P.short(v, 120), "name"),
+        ("cause_stack", "stack (longest window)", lambda v: P.short(v, 120), "name"),
     ]
     plot = P.idle_window_strip(df)
     return Section(key, title, intro=intro, plots=[plot] if plot else [], tables=[table_view("idle-windows", g, spec)])
