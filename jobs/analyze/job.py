@@ -40,10 +40,15 @@ from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_pat
 from jobs.analyze.efficiency.ops import add_device_peaks, op_efficiency
 from jobs.analyze.efficiency.utilization import neuron_utilization_windows, utilization_windows
 from jobs.analyze.findings.coverage import rule_coverage
-from jobs.analyze.findings.ranking import EVENTS_COLUMNS, drop_truncated_steps, findings_document, job_findings
+from jobs.analyze.findings.ranking import (
+    EVENTS_COLUMNS,
+    drop_truncated_steps,
+    findings_document,
+    job_findings,
+    rule_events_filter,
+)
 from jobs.analyze.hta.breakdown import analyze_rank
 from jobs.analyze.hta.kernel_stats import kernel_table
-from jobs.analyze.trace.launches import SYNC_NAMES
 from jobs.analyze.trace.model import IDENTITY, RankTrace, build_rank_trace
 from jobs.common.ids import safe_id
 from jobs.executor import is_local
@@ -424,7 +429,7 @@ def run_findings(engine, warehouse: str, job_ids: list[str] | None = None) -> in
 
     The inputs are the analysis tables of the jobs, their ``captures`` (the span of a whole-trace window for a
     rank without ProfilerStep, :func:`jobs.analyze.windows.analysis_windows`) plus the sync calls of ``events``
-    (the only raw events a rule needs, :data:`jobs.analyze.trace.launches.SYNC_NAMES`); steps cut short by a
+    (the only raw events the rules need, :func:`jobs.analyze.findings.ranking.rule_events_filter`); steps cut short by a
     truncated trace are left out (:func:`jobs.analyze.findings.ranking.drop_truncated_steps`). ``rule_coverage``
     (:func:`jobs.analyze.findings.coverage.rule_coverage`) gets a row per rule for every job, findings or not, and
     goes into findings.json as ``coverage``. The rules judge each job alone: on the local executor the jobs are
@@ -481,10 +486,7 @@ def _job_findings(engine, warehouse: str, jobs: list[str]) -> tuple[pa.Table, pa
     names = ("steps", "ranks", "kernels", "collectives", "critical_path", "neuron_summary", "captures")
     tables = read_pandas(warehouse, names, jobs) if engine is None else read_frames(engine, warehouse, names, jobs)
     tables["steps"] = drop_truncated_steps(tables["steps"], tables["captures"])
-    sync = ds.field("category").isin(["cuda_runtime", "cpu_op", "cuda_driver"]) & ds.field("name").isin(
-        list(SYNC_NAMES)
-    )
-    events = read_arrow(warehouse, "events", jobs, columns=list(EVENTS_COLUMNS), filter=sync)
+    events = read_arrow(warehouse, "events", jobs, columns=list(EVENTS_COLUMNS), filter=rule_events_filter())
     tables["events"] = events.select(list(EVENTS_COLUMNS)).to_pandas()
     # rows in key order, whatever order an engine read them in: the rules break ties by position
     tables = {name: _in_key_order(df, TABLES[name].key) for name, df in tables.items()}

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 TORCH = CORPUS / "torch"
@@ -41,7 +40,7 @@ def available(name: str) -> bool:
 def corpus_job(name: str) -> tuple[dict[str, pd.DataFrame], dict[int, pa.Table]]:
     """(tables for ``job_findings`` incl. ``captures``, events per rank) of corpus job ``name`` (job id = ``name``,
     attempt 0). Cached: treat the frames as read-only."""
-    from jobs.analyze.findings.ranking import EVENTS_COLUMNS, SYNC_NAMES
+    from jobs.analyze.findings.ranking import EVENTS_COLUMNS, rule_events_filter
     from jobs.analyze.job import job_tables, rank_tables
     from jobs.normalize.identity import with_identity
     from jobs.normalize.kineto.parse import parse_kineto
@@ -74,11 +73,7 @@ def corpus_job(name: str) -> tuple[dict[str, pd.DataFrame], dict[int, pa.Table]]
         tables[tname] = pa.concat_tables(parts).to_pandas() if parts else pd.DataFrame()
     sync = []
     for ev in events.values():
-        m = pc.and_(
-            pc.is_in(ev["category"], pa.array(["cuda_runtime", "cpu_op", "cuda_driver"])),
-            pc.is_in(ev["name"], pa.array(list(SYNC_NAMES))),
-        )
-        sync.append(ev.filter(m).select(list(EVENTS_COLUMNS)))
+        sync.append(ev.filter(rule_events_filter()).select(list(EVENTS_COLUMNS)))
     tables["events"] = pa.concat_tables(sync).to_pandas()
     tables["captures"] = pd.DataFrame(captures)
     return tables, events

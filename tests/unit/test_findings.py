@@ -8,6 +8,7 @@ estimates can be computed by hand from the rule definitions.
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 
@@ -451,6 +452,70 @@ def test_blocking_sync_does_not_trigger(kw):
     assert "blocking_sync" not in rules(run(events=sync_events(**kw)))  # 0.3 % blocked, 1 call / no sync
 
 
+def _harness_syncs(name="cudaDeviceSynchronize", dur=300 * US) -> pd.DataFrame:
+    """Per rank and step one top-level device-wide synchronization (``torch.cuda.synchronize()``)."""
+    ev = sync_events()
+    ev = ev[ev["name"] == "cudaStreamSynchronize"].assign(name=name, dur_ns=dur)
+    return ev.reset_index(drop=True)
+
+
+def test_an_item_that_reaches_no_device_is_no_sync():
+    """``.item()`` of a CPU tensor: aten::item ⊃ aten::_local_scalar_dense with no runtime call inside."""
+    ev = sync_events()
+    cpu_items = ev[ev["name"] != "cudaStreamSynchronize"]
+    assert "blocking_sync" not in rules(run(steps_frame(idle_time_ns=1 * MS), events=cpu_items))
+    # an item whose copy goes through cudaMemcpyAsync (pageable: it blocks) still counts
+    copy = ev.assign(name=ev["name"].replace({"cudaStreamSynchronize": "cudaMemcpyAsync"}))
+    f = run(steps_frame(idle_time_ns=1 * MS), events=copy)["blocking_sync/job"]
+    assert evidence(f)["details"]["by_name"] == {"aten::item": 8}
+
+
+@pytest.mark.parametrize("how", ["tag", "annotation"])
+def test_a_harness_that_synchronizes_by_design(how):
+    """A benchmark harness calls torch.cuda.synchronize() every step to time it: declared by a capture tag or a
+    user annotation, its device-wide syncs are left out; another sync in the same steps is still judged."""
+    s = steps_frame(idle_time_ns=1 * MS)
+    assert "blocking_sync/job" in run(s, events=_harness_syncs())  # undeclared: 3 % of the step blocked
+    captures = pd.DataFrame({"job_id": JOB, "attempt": 0, "capture_id": ["c0", "c1"], "tags_json": '{"x": "1"}'})
+    ev = _harness_syncs()
+    if how == "tag":
+        captures["tags_json"] = '{"harness": "benchmark"}'
+    else:
+        note = ev.assign(
+            name="benchmark iteration", category="user_annotation", dur_ns=9 * MS, event_id=ev["event_id"] + 10_000
+        )
+        ev = pd.concat([ev, note], ignore_index=True)
+    assert "blocking_sync" not in rules(run(s, events=ev, captures=captures))
+    both = pd.concat([ev, sync_events().assign(event_id=lambda d: d["event_id"] + 50_000)], ignore_index=True)
+    f = run(s, events=both, captures=captures)["blocking_sync/job"]
+    det = evidence(f)["details"]
+    assert det["by_name"] == {"aten::item": 8} and det["n_left_out_by_design"] == 8
+    assert det["by_design"] == (["tag harness=benchmark"] if how == "tag" else ["annotation 'benchmark iteration'"])
+
+
+@pytest.mark.parametrize(
+    ("names", "says"),
+    [
+        ((), "Capture the step (or its static part) in a CUDA graph"),
+        (("cudaGraphLaunch",), "outside the CUDA graph the step already replays (1 graph launches per step)"),
+        (("cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate"), "Capture once at warm-up"),
+    ],
+)
+def test_host_bound_advice_follows_the_graph_calls(names, says):
+    s = steps_frame(kernel_time_ns=9 * MS, idle_time_ns=3 * MS, cpu_bound_time_ns=3 * MS)
+    ev = sync_events(item_ns=2 * US).iloc[0:0]
+    rows = [
+        dict(job_id=JOB, attempt=0, rank=r, capture_id=f"c{r}", step=k, event_id=100 * r + 10 * k + i,
+             category="cuda_runtime", name=n, ts_ns=k * 10 * MS + i * US, dur_ns=50 * US, tid=7)
+        for r in (0, 1) for k in range(4) for i, n in enumerate(names)
+    ]  # fmt: skip
+    f = run(s, events=pd.concat([ev, pd.DataFrame(rows, columns=ev.columns)], ignore_index=True))
+    rec = f["host_bound_launch/job"]["recommendation"]
+    assert says in rec, rec
+    det = evidence(f["host_bound_launch/job"])["details"]
+    assert det["graph_captures_per_step"] == (3 if len(names) == 3 else 0)
+
+
 def test_blocking_sync_outside_steps_is_ignored():
     ev = sync_events().assign(step=None)
     assert "blocking_sync" not in rules(run(events=ev))
@@ -677,9 +742,21 @@ def test_dlrm_findings(dlrm):
     assert ex["value"] > fr.EXPOSED_COMM_PCT and evidence(ex)["details"]["wait_share_of_exposed"] > 0.9
     assert ex["est_time_lost_per_step_ns"] < st["est_time_lost_per_step_ns"]
     assert "straggler" in ex["recommendation"]
-    # DLRM steps synchronize with .item(); the copies are tiny (~20 µs per step): no memcpy finding
+    # DLRM steps synchronize with cudaStreamSynchronize; its .item() calls read CPU tensors (no runtime call inside
+    # them in the raw JSON): they wait for no device and are not counted. The copies are tiny (~20 µs per step): no
+    # memcpy finding
     sync = found["blocking_sync/job"]
-    assert "aten::item" in evidence(sync)["details"]["by_name"]
+    details = evidence(sync)["details"]
+    assert set(details["by_name"]) == {"cudaStreamSynchronize"}
+    assert details["n_runtime_sync_calls"] == details["by_name"]["cudaStreamSynchronize"] > 0
+    raw = json.loads(Path(corpus_jobs.files_of("dlrm")[0]).read_text())["traceEvents"]
+    runtime = sorted((e["tid"], e["ts"]) for e in raw if e.get("cat") == "cuda_runtime")
+    items = [e for e in raw if e.get("name") == "aten::item"]
+    inside = [
+        bisect.bisect_right(runtime, (i["tid"], i["ts"] + i["dur"])) - bisect.bisect_left(runtime, (i["tid"], i["ts"]))
+        for i in items
+    ]
+    assert items and not any(inside)
     assert all(names_of(events, e) in SYNC_NAMES for e in evidence(sync)["events"])
     assert "memcpy_bound" not in rules(found) and "pageable_memcpy" not in rules(found)
     assert {"host_bound_launch", "many_tiny_kernels"} <= rules(found)

@@ -47,10 +47,11 @@ without ProfilerStep is judged on its whole trace as one window (step -1):
   wait_ns, skew_ns, exposed_ns, is_last_arrival, n_ranks_matched, msg_bytes, busbw_gbps.
 * ``critical_path`` (CRITICAL_PATH): scope, path_rank, step, rank, capture_id, event_id, name,
   dur_ns, bound_by — corroboration and evidence.
-* ``events``: a **reduced** EVENTS frame is enough — :data:`EVENTS_COLUMNS` of the host rows whose
-  ``name`` is in :data:`jobs.analyze.trace.launches.SYNC_NAMES` (e.g. ``category in ('cuda_runtime',
-  'cpu_op', 'cuda_driver') and name in SYNC_NAMES``); rows with a null ``step`` are ignored, except on a
-  capture judged on its whole trace, where they belong to that window. Only ``blocking_sync`` reads it.
+* ``events``: a **reduced** EVENTS frame is enough — :data:`EVENTS_COLUMNS` of the rows
+  :func:`rule_events_filter` keeps (host calls named in :data:`RULE_EVENT_NAMES`: synchronizations, host copies,
+  CUDA-graph launches and captures; user annotations that declare a step synchronizes by design); rows with a null
+  ``step`` are ignored, except on a capture judged on its whole trace, where they belong to that window.
+  ``blocking_sync`` and ``host_bound_launch`` read it.
 * ``neuron_summary`` (NEURON_SUMMARY), optional: passed to ``neuron_findings``.
 
 Evidence (``evidence_json``, and ``evidence`` in findings.json) of the GPU rules: ``job_id``,
@@ -72,10 +73,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from jobs.analyze.findings.neuron import RULES as NEURON_RULES
 from jobs.analyze.findings.neuron import neuron_findings
-from jobs.analyze.findings.rules import RULES, SYNC_NAMES, THRESHOLDS, JobTables
+from jobs.analyze.findings.rules import BY_DESIGN_ANNOTATION, RULES, SYNC_NAMES, THRESHOLDS, JobTables
+from jobs.analyze.trace.launches import GRAPH_CAPTURE_NAMES, GRAPH_LAUNCH_NAMES, HOST_COPY_NAMES
 from jobs.analyze.windows import WHOLE_TRACE_STEP, WINDOW_TRACE, analysis_windows
 from jobs.common.floats import finite_float
 from schemas.tables import FINDINGS
@@ -87,6 +91,8 @@ __all__ = [
     "SCHEMA_PATH",
     "SCHEMA_VERSION",
     "EVENTS_COLUMNS",
+    "RULE_EVENT_NAMES",
+    "rule_events_filter",
     "RULE_NAMES",
     "SYNC_NAMES",
     "validate_document",
@@ -129,6 +135,23 @@ EVENTS_COLUMNS = (
     "dur_ns",
     "tid",
 )
+#: Host call names the rules read from ``events`` (:func:`rule_events_filter`).
+RULE_EVENT_NAMES: tuple[str, ...] = (*SYNC_NAMES, *HOST_COPY_NAMES, *GRAPH_LAUNCH_NAMES, *GRAPH_CAPTURE_NAMES)
+
+
+def rule_events_filter():
+    """The ``events`` rows the rules read, as a pyarrow dataset expression (also ``pa.Table.filter``-able): host
+    calls (``cuda_runtime``, ``cpu_op``, ``cuda_driver``) named in :data:`RULE_EVENT_NAMES`, and user annotations
+    matching :data:`jobs.analyze.findings.rules.BY_DESIGN_ANNOTATION`."""
+    host = ds.field("category").isin(["cuda_runtime", "cpu_op", "cuda_driver"]) & ds.field("name").isin(
+        list(RULE_EVENT_NAMES)
+    )
+    note = (ds.field("category") == "user_annotation") & pc.match_substring_regex(
+        ds.field("name"), pattern=BY_DESIGN_ANNOTATION
+    )
+    return host | note
+
+
 #: Every rule name (GPU rules, then Neuron rules).
 RULE_NAMES: tuple[str, ...] = (*(r for r, _ in RULES), *NEURON_RULES)
 _REQUIRED = {
@@ -320,6 +343,7 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
             collectives=job["collectives"],
             critical_path=job["critical_path"],
             events=events_in_windows(job["events"], steps),
+            captures=_of_job(captures, job_id, attempt),
         )
         date = _date(frames, job_id, attempt)
         for _rule, fn in RULES:

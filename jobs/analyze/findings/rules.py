@@ -75,13 +75,22 @@ Guide (https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from jobs.analyze.trace.launches import SYNC_NAMES
+from jobs.analyze.trace.launches import (
+    ATEN_SYNC_NAMES,
+    DEVICE_SYNC_NAMES,
+    GRAPH_CAPTURE_NAMES,
+    GRAPH_LAUNCH_NAMES,
+    HOST_COPY_NAMES,
+    SYNC_NAMES,
+)
 from jobs.analyze.windows import WINDOW_TRACE
 from jobs.common.binomial import binomial_tail
 from jobs.common.floats import finite_float as _num
@@ -98,6 +107,7 @@ __all__ = [
     "straggler_rank",
     "dataloader_bound",
     "blocking_sync",
+    "sync_by_design",
     "memcpy_bound",
     "pageable_memcpy",
     "low_gpu_utilization",
@@ -155,6 +165,14 @@ high time cost on input data loading", DataLoader > 5 % of step time)."""
 
 SYNC_PCT = 1.0
 """``blocking_sync`` fires when host time blocked in synchronizing calls is ≥ 1 % of the step time …"""
+
+BY_DESIGN_ANNOTATION = r"(?i)\bbenchmark\b|sync[_ -]?by[_ -]?design"
+"""A user annotation (``record_function``) whose name matches this regex declares that its step synchronizes by
+design (a benchmark harness calling ``torch.cuda.synchronize()`` each step to time it) …"""
+
+BY_DESIGN_TAGS = {"sync_by_design": ("1", "true", "yes"), "harness": ("benchmark",)}
+"""… as does a capture tag (``tags_json``) with one of these values: ``blocking_sync`` then leaves the step's
+device-wide synchronizations (:data:`jobs.analyze.trace.launches.DEVICE_SYNC_NAMES`) out and judges the others."""
 
 SYNC_CALLS_PER_STEP = 10
 """… or when there are ≥ 10 top-level synchronizing calls per step: each one drains the launch queue
@@ -243,6 +261,7 @@ class JobTables:
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
     critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
     events: pd.DataFrame = field(default_factory=pd.DataFrame)
+    captures: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def gpu_steps(self) -> pd.DataFrame:
@@ -585,6 +604,9 @@ def host_bound_launch(t: JobTables) -> list[dict]:
     enough") and HTA critical-path ``cpu_bound``; PyTorch tuning guide (CUDA graphs,
     ``torch.compile(mode="reduce-overhead")``).
 
+    The advice follows the step's CUDA-graph calls (``events``): a step that captures a graph is told to capture
+    once and replay, one that already replays a graph to move the eager work around it, others to use a graph.
+
     Time lost per step: ``cpu_bound_time_ns`` (GPU idle time the host is responsible for: what
     removing the host overhead can at most give back). Corroborated when ``cpu_bound`` +
     ``launch_overhead`` are ≥ 50 % of the ranks' critical path, or ``idle_host_wait_ns`` is the
@@ -607,6 +629,7 @@ def host_bound_launch(t: JobTables) -> list[dict]:
             else (False if share is not None and share < 0.2 else None)
         )
         w = window_words(sc.rows)
+        graphs = _graph_calls_per_step(t.events, sc.rows)
         out.append(
             _finding(
                 "host_bound_launch",
@@ -623,10 +646,7 @@ def host_bound_launch(t: JobTables) -> list[dict]:
                     n_windows=_n_steps(sc),
                     corroborated=corr,
                 ),
-                recommendation="The host cannot enqueue work fast enough. Capture the step (or its static part) in a CUDA "
-                "graph (torch.cuda.graphs / torch.compile(mode=\"reduce-overhead\")), fuse small ops with "
-                "torch.compile, move CPU-side preprocessing out of the step, and raise the batch size per "
-                "step so that each launch does more work.",
+                recommendation=_host_bound_advice(graphs),
                 details={
                     "cpu_bound_time_ns": _sum(sc.rows, "cpu_bound_time_ns"),
                     "step_time_ns": _sum(sc.rows, "step_time_ns"),
@@ -636,11 +656,50 @@ def host_bound_launch(t: JobTables) -> list[dict]:
                     "launch_runtime_ns": _sum(sc.rows, "launch_runtime_ns"),
                     "n_launches": _sum(sc.rows, "n_launches"),
                     "critical_path_cpu_share": None if share is None else round(share, 4),
+                    "graph_launches_per_step": round(graphs["launch"], 2),
+                    "graph_captures_per_step": round(graphs["capture"], 2),
                 },
                 events=t.cp_events(("cpu_bound",), ranks),
             )
         )
     return out
+
+
+def _graph_calls_per_step(events: pd.DataFrame, rows: pd.DataFrame) -> dict[str, float]:
+    """Mean CUDA/HIP graph replays (``launch``) and captures/instantiations (``capture``) per rank-step of
+    ``rows`` (:data:`jobs.analyze.trace.launches.GRAPH_LAUNCH_NAMES`, ``GRAPH_CAPTURE_NAMES``)."""
+    out = {"launch": 0.0, "capture": 0.0}
+    if events.empty or rows.empty or not {"rank", "step", "name"} <= set(events):
+        return out
+    keys = set(zip(rows["rank"], rows["step"]))
+    ev = events[[k in keys for k in zip(events["rank"], events["step"])]]
+    for kind, names in (("launch", GRAPH_LAUNCH_NAMES), ("capture", GRAPH_CAPTURE_NAMES)):
+        out[kind] = float(ev["name"].isin(names).sum()) / len(rows)
+    return out
+
+
+def _host_bound_advice(graphs: dict[str, float]) -> str:
+    """``host_bound_launch``'s recommendation in the context of the step's CUDA-graph calls."""
+    rest = "move CPU-side preprocessing out of the step, and raise the batch size per step so that each launch does "
+    if graphs["capture"] > 0:
+        return (
+            f"The host cannot enqueue work fast enough, and the step captures a CUDA graph ({graphs['capture']:.0f} "
+            "capture/instantiate calls per step): capturing is host work that only a replay saves. Capture once at "
+            "warm-up and replay each step; find why it is captured again (dynamic shapes, new input addresses, "
+            "torch.compile recompiling: TORCH_LOGS=recompiles); " + rest + "more work."
+        )
+    if graphs["launch"] > 0:
+        return (
+            f"The host cannot enqueue work fast enough outside the CUDA graph the step already replays "
+            f"({graphs['launch']:.0f} graph launches per step): move the eager ops left around it into the graph "
+            "(or torch.compile them), " + rest + "more work."
+        )
+    return (
+        "The host cannot enqueue work fast enough. Capture the step (or its static part) in a CUDA graph "
+        '(torch.cuda.graphs / torch.compile(mode="reduce-overhead")), fuse small ops with torch.compile, '
+        + rest
+        + "more work."
+    )
 
 
 def many_tiny_kernels(t: JobTables) -> list[dict]:
@@ -1087,21 +1146,63 @@ def dataloader_bound(t: JobTables) -> list[dict]:
     return out
 
 
-def _sync_per_step(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, step): blocked_ns (union of sync events), n_calls (top-level sync events), top events."""
-    ev = ev[ev["step"].notna() & ev["name"].isin(SYNC_NAMES)].copy()
+def _track(ev: pd.DataFrame) -> list[str]:
+    """The columns of ``ev`` that name a host thread."""
+    return [c for c in ("rank", "capture_id", "tid") if c in ev]
+
+
+def _reaches_device(ev: pd.DataFrame) -> np.ndarray:
+    """Per row of ``ev`` (shape ``(n,)``): False for an ATen sync op (:data:`ATEN_SYNC_NAMES`) with no runtime
+    synchronize or host copy starting inside it on its thread (``aten::item`` of a CPU tensor), else True."""
+    out = np.ones(len(ev), bool)
+    aten = ev["name"].isin(ATEN_SYNC_NAMES).to_numpy()
+    if not aten.any():
+        return out
+    runtime = (ev["name"].isin(set(SYNC_NAMES) - set(ATEN_SYNC_NAMES)) | ev["name"].isin(HOST_COPY_NAMES)).to_numpy()
+    track = _track(ev)
+    key = ev[track].astype(str).agg("\0".join, axis=1).to_numpy() if track else np.zeros(len(ev), object)
+    ts, end = ev["ts_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    for k in set(key[aten]):
+        mine = np.flatnonzero(aten & (key == k))
+        starts = np.sort(ts[runtime & (key == k)])
+        out[mine] = np.searchsorted(starts, end[mine], side="right") > np.searchsorted(starts, ts[mine], side="left")
+    return out
+
+
+def _sync_per_step(ev: pd.DataFrame, by_design: set | None = None) -> pd.DataFrame:
+    """Per (rank, step): blocked_ns (union of sync events), n_calls (top-level sync events), top events.
+
+    ATen sync ops that reach no device are left out (:func:`_reaches_device`); with ``by_design`` (capture ids
+    whose steps synchronize by design) their top-level device-wide synchronizations too, counted in
+    ``n_by_design``. ``n_runtime`` counts every runtime/driver synchronize call, nested or not (what a search
+    of the raw trace for ``Synchronize`` finds).
+    """
+    cols = ["rank", "step", "blocked_ns", "n_calls", "n_runtime", "n_by_design"]
+    ev = ev[ev["step"].notna() & (ev["name"].isin(SYNC_NAMES) | ev["name"].isin(HOST_COPY_NAMES))].copy()
     if ev.empty:
-        return pd.DataFrame(columns=["rank", "step", "blocked_ns", "n_calls"])
+        return pd.DataFrame(columns=cols)
     ev["ts_ns"] = pd.to_numeric(ev["ts_ns"], errors="coerce").astype("int64")
     ev["dur_ns"] = pd.to_numeric(ev["dur_ns"], errors="coerce").fillna(0).astype("int64")
     ev["end_ns"] = ev["ts_ns"] + ev["dur_ns"]
-    track = ["rank", "capture_id", "tid"] if "tid" in ev else ["rank", "capture_id"]
-    track = [c for c in track if c in ev]
+    ev = ev[_reaches_device(ev) & ev["name"].isin(SYNC_NAMES)]
+    if ev.empty:
+        return pd.DataFrame(columns=cols)
+    track = _track(ev)
     ev = ev.sort_values([*track, "ts_ns", "dur_ns"], ascending=[*([True] * len(track)), True, False], kind="stable")
     prev_end = ev.groupby(track, dropna=False)["end_ns"].transform(lambda e: e.cummax().shift(1))
     ev["top"] = ~((ev["ts_ns"] <= prev_end) & (ev["end_ns"] <= prev_end))
+    ev["design"] = (
+        ev["top"] & ev["name"].isin(DEVICE_SYNC_NAMES) & ev["capture_id"].isin(by_design or set())
+        if "capture_id" in ev
+        else False
+    )
+    runtime = ~ev["name"].isin(ATEN_SYNC_NAMES)
+    ev["n_runtime"] = runtime.astype(int)
     rows = []
     for (rank, step), g in ev.groupby(["rank", "step"], sort=True):
+        n_runtime = int(g["n_runtime"].sum())
+        n_design = int(g["design"].sum())
+        g = g[~g["design"]]
         s, e = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
@@ -1121,19 +1222,47 @@ def _sync_per_step(ev: pd.DataFrame) -> pd.DataFrame:
                 "step": step,
                 "blocked_ns": int(blocked),
                 "n_calls": int(g["top"].sum()),
+                "n_runtime": n_runtime,
+                "n_by_design": n_design,
                 "names": g.loc[g["top"], "name"].value_counts().to_dict(),
             }
         )
     return pd.DataFrame(rows)
 
 
+def sync_by_design(t: JobTables) -> dict[str, str]:
+    """Capture id → why its steps synchronize by design: a capture tag (:data:`BY_DESIGN_TAGS`) or a user
+    annotation in its events matching :data:`BY_DESIGN_ANNOTATION` (its name)."""
+    out: dict[str, str] = {}
+    cap = t.captures
+    if len(cap) and {"capture_id", "tags_json"} <= set(cap):
+        for cid, tags in zip(cap["capture_id"], cap["tags_json"]):
+            try:
+                d = json.loads(tags) if isinstance(tags, str) and tags else {}
+            except ValueError:
+                d = {}
+            for k, ok in BY_DESIGN_TAGS.items():
+                if str(d.get(k, "")).strip().lower() in ok:
+                    out[str(cid)] = f"tag {k}={d[k]}"
+    ev = t.events
+    if len(ev) and {"capture_id", "category", "name"} <= set(ev):
+        rx = re.compile(BY_DESIGN_ANNOTATION)
+        notes = ev[(ev["category"] == "user_annotation") & ev["name"].astype(str).map(lambda n: bool(rx.search(n)))]
+        for cid, name in zip(notes["capture_id"], notes["name"]):
+            out.setdefault(str(cid), f"annotation {name!r}")
+    return out
+
+
 def blocking_sync(t: JobTables) -> list[dict]:
     """``blocking_sync``: the step synchronizes the host with the device.
 
-    Definition: host events named in :data:`SYNC_NAMES` inside a step (``events.step``); per
-    rank-step ``blocked_ns`` = union of their intervals (nested calls such as ``aten::item`` →
-    ``aten::_local_scalar_dense`` → ``cudaStreamSynchronize`` count once) and ``n_calls`` = the
-    top-level ones (not inside another sync event on the same thread). Metric
+    Definition: host events named in :data:`SYNC_NAMES` inside a step (``events.step``), but an ATen op among them
+    (``aten::item``…) only when a runtime synchronize or host copy runs inside it (``.item()`` of a CPU tensor
+    waits for no device); per rank-step ``blocked_ns`` = union of their intervals (nested calls such as
+    ``aten::item`` → ``aten::_local_scalar_dense`` → ``cudaStreamSynchronize`` count once) and ``n_calls`` = the
+    top-level ones (not inside another sync event on the same thread); ``n_runtime_sync_calls`` in the details
+    counts every runtime/driver call, nested or not. A step declared to synchronize by design
+    (:func:`sync_by_design`: a benchmark harness) has its top-level device-wide synchronizations left out. Metric
     ``sync_blocked_pct_of_step`` = 100 × Σ blocked / Σ step time. Fires at ≥ :data:`SYNC_PCT` or
     with ≥ :data:`SYNC_CALLS_PER_STEP` calls per step, in rank-steps with device activity only (on a CPU-only
     rank ``aten::item`` waits for no device).
@@ -1151,7 +1280,8 @@ def blocking_sync(t: JobTables) -> list[dict]:
     need = {"rank", "step", "name", "ts_ns", "dur_ns"}
     if ev.empty or not need <= set(ev.columns) or t.steps.empty:
         return []
-    per = _sync_per_step(ev)
+    design = sync_by_design(t)
+    per = _sync_per_step(ev, set(design))
     if per.empty:
         return []
     s = t.steps[t.steps["step_time_ns"] > 0]
@@ -1184,6 +1314,8 @@ def blocking_sync(t: JobTables) -> list[dict]:
         n_calls = int(sc.rows["n_calls"].sum())
         calls_per_step = n_calls / max(len(sc.rows), 1)
         sel = ev[ev["rank"].isin(ranks) & ev["step"].notna() & ev["name"].isin(SYNC_NAMES)]
+        caps = sorted(set(sel["capture_id"])) if "capture_id" in sel else []
+        why = sorted({design[c] for c in caps if c in design})
         item = any(k in names for k in ("aten::_local_scalar_dense", "aten::item"))
         w = window_words(sc.rows)
         count = (
@@ -1222,6 +1354,9 @@ def blocking_sync(t: JobTables) -> list[dict]:
                     "calls_per_step": round(calls_per_step, 2),
                     "by_name": names,
                     "blocked_ns": int(sc.rows["blocked_ns"].sum()),
+                    "n_runtime_sync_calls": int(sc.rows["n_runtime"].fillna(0).sum()),
+                    "n_left_out_by_design": int(sc.rows["n_by_design"].fillna(0).sum()),
+                    "by_design": why,
                 },
                 events=event_refs(sel),
             )

@@ -16,7 +16,9 @@ Three lists:
 :func:`launch_name_mask` matches a name exactly, after removing CUPTI's per-thread-stream and
 version suffixes (``_ptsz``, ``_ptds``, ``_v7000``…), plus any ``extra_names`` given.
 
-And the calls that do the opposite, block the host until the device catches up: :data:`SYNC_NAMES`.
+And the calls that do the opposite, block the host until the device catches up: :data:`SYNC_NAMES` (with its
+ATen ops, device-wide syncs and the host copies that block on pageable memory), and the CUDA/HIP graph calls that
+give a step's host work its context (:data:`GRAPH_LAUNCH_NAMES`, :data:`GRAPH_CAPTURE_NAMES`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ __all__ = [
     "is_launch_name",
     "pairs_on_key",
     "SYNC_NAMES",
+    "ATEN_SYNC_NAMES",
+    "DEVICE_SYNC_NAMES",
+    "HOST_COPY_NAMES",
+    "GRAPH_LAUNCH_NAMES",
+    "GRAPH_CAPTURE_NAMES",
 ]
 
 SYNC_NAMES: tuple[str, ...] = (
@@ -62,6 +69,30 @@ equivalents, and the ATen ops ``torch.cuda.set_sync_debug_mode`` reports: ``aten
 (``Tensor.item()``, ``bool(tensor)``, ``.tolist()``), ``aten::item`` and ``aten::nonzero`` (output size
 depends on device data). ``cudaMemcpyAsync`` is not listed: it blocks only for pageable memory, and
 inside ``_local_scalar_dense`` it is covered by the op."""
+
+#: ATen ops in :data:`SYNC_NAMES`: they block only when they reach the device (a runtime synchronize or copy inside
+#: them); ``aten::item`` of a CPU tensor synchronizes nothing.
+ATEN_SYNC_NAMES: tuple[str, ...] = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero")
+#: Device-wide synchronizations (``torch.cuda.synchronize()``): what a benchmark harness calls once per step.
+DEVICE_SYNC_NAMES: tuple[str, ...] = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
+#: Asynchronous host copies: synchronous for pageable memory (``.item()`` and ``.cpu()`` copy through them).
+HOST_COPY_NAMES: tuple[str, ...] = ("cudaMemcpyAsync", "hipMemcpyAsync", "hipMemcpyWithStream", "cuMemcpyDtoHAsync")
+#: CUDA/HIP graph replays: one call launches a whole captured graph.
+GRAPH_LAUNCH_NAMES: tuple[str, ...] = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+#: CUDA/HIP graph capture and instantiation: host work that a graph replay avoids (done once, at warm-up).
+GRAPH_CAPTURE_NAMES: tuple[str, ...] = (
+    "cudaStreamBeginCapture",
+    "cudaStreamBeginCaptureToGraph",
+    "cudaStreamEndCapture",
+    "cudaGraphInstantiate",
+    "cudaGraphInstantiateWithFlags",
+    "cuStreamBeginCapture",
+    "cuStreamEndCapture",
+    "cuGraphInstantiate",
+    "hipStreamBeginCapture",
+    "hipStreamEndCapture",
+    "hipGraphInstantiate",
+)
 
 _MTIA_LAUNCH = "runFunction - job_prep_and_submit_for_execution"
 
