@@ -9,6 +9,7 @@ The capture manifest is a versioned JSON Schema (``manifest.v1.json``).
 from schemas.tables import (  # noqa: F401
     CAPTURES,
     COLLECTIVES,
+    COMM_SITES,
     COVERAGE_STATUSES,
     CRITICAL_PATH,
     EVENTS,

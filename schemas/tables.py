@@ -709,6 +709,49 @@ COLLECTIVES = Table(
     key=("job_id", "attempt", "rank", "capture_id", "event_id"),
 )
 
+COMM_SITES = Table(
+    name="comm_sites",
+    doc="One row per (job, attempt, step, collective call site): a call as every rank makes it, named by what stays "
+    "the same each step (process group, collective, message size, position in the step), with its exposed time "
+    "and wait over the ranks, the compute before it on the job's critical path, and what hiding its exposed part "
+    "would save (a what-if on the step's cross-rank critical path). Ours: jobs/analyze/critical_path/comm_sites.py.",
+    columns=(
+        Column("date", _STR, "Partition: as in `captures`.", False),
+        Column("job_id", _STR, "Job.", False),
+        Column("attempt", _I32, "Attempt of the job.", False),
+        Column("step", _I64, "ProfilerStep number N.", False),
+        Column("site", _STR, "`<pg_name>|<collective>|<msg_bytes>|#<position>`: the same call in every step.", False),
+        Column("pg_name", _STR, "Process group (`collectives.pg_name`)."),
+        Column("collective", _STR, "Collective (`allreduce`, `all_to_all`, `send`, …)."),
+        Column("msg_bytes", _I64, "Message size, bytes."),
+        Column("position", _I32, "0-based order of the call among the rank's calls of its process group in the step."),
+        Column("seq", _I64, "NCCL sequence number (`Seq`) of the last-arriving rank's call, when present."),
+        Column("n_ranks", _I32, "Ranks on which the call was matched."),
+        Column("exposed_mean_ns", _F64, "Mean over the ranks of `collectives.exposed_ns`, ns."),
+        Column("exposed_max_ns", _I64, "Largest exposed time of a rank, ns."),
+        Column("exposed_max_rank", _I32, "The rank with it."),
+        Column("wait_mean_ns", _F64, "Mean over the ranks of `collectives.wait_ns` (waiting for the last rank), ns."),
+        Column("wait_max_ns", _I64, "Largest wait of a rank, ns; on a point-to-point call, the pipeline bubble."),
+        Column("last_arrival_rank", _I32, "The rank that arrived last."),
+        Column("exposed_cut_ns", _I64, "Exposed time of the last-arriving rank's call: what the what-if hides, ns."),
+        Column(
+            "preceding_compute_ns",
+            _I64,
+            "Compute time (HTA weights) of the last-arriving rank's critical-path leg that ends at the call: the work "
+            "a prefetch could overlap, ns; null without the step's legs.",
+        ),
+        Column("path_length_ns", _I64, "The step's cross-rank critical path length, ns."),
+        Column("what_if_path_ns", _I64, "Its length with exposed_cut_ns taken off the call, ns."),
+        Column("saving_ns", _I64, "path_length_ns − what_if_path_ns: what overlapping the call would save, ns."),
+        Column("is_p2p", _BOOL, "True for `send`, `recv`, `sendrecv` (pipeline-parallel transfers)."),
+        Column("exposed_steps", _I32, "Steps of the job in which the site is exposed (exposed_max_ns > 0)."),
+        Column("exposed_steps_pct", _F64, "exposed_steps / the job's steps with collectives × 100, %."),
+    ),
+    stage="analyze",
+    partition_by=("date", "job_id"),
+    key=("job_id", "attempt", "step", "site"),
+)
+
 CRITICAL_PATH = Table(
     name="critical_path",
     doc="Segments of the critical path per (job, attempt, step), in path order, with attribution. Single-rank "
@@ -1347,6 +1390,7 @@ TABLES: dict[str, Table] = {
         OP_EFFICIENCY,
         UTILIZATION_WINDOWS,
         COLLECTIVES,
+        COMM_SITES,
         CRITICAL_PATH,
         FINDINGS,
         RULE_COVERAGE,

@@ -1,5 +1,5 @@
 """``jobs.analyze``: ``events`` → ``steps``, ``ranks``, ``kernels``, ``op_efficiency``, ``utilization_windows``,
-``collectives``, ``critical_path``.
+``collectives``, ``comm_sites``, ``critical_path``.
 
 extract: the ``events`` of the jobs to analyze (partition-pruned on ``job_id``).
 transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
@@ -11,7 +11,8 @@ transform, in two Arrow-batched stages (the scalable shape of ARCHITECTURE.md):
    critical path and its legs between collectives (:mod:`jobs.analyze.critical_path.rank`), its communication calls
    (:mod:`jobs.analyze.collectives.calls`); Neuron device profiles get their device critical path and tensor-engine windows;
 2. per (job, attempt) — :func:`job_stage`: collectives matched across ranks (wait, skew, bus
-   bandwidth, clock offsets) and the cross-rank critical path stitched from the per-rank legs.
+   bandwidth, clock offsets), their recurring call sites with a what-if on the path, and the cross-rank critical
+   path stitched from the per-rank legs.
 
 Both are pure functions of Arrow tables (:func:`rank_tables`, :func:`job_tables`), typed to the declared
 schemas, run by either executor (:mod:`jobs.executor`): on Spark in ``applyInArrow``, each output table
@@ -35,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from jobs.analyze.collectives.calls import CALLS_SCHEMA, comm_calls, match_collectives
+from jobs.analyze.critical_path.comm_sites import comm_sites
 from jobs.analyze.critical_path.cross_rank import job_critical_path
 from jobs.analyze.critical_path.rank import BOUNDARIES_SCHEMA, rank_critical_path
 from jobs.analyze.efficiency.ops import add_device_peaks, op_efficiency
@@ -160,14 +162,15 @@ def _neuron_path(events: pa.Table) -> pa.Table:
 
 
 def job_tables(calls: pa.Table, legs: pa.Table) -> dict[str, pa.Table]:
-    """Stage 2 for one (job, attempt): ``collectives`` (calls matched across ranks) and the cross-rank
+    """Stage 2 for one (job, attempt): ``collectives`` (calls matched across ranks), their call sites per step with
+    the what-if of hiding each (``comm_sites``, :mod:`jobs.analyze.critical_path.comm_sites`) and the cross-rank
     ``critical_path`` rows stitched from the ranks' legs (none without legs), each :func:`conform`-ed.
 
     Args:
         calls: the job's ``_calls`` rows from :func:`rank_tables`; legs: its ``_legs`` rows.
     """
     collectives = match_collectives(calls)
-    out = {"collectives": collectives}
+    out = {"collectives": collectives, "comm_sites": comm_sites(legs, collectives)}
     if legs.num_rows:
         out["critical_path"], _skew = job_critical_path(legs, collectives)
     return {name: conform(name, tbl) for name, tbl in out.items()}

@@ -50,6 +50,7 @@ REPORT_TABLES = (
     "op_efficiency",
     "utilization_windows",
     "collectives",
+    "comm_sites",
     "critical_path",
     "findings",
     "rule_coverage",

@@ -427,9 +427,8 @@ def test_job_path_without_collectives_is_the_latest_rank_chain():
     assert skew.num_rows == 0
 
 
-@pytest.mark.skipif(len(DLRM) != 8, reason="needs the 8 DLRM ranks in ../shared/corpus")
-def test_dlrm_job_path():
-    """8 real ranks: every rank's own path, legs for every NCCL kernel, one job path for step 10."""
+def _dlrm_job() -> dict:
+    """rank → EVENTS rows (with identity) of the 8 DLRM ranks."""
     job = {}
     for f in DLRM:
         p = parse_kineto(Path(f).read_bytes(), f)
@@ -444,6 +443,13 @@ def test_dlrm_job_path():
         ):
             t = t.append_column(c, pa.array([v] * t.num_rows, typ))
         job[r] = t
+    return job
+
+
+@pytest.mark.skipif(len(DLRM) != 8, reason="needs the 8 DLRM ranks in ../shared/corpus")
+def test_dlrm_job_path():
+    """8 real ranks: every rank's own path, legs for every NCCL kernel, one job path for step 10."""
+    job = _dlrm_job()
     segs, rows, skew, coll = _job_path(job)
     s = segs.to_pandas()
     assert sorted(s["path_rank"].unique()) == list(range(8))
@@ -462,3 +468,45 @@ def test_dlrm_job_path():
 
     spans = [(profiler_steps(w[rk])[0][1] + off[rk], profiler_steps(w[rk])[0][2] + off[rk]) for rk in job]
     assert r["path_length_ns"].iloc[0] <= max(e for _, e in spans) - min(s0 for s0, _ in spans)
+
+
+# --------------------------------------------------------------------------------------------------
+# call sites and the what-if of hiding one
+
+
+def test_comm_site_what_if_takes_the_exposed_all_reduce_off_the_path():
+    """Two ranks, rank 1 late: the all-reduce (100 µs, nothing overlaps it) is on the job's path; hiding it
+    shortens the path by exactly its exposed time on the last-arriving rank."""
+    from jobs.analyze.critical_path.comm_sites import comm_sites
+    from schemas.tables import COMM_SITES
+
+    job = two_rank_job()
+    _, rows, _, coll = _job_path(job)
+    legs = pa.concat_tables([rank_critical_path(ev)[1] for ev in job.values()])
+    sites = comm_sites(legs, coll)
+    assert sites.schema.equals(COMM_SITES.arrow_schema(), check_metadata=False)
+    (s,) = sites.to_pylist()
+    assert s["collective"] == "allreduce" and s["position"] == 0 and s["n_ranks"] == 2 and s["last_arrival_rank"] == 1
+    assert s["site"] == f"{s['pg_name']}|allreduce|{s['msg_bytes']}|#0"
+    assert s["exposed_cut_ns"] == 100 * US and s["exposed_max_ns"] >= 100 * US
+    assert s["path_length_ns"] == rows.column("path_length_ns")[0].as_py()
+    assert s["saving_ns"] == 100 * US and s["what_if_path_ns"] == s["path_length_ns"] - 100 * US
+    assert s["wait_max_ns"] >= 2900 * US  # rank 0 waits for the late rank inside the kernel
+    assert (s["exposed_steps"], s["exposed_steps_pct"], s["is_p2p"]) == (1, 100.0, False)
+
+
+@pytest.mark.skipif(len(DLRM) != 8, reason="needs the 8 DLRM ranks in ../shared/corpus")
+def test_dlrm_comm_sites_saving_never_exceeds_the_exposed_time():
+    """The 8 DLRM ranks: one site per matched call of step 10, in order; no what-if saves more than it hides. Step
+    10's job path starts late on rank 2 and crosses no collective, so hiding one saves nothing."""
+    from jobs.analyze.critical_path.comm_sites import comm_sites
+
+    job = _dlrm_job()
+    _, rows, _, coll = _job_path(job)
+    legs = pa.concat_tables([rank_critical_path(ev)[1] for ev in job.values()])
+    sites = [s for s in comm_sites(legs, coll).to_pylist() if s["step"] == 10]
+    assert [s["position"] for s in sites] == list(range(len(sites))) and len(sites) == 8
+    assert all(0 <= s["saving_ns"] <= s["exposed_cut_ns"] for s in sites)
+    assert all(s["n_ranks"] == 8 for s in sites)
+    on_path = {r["bound_by"] for r in rows.to_pylist() if r["step"] == 10}
+    assert "communication" not in on_path and all(s["saving_ns"] == 0 for s in sites)

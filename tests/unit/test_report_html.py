@@ -148,6 +148,32 @@ def _hostile_tables(base: dict) -> dict:
             }
         ]
     )
+    t["comm_sites"] = pd.DataFrame(
+        [
+            {
+                **ident,
+                "step": step,
+                "site": f"{HOSTILE}|allreduce|1048576|#0",
+                "pg_name": HOSTILE,
+                "collective": "allreduce",
+                "msg_bytes": 1 << 20,
+                "position": 0,
+                "n_ranks": 2,
+                "exposed_max_ns": 2_000_000,
+                "wait_max_ns": 1_000_000,
+                "last_arrival_rank": 1,
+                "exposed_cut_ns": 1_500_000,
+                "preceding_compute_ns": 400_000,
+                "path_length_ns": 10_000_000,
+                "what_if_path_ns": 8_500_000,
+                "saving_ns": 1_500_000,
+                "is_p2p": False,
+                "exposed_steps": 2,
+                "exposed_steps_pct": 100.0,
+            }
+            for step in (551, 552)
+        ]
+    )
     t["utilization_windows"] = pd.DataFrame(
         [
             {
@@ -246,6 +272,10 @@ def test_job_report_escapes_every_name_from_a_trace(job_tables):
     for plot in ("step_breakdown", "idle_breakdown", "idle-windows", "top_kernels", "collective_wait", "critical_path"):
         assert f'data-plot="{plot}"' in html, plot
     assert 'data-unavailable=' not in html.split('id="data-quality"')[0]  # every analysis section has data
+    # the recurring call site, its mean exposed time and saving per step
+    assert re.search(
+        r'id="comm-sites".*?allreduce\|1048576\|#0</td><td[^>]*>2</td><td[^>]*>100.0</td><td[^>]*>2.00<', html, re.S
+    )
     # the run against its earlier run, in words: change, interval, verdict
     assert re.search(
         r'<section id="regression" class="status-regression".*?job step p50 10\.\d+ ms → 20\.\d+ ms, \+\d+ % '

@@ -36,7 +36,7 @@ from jobs.analyze.collectives.calls import clock_skew
 from jobs.analyze.critical_path.rank import BOUND_BY
 from schemas.tables import CRITICAL_PATH
 
-__all__ = ["job_critical_path"]
+__all__ = ["job_critical_path", "StepGraph", "step_inputs"]
 
 _CATS = BOUND_BY[:7]
 
@@ -55,6 +55,17 @@ def job_critical_path(boundaries: pa.Table, collectives: pa.Table) -> tuple[pa.T
     """
     if boundaries.num_rows == 0:
         return CRITICAL_PATH.empty(), clock_skew(collectives)
+    steps, by_event, last_of, offset = step_inputs(boundaries, collectives)
+    out = []
+    for (job, att, step), ls in sorted(steps.items()):
+        out.extend(StepGraph(job, att, ls, by_event, last_of, offset).rows(step))
+    rows = pa.Table.from_pylist(out, schema=CRITICAL_PATH.arrow_schema()) if out else CRITICAL_PATH.empty()
+    return rows, clock_skew(collectives)
+
+
+def step_inputs(boundaries: pa.Table, collectives: pa.Table) -> tuple[dict, dict, dict, dict]:
+    """What a :class:`StepGraph` is built from: ``(legs by (job, attempt, step), call by (job, attempt, rank,
+    event_id), last-arrival call by (job, attempt, match_key), clock offset by (job, attempt, rank))``."""
     legs = boundaries.to_pylist()
     calls = collectives.to_pylist() if collectives.num_rows else []
     by_event = {(c["job_id"], c["attempt"], c["rank"], c["event_id"]): c for c in calls}
@@ -65,18 +76,19 @@ def job_critical_path(boundaries: pa.Table, collectives: pa.Table) -> tuple[pa.T
     steps: dict = {}
     for lg in legs:
         steps.setdefault((lg["job_id"], lg["attempt"], lg["step"]), []).append(lg)
-    out = []
-    for (job, att, step), ls in sorted(steps.items()):
-        out.extend(_Stitch(job, att, ls, by_event, last_of, offset).rows(step))
-    rows = pa.Table.from_pylist(out, schema=CRITICAL_PATH.arrow_schema()) if out else CRITICAL_PATH.empty()
-    return rows, clock_skew(collectives)
+    return steps, by_event, last_of, offset
 
 
-class _Stitch:
-    """The small cross-rank graph of one step and its longest chain (module docstring)."""
+class StepGraph:
+    """The small cross-rank graph of one step and its longest chain (module docstring).
 
-    def __init__(self, job, att, legs, by_event, last_of, offset):
+    ``cut``: match_key → ns taken off that collective's duration (a what-if: its exposed part hidden,
+    :mod:`jobs.analyze.critical_path.comm_sites`).
+    """
+
+    def __init__(self, job, att, legs, by_event, last_of, offset, cut: dict | None = None):
         self.job, self.att, self.legs = job, att, legs
+        self.cut = cut or {}
         self.by_event, self.last_of = by_event, last_of
         self.off = {lg["rank"]: offset.get((job, att, lg["rank"]), 0) for lg in legs}
         self.to_leg = {(lg["rank"], lg["to_kind"], lg["to_event_id"]): lg for lg in legs}
@@ -108,9 +120,20 @@ class _Stitch:
             start = p[1] if p[0] == "origin" else 0
         else:
             _, via, call, _own = p
-            start = self.T(via, depth + 1) + int(call["dur_ns"] if call else via["to_end_ns"] - via["to_ts_ns"])
+            start = self.T(via, depth + 1) + self.call_dur(call, via)
         self.memo[key] = start + int(lg["length_ns"])
         return self.memo[key]
+
+    def call_dur(self, call, via) -> int:
+        """Duration of collective ``call`` (the last arrival's kernel; else ``via``'s), less its ``cut``, ns."""
+        if not call:
+            return int(via["to_end_ns"] - via["to_ts_ns"])
+        return max(int(call["dur_ns"]) - int(self.cut.get(call["match_key"], 0)), 0)
+
+    def length(self) -> int:
+        """The step's job critical path length (the largest ``T`` of a ``step_end`` leg), ns; 0 without one."""
+        ends = [lg for lg in self.legs if lg["to_kind"] == "step_end"]
+        return max((self.T(lg) for lg in ends), default=0)
 
     def rows(self, step) -> list[dict]:
         ends = [lg for lg in self.legs if lg["to_kind"] == "step_end"]

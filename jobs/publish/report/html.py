@@ -95,8 +95,9 @@ def render_job_report(
     Sections: the verdict (ok only when the rules that could judge the job ran and none fired:
     :mod:`jobs.publish.verdict`; top bottleneck, its cost, what to do), the run against the previous runs of its job
     name (regression verdict and interval in words), rule coverage, findings, step-time breakdown per rank,
-    idle-time breakdown, idle windows inside the step with their host cause, top kernels, op efficiency against the device's roofline, collective wait heatmap, critical-path summary (related to the
-    straggler), data quality, captures, the capture-flag glossary.
+    idle-time breakdown, idle windows inside the step with their host cause, top kernels, op efficiency against the
+    device's roofline, collective wait heatmap, recurring communication waits with their what-if, critical-path
+    summary (related to the straggler), data quality, captures, the capture-flag glossary.
     """
     job_id, attempt = S.job_identity(tables)
     head = S.job_headline(tables) if head is None else head  # one run_summary for the tiles and the verdict
@@ -111,6 +112,7 @@ def render_job_report(
         S.kernels_section(tables),
         S.op_efficiency_section(tables),
         S.collectives_section(tables),
+        S.comm_sites_section(tables),
         S.critical_path_section(tables),
         S.quality_section(tables, validation),
         S.captures_section(tables),

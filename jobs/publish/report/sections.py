@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.critical_path.comm_sites import job_site_groups
 from jobs.analyze.efficiency.ops import job_op_groups
 from jobs.analyze.efficiency.utilization import job_window_groups
 from jobs.analyze.findings.ranking import LOST_UNITS, LOST_WORDS, finding_window
@@ -668,6 +669,33 @@ BOUND_WORDS = {
     "collective_wait": "waiting at collectives",
     "unattributed": "unattributed time",
 }
+
+
+def comm_sites_section(tables: dict, k: int = 12) -> Section:
+    """The collective call sites that recur exposed in the steps, with what hiding each would save on the job's
+    critical path (``comm_sites``)."""
+    key, title = "comm-sites", "Recurring communication waits"
+    intro = (
+        "Each collective call site (process group, collective, size, position in the step) per step: its exposed "
+        "time (no computation overlaps it; the largest rank's), the ranks' wait for the last arrival (on a send/recv: "
+        "the pipeline bubble), the compute before it on the critical path, and what hiding its exposed part would "
+        "save on the step's cross-rank critical path (the path taken again without it). Means per step."
+    )
+    df = _get(tables, "comm_sites")
+    if df is None:
+        return unavailable(key, title, "no matched collectives (single rank, or no communication).", intro)
+    g = job_site_groups(df).head(k)
+    spec = [
+        ("site", "call site", lambda v: P.short(v, 70), "name"),
+        ("n_steps", "steps", fmt_int, "num"),
+        ("exposed_steps_pct", "exposed in % of steps", _pct, "num"),
+        ("exposed_max_ns", "exposed ms", fmt_ms, "num"),
+        ("wait_max_ns", "wait ms", fmt_ms, "num"),
+        ("preceding_compute_ns", "compute before ms", fmt_ms, "num"),
+        ("saving_ns", "saving ms", fmt_ms, "num"),
+        ("last_arrival_rank", "last rank", fmt_int, "num"),
+    ]
+    return Section(key, title, intro=intro, tables=[table_view("comm-sites", g, spec)])
 
 
 def critical_path_section(tables: dict) -> Section:
