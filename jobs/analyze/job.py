@@ -486,7 +486,10 @@ def _findings_task(args: tuple[str, list[str]]):
 def _job_findings(engine, warehouse: str, jobs: list[str]) -> tuple[pa.Table, pa.Table, dict]:
     """The findings, the rule coverage and the ``findings.json`` documents (``{(job, attempt): doc}``) of ``jobs``,
     read from the warehouse (by Spark when ``engine`` is a SparkSession, else with pyarrow)."""
-    names = ("steps", "ranks", "kernels", "collectives", "critical_path", "neuron_summary", "captures")
+    names = (
+        "steps", "ranks", "kernels", "collectives", "critical_path", "neuron_summary", "captures", "op_efficiency",
+        "utilization_windows", "comm_sites",
+    )  # fmt: skip
     tables = read_pandas(warehouse, names, jobs) if engine is None else read_frames(engine, warehouse, names, jobs)
     tables["steps"] = drop_truncated_steps(tables["steps"], tables["captures"])
     events = read_arrow(warehouse, "events", jobs, columns=list(EVENTS_COLUMNS), filter=rule_events_filter())

@@ -42,6 +42,7 @@ RULE_WORDS = {
     "memcpy_bound": "memory copies",
     "low_gpu_utilization": "low GPU utilization",
     "pageable_memcpy": "copies from pageable host memory",
+    "kernels_below_peak": "kernels far below the device's peak",
 }
 
 

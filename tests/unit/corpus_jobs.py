@@ -40,6 +40,7 @@ def available(name: str) -> bool:
 def corpus_job(name: str) -> tuple[dict[str, pd.DataFrame], dict[int, pa.Table]]:
     """(tables for ``job_findings`` incl. ``captures``, events per rank) of corpus job ``name`` (job id = ``name``,
     attempt 0). Cached: treat the frames as read-only."""
+    from jobs.analyze.efficiency.ops import add_device_peaks
     from jobs.analyze.findings.ranking import EVENTS_COLUMNS, rule_events_filter
     from jobs.analyze.job import job_tables, rank_tables
     from jobs.normalize.identity import with_identity
@@ -64,13 +65,20 @@ def corpus_job(name: str) -> tuple[dict[str, pd.DataFrame], dict[int, pa.Table]]
                 trace_start_ns=p.meta.get("trace_start_ns"),
                 trace_end_ns=p.meta.get("trace_end_ns"),
                 flags=list(p.meta.get("flags") or []),
+                device_name=p.meta.get("device_name"),
             )
         )
     job = job_tables(*(pa.concat_tables([t[n] for t in per_rank]) for n in ("_calls", "_legs")))
     tables: dict[str, pd.DataFrame] = {}
-    for tname in ("steps", "ranks", "kernels", "collectives", "critical_path"):
+    for tname in (
+        "steps", "ranks", "kernels", "collectives", "critical_path", "op_efficiency", "utilization_windows", "comm_sites",
+    ):  # fmt: skip
         parts = [t[tname] for t in [*per_rank, job] if tname in t]
         tables[tname] = pa.concat_tables(parts).to_pandas() if parts else pd.DataFrame()
+    # the device's peaks, as the analyze driver adds them from the captures
+    tables["op_efficiency"] = add_device_peaks(
+        tables["op_efficiency"].assign(device_name=[c["device_name"] for c in captures][0])
+    )
     sync = []
     for ev in events.values():
         sync.append(ev.filter(rule_events_filter()).select(list(EVENTS_COLUMNS)))

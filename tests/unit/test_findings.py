@@ -563,6 +563,47 @@ def test_memcpy_bound_does_not_trigger_when_overlapped():
 # low_gpu_utilization
 
 
+def _op_groups(**over) -> pd.DataFrame:
+    """op_efficiency rows of ranks 0 and 1: a softmax at 10 % of its roofline for 4 ms, a GEMM at 60 % for 2 ms."""
+    base = dict(job_id=JOB, attempt=0, dtype="c10::BFloat16", precision="bf16", bound="memory", top_kernel="k")
+    rows = [
+        {**base, "rank": r, "op_name": op, "shape_sig": sig, "kind": kind, "kernel_time_ns": ns, "roofline_pct": pct}
+        for r in (0, 1)
+        for op, sig, kind, ns, pct in (
+            ("aten::_softmax", "[16,512,512]", "normalization", 4 * MS, 10.0),
+            ("aten::mm", "[512,512]x[512,512]", "gemm", 2 * MS, 60.0),
+        )
+    ]
+    return pd.DataFrame(rows).assign(**over)
+
+
+def test_kernels_below_peak_ranks_the_op_groups_by_recoverable_time():
+    f = run(op_efficiency=_op_groups())["kernels_below_peak/job"]
+    # per rank over its 4 steps: softmax 4 ms × (1 − 10/70) + GEMM 2 ms × (1 − 60/70), spread over the 4 steps
+    per_step = (4 * MS * (1 - 10 / 70) + 2 * MS * (1 - 60 / 70)) / 4
+    assert f["est_time_lost_per_step_ns"] == round(per_step)
+    assert f["value"] == pytest.approx(100 * per_step / (10 * MS)) and f["metric"] == "recoverable_pct_of_step"
+    det = evidence(f)["details"]
+    assert [g["op_name"] for g in det["op_groups"]] == ["aten::_softmax", "aten::mm"]
+    assert det["op_groups"][0]["recoverable_ns"] == round(2 * 4 * MS * (1 - 10 / 70))  # both ranks
+    assert "scaled_dot_product_attention" in f["recommendation"] and "aten::_softmax" in f["title"]
+
+
+@pytest.mark.parametrize(
+    ("over", "fires"),
+    [
+        (dict(roofline_pct=65.0), False),  # close to the attainable 70 %: ≤ 0.14 ms of 10 ms per step
+        (dict(roofline_pct=None), False),  # no peak for the device
+        (dict(kind="gemm", precision="fp32", op_name="aten::addmm"), True),
+    ],
+)
+def test_kernels_below_peak_thresholds_and_advice(over, fires):
+    found = run(op_efficiency=_op_groups(**over))
+    assert ("kernels_below_peak/job" in found) == fires
+    if fires:
+        assert "TF32" in found["kernels_below_peak/job"]["recommendation"]
+
+
 def test_low_gpu_utilization_triggers():
     # busy 3 ms; idle 7 ms of which the host explains 0.5 ms
     s = steps_frame(
@@ -737,6 +778,14 @@ def test_dlrm_findings(dlrm):
     names = dict(zip(events[7]["event_id"].to_pylist(), events[7]["name"].to_pylist()))
     ids = [e["event_id"] for e in evidence(st)["events"]]
     assert ids and all(names[i].startswith("ncclKernel") for i in ids)
+    # findings link to the drill-down rows: the call sites the straggler delays, the data-loader windows
+    tables, _ = corpus_jobs.corpus_job("dlrm")
+    sites = evidence(st)["links"]["comm_sites"]
+    cs = tables["comm_sites"]
+    assert sites and sites[0]["exposed_max_ns"] == cs[cs["step"].isin(st["steps"])]["exposed_max_ns"].max()
+    dl = evidence(found["dataloader_bound/job"])["links"]["utilization_windows"]
+    uw = tables["utilization_windows"].set_index(["rank", "step", "window_id"])
+    assert dl and all(uw.loc[(w["rank"], w["step"], w["window_id"]), "cause"] == "dataloader" for w in dl)
     # communication is exposed on every rank, but it is mostly waiting for the straggler
     ex = found["exposed_communication/job"]
     assert ex["value"] > fr.EXPOSED_COMM_PCT and evidence(ex)["details"]["wait_share_of_exposed"] > 0.9

@@ -63,6 +63,9 @@ def test_alexnet_without_profiler_step_is_judged_on_its_whole_trace():
     assert cov["low_gpu_utilization"]["n_findings"] == 1 and cov["memcpy_bound"]["n_findings"] == 0
     assert cov["straggler_rank"]["status"] == "not_applicable" and "one rank" in cov["straggler_rank"]["reason"]
     assert cov["exposed_communication"]["status"] == "not_applicable"
+    # no shapes recorded: op efficiency has nothing to judge, and the reason says how to get it
+    kb = cov["kernels_below_peak"]
+    assert kb["status"] == "not_applicable" and "shape recording" in kb["reason"]
     assert [c["rule"] for c in doc["coverage"]] == list(GPU_RULES)
     assert doc["generated_from"]["n_whole_trace_windows"] == 1 and doc["generated_from"]["n_rank_steps"] == 0
 

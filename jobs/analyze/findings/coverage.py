@@ -13,7 +13,8 @@ status             when
                    :func:`jobs.analyze.windows.analysis_windows`); ``reason`` says on how many ranks
 ``not_applicable`` what the rule judges is absent: ``straggler_rank`` with one rank or no collective matched across
                    ranks, ``exposed_communication`` without communication, ``memcpy_bound`` / ``pageable_memcpy``
-                   without copies, GPU rules on a job of Neuron device profiles only
+                   without copies, ``kernels_below_peak`` without an op whose shapes were recorded on a device
+                   with a datasheet peak, GPU rules on a job of Neuron device profiles only
 ``not_run``        the data the rule needs is missing: no GPU activity (CPU-only trace), no host runtime events
                    (``many_tiny_kernels``, ``blocking_sync``), no host-side attribution of idle time
                    (``host_bound_launch``), no per-kernel statistics (``pageable_memcpy``), no analyzed trace
@@ -90,6 +91,14 @@ def _gpu_rule(rule: str, win: pd.DataFrame, job: dict[str, pd.DataFrame]) -> dic
         return _row("not_applicable", "no communication kernels on the GPU", None)
     if rule == "memcpy_bound" and _total(gpu, "memory_time_ns") <= 0:
         return _row("not_applicable", "no memory copies or sets on the GPU", None)
+    if rule == "kernels_below_peak":
+        oe = job.get("op_efficiency", pd.DataFrame())
+        if oe.empty or "roofline_pct" not in oe or oe["roofline_pct"].isna().all():
+            return _row(
+                "not_applicable",
+                "no op with recorded shapes on a device with a datasheet peak (turn on the profiler's shape recording)",
+                None,
+            )
     if rule == "pageable_memcpy":
         if kernels.empty or "name" not in kernels:
             return _row("not_run", "no per-kernel statistics to tell pageable copies from pinned ones", None)
@@ -169,7 +178,8 @@ def rule_coverage(tables: Mapping[str, pd.DataFrame], findings: pa.Table | pd.Da
 
     Args:
         tables: the inputs of :func:`jobs.analyze.findings.ranking.job_findings` (``steps``, ``ranks``,
-            ``captures``, ``kernels``, ``collectives``, ``critical_path``, ``events``, ``neuron_summary``; any
+            ``captures``, ``kernels``, ``collectives``, ``critical_path``, ``events``, ``neuron_summary``,
+            ``op_efficiency``; any
             may be missing or empty). A job is present when any of them has a row for it (``captures`` included,
             so a job whose traces were all quarantined gets ``not_run`` rows).
         findings: the job's FINDINGS rows (from ``job_findings``), for ``n_findings``; None counts 0.
@@ -181,7 +191,10 @@ def rule_coverage(tables: Mapping[str, pd.DataFrame], findings: pa.Table | pd.Da
     Raises:
         ValueError / TypeError: as ``job_findings`` for a malformed input table.
     """
-    names = ("steps", "ranks", "kernels", "collectives", "critical_path", "events", "captures", "neuron_summary")
+    names = (
+        "steps", "ranks", "kernels", "collectives", "critical_path", "events", "captures", "neuron_summary",
+        "op_efficiency",
+    )  # fmt: skip
     frames = {n: _frame(tables, n) for n in names}
     keys: set[tuple[str, int]] = set()
     for df in frames.values():

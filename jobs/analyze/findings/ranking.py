@@ -24,6 +24,7 @@ rule                       metric                            fires at     time l
 ``memcpy_bound``           memory_exposed_pct_of_step        ≥ 10 %       copy time not under compute/comm
 ``pageable_memcpy``        pageable_copy_pct_of_gpu_busy     ≥ 10 %       pageable copy time
 ``low_gpu_utilization``    gpu_busy_pct_of_step              < 50 %       GPU idle − CPU-bound − data loader
+``kernels_below_peak``     recoverable_pct_of_step           ≥ 5 %        kernel time × (1 − roofline % / 70 %)
 ``neuron_*``               see :mod:`jobs.analyze.findings.neuron` (per profiled NEFF execution)
 =========================  ================================  ===========  =========================================
 
@@ -53,6 +54,10 @@ without ProfilerStep is judged on its whole trace as one window (step -1):
   ``step`` are ignored, except on a capture judged on its whole trace, where they belong to that window.
   ``blocking_sync`` and ``host_bound_launch`` read it.
 * ``neuron_summary`` (NEURON_SUMMARY), optional: passed to ``neuron_findings``.
+* ``op_efficiency`` (OP_EFFICIENCY), optional: rank, op_name, shape_sig, dtype, kind, precision, bound,
+  kernel_time_ns, roofline_pct — ``kernels_below_peak``.
+* ``utilization_windows``, ``comm_sites``, optional: the drill-down rows each finding links to
+  (``evidence.links``, :func:`evidence_links`).
 
 Evidence (``evidence_json``, and ``evidence`` in findings.json) of the GPU rules: ``job_id``,
 ``attempt``, ``scope`` (``job`` | ``rank``), ``window`` (``step`` | ``trace`` | ``mixed``: ProfilerSteps,
@@ -93,6 +98,7 @@ __all__ = [
     "EVENTS_COLUMNS",
     "RULE_EVENT_NAMES",
     "rule_events_filter",
+    "evidence_links",
     "RULE_NAMES",
     "SYNC_NAMES",
     "validate_document",
@@ -135,6 +141,8 @@ EVENTS_COLUMNS = (
     "dur_ns",
     "tid",
 )
+#: Rows per drill-down table in a finding's ``evidence.links`` (:func:`evidence_links`).
+MAX_LINKS = 10
 #: Host call names the rules read from ``events`` (:func:`rule_events_filter`).
 RULE_EVENT_NAMES: tuple[str, ...] = (*SYNC_NAMES, *HOST_COPY_NAMES, *GRAPH_LAUNCH_NAMES, *GRAPH_CAPTURE_NAMES)
 
@@ -221,6 +229,59 @@ def events_in_windows(events: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFra
     ev = events.copy()
     ev["step"] = ev["step"].astype("Float64").mask(m, WHOLE_TRACE_STEP)
     return ev
+
+
+#: The ``utilization_windows`` causes that show each rule's time in the step (``low_gpu_utilization``: every cause).
+RULE_WINDOW_CAUSES: dict[str, tuple[str, ...] | None] = {
+    "host_bound_launch": ("host",),
+    "many_tiny_kernels": ("host",),
+    "blocking_sync": ("sync",),
+    "dataloader_bound": ("dataloader",),
+    "memcpy_bound": ("memcpy",),
+    "pageable_memcpy": ("memcpy",),
+    "low_gpu_utilization": None,
+}
+#: Rules whose time is at collective call sites (``comm_sites``).
+RULE_COMM_SITES = ("exposed_communication", "straggler_rank")
+
+
+def evidence_links(rule: str, ranks, steps, job: Mapping[str, pd.DataFrame], limit: int = MAX_LINKS) -> dict:
+    """The rows of the drill-down tables behind a finding (``evidence.links``): the longest ``utilization_windows``
+    of its ranks and steps with the causes of :data:`RULE_WINDOW_CAUSES` (``rank``, ``step``, ``window_id`` — the
+    table's key — ``dur_ns``, ``cause``, ``cause_op``), and for :data:`RULE_COMM_SITES` the ``comm_sites`` with the
+    most exposed time (``step``, ``site``, ``exposed_max_ns``, ``wait_max_ns``, ``saving_ns``); at most ``limit``
+    each. ``kernels_below_peak`` names its op groups in its details."""
+    out: dict = {}
+    ranks, steps = set(ranks or []), set(steps or [])
+    w = job.get("utilization_windows", pd.DataFrame())
+    if rule in RULE_WINDOW_CAUSES and len(w) and {"rank", "step", "window_id", "dur_ns", "cause"} <= set(w):
+        causes = RULE_WINDOW_CAUSES[rule]
+        m = w["rank"].isin(ranks) if ranks else pd.Series(True, index=w.index)
+        if steps:
+            m &= w["step"].isin(steps)
+        if causes is not None:
+            m &= w["cause"].isin(causes)
+        top = w[m].sort_values(["dur_ns", "rank", "step"], ascending=[False, True, True]).head(limit)
+        out["utilization_windows"] = [
+            {k: _plain(r.get(k)) for k in ("rank", "step", "window_id", "dur_ns", "cause", "cause_op")}
+            for r in top.to_dict("records")
+        ]
+    c = job.get("comm_sites", pd.DataFrame())
+    if rule in RULE_COMM_SITES and len(c) and {"step", "site", "exposed_max_ns"} <= set(c):
+        m = c["step"].isin(steps) if steps else pd.Series(True, index=c.index)
+        top = c[m].sort_values(["exposed_max_ns", "step", "site"], ascending=[False, True, True]).head(limit)
+        out["comm_sites"] = [
+            {k: _plain(r.get(k)) for k in ("step", "site", "exposed_max_ns", "wait_max_ns", "saving_ns")}
+            for r in top.to_dict("records")
+        ]
+    return out
+
+
+def _plain(v):
+    """A JSON-ready scalar: numpy numbers as Python ones, NaN / NA as None."""
+    if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
+        return None
+    return v.item() if hasattr(v, "item") else v
 
 
 def _of_job(df: pd.DataFrame, job_id, attempt) -> pd.DataFrame:
@@ -324,7 +385,13 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
         ValueError: a non-empty input table lacks a column a rule needs (the message names it).
         TypeError: a value of ``tables`` is not a DataFrame / Arrow table.
     """
-    frames = {n: _frame(tables, n) for n in ("steps", "ranks", "kernels", "collectives", "critical_path", "events")}
+    frames = {
+        n: _frame(tables, n)
+        for n in (
+            "steps", "ranks", "kernels", "collectives", "critical_path", "events", "op_efficiency",
+            "utilization_windows", "comm_sites",
+        )
+    }  # fmt: skip
     captures = _frame(tables, "captures")
     keys = set()
     for df in frames.values():
@@ -344,11 +411,13 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
             critical_path=job["critical_path"],
             events=events_in_windows(job["events"], steps),
             captures=_of_job(captures, job_id, attempt),
+            op_efficiency=job["op_efficiency"],
         )
         date = _date(frames, job_id, attempt)
-        for _rule, fn in RULES:
+        for rule, fn in RULES:
             for f in fn(t):
                 ev = {"job_id": job_id, "attempt": int(attempt), **f.pop("evidence")}
+                ev["links"] = evidence_links(rule, f["ranks"], f["steps"], job)
                 f.update(
                     date=date,
                     job_id=job_id,

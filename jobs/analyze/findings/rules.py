@@ -63,6 +63,7 @@ Conventions shared by the rules:
   ``pageable_memcpy``        0.55   pageable share of busy ÷ 10 %    ranks / windows    the GPU is idle ≥ 50 % of the windows (+)    pageable copies
   ``low_gpu_utilization``    0.35   50 % ÷ GPU busy %                ranks / windows    idle not explained by host work or data      —
                                                                                         loading ≥ 5 % of the time (+)
+  ``kernels_below_peak``     0.35   recoverable % ÷ 5 %              ranks / windows    the 5 top op groups hold ≥ 50 % of it (+)    —
   =========================  =====  ===============================  =================  ==========================================  ======================
 
 Sources quoted in the rule docstrings: HTA = Holistic Trace Analysis 0.5.0
@@ -108,6 +109,8 @@ __all__ = [
     "dataloader_bound",
     "blocking_sync",
     "sync_by_design",
+    "kernels_below_peak",
+    "recoverable_ops",
     "memcpy_bound",
     "pageable_memcpy",
     "low_gpu_utilization",
@@ -181,6 +184,14 @@ SYNC_CALLS_PER_STEP = 10
 MEMORY_PCT = 10.0
 """``memcpy_bound`` fires when copy/set time not hidden under computation or communication is ≥ 10 %
 of the step time (same "worth a look" level as exposed communication)."""
+
+ATTAINABLE_ROOFLINE_PCT = 70.0
+"""``kernels_below_peak``: the share of its roofline (datasheet peak FLOP/s or memory bandwidth, whichever bounds
+it) a tuned library kernel attains; an op group below it could recover ``kernel time × (1 − achieved / 70 %)`` …"""
+
+BELOW_PEAK_PCT = 5.0
+"""… and the rule fires when that recoverable time is ≥ 5 % of the step time (the "worth a look" level of the
+other time-lost rules)."""
 
 LOW_UTIL_PCT = 50.0
 """``low_gpu_utilization`` fires when the GPU is busy < 50 % of the step time (TB plugin: "GPU … has
@@ -262,6 +273,7 @@ class JobTables:
     critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
     events: pd.DataFrame = field(default_factory=pd.DataFrame)
     captures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    op_efficiency: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def gpu_steps(self) -> pd.DataFrame:
@@ -1531,6 +1543,138 @@ def pageable_memcpy(t: JobTables) -> list[dict]:
     return out
 
 
+def recoverable_ops(oe: pd.DataFrame) -> pd.DataFrame:
+    """``op_efficiency`` rows with a roofline, with ``recoverable_ns`` = kernel_time_ns × max(0, 1 − roofline_pct /
+    :data:`ATTAINABLE_ROOFLINE_PCT`) (ns): the time the group would save at the attainable share of its roofline."""
+    need = {"rank", "kernel_time_ns", "roofline_pct"}
+    if oe.empty or not need <= set(oe):
+        return pd.DataFrame(columns=[*oe.columns, "recoverable_ns"])
+    rows = oe[pd.to_numeric(oe["roofline_pct"], errors="coerce").notna()].copy()
+    pct = pd.to_numeric(rows["roofline_pct"], errors="coerce").clip(upper=100.0)
+    ns = pd.to_numeric(rows["kernel_time_ns"], errors="coerce").fillna(0.0)
+    rows["recoverable_ns"] = ns * (1.0 - pct / ATTAINABLE_ROOFLINE_PCT).clip(lower=0.0)
+    return rows
+
+
+def _below_peak_advice(top: dict) -> str:
+    """What to try for the op group with the most recoverable time (its formula family and roofline side)."""
+    kind, bound = top.get("kind"), top.get("bound")
+    op = f"{top.get('op_name')} {top.get('shape_sig')}"
+    if kind == "attention":
+        what = (
+            "the fused attention kernel itself runs below its roofline: check which backend ran "
+            "(torch.nn.attention.sdpa_kernel), a head dimension that is a multiple of 8, and bf16/fp16 inputs"
+        )
+    elif "softmax" in str(top.get("op_name")):
+        what = (
+            "attention computed op by op (softmax and batched matmuls over the full score matrix) runs at memory "
+            "speed: use torch.nn.functional.scaled_dot_product_attention (FlashAttention / memory-efficient kernels)"
+        )
+    elif kind == "gemm" and top.get("precision") == "fp32":
+        what = (
+            "an fp32 GEMM misses the tensor cores: bf16/fp16 autocast, or TF32 "
+            "(torch.backends.cuda.matmul.allow_tf32 = True), with dimensions that are multiples of 8/16"
+        )
+    elif kind == "gemm" and bound == "compute":
+        what = (
+            "for a compute-bound GEMM: dimensions that are multiples of 8/16 (tile quantization), larger batches per "
+            'call, and a tuned kernel (cuBLASLt, torch.compile(mode="max-autotune"))'
+        )
+    elif kind == "gemm":
+        what = (
+            "a GEMM this small is bound by memory traffic: batch the small matmuls together (bmm, grouped GEMM) or "
+            "fuse them with their neighbours (torch.compile)"
+        )
+    elif kind == "conv":
+        what = (
+            "for convolutions: channels_last memory format, torch.backends.cudnn.benchmark = True, bf16/fp16 on the "
+            "tensor cores"
+        )
+    else:
+        what = (
+            "memory-bound elementwise and normalization ops: fuse them with their neighbours (torch.compile, fused "
+            "optimizers and norms) so the data is read once"
+        )
+    return f"Kernels run far below the device's roofline; most to gain at {op}: {what}."
+
+
+def kernels_below_peak(t: JobTables) -> list[dict]:
+    """``kernels_below_peak``: the kernels of ops whose work the shapes determine run far below the device's roofline.
+
+    Definition: per op group of ``op_efficiency`` (rank, op, shapes, dtype; only rows with a roofline: a known
+    device and a datasheet peak for the precision), ``recoverable_ns`` = kernel time × max(0, 1 − roofline_pct /
+    :data:`ATTAINABLE_ROOFLINE_PCT`) (:func:`recoverable_ops`). Per rank, Σ over its groups spread over its analysis
+    windows (op_efficiency is per capture); metric ``recoverable_pct_of_step`` = 100 × Σ / Σ step time, fires at ≥
+    :data:`BELOW_PEAK_PCT`. The evidence names the groups with the most recoverable time.
+
+    Source: roofline model (Williams et al., CACM 2009); AMD TraceLens PerfModel (achieved vs peak per op);
+    NVIDIA Deep Learning Performance guide (tensor-core dimensions, mixed precision).
+
+    Time lost per step: the recoverable time — an estimate: the attainable share is a rule of thumb, and a kernel
+    that overlaps other work may not shorten the step by all of it.
+    """
+    s = t.gpu_steps
+    rec = recoverable_ops(t.op_efficiency)
+    if s.empty or rec.empty:
+        return []
+    per_rank = rec.groupby("rank")["recoverable_ns"].sum()
+    n_win = s.groupby("rank").size()
+    rows = s.assign(loss=s["rank"].map(per_rank / n_win).fillna(0.0).astype(float))
+    rows["num"] = rows["loss"]
+    rows["hit"] = rows["num"] >= BELOW_PEAK_PCT / 100 * rows["step_time_ns"]
+    out = []
+    keys = ["op_name", "shape_sig", "dtype"]
+    for sc in _scopes(rows, lambda _r, v: v >= BELOW_PEAK_PCT):
+        ranks = _ranks_of(sc)
+        mine = rec[rec["rank"].isin(ranks)]
+        groups = (
+            mine.groupby(keys, dropna=False)
+            .agg(
+                kind=("kind", "first"),
+                precision=("precision", "first"),
+                bound=("bound", "first"),
+                kernel_time_ns=("kernel_time_ns", "sum"),
+                roofline_pct=("roofline_pct", "mean"),
+                recoverable_ns=("recoverable_ns", "sum"),
+                top_kernel=("top_kernel", "first"),
+            )
+            .reset_index()
+            .sort_values(["recoverable_ns", "op_name"], ascending=[False, True])
+        )
+        top = groups.head(5).to_dict("records")
+        for g in top:
+            g["kernel_time_ns"], g["recoverable_ns"] = int(g["kernel_time_ns"]), int(round(g["recoverable_ns"]))
+            g["roofline_pct"] = round(float(g["roofline_pct"]), 2)
+        share = float(groups["recoverable_ns"].head(5).sum()) / max(float(groups["recoverable_ns"].sum()), 1.0)
+        w = window_words(sc.rows)
+        out.append(
+            _finding(
+                "kernels_below_peak",
+                sc,
+                title=f"Kernels far below the device's roofline: {_ms(sc.est)} {w.per} ({_pct(sc.value)} {w.of}) "
+                f"recoverable at {ATTAINABLE_ROOFLINE_PCT:.0f} % of it, most in {top[0]['op_name']}{w.note}",
+                metric="recoverable_pct_of_step",
+                threshold=BELOW_PEAK_PCT,
+                comparison=">=",
+                conf=confidence(
+                    0.35,
+                    effect=effect_size(sc.value, BELOW_PEAK_PCT),
+                    agreement=sc.agreement,
+                    n_windows=_n_steps(sc),
+                    corroborated=True if share >= 0.5 else None,
+                ),
+                recommendation=_below_peak_advice(top[0]),
+                details={
+                    "attainable_roofline_pct": ATTAINABLE_ROOFLINE_PCT,
+                    "recoverable_ns": int(round(float(groups["recoverable_ns"].sum()))),
+                    "op_groups": top,
+                    "top5_share": round(share, 4),
+                },
+            )
+        )
+    return out
+
+
 def low_gpu_utilization(t: JobTables) -> list[dict]:
     """``low_gpu_utilization``: the GPU is idle most of the time.
 
@@ -1615,4 +1759,5 @@ RULES: tuple[tuple[str, Callable[[JobTables], list[dict]]], ...] = (
     ("memcpy_bound", memcpy_bound),
     ("pageable_memcpy", pageable_memcpy),
     ("low_gpu_utilization", low_gpu_utilization),
+    ("kernels_below_peak", kernels_below_peak),
 )
