@@ -261,7 +261,7 @@ def evidence_links(rule: str, ranks, steps, job: Mapping[str, pd.DataFrame], lim
             m &= w["step"].isin(steps)
         if causes is not None:
             m &= w["cause"].isin(causes)
-        top = w[m].sort_values(["dur_ns", "rank", "step"], ascending=[False, True, True]).head(limit)
+        top = w[m].sort_values(["dur_ns", "rank", "step", "window_id"], ascending=[False, True, True, True]).head(limit)
         out["utilization_windows"] = [
             {k: _plain(r.get(k)) for k in ("rank", "step", "window_id", "dur_ns", "cause", "cause_op")}
             for r in top.to_dict("records")
@@ -278,10 +278,13 @@ def evidence_links(rule: str, ranks, steps, job: Mapping[str, pd.DataFrame], lim
 
 
 def _plain(v):
-    """A JSON-ready scalar: numpy numbers as Python ones, NaN / NA as None."""
-    if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
+    """A JSON-ready scalar: a number as an int (every linked column is an id or ns; an engine may have read an
+    integer column with nulls as floats), NaN / NA as None, text as text."""
+    if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
         return None
-    return v.item() if hasattr(v, "item") else v
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        return int(round(float(v)))
+    return v
 
 
 def _of_job(df: pd.DataFrame, job_id, attempt) -> pd.DataFrame:
