@@ -212,12 +212,14 @@ def neuron_utilization_windows(
         "engine": ins & np.isin(track, _OTHER_ENGINES) & (kind == "compute"),
         "semaphore": (kind == "semaphore_wait") | (ins & (track == "Sync")),
     }
+    cover = {
+        c: 100.0 * length_in_windows(*merge_intervals(ts[m], end[m]), ws, we) / (we - ws) for c, m in classes.items()
+    }
     cause, pct, ops, ids, stacks = [], [], [], [], []
-    for a, b in zip(ws, we):
+    for i, (a, b) in enumerate(zip(ws, we)):
         got = "device_idle", 0.0, None, None, None
         for cls, m in classes.items():
-            cs, ce = merge_intervals(ts[m], end[m])
-            cov = 100.0 * int(length_in_windows(cs, ce, [a], [b])[0]) / (b - a)
+            cov = float(cover[cls][i])
             if cov >= CAUSE_MIN_PCT:
                 r = _busiest(ts, end, track, m, a, b) if cls in ("dma", "engine") else _longest(ts, end, m, a, b)
                 label = track[r] if cls == "dma" else names[r]
