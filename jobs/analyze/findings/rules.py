@@ -95,6 +95,7 @@ from jobs.analyze.trace.launches import (
 from jobs.analyze.windows import WINDOW_TRACE
 from jobs.common.binomial import binomial_tail
 from jobs.common.floats import finite_float as _num
+from jobs.common.intervals import merge_intervals, total_length
 
 __all__ = [
     "JobTables",
@@ -1215,19 +1216,7 @@ def _sync_per_step(ev: pd.DataFrame, by_design: set | None = None) -> pd.DataFra
         n_runtime = int(g["n_runtime"].sum())
         n_design = int(g["design"].sum())
         g = g[~g["design"]]
-        s, e = g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-        blocked, cur_s, cur_e = 0, None, None
-        for a, b in zip(s, e):
-            if cur_e is None or a > cur_e:
-                if cur_e is not None:
-                    blocked += cur_e - cur_s
-                cur_s, cur_e = a, b
-            else:
-                cur_e = max(cur_e, b)
-        if cur_e is not None:
-            blocked += cur_e - cur_s
+        blocked = total_length(*merge_intervals(g["ts_ns"].to_numpy(), g["end_ns"].to_numpy()))
         rows.append(
             {
                 "rank": rank,
