@@ -16,6 +16,7 @@ from schemas.tables import (  # noqa: F401
     FINDINGS,
     FLEET_FINDINGS,
     FLEET_KERNELS,
+    FLEET_OPS,
     FLEET_STATS,
     FLEET_TABLES,
     HEALTH_KINDS,

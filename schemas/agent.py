@@ -289,6 +289,10 @@ class OpEfficiencyRow(_Model):
     achieved_gbps: float | None
     peak_flops_pct: float | None = Field(description="% of the device's datasheet peak FLOP/s for the dtype.")
     peak_bandwidth_pct: float | None = Field(description="% of its memory bandwidth (above 100: on-chip cache).")
+    roofline_pct: float | None = Field(description="The larger of the two: % of the attainable roofline.")
+    recoverable_ns: int | None = Field(
+        description="Kernel time saved at 70 % of the roofline (the kernels_below_peak estimate), ns; null without one."
+    )
     bound: str | None = Field(description="compute, memory or cache (roofline side); null without a peak.")
     top_kernel: str | None
 
@@ -474,6 +478,39 @@ class FleetFindings(_Answer):
     page: Page
 
 
+class FleetOpRow(_Model):
+    dimension: str
+    value: str
+    op_name: str
+    shape_sig: str
+    dtype: str
+    impact_rank: int = Field(description="1 = most accelerator-hours per day in the group.")
+    kind: str | None
+    bound: str | None
+    device_names: list[str]
+    window_start: str
+    window_end: str
+    n_jobs: int
+    n_runs: int
+    kernel_time_ns: int = Field(description="Σ kernel time on the traced ranks, ns.")
+    roofline_pct: float | None = Field(description="Kernel-time-weighted % of the attainable roofline.")
+    recoverable_ns: int = Field(description="Σ kernel time saved at 70 % of the roofline on the traced ranks, ns.")
+    accelerator_hours_per_day: float | None = Field(
+        description="Recoverable time × world size / ranks traced, summed over runs, hours ÷ the window's days."
+    )
+    top_jobs: list[str] = Field(description="job_id#attempt with the most recoverable accelerator time, most first.")
+    top_kernel: str | None
+
+
+class FleetOps(_Answer):
+    """``fleet_ops``: op groups (op, shapes, dtype) ranked by the accelerator-hours per day running them at 70 % of
+    their roofline would recover (the ``fleet_ops`` table, over the window of ``fleet_findings``)."""
+
+    dimension: str
+    rows: list[FleetOpRow]
+    page: Page
+
+
 class HostRow(_Model):
     kind: str = Field(
         description="`host`, `device` (an accelerator of a host) or `link` (hosts a process group spans)."
@@ -531,6 +568,7 @@ TOOL_ANSWERS: dict[str, type[_Model]] = {
     "regressions": Regressions,
     "fleet_stats": FleetStats,
     "fleet_findings": FleetFindings,
+    "fleet_ops": FleetOps,
     "host_health": HostHealth,
     "sql": SqlAnswer,
 }

@@ -90,6 +90,7 @@ ENUM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("fleet_kernels", "dimension"),
     ("fleet_kernels", "kernel_type"),
     ("fleet_findings", "dimension"),
+    ("fleet_ops", "dimension"),
     ("host_health", "kind"),
     ("regressions", "metric"),
     ("regressions", "verdict"),
@@ -321,6 +322,15 @@ def _fleet_checks(table: str) -> list[Check]:
                 _d("runs_minus_jobs", (1, "n_runs"), (-1, "n_jobs")),
                 "Each job the rule fired in has at least one run: n_jobs ≤ n_runs.",
             )
+        ]
+    if table == "fleet_ops":
+        return [
+            _ge0("jobs_within_runs", _d("runs_minus_jobs", (1, "n_runs"), (-1, "n_jobs")), "n_jobs ≤ n_runs."),
+            _ge0(
+                "recoverable_within_kernel_time",
+                _d("kernel_minus_recoverable_ns", (1, "kernel_time_ns"), (-1, "recoverable_ns")),
+                "A group saves at most its own kernel time: recoverable_ns ≤ kernel_time_ns.",
+            ),
         ]
     if table == "host_health":
         return [

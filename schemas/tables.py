@@ -975,6 +975,12 @@ FLEET_KERNELS = Table(
     key=("dimension", "value", "date", "kernel_rank"),
 )
 
+_IMPACT_DIMENSION = (
+    "Partition: the group kind: `fleet` (everything), `job_name`, `model` (manifest tag), `hardware` (device name; "
+    "value `cpu` without an accelerator)."
+)
+_IMPACT_VALUE = "The group's value (`all` for `fleet`; `(none)` when the capture does not say)."
+
 FLEET_FINDINGS = Table(
     name="fleet_findings",
     doc="Findings ranked by fleet impact (jobs/fleet/impact.py): per rule and fleet group, over a window of "
@@ -983,14 +989,8 @@ FLEET_FINDINGS = Table(
     "bound) × its world size (at least the ranks traced). Estimates of different rules overlap: they rank, "
     "they do not add up.",
     columns=(
-        Column(
-            "dimension",
-            _STR,
-            "Partition: the group kind: `fleet` (everything), `job_name`, `model` (manifest "
-            "tag), `hardware` (device name; value `cpu` without an accelerator).",
-            False,
-        ),
-        Column("value", _STR, "The group's value (`all` for `fleet`; `(none)` when the capture does not say).", False),
+        Column("dimension", _STR, _IMPACT_DIMENSION, False),
+        Column("value", _STR, _IMPACT_VALUE, False),
         Column("rule", _STR, "The finding rule (`findings.rule`).", False),
         Column("impact_rank", _I32, "1 = most accelerator-hours per day in the group.", False),
         Column("window_start", _STR, "First capture date YYYY-MM-DD of the window.", False),
@@ -1021,6 +1021,49 @@ FLEET_FINDINGS = Table(
     stage="fleet",
     partition_by=("dimension",),
     key=("dimension", "value", "rule"),
+)
+
+FLEET_OPS = Table(
+    name="fleet_ops",
+    doc="Op groups ranked by fleet impact (jobs/fleet/impact.py): per (op, shape signature, dtype) and fleet group, "
+    "over the window of `fleet_findings`, the accelerator-hours per day its kernels would save at 70 % of their "
+    "roofline (the `kernels_below_peak` estimate). Per run: Σ over the traced ranks' `op_efficiency` rows with a "
+    "roofline of kernel_time_ns × max(0, 1 − roofline_pct / 70) × world size / ranks traced. The 100 groups with the "
+    "most accelerator-hours per day are kept per fleet group.",
+    columns=(
+        Column("dimension", _STR, _IMPACT_DIMENSION, False),
+        Column("value", _STR, _IMPACT_VALUE, False),
+        Column("op_name", _STR, "CPU op that launched the kernels (`op_efficiency.op_name`).", False),
+        Column("shape_sig", _STR, "Its shape signature (`op_efficiency.shape_sig`).", False),
+        Column("dtype", _STR, "`op_efficiency.dtype` (`(none)` when not recorded).", False),
+        Column("impact_rank", _I32, "1 = most accelerator-hours per day in the group.", False),
+        Column("kind", _STR, "Formula family (`op_efficiency.kind`)."),
+        Column("precision", _STR, "Precision class: the peak used (`op_efficiency.precision`)."),
+        Column("bound", _STR, "Roofline side of its first row (`op_efficiency.bound`)."),
+        Column("device_names", pa.list_(_STR), "The accelerators it ran on, sorted."),
+        Column("window_start", _STR, "First capture date YYYY-MM-DD of the window.", False),
+        Column("window_end", _STR, "Last capture date of the window.", False),
+        Column("window_days", _I32, "Days in the window.", False),
+        Column("n_jobs", _I64, "Distinct job_id it ran in, in the window.", False),
+        Column("n_runs", _I64, "Runs (job_id, attempt) it ran in.", False),
+        Column("n_calls", _I64, "Σ calls on the traced ranks (over each capture).", False),
+        Column("kernel_time_ns", _I64, "Σ kernel time on the traced ranks, ns.", False),
+        Column("roofline_pct", _F64, "Kernel-time-weighted mean of `op_efficiency.roofline_pct`, %."),
+        Column(
+            "recoverable_ns",
+            _I64,
+            "Σ on the traced ranks of kernel time × max(0, 1 − roofline_pct / 70), ns: device time saved at 70 % of the "
+            "roofline.",
+            False,
+        ),
+        Column("accelerator_hours", _F64, "Σ over runs of recoverable time × world size / ranks traced, hours."),
+        Column("accelerator_hours_per_day", _F64, "accelerator_hours / window_days."),
+        Column("top_jobs", pa.list_(_STR), "`job_id#attempt` of the runs with the most recoverable accelerator time."),
+        Column("top_kernel", _STR, "The longest kernel of its first row (`op_efficiency.top_kernel`)."),
+    ),
+    stage="fleet",
+    partition_by=("dimension",),
+    key=("dimension", "value", "op_name", "shape_sig", "dtype"),
 )
 
 #: ``host_health.kind`` values, in the order the table lists them.
@@ -1401,7 +1444,7 @@ TABLES: dict[str, Table] = {
 #: Fleet tables (jobs/fleet): derived from the whole warehouse, written whole by each fleet run; not part of a
 #: per-job pipeline stage (so not in :data:`TABLES`, which the per-job validation suites iterate).
 FLEET_TABLES: dict[str, Table] = {
-    t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS, HOST_HEALTH)
+    t.name: t for t in (FLEET_STATS, FLEET_KERNELS, REGRESSIONS, FLEET_FINDINGS, FLEET_OPS, HOST_HEALTH)
 }
 
 

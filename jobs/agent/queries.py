@@ -635,6 +635,8 @@ def op_efficiency(
             achieved_gbps=_num(r.achieved_gbps),
             peak_flops_pct=_num(r.peak_flops_pct),
             peak_bandwidth_pct=_num(r.peak_bandwidth_pct),
+            roofline_pct=_num(r.roofline_pct),
+            recoverable_ns=_int(r.recoverable_ns),
             bound=_str(r.bound),
             top_kernel=_str(r.top_kernel),
         )
@@ -925,6 +927,58 @@ def fleet_findings(
     ]
     q = fingerprint("fleet_findings", dict(dimension=dimension, value=value, rule=rule))
     return bounded(rows, lambda rs, page: A.FleetFindings(dimension=dimension, rows=rs, page=page), q, cursor, limit)
+
+
+def fleet_ops(
+    warehouse: str,
+    dimension: str = "fleet",
+    value: str | None = None,
+    op_name: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> A.FleetOps:
+    """Op groups ranked by fleet impact (the ``fleet_ops`` table, :func:`jobs.fleet.impact.fleet_ops`): per group of
+    ``dimension``, the accelerator-hours per day running each (op, shapes, dtype) at 70 % of its roofline would
+    recover; ``value`` keeps one group, ``op_name`` one op. Most recoverable first.
+
+    Raises:
+        ValueError: an unknown dimension.
+    """
+    if dimension not in IMPACT_DIMENSIONS:
+        raise ValueError(f"dimension must be one of {', '.join(IMPACT_DIMENSIONS)}; not {dimension!r}")
+    f = _read(warehouse, "fleet_ops", filter=ds.field("dimension") == dimension)
+    if len(f) and value is not None:
+        f = f[f["value"] == value]
+    if len(f) and op_name is not None:
+        f = f[f["op_name"] == op_name]
+    if len(f):
+        f = f.sort_values(["accelerator_hours_per_day", "value", "impact_rank"], ascending=[False, True, True])
+    rows = [
+        A.FleetOpRow(
+            dimension=dimension,
+            value=str(x.value),
+            op_name=str(x.op_name),
+            shape_sig=str(x.shape_sig),
+            dtype=str(x.dtype),
+            impact_rank=int(x.impact_rank),
+            kind=_str(x.kind),
+            bound=_str(x.bound),
+            device_names=[str(d) for d in (x.device_names if x.device_names is not None else [])],
+            window_start=str(x.window_start),
+            window_end=str(x.window_end),
+            n_jobs=int(x.n_jobs),
+            n_runs=int(x.n_runs),
+            kernel_time_ns=int(x.kernel_time_ns),
+            roofline_pct=_num(x.roofline_pct),
+            recoverable_ns=int(x.recoverable_ns),
+            accelerator_hours_per_day=_num(x.accelerator_hours_per_day),
+            top_jobs=[str(j) for j in (x.top_jobs if x.top_jobs is not None else [])],
+            top_kernel=_str(x.top_kernel),
+        )
+        for x in f.itertuples()
+    ]
+    q = fingerprint("fleet_ops", dict(dimension=dimension, value=value, op_name=op_name))
+    return bounded(rows, lambda rs, page: A.FleetOps(dimension=dimension, rows=rs, page=page), q, cursor, limit)
 
 
 def host_health(

@@ -2,7 +2,7 @@
 
 Tools (answers: :mod:`schemas.agent`, every one bounded and paged): ``list_jobs``, ``job_summary``,
 ``findings``, ``critical_path``, ``collectives``, ``kernels``, ``op_efficiency``, ``utilization_windows``,
-``compare``, ``regressions``, ``fleet_stats``, ``fleet_findings``, ``host_health`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
+``compare``, ``regressions``, ``fleet_stats``, ``fleet_findings``, ``fleet_ops``, ``host_health`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
 ``sql``: one read-only Spark SQL query over the warehouse views (:mod:`jobs.agent.readonly_sql`) on a
 Spark session started in the background when the server starts. Resources: the table schemas and
 the findings schema. Prompt: ``diagnose_job``.
@@ -42,8 +42,8 @@ INSTRUCTIONS = """tracelake holds every profiled training job of the fleet: per 
 temporal breakdown (idle / compute / non-compute), kernels, op efficiency against the device's roofline, the
 device's idle windows inside the step with their host cause, collectives, the critical path, ranked
 bottleneck findings with evidence and recommendations, fleet statistics and regressions between runs.
-Start with list_jobs, fleet_findings (what would recover the most accelerator-hours) or findings (no
-job_id: the fleet's largest estimated losses per step), then job_summary,
+Start with list_jobs, fleet_findings (what would recover the most accelerator-hours), fleet_ops (which kernels
+are worth tuning fleet-wide) or findings (no job_id: the fleet's largest estimated losses per step), then job_summary,
 critical_path, collectives, kernels, op_efficiency, utilization_windows for one job; compare two runs; sql for
 anything else (read-only Spark SQL over the tables named in the tracelake://schemas/tables resources). Times are ns, shares %.
 Answers are paged: when page.truncated is true, call again with cursor=page.next_cursor."""
@@ -311,6 +311,20 @@ def build_server(
         """What would recover the most accelerator-hours: finding rules ranked by fleet impact over the last
         7 days of captures (time lost per step × steps × world size), with the runs they fired in."""
         return answer(queries.fleet_findings, dimension=dimension, value=value, rule=rule, limit=limit, cursor=cursor)
+
+    @tool
+    def fleet_ops(
+        dimension: Annotated[
+            Literal["fleet", "job_name", "model", "hardware"], Field(description="What to group the fleet by.")
+        ] = "fleet",
+        value: Annotated[str | None, Field(description="Only this group.")] = None,
+        op_name: Annotated[str | None, Field(description="Only this op (`aten::mm`, …).")] = None,
+        limit: Limit = None,
+        cursor: Cursor = None,
+    ) -> A.FleetOps:
+        """Which kernels are worth tuning fleet-wide: op groups (op, shapes, dtype) ranked by the accelerator-hours
+        per day running them at 70 % of their roofline would recover, over the last 7 days of captures."""
+        return answer(queries.fleet_ops, dimension=dimension, value=value, op_name=op_name, limit=limit, cursor=cursor)
 
     @tool
     def host_health(

@@ -17,6 +17,10 @@ The estimate, per run (job_id, attempt) in which the rule fired:
 Accelerator-hours per day = that sum over the window's runs ÷ the window's days. Estimates of different
 rules overlap (one cause can show in several rules): they rank the rules, they do not add up. Runs whose
 capture date is unknown are left out of every window.
+
+``fleet_ops`` ranks op groups (op, shapes, dtype) the same way, by the device time they would save at the attainable
+share of their roofline (the ``kernels_below_peak`` estimate, :func:`jobs.analyze.efficiency.ops.recoverable_ops`),
+scaled from the traced ranks to the run's accelerators: which kernels are worth tuning, fleet-wide.
 """
 
 from __future__ import annotations
@@ -24,21 +28,24 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.efficiency.ops import recoverable_ops
 from jobs.analyze.windows import WINDOW_TRACE
 from jobs.fleet.stats import NONE_VALUE
 from jobs.fleet.window import WINDOW_DAYS, capture_days, check_window_days, window
-from schemas import FLEET_FINDINGS
+from schemas import FLEET_FINDINGS, FLEET_OPS
 
 #: Fleet groups of ``fleet_findings`` (a subset of :data:`jobs.fleet.stats.DIMENSIONS`).
 IMPACT_DIMENSIONS = ("fleet", "job_name", "model", "hardware")
 TOP_JOBS = 3
+#: Op groups kept per fleet group in ``fleet_ops`` (the most accelerator-hours first).
+TOP_OPS = 100
 _NS_PER_HOUR = 3.6e12
 
 
 def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
     """One row per run of :func:`jobs.fleet.stats.job_steps_frame` rows: ``job_id, attempt, job_name, model,
-    hardware, run_date, n_steps`` (job steps: its ProfilerSteps, or 1 for a run with only its whole-trace window)
-    and ``accelerators`` (world size, at least the ranks traced)."""
+    hardware, run_date, n_steps`` (job steps: its ProfilerSteps, or 1 for a run with only its whole-trace window),
+    ``n_ranks`` (ranks traced) and ``accelerators`` (world size, at least the ranks traced)."""
     js = job_steps
     if "window" in js.columns:
         is_trace = (js["window"] == WINDOW_TRACE).to_numpy(dtype=bool)
@@ -57,10 +64,36 @@ def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
             "hardware": g["hardware"].first(),
             "run_date": g["run_date"].first(),
             "n_steps": g["step"].nunique(),
+            "n_ranks": g["_ranks"].max().astype(int),
             "accelerators": np.fmax(g["_ranks"].max().astype(float), g["_world"].max().astype(float)),
         }
     )
     return runs.reset_index()
+
+
+def by_dimension(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` once per :data:`IMPACT_DIMENSIONS` group kind, with ``dimension`` and its ``value`` (``all`` for
+    ``fleet``; :data:`jobs.fleet.stats.NONE_VALUE` where the run does not say)."""
+    parts = []
+    for d in IMPACT_DIMENSIONS:
+        value = "all" if d == "fleet" else rows[d].astype(object).where(rows[d].notna(), NONE_VALUE).astype(str)
+        parts.append(rows.assign(dimension=d, value=value))
+    return pd.concat(parts, ignore_index=True)
+
+
+def window_runs(
+    job_steps: pd.DataFrame | None, window_days: int
+) -> tuple[pd.DataFrame, pd.Timestamp, pd.Timestamp] | None:
+    """``(runs, start, end)``: the :func:`run_sizes` rows of the runs captured in the ``window_days`` capture dates
+    ending at the newest one (:func:`jobs.fleet.window.window`), or ``None`` when no run has a capture date."""
+    if job_steps is None or not len(job_steps):
+        return None
+    runs = run_sizes(job_steps)
+    runs["day"] = capture_days(runs["run_date"])
+    span = window(runs["day"], window_days)
+    if span is None:
+        return None
+    return runs[runs["day"] >= span[0]], span[0], span[1]
 
 
 def fleet_findings(
@@ -82,15 +115,9 @@ def fleet_findings(
     """
     check_window_days(window_days)
     empty = pd.DataFrame(columns=FLEET_FINDINGS.names)
-    if findings is None or job_steps is None or not len(findings) or not len(job_steps):
+    if findings is None or not len(findings) or (w := window_runs(job_steps, window_days)) is None:
         return empty
-    runs = run_sizes(job_steps)
-    runs["day"] = capture_days(runs["run_date"])
-    span = window(runs["day"], window_days)
-    if span is None:
-        return empty
-    start, end = span
-    runs = runs[runs["day"] >= start]
+    runs, start, end = w
     f = findings[["job_id", "attempt", "rule", "est_time_lost_per_step_ns", "title"]]
     f = f[pd.to_numeric(f["est_time_lost_per_step_ns"], errors="coerce").notna()]
     f = f.assign(attempt=f["attempt"].astype(int), est=pd.to_numeric(f["est_time_lost_per_step_ns"]).astype(float))
@@ -103,11 +130,7 @@ def fleet_findings(
     f["lost_ns"] = f["est"] * f["n_steps"]
     f["accel_ns"] = f["lost_ns"] * f["accelerators"]
     f["run"] = f["job_id"].astype(str) + "#" + f["attempt"].astype(str)
-    parts = []
-    for d in IMPACT_DIMENSIONS:
-        value = "all" if d == "fleet" else f[d].astype(object).where(f[d].notna(), NONE_VALUE).astype(str)
-        parts.append(f.assign(dimension=d, value=value))
-    st = pd.concat(parts, ignore_index=True)
+    st = by_dimension(f)
     rows = []
     for (dim, value, rule), g in st.groupby(["dimension", "value", "rule"], sort=True):
         g = g.sort_values(["accel_ns", "run"], ascending=[False, True])
@@ -138,3 +161,79 @@ def fleet_findings(
         + 1
     ).sort_index()
     return out.sort_values(["dimension", "value", "impact_rank"]).reset_index(drop=True)[FLEET_FINDINGS.names]
+
+
+def fleet_ops(
+    op_efficiency: pd.DataFrame | None,
+    job_steps: pd.DataFrame | None,
+    window_days: int = WINDOW_DAYS,
+    top: int = TOP_JOBS,
+    top_ops: int = TOP_OPS,
+) -> pd.DataFrame:
+    """The ``fleet_ops`` table (columns of :data:`schemas.FLEET_OPS`): op groups (op name, shape signature, dtype)
+    ranked per fleet group by the accelerator-hours per day that running them at the attainable share of their
+    roofline would recover, over the same window as :func:`fleet_findings`.
+
+    Per run: Σ over its traced ranks of :func:`jobs.analyze.efficiency.ops.recoverable_ops` (ns of device time, over
+    the captured trace) × accelerators / ranks traced (the untraced ranks of a data-parallel job run the same ops).
+
+    Args:
+        op_efficiency: the ``op_efficiency`` table (pandas); job_steps: :func:`jobs.fleet.stats.job_steps_frame`
+            rows; window_days: days in the window (≥ 1); top: example runs per row; top_ops: rows kept per group.
+
+    Returns:
+        Rows sorted by dimension, value and ``impact_rank`` (1 = most accelerator-hours per day in the group); empty
+        when no op of a dated run has a roofline (unknown device, no recorded shapes).
+
+    Raises:
+        ValueError: ``window_days`` < 1.
+    """
+    check_window_days(window_days)
+    empty = pd.DataFrame(columns=FLEET_OPS.names)
+    if op_efficiency is None or not len(op_efficiency) or (w := window_runs(job_steps, window_days)) is None:
+        return empty
+    runs, start, end = w
+    o = recoverable_ops(op_efficiency)
+    o = o.assign(attempt=pd.to_numeric(o["attempt"]).astype(int))
+    o = o.merge(runs.assign(attempt=runs["attempt"].astype(int)), on=["job_id", "attempt"], how="inner")
+    if not len(o):
+        return empty
+    num = {c: pd.to_numeric(o[c], errors="coerce").fillna(0.0) for c in ("n_calls", "kernel_time_ns", "roofline_pct")}
+    o = o.assign(**num, dtype=o["dtype"].fillna(NONE_VALUE), device_name=o["device_name"].fillna(NONE_VALUE))
+    o["accel_ns"] = o["recoverable_ns"] * o["accelerators"] / o["n_ranks"].clip(lower=1)
+    o["_weighted_pct"] = o["roofline_pct"] * o["kernel_time_ns"]
+    o["run"] = o["job_id"].astype(str) + "#" + o["attempt"].astype(str)
+    keys = ["dimension", "value", "op_name", "shape_sig", "dtype"]
+    st = by_dimension(o)
+    per_run = st.groupby([*keys, "run"], sort=False)["accel_ns"].sum().rename("run_ns").reset_index()
+    per_run = per_run.sort_values([*keys, "run_ns", "run"], ascending=[True] * 5 + [False, True])
+    tops = per_run.groupby(keys, sort=False)["run"].agg(lambda r: list(r.head(top)))
+    g = st.groupby(keys, sort=True)
+    out = g.agg(
+        kind=("kind", "first"),
+        precision=("precision", "first"),
+        bound=("bound", "first"),
+        n_jobs=("job_id", "nunique"),
+        n_runs=("run", "nunique"),
+        n_calls=("n_calls", "sum"),
+        kernel_time_ns=("kernel_time_ns", "sum"),
+        recoverable_ns=("recoverable_ns", "sum"),
+        accel_ns=("accel_ns", "sum"),
+        weighted=("_weighted_pct", "sum"),
+        top_kernel=("top_kernel", "first"),
+    ).reset_index()
+    out["device_names"] = list(g["device_name"].agg(lambda d: sorted(set(d))))
+    out["top_jobs"] = out.set_index(keys).index.map(tops).tolist()
+    out["roofline_pct"] = out["weighted"] / out["kernel_time_ns"].astype(float).replace(0, np.nan)
+    out["accelerator_hours"] = out["accel_ns"] / _NS_PER_HOUR
+    out["accelerator_hours_per_day"] = out["accelerator_hours"] / window_days
+    out["window_start"], out["window_end"] = start.strftime("%Y-%m-%d"), end.strftime("%Y-%m-%d")
+    out["window_days"] = int(window_days)
+    for c in ("n_calls", "kernel_time_ns", "recoverable_ns"):
+        out[c] = out[c].round().astype("int64")
+    order = out.sort_values(
+        ["accelerator_hours_per_day", "op_name", "shape_sig", "dtype"], ascending=[False] + [True] * 3
+    )
+    out["impact_rank"] = (order.groupby(["dimension", "value"]).cumcount() + 1).sort_index()
+    out = out[out["impact_rank"] <= top_ops]
+    return out.sort_values(["dimension", "value", "impact_rank"]).reset_index(drop=True)[FLEET_OPS.names]

@@ -1,5 +1,5 @@
 """``jobs.fleet``: the whole warehouse → ``fleet_stats``, ``fleet_kernels``, ``regressions``, ``fleet_findings``,
-``host_health`` — a daily run costs what the day brings, not what the history holds.
+``fleet_ops``, ``host_health`` — a daily run costs what the day brings, not what the history holds.
 
 extract + reduce (:mod:`jobs.fleet.reduced`, on Spark per job run or on the local executor: :mod:`jobs.executor`):
 the analysis windows (:func:`jobs.analyze.windows.analysis_windows`: ``steps``, plus one whole-trace window per
@@ -15,9 +15,10 @@ merged from per-run-date partials (:mod:`jobs.fleet.partials`, :func:`derive_sta
 When every row is made again (a first run, ``rebuild``) on Spark, the same functions run by group on the executors
 (:mod:`jobs.fleet.on_spark`) and the driver reads back summary rows and the reductions of the insights' window and
 of the runs a regression explains;
-:func:`jobs.fleet.impact.fleet_findings` and :func:`jobs.fleet.hosts.host_health` over their window's jobs
-(:func:`insight_jobs`), from the few columns read of ``findings``, ``captures``, ``ranks`` and ``collectives``.
-load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,host_health}``
+:func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.impact.fleet_ops` and :func:`jobs.fleet.hosts.host_health`
+over their window's jobs (:func:`insight_jobs`), from the few columns read of ``findings``, ``op_efficiency``,
+``captures``, ``ranks`` and ``collectives``.
+load: Parquet under ``{warehouse}/{fleet_stats,fleet_kernels,regressions,fleet_findings,fleet_ops,host_health}``
 through the storage seam's commit (:func:`jobs.warehouse.write_table`), one commit per table: ``fleet_stats``,
 ``fleet_kernels`` and the partials by key (the rows :func:`jobs.fleet.partials.made_again` names and the touched run
 dates' partials replaced, the files that cannot hold them untouched: :mod:`jobs.commit`'s keyed writes),
@@ -38,7 +39,7 @@ import pyarrow.compute as pc
 from jobs.executor import is_local
 from jobs.fleet.changes import EXPLAINED, what_changed
 from jobs.fleet.hosts import host_health
-from jobs.fleet.impact import fleet_findings
+from jobs.fleet.impact import fleet_findings, fleet_ops
 from jobs.fleet.on_spark import Whole, derive_whole
 from jobs.fleet.partials import (
     MERGED,
@@ -118,7 +119,7 @@ def fleet_frames(
             feed ``fleet_stats`` and ``fleet_findings``, not ``regressions``); job_kernels:
             :func:`jobs.fleet.stats.job_kernels_frame` rows. Every job's, or (with ``sequence`` and ``derived``)
             those of the runs compared and their baselines and of the insights' window.
-        tables: ``{"findings"|"captures"|"ranks"|"collectives": pandas}`` (a table missing: not written yet); the
+        tables: ``{"findings"|"captures"|"ranks"|"collectives"|"op_efficiency": pandas}`` (a table missing: not written yet); the
             rows of the jobs the window-based tables and ``what_changed`` look at suffice (:func:`insight_jobs`).
         dates: the run dates to compare again (:func:`jobs.fleet.regressions.dates_to_compare`): ``regressions``
             holds those dates' rows only (the other dates' rows stay as written); default every run compared.
@@ -132,8 +133,8 @@ def fleet_frames(
         regression_options: thresholds for :func:`jobs.fleet.regressions.find_regressions`.
 
     Returns:
-        ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "host_health": …}``: the
-        first two Arrow (:func:`derive_stats`), the others pandas.
+        ``{"fleet_stats": …, "fleet_kernels": …, "regressions": …, "fleet_findings": …, "fleet_ops": …,
+        "host_health": …}``: the first two Arrow (:func:`derive_stats`), the others pandas.
     """
     t = tables or {}
     steps = profiler_steps(job_steps)  # regressions compare ProfilerSteps, not whole-trace windows
@@ -151,6 +152,7 @@ def fleet_frames(
         "fleet_kernels": derived["fleet_kernels"],
         "regressions": regs,
         "fleet_findings": fleet_findings(t.get("findings"), job_steps),
+        "fleet_ops": fleet_ops(t.get("op_efficiency"), job_steps),
         "host_health": host_health(t.get("captures"), t.get("ranks"), t.get("collectives")),
     }
 
@@ -413,7 +415,8 @@ def insight_jobs(
       of its window (:data:`jobs.fleet.window.WINDOW_DAYS` days ending at the newest day of an ingested capture
       that names a host) — from the captures' Delta log and the captures of the newest days
       (:func:`_host_window_jobs`);
-    * ``fleet_findings`` (``findings``): the jobs of the runs with job steps whose run date is in its window;
+    * ``fleet_findings`` (``findings``) and ``fleet_ops`` (``op_efficiency``): the jobs of the runs with job steps
+      whose run date is in their window;
     * ``what_changed`` (``captures``, ``findings``): the runs of the regression ``dates`` compared again and their
       baseline runs (every job when ``dates`` is ``None``: every run is compared); with ``regressions`` (the rows
       made already), the runs it explains (verdict ``regression`` or ``improvement``) and their baselines.
@@ -450,6 +453,7 @@ def insight_jobs(
         "ranks": hosts,
         "collectives": hosts,
         "findings": union(findings_jobs, changes_jobs),
+        "op_efficiency": sorted(findings_jobs),
     }
 
 
@@ -486,8 +490,8 @@ def _host_window_jobs(engine, warehouse: str, versions: dict) -> list[str] | Non
     return sorted(j for j, d in last.items() if d >= start)
 
 
-#: What :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.hosts.host_health` and
-#: :func:`jobs.fleet.changes.what_changed` read of the per-job tables.
+#: What :func:`jobs.fleet.impact.fleet_findings`, :func:`jobs.fleet.impact.fleet_ops`,
+#: :func:`jobs.fleet.hosts.host_health` and :func:`jobs.fleet.changes.what_changed` read of the per-job tables.
 READ_COLUMNS = {
     "findings": ("job_id", "attempt", "rule", "est_time_lost_per_step_ns", "title"),
     "captures": ("job_id", "attempt", "rank", "status", "host_name", "device_name", "date", "tags_json"),
@@ -502,6 +506,22 @@ READ_COLUMNS = {
         "pg_name",
         "collective",
         "busbw_gbps",
+    ),
+    "op_efficiency": (
+        "job_id",
+        "attempt",
+        "rank",
+        "device_name",
+        "op_name",
+        "kind",
+        "shape_sig",
+        "dtype",
+        "precision",
+        "n_calls",
+        "kernel_time_ns",
+        "roofline_pct",
+        "bound",
+        "top_kernel",
     ),
 }
 

@@ -204,6 +204,24 @@ def test_fleet_on_the_corpus_dlrm_job(spark, corpus_warehouse):
     assert np.allclose(
         got_ff["accelerator_hours"].astype(float), expect_ff["accelerator_hours"].astype(float), rtol=1e-12
     )
+    # fleet_ops: the same from op_efficiency; over every date, corpus op groups on known devices rank by their
+    # recoverable accelerator-hours, none saving more than its own kernel time
+    from jobs.fleet.impact import fleet_ops
+
+    oe = _table(spark, wh, "op_efficiency").toPandas()
+    every = fleet_ops(oe, windows, window_days=3650)
+    assert len(every) > 0 and (every["recoverable_ns"] <= every["kernel_time_ns"]).all()
+    assert every["accelerator_hours"].max() > 0
+    expect_ops = fleet_ops(oe, windows)
+    got_ops = read_pandas(str(wh), ["fleet_ops"])["fleet_ops"]
+    assert res.counts["fleet_ops"] == len(expect_ops) == len(got_ops)
+    ok = ["dimension", "value", "op_name", "shape_sig", "dtype", "impact_rank", "recoverable_ns"]
+    assert (
+        got_ops.sort_values(ok)[ok]
+        .astype(str)
+        .reset_index(drop=True)
+        .equals(expect_ops.sort_values(ok)[ok].astype(str).reset_index(drop=True))
+    )
     # res.regressions: the runs this run compared again (none when nothing changed); counts: the whole table
     assert isinstance(res.regressions, pd.DataFrame) and len(res.regressions) <= res.counts["regressions"]
     assert res.counts["regressions"] == len(read_pandas(str(wh), ["regressions"])["regressions"]) > 0

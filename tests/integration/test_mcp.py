@@ -40,6 +40,7 @@ TOOLS = {
     "regressions",
     "fleet_stats",
     "fleet_findings",
+    "fleet_ops",
     "host_health",
     "sql",
 }
@@ -196,6 +197,13 @@ async def _exercise(client, dlrm: str, wh: str) -> None:
     # inference run without findings), so it may hold none; the answer says the same as the table
     table = read_pandas(wh, ("fleet_findings",))["fleet_findings"]
     assert impact["page"]["total"] == int((table["dimension"] == "fleet").sum())
+
+    ops = await s.call("fleet_ops", limit=5)
+    hours = [r["accelerator_hours_per_day"] for r in ops["rows"]]
+    assert hours == sorted(hours, reverse=True) and len(hours) <= 5
+    assert all(r["recoverable_ns"] <= r["kernel_time_ns"] for r in ops["rows"])
+    table = read_pandas(wh, ("fleet_ops",))["fleet_ops"]
+    assert ops["page"]["total"] == int((table["dimension"] == "fleet").sum())
 
     hosts = await s.call("host_health")  # the corpus: every multi-rank job on one host, so none to compare
     assert hosts["page"]["total"] == len(hosts["hosts"])

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.fleet.impact import fleet_findings
-from schemas import FLEET_FINDINGS
+from jobs.fleet.impact import fleet_findings, fleet_ops
+from schemas import FLEET_FINDINGS, FLEET_OPS
 
 H = 3.6e12  # ns per hour
 
@@ -117,3 +117,53 @@ def test_report_section_and_fleet_run_metrics(fleet):
         fleet_rows["accelerator_hours_per_day"].max()
     )
     assert impact_section(None).status == "unavailable" and impact_metrics(None) == {}
+
+
+def _op(job, rank, op, shapes, kernel_ns, roofline_pct, attempt=0, device="NVIDIA H100", dtype="c10::BFloat16"):
+    return {
+        "job_id": job,
+        "attempt": attempt,
+        "rank": rank,
+        "device_name": device,
+        "op_name": op,
+        "kind": "gemm",
+        "shape_sig": shapes,
+        "dtype": dtype,
+        "precision": "bf16",
+        "n_calls": 10,
+        "kernel_time_ns": kernel_ns,
+        "roofline_pct": roofline_pct,
+        "bound": "compute",
+        "top_kernel": "sm90_gemm",
+    }
+
+
+def test_fleet_ops_by_hand(fleet):
+    _, js = fleet
+    oe = pd.DataFrame(
+        [
+            _op("a", 0, "aten::mm", "[8,8]x[8,8]", 7e9, 35.0),  # half the attainable 70 %: recovers half
+            _op("a", 1, "aten::mm", "[8,8]x[8,8]", 7e9, 35.0),
+            _op("b", 0, "aten::mm", "[8,8]x[8,8]", 1e9, 7.0),  # 0.9 of it, 2 of 16 ranks traced
+            _op("b", 0, "aten::addmm", "[4]x[4,4]", 5e9, 80.0),  # above the attainable share: nothing to gain
+            _op("a", 0, "aten::bmm", "[2,2]", 5e9, None, device="unknown"),  # no roofline: left out
+            _op("c", 0, "aten::mm", "[8,8]x[8,8]", 9e12, 1.0),  # outside the window
+        ]
+    )
+    out = fleet_ops(oe, js)
+    assert list(out.columns) == FLEET_OPS.names
+    top = out[out["dimension"] == "fleet"].set_index("op_name")
+    mm = top.loc["aten::mm"]
+    # a: 3.5 s recoverable on each of its 2 ranks (8 traced, 8 accelerators); b: 0.9 s on rank 0, of the 2 ranks
+    # traced of 16 (a traced rank without the op counts as one without recoverable time)
+    assert mm["recoverable_ns"] == round(3.5e9 * 2 + 0.9e9)
+    assert mm["accelerator_hours"] == pytest.approx((7e9 * 8 / 8 + 0.9e9 * 16 / 2) / H)
+    assert mm["accelerator_hours_per_day"] == pytest.approx(mm["accelerator_hours"] / 7)
+    assert mm["roofline_pct"] == pytest.approx((35 * 14e9 + 7 * 1e9) / 15e9)
+    assert (mm["n_jobs"], mm["n_runs"], mm["n_calls"], mm["kernel_time_ns"]) == (2, 2, 30, 15e9)
+    assert list(mm["top_jobs"]) == ["b#0", "a#0"] and list(mm["device_names"]) == ["NVIDIA H100"]
+    assert top.loc["aten::addmm", "recoverable_ns"] == 0 and "aten::bmm" not in top.index
+    assert list(top.sort_values("impact_rank").index) == ["aten::mm", "aten::addmm"]
+    assert (out["recoverable_ns"] <= out["kernel_time_ns"]).all()
+    assert set(out.loc[out["dimension"] == "job_name", "value"]) == {"train"}
+    assert fleet_ops(oe.iloc[0:0], js).empty and fleet_ops(None, js).empty

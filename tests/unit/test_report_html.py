@@ -576,3 +576,47 @@ def test_per_rank_bars_of_a_large_job_are_bounded():
         assert sorted(set(labels), key=lambda s: int(s.split()[1]))[-1] == f"rank {n - 1}"  # the largest, kept
         title = "".join(root.find("{http://www.w3.org/2000/svg}title").itertext())
         assert f"({P.RANK_BARS} of {n} ranks: {what})" in title and f"{P.RANK_BARS} of {n} ranks" in plot.alt
+
+
+def test_findings_name_their_evidence_rows_and_link_to_their_tables(job_tables):
+    """A finding's ``evidence.links`` (windows, call sites) and ``kernels_below_peak``'s op groups are listed in its
+    row, and the section links to the tables that hold those rows."""
+    import json
+
+    from jobs.publish.report.html import render_job_report
+    from jobs.publish.report.sections import drill_down
+
+    ev = {
+        "links": {
+            "utilization_windows": [
+                {"rank": 0, "step": 3, "window_id": 2, "dur_ns": 4_100_000, "cause": "sync", "cause_op": "cudaFree"}
+            ],
+            "comm_sites": [{"step": 3, "site": "0|all_reduce|8388608|#12", "exposed_max_ns": 2_900_000}],
+        },
+        "details": {"op_groups": [{"op_name": "aten::mm", "shape_sig": "[8,8]x[8,8]", "recoverable_ns": 1_500_000}]},
+    }
+    text, keys = drill_down(json.dumps(ev))
+    assert "rank 0 step 3 #2 4.10 ms sync (cudaFree)" in text
+    assert "step 3 0|all_reduce|8388608|#12 2.90 ms exposed" in text and "aten::mm [8,8]x[8,8] 1.50 ms" in text
+    assert keys == ["idle-windows", "comm-sites", "op-efficiency"]
+    assert drill_down("{}") == ("", []) and drill_down("not json") == ("", []) and drill_down(None) == ("", [])
+
+    t = dict(job_tables)
+    t["findings"] = pd.DataFrame(
+        [
+            {
+                "job_id": "trace_filter",
+                "attempt": 0,
+                "rank_order": 1,
+                "rule": "blocking_sync",
+                "title": "Blocking sync",
+                "recommendation": "Remove it.",
+                "est_time_lost_per_step_ns": 4_100_000,
+                "evidence_json": json.dumps({"links": {"utilization_windows": ev["links"]["utilization_windows"]}}),
+            }
+        ]
+    )
+    html = render_job_report(t)
+    findings = html[html.index('id="findings"') :]
+    assert "rank 0 step 3 #2 4.10 ms sync (cudaFree)" in findings
+    assert 'href="#idle-windows"' in findings and 'href="#comm-sites"' not in findings[: findings.index("</section>")]

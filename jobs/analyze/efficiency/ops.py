@@ -22,7 +22,19 @@ from jobs.analyze.efficiency.perf_model import MODELLED_OPS, OpCost, op_cost
 from jobs.analyze.trace.model import RankTrace, as_rank_trace
 from schemas import OP_EFFICIENCY
 
-__all__ = ["LAUNCH_ARGS", "add_device_peaks", "job_op_groups", "op_efficiency"]
+__all__ = [
+    "ATTAINABLE_ROOFLINE_PCT",
+    "LAUNCH_ARGS",
+    "add_device_peaks",
+    "job_op_groups",
+    "op_efficiency",
+    "recoverable_ops",
+]
+
+ATTAINABLE_ROOFLINE_PCT = 70.0
+"""The share of its roofline (datasheet peak FLOP/s or memory bandwidth, whichever bounds it) a tuned library kernel
+attains (a rule of thumb: NVIDIA's cuBLAS and CUTLASS GEMMs reach 70–90 % of peak on large shapes); an op group below
+it could recover ``kernel time × (1 − roofline % / 70 %)``."""
 
 #: Kernel launch arguments Kineto records (``args`` of a ``kernel`` event) that are surfaced for a group's longest
 #: kernel.
@@ -121,14 +133,29 @@ def add_device_peaks(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def recoverable_ops(rows: pd.DataFrame) -> pd.DataFrame:
+    """``op_efficiency`` rows with a roofline, with ``recoverable_ns`` = kernel_time_ns × max(0, 1 − min(roofline_pct,
+    100) / :data:`ATTAINABLE_ROOFLINE_PCT`) (ns): the device time the group would save at the attainable share of its
+    roofline (an upper bound on the step time saved: a kernel overlapped by other work shortens less)."""
+    if rows.empty or not {"kernel_time_ns", "roofline_pct"} <= set(rows):
+        return pd.DataFrame(columns=[*rows.columns, "recoverable_ns"])
+    out = rows[pd.to_numeric(rows["roofline_pct"], errors="coerce").notna()].copy()
+    pct = pd.to_numeric(out["roofline_pct"], errors="coerce").clip(upper=100.0)
+    ns = pd.to_numeric(out["kernel_time_ns"], errors="coerce").fillna(0.0)
+    out["recoverable_ns"] = ns * (1.0 - pct / ATTAINABLE_ROOFLINE_PCT).clip(lower=0.0)
+    return out
+
+
 def job_op_groups(rows: pd.DataFrame) -> pd.DataFrame:
-    """``op_efficiency`` rows of several ranks summed per (op name, shape signature, dtype): what the job report and
-    the MCP ``op_efficiency`` tool show.
+    """``op_efficiency`` rows of several ranks summed per (op name, shape signature, dtype): what the job report, the
+    MCP ``op_efficiency`` tool and the ``kernels_below_peak`` rule show.
 
     Returns:
-        ``op_name, shape_sig, dtype, kind, n_ranks, n_calls, n_kernels, kernel_time_ns, achieved_tflops,
-        achieved_gbps, peak_flops_pct, peak_bandwidth_pct, bound, top_kernel`` (rates over the summed kernel time and
-        work; % of the first rank's peaks: one job runs on one device model), largest ``kernel_time_ns`` first.
+        ``op_name, shape_sig, dtype, kind, precision, n_ranks, n_calls, n_kernels, kernel_time_ns, recoverable_ns,
+        achieved_tflops, achieved_gbps, peak_flops_pct, peak_bandwidth_pct, roofline_pct, bound, top_kernel`` (rates
+        over the summed kernel time and work; % of the first rank's peaks: one job runs on one device model;
+        ``recoverable_ns`` the Σ of :func:`recoverable_ops`, null without a roofline), largest ``kernel_time_ns``
+        first.
     """
     keys = ["op_name", "shape_sig", "dtype"]
     rows = rows.reindex(columns=list(OP_EFFICIENCY.names))  # a column a caller's frame lacks is all null
@@ -139,15 +166,18 @@ def job_op_groups(rows: pd.DataFrame) -> pd.DataFrame:
         **num,
         _flops=pd.to_numeric(rows["flops_per_call"], errors="coerce") * num["n_calls"],
         _bytes=pd.to_numeric(rows["bytes_per_call"], errors="coerce") * num["n_calls"],
+        _rec=recoverable_ops(rows)["recoverable_ns"].reindex(rows.index).astype(float),
     )
     g = (
         work.groupby(keys, dropna=False)
         .agg(
             kind=("kind", "first"),
+            precision=("precision", "first"),
             n_ranks=("rank", "nunique"),
             n_calls=("n_calls", "sum"),
             n_kernels=("n_kernels", "sum"),
             kernel_time_ns=("kernel_time_ns", "sum"),
+            recoverable_ns=("_rec", lambda v: v.sum(min_count=1)),
             _flops=("_flops", "sum"),
             _bytes=("_bytes", "sum"),
             _peak_tflops=("peak_tflops", "first"),
@@ -162,6 +192,7 @@ def job_op_groups(rows: pd.DataFrame) -> pd.DataFrame:
     g["achieved_gbps"] = g["_bytes"] / ns
     g["peak_flops_pct"] = g["achieved_tflops"] / pd.to_numeric(g["_peak_tflops"], errors="coerce") * 100
     g["peak_bandwidth_pct"] = g["achieved_gbps"] / pd.to_numeric(g["_peak_gbps"], errors="coerce") * 100
+    g["roofline_pct"] = g[["peak_flops_pct", "peak_bandwidth_pct"]].max(axis=1, skipna=True)
     g = g.drop(columns=[c for c in g.columns if c.startswith("_")])
     return g.sort_values(["kernel_time_ns", "op_name", "shape_sig"], ascending=[False, True, True], ignore_index=True)
 

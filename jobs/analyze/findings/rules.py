@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from jobs.analyze.efficiency.ops import ATTAINABLE_ROOFLINE_PCT, job_op_groups, recoverable_ops
 from jobs.analyze.trace.launches import (
     ATEN_SYNC_NAMES,
     DEVICE_SYNC_NAMES,
@@ -111,7 +112,6 @@ __all__ = [
     "blocking_sync",
     "sync_by_design",
     "kernels_below_peak",
-    "recoverable_ops",
     "memcpy_bound",
     "pageable_memcpy",
     "low_gpu_utilization",
@@ -186,12 +186,9 @@ MEMORY_PCT = 10.0
 """``memcpy_bound`` fires when copy/set time not hidden under computation or communication is ≥ 10 %
 of the step time (same "worth a look" level as exposed communication)."""
 
-ATTAINABLE_ROOFLINE_PCT = 70.0
-"""``kernels_below_peak``: the share of its roofline (datasheet peak FLOP/s or memory bandwidth, whichever bounds
-it) a tuned library kernel attains; an op group below it could recover ``kernel time × (1 − achieved / 70 %)`` …"""
-
 BELOW_PEAK_PCT = 5.0
-"""… and the rule fires when that recoverable time is ≥ 5 % of the step time (the "worth a look" level of the
+"""``kernels_below_peak`` fires when the time recoverable at :data:`jobs.analyze.efficiency.ops.ATTAINABLE_ROOFLINE_PCT`
+of the roofline is ≥ 5 % of the step time (the "worth a look" level of the
 other time-lost rules)."""
 
 LOW_UTIL_PCT = 50.0
@@ -1532,17 +1529,19 @@ def pageable_memcpy(t: JobTables) -> list[dict]:
     return out
 
 
-def recoverable_ops(oe: pd.DataFrame) -> pd.DataFrame:
-    """``op_efficiency`` rows with a roofline, with ``recoverable_ns`` = kernel_time_ns × max(0, 1 − roofline_pct /
-    :data:`ATTAINABLE_ROOFLINE_PCT`) (ns): the time the group would save at the attainable share of its roofline."""
-    need = {"rank", "kernel_time_ns", "roofline_pct"}
-    if oe.empty or not need <= set(oe):
-        return pd.DataFrame(columns=[*oe.columns, "recoverable_ns"])
-    rows = oe[pd.to_numeric(oe["roofline_pct"], errors="coerce").notna()].copy()
-    pct = pd.to_numeric(rows["roofline_pct"], errors="coerce").clip(upper=100.0)
-    ns = pd.to_numeric(rows["kernel_time_ns"], errors="coerce").fillna(0.0)
-    rows["recoverable_ns"] = ns * (1.0 - pct / ATTAINABLE_ROOFLINE_PCT).clip(lower=0.0)
-    return rows
+#: What ``kernels_below_peak`` details say of each op group (:func:`jobs.analyze.efficiency.ops.job_op_groups`).
+_GROUP_DETAIL = [
+    "op_name",
+    "shape_sig",
+    "dtype",
+    "kind",
+    "precision",
+    "bound",
+    "kernel_time_ns",
+    "roofline_pct",
+    "recoverable_ns",
+    "top_kernel",
+]
 
 
 def _below_peak_advice(top: dict) -> str:
@@ -1612,24 +1611,10 @@ def kernels_below_peak(t: JobTables) -> list[dict]:
     rows["num"] = rows["loss"]
     rows["hit"] = rows["num"] >= BELOW_PEAK_PCT / 100 * rows["step_time_ns"]
     out = []
-    keys = ["op_name", "shape_sig", "dtype"]
     for sc in _scopes(rows, lambda _r, v: v >= BELOW_PEAK_PCT):
         ranks = _ranks_of(sc)
         mine = rec[rec["rank"].isin(ranks)]
-        groups = (
-            mine.groupby(keys, dropna=False)
-            .agg(
-                kind=("kind", "first"),
-                precision=("precision", "first"),
-                bound=("bound", "first"),
-                kernel_time_ns=("kernel_time_ns", "sum"),
-                roofline_pct=("roofline_pct", "mean"),
-                recoverable_ns=("recoverable_ns", "sum"),
-                top_kernel=("top_kernel", "first"),
-            )
-            .reset_index()
-            .sort_values(["recoverable_ns", "op_name"], ascending=[False, True])
-        )
+        groups = job_op_groups(mine).sort_values(["recoverable_ns", "op_name"], ascending=[False, True])[_GROUP_DETAIL]
         top = groups.head(5).to_dict("records")
         for g in top:
             g["kernel_time_ns"], g["recoverable_ns"] = int(g["kernel_time_ns"]), int(round(g["recoverable_ns"]))

@@ -14,6 +14,7 @@ import re
 
 import pandas as pd
 
+from jobs.analyze.efficiency.ops import ATTAINABLE_ROOFLINE_PCT
 from jobs.analyze.windows import analysis_windows
 from jobs.fleet.regressions import testing_in_words
 from jobs.fleet.stats import RUN_COLUMNS, fleet_stats, job_steps_frame
@@ -253,6 +254,60 @@ def impact_section(
                 ("accelerator_hours_per_day", "accelerator-h / day", lambda v: fmt_num(v, 3), "num"),
                 ("top_jobs", "top runs", fmt_text, "name"),
                 ("example_title", "example", fmt_text, "name"),
+            ],
+            limit=top,
+            total=len(f),
+        )
+    )
+    return sec
+
+
+def ops_section(ops: pd.DataFrame | None, top: int = 20, window_: tuple[str, str, int] | None = None) -> Section:
+    """ "Kernels worth tuning across the fleet": the fleet rows of ``fleet_ops`` (a bar chart of the recoverable
+    accelerator-hours per day by op group, and the table), with the estimate and its window (``window_``: shown
+    when ``ops`` is empty)."""
+    sec = Section(
+        "fleet-ops",
+        "Kernels worth tuning across the fleet",
+        intro="Per op and shapes, over the window's capture dates: the accelerator-hours per day its kernels would "
+        f"save at {ATTAINABLE_ROOFLINE_PCT:.0f} % of their roofline (datasheet peak FLOP/s or memory bandwidth, "
+        "whichever bounds them) = Σ over runs of kernel time × (1 − roofline % / "
+        f"{ATTAINABLE_ROOFLINE_PCT:.0f} %) × world size / ranks traced, ÷ the window's days. Device time, not step "
+        "time: a kernel overlapped by other work shortens the step by less.",
+    )
+    f = ops[ops["dimension"] == "fleet"] if isinstance(ops, pd.DataFrame) and len(ops) else pd.DataFrame()
+    if not len(f):
+        sec.note = (
+            f"No op with recorded shapes on a device with datasheet peaks in the window {window_text(window_)} "
+            "(profile with `record_shapes=True`)."
+        )
+        sec.status = "unavailable"
+        return sec
+    f = f.sort_values("impact_rank")
+    f = f.assign(
+        op=[f"{o} {s}" for o, s in zip(f["op_name"], f["shape_sig"])],
+        top_jobs=[", ".join(str(j) for j in (v if v is not None else [])) for v in f["top_jobs"]],
+        device_names=[", ".join(str(d) for d in (v if v is not None else [])) for v in f["device_names"]],
+    )
+    r0 = f.iloc[0]
+    sec.intro += f" Window: {window_text((r0['window_start'], r0['window_end'], int(r0['window_days'])))}."
+    plot = recoverable_hours(f.head(top), label="op", what="op group")
+    if plot is not None:
+        sec.plots.append(plot)
+    sec.tables.append(
+        table_view(
+            "fleet-ops",
+            f,
+            [
+                ("impact_rank", "#", fmt_int, "num"),
+                ("op", "op and shapes", fmt_text, "name"),
+                ("dtype", "dtype", fmt_text, ""),
+                ("device_names", "devices", fmt_text, "name"),
+                ("n_runs", "runs", fmt_int, "num"),
+                ("kernel_time_ns", "kernel ms", fmt_ms, "num"),
+                ("roofline_pct", "% roofline", lambda v: fmt_num(v, 1), "num"),
+                ("accelerator_hours_per_day", "accelerator-h / day", lambda v: fmt_num(v, 3), "num"),
+                ("top_jobs", "top runs", fmt_text, "name"),
             ],
             limit=top,
             total=len(f),
@@ -955,7 +1010,7 @@ def fleet_report_sections(
 ) -> tuple[str, list[dict], list[Section]]:
     """``(subtitle, cards, sections)`` of the fleet report, every per-job number from :func:`fleet_stats_of`.
 
-    Sections: trends, findings ranked by fleet impact, host health, the breakdown by job name / model / hardware /
+    Sections: trends, findings ranked by fleet impact, kernels worth tuning, host health, the breakdown by job name / model / hardware /
     torch version, regressions (the last four with ``fleet``), worst offenders, and the fleet tables' data quality
     (with ``fleet_validation``).
     """
@@ -967,6 +1022,7 @@ def fleet_report_sections(
     if fleet is not None:
         secs += [
             impact_section(fleet.get("fleet_findings"), findings=findings, stats=stats, window_=w),
+            ops_section(fleet.get("fleet_ops"), window_=w),
             host_section(fleet.get("host_health"), window_=w),
             breakdown_section(stats, fleet.get("fleet_kernels"), top),
             regressions_section(fleet.get("regressions"), stats=stats),

@@ -305,24 +305,25 @@ def top_kernels(top: pd.DataFrame | None) -> Plot | None:
     return _plot([tree], "top_kernels", "Top kernels", f"Bar chart of the {len(top)} kernels with the most total time")
 
 
-def recoverable_hours(impact: pd.DataFrame | None) -> Plot | None:
-    """Horizontal bars of the accelerator-hours per day fixing each finding rule would recover
-    (``impact``: the fleet rows of ``fleet_findings``: rule, accelerator_hours_per_day), most first."""
-    if not _has(impact, "rule", "accelerator_hours_per_day"):
+def recoverable_hours(impact: pd.DataFrame | None, label: str = "rule", what: str = "finding rule") -> Plot | None:
+    """Horizontal bars of the accelerator-hours per day fixing each ``label`` would recover (``impact``: the fleet
+    rows of ``fleet_findings`` (``rule``) or ``fleet_ops`` (a ``label`` column the caller adds), with
+    ``accelerator_hours_per_day``), most first; ``what`` names the bars in words."""
+    if not _has(impact, label, "accelerator_hours_per_day"):
         return None
     d = impact.sort_values("accelerator_hours_per_day", ascending=False)
     tree = _hbars(
-        [short(r) for r in d["rule"]],
+        [short(r) for r in d[label]],
         [("accelerator-hours per day", COLORS["host_wait"], d["accelerator_hours_per_day"].astype(float))],
-        "Recoverable accelerator-hours by finding rule",
-        "accelerator-hours per day (time lost per step × steps × world size, over the window)",
+        f"Recoverable accelerator-hours by {what}",
+        "accelerator-hours per day (recoverable time × world size, over the window)",
         legend=False,
     )
     return _plot(
         [tree],
-        "recoverable_hours",
+        "recoverable_hours" if label == "rule" else f"recoverable_hours_{label}",
         "Recoverable accelerator-hours",
-        f"Bar chart of the accelerator-hours per day {len(d)} finding rules cost the fleet",
+        f"Bar chart of the accelerator-hours per day {len(d)} {what}s cost the fleet",
     )
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.analyze.critical_path.comm_sites import job_site_groups
-from jobs.analyze.efficiency.ops import job_op_groups
+from jobs.analyze.efficiency.ops import ATTAINABLE_ROOFLINE_PCT, job_op_groups
 from jobs.analyze.efficiency.utilization import job_window_groups
 from jobs.analyze.findings.ranking import LOST_UNITS, LOST_WORDS, finding_window
 from jobs.fleet.regressions import METRICS
@@ -503,6 +503,7 @@ def op_efficiency_section(tables: dict, k: int = 15) -> Section:
         ("peak_flops_pct", "% peak FLOP/s", _pct, "num"),
         ("peak_bandwidth_pct", "% peak bandwidth", _pct, "num"),
         ("bound", "bound", fmt_text, ""),
+        ("recoverable_ns", f"ms saved at {ATTAINABLE_ROOFLINE_PCT:.0f} % of roofline", fmt_ms, "num"),
     ]
     return Section(key, title, intro=intro, tables=[table_view("op-efficiency", g, spec)])
 
@@ -801,6 +802,57 @@ def glossary_section(tables: dict) -> Section:
     return Section(key, title, intro=intro, tables=[table_view("capture-flags", rows, spec)])
 
 
+#: The sections a finding's evidence rows are listed in: key → link text.
+_DRILL_SECTIONS = {
+    "idle-windows": "the idle windows behind them",
+    "comm-sites": "the communication call sites",
+    "op-efficiency": "the op groups against the roofline",
+}
+
+
+def drill_down(evidence_json) -> tuple[str, list[str]]:
+    """``(text, section keys)``: a finding's evidence rows in words — its ``links`` (``utilization_windows`` by rank,
+    step and window id; ``comm_sites`` by step and site) and the op groups ``kernels_below_peak`` names — and the
+    report sections (:data:`_DRILL_SECTIONS`) that list those tables; ``("", [])`` when it has none."""
+    try:
+        ev = json.loads(evidence_json) if isinstance(evidence_json, str) and evidence_json else {}
+    except ValueError:
+        return "", []
+    parts, keys = [], []
+    links = ev.get("links") or {}
+    w = links.get("utilization_windows") or []
+    if w:
+        keys.append("idle-windows")
+        parts.append(
+            "windows: "
+            + "; ".join(
+                f"rank {x.get('rank')} step {x.get('step')} #{x.get('window_id')} {fmt_ms(x.get('dur_ns'))} ms "
+                f"{x.get('cause')}" + (f" ({x.get('cause_op')})" if x.get("cause_op") else "")
+                for x in w[:3]
+            )
+        )
+    c = links.get("comm_sites") or []
+    if c:
+        keys.append("comm-sites")
+        parts.append(
+            "call sites: "
+            + "; ".join(
+                f"step {x.get('step')} {x.get('site')} {fmt_ms(x.get('exposed_max_ns'))} ms exposed" for x in c[:3]
+            )
+        )
+    ops = (ev.get("details") or {}).get("op_groups") or []
+    if ops:
+        keys.append("op-efficiency")
+        parts.append(
+            "op groups: "
+            + "; ".join(
+                f"{x.get('op_name')} {P.short(str(x.get('shape_sig')), 40)} {fmt_ms(x.get('recoverable_ns'))} ms"
+                for x in ops[:3]
+            )
+        )
+    return " · ".join(parts), keys
+
+
 def findings_section(tables: dict) -> Section:
     """Ranked findings with evidence and recommendation."""
     key, title = "findings", "Findings"
@@ -842,7 +894,13 @@ def findings_section(tables: dict) -> Section:
         if c in f.columns
     ]
     f = f.assign(**{c: [words(x) for x in f[c]] for c in ("title", "recommendation") if c in f.columns})
+    drills = [drill_down(e) for e in f["evidence_json"]] if "evidence_json" in f.columns else []
+    if any(text for text, _ in drills):
+        f = f.assign(drill=[text for text, _ in drills])
+        spec.insert(4, ("drill", "evidence rows", fmt_text, ""))
     sec = Section(key, title, intro=intro, tables=[table_view("findings", f, spec)])
+    for target in sorted({k for _, keys in drills for k in keys}, key=list(_DRILL_SECTIONS).index):
+        sec.links.append({"href": f"#{target}", "text": _DRILL_SECTIONS[target]})
     if "evidence_json" in f.columns:
         for r in f.head(10).to_dict(orient="records"):
             ev = r.get("evidence_json")
