@@ -465,8 +465,8 @@ def fleet(
         "whose rows changed, and the rows of the dates and runs they touch).",
     ),
 ) -> None:
-    """Only the fleet stage: bring fleet_stats, fleet_kernels, regressions, fleet_findings, host_health up to date
-    (from every job; the jobs whose rows changed since the last fleet run are reduced again, all with --rebuild)."""
+    """Only the fleet stage: bring fleet_stats, fleet_kernels, regressions, fleet_findings, fleet_ops, host_health up
+    to date (from every job; the jobs whose rows changed since the last fleet run are reduced again, all with --rebuild)."""
     from jobs.pipeline.stages import RunSettings  # keeps `tracelake --help` light (loads the pipeline)
 
     s = RunSettings(

@@ -65,9 +65,10 @@ def comm_sites(boundaries: pa.Table, collectives: pa.Table) -> pa.Table:
         legs = steps.get((job, att, step))
         graph = StepGraph(job, att, legs, by_event, last_of, offset) if legs else None
         base = graph.length() if graph else None
-        cut_order = sorted(sites, key=lambda mk: -(_last(sites[mk])["exposed_ns"] or 0))[:MAX_SITES_PER_STEP]
+        lasts = {mk: _last(rows, last_of.get((job, att, mk))) for mk, rows in sites.items()}
+        cut_order = sorted(sites, key=lambda mk: -(lasts[mk]["exposed_ns"] or 0))[:MAX_SITES_PER_STEP]
         for mk, rows in sites.items():
-            last = _last(rows)
+            last = lasts[mk]
             exposed = [int(r["exposed_ns"]) for r in rows if r["exposed_ns"] is not None]
             waits = [int(r["wait_ns"]) for r in rows if r["wait_ns"] is not None]
             cut = int(last["exposed_ns"] or 0)
@@ -77,7 +78,7 @@ def comm_sites(boundaries: pa.Table, collectives: pa.Table) -> pa.Table:
                 preceding = int(leg["compute_ns"] or 0) if leg else None
                 what_if = base
                 if cut > 0 and mk in cut_order:
-                    what_if = StepGraph(job, att, legs, by_event, last_of, offset, cut={mk: cut}).length()
+                    what_if = graph.with_cut({mk: cut}).length()
             coll = last["collective"]
             out.append(
                 {
@@ -111,12 +112,11 @@ def comm_sites(boundaries: pa.Table, collectives: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(out, schema=COMM_SITES.arrow_schema()) if out else COMM_SITES.empty()
 
 
-def _last(rows: list[dict]) -> dict:
-    """The call of the rank that arrived last (``is_last_arrival``; else the latest aligned start, lowest rank)."""
-    flagged = [r for r in rows if r["is_last_arrival"]]
-    if flagged:
-        return flagged[0]
-    return max(rows, key=lambda r: (r["aligned_start_ns"] or 0, -r["rank"]))
+def _last(rows: list[dict], flagged: dict | None) -> dict:
+    """The call of the rank that arrived last: ``flagged`` (the ``is_last_arrival`` call of
+    :func:`jobs.analyze.critical_path.cross_rank.step_inputs`' ``last_of``), else the latest aligned start, lowest
+    rank."""
+    return flagged or max(rows, key=lambda r: (r["aligned_start_ns"] or 0, -r["rank"]))
 
 
 def _positions(calls: list[dict]) -> dict[tuple, int]:

@@ -30,6 +30,8 @@ found are returned as the second value (:data:`jobs.analyze.collectives.calls.SK
 
 from __future__ import annotations
 
+import copy
+
 import pyarrow as pa
 
 from jobs.analyze.collectives.calls import clock_skew
@@ -129,6 +131,13 @@ class StepGraph:
         if not call:
             return int(via["to_end_ns"] - via["to_ts_ns"])
         return max(int(call["dur_ns"]) - int(self.cut.get(call["match_key"], 0)), 0)
+
+    def with_cut(self, cut: dict) -> StepGraph:
+        """The same step with ``cut`` (match_key → ns) taken off those collectives: a what-if sharing this graph's
+        leg index (a fresh memo)."""
+        g = copy.copy(self)
+        g.cut, g.memo = dict(cut), {}
+        return g
 
     def length(self) -> int:
         """The step's job critical path length (the largest ``T`` of a ``step_end`` leg), ns; 0 without one."""
