@@ -185,6 +185,21 @@ class LandingZoneSink:
             return path
         return self._fs.unstrip_protocol(path)
 
+    def committed(self, relative_dir: str) -> bool:
+        """True when the capture folder ``relative_dir`` (a :func:`landing_path`) already holds its ``manifest.json``.
+
+        Raises:
+            ValueError: ``relative_dir`` is not a landing path; OSError and fsspec errors: the root is unreadable.
+        """
+        check_relative_dir(relative_dir)
+        fs, root = self._filesystem()
+        return bool(fs.exists(posixpath.join(root, relative_dir, MANIFEST_NAME)))
+
+    def uri_of(self, relative_dir: str) -> str:
+        """The URI of the capture folder ``relative_dir`` of this sink."""
+        _, root = self._filesystem()
+        return self.uri(posixpath.join(root, check_relative_dir(relative_dir)))
+
     def submit(self, upload: CaptureUpload) -> str:
         """Write a capture now (same as :meth:`write`); returns the capture folder URI once committed.
 

@@ -24,9 +24,11 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from jobs.analyze.findings.ranking import LOST_UNITS, finding_window
+from jobs.common.ids import printable
 from jobs.demo.train_ddp import require_torch, run_demo_training
 from jobs.executor import LocalExecutor
 from jobs.fleet.regressions import BASELINE_RUNS, DEFAULT_ALPHA, THRESHOLD_PCT, THRESHOLD_PP, testing_in_words
+from jobs.landing.land import land as land_files
 from jobs.publish.headline import HEADLINE_LABELS, headline
 from jobs.publish.verdict import job_verdict
 from jobs.spark import SparkUnavailable, get_spark, spark_log_file
@@ -310,6 +312,54 @@ def run(
             bare_tags=bare_tags,
         )
     print_summary(result)
+
+
+@app.command()
+def land(
+    paths: list[str] = typer.Argument(..., help="Trace files or folders of one job run (folders: every file below)."),
+    to: str = typer.Option(..., "--to", help="Landing zone: a folder or an fsspec URI (s3://bucket/raw)."),
+    job_name: str | None = typer.Option(None, help="job_name tag: runs that share it are compared for regressions."),
+    job_id: str | None = typer.Option(None, help="Job folder [default: the job name, else the folder given]."),
+    attempt: int = typer.Option(0, min=0, help="Attempt (restart) number of this run."),
+    tag: list[str] | None = typer.Option(None, help="A tag KEY=VALUE, repeatable (model=… feeds fleet statistics)."),
+    rank: int | None = typer.Option(None, min=0, help="Rank of a single file whose trace and name do not say."),
+    world_size: int | None = typer.Option(None, min=1, help="Ranks of the job [default: the traces', else landed]."),
+    host: str | None = typer.Option(None, help="Host the traces were captured on [default: unknown]."),
+    date: str | None = typer.Option(None, help="Landing date YYYY-MM-DD [default: each file's modification date]."),
+    storage_options: str | None = typer.Option(
+        None, help="fsspec options for --to as JSON (endpoint_url, key, secret); default: the AWS_* variables."
+    ),
+) -> None:
+    """Put existing trace files into a landing zone as committed captures (a manifest each, written last): rank
+    from the trace's distributedInfo or its name, sha256 and size recorded; landing again writes nothing. Files
+    that are not traces are refused with the reason (exit 1)."""
+    tags = _bare_tags(tag or [], None)
+    try:
+        done = land_files(
+            paths,
+            to,
+            job_id=job_id,
+            job_name=job_name.strip() if job_name else None,
+            attempt=attempt,
+            tags=tags,
+            rank=rank,
+            world_size=world_size,
+            host=host,
+            date=date,
+            storage_options=_storage_options(to, storage_options),
+        )
+    except ValueError as exc:
+        Console(stderr=True).print(f"[red]tracelake land:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+        raise typer.Exit(2) from None
+    for x in done:
+        where = f"rank {x.rank} → {x.uri}" if x.uri else ""
+        what = {"landed": "landed", "already": "already landed", "refused": "refused"}[x.status]
+        line = f"{what}: {x.path}" + (f" {where}" if where else "") + (f" ({x.reason})" if x.reason else "")
+        console.print(escape(printable(line)), soft_wrap=True, highlight=False)
+    n = {k: sum(x.status == k for x in done) for k in ("landed", "already", "refused")}
+    console.print(f"{n['landed']} landed, {n['already']} already there, {n['refused']} refused", highlight=False)
+    if n["refused"]:
+        raise typer.Exit(1)
 
 
 @contextmanager

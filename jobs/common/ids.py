@@ -33,6 +33,12 @@ def shown(value) -> str:
     return r if len(r) <= 80 else f"{r[:72]}… ({len(str(value))} characters)"
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: every control or non-printable character (ESC, OSC, BEL, CR, …) as its
+    Python escape (``\\x1b``), the rest as is."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def safe_id(value: str, what: str, where: str) -> str:
     """Return ``value`` if it is safe as a path segment and partition value, else raise.
 

@@ -41,6 +41,7 @@ __all__ = [
     "SNIFF_BYTES",
     "table_of_file",
     "is_parquet_profile_dir",
+    "rank_from_filename",
 ]
 
 SNIFF_BYTES = 1 << 20
@@ -87,6 +88,18 @@ _LEGACY_FIRST_KEYS = frozenset(
 _FIRST_KEY = re.compile(rb'^\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*(.)', re.S)
 _HASH = re.compile(r"(?:^|_)([0-9a-f]{8,}|\d{6,})(?=_|\.|$)")
 _TABLE_FILE = re.compile(r"^([A-Za-z]+)(?:_(\d+))?\.parquet$")
+
+
+_RANK_RE = re.compile(r"(?<![A-Za-z0-9])(?:rank|worker)[-_.]?(\d+)(?![0-9])", re.I)
+
+
+def rank_from_filename(path: str) -> int | None:
+    """Rank encoded in a trace file name (``rank-3``, ``rank3``, ``rank_3``, ``worker3``), else None.
+
+    Only the last path component is inspected; the first match wins.
+    """
+    m = _RANK_RE.search(posixpath.basename(str(path).replace("\\", "/")))
+    return int(m.group(1)) if m else None
 
 
 def kind_from_name(path: str) -> str | None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from jobs.normalize.kineto.parse import rank_from_filename
+from jobs.landing.formats import rank_from_filename
 from schemas import EVENTS
 
 __all__ = ["IDENTITY", "date_of", "resolve_rank", "with_identity"]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.normalize.kineto.parse import EVENT_COLUMNS, ParsedTrace, TraceError, parse_kineto, rank_from_filename
+from jobs.landing.formats import rank_from_filename
+from jobs.normalize.kineto.parse import EVENT_COLUMNS, ParsedTrace, TraceError, parse_kineto
 from schemas.tables import EVENTS
 
 TORCH = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "torch"

@@ -139,8 +139,13 @@ def test_only_capture_hooks_and_the_demo_import_torch():
     files = [p for d in ("jobs", "schemas", "dags") for p in sorted((REPO / d).rglob("*.py"))]
     assert len(files) > 100
     users = {p.relative_to(REPO).as_posix(): found for p in files if (found := _imports_of(p, roots))}
-    assert list(users) == ["jobs/demo/train_ddp.py"]
+    assert list(users) == ["jobs/demo/train_ddp.py", "jobs/landing/land.py"]
     assert all(in_function for _, in_function in users["jobs/demo/train_ddp.py"]), "import torch lazily"
+    # `tracelake land` writes the hooks' layout with the hooks' own writer modules, which import no torch at all
+    # outside a function (the wheel ships capture_hooks; torch is the [capture] extra)
+    for m in ("sink", "manifest", "identity"):
+        assert all(in_f for _, in_f in _imports_of(REPO / "capture_hooks" / f"{m}.py", {"torch"})), m
+    assert not _imports_of(REPO / "jobs" / "landing" / "land.py", {"torch"})
     hooks = [p for p in (REPO / "capture_hooks").rglob("*.py") if _imports_of(p, {"torch"})]
     assert hooks, "capture_hooks records with torch.profiler"
 

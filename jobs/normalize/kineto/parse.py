@@ -40,7 +40,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import posixpath
 import re
 import time
 from dataclasses import dataclass, field
@@ -69,7 +68,7 @@ from jobs.normalize.limits import (
 
 # EVENT_COLUMNS (the columns of ParsedTrace.events) is defined with the passes that build the table and
 # stays part of this module's API: callers import it from here.
-__all__ = ["parse_kineto", "ParsedTrace", "TraceError", "rank_from_filename", "EVENT_COLUMNS"]
+__all__ = ["parse_kineto", "ParsedTrace", "TraceError", "EVENT_COLUMNS"]
 
 _CHUNK_BYTES = 4 << 20  # decoded bytes per chunk (bounds the Python objects alive at once)
 _STREAMING = True  # False: always decode the whole document (tests compare both paths)
@@ -134,18 +133,6 @@ FLAGS = {
     "unsupported_phase": "events of a phase other than X/i/C/B/E/M/s/f were skipped",
     "no_profiler_step": "no ProfilerStep#N annotation",
 }
-
-
-_RANK_RE = re.compile(r"(?<![A-Za-z0-9])(?:rank|worker)[-_.]?(\d+)(?![0-9])", re.I)
-
-
-def rank_from_filename(path: str) -> int | None:
-    """Rank encoded in a trace file name (``rank-3``, ``rank3``, ``rank_3``, ``worker3``), else None.
-
-    Only the last path component is inspected; the first match wins.
-    """
-    m = _RANK_RE.search(posixpath.basename(str(path).replace("\\", "/")))
-    return int(m.group(1)) if m else None
 
 
 def parse_kineto(
