@@ -14,6 +14,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import pandas as pd
 import typer
@@ -32,8 +33,10 @@ from jobs.landing.land import land as land_files
 from jobs.publish.headline import HEADLINE_LABELS, headline
 from jobs.publish.verdict import job_verdict
 from jobs.spark import SparkUnavailable, get_spark, spark_log_file
-from jobs.sql import parse_as_of, run_sql
-from jobs.warehouse import CommitError, read_pandas, register_views
+from jobs.sql import SqlError, parse_as_of, referenced_tables, run_duckdb, run_sql
+from jobs.sql import describe as describe_table
+from jobs.sql import tables as sql_tables
+from jobs.warehouse import CommitError, read_pandas
 from jobs.warehouse import history as warehouse_history
 from jobs.warehouse import maintain as warehouse_maintain
 from jobs.warehouse import migrate as warehouse_migrate
@@ -582,25 +585,104 @@ def fleet(
             )
 
 
+class Engine(str, enum.Enum):
+    auto = "auto"
+    duckdb = "duckdb"
+    spark = "spark"
+
+
+class Format(str, enum.Enum):
+    auto = "auto"
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
 @app.command()
 def sql(
-    query: str = typer.Argument(..., help="Spark SQL; every warehouse table is a view by its name (events, steps, …)."),
-    warehouse: str = typer.Option(..., help="Warehouse folder."),
-    limit: int = typer.Option(50, help="Rows to print."),
-    fmt: str = typer.Option("table", "--format", help="table (vertical when wider than 10 columns), csv or json."),
+    query: str | None = typer.Argument(
+        None, help="Spark SQL; every warehouse table is a view by its name (tracelake tables). None: a prompt."
+    ),
+    warehouse: str = typer.Option(..., help="Warehouse folder (or URI)."),
+    limit: int = typer.Option(50, min=0, help="Rows to print."),
+    fmt: Format = typer.Option(
+        Format.auto, "--format", help="table, csv or json; auto: a table on a terminal, csv when piped."
+    ),
+    engine: Engine = typer.Option(
+        Engine.auto,
+        help="duckdb: embedded, no JVM (seconds); spark: a Spark session (--master, else $TRACELAKE_SPARK_MASTER or "
+        "local[*]); auto: spark with --master, else duckdb.",
+    ),
+    master: str | None = typer.Option(None, help="Spark master URL (spark://…, sc://…, local[2]): runs on Spark."),
     as_of: str | None = typer.Option(
         None,
         "--as-of",
         help="Read the tables as they were: a table version (see 'tracelake history') or an ISO 8601 time (UTC).",
     ),
 ) -> None:
-    """Run one Spark SQL query over the warehouse tables (their latest versions, or those current --as-of)."""
+    """Query the warehouse tables (their latest versions, or those current --as-of): one query, or a prompt without
+    one. Errors come in one or two lines, with the nearest table or column names."""
     try:
         when = parse_as_of(as_of)
     except ValueError as exc:
-        console.print(f"[red]tracelake sql:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
-    _print_frame(run_sql(get_spark(), warehouse, query, as_of=when).limit(limit).toPandas(), fmt)
+        _fail("tracelake sql", str(exc), 2)
+    use_spark = engine == Engine.spark or (engine == Engine.auto and master is not None)
+    if query is None:
+        _prompt(warehouse, when, use_spark, master, limit)
+        return
+    try:
+        _print_frame(_answer(warehouse, query, when, use_spark, master, limit), fmt.value)
+    except SqlError as exc:
+        _fail("tracelake sql", str(exc), 1)
+
+
+def _answer(warehouse: str, query: str, when, use_spark: bool, master: str | None, limit: int) -> pd.DataFrame:
+    """The first ``limit`` rows of ``query`` on DuckDB (:func:`jobs.sql.run_duckdb`) or Spark (:func:`run_sql`).
+
+    Raises:
+        SqlError: a query that does not parse, name a table or bind (Spark's errors in their first line).
+    """
+    if not use_spark:
+        return run_duckdb(warehouse, query, as_of=when, limit=limit).to_pandas()
+    referenced_tables(query)  # an unknown table is named with its nearest, as on the embedded engine
+    with _spark_errors_in_one_line("tracelake sql"):
+        return run_sql(get_spark(master), warehouse, query, as_of=when).limit(limit).toPandas()
+
+
+def _lines(text: str) -> str:
+    """``text`` line by line made :func:`printable` (its line breaks kept)."""
+    return "\n".join(printable(line) for line in str(text).splitlines())
+
+
+def _fail(command: str, message: str, code: int) -> NoReturn:
+    """Print ``message`` (escaped: names from traces and queries) on stderr after ``command:`` and exit ``code``."""
+    Console(stderr=True).print(
+        f"[red]{command}:[/red] {escape(_lines(message))}",
+        soft_wrap=True,
+        highlight=False,
+    )
+    raise typer.Exit(code)
+
+
+@app.command()
+def tables(
+    warehouse: str | None = typer.Option(None, help="Warehouse folder (or URI): adds each table's rows."),
+) -> None:
+    """The warehouse tables (every documented one, empty or not): stage, columns, rows and what a row is."""
+    rows = pd.DataFrame(sql_tables(warehouse))
+    if warehouse is None:
+        rows = rows.drop(columns=["rows"])
+    _print_frame(rows, Format.auto.value, wrap=("description",))
+
+
+@app.command()
+def describe(table: str = typer.Argument(..., help="A warehouse table (tracelake tables lists them).")) -> None:
+    """The columns of TABLE: type, unit, nullable and what each holds (schemas/tables.py)."""
+    try:
+        cols = describe_table(table)
+    except SqlError as exc:
+        _fail("tracelake describe", str(exc), 2)
+    _print_frame(pd.DataFrame(cols), Format.auto.value, wrap=("description",))
 
 
 @app.command()
@@ -663,26 +745,48 @@ def migrate(warehouse: str = typer.Option(..., help="Warehouse folder (or URI) o
 
 
 @app.command()
-def shell(warehouse: str = typer.Option(..., help="Warehouse folder.")) -> None:
-    """Interactive Spark SQL prompt over the warehouse tables (end a query with ';', quit with 'exit')."""
-    spark = get_spark()
-    console.print(f"tables: {', '.join(register_views(spark, warehouse))}. End queries with ';', 'exit' to quit.")
+def shell(
+    warehouse: str = typer.Option(..., help="Warehouse folder (or URI)."),
+    master: str | None = typer.Option(None, help="Spark master URL: query on Spark instead of the embedded engine."),
+) -> None:
+    """Interactive SQL prompt over the warehouse tables (what 'tracelake sql' without a query opens)."""
+    _prompt(warehouse, None, master is not None, master, 200)
+
+
+def _prompt(warehouse: str, when, use_spark: bool, master: str | None, limit: int) -> None:
+    """The interactive prompt: a query ends with ';'; ``\\d`` lists the tables, ``\\d TABLE`` describes one;
+    ``exit`` quits. An error is shown in one or two lines and the prompt goes on."""
+    console.print(
+        f"{len(sql_tables())} tables (\\d lists them, \\d TABLE its columns); end a query with ';', 'exit' to quit.",
+        highlight=False,
+        markup=False,
+    )
     buf: list[str] = []
     while True:
         try:
             line = input("tracelake> " if not buf else "      ...> ")
         except EOFError:
             break
-        if not buf and line.strip().lower() in ("exit", "quit"):
+        cmd = line.strip()
+        if not buf and cmd.lower() in ("exit", "quit", "\\q"):
             break
+        if not buf and cmd.startswith("\\d"):
+            name = cmd[2:].strip().rstrip(";")
+            try:
+                shown_ = pd.DataFrame(describe_table(name) if name else sql_tables(warehouse))
+                _print_frame(shown_, "table", wrap=("description",))
+            except SqlError as exc:
+                console.print(f"[red]error:[/red] {escape(_lines(str(exc)))}", highlight=False)
+            continue
         buf.append(line)
         if line.rstrip().endswith(";"):
             q = " ".join(buf).strip().rstrip(";")
             buf = []
             try:
-                _print_frame(spark.sql(q).limit(200).toPandas(), "table")
-            except Exception as exc:  # show the error, keep the shell
-                console.print(f"[red]{type(exc).__name__}:[/red] {escape((str(exc).splitlines() or [''])[0])}")
+                _print_frame(_answer(warehouse, q, when, use_spark, master, limit), "table")
+            except (SqlError, typer.Exit) as exc:  # shown in one or two lines; the prompt goes on
+                if isinstance(exc, SqlError):
+                    console.print(f"[red]error:[/red] {escape(_lines(str(exc)))}", highlight=False)
 
 
 @app.command()
@@ -712,7 +816,12 @@ def mcp(
         raise typer.Exit(2) from e
 
 
-def _print_frame(df, fmt: str) -> None:
+def _print_frame(df, fmt: str, wrap: tuple[str, ...] = ()) -> None:
+    """Print a result: ``csv`` / ``json`` as is; ``table`` one line per row (long text cut with an ellipsis, numbers
+    right-aligned; the ``wrap`` columns wrap instead), or one ``column: value`` block per row when wider than 10
+    columns; ``auto`` is ``table`` on a terminal and ``csv`` when piped. Text from traces is printed escaped."""
+    if fmt == "auto":
+        fmt = "table" if console.is_terminal else "csv"
     if fmt == "csv":
         typer.echo(df.to_csv(index=False), nl=False)
     elif fmt == "json":
@@ -721,14 +830,28 @@ def _print_frame(df, fmt: str) -> None:
         for i, row in enumerate(df.to_dict(orient="records")):
             console.print(f"[bold]-- row {i + 1}[/bold]")
             for k, v in row.items():
-                console.print(f"  {k}: {_cell(v)}", highlight=False, markup=False)
+                console.print(f"  {k}: {printable(_cell(v))}", highlight=False, markup=False)
     else:
-        t = Table()
+        cells = {c: [printable(_cell(v)) for v in df[c]] for c in df.columns}
+        widths = {c: max([len(str(c)), *map(len, cells[c])]) for c in df.columns}
+        numeric = {c for c in df.columns if df[c].dtype.kind in "fiu"}
+        # numbers are never cut: the text columns share what is left of the terminal's width
+        left = console.width - sum(widths[c] for c in numeric) - 2 * len(df.columns)
+        text = [c for c in df.columns if c not in numeric and c not in wrap]
+        share = max(12, left // max(len(text), 1))
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
         for c in df.columns:
-            t.add_column(escape(str(c)))
-        for row in df.itertuples(index=False):
-            t.add_row(*[escape(_cell(v)) for v in row])  # a kernel name "[/]" is text, not rich markup
+            t.add_column(
+                escape(str(c)),
+                justify="right" if c in numeric else "left",
+                no_wrap=c not in wrap,
+                overflow="fold" if c in wrap else "ellipsis",
+                width=None if c in wrap else widths[c] if c in numeric else min(widths[c], share),
+            )
+        for i in range(len(df)):
+            t.add_row(*[escape(cells[c][i]) for c in df.columns])  # a kernel name "[/]" is text, not rich markup
         console.print(t)
+        console.print(f"{len(df)} row(s)", highlight=False)
 
 
 def _cell(v) -> str:

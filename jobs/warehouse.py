@@ -277,7 +277,7 @@ def exact_ints(arrow_type):
     }.get(arrow_type)
 
 
-def _dataset(warehouse: str, table: str, as_of: AsOf = None, partitions: Mapping[str, Iterable] | None = None):
+def table_dataset(warehouse: str, table: str, as_of: AsOf = None, partitions: Mapping[str, Iterable] | None = None):
     """The snapshot's ``pyarrow.dataset`` (``None`` when never written); with ``partitions`` (``{partition column:
     values}``), of the files in those partitions only, for the columns the table is partitioned by (delta-rs prunes
     the files before making fragments: a few jobs or dates of a long history cost their files, not the history's)."""
@@ -394,7 +394,7 @@ def read_arrow(
         jobs.commit.CommitError: the table is of the pre-Delta layout (run ``tracelake migrate``).
     """
     wanted_parts = {**(partitions or {}), **({"job_id": job_ids} if job_ids is not None else {})}
-    dataset = _dataset(warehouse, table, as_of, wanted_parts)
+    dataset = table_dataset(warehouse, table, as_of, wanted_parts)
     if dataset is None:
         return None
     filt = None
