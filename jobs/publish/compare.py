@@ -18,7 +18,8 @@ test trace, ops added and deleted), but for whole multi-rank jobs:
 * **findings**: by ``finding_id`` (rule + scope): ``appeared`` in B, ``cleared`` in B, ``persisting``.
 
 :func:`compare_jobs` is pure (pandas in, :class:`Comparison` out); :func:`compare_command` is the
-CLI (reads the warehouse with Spark, prints tables, logs a comparison run with its HTML report).
+CLI (reads the two jobs with pyarrow, prints the headline and tables in 80 columns, logs a comparison run with its HTML
+report to the tracking URI the user configured: :func:`tracking_uri_of`).
 """
 
 from __future__ import annotations
@@ -33,17 +34,18 @@ from typing import Annotated
 import numpy as np
 import pandas as pd
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape  # names, labels and titles come from traces: text, never console markup
 from rich.table import Table
 
+from jobs.common.ids import DiscoveryError, printable, safe_id
 from jobs.publish.headline import METRIC_LABELS
 from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
 from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metrics
-from jobs.spark import get_spark
-from jobs.warehouse import read_spark
+from jobs.warehouse import read_arrow
 
 OPS_COLUMNS = [
     "group",
@@ -83,6 +85,8 @@ class Comparison:
         a_steps, b_steps: steps per rank used to normalize (1 when a job has no ProfilerStep).
         a_ranks, b_ranks: ranks with events.
         notes: how the numbers were computed, caveats (e.g. "job A has no ProfilerStep").
+        warnings: how the two jobs differ in what makes them comparable (world size, device, model, captured
+            steps: :func:`_unlike`); empty when they are alike.
     """
 
     a_label: str
@@ -97,6 +101,29 @@ class Comparison:
     min_rel: float = 0.05
     min_abs_ns: float = 1000.0
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def headline(self, top: int = 3) -> list[str]:
+        """What a reader needs first, in lines: the job step time p50 on both sides with its change, then the
+        findings that appeared and cleared (``top`` of each, largest estimated time lost first)."""
+        m = self.metrics.set_index("metric") if len(self.metrics) else pd.DataFrame()
+        lines = []
+        if "step_time_p50_ms" in m.index:
+            r = m.loc["step_time_p50_ms"]
+            change = f" ({r['delta_pct']:+,.1f} %)" if pd.notna(r["delta_pct"]) else ""
+            lines.append(f"job step time p50: {fmt_smart(r['a'])} ms → {fmt_smart(r['b'])} ms{change}")
+        else:
+            lines.append("job step time: not on both sides (no ProfilerStep)")
+        if self.findings is not None:
+            for status, est in (("appeared", "b_est_ns"), ("cleared", "a_est_ns")):
+                f = self.findings[self.findings["status"] == status].sort_values(est, ascending=False)
+                if len(f):
+                    titles = "; ".join(str(t) for t in f["title"].head(top))
+                    more = f" (+{len(f) - top} more)" if len(f) > top else ""
+                    lines.append(f"findings {status} in B: {titles}{more}")
+            if not (self.findings["status"] != "persisting").any():
+                lines.append("findings: the same on both sides")
+        return lines
 
     def _ops(self, status: str) -> pd.DataFrame:
         d = self.ops[self.ops["status"] == status]
@@ -173,39 +200,6 @@ def op_summary(events: pd.DataFrame) -> pd.DataFrame:
         .reset_index()
     )
     return g.assign(n_ranks=n_ranks, n_steps=int(rank_steps.sum()), has_steps=has_steps)
-
-
-def op_summary_spark(events_sdf) -> pd.DataFrame:
-    """:func:`op_summary` computed by Spark on one job's ``events`` (only the small result is collected)."""
-    from pyspark.sql import functions as F  # heavy: pyspark
-
-    e = events_sdf.filter((F.col("ph") == "X") & F.col("dur_ns").isNotNull())
-    has_steps = e.filter(F.col("step").isNotNull()).limit(1).count() > 0
-    if has_steps:
-        e = e.filter(F.col("step").isNotNull())
-        rank_steps = e.select("rank", "step").distinct().groupBy("rank").agg(F.count(F.lit(1)).alias("rank_steps"))
-    else:
-        rank_steps = events_sdf.select("rank").distinct().withColumn("rank_steps", F.lit(1))
-    n_ranks = events_sdf.select("rank").distinct().count()
-    n_steps = rank_steps.agg(F.sum("rank_steps")).collect()[0][0] or 0
-    kernel = F.coalesce(F.col("is_gpu"), F.lit(False)) & ~F.col("category").isin(*NOT_KERNEL_CATEGORIES)
-    op = (F.col("category") == "cpu_op") & ~F.col("name").startswith(STEP_PREFIX)
-    grp = F.when(kernel, F.lit("kernel")).when(op, F.lit("op"))
-    g = (
-        e.withColumn("group", grp)
-        .filter(F.col("group").isNotNull())
-        .groupBy("group", "name", "rank")
-        .agg(F.count(F.lit(1)).alias("n"), F.sum("dur_ns").alias("total_ns"))
-        .join(F.broadcast(rank_steps), "rank")
-        .groupBy("group", "name")
-        .agg(
-            F.sum("n").alias("n"),
-            F.sum("total_ns").alias("total_ns"),
-            F.max(F.col("total_ns") / F.col("rank_steps")).alias("max_rank_ns_per_step"),
-        )
-        .toPandas()
-    )
-    return g.assign(n_ranks=n_ranks, n_steps=int(n_steps), has_steps=has_steps)
 
 
 def _summary(tables: dict) -> pd.DataFrame | None:
@@ -340,7 +334,7 @@ def compare_jobs(
     Args:
         a_tables, b_tables: ``{table: pandas DataFrame}`` of each job: ``ranks``, ``steps``,
             ``captures``, ``findings`` (each optional) and either ``events`` or a precomputed
-            ``op_summary`` (:func:`op_summary` / :func:`op_summary_spark`).
+            ``op_summary`` (:func:`op_summary`).
         a_label, b_label: names shown in the report (job ids or run ids).
         min_rel: relative change (of A's per-step time) a kernel/op needs to count as slower/faster.
         min_abs_ns: absolute change per step, ns, it needs too (filters noise on tiny ops).
@@ -376,13 +370,43 @@ def compare_jobs(
         min_rel,
         min_abs_ns,
         notes,
+        _unlike(a_tables, b_tables, (a_steps, a_ranks), (b_steps, b_ranks)),
     )
+
+
+def _sides_of(tables: dict, ranks: int) -> dict[str, str]:
+    """What makes a job comparable, in words: world size, device, model (from its ``captures``)."""
+    caps = _frame(tables, "captures")
+    caps = caps[caps["status"] == "ingested"] if caps is not None and "status" in caps.columns else caps
+
+    def values(col):
+        if caps is None or col not in caps.columns:
+            return "?"
+        v = sorted({str(x) for x in caps[col].dropna()})
+        return ", ".join(v) if v else "?"
+
+    world = values("world_size")
+    return {
+        "world size": world if world != "?" else str(ranks),
+        "device": values("device_name"),
+        "model": values("model"),
+    }
+
+
+def _unlike(a_tables: dict, b_tables: dict, a: tuple[float, int], b: tuple[float, int]) -> list[str]:
+    """How jobs A and B differ in world size, device, model and captured steps per rank, one clause each
+    (``world size 8 vs 1``); empty when alike. A delta between unlike jobs measures the difference, not a change."""
+    sa, sb = _sides_of(a_tables, a[1]), _sides_of(b_tables, b[1])
+    out = [f"{k} {sa[k]} vs {sb[k]}" for k in sa if sa[k] != sb[k] and "?" not in (sa[k], sb[k])]
+    if a[0] != b[0]:
+        out.append(f"captured steps per rank {a[0]:g} vs {b[0]:g}")
+    return out
 
 
 # ----------------------------------------------------------------------------- I/O: warehouse, MLflow, CLI
 
 
-def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None, spark=None) -> tuple[str, int | None, str | None]:
+def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None) -> tuple[str, int | None, str | None]:
     """``(job_id, attempt, run_id)`` for a CLI argument.
 
     ``ref`` is an MLflow run id (32 hex digits, looked up in ``tracking_uri``: its
@@ -406,27 +430,37 @@ def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None, spark=None) 
                 raise ValueError(f"MLflow run {ref} is not a tracelake job run (no tracelake.job_id tag)")
             return tags["tracelake.job_id"], int(tags.get("tracelake.attempt", 0)), ref
     job, attempt = (ref.rsplit("#", 1) + [None])[:2] if "#" in ref else (ref, None)
-
-    caps = read_spark(spark, warehouse, "captures", [job]) if spark is not None else None
-    if caps is None or caps.limit(1).count() == 0:
+    caps = read_arrow(warehouse, "captures", [job], columns=["attempt"]) if safe_job(job) else None
+    if caps is None or caps.num_rows == 0:
         raise ValueError(f"{ref}: no MLflow run with that id and no job {job!r} in {warehouse}/captures")
     if attempt is None:
-        from pyspark.sql import functions as F  # heavy: pyspark
-
-        attempt = caps.agg(F.max("attempt")).collect()[0][0]
+        attempt = max(caps.column("attempt").to_pylist())
     return job, int(attempt), None
 
 
-def load_compare_tables(spark, warehouse: str, job_id: str, attempt: int | None) -> dict[str, pd.DataFrame]:
-    """A job's ``captures``, ``ranks``, ``steps``, ``findings`` (pandas) and its ``op_summary`` (Spark aggregate)."""
-    from pyspark.sql import functions as F  # heavy: pyspark
+def safe_job(job: str) -> bool:
+    """Whether ``job`` can be a warehouse job id (a partition value): else no read is tried."""
+    try:
+        safe_id(job, "job_id", "compare")
+    except DiscoveryError:
+        return False
+    return True
 
+
+#: What the kernel/op comparison reads of ``events`` (:func:`op_summary`).
+EVENT_COLUMNS = ["attempt", "rank", "step", "ph", "name", "category", "is_gpu", "dur_ns"]
+
+
+def load_compare_tables(warehouse: str, job_id: str, attempt: int | None) -> dict[str, pd.DataFrame]:
+    """A job's ``captures``, ``ranks``, ``steps``, ``findings`` and the :func:`op_summary` of its ``events`` (the
+    columns of :data:`EVENT_COLUMNS` of its partition, read with pyarrow: no Spark session)."""
     tables = load_job_tables(warehouse, job_id, attempt, names=("captures", "ranks", "steps", "findings"))
-    ev = read_spark(spark, warehouse, "events", [job_id])
+    ev = read_arrow(warehouse, "events", [job_id], columns=EVENT_COLUMNS)
     if ev is not None:
+        e = ev.to_pandas()
         if attempt is not None:
-            ev = ev.filter(F.col("attempt") == int(attempt))
-        tables["op_summary"] = op_summary_spark(ev)
+            e = e[(e["attempt"] == int(attempt)).to_numpy(dtype=bool)]
+        tables["op_summary"] = op_summary(e)
     return tables
 
 
@@ -474,29 +508,55 @@ def log_comparison(
     return run_id
 
 
+#: The metrics a comparison lists first, in this order (the rest follow in the order of :func:`_metric_deltas`).
+LEAD_METRICS = (
+    "step_time_p50_ms",
+    "step_time_p90_ms",
+    "step_time_p99_ms",
+    "idle_pct",
+    "compute_pct",
+    "exposed_comm_pct",
+    "cpu_bound_pct",
+    "dataloader_pct",
+    "n_ranks",
+    "n_steps",
+)
+
+#: The width the printed comparison fits (a narrower terminal wraps nothing: the names are cut instead).
+PRINT_WIDTH = 80
+
+
 def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
-    """Print metric deltas and the top kernels/ops added, removed, slower, faster, and findings."""
+    """Print, within :data:`PRINT_WIDTH` columns: first how the jobs differ when they are unlike (a warning), then
+    the headline (:meth:`Comparison.headline`), the main metric deltas and the top kernels/ops added, removed, slower
+    and faster (ms per rank and step, mean over ranks; the slowest rank's is in the HTML report and ops.csv)."""
     console = console or Console()
+    width = min(console.width, PRINT_WIDTH)
 
-    def ms(ns):
-        return fmt_ms(ns, 3)
+    def say(text: str, style: str = "") -> None:
+        for part in str(text).splitlines():
+            line = escape(printable(part))
+            console.print(f"[{style}]{line}[/{style}]" if style else line, highlight=False, width=width)
 
-    t = Table(title=f"compare {escape(c.a_label)} → {escape(c.b_label)}: metrics", title_justify="left")
-    t.add_column("metric")
-    t.add_column("what it is", overflow="fold")
-    for col in ("A", "B", "Δ", "Δ %"):
-        t.add_column(col, justify="right")
-    for r in c.metrics.itertuples():
+    if c.warnings:
+        say(f"warning: the jobs differ in {'; '.join(c.warnings)}: the deltas compare unlike runs", "yellow")
+    say(f"compare {c.a_label} → {c.b_label}", "bold")
+    for line in c.headline():
+        say(line)
+
+    def table(title: str, first: str) -> Table:
+        t = Table(title=escape(printable(title)), title_justify="left", box=box.SIMPLE_HEAD, width=width)
+        t.add_column(first, no_wrap=True, overflow="ellipsis", ratio=1)
+        for col in ("A", "B", "Δ %"):
+            t.add_column(col, justify="right", no_wrap=True, width=10 if col != "Δ %" else 9)
+        return t
+
+    t = table("metrics (MLflow names; Δ = B − A)", "metric")
+    first = {m: i for i, m in enumerate(LEAD_METRICS)}
+    for r in sorted(c.metrics.itertuples(), key=lambda r: first.get(r.metric, len(first))):
         if not r.metric.startswith("rank/"):
-            t.add_row(
-                escape(r.metric),
-                escape(str(r.label or "")),
-                fmt_smart(r.a),
-                fmt_smart(r.b),
-                fmt_smart(r.delta),
-                fmt_num(r.delta_pct, 1),
-            )
-    console.print(t)
+            t.add_row(escape(str(r.metric)), fmt_smart(r.a), fmt_smart(r.b), fmt_num(r.delta_pct, 1))
+    console.print(t, width=width)
     for status, rows in (
         ("added", c.added()),
         ("removed", c.removed()),
@@ -504,39 +564,31 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
         ("faster", c.faster()),
     ):
         if not len(rows):
-            console.print(f"{status} in B: no kernel or op", highlight=False)
+            say(f"{status} in B: no kernel or op")
             continue
-        t = Table(
-            title=f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step (A, B: mean over ranks; "
-            "max: the slowest rank)",
-            title_justify="left",
-        )
-        t.add_column("kind")
-        t.add_column("name", overflow="fold", min_width=16)
-        for col in ("A", "B", "Δ", "Δ %", "A max", "B max"):
-            t.add_column(col, justify="right", no_wrap=True)
+        t = table(f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step", "kernel or op")
         for r in rows.head(limit).itertuples():
-            t.add_row(
-                r.group,
-                escape(str(r.name)[:100]),
-                ms(r.a_ns_per_step),
-                ms(r.b_ns_per_step),
-                ms(r.delta_ns_per_step),
-                fmt_num(r.delta_pct, 1),
-                ms(r.a_max_rank_ns_per_step),
-                ms(r.b_max_rank_ns_per_step),
-            )
-        console.print(t)
+            name = f"{'k' if r.group == 'kernel' else 'op'} {printable(str(r.name))}"
+            t.add_row(escape(name), fmt_ms(r.a_ns_per_step, 3), fmt_ms(r.b_ns_per_step, 3), fmt_num(r.delta_pct, 1))
+        console.print(t, width=width)
     if c.findings is not None:
         for status in ("appeared", "cleared"):
             f = c.findings[c.findings["status"] == status]
-            console.print(
-                f"findings {status}: {len(f)}" + "".join(f"\n  {r.finding_id}: {r.title}" for r in f.itertuples()),
-                markup=False,
-                highlight=False,
-            )
+            say(f"findings {status}: {len(f)}" + "".join(f"\n  {r.finding_id}: {r.title}" for r in f.itertuples()))
     for n in c.notes:
-        console.print(f"[dim]{escape(n)}[/dim]", highlight=False, markup=True)
+        say(n, "dim")
+
+
+def tracking_uri_of(flag: str | None, warehouse: str) -> tuple[str | None, str]:
+    """``(uri, where it came from)``: the ``--tracking-uri`` flag, else ``$MLFLOW_TRACKING_URI``, else the
+    warehouse's default store (:func:`jobs.publish.tracking.default_tracking_uri`; none for a remote warehouse)."""
+    if flag:
+        return flag, "--tracking-uri"
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"], "MLFLOW_TRACKING_URI"
+    if "://" not in warehouse:
+        return default_tracking_uri(warehouse), "the warehouse default"
+    return None, "no tracking URI: set --tracking-uri or MLFLOW_TRACKING_URI"
 
 
 def compare_command(
@@ -544,7 +596,8 @@ def compare_command(
     b: Annotated[str, typer.Argument(help="Job B (compared against A).")],
     warehouse: Annotated[str, typer.Option(help="Warehouse folder.")],
     tracking_uri: Annotated[
-        str | None, typer.Option(help="MLflow tracking URI (default: sqlite:///<warehouse>/mlflow.db).")
+        str | None,
+        typer.Option(help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, else sqlite:///<warehouse>/mlflow.db]."),
     ] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Print only; log no comparison run.")] = False,
     html: Annotated[str | None, typer.Option(help="Also write the HTML report to this file.")] = None,
@@ -555,24 +608,25 @@ def compare_command(
     """
     # From Python: returns the Comparison; raises typer.Exit(2) when A or B cannot be resolved.
     console = Console()
-    uri = tracking_uri or (default_tracking_uri(warehouse) if "://" not in warehouse else None)
-    spark = get_spark()
+    uri, source = tracking_uri_of(tracking_uri, warehouse)
     sides = []
     for ref in (a, b):
         try:
-            job, attempt, run_id = resolve_ref(ref, warehouse, uri, spark)
+            job, attempt, run_id = resolve_ref(ref, warehouse, uri)
         except ValueError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {escape(printable(str(exc)))}", highlight=False)
             raise typer.Exit(2) from None
-        sides.append((job, attempt, run_id, load_compare_tables(spark, warehouse, job, attempt)))
+        sides.append((job, attempt, run_id, load_compare_tables(warehouse, job, attempt)))
     (ja, aa, ra, ta), (jb, ab, rb, tb) = sides
     c = compare_jobs(ta, tb, a_label=f"{ja}#{aa}", b_label=f"{jb}#{ab}")
     print_comparison(c, console)
     if html:
         with open(html, "w", encoding="utf-8") as f:
             f.write(render_comparison_report(c))
-        console.print(f"HTML report: {html}")
+        console.print(f"HTML report: {escape(html)}", highlight=False)
     if not no_mlflow and uri:
         run_id = log_comparison(uri, c, warehouse, (ra, rb))
-        console.print(f"MLflow comparison run: {run_id} (experiment tracelake-comparisons)")
+        console.print(f"MLflow: {escape(uri)} (from {source}); comparison run {run_id}", highlight=False)
+    elif not no_mlflow:
+        console.print(f"MLflow: not logged ({source})", highlight=False)
     return c

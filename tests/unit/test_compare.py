@@ -275,3 +275,68 @@ def test_comparison_report_renders_and_escapes(two_real_jobs):
     html = render_comparison_report(compare_jobs(a, b, "A<b>", "B"))
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "A&lt;b&gt;" in html and 'data-plot="op_deltas"' in html and 'data-table="metric-deltas"' in html
+
+
+def _caps(world, device, model, ranks=(0,)):
+    return pd.DataFrame(
+        [
+            {"job_id": "j", "attempt": 0, "rank": r, "status": "ingested", "world_size": world}
+            | {"device_name": device, "model": model, "n_events": 1}
+            for r in ranks
+        ]
+    )
+
+
+def test_unlike_jobs_are_named_first_and_the_headline_leads_with_step_time():
+    rows = [(0, s, "k", "kernel", 10) for s in (1, 2)]
+    a = {
+        "events": _events(rows),
+        "captures": _caps(8, "NVIDIA H100", "llama"),
+        "ranks": pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": 0}]),
+        "steps": _steps([0], [1, 2], 10.0),
+        "findings": pd.DataFrame(
+            [{"finding_id": "host_bound/job", "rule": "host_bound", "title": "host", "est_time_lost_per_step_ns": 1}]
+        ),
+    }
+    b = {
+        "events": _events(rows[:1]),
+        "captures": _caps(1, "NVIDIA A100", "llama"),
+        "ranks": a["ranks"],
+        "steps": _steps([0], [1, 2], 100.0),
+        "findings": pd.DataFrame(
+            [{"finding_id": "comm/job", "rule": "comm", "title": "exposed comm", "est_time_lost_per_step_ns": 5}]
+        ),
+    }
+    c = compare_jobs(a, b, "A", "B")
+    assert c.warnings == ["world size 8 vs 1", "device NVIDIA H100 vs NVIDIA A100", "captured steps per rank 2 vs 1"]
+    assert c.headline() == [
+        "job step time p50: 10 ms → 100 ms (+900.0 %)",
+        "findings appeared in B: exposed comm",
+        "findings cleared in B: host",
+    ]
+    assert compare_jobs(a, a).warnings == []  # alike: no warning
+
+    from io import StringIO
+
+    from rich.console import Console
+
+    from jobs.publish.compare import print_comparison
+
+    out = StringIO()
+    print_comparison(c, Console(file=out, width=200, color_system=None))
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("warning: the jobs differ in world size 8 vs 1")
+    assert lines[lines.index("compare A → B") + 1] == "job step time p50: 10 ms → 100 ms (+900.0 %)"
+    assert max(len(x) for x in lines) <= 80  # fits 80 columns on a wide terminal too
+
+
+def test_tracking_uri_flag_then_environment_then_warehouse_default(monkeypatch, tmp_path):
+    from jobs.publish.compare import tracking_uri_of
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert tracking_uri_of("sqlite:///x.db", str(tmp_path)) == ("sqlite:///x.db", "--tracking-uri")
+    assert tracking_uri_of(None, str(tmp_path)) == ("http://127.0.0.1:5000", "MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    uri, source = tracking_uri_of(None, str(tmp_path))
+    assert uri.startswith("sqlite:///") and uri.endswith("mlflow.db") and source == "the warehouse default"
+    assert tracking_uri_of(None, "s3://bucket/wh")[0] is None

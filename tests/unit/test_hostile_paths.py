@@ -457,7 +457,7 @@ def test_compare_reference_to_a_hostile_job_is_a_clear_error():
     from jobs.publish.compare import resolve_ref
 
     with pytest.raises(ValueError, match=r"no job '\.\./\.\./x'"):
-        resolve_ref("../../x#0", "/wh", None, None)
+        resolve_ref("../../x#0", "/wh", None)
 
 
 # ----------------------------------------------------------------------------- capture hooks

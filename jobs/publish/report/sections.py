@@ -1018,8 +1018,16 @@ def comparison_cards(c) -> list[dict]:
 
 
 def comparison_sections(c, limit: int = 25) -> list[Section]:
-    """Metric deltas, largest per-step time changes, kernels/ops by status, findings appeared/cleared."""
-    secs = []
+    """The headline (how the jobs differ when unlike; the job step time and the findings that changed), metric
+    deltas, largest per-step time changes, kernels/ops by status, findings appeared/cleared."""
+    lines = c.headline()
+    head = Section("headline", "What changed", intro=lines[0], paragraphs=lines[1:])
+    if c.warnings:
+        head.status = "unlike_jobs"
+        head.paragraphs.insert(
+            0, f"Warning: the jobs differ in {'; '.join(c.warnings)}: the deltas compare unlike runs."
+        )
+    secs = [head]
     m = Section(
         "metrics", "Metric deltas", intro="Job metrics with the MLflow names of jobs/publish/tracking.py; Δ = B − A."
     )
