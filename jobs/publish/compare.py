@@ -43,6 +43,7 @@ from jobs.common.ids import DiscoveryError, printable, safe_id
 from jobs.publish.headline import METRIC_LABELS
 from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
+from jobs.publish.report.sections import CARD_ORDER
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
 from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metrics
 from jobs.warehouse import read_arrow
@@ -508,20 +509,6 @@ def log_comparison(
     return run_id
 
 
-#: The metrics a comparison lists first, in this order (the rest follow in the order of :func:`_metric_deltas`).
-LEAD_METRICS = (
-    "step_time_p50_ms",
-    "step_time_p90_ms",
-    "step_time_p99_ms",
-    "idle_pct",
-    "compute_pct",
-    "exposed_comm_pct",
-    "cpu_bound_pct",
-    "dataloader_pct",
-    "n_ranks",
-    "n_steps",
-)
-
 #: The width the printed comparison fits (a narrower terminal wraps nothing: the names are cut instead).
 PRINT_WIDTH = 80
 
@@ -552,7 +539,7 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
         return t
 
     t = table("metrics (MLflow names; Δ = B − A)", "metric")
-    first = {m: i for i, m in enumerate(LEAD_METRICS)}
+    first = {m: i for i, m in enumerate(CARD_ORDER)}  # the job report's headline metrics first
     for r in sorted(c.metrics.itertuples(), key=lambda r: first.get(r.metric, len(first))):
         if not r.metric.startswith("rank/"):
             t.add_row(escape(str(r.metric)), fmt_smart(r.a), fmt_smart(r.b), fmt_num(r.delta_pct, 1))
