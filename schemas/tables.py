@@ -148,7 +148,18 @@ CAPTURES = Table(
             "device_name", _STR, "First accelerator name in `deviceProperties` (or manifest); null on CPU-only traces."
         ),
         Column("distributed_backend", _STR, "`distributedInfo.backend` (nccl, gloo, …)."),
-        Column("torch_version", _STR, "torch version from the manifest (null for bare traces)."),
+        Column(
+            "torch_version",
+            _STR,
+            "torch version: the manifest's, else the trace's `torch_version` (top level, or inside its `metadata`, as a "
+            "benchmark harness records it); null when neither says.",
+        ),
+        Column(
+            "runtime_version",
+            _STR,
+            "CUDA or HIP runtime: the manifest's `cuda_version`, else the trace's `cuda_runtime_version` (`12090` → "
+            "`CUDA 12.9`) or `hip_runtime_version` (`60443483` → `HIP 6.4.43483`); null when neither says.",
+        ),
         Column(
             "job_name",
             _STR,

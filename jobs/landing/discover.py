@@ -69,6 +69,7 @@ class CaptureFile:
     host_name: str | None = None
     device_name: str | None = None
     torch_version: str | None = None
+    cuda_version: str | None = None
     created_at: str | None = None
     size_bytes: int | None = None
     error: str | None = None
@@ -245,6 +246,7 @@ def _from_manifest(
             host_name=manifest.get("host"),
             device_name=manifest.get("device_name"),
             torch_version=manifest.get("torch_version"),
+            cuda_version=manifest.get("cuda_version"),
             created_at=manifest.get("created_at"),
             bare=False,
             tags=manifest.get("tags") or {},

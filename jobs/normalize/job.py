@@ -88,6 +88,7 @@ def normalize_file(
         host_name=task.get("host_name"),
         device_name=task.get("device_name"),
         torch_version=task.get("torch_version"),
+        runtime_version=task.get("cuda_version"),
         flags=[],
         created_at=task.get("created_at"),
         **tag_columns(task),
@@ -166,6 +167,8 @@ def normalize_file(
     row["world_size"] = meta.get("world_size") or task.get("world_size")
     row["host_name"] = meta.get("host_name") or task.get("host_name")
     row["device_name"] = meta.get("device_name") or task.get("device_name")
+    row["torch_version"] = task.get("torch_version") or meta.get("torch_version")
+    row["runtime_version"] = task.get("cuda_version") or meta.get("runtime_version")
     row.update(
         status="ingested",
         rank=rank,

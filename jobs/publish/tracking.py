@@ -14,6 +14,10 @@ Metric names are stable so that MLflow's run comparison lines up across jobs:
 - collectives and stragglers (:func:`collective_metrics`): ``collectives/…``,
   ``straggler/rank``, ``straggler/last_arrival_pct``; regressions against previous runs of the same
   job name (:func:`regression_metrics`): ``regression/<metric>/change_pct|delta|p_value``;
+- first by name (:data:`LEAD_METRICS`): ``1_job_step_p50_ms``, ``2_job_step_p90_ms``, ``3_gpu_idle_pct``,
+  ``4_exposed_comm_pct``, ``5_top_finding_ms_per_step`` (repeats, so MLflow's tables open on them); the run's
+  description (``mlflow.note.content``) is the verdict in words with the top findings (:func:`run_description`), and
+  its start and end are the profiled window's (:func:`captured_window_ms`);
 - per rank: ``rank/<r>/step_time_p50_ms``, ``rank/<r>/step_time_max_ms``, ``rank/<r>/idle_pct``,
   ``rank/<r>/compute_pct``, ``rank/<r>/overlap_pct``.
 
@@ -46,6 +50,7 @@ from jobs.publish.headline import headline, one_headline
 from jobs.publish.verdict import job_verdict
 
 EXPERIMENT = "tracelake"
+_EPOCH_MIN_NS = 1_420_070_400 * 10**9  # 2015-01-01: smaller trace times are a relative clock
 
 
 def default_tracking_uri(warehouse: str) -> str:
@@ -129,16 +134,17 @@ def run_link(tracking_uri: str, experiment: str, run_id: str, artifact: str | No
     return f"run {run_id} of {tracking_uri}" + (f", artifact {artifact}" if artifact else "")
 
 
-def replace_run(client, exp_id: str, filter_string: str, run_name: str) -> str:
+def replace_run(client, exp_id: str, filter_string: str, run_name: str, start_time: int | None = None) -> str:
     """A new run in ``exp_id`` that replaces the active runs matching ``filter_string``: they are deleted
     (MLflow's soft delete: ``mlflow runs restore`` brings one back) once the new run exists, and their ids
-    are kept in its tag ``tracelake.replaces``. Returns the new run id (status ``RUNNING``).
+    are kept in its tag ``tracelake.replaces``. ``start_time``: the run's start, epoch ms (default now). Returns the
+    new run id (status ``RUNNING``).
 
     Metric histories are append-only in MLflow: a fresh run is how a re-run overwrites its metrics."""
     from mlflow.entities import RunTag  # heavy: mlflow
 
     old = [r.info.run_id for r in client.search_runs([exp_id], filter_string=filter_string)]
-    run_id = client.create_run(exp_id, run_name=run_name).info.run_id
+    run_id = client.create_run(exp_id, run_name=run_name, start_time=start_time).info.run_id
     if old:
         client.log_batch(run_id, tags=[RunTag("tracelake.replaces", ",".join(old)[:5000])])
         for rid in old:
@@ -302,6 +308,76 @@ def finding_metrics(
     return metrics, {"tracelake.top_finding": v.top_finding_tag, "tracelake.verdict": v.status}
 
 
+#: Metrics under names that sort before every other (digits first), so MLflow's runs table and its compare view,
+#: which list metrics by name, open on what a performance engineer reads first; each repeats a metric of the run.
+LEAD_METRICS = {
+    "1_job_step_p50_ms": "step_time_p50_ms",
+    "2_job_step_p90_ms": "step_time_p90_ms",
+    "3_gpu_idle_pct": "idle_pct",
+    "4_exposed_comm_pct": "exposed_comm_pct",
+}
+#: … and the top finding's estimated time lost per step, ms (its rule in the tag ``tracelake.top_finding``).
+TOP_FINDING_METRIC = "5_top_finding_ms_per_step"
+
+
+def lead_metrics(metrics: dict[str, float], findings: pd.DataFrame | None) -> dict[str, float]:
+    """:data:`LEAD_METRICS` from a run's ``metrics`` (those it has) and :data:`TOP_FINDING_METRIC` from the finding of
+    ``rank_order`` 1 (ms; left out without a finding with an estimate)."""
+    out = {k: metrics[m] for k, m in LEAD_METRICS.items() if m in metrics}
+    if findings is not None and len(findings) and "est_time_lost_per_step_ns" in findings.columns:
+        top = findings.sort_values("rank_order") if "rank_order" in findings.columns else findings
+        est = pd.to_numeric(top["est_time_lost_per_step_ns"], errors="coerce").dropna()
+        if len(est):
+            out[TOP_FINDING_METRIC] = round(float(est.iloc[0]) / 1e6, 3)
+    return out
+
+
+def run_description(
+    metrics: dict[str, float], findings: pd.DataFrame | None, coverage: pd.DataFrame | None, top: int = 3
+) -> str:
+    """The run's description (MLflow tag ``mlflow.note.content``, Markdown): the verdict in words
+    (:func:`jobs.publish.verdict.job_verdict`), the job step time and GPU idle, and the ``top`` findings with their
+    estimated time lost per step and what to do."""
+    v = job_verdict(findings, coverage)
+    n = len(findings) if findings is not None else 0
+    said = f"{n} finding(s), the largest estimated loss first." if n else v.headline
+    lines = [f"**{v.status.replace('_', ' ')}**: {said}", ""]
+    if n and v.unknown:
+        lines += [f"Not judged: {'; '.join(v.unknown)}.", ""]
+    facts = []
+    if "step_time_p50_ms" in metrics:
+        facts.append(f"job step time p50 {metrics['step_time_p50_ms']:,.2f} ms")
+    if "step_time_p90_ms" in metrics:
+        facts.append(f"p90 {metrics['step_time_p90_ms']:,.2f} ms")
+    if "idle_pct" in metrics:
+        facts.append(f"GPU idle {metrics['idle_pct']:.1f} % of its active span")
+    if "n_ranks" in metrics:
+        facts.append(f"{int(metrics['n_ranks'])} rank(s)")
+    if facts:
+        lines += ["; ".join(facts) + ".", ""]
+    if findings is not None and len(findings):
+        f = findings.sort_values("rank_order") if "rank_order" in findings.columns else findings
+        for i, r in enumerate(f.head(top).itertuples(), 1):
+            est = pd.to_numeric(getattr(r, "est_time_lost_per_step_ns", None), errors="coerce")
+            lost = f" (~{est / 1e6:,.2f} ms per step)" if pd.notna(est) else ""
+            lines.append(f"{i}. {r.title}{lost}. {getattr(r, 'recommendation', '') or ''}".rstrip())
+    return "\n".join(lines).strip()[:4900]
+
+
+def captured_window_ms(captures: pd.DataFrame) -> tuple[int, int] | None:
+    """``(start, end)`` of the profiled window in epoch ms: the earliest ``trace_start_ns`` and the latest
+    ``trace_end_ns`` of the ingested captures, when they are wall-clock times (after 2015-01-01); else ``None``
+    (a relative clock: the run keeps its logging time)."""
+    ing = captures[captures["status"] == "ingested"] if "status" in captures.columns else captures
+    if not {"trace_start_ns", "trace_end_ns"} <= set(ing.columns) or not len(ing):
+        return None
+    start = pd.to_numeric(ing["trace_start_ns"], errors="coerce").min()
+    end = pd.to_numeric(ing["trace_end_ns"], errors="coerce").max()
+    if pd.isna(start) or pd.isna(end) or start < _EPOCH_MIN_NS or end < start or end > time.time_ns() + 86_400e9:
+        return None
+    return int(start // 10**6), int(end // 10**6)
+
+
 @dataclass
 class RunExtras:
     """What a caller adds to a run of :func:`log_jobs`, in the same calls: ``metrics`` and ``tags`` (with the run's
@@ -332,7 +408,7 @@ def log_jobs(
 ) -> dict[tuple[str, int], str]:
     """Log one MLflow run per (job_id, attempt) found in ``captures``, replacing an earlier one (:func:`replace_run`).
 
-    Params: ``world_size``, ``device_name``, ``torch_version``, ``trace_format``, ``n_captures``.
+    Params: ``world_size``, ``device_name``, ``torch_version``, ``runtime_version``, ``trace_format``, ``n_captures``.
     Jobs with Neuron device profiles also get the ``neuron/…`` hardware metrics
     (:func:`jobs.normalize.neuron.metrics.neuron_metrics_for_mlflow`) and a ``neuron_findings.json``
     artifact (:func:`jobs.analyze.findings.neuron.neuron_findings`).
@@ -375,11 +451,13 @@ def log_jobs(
         safe_id(job_id, "job_id", "captures")  # quoted into an MLflow filter and a findings_json path below
         jr = ranks[(ranks["job_id"] == job_id) & (ranks["attempt"] == attempt)]
         js = steps[(steps["job_id"] == job_id) & (steps["attempt"] == attempt)]
+        window = captured_window_ms(cap)
         run_id = replace_run(
             client,
             exp_id,
             f"tags.`tracelake.job_id` = '{job_id}' and tags.`tracelake.attempt` = '{attempt}'",
             f"{job_id}#{attempt}",
+            start_time=window[0] if window else None,
         )
         ingested = cap[cap["status"] == "ingested"]
         first = lambda col, ingested=ingested: next(  # noqa: E731
@@ -389,6 +467,7 @@ def log_jobs(
             "world_size": first("world_size"),
             "device_name": first("device_name"),
             "torch_version": first("torch_version"),
+            "runtime_version": first("runtime_version"),
             "trace_format": first("format"),
             "n_captures": str(len(cap)),
         }
@@ -407,9 +486,12 @@ def log_jobs(
             rm, rt = regression_metrics(jr_regressions)
             metrics.update(rm)
             extra_tags.update(rt)
-        fm, ft = finding_metrics(_run_rows(findings, job_id, attempt), _run_rows(rule_coverage, job_id, attempt))
+        jf, jc = _run_rows(findings, job_id, attempt), _run_rows(rule_coverage, job_id, attempt)
+        fm, ft = finding_metrics(jf, jc)
         metrics.update(fm)
         extra_tags.update(ft)
+        metrics.update(lead_metrics(metrics, jf))
+        extra_tags["mlflow.note.content"] = run_description(metrics, jf, jc)
         for col in ("job_name", "model"):
             if col in ingested and ingested[col].notna().any():
                 extra_tags[f"tracelake.{col}"] = str(ingested[col].dropna().iloc[0])[:5000]
@@ -434,16 +516,17 @@ def log_jobs(
             params=[Param(k, v) for k, v in params.items()],
             tags=[RunTag(k, v) for k, v in tags.items()],
         )  # MLflow splits it into batches it accepts
-        logged.append((job_id, attempt, run_id, js, jr, cap, neuron_rows, more))
+        logged.append((job_id, attempt, run_id, js, jr, cap, neuron_rows, more, window))
         out[(job_id, int(attempt))] = run_id
     # the artifacts after every run's metrics: a caller's files (job reports rendered meanwhile) are ready by then
-    for job_id, attempt, run_id, js, jr, cap, neuron_rows, more in logged:
+    for job_id, attempt, run_id, js, jr, cap, neuron_rows, more, window in logged:
         with tempfile.TemporaryDirectory() as tmp:
             _run_files(tmp, warehouse, job_id, attempt, js, jr, cap, neuron_rows)
             write_texts(tmp, more.files() if more.files is not None else {})
             client.log_artifacts(run_id, tmp)  # every file in one call: one artifact-store lookup, not one each
         failed = job_id in failed_jobs or more.failed
-        client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+        # the run spans the profiled window: MLflow's "Duration" is the captured time, not the logging time
+        client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=window[1] if window else None)
     return out
 
 

@@ -714,3 +714,18 @@ def test_float_paths_are_exact_at_the_fast_path_limit_and_near_ties():
     ts = parse_kineto(raw, "x.json").events.column("ts_ns").to_pylist()
     assert ts == [4398046511103999, 4398046511104001, 2, 4, -1500]
     assert ts == [exact_ns(Decimal(v)) for v in ("4398046511103.999", "4398046511104.001", "0.0025", "0.0035", "-1.5")]
+
+
+@pytest.mark.parametrize(
+    ("rel", "torch_version", "runtime"),
+    [
+        ("TraceLens/b200/eager_trace.json.gz", None, "CUDA 12.9"),  # cuda_runtime_version 12090
+        ("TraceLens/mi300/resnet_act_checkpoint.json.gz", None, "HIP 6.4.43483"),  # hip_runtime_version 60443483
+        # a benchmark harness's metadata.system.torch_env_info.torch_version; Kineto's runtime int 12040
+        ("TraceLens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz", "2.6.0+cu124", "CUDA 12.4"),
+        ("param/dlrm_kineto/worker0_step_12.1694128201545.pt.trace.json", None, None),  # a 2023 trace says neither
+    ],
+)
+def test_torch_and_runtime_versions_from_the_trace(CORPUS, rel, torch_version, runtime):
+    p, _ = parse_file(CORPUS, rel)
+    assert (p.meta["torch_version"], p.meta["runtime_version"]) == (torch_version, runtime)

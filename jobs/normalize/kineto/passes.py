@@ -820,10 +820,50 @@ def _meta(header, fmt, container, size, has_base, base_ns, ts_ns, end_ns, ts_is_
         "host_name": host,
         "device_name": device_name,
         "distributed_backend": dist.get("backend") if isinstance(dist.get("backend"), str) else None,
+        "torch_version": _torch_version(header),
+        "runtime_version": _runtime_version(header),
         "world_size": _opt_int(dist.get("world_size")),
         "rank": _opt_int(dist.get("rank")),
         "flags": list(flags),
     }
+
+
+def _torch_version(header) -> str | None:
+    """``torch_version`` of the trace's top level, else the first one inside its ``metadata`` object (a harness's
+    environment, e.g. TraceLens' ``metadata.system.torch_env_info``; searched 4 levels deep), else None."""
+    if header is None:
+        return None
+    if isinstance(header.torch_version, str) and header.torch_version.strip():
+        return header.torch_version.strip()[:64]
+    todo, depth = [header.metadata], 0
+    while todo and depth < 4:
+        nxt = []
+        for d in todo:
+            if isinstance(d, dict):
+                v = d.get("torch_version")
+                if isinstance(v, str) and v.strip():
+                    return v.strip()[:64]
+                nxt += [x for x in d.values() if isinstance(x, dict)]
+        todo, depth = nxt, depth + 1
+    return None
+
+
+def _runtime_version(header) -> str | None:
+    """The CUDA or HIP runtime the trace was recorded with, from Kineto's ``cuda_runtime_version`` (``12090`` →
+    ``CUDA 12.9``: CUDA_VERSION = 1000 × major + 10 × minor) or ``hip_runtime_version`` (``60443483`` →
+    ``HIP 6.4.43483``: HIP_VERSION = 10⁷ × major + 10⁵ × minor + patch); a version string is kept as written."""
+    if header is None:
+        return None
+    for name, value in (("CUDA", header.cuda_runtime_version), ("HIP", header.hip_runtime_version)):
+        if isinstance(value, str) and value.strip() and value.strip().upper() != "N/A":
+            return f"{name} {value.strip()[:32]}"
+        v = _opt_int(value)
+        if v is None or v <= 0:
+            continue
+        if name == "CUDA":
+            return f"CUDA {v // 1000}.{v % 1000 // 10}"
+        return f"HIP {v // 10**7}.{v % 10**7 // 10**5}.{v % 10**5}"
+    return None
 
 
 def _opt_int(v) -> int | None:

@@ -31,7 +31,10 @@ class Header(msgspec.Struct, gc=False):
     distributedInfo: Any = None
     host_name: Any = None
     hostname: Any = None
-    metadata: Any = None  # dropped-event counters (bug_cases.md B22)
+    metadata: Any = None  # dropped-event counters (bug_cases.md B22); a harness's environment (torch_version)
+    torch_version: Any = None
+    cuda_runtime_version: Any = None  # Kineto: CUDA_VERSION-style int (12090 = 12.9)
+    hip_runtime_version: Any = None  # Kineto: HIP_VERSION-style int (60443483 = 6.4.43483)
     dropped_events: Any = None
     droppedEvents: Any = None
 
