@@ -173,8 +173,8 @@ def print_summary(result) -> None:
         f"captures: {len(caps)} ({len(caps) - len(q) - n_cat} ingested, {len(q)} quarantined, {n_cat} cataloged)"
         + (f", {len(result.pending)} pending (no manifest yet)" if result.pending else "")
     )
-    for _, c in q.iterrows():
-        console.print(f"  [yellow]quarantined[/yellow] {escape(str(c['reason']))}")  # names from traces: text
+    for _, c in q.iterrows():  # names from traces and file names: text, never markup or terminal control
+        console.print(f"  [yellow]quarantined[/yellow] {escape(printable(str(c['reason'])))}", highlight=False)
     v = getattr(result, "validation", None)
     if v is not None and not v.success:
         console.print(v.summary(), markup=False)  # "[expect_…]" and check values are text
@@ -315,6 +315,15 @@ def run(
             bare_tags=bare_tags,
         )
     print_summary(result)
+    v = getattr(result, "validation", None)
+    if v is not None and not v.success:
+        failed = sorted(str(j) for j in v.failed_jobs() if j)
+        _fail(
+            "tracelake run",
+            f"validation failed for job(s) {', '.join(failed) or '(fleet tables)'}: their results are marked failed "
+            "(see the validation lines above)",
+            1,
+        )
 
 
 @app.command()

@@ -997,7 +997,7 @@ FLEET_FINDINGS = Table(
     doc="Findings ranked by fleet impact (jobs/fleet/impact.py): per rule and fleet group, over a window of "
     "capture dates, the runs it fired in and the accelerator-hours per day fixing it would recover. Per run: "
     "the rule's largest `est_time_lost_per_step_ns` × the run's job steps in `steps` (the captured steps: a lower "
-    "bound) × its world size (at least the ranks traced). Estimates of different rules overlap: they rank, "
+    "bound) × its world size (at least the ranks traced, at most 256 per rank traced). Estimates of different rules overlap: they rank, "
     "they do not add up.",
     columns=(
         Column("dimension", _STR, _IMPACT_DIMENSION, False),

@@ -12,7 +12,8 @@ The estimate, per run (job_id, attempt) in which the rule fired:
   hours are those of the captured steps, a lower bound for a run that trained longer); a run without
   ProfilerStep counts its one whole-trace analysis window (its rules judged the whole trace as one window);
 * × the accelerators that wait: the run's world size (the manifest's or the trace's ``world_size``, at
-  least the ranks traced), since a step is as long on every rank.
+  least the ranks traced and at most :data:`WORLD_PER_TRACED_RANK` per rank traced), since a step is as long on
+  every rank.
 
 Accelerator-hours per day = that sum over the window's runs ÷ the window's days. Estimates of different
 rules overlap (one cause can show in several rules): they rank the rules, they do not add up. Runs whose
@@ -40,12 +41,17 @@ TOP_JOBS = 3
 #: Op groups kept per fleet group in ``fleet_ops`` (the most accelerator-hours first).
 TOP_OPS = 100
 _NS_PER_HOUR = 3.6e12
+#: A run's declared world size weighs its fleet impact up to this many accelerators per rank traced: the capture hooks
+#: trace every rank or a sample of them, so a 1-rank capture declaring 2^31 ranks (a corrupt or hostile manifest)
+#: cannot outweigh the fleet.
+WORLD_PER_TRACED_RANK = 256
 
 
 def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
     """One row per run of :func:`jobs.fleet.stats.job_steps_frame` rows: ``job_id, attempt, job_name, model,
     hardware, run_date, n_steps`` (job steps: its ProfilerSteps, or 1 for a run with only its whole-trace window),
-    ``n_ranks`` (ranks traced) and ``accelerators`` (world size, at least the ranks traced)."""
+    ``n_ranks`` (ranks traced) and ``accelerators`` (world size, at least the ranks traced, at most
+    :data:`WORLD_PER_TRACED_RANK` per rank traced)."""
     js = job_steps
     if "window" in js.columns:
         is_trace = (js["window"] == WINDOW_TRACE).to_numpy(dtype=bool)
@@ -65,7 +71,11 @@ def run_sizes(job_steps: pd.DataFrame) -> pd.DataFrame:
             "run_date": g["run_date"].first(),
             "n_steps": g["step"].nunique(),
             "n_ranks": g["_ranks"].max().astype(int),
-            "accelerators": np.fmax(g["_ranks"].max().astype(float), g["_world"].max().astype(float)),
+            # the declared world size, bounded by what the captures show: at most WORLD_PER_TRACED_RANK per rank traced
+            "accelerators": np.fmax(
+                g["_ranks"].max().astype(float),
+                np.minimum(g["_world"].max().astype(float), g["_ranks"].max().astype(float) * WORLD_PER_TRACED_RANK),
+            ),
         }
     )
     return runs.reset_index()

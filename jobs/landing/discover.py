@@ -20,10 +20,13 @@ quarantined under its own URI, never normalized.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import os
 import posixpath
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
@@ -54,7 +57,8 @@ class CaptureFile:
     names), ``xplane``, ``neuron_raw`` or ``neuron_summary_json``/``xla_trace`` from a manifest kind.
     ``converted`` is the URI of a converted form of a raw file (an NTFF's JSON/Parquet, an xplane's
     ``trace.json.gz``, the full profile a summary-json summarizes), ``note`` the NEFF/NTFF pairing,
-    ``flags`` data-quality flags known at discovery (e.g. ``ntff_without_neff``).
+    ``flags`` data-quality flags known at discovery (e.g. ``ntff_without_neff``). ``committed_size`` /
+    ``committed_sha256``: what the manifest says of the file's bytes (verified when it is read).
     """
 
     uri: str
@@ -79,6 +83,8 @@ class CaptureFile:
     members: list[str] = field(default_factory=list)
     converted: str | None = None
     note: str | None = None
+    committed_size: int | None = None
+    committed_sha256: str | None = None
     flags: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -141,6 +147,44 @@ def _fallback_index(value, minimum: int = 0) -> int | None:
         return safe_index(value, "", "", minimum)
     except DiscoveryError:
         return None
+
+
+_LOCAL = ("file", "local")
+
+
+def not_regular(path: str, info: dict, root: str) -> str | None:
+    """Why a local landing-zone entry must not be opened, or ``None`` for a regular file (or a symbolic link to one
+    inside the landing zone): a FIFO would block the reader for ever, a device (``/dev/zero``) never ends, a socket
+    cannot be read, and a link leaving ``root`` would ingest (or show in a reason) a file that is not the landing
+    zone's. ``info``: the entry's fsspec ``LocalFileSystem`` info (``lstat``: ``type``, ``islink``, ``mode``)."""
+    if info.get("islink"):
+        target = os.path.realpath(path)
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([target, real_root]) != real_root:
+            return f"a symbolic link leaving the landing zone (to {target!r}): not followed"
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            return f"a broken symbolic link ({type(exc).__name__}): not followed"
+        kind = _special(mode)
+        return f"a symbolic link to {kind}: not opened" if kind else None
+    if info.get("type") == "file":
+        return None
+    kind = _special(int(info.get("mode") or 0)) or "not a regular file"
+    return f"{kind}, not a regular file: not opened"
+
+
+def _special(mode: int) -> str | None:
+    """``a FIFO`` / ``a socket`` / ``a device`` for such a mode (``stat.st_mode``), else None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 def _is_trace_name(name: str) -> bool:
@@ -223,7 +267,10 @@ def _from_manifest(
         attempt = safe_index(manifest.get("attempt", 0), "attempt", uri)
         rank = safe_index(manifest["rank"], "rank", uri) if manifest.get("rank") is not None else None
         if manifest.get("world_size") is not None:
-            safe_index(manifest["world_size"], "world_size", uri, minimum=1)
+            world = safe_index(manifest["world_size"], "world_size", uri, minimum=1)
+            check_manifest_facts(rank, world, manifest.get("created_at"))
+        else:
+            check_manifest_facts(rank, None, manifest.get("created_at"))
         listed = [fi["path"] for fi in manifest.get("files", []) if fi.get("kind", "kineto_trace") in MANIFEST_KINDS]
         for p in listed:
             if not _inside(p):
@@ -251,6 +298,9 @@ def _from_manifest(
             bare=False,
             tags=manifest.get("tags") or {},
         )
+        committed = {
+            fi["path"]: (fi.get("size_bytes"), fi.get("sha256")) for fi in manifest.get("files", []) if "path" in fi
+        }
         error = None
     except LandingUnavailable:
         raise
@@ -269,6 +319,7 @@ def _from_manifest(
             bare=False,
         )
         error = reason
+        committed = {}
         if not trace_names:
             trace_names = ["manifest.json"]
     if error is not None:
@@ -279,12 +330,49 @@ def _from_manifest(
     for r in routed:
         p = posixpath.join(folder, r.rel) if r.rel != "." else folder
         cid = common["capture_id"] if len(routed) == 1 else f"{common['capture_id']}.{slug(r.rel)}"
+        size, sha = committed.get(r.rel, (None, None))
         out.append(
             CaptureFile(
-                uri=_unstrip(protocol, p), **{**common, "capture_id": cid}, error=error, **r.fields(protocol, folder)
+                uri=_unstrip(protocol, p),
+                **{**common, "capture_id": cid},
+                error=error,
+                committed_size=size,
+                committed_sha256=sha,
+                **r.fields(protocol, folder),
             )
         )
     return out
+
+
+#: The largest world size a manifest may declare (2^20 accelerators); a larger one is a corrupt or hostile value
+#: that would weigh a capture a million-fold in the fleet estimates.
+MAX_WORLD_SIZE = 1 << 20
+#: Capture times before this (the first torch.profiler Kineto traces are of 2020) or more than a day ahead of now are
+#: not plausible.
+_EARLIEST = "2015-01-01"
+
+
+def check_manifest_facts(rank: int | None, world_size: int | None, created_at) -> None:
+    """Check a manifest's fields against each other and the clock: ``rank`` below ``world_size``, ``world_size`` at
+    most :data:`MAX_WORLD_SIZE`, ``created_at`` an RFC 3339 time between 2015 and a day from now.
+
+    Raises:
+        DiscoveryError: naming the field and its value (the capture is quarantined with it).
+    """
+    if world_size is not None and world_size > MAX_WORLD_SIZE:
+        raise DiscoveryError(f"world_size {world_size} is not plausible (more than {MAX_WORLD_SIZE} accelerators)")
+    if rank is not None and world_size is not None and rank >= world_size:
+        raise DiscoveryError(f"rank {rank} is not below world_size {world_size}")
+    if created_at is None:
+        return
+    try:
+        t = dt.datetime.fromisoformat(str(created_at).replace("Z", "+00:00"))
+    except ValueError:
+        raise DiscoveryError(f"created_at {shown(created_at)} is not an RFC 3339 time") from None
+    t = t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+    now = dt.datetime.now(dt.UTC)
+    if t < dt.datetime.fromisoformat(_EARLIEST).replace(tzinfo=dt.UTC) or t > now + dt.timedelta(days=1):
+        raise DiscoveryError(f"created_at {shown(created_at)} is not a plausible capture time")
 
 
 @dataclass
@@ -463,9 +551,12 @@ def discover(raw_root: str, storage_options: dict | None = None, prefixes: Itera
         raise FileNotFoundError(f"raw root {raw_root} does not exist")
     by_dir: dict[str, dict[str, dict]] = {}
     unsafe: list[CaptureFile] = []
+    refused: dict[str, str] = {}  # local entries never opened: path → why
     for path, info in listing.items():
         if info.get("type") == "directory":
             continue
+        if protocol in _LOCAL and (why := not_regular(path, info, root)) is not None:
+            refused[path] = why
         rel_p = _rel(path, root)
         if any(seg in ("", ".", "..") for seg in rel_p.split("/")) and rel_p != ".":
             # an object-store key such as raw/job=../../x/t.json: quarantined under its own URI, never
@@ -485,7 +576,21 @@ def discover(raw_root: str, storage_options: dict | None = None, prefixes: Itera
             continue
         by_dir.setdefault(posixpath.dirname(path), {})[posixpath.basename(path)] = info
 
-    manifest_roots = {f for f in by_dir if "manifest.json" in by_dir[f]}
+    # a manifest that is not a regular file is never opened: its folder is reported, not committed
+    manifest_roots = {
+        f for f in by_dir if "manifest.json" in by_dir[f] and posixpath.join(f, "manifest.json") not in refused
+    }
+    for f in sorted(by_dir):
+        m = posixpath.join(f, "manifest.json")
+        if m in refused:
+            unsafe.append(
+                CaptureFile(
+                    uri=_unstrip(protocol, m),
+                    job_id=UNSAFE_PATH_JOB,
+                    capture_id=hashlib.sha1(m.encode("utf-8", "surrogateescape")).hexdigest()[:16],
+                    error=refused[m],
+                )
+            )
 
     def owner(folder: str) -> str | None:
         """The deepest capture folder (one with a manifest) that is ``folder`` or holds it: its ancestors walked
@@ -555,6 +660,10 @@ def discover(raw_root: str, storage_options: dict | None = None, prefixes: Itera
                 **r.fields(protocol, root),
             )
         )
+    for f in [*manifest_files, *bare]:  # named and quarantined with the reason, never read
+        path = f.uri.split("://", 1)[-1] if protocol not in _LOCAL else f.uri
+        if f.error is None and path in refused:
+            f.error = refused[path]  # the reason is prefixed with the file's URI where it is shown
     return Discovery(
         files=manifest_files + bare + sorted(unsafe, key=lambda f: f.uri), pending=pending, listing=listing
     )

@@ -5,7 +5,25 @@ from __future__ import annotations
 import zlib
 
 from jobs.normalize.errors import TraceError
-from jobs.normalize.limits import DEFAULT_MAX_UNCOMPRESSED_BYTES, LimitExceeded  # noqa: F401 - the size cap lives with the other limits
+from jobs.normalize.limits import (  # the size and ratio caps live with the other limits
+    DEFAULT_MAX_COMPRESSION_RATIO,
+    DEFAULT_MAX_UNCOMPRESSED_BYTES,
+    RATIO_FLOOR_BYTES,
+    LimitExceeded,
+    check_budget,
+)
+
+
+def check_ratio(decoded: int, stored: int, max_ratio: float = DEFAULT_MAX_COMPRESSION_RATIO) -> None:
+    """Raise :class:`LimitExceeded` when a gzip file has decoded more than ``max_ratio`` × its ``stored`` bytes,
+    once past :data:`jobs.normalize.limits.RATIO_FLOOR_BYTES` decoded (a gzip bomb stops there, not at the size
+    cap)."""
+    if decoded > RATIO_FLOOR_BYTES and decoded > max_ratio * max(stored, 1):
+        raise LimitExceeded(
+            f"decompression ratio above the limit of {max_ratio:g}:1 ({decoded} bytes decoded from {stored} stored; "
+            "real traces compress about 15-30:1: a gzip bomb?)"
+        )
+
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -52,6 +70,7 @@ def decode_container(data: bytes, max_uncompressed_bytes: int = DEFAULT_MAX_UNCO
             total += len(out)
             if total > max_uncompressed_bytes:
                 raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+            check_ratio(total, len(data))
             if out:
                 parts.append(out)
             chunk_in = d.unconsumed_tail
@@ -79,11 +98,13 @@ def iter_decoded(
     max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
     piece_bytes: int = 4 << 20,
     zlib_module=zlib,
+    max_ratio: float = DEFAULT_MAX_COMPRESSION_RATIO,
 ):
     """Yield the decoded document in pieces of at most ``piece_bytes`` (streaming gunzip).
 
     Same container rules and errors as :func:`decode_container`, but the whole document is never
-    held in memory: gzip input is fed in 256 KiB slices and output is bounded per piece.
+    held in memory: gzip input is fed in 256 KiB slices and output is bounded per piece. Each piece checks the
+    decompression ratio (:func:`check_ratio`, ``max_ratio``) and the file's :class:`~jobs.normalize.limits.ParseBudget`.
     Plain files are yielded as zero-copy ``memoryview`` slices. ``zlib_module`` is any module with
     zlib's ``decompressobj``/``MAX_WBITS``/``error`` interface (``isal.isal_zlib`` is ~3x faster).
 
@@ -98,6 +119,7 @@ def iter_decoded(
         if n > max_uncompressed_bytes:
             raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
         for off in range(0, n, piece_bytes):
+            check_budget()
             yield mv[off : off + piece_bytes]
         return
     in_piece = 256 << 10
@@ -117,6 +139,8 @@ def iter_decoded(
         total += len(out)
         if total > max_uncompressed_bytes:
             raise LimitExceeded(f"decompressed size exceeds limit of {max_uncompressed_bytes} bytes")
+        check_ratio(total, n, max_ratio)
+        check_budget()  # the file's memory ceiling and wall-clock limit, at every piece
         if out:
             yield out
         if d.eof:

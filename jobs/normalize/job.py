@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import posixpath
+import stat
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,7 +33,7 @@ from jobs.landing.interval import date_folder, discover_interval
 from jobs.landing.store import read_problem
 from jobs.normalize.identity import IDENTITY, date_of, resolve_rank, with_identity
 from jobs.normalize.kineto.parse import TraceError, parse_kineto
-from jobs.normalize.limits import ParseLimits
+from jobs.normalize.limits import DEFAULT_MAX_UNCOMPRESSED_BYTES, ParseLimits, check_budget, parse_budget
 from jobs.normalize.neuron.summary import summary_table
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
@@ -98,6 +99,7 @@ def normalize_file(
     extra_flags: list[str] = []
     if isinstance(data, BlobDigest):
         row["sha256"], row["size_bytes"] = data.sha256, data.size
+        reason = reason or committed_mismatch(task, data.size, data.sha256)
         data = None
     elif isinstance(data, dict):  # Parquet folder: sha256 over the sorted members' names and digests
         h = hashlib.sha256()
@@ -107,6 +109,7 @@ def normalize_file(
     elif data is not None:
         row["sha256"] = hashlib.sha256(data).hexdigest()
         row["size_bytes"] = len(data)
+        reason = reason or committed_mismatch(task, row["size_bytes"], row["sha256"])
     kind = task.get("kind") or "auto"
     if reason is None and kind == "auto":
         kind = kind_of(task, data)
@@ -124,13 +127,15 @@ def normalize_file(
     if reason is None:
         lim = limits or ParseLimits(**(task.get("limits") or {}))
         try:
-            parsed = parse_kineto(
-                data,
-                task["uri"],
-                max_depth=lim.max_depth,
-                max_string_bytes=lim.max_string_bytes,
-                max_uncompressed_bytes=lim.max_uncompressed_bytes,
-            )
+            with parse_budget(lim.max_memory_bytes, lim.max_seconds):  # checked at every decoded piece
+                parsed = parse_kineto(
+                    data,
+                    task["uri"],
+                    max_depth=lim.max_depth,
+                    max_string_bytes=lim.max_string_bytes,
+                    max_uncompressed_bytes=lim.max_uncompressed_bytes,
+                )
+                check_budget()  # and once the events table is built
         except TraceError as exc:
             reason = str(exc)
         except Exception as exc:  # a parser bug must not stop the batch either
@@ -190,6 +195,20 @@ def normalize_file(
     return row, events
 
 
+def committed_mismatch(task: dict, size: int, sha256: str) -> str | None:
+    """Why a file's bytes are not the ones its manifest committed (``files[].size_bytes`` / ``sha256``), or None
+    (none recorded, or equal): a file changed or replaced after its capture was committed is quarantined."""
+    want_size, want_sha = task.get("committed_size"), task.get("committed_sha256")
+    if want_size is not None and int(want_size) != size:
+        return f"{size} bytes, but the manifest committed {int(want_size)}: the file changed after it was committed"
+    if want_sha and str(want_sha).lower() != sha256:
+        return (
+            f"sha256 {sha256[:16]}… differs from the manifest's {str(want_sha)[:16]}…: the file changed after it was "
+            "committed"
+        )
+    return None
+
+
 def tag_columns(task: dict) -> dict:
     """``job_name``, ``model`` and ``tags_json`` of a capture from its manifest tags.
 
@@ -209,29 +228,48 @@ def tag_columns(task: dict) -> dict:
     return {"job_name": name, "model": model, "tags_json": json.dumps(tags, sort_keys=True)}
 
 
-def _read(uri: str, storage_options: dict) -> tuple[bytes | None, str | None]:
+def _read(
+    uri: str, storage_options: dict, limit: int = DEFAULT_MAX_UNCOMPRESSED_BYTES
+) -> tuple[bytes | None, str | None]:
+    """The bytes of ``uri`` as stored, or why not: a local path that is not a regular file now (replaced since
+    discovery) is never opened, and at most ``limit`` bytes are read (a file larger than any trace the limits accept,
+    or one that never ends, stops there)."""
+    if "://" not in uri or uri.startswith("file://"):
+        path = uri.removeprefix("file://")
+        try:
+            mode: int | None = os.stat(path).st_mode
+        except OSError:
+            mode = None  # gone or unreadable: the open below says which
+        if mode is not None and not stat.S_ISREG(mode):
+            return None, "not a regular file (a FIFO, socket or device): not opened"
     try:
         with fsspec.open(uri, "rb", **storage_options) as f:
-            return f.read(), None
+            data = f.read(limit + 1)
     except Exception as exc:  # the object's problem → quarantined; an unreachable store raises
         return None, read_problem(uri, exc)
+    if len(data) > limit:
+        return None, f"file larger than the limit of {limit} bytes (max_uncompressed_bytes): not read further"
+    return data, None
 
 
 def _read_task(task: dict, storage_options: dict):
     """The input of :func:`normalize_file` for one task: bytes, ``{member: bytes}`` for a Parquet
     folder, or a streamed :class:`jobs.normalize.route.BlobDigest` for a blob that is only cataloged."""
+    if task.get("error"):  # quarantined at discovery (a FIFO, a link leaving the landing zone, …): never opened
+        return None, None
+    limit = int((task.get("limits") or {}).get("max_uncompressed_bytes") or DEFAULT_MAX_UNCOMPRESSED_BYTES)
     kind = task.get("kind") or "auto"
     if kind == "neuron_parquet":
         out = {}
         for m in task.get("members") or []:
-            data, err = _read(posixpath.join(task["uri"], m), storage_options)
+            data, err = _read(posixpath.join(task["uri"], m), storage_options, limit)
             if err:
                 return None, f"{m}: {err}"
             out[m] = data
         return out, None
     if kind == "neuron_raw" or (kind == "xplane" and (task.get("converted") or not _xprof())):
         return _digest(task["uri"], storage_options)
-    return _read(task["uri"], storage_options)
+    return _read(task["uri"], storage_options, limit)
 
 
 def _xprof() -> bool:
@@ -322,12 +360,49 @@ def disambiguate_bare_jobs(captures: list[dict], tasks: dict[str, dict]) -> dict
     for v in groups.values():  # bug_cases.md B13: flag the files that claim the same rank
         for c in v if len(v) > 1 else ():
             c["flags"] = sorted(set(c.get("flags") or []) | {"duplicate_rank"})
-    out = {}
-    for c in bare_ingested:
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for c in sorted(bare_ingested, key=lambda c: c["uri"]):
         if c["job_id"] in clashing_jobs:
             stem = posixpath.basename(c["uri"]).split(".")[0]
-            out[c["capture_id"]] = slug(f"{c['job_id']}-{stem}")
+            new = slug(f"{c['job_id']}-{stem}")
+            # a name the slug changes (``a b`` and ``a-b``; ``..x`` and ``...x``) or repeats: the URI's hash too, so
+            # distinct files never merge into one job again
+            if not stem or slug(stem) != stem or new in used:
+                new = slug(f"{new}-{hashlib.sha1(c['uri'].encode('utf-8', 'surrogateescape')).hexdigest()[:8]}")
+            used.add(new)
+            out[c["capture_id"]] = new
     return out
+
+
+def duplicate_ranks(captures: list[dict], tasks: dict[str, dict]) -> set[str]:
+    """Quarantine, in place, every ingested capture with a manifest that claims a (job, attempt, rank) an earlier one
+    (by URI) claims too, naming both files; returns their capture ids (their events are not written).
+
+    Two manifests that declare the same rank (a copied folder, a relaunch writing into the old run) would put two
+    traces under one rank; the job would fail validation and nothing of it be published. Neuron device profiles are
+    per NeuronCore (several per rank by design) and are left alone; bare files are split into jobs of their own by
+    :func:`disambiguate_bare_jobs`.
+    """
+    seen: dict[tuple, dict] = {}
+    dropped: set[str] = set()
+    for c in sorted(captures, key=lambda c: c["uri"]):
+        if tasks[c["capture_id"]].get("bare") or c["status"] != "ingested":
+            continue
+        if c.get("source", "kineto") not in ("kineto", "xla"):
+            continue
+        key = (c["job_id"], c["attempt"], c["rank"])
+        first = seen.setdefault(key, c)
+        if first is not c:
+            c.update(
+                status="quarantined",
+                reason=f"{c['uri']}: rank {c['rank']} of job {c['job_id']} attempt {c['attempt']} is declared by "
+                f"{first['uri']} too; the first by path is kept",
+                n_events=0,
+            )
+            c["flags"] = sorted(set(c.get("flags") or []) | {"duplicate_rank"})
+            dropped.add(c["capture_id"])
+    return dropped
 
 
 @dataclass
@@ -404,7 +479,9 @@ def run_normalize(
         with work_dir(warehouse) as work:
             captures, folders = _parse_local(engine, ordered, storage_options, work)
             renames = _rename_bare_jobs(captures, tasks)
-            write_table(_staged_events(captures, folders, renames), warehouse, "events", _jobs(captures))
+            dropped = duplicate_ranks(captures, tasks)
+            staged = [c for c in captures if c["capture_id"] not in dropped]
+            write_table(_staged_events(staged, folders, renames), warehouse, "events", _jobs(captures))
     else:
         captures = _normalize_spark(engine, ordered, storage_options, warehouse, tasks)
     captures.sort(key=lambda c: (c["job_id"], c["attempt"], c["rank"], c["capture_id"]))
@@ -451,7 +528,10 @@ def _normalize_spark(spark, ordered: list[dict], storage_options: dict, warehous
     try:
         captures = [json.loads(r[0]) for r in work.filter(F.col("event_id") == -1).select(_CAPTURE_COL).collect()]
         renames = _rename_bare_jobs(captures, tasks)
+        dropped = duplicate_ranks(captures, tasks)
         events = work.filter(F.col("event_id") >= 0).drop(_CAPTURE_COL)
+        if dropped:
+            events = events.filter(~F.col("capture_id").isin(sorted(dropped)))
         if renames:
             mapping = spark.createDataFrame(list(renames.items()), "capture_id string, _new_job string")
             events = (

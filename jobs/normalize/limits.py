@@ -26,7 +26,13 @@ but bounded.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import numpy as np
+import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.normalize.errors import TraceError
@@ -34,9 +40,16 @@ from jobs.normalize.errors import TraceError
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_STRING_BYTES",
+    "DEFAULT_MAX_COMPRESSION_RATIO",
+    "DEFAULT_MAX_PARSE_MEMORY_BYTES",
+    "DEFAULT_MAX_PARSE_SECONDS",
+    "DEFAULT_MAX_UNCOMPRESSED_BYTES",
     "JsonLimitScanner",
     "LimitExceeded",
+    "ParseBudget",
     "ParseLimits",
+    "check_budget",
+    "parse_budget",
     "check_limits",
     "depth_reason",
     "string_reason",
@@ -49,6 +62,16 @@ DEFAULT_MAX_DEPTH = 256
 DEFAULT_MAX_STRING_BYTES = 64 << 20
 #: Default cap on the decoded size of one document, bytes (enforced by :mod:`jobs.normalize.container`).
 DEFAULT_MAX_UNCOMPRESSED_BYTES = 8 << 30  # 8 GiB
+#: Default cap on decoded ÷ stored bytes of a gzip file once it has decoded :data:`RATIO_FLOOR_BYTES`: real traces
+#: compress 14–30× (the corpus), a gzip bomb ~1000× (enforced by :mod:`jobs.normalize.container` as bytes arrive).
+DEFAULT_MAX_COMPRESSION_RATIO = 200.0
+#: Decoded bytes below which the ratio is not judged (a small file may compress very well).
+RATIO_FLOOR_BYTES = 64 << 20
+#: Default ceiling on a worker's resident memory while it parses one file, bytes: parsing holds about 2.2× the
+#: decoded document, so the 8 GiB size cap alone would allow ~17 GB for one file.
+DEFAULT_MAX_PARSE_MEMORY_BYTES = 6 << 30
+#: Default wall-clock limit of one file's parse, s (the largest corpus trace parses in under 10 s on one core).
+DEFAULT_MAX_PARSE_SECONDS = 900.0
 
 _QUOTE, _BSLASH = 0x22, 0x5C
 _SLICE = 1 << 20  # bytes examined at once by JsonLimitScanner.feed
@@ -78,7 +101,10 @@ class ParseLimits(BaseModel):
         max_depth: JSON nesting depth (>= 4; default :data:`DEFAULT_MAX_DEPTH`).
         max_string_bytes: one string literal, bytes (>= 1; default :data:`DEFAULT_MAX_STRING_BYTES`).
         max_uncompressed_bytes: the decoded document, bytes (>= 1; default 8 GiB,
-            :data:`DEFAULT_MAX_UNCOMPRESSED_BYTES`).
+            :data:`DEFAULT_MAX_UNCOMPRESSED_BYTES`); also the most bytes read of one stored file.
+        max_memory_bytes: the worker's resident memory while it parses one file (>= 64 MiB; default
+            :data:`DEFAULT_MAX_PARSE_MEMORY_BYTES`).
+        max_seconds: wall-clock time of one file's parse (> 0; default :data:`DEFAULT_MAX_PARSE_SECONDS`).
 
     Raises:
         pydantic.ValidationError: a limit out of range.
@@ -88,6 +114,63 @@ class ParseLimits(BaseModel):
     max_depth: int = Field(DEFAULT_MAX_DEPTH, ge=4)
     max_string_bytes: int = Field(DEFAULT_MAX_STRING_BYTES, ge=1)
     max_uncompressed_bytes: int = Field(DEFAULT_MAX_UNCOMPRESSED_BYTES, ge=1)
+    max_memory_bytes: int = Field(DEFAULT_MAX_PARSE_MEMORY_BYTES, ge=64 << 20)
+    max_seconds: float = Field(DEFAULT_MAX_PARSE_SECONDS, gt=0)
+
+
+class ParseBudget:
+    """The memory ceiling and wall-clock limit of one file's parse, checked where the parse can stop cleanly (each
+    decoded piece, the end of each stage): :meth:`check` raises :class:`LimitExceeded` with the figure, the worker
+    quarantines that file and goes on with the next (the parse's objects are freed as the error unwinds).
+
+    Memory is the worker process's resident set (``psutil``) while it parses the file: the ceiling protects the
+    machine, whatever the worker held before (a worker's own baseline is a few hundred MiB)."""
+
+    def __init__(
+        self, max_memory_bytes: int = DEFAULT_MAX_PARSE_MEMORY_BYTES, max_seconds: float = DEFAULT_MAX_PARSE_SECONDS
+    ):
+        self.max_memory_bytes, self.max_seconds = int(max_memory_bytes), float(max_seconds)
+        self._proc = psutil.Process()
+        self.t0 = time.monotonic()
+
+    def check(self) -> None:
+        """Raises:
+        LimitExceeded: the parse ran past ``max_seconds`` or grew the resident memory past ``max_memory_bytes``.
+        """
+        elapsed = time.monotonic() - self.t0
+        if elapsed > self.max_seconds:
+            raise LimitExceeded(f"parse ran past the limit of {self.max_seconds:g} s ({elapsed:.1f} s so far)")
+        rss = self._proc.memory_info().rss
+        if rss > self.max_memory_bytes:
+            raise LimitExceeded(
+                f"parse memory past the ceiling of {self.max_memory_bytes >> 20} MiB ({rss >> 20} MiB resident)"
+            )
+
+
+_BUDGET: ContextVar[ParseBudget | None] = ContextVar("tracelake_parse_budget", default=None)
+
+
+@contextmanager
+def parse_budget(
+    max_memory_bytes: int = DEFAULT_MAX_PARSE_MEMORY_BYTES, max_seconds: float = DEFAULT_MAX_PARSE_SECONDS
+) -> Iterator[ParseBudget]:
+    """Run one file's parse under a :class:`ParseBudget` that :func:`check_budget` checks."""
+    token = _BUDGET.set(ParseBudget(max_memory_bytes, max_seconds))
+    try:
+        yield _BUDGET.get()  # type: ignore[misc]
+    finally:
+        _BUDGET.reset(token)
+
+
+def check_budget() -> None:
+    """Check the current file's :class:`ParseBudget` (nothing outside :func:`parse_budget`).
+
+    Raises:
+        LimitExceeded: as :meth:`ParseBudget.check`.
+    """
+    b = _BUDGET.get()
+    if b is not None:
+        b.check()
 
 
 def validate_limits(max_depth: int, max_string_bytes: int) -> None:

@@ -59,11 +59,39 @@ def default_tracking_uri(warehouse: str) -> str:
 
 
 def _create_store(tracking_uri: str) -> None:
+    """Open (and on first use create) the tracking store of ``tracking_uri``. A new SQLite store is built whole in a
+    temporary file and moved into place (:func:`sqlite_store_ready`), so a process killed while MLflow creates its
+    tables never leaves a half-made ``mlflow.db`` behind."""
     if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        sqlite_store_ready(Path(tracking_uri[len("sqlite:///") :]))
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     MlflowClient(tracking_uri=tracking_uri)  # builds the store; mlflow caches it per URI
+
+
+def sqlite_store_ready(path: Path) -> None:
+    """Make ``path`` a complete MLflow SQLite store: when it is missing, built in ``.<name>.<pid>.creating`` beside it
+    and renamed into place; when it is half-made (tables without MLflow's schema version: a run killed during an
+    earlier creation), moved aside to ``<name>.broken-<epoch s>`` and built again."""
+    import sqlite3  # why: only for a local SQLite store
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        try:
+            with sqlite3.connect(path) as con:
+                ok = con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] > 0
+        except sqlite3.DatabaseError:
+            ok = False
+        if ok:
+            return
+        path.rename(path.with_name(f"{path.name}.broken-{int(time.time())}"))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.creating")
+    tmp.unlink(missing_ok=True)
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # heavy: mlflow
+
+    store = SqlAlchemyStore(f"sqlite:///{tmp}", str(path.parent / "mlartifacts"))
+    store.engine.dispose()
+    os.replace(tmp, path)
 
 
 def open_store_in_background(tracking_uri: str) -> threading.Thread:

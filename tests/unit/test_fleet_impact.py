@@ -167,3 +167,20 @@ def test_fleet_ops_by_hand(fleet):
     assert (out["recoverable_ns"] <= out["kernel_time_ns"]).all()
     assert set(out.loc[out["dimension"] == "job_name", "value"]) == {"train"}
     assert fleet_ops(oe.iloc[0:0], js).empty and fleet_ops(None, js).empty
+
+
+def test_a_declared_world_size_weighs_at_most_256_accelerators_per_rank_traced():
+    """A corrupt or hostile manifest's world size (a 1-rank 4 ms capture declaring 2^31 - 1 ranks) cannot outweigh
+    the fleet: the estimate takes at most WORLD_PER_TRACED_RANK accelerators per rank traced."""
+    from jobs.fleet.impact import WORLD_PER_TRACED_RANK, run_sizes
+
+    js = pd.DataFrame(
+        _steps("huge", 0, 1, 1, "2026-03-10", "x", world=2147483647)
+        + _steps("real", 0, 1, 2, "2026-03-10", "y", world=64)
+        + _steps("none", 0, 1, 3, "2026-03-10", "z")
+    )
+    acc = run_sizes(js).set_index("job_id")["accelerators"]
+    assert acc["huge"] == WORLD_PER_TRACED_RANK == 256 and acc["real"] == 64 and acc["none"] == 3
+    f = pd.DataFrame([_finding("huge", "host_bound_launch", 4e6)])
+    out = fleet_findings(f, js)
+    assert out[out["dimension"] == "fleet"]["accelerator_hours"].iloc[0] == pytest.approx(4e6 * 1 * 256 / H)

@@ -14,6 +14,7 @@ files with that reason and every other capture of the batch is still ingested.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 
@@ -222,7 +223,14 @@ def _manifest(**over):
         "capture_id": "c1",
         "profiler": {"name": "torch.profiler"},
         "tags": {},
-        "files": [{"path": "trace.json", "size_bytes": len(TRACE), "sha256": "0" * 64, "kind": "kineto_trace"}],
+        "files": [
+            {
+                "path": "trace.json",
+                "size_bytes": len(TRACE),
+                "sha256": hashlib.sha256(TRACE).hexdigest(),
+                "kind": "kineto_trace",
+            }
+        ],
     }
     m.update(over)
     return m

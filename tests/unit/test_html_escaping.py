@@ -653,3 +653,42 @@ def test_cli_terminal_output_prints_names_and_reasons_as_text(capsys):
         "[/]j",
     ):  # the summary's "[<expectation>]" is printed, not swallowed as a style tag
         assert s in out, s
+
+
+def test_run_exits_non_zero_naming_the_jobs_that_failed_validation(monkeypatch):
+    """Issue 33: a job that fails validation is not published; ``tracelake run`` said so and exited 0. It now exits
+    1 with the job's name (the pipeline is replaced by its result here: a unit test of the command alone)."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from jobs import cli
+    from jobs.pipeline import run as pipeline_run
+
+    class Report:
+        success = False
+
+        def failed_jobs(self):
+            return {"job-b", "job-a"}
+
+        def summary(self):
+            return "validation FAILED (normalize; jobs: job-a, job-b)"
+
+    caps = pd.DataFrame({"job_id": ["job-a"], "status": ["ingested"], "attempt": [0], "rank": [0]})
+    result = SimpleNamespace(
+        captures=caps,
+        steps=pd.DataFrame(columns=["job_id", "attempt", "rank", "step", "step_time_ns"]),
+        ranks=pd.DataFrame(columns=["job_id", "attempt", "rank"]),
+        findings=pd.DataFrame(),
+        regressions=pd.DataFrame(),
+        rule_coverage=pd.DataFrame(),
+        pending=[],
+        validation=Report(),
+        warehouse="/tmp/wh",
+        tracking_uri=None,
+        run_ids={},
+    )
+    monkeypatch.setattr(pipeline_run, "run_pipeline", lambda *a, **k: result)
+    out = CliRunner().invoke(cli.app, ["run", "--raw", "/tmp/raw", "--warehouse", "/tmp/wh", "--no-mlflow"])
+    assert out.exit_code == 1
+    assert "validation failed for job(s) job-a, job-b" in out.output

@@ -9,6 +9,7 @@ between the quotes as written.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import random
@@ -47,8 +48,10 @@ def nested_args_doc(depth: int, bare_list: bool = False) -> bytes:
 
 
 def string_doc(n: int, where: str = "name", escape: bool = False) -> bytes:
-    """A one-event trace with one string of ``n`` bytes as written, in ``where``."""
-    body = ("\\n" * (n // 2) + "a" * (n % 2)) if escape else "a" * n
+    """A one-event trace with one string of ``n`` bytes as written, in ``where`` (random letters: gzip'd, it compresses
+    like a real trace, not like a bomb)."""
+    letters = base64.b64encode(random.Random(n).randbytes(n)).decode()[:n]
+    body = ("\\n" * (n // 2) + "a" * (n % 2)) if escape else letters
     ev = {**GOOD}
     top = {}
     if where == "name":

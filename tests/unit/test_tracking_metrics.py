@@ -210,3 +210,29 @@ def test_run_link_opens_the_run_on_a_server_and_names_it_elsewhere():
         == "https://mlflow.example/#/experiments/3/runs/abc/artifacts/report/job_report.html"
     )
     assert run_link("sqlite:///w/mlflow.db", "3", "abc") == "run abc of sqlite:///w/mlflow.db"
+
+
+def test_a_half_made_sqlite_store_is_moved_aside_and_built_again(tmp_path):
+    """Issue 33: a run killed while MLflow created its tables left ``mlflow.db`` half made, and every later run
+    failed with "table … already exists". A new store is built in a temporary file and renamed into place; a
+    half-made one (tables without MLflow's schema version) is moved aside and built again."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from jobs.publish.tracking import sqlite_store_ready
+
+    db = tmp_path / "mlflow.db"
+    with sqlite3.connect(db) as con:  # what a kill during creation leaves: some tables, no alembic_version row
+        con.execute("CREATE TABLE experiments (experiment_id INTEGER PRIMARY KEY, name TEXT)")
+    sqlite_store_ready(db)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("mlflow.db")) == [
+        "mlflow.db",
+        next(p.name for p in tmp_path.iterdir() if p.name.startswith("mlflow.db.broken-")),
+    ]
+    assert not list(tmp_path.glob(".mlflow.db.*.creating"))
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    assert client.get_experiment(client.create_experiment("after-the-crash")).name == "after-the-crash"
+    before = db.stat().st_mtime_ns
+    sqlite_store_ready(db)  # a complete store is left as it is
+    assert db.stat().st_mtime_ns == before

@@ -154,13 +154,13 @@ class _Scan:
 def _iter_gunzip(data: bytes, max_uncompressed_bytes: int, piece_bytes: int):
     """Decoded pieces of a gzip file (every member) with ISA-L: :func:`container.iter_decoded`'s
     container rules, but any problem raises :class:`NativeBail` so that the Python path produces
-    the exact quarantine reason; except the size cap (:class:`LimitExceeded`, the same reason), which
-    must not inflate the file a second time."""
+    the exact quarantine reason; except a limit (:class:`LimitExceeded`: the size cap, the decompression ratio, the
+    file's memory and time budget, the same reason on both paths), which must not inflate the file a second time."""
     try:
         yield from iter_decoded(data, max_uncompressed_bytes, piece_bytes, zlib_module=_gunzip)
+    except LimitExceeded:  # the size cap, the ratio, the file's budget: decided here, never inflated a second time
+        raise
     except TraceError as exc:
-        if str(exc).startswith("decompressed size exceeds limit"):  # a gzip bomb: decided here, not re-inflated
-            raise LimitExceeded(str(exc)) from None
         raise NativeBail(f"gunzip: {exc}") from None
 
 

@@ -21,8 +21,9 @@ FLAG_GLOSSARY: dict[str, tuple[str, str]] = {
         "Per-rank numbers are right for a single-rank job; in a multi-rank job this file may be mislabelled.",
     ),
     "duplicate_rank": (
-        "Two files without a manifest claim the same rank of the job.",
-        "Both are kept; per-rank numbers of that rank mix two files, so check which file is the real rank.",
+        "Two files claim the same rank of one job run.",
+        "Files without a manifest each became a job of their own (the folder's job id and the file's name); of two "
+        "manifests, the first by path is kept and the other quarantined, its reason naming both.",
     ),
     "duplicate_capture_id": (
         "A manifest's capture id repeats in another folder; this file got a suffixed id.",
