@@ -31,6 +31,7 @@ from jobs.executor import LocalExecutor
 from jobs.fleet.regressions import BASELINE_RUNS, DEFAULT_ALPHA, THRESHOLD_PCT, THRESHOLD_PP, testing_in_words
 from jobs.landing.land import land as land_files
 from jobs.publish.headline import HEADLINE_LABELS, headline
+from jobs.publish.tracking import client_for
 from jobs.publish.verdict import job_verdict
 from jobs.spark import SparkUnavailable, get_spark, spark_log_file
 from jobs.sql import SqlError, parse_as_of, referenced_tables, run_duckdb, run_sql
@@ -202,13 +203,12 @@ def job_report_path(tracking_uri: str, run_id: str) -> str | None:
 def job_report_paths(tracking_uri: str, run_ids: list[str]) -> dict[str, str]:
     """``{run_id: file:// URI of its HTML job report}`` for the runs whose report is on this machine (others left
     out); the runs are looked up 100 at a time (``attributes.run_id IN (…)``), not one by one."""
-    from mlflow.tracking import MlflowClient  # heavy: mlflow, only when runs were logged
 
     from jobs.publish.reports import JOB_REPORT_ARTIFACT  # keeps `tracelake --help` light
 
     out: dict[str, str] = {}
     try:
-        client = MlflowClient(tracking_uri=tracking_uri)
+        client = client_for(tracking_uri)
         exp_ids = sorted({client.get_run(run_ids[0]).info.experiment_id}) if run_ids else []
         runs = [
             r

@@ -45,7 +45,7 @@ from jobs.publish.report.blocks import fmt_ms, fmt_num, fmt_smart
 from jobs.publish.report.html import render_comparison_report
 from jobs.publish.report.sections import CARD_ORDER
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
-from jobs.publish.tracking import default_tracking_uri, experiment_id, job_metrics
+from jobs.publish.tracking import client_for, default_tracking_uri, experiment_id, job_metrics
 from jobs.warehouse import read_arrow
 
 OPS_COLUMNS = [
@@ -419,10 +419,9 @@ def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None) -> tuple[str
     """
     if _RUN_ID.match(ref) and tracking_uri:
         from mlflow.exceptions import MlflowException  # heavy: mlflow
-        from mlflow.tracking import MlflowClient  # heavy: mlflow
 
         try:
-            run = MlflowClient(tracking_uri=tracking_uri).get_run(ref)
+            run = client_for(tracking_uri).get_run(ref)
         except MlflowException:
             run = None
         if run is not None:
@@ -476,9 +475,8 @@ def log_comparison(
     (and ``.a_run``/``.b_run``), artifacts ``report/comparison.html``, ``ops.csv``, ``metrics.csv``,
     ``findings.csv``. Returns the run id."""
     from mlflow.entities import Metric, RunTag  # heavy: mlflow
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client_for(tracking_uri)
     exp = experiment_id(client, COMPARE_EXPERIMENT, tracking_uri, warehouse)
     run_id = client.create_run(exp, run_name=f"{comparison.a_label} → {comparison.b_label}"[:250]).info.run_id
     now = int(time.time() * 1000)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from jobs.publish.headline import headline
 from jobs.publish.report.html import render_validation_report
 from jobs.publish.reports import JOB_REPORT_ARTIFACT, render_reports
-from jobs.publish.tracking import EXPERIMENT, RunExtras, log_jobs, run_link
+from jobs.publish.tracking import EXPERIMENT, RunExtras, client_for, log_jobs, run_link
 from jobs.publish.validation import report_texts, run_validation
 from jobs.warehouse import read_pandas
 
@@ -52,9 +52,7 @@ def publish_jobs(
     """
     if not job_ids:
         return {}
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client_for(tracking_uri)
     t = read_pandas(warehouse, RUN_TABLES, list(job_ids))
     # the job reports render in the workers while this process logs the runs (the runs of log_jobs: captures');
     # both show the headline of one run_summary over every run
@@ -93,9 +91,7 @@ def publish_jobs(
 def _experiment_id(tracking_uri: str) -> str:
     """The id of the job runs' experiment (:data:`~jobs.publish.tracking.EXPERIMENT`) on ``tracking_uri``, ``"0"``
     when it does not exist."""
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    exp = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(EXPERIMENT)
+    exp = client_for(tracking_uri).get_experiment_by_name(EXPERIMENT)
     return exp.experiment_id if exp is not None else "0"
 
 

@@ -34,7 +34,7 @@ from jobs.publish.report.fleet_tables import (
     impact_metrics,
 )
 from jobs.publish.report.html import render_fleet_report, render_job_report
-from jobs.publish.tracking import experiment_id, log_texts, replace_run
+from jobs.publish.tracking import client_for, experiment_id, log_texts, replace_run
 from jobs.validate.marks import read_table_marks
 from jobs.warehouse import exact_ints, read_arrow, read_pandas
 from schemas import FLEET_TABLES
@@ -93,9 +93,7 @@ def log_job_report(tracking_uri: str, run_id: str, tables: dict, validation=None
     Returns:
         The artifact path (``report/job_report.html``).
     """
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
-
-    client = client or MlflowClient(tracking_uri=tracking_uri)
+    client = client or client_for(tracking_uri)
     log_text(client, run_id, render_job_report(tables, validation=validation), JOB_REPORT_ARTIFACT)
     return JOB_REPORT_ARTIFACT
 
@@ -145,10 +143,9 @@ def log_fleet_report(
             MLflow filter and the run name).
     """
     from mlflow.entities import Metric, RunTag  # heavy: mlflow
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
     day = safe_date(day or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d"), "fleet report", "day")
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client_for(tracking_uri)
     exp = experiment_id(client, FLEET_EXPERIMENT, tracking_uri, warehouse)
     run_id = replace_run(
         client, exp, f"tags.`tracelake.kind` = 'fleet' and tags.`tracelake.fleet_date` = '{day}'", f"fleet-{day}"

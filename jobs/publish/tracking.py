@@ -58,15 +58,20 @@ def default_tracking_uri(warehouse: str) -> str:
     return "sqlite:///" + str(Path(warehouse).resolve() / "mlflow.db")
 
 
-def _create_store(tracking_uri: str) -> None:
-    """Open (and on first use create) the tracking store of ``tracking_uri``. A new SQLite store is built whole in a
-    temporary file and moved into place (:func:`sqlite_store_ready`), so a process killed while MLflow creates its
-    tables never leaves a half-made ``mlflow.db`` behind."""
+def client_for(tracking_uri: str):
+    """An ``MlflowClient`` of ``tracking_uri``, its store opened (and on first use created) safely: a new SQLite store
+    is built whole in a temporary file and moved into place (:func:`sqlite_store_ready`), so a process killed while
+    MLflow creates its tables never leaves a half-made ``mlflow.db`` behind. Every MLflow client of tracelake comes
+    from here."""
     if tracking_uri.startswith("sqlite:///"):
         sqlite_store_ready(Path(tracking_uri[len("sqlite:///") :]))
     from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    MlflowClient(tracking_uri=tracking_uri)  # builds the store; mlflow caches it per URI
+    return MlflowClient(tracking_uri=tracking_uri)  # builds the store; mlflow caches it per URI
+
+
+def _create_store(tracking_uri: str) -> None:
+    client_for(tracking_uri)
 
 
 def sqlite_store_ready(path: Path) -> None:
@@ -468,9 +473,8 @@ def log_jobs(
         jobs.common.ids.DiscoveryError: a ``job_id`` that is not path-safe.
     """
     from mlflow.entities import Metric, Param, RunTag  # heavy: mlflow
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    client = client or MlflowClient(tracking_uri=tracking_uri)
+    client = client or client_for(tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT, tracking_uri, warehouse)
     out, logged = {}, []
     # every job's headline in one run_summary (not one per job), unless the caller has it

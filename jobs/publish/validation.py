@@ -7,7 +7,7 @@ import json
 import time
 
 from jobs.publish.report.html import render_validation_report
-from jobs.publish.tracking import RunExtras, log_texts
+from jobs.publish.tracking import RunExtras, client_for, log_texts
 from jobs.validate.report import ValidationReport
 
 
@@ -76,9 +76,8 @@ def log_validation(
         True when the job passed.
     """
     from mlflow.entities import Metric, RunTag  # heavy: mlflow
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    client = client or MlflowClient(tracking_uri=tracking_uri)
+    client = client or client_for(tracking_uri)
     job_id = job_id or client.get_run(run_id).data.tags.get("tracelake.job_id")
     more = run_validation(report, job_id)
     now = int(time.time() * 1000)

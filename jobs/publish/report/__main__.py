@@ -17,7 +17,7 @@ from jobs.common.ids import DiscoveryError, safe_id
 from jobs.pipeline.stages import RunSettings, run_stage
 from jobs.publish.report.html import render_job_report
 from jobs.publish.reports import load_job_tables, log_job_report
-from jobs.publish.tracking import EXPERIMENT, default_tracking_uri
+from jobs.publish.tracking import EXPERIMENT, client_for, default_tracking_uri
 
 
 def _job_run(client, exp_name: str, job: str, attempt: int) -> str | None:
@@ -51,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         if run_id:
             print(f"fleet run {run_id} (experiment tracelake-fleet)")
         return 0
-    from mlflow.tracking import MlflowClient  # heavy: mlflow
 
-    client = MlflowClient(tracking_uri=uri) if uri else None
+    client = client_for(uri) if uri else None
     code = 0
     for job in a.job:
         try:
