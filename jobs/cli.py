@@ -807,8 +807,8 @@ def mcp(
         "/mcp instead of stdio. A non-loopback HOST needs "
         "$TRACELAKE_MCP_TOKEN (clients send it as a bearer token).",
     ),
-    no_sql: bool = typer.Option(False, "--no-sql", help="Leave out the sql tool (no Spark session is started)."),
-    sql_timeout: float = typer.Option(30.0, help="Time limit of one sql query, s."),
+    no_sql: bool = typer.Option(False, "--no-sql", help="Leave out the sql tool (no engine process is started)."),
+    sql_timeout: float = typer.Option(30.0, help="Time limit of one sql query, s (past it its process is killed)."),
 ) -> None:
     """Serve the warehouse to agents over the Model Context Protocol (stdio, or streamable HTTP)."""
     from jobs.agent.server import TOKEN_ENV, build_server, parse_bind, serve_http  # the MCP SDK: mcp only

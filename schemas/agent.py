@@ -546,7 +546,8 @@ class HostHealth(_Answer):
 
 
 class SqlAnswer(_Answer):
-    """``sql``: the rows of one read-only Spark SQL query over the warehouse views."""
+    """``sql``: the rows of one read-only query (Spark SQL syntax) over the warehouse tables, on the embedded engine;
+    text cells longer than 2,000 characters are cut and say so."""
 
     columns: list[str]
     rows: list[list[Any]]

@@ -22,6 +22,10 @@ M = TypeVar("M")
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 
 
+#: The longest cursor decoded.
+MAX_CURSOR_CHARS = 200
+
+
 class BadCursor(ValueError):
     """A ``cursor`` that is malformed or belongs to another question."""
 
@@ -45,10 +49,12 @@ def decode_cursor(cursor: str | None, question: str) -> int:
     """
     if not cursor:
         return 0
+    if len(cursor) > MAX_CURSOR_CHARS:  # this server's cursors are ~60 characters: a forged one is not decoded
+        raise BadCursor(f"cursor of {len(cursor)} characters is not a cursor of this server")
     try:
         doc = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         offset, q = int(doc["o"]), str(doc["q"])
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise BadCursor(f"cursor {cursor[:40]!r} is not a cursor of this server") from e
     if q != question:
         raise BadCursor("cursor belongs to another question (tool or arguments changed); start without a cursor")

@@ -1,16 +1,10 @@
-"""The read-only SQL of the agents' ``sql`` tool: one SELECT over the warehouse views, checked, bounded, timed.
+"""The read-only SQL of the agents' ``sql`` tool: the check every query passes before anything runs.
 
-Layers, each on its own enough to refuse what it catches, applied before anything runs:
-
-1. :func:`check_query` parses the text with sqlglot (dialect ``spark``): exactly one statement, a query
-   (SELECT / set operation, WITH allowed), every table reference a bare warehouse view or a CTE in scope,
-   no table-valued function in FROM, no function of :data:`DENIED_FUNCTIONS`.
-2. :func:`run_readonly` parses it again with Spark's own parser and refuses any ``Command`` plan
-   (``spark.sql`` runs commands eagerly, so this comes before it), then analyzes it and refuses a plan
-   that reads a file outside the warehouse (``DataFrame.inputFiles``) or joins two unbounded inputs
-   without an equality condition (its tasks would outlive a cancel: :func:`_refuse_unbounded_non_equi_join`).
-3. The query runs in a Spark job group, is cancelled past its time limit, and returns at most
-   ``max_rows`` rows of JSON-safe values.
+:func:`check_query` parses the text with sqlglot (dialect ``spark``): exactly one statement, a query (SELECT / set
+operation, WITH allowed), every table reference a bare warehouse view or a CTE in scope, no table-valued function in
+FROM, no function of :data:`DENIED_FUNCTIONS`. The query then runs on the embedded engine in a child process
+(:mod:`jobs.agent.sql_engine`): with its file access off, under a memory limit, killed at its time limit; its rows are
+made JSON-safe by :func:`json_safe`.
 
 Errors: :class:`UnsafeQuery` (refused, the message says what and why), :class:`QueryTimeout`.
 """
@@ -19,21 +13,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import os
-import posixpath
-import threading
-import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
 import sqlglot
 from sqlglot import exp
 
 from jobs.common.floats import finite_float
-from jobs.spark import is_connect
-from jobs.warehouse import register_views
 
 
 class UnsafeQuery(ValueError):
@@ -48,9 +34,19 @@ class QueryTimeout(TimeoutError):
 _RUNS_CODE = frozenset({"java_method", "reflect", "try_reflect"})
 #: Functions that read files or reveal which files a row came from.
 _READS_FILES = frozenset({"read_files", "input_file_name", "input_file_block_start", "input_file_block_length"})
-#: Functions that reveal the server: its user, catalog, database, Spark version.
+#: Functions that reveal the server: its user, catalog, database, engine version, settings, environment.
 _REVEALS_SERVER = frozenset(
-    {"current_user", "session_user", "user", "current_catalog", "current_database", "current_schema", "version"}
+    {
+        "current_user",
+        "session_user",
+        "user",
+        "current_catalog",
+        "current_database",
+        "current_schema",
+        "version",
+        "current_setting",
+        "getenv",
+    }
 )
 #: Functions that raise errors with a message of the caller's choosing.
 _RAISES = frozenset({"assert_true", "raise_error"})
@@ -212,10 +208,78 @@ def check_query(query: str, views: Iterable[str]) -> str:
             for name in _function_names(node):
                 if name in DENIED_FUNCTIONS or name.startswith(DENIED_PREFIXES):
                     raise UnsafeQuery(f"function {name} is not allowed ({_why(name)})")
+            _check_generated_size(node)
     for table in stmt.find_all(exp.Table):
         if table.find_ancestor(exp.Hint) is None:  # hints name aliases, not tables
             _check_table(table, views, listing)
+    for join in stmt.find_all(exp.Join):
+        _check_join(join)
     return text
+
+
+def _check_join(join: exp.Join) -> None:
+    """Refuse a join of two tables without an equality condition (a CROSS JOIN, a comma, ``ON a.x < b.y``): it grows
+    as the product of the tables and would only end at the time limit. A side that is a subquery (``LIMIT``ed, an
+    aggregate) is the caller's bound and passes.
+
+    Raises:
+        UnsafeQuery: naming the joined table.
+    """
+    if join.args.get("using") or (join.args.get("on") is not None and join.args["on"].find(exp.EQ) is not None):
+        return
+    select = join.parent
+    left = select.args.get("from_") or select.args.get("from") if isinstance(select, exp.Select) else None
+    left_table = isinstance(left, exp.From) and isinstance(left.this, exp.Table)
+    if isinstance(join.this, exp.Table) and left_table:
+        raise UnsafeQuery(
+            f"a join of table {join.this.name} without an equality condition is not allowed (it grows as the product "
+            "of the tables): join ON a column of each, or join a LIMITed subquery"
+        )
+
+
+#: The most elements or characters one function call may generate from constants (``sequence(1, 1e9)``,
+#: ``repeat('x', 1e9)``): the engine would build them before any time limit could matter.
+MAX_GENERATED = 10_000_000
+
+
+def _number(node) -> float | None:
+    """The value of a numeric literal (``1e9``, ``-5``, ``CAST(3 AS INT)``), else None."""
+    if isinstance(node, exp.Cast):
+        return _number(node.this)
+    if isinstance(node, exp.Neg):
+        v = _number(node.this)
+        return -v if v is not None else None
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return float(node.this)
+        except ValueError:
+            return None
+    return None
+
+
+def _check_generated_size(node: exp.Func) -> None:
+    """Refuse a call that generates more than :data:`MAX_GENERATED` elements or characters from its constants:
+    ``sequence``/``generate_series``/``range`` (|end − start| / step), ``repeat``, ``lpad``/``rpad``, ``space``.
+
+    Raises:
+        UnsafeQuery: naming the call and the size.
+    """
+    if isinstance(node, exp.GenerateSeries):
+        start, end, step = (_number(node.args.get(k)) for k in ("start", "end", "step"))
+        size = abs(end - start) / max(abs(step or 1.0), 1e-300) if start is not None and end is not None else None
+    elif isinstance(node, exp.Repeat):
+        size = _number(node.args.get("times"))
+    elif isinstance(node, exp.Pad):
+        size = _number(node.args.get("expression"))
+    elif isinstance(node, exp.Space):
+        size = _number(node.this)
+    else:
+        return
+    if size is not None and size > MAX_GENERATED:
+        raise UnsafeQuery(
+            f"{node.sql(dialect='spark')[:60]} would generate {size:,.0f} elements or characters; the sql tool builds "
+            f"at most {MAX_GENERATED:,}"
+        )
 
 
 def _why(name: str) -> str:
@@ -232,7 +296,7 @@ def _why(name: str) -> str:
 
 @dataclass
 class SqlResult:
-    """The answer of :func:`run_readonly`.
+    """The answer of :meth:`jobs.agent.sql_engine.SqlEngines.run`.
 
     Attributes:
         columns: the result's column names, in order.
@@ -242,7 +306,7 @@ class SqlResult:
             dicts with string keys; NaN and infinities as None.
         n_rows: ``len(rows)``.
         truncated: the query had more than ``max_rows`` rows (the rest were not fetched).
-        elapsed_ms: wall time of the whole call (views, checks, run, conversion), milliseconds.
+        elapsed_ms: wall time of the whole call (check, run, conversion), milliseconds.
     """
 
     columns: list[str]
@@ -252,205 +316,22 @@ class SqlResult:
     elapsed_ms: float
 
 
-def run_readonly(spark, warehouse: str, query: str, max_rows: int = 200, timeout_s: float = 30.0) -> SqlResult:
-    """Run one read-only SELECT over the warehouse views, at most ``max_rows`` rows within ``timeout_s``.
-
-    Args:
-        spark: a SparkSession (classic; on Spark Connect the JVM parser check is skipped and the query is
-            cancelled by tag).
-        warehouse: the warehouse root (local folder or URI); its tables are registered as temp views.
-        query: the SQL text (:func:`check_query`).
-        max_rows: the most rows returned (>= 0); one more is fetched to tell whether there were more.
-        timeout_s: seconds the query may run (after the checks) before its Spark jobs are cancelled.
-
-    Returns:
-        :class:`SqlResult`.
-
-    Raises:
-        UnsafeQuery: refused by :func:`check_query`, by Spark's parser (a command, or text Spark cannot
-            parse), because the plan reads files outside ``warehouse`` or joins two unbounded inputs without
-            an equality condition; nothing ran.
-        QueryTimeout: the query ran past ``timeout_s`` and its jobs were cancelled.
-        ValueError: ``max_rows`` is negative.
-        pyspark's AnalysisException (unknown column, type error) and other execution errors, as raised.
-    """
-    if max_rows < 0:
-        raise ValueError(f"max_rows must be >= 0 (got {max_rows})")
-    t0 = time.perf_counter()
-    views = register_views(spark, warehouse)
-    q = check_query(query, views)
-    _check_spark_plan(spark, q)
-    df = spark.sql(q)  # a query: analysis only, nothing runs
-    outside = [f for f in df.inputFiles() if not _within(warehouse, f)]
-    if outside:
-        shown = ", ".join(outside[:3]) + (f" (+{len(outside) - 3} more)" if len(outside) > 3 else "")
-        raise UnsafeQuery(f"the query reads files outside the warehouse: {shown}")
-    _refuse_unbounded_non_equi_join(df)
-    rows = _collect(spark, df.limit(max_rows + 1), timeout_s)
-    out = [[_json_safe(v) for v in row] for row in rows[:max_rows]]
-    return SqlResult(
-        columns=list(df.columns),
-        rows=out,
-        n_rows=len(out),
-        truncated=len(rows) > max_rows,
-        elapsed_ms=(time.perf_counter() - t0) * 1e3,
-    )
-
-
-#: A join without an equality condition is allowed when one side holds at most this many rows for sure
-#: (a ``LIMIT``, an aggregate without grouping): its tasks then reach Spark's kill checks often.
-MAX_NON_EQUI_SIDE_ROWS = 100_000
-
-
-def _children(node) -> list:
-    seq = node.children()
-    return [seq.apply(i) for i in range(seq.size())]
-
-
-def _has_equality(expr) -> bool:
-    if expr.getClass().getSimpleName() in ("EqualTo", "EqualNullSafe"):
-        return True
-    return any(_has_equality(c) for c in _children(expr))
-
-
-def _max_rows(plan) -> int | None:
-    rows = plan.maxRows()
-    return int(rows.get()) if rows.isDefined() else None
-
-
-def _refuse_unbounded_non_equi_join(df) -> None:
-    """Refuse a join without an equality condition (a cross join, or ``ON a.x < b.y``) between two sides
-    that may both be large: its tasks compare every pair of rows and reach Spark's kill checks so rarely that
-    a cancelled one keeps the cores busy long after its time limit. Allowed when a side holds at most
-    :data:`MAX_NON_EQUI_SIDE_ROWS` rows by the plan's own bound (``LimitNode``, a global aggregate).
-    Skipped on Spark Connect.
-
-    Raises:
-        UnsafeQuery: naming the join.
-    """
-    jdf = getattr(df, "_jdf", None)
-    if jdf is None:
-        return
-    todo = [jdf.queryExecution().optimizedPlan()]
-    while todo:
-        node = todo.pop()
-        todo += _children(node)
-        if node.getClass().getSimpleName() != "Join":
-            continue
-        cond = node.condition()
-        if cond.isDefined() and _has_equality(cond.get()):
-            continue
-        bounds = [b for b in (_max_rows(node.left()), _max_rows(node.right())) if b is not None]
-        if not bounds or min(bounds) > MAX_NON_EQUI_SIDE_ROWS:
-            raise UnsafeQuery(
-                f"the query joins two inputs without an equality condition ({node.joinType()} join) and neither "
-                f"side is bounded to {MAX_NON_EQUI_SIDE_ROWS:,} rows: every pair of rows would be compared, "
-                "which a time limit cannot stop promptly; join on equal columns, or bound one side with LIMIT"
-            )
-
-
-def _check_spark_plan(spark, q: str) -> None:
-    """Refuse ``q`` when Spark's parser makes a command of it (or cannot parse it); skipped on Spark Connect."""
-    jsession = getattr(spark, "_jsparkSession", None)
-    if jsession is None:
-        return
-    try:
-        plan = jsession.sessionState().sqlParser().parsePlan(q)
-    except Exception as exc:  # noqa: BLE001 — only a parse error is the query's fault
-        if "ParseException" in type(exc).__name__ or "ParseException" in str(exc):
-            raise UnsafeQuery(f"could not parse the query: {str(exc).strip().splitlines()[0]}") from exc
-        raise
-    command = spark._jvm.java.lang.Class.forName("org.apache.spark.sql.catalyst.plans.logical.Command")
-    kind = plan.getClass().getSimpleName()
-    if command.isInstance(plan) or "Command" in kind or "Statement" in kind:
-        raise UnsafeQuery(f"only SELECT queries are allowed (Spark parses it as {kind})")
-
-
-def _resolved(uri: str) -> tuple[str, str, str]:
-    """``(scheme, authority, normalized path)`` of a local path or URI (local paths resolved, links followed)."""
-    parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
-    if scheme in ("", "file"):
-        path = unquote(parts.path) if scheme else uri
-        return "file", "", os.path.realpath(path)
-    if scheme in ("s3", "s3a", "s3n"):
-        scheme = "s3"
-    return scheme, parts.netloc, posixpath.normpath(unquote(parts.path) or "/")
-
-
-def _within(root: str, path: str) -> bool:
-    """Whether the file ``path`` (a URI of ``DataFrame.inputFiles``) lies under the folder ``root``."""
-    r, p = _resolved(root), _resolved(path)
-    if r[:2] != p[:2]:
-        return False
-    base = r[2].rstrip("/") + "/"
-    return p[2] == r[2] or p[2].startswith(base)
-
-
-def _collect(spark, df, timeout_s: float) -> list:
-    """``df.collect()`` in a worker thread whose Spark jobs are cancelled past ``timeout_s`` seconds.
-
-    Raises:
-        QueryTimeout: the jobs were cancelled; whatever ``collect`` raised otherwise.
-    """
-    classic = not is_connect(spark)
-    sc = spark.sparkContext if classic else None
-    group = f"tracelake-mcp-sql-{uuid.uuid4().hex}"
-    box: dict = {}
-
-    def work():
-        # The job group (or tag) is a property of the thread that submits the jobs: set it here.
-        if classic:
-            sc.setJobGroup(group, "tracelake mcp sql", interruptOnCancel=True)
-        else:
-            spark.addTag(group)
-        try:
-            box["rows"] = df.collect()
-        except BaseException as exc:  # noqa: BLE001 — handed to the caller's thread
-            box["error"] = exc
-        finally:
-            if classic:
-                sc._jsc.clearJobGroup()
-            else:
-                spark.removeTag(group)
-
-    worker = threading.Thread(target=work, name=group, daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        deadline = time.monotonic() + 30.0
-        while worker.is_alive() and time.monotonic() < deadline:  # a query may start several jobs: cancel each
-            if classic:
-                # and the group's later ones: a broadcast or an adaptive stage may submit a job from another thread
-                # after this cancel, which plain cancelJobGroup would let run to its end
-                sc._jsc.sc().cancelJobGroupAndFutureJobs(group, f"tracelake sql: past its {timeout_s:g} s limit")
-            else:
-                spark.interruptTag(group)
-            worker.join(0.5)
-        raise QueryTimeout(f"the query ran past {timeout_s:g} s and was cancelled")
-    if "error" in box:
-        raise box["error"]
-    return box["rows"]
-
-
-def _json_safe(v):
-    """A collected Spark value as JSON-safe Python (see :class:`SqlResult`)."""
+def json_safe(v):
+    """A result value as JSON-safe Python (see :class:`SqlResult`)."""
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
         return finite_float(v)
     if isinstance(v, decimal.Decimal):
-        return _json_safe(float(v))
+        return json_safe(float(v))
     if isinstance(v, (dt.datetime, dt.date, dt.time)):
         return v.isoformat()
     if isinstance(v, dt.timedelta):
         return v.total_seconds()
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v).hex()
-    if hasattr(v, "asDict"):  # a struct (pyspark Row)
-        return {k: _json_safe(x) for k, x in v.asDict(recursive=False).items()}
     if isinstance(v, dict):
-        return {str(_json_safe(k)): _json_safe(x) for k, x in v.items()}
+        return {str(json_safe(k)): json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
+        return [json_safe(x) for x in v]
     return str(v)  # e.g. a VariantVal, an interval

@@ -3,8 +3,8 @@
 Tools (answers: :mod:`schemas.agent`, every one bounded and paged): ``list_jobs``, ``job_summary``,
 ``findings``, ``critical_path``, ``collectives``, ``kernels``, ``op_efficiency``, ``utilization_windows``,
 ``compare``, ``regressions``, ``fleet_stats``, ``fleet_findings``, ``fleet_ops``, ``host_health`` — read from the Parquet tables with pyarrow (:mod:`jobs.agent.queries`), no JVM — and
-``sql``: one read-only Spark SQL query over the warehouse views (:mod:`jobs.agent.readonly_sql`) on a
-Spark session started in the background when the server starts. Resources: the table schemas and
+``sql``: one read-only query (Spark SQL syntax, checked by :mod:`jobs.agent.readonly_sql`) over the warehouse
+tables on the embedded engine, in child processes killed at the time limit (:mod:`jobs.agent.sql_engine`). Resources: the table schemas and
 the findings schema. Prompt: ``diagnose_job``.
 
 Transports: stdio (default) and streamable HTTP (:func:`serve_http`), which binds loopback unless told
@@ -18,8 +18,6 @@ import datetime as dt
 import hmac
 import ipaddress
 import json
-import os
-import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Literal
@@ -28,6 +26,8 @@ from pydantic import Field
 
 from jobs.agent import queries
 from jobs.agent.paging import BadCursor, answer_chars
+from jobs.agent.readonly_sql import QueryTimeout, UnsafeQuery
+from jobs.agent.sql_engine import EngineError, SqlEngines, cut_text
 from jobs.common.ids import DiscoveryError
 from jobs.warehouse import reads_logged
 from schemas import agent as A
@@ -45,7 +45,7 @@ bottleneck findings with evidence and recommendations, fleet statistics and regr
 Start with list_jobs, fleet_findings (what would recover the most accelerator-hours), fleet_ops (which kernels
 are worth tuning fleet-wide) or findings (no job_id: the fleet's largest estimated losses per step), then job_summary,
 critical_path, collectives, kernels, op_efficiency, utilization_windows for one job; compare two runs; sql for
-anything else (read-only Spark SQL over the tables named in the tracelake://schemas/tables resources). Times are ns, shares %.
+anything else (read-only SQL, Spark syntax, over the tables named in the tracelake://schemas/tables resources). Times are ns, shares %.
 Answers are paged: when page.truncated is true, call again with cursor=page.next_cursor."""
 
 
@@ -55,57 +55,21 @@ Limit = Annotated[int | None, Field(description="Rows per page (default 50, at m
 Cursor = Annotated[str | None, Field(description="page.next_cursor of the previous answer.")]
 
 
-class _SparkHolder:
-    """The ``sql`` tool's SparkSession, started once in a background thread (``start``) so that the
-    first query finds it warm; ``get`` waits for it."""
-
-    def __init__(self, master: str | None):
-        self.master, self._session, self._error = master, None, None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="tracelake-mcp-spark", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            from jobs.spark import get_spark  # pyspark only when the sql tool is offered
-
-            self._session = get_spark(
-                master=self.master or os.environ.get("TRACELAKE_SPARK_MASTER", "local[2]"),
-                app_name="tracelake-mcp",
-                driver_memory="2g",
-            )
-        except Exception as e:  # noqa: BLE001 — reported to the sql tool's caller
-            self._error = e
-
-    def get(self):
-        self.start()
-        self._thread.join()
-        if self._session is None:
-            raise RuntimeError(f"Spark could not start for the sql tool: {self._error}")
-        return self._session
-
-
 def _tool_error(e: Exception):
     from mcp.server.mcpserver.exceptions import ToolError  # the MCP SDK: loaded with the server
 
     return ToolError(str(e))
 
 
-def build_server(
-    warehouse: str, sql: bool = True, spark_master: str | None = None, sql_timeout_s: float = SQL_TIMEOUT_S
-):
+def build_server(warehouse: str, sql: bool = True, sql_timeout_s: float = SQL_TIMEOUT_S, sql_engines: int = 2):
     """The MCP server over ``warehouse`` (an ``MCPServer``; not started).
 
     Args:
         warehouse: warehouse root (local folder or URI pyarrow's file systems take).
-        sql: offer the ``sql`` tool (starts a SparkSession in the background when the server runs).
-        spark_master: its Spark master (default ``$TRACELAKE_SPARK_MASTER`` or ``local[2]``).
-        sql_timeout_s: time limit of one ``sql`` query, s.
+        sql: offer the ``sql`` tool (its engine processes, :class:`jobs.agent.sql_engine.SqlEngines`, start with the
+            first query and stop with the server).
+        sql_timeout_s: time limit of one ``sql`` query, s: past it the query's engine process is killed.
+        sql_engines: ``sql`` queries that run at once (one engine process each).
 
     Raises:
         FileNotFoundError: ``warehouse`` is a local path that does not exist.
@@ -115,13 +79,15 @@ def build_server(
 
     if "://" not in warehouse and not Path(warehouse).is_dir():
         raise FileNotFoundError(f"warehouse {warehouse!r} is not a folder")
-    holder = _SparkHolder(spark_master) if sql else None
+    engines = SqlEngines(warehouse, n=sql_engines) if sql else None
 
     @asynccontextmanager
     async def lifespan(_server):
-        if holder is not None:
-            holder.start()  # after the transport took stdout: the JVM's output goes to stderr
-        yield {}
+        try:
+            yield {}
+        finally:
+            if engines is not None:
+                engines.close()
 
     server = MCPServer(
         "tracelake", instructions=INSTRUCTIONS, version=_version(), lifespan=lifespan, log_level="WARNING"
@@ -341,7 +307,7 @@ def build_server(
         slow, and whether it is a hardware suspect, with evidence."""
         return answer(queries.host_health, suspect_only=suspect_only, host=host, kind=kind, limit=limit, cursor=cursor)
 
-    if holder is not None:
+    if engines is not None:
 
         @tool
         def sql(
@@ -350,18 +316,17 @@ def build_server(
                 int | None, Field(description=f"Row cap (default 200, at most {SQL_MAX_ROWS}).", ge=1)
             ] = None,
         ) -> A.SqlAnswer:
-            """Read-only Spark SQL over the warehouse tables (views named as the tables). DDL, DML, SET,
-            file reads and code-running functions are refused; long queries are cancelled."""
-            from jobs.agent.readonly_sql import QueryTimeout, UnsafeQuery, run_readonly  # sqlglot, only for sql
-
+            """Read-only SQL (Spark SQL syntax) over the warehouse tables (views named as the tables), on the
+            embedded engine. DDL, DML, SET, file reads and code-running functions are refused; a query past the
+            time limit is stopped; long text cells are cut."""
             cap = min(max_rows or 200, SQL_MAX_ROWS)
             try:
                 with reads_logged() as read:
-                    r = run_readonly(holder.get(), warehouse, query, max_rows=cap, timeout_s=sql_timeout_s)
+                    r = engines.run(query, max_rows=cap, timeout_s=sql_timeout_s)
             except (UnsafeQuery, QueryTimeout) as e:
                 raise _tool_error(e) from e
-            except Exception as e:  # noqa: BLE001 — Spark's analysis errors (unknown column, …) are the caller's to fix
-                raise _tool_error(RuntimeError(f"query failed: {_first_line(e)}")) from e
+            except EngineError as e:  # a parse, bind or run error: the caller's to fix, in one or two lines
+                raise _tool_error(RuntimeError(f"query failed: {e}")) from e
 
             read_at = _now()
 
@@ -385,6 +350,9 @@ def build_server(
             out = make(r.rows)
             while len(out.rows) > 1 and answer_chars(out) > A.MAX_ANSWER_CHARS:  # the character cap: halve
                 out = make(out.rows[: len(out.rows) // 2])
+            if answer_chars(out) > A.MAX_ANSWER_CHARS:  # one row of many long cells: cut each to its share
+                share = max(100, A.MAX_ANSWER_CHARS // (2 * max(len(r.columns), 1)))
+                out = make([[cut_text(v, share) for v in row] for row in out.rows])
             return out
 
     @server.resource(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.agent.readonly_sql import DENIED_FUNCTIONS, UnsafeQuery, _json_safe, _within, check_query
+from jobs.agent.readonly_sql import DENIED_FUNCTIONS, UnsafeQuery, check_query
 from jobs.sql import readme_examples
 from schemas.tables import FLEET_TABLES, TABLES
 
@@ -174,7 +174,7 @@ def test_views_are_the_ones_given():
 
 
 def test_json_safe_values():
-    from jobs.agent.readonly_sql import _json_safe as j
+    from jobs.agent.readonly_sql import json_safe as j
 
     assert j(Decimal("1.50")) == 1.5
     assert j(float("nan")) is None and j(math.inf) is None and j(-math.inf) is None
@@ -184,30 +184,3 @@ def test_json_safe_values():
     assert j([1, [2.0, float("nan")], None]) == [1, [2.0, None], None]
     assert j({1: Decimal("2"), "a": (b"\x02",)}) == {"1": 2.0, "a": ["02"]}
     assert j(True) is True and j(3) == 3 and j("x") == "x" and j(None) is None
-
-
-def test_json_safe_struct_rows():
-    from pyspark.sql import Row  # heavy: pyspark (Row is plain Python, no JVM)
-
-    assert _json_safe(Row(a=1, b=Row(c=float("inf"), d=[Decimal("0.25")]))) == {"a": 1, "b": {"c": None, "d": [0.25]}}
-
-
-@pytest.mark.parametrize(
-    "root,path,inside",
-    [
-        ("/wh", "file:///wh/steps/date=x/part-0.parquet", True),
-        ("/wh/", "file:/wh/steps/part-0.parquet", True),
-        ("/wh", "/wh/steps/part-0.parquet", True),
-        ("/wh", "file:///wh2/steps/part-0.parquet", False),
-        ("/wh", "file:///wh/../etc/passwd", False),
-        ("/wh", "file:///etc/passwd", False),
-        ("/w h", "file:///w%20h/steps/part-0.parquet", True),
-        ("s3a://bucket/wh", "s3a://bucket/wh/steps/part-0.parquet", True),
-        ("s3://bucket/wh", "s3a://bucket/wh/steps/part-0.parquet", True),
-        ("s3a://bucket/wh", "s3a://other/wh/steps/part-0.parquet", False),
-        ("s3a://bucket/wh", "s3a://bucket/whx/part-0.parquet", False),
-        ("/wh", "s3a://bucket/wh/part-0.parquet", False),
-    ],
-)
-def test_within_warehouse(root, path, inside):
-    assert _within(root, path) is inside

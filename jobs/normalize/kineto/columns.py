@@ -153,9 +153,12 @@ def id_keys(values: list, label_codes: dict, parse_stream: bool = False):
     """
     n = len(values)
     if set(map(type, values)) == _INT_ONLY:  # the common chunk: all ints, no Python-level loop
-        num = np.array(pa.array(values, type=pa.int64()).to_numpy(), dtype=np.int64)
-        return num, np.ones(n, bool), num.copy(), {}, {}
-    arr = pa.array([v if v.__class__ is int else None for v in values], type=pa.int64())
+        try:
+            num = np.array(pa.array(values, type=pa.int64()).to_numpy(), dtype=np.int64)
+            return num, np.ones(n, bool), num.copy(), {}, {}
+        except (OverflowError, pa.ArrowInvalid):  # an id past int64 (a damaged trace): named by its text
+            pass
+    arr = pa.array([v if v.__class__ is int and -(2**63) <= v < 2**63 else None for v in values], type=pa.int64())
     num = np.array(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
     if not arr.null_count:
         return num, np.ones(n, bool), num.copy(), {}, {}
@@ -195,7 +198,7 @@ def resolve_id_string(v: str, parse_stream: bool = False) -> tuple[int | None, b
     if s.lstrip("-").isdigit() and -(2**62) < int(s) < 2**62:
         return int(s), False
     m = _STREAM_TID.match(v) if parse_stream else None
-    return (int(m.group(1)), True) if m else (None, False)
+    return (int(m.group(1)), True) if m and int(m.group(1)) < 2**62 else (None, False)
 
 
 def phase_codes(ph_list: list) -> np.ndarray:

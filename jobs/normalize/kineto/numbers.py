@@ -69,7 +69,10 @@ def micros_to_ns(
     if types is None:
         types = set(map(type, values))
     if types <= _INT_TYPES:
-        arr = pa.array(values, type=pa.int64())
+        try:
+            arr = pa.array(values, type=pa.int64())
+        except (OverflowError, pa.ArrowInvalid):  # an integer past int64 (a damaged trace): invalid, as a non-number
+            arr = pa.array([v if v is None or -(2**63) <= v < 2**63 else None for v in values], type=pa.int64())
         valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool) if arr.null_count else np.ones(n, bool)
         v = np.array(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
         lim = _I64_MAX // 1000
@@ -79,7 +82,10 @@ def micros_to_ns(
             v[big] = 0
         return v * 1000, valid
     if types <= _NUM_TYPES:
-        arr = pa.array(values, type=pa.float64()).to_numpy(zero_copy_only=False)
+        try:
+            arr = pa.array(values, type=pa.float64()).to_numpy(zero_copy_only=False)
+        except (OverflowError, pa.ArrowInvalid):  # an integer past int64 beside floats: one value at a time
+            return _objects_to_ns(list(values), raw_text)
         if int in types and np.nanmax(np.abs(arr)) >= 2.0**53:
             return _objects_to_ns(list(values), raw_text)
         return _floats_to_ns(np.asarray(arr, np.float64), raw_text)
