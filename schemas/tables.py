@@ -1050,7 +1050,7 @@ FLEET_OPS = Table(
         Column("impact_rank", _I32, "1 = most accelerator-hours per day in the group.", False),
         Column("kind", _STR, "Formula family (`op_efficiency.kind`)."),
         Column("precision", _STR, "Precision class: the peak used (`op_efficiency.precision`)."),
-        Column("bound", _STR, "Roofline side of its first row (`op_efficiency.bound`)."),
+        Column("bound", _STR, "Roofline side of its row with the most kernel time (`op_efficiency.bound`)."),
         Column("device_names", pa.list_(_STR), "The accelerators it ran on, sorted."),
         Column("window_start", _STR, "First capture date YYYY-MM-DD of the window.", False),
         Column("window_end", _STR, "Last capture date of the window.", False),
@@ -1070,7 +1070,9 @@ FLEET_OPS = Table(
         Column("accelerator_hours", _F64, "Σ over runs of recoverable time × world size / ranks traced, hours."),
         Column("accelerator_hours_per_day", _F64, "accelerator_hours / window_days."),
         Column("top_jobs", pa.list_(_STR), "`job_id#attempt` of the runs with the most recoverable accelerator time."),
-        Column("top_kernel", _STR, "The longest kernel of its first row (`op_efficiency.top_kernel`)."),
+        Column(
+            "top_kernel", _STR, "The longest kernel of its row with the most kernel time (`op_efficiency.top_kernel`)."
+        ),
     ),
     stage="fleet",
     partition_by=("dimension",),

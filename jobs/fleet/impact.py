@@ -213,6 +213,10 @@ def fleet_ops(
     o["accel_ns"] = o["recoverable_ns"] * o["accelerators"] / o["n_ranks"].clip(lower=1)
     o["_weighted_pct"] = o["roofline_pct"] * o["kernel_time_ns"]
     o["run"] = o["job_id"].astype(str) + "#" + o["attempt"].astype(str)
+    # whatever order an engine read the rows in: a group's kind, bound and top kernel are its longest row's
+    o = o.sort_values(
+        ["kernel_time_ns", "run", "rank", "top_kernel"], ascending=[False, True, True, True], na_position="last"
+    )
     keys = ["dimension", "value", "op_name", "shape_sig", "dtype"]
     st = by_dimension(o)
     per_run = st.groupby([*keys, "run"], sort=False)["accel_ns"].sum().rename("run_ns").reset_index()

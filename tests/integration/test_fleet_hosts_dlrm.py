@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobs.warehouse import read_pandas
+from schemas import FLEET_TABLES
 
 pytestmark = pytest.mark.integration
 
@@ -53,9 +54,7 @@ def fleet_wh(tmp_path_factory, benchmark):
     res = run_pipeline(str(base / "landing"), str(base / "wh"), log_to_mlflow=False, executor="local")
     assert sorted(res.job_ids) == [f"fleet-dlrm-{j:03d}" for j in range(4)]
     fleet = res.record["validation"]["fleet"]  # the fleet stage validated its tables whole
-    assert sorted(t["table"] for t in fleet["tables"].values()) == sorted(
-        ["fleet_stats", "fleet_kernels", "regressions", "fleet_findings", "host_health"]
-    )
+    assert sorted(t["table"] for t in fleet["tables"].values()) == sorted(FLEET_TABLES)
     assert all(t["status"] == "passed" for t in fleet["tables"].values()), fleet
     return base / "wh"
 
