@@ -271,7 +271,7 @@ def _derived_checks(table: str) -> list[Check]:
             ),
         ]
     if table == "critical_path":
-        path = ("job_id", "attempt", "step", "scope", "path_rank")
+        path = ("job_id", "attempt", "step", "scope", "path_rank", "path_capture_id")
         return [
             _ge0(
                 "dur_within_span",
@@ -287,7 +287,8 @@ def _derived_checks(table: str) -> list[Check]:
             _zero(
                 "segments_sum_to_path",
                 _d("path_minus_segment_sum_ns", (1, "path_length_ns"), (-1, "sum:dur_ns"), group_by=path),
-                "The segments of a path add up to its length: Σ dur per (job, attempt, step, scope, path_rank) "
+                "The segments of a path add up to its length: Σ dur per (job, attempt, step, scope, path_rank, "
+                "path_capture_id) "
                 "= path_length.",
             ),
         ]

@@ -779,6 +779,13 @@ CRITICAL_PATH = Table(
             False,
         ),
         Column("path_rank", _I32, "For scope `rank`: the rank whose path this is; for `job`: -1.", False),
+        Column(
+            "path_capture_id",
+            _STR,
+            "For scope `rank`: the capture whose path this is (a rank with several device captures, such as one "
+            "Neuron profile per NeuronCore, has a path for each); for `job`: empty.",
+            False,
+        ),
         Column("segment", _I64, "0-based position of the segment along the path.", False),
         Column("rank", _I32, "Rank the segment runs on.", False),
         Column("capture_id", _STR, "Capture of that rank."),
@@ -803,7 +810,7 @@ CRITICAL_PATH = Table(
     ),
     stage="analyze",
     partition_by=("date", "job_id"),
-    key=("job_id", "attempt", "step", "scope", "path_rank", "segment"),
+    key=("job_id", "attempt", "step", "scope", "path_rank", "path_capture_id", "segment"),
 )
 
 FINDINGS = Table(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
@@ -307,6 +307,7 @@ class SqlResult:
         n_rows: ``len(rows)``.
         truncated: the query had more than ``max_rows`` rows (the rest were not fetched).
         elapsed_ms: wall time of the whole call (check, run, conversion), milliseconds.
+        tables_read: ``{table: version}`` of the tables the query read.
     """
 
     columns: list[str]
@@ -314,6 +315,7 @@ class SqlResult:
     n_rows: int
     truncated: bool
     elapsed_ms: float
+    tables_read: dict = field(default_factory=dict)
 
 
 def json_safe(v):

@@ -321,8 +321,7 @@ def build_server(warehouse: str, sql: bool = True, sql_timeout_s: float = SQL_TI
             time limit is stopped; long text cells are cut."""
             cap = min(max_rows or 200, SQL_MAX_ROWS)
             try:
-                with reads_logged() as read:
-                    r = engines.run(query, max_rows=cap, timeout_s=sql_timeout_s)
+                r = engines.run(query, max_rows=cap, timeout_s=sql_timeout_s)
             except (UnsafeQuery, QueryTimeout) as e:
                 raise _tool_error(e) from e
             except EngineError as e:  # a parse, bind or run error: the caller's to fix, in one or two lines
@@ -343,7 +342,7 @@ def build_server(warehouse: str, sql: bool = True, sql_timeout_s: float = SQL_TI
                     rows=rows,
                     elapsed_ms=r.elapsed_ms,
                     page=page,
-                    tables_read=dict(sorted(read.items())),
+                    tables_read=dict(sorted(r.tables_read.items())),
                     read_at=read_at,
                 )
 

@@ -22,6 +22,7 @@ import time
 from multiprocessing.connection import Connection
 
 from jobs.agent.readonly_sql import QueryTimeout, SqlResult, UnsafeQuery, check_query, json_safe
+from jobs.warehouse import reads_logged
 from schemas.tables import FLEET_TABLES, TABLES
 
 #: DuckDB's memory limit in each engine process.
@@ -46,9 +47,10 @@ def _serve(conn: Connection, warehouse: str, memory: str) -> None:
         except EOFError:
             return
         try:
-            t = engine.run_duckdb(warehouse, query, limit=max_rows + 1)
+            with reads_logged() as read:  # the table versions the answer states (``tables_read``)
+                t = engine.run_duckdb(warehouse, query, limit=max_rows + 1)
             rows = [[json_safe(v) for v in r.values()] for r in t.to_pylist()]
-            conn.send(("ok", t.column_names, rows))
+            conn.send(("ok", t.column_names, rows, dict(read)))
         except engine.SqlError as exc:
             conn.send(("error", str(exc)))
         except Exception as exc:  # noqa: BLE001 — any engine failure is the caller's answer, in one line
@@ -147,7 +149,7 @@ class SqlEngines:
             self._free.put(engine)
         if reply[0] == "error":
             raise EngineError(reply[1])
-        _, columns, rows = reply
+        _, columns, rows, read = reply
         cut = [[cut_text(v) for v in r] for r in rows[:max_rows]]
         return SqlResult(
             columns=list(columns),
@@ -155,6 +157,7 @@ class SqlEngines:
             n_rows=len(cut),
             truncated=len(rows) > max_rows,
             elapsed_ms=(time.perf_counter() - t0) * 1e3,
+            tables_read=read,
         )
 
     def close(self) -> None:

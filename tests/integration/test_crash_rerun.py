@@ -66,7 +66,7 @@ def _zone(root: Path, corpus: Path, dlrm_ranks: int, extra: bool) -> Path:
     ):
         for src in srcs:
             (root / folder).mkdir(parents=True, exist_ok=True)
-            (root / folder / src.name).symlink_to(src)
+            shutil.copyfile(src, root / folder / src.name)
     if extra:
         (root / "pair" / "notjson.json").write_bytes(b"not json")  # a quarantined captures row
     return root

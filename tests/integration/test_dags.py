@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -71,7 +72,7 @@ def _capture(
     folder.mkdir(parents=True)
     name = name or ("trace.json.gz" if src.name.endswith(".gz") else "trace.json")
     (folder / name).parent.mkdir(parents=True, exist_ok=True)
-    (folder / name).symlink_to(src)
+    shutil.copyfile(src, folder / name)
     if committed is None:  # still being written: no manifest yet
         return folder
     ident = Identity(

@@ -93,20 +93,20 @@ def edge_landing(tmp_path_factory, torch_corpus) -> Path:
     mixed.mkdir()
     for r in (0, 1):
         src = next(torch_corpus.glob(DLRM.format(r=r)))
-        (mixed / src.name).symlink_to(src)
+        shutil.copyfile(src, mixed / src.name)
     good = next(torch_corpus.glob(DLRM.format(r=2))).read_bytes()
     (mixed / "truncated.json").write_bytes(good[: len(good) // 2])
     (mixed / "notjson.json").write_bytes(b"this is not json at all")
     dup = root / "dup"
     dup.mkdir()
     src = next(torch_corpus.glob(DLRM.format(r=3)))
-    (dup / "a.pt.trace.json").symlink_to(src)
-    (dup / "b.pt.trace.json").symlink_to(src)
+    shutil.copyfile(src, dup / "a.pt.trace.json")
+    shutil.copyfile(src, dup / "b.pt.trace.json")
     for src in NEURON.rglob("*"):  # file by file: discovery does not follow a linked folder
         if src.is_file():
             dst = root / "neuron" / src.relative_to(NEURON)
             dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.symlink_to(src)
+            shutil.copyfile(src, dst)
     return root
 
 

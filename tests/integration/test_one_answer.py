@@ -118,7 +118,7 @@ def stack(demo_run, torch_corpus, tmp_path_factory) -> Stack:
         (raw / job).mkdir()
         for f in sorted((torch_corpus / rel).iterdir()):
             if f.name.endswith((".json", ".json.gz")):
-                (raw / job / f.name).symlink_to(f)
+                shutil.copyfile(f, raw / job / f.name)
     printed = demo_printed + _py("jobs.cli", "run", "--raw", str(raw), "--warehouse", str(wh))
     fleet_html = work / "fleet.html"
     _py("jobs.publish.report", "--warehouse", str(wh), "--html", str(fleet_html))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 
 import pytest
 
@@ -20,7 +21,7 @@ def mixed_landing(tmp_path_factory, torch_corpus):
     job.mkdir()
     for r in (0, 1):
         src = next(torch_corpus.glob(DLRM.format(r=r)))
-        (job / src.name).symlink_to(src)
+        shutil.copyfile(src, job / src.name)
     good = next(torch_corpus.glob(DLRM.format(r=2))).read_bytes()
     (job / "truncated.json").write_bytes(good[: len(good) // 2])
     (job / "truncated.json.gz").write_bytes(gzip.compress(good)[:5000])

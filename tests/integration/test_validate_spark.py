@@ -8,6 +8,7 @@ DLRM traces; a second warehouse gets a corrupted copy of ``steps`` (a duplicated
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -25,7 +26,7 @@ def dlrm_wh(spark, torch_corpus, tmp_path_factory):
     job.mkdir()
     for r in (0, 1):
         src = next(torch_corpus.glob(DLRM.format(r=r)))
-        (job / src.name).symlink_to(src)
+        shutil.copyfile(src, job / src.name)
     wh = tmp_path_factory.mktemp("vwh")
     res = run_pipeline(str(landing), str(wh), spark=spark, log_to_mlflow=False)
     assert res.job_ids == ["dlrm2"]

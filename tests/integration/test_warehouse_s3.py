@@ -39,7 +39,7 @@ def _zone(root: Path, corpus: Path, jobs: dict[str, list[Path]]) -> Path:
     for job, srcs in jobs.items():
         (root / job).mkdir(parents=True, exist_ok=True)
         for src in srcs:
-            (root / job / src.name).symlink_to(src)
+            shutil.copyfile(src, root / job / src.name)
     return root
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -105,7 +106,7 @@ def test_empty_interval_is_an_error():
 def _write_capture(root, job, rank, when, trace_src):
     folder = root / "date=2026-03-01" / f"job={job}" / "attempt=0" / f"rank={rank:05d}" / f"cap{rank}"
     folder.mkdir(parents=True)
-    (folder / "trace.json").symlink_to(trace_src)
+    shutil.copyfile(trace_src, folder / "trace.json")
     m = folder / "manifest.json"
     m.write_text(json.dumps({"job_id": job, "created_at": "2020-01-01T00:00:00Z"}))
     os.utime(m, (when.timestamp(), when.timestamp()))
@@ -226,7 +227,7 @@ def _dated_capture(root, date: str, job: str, rank: int, when, trace_src):
     """A committed capture under ``date=<date>/`` whose manifest landed at ``when``."""
     folder = root / f"date={date}" / f"job={job}" / "attempt=0" / f"rank={rank:05d}" / f"cap-{job}-{rank}"
     folder.mkdir(parents=True)
-    (folder / "trace.json").symlink_to(trace_src)
+    shutil.copyfile(trace_src, folder / "trace.json")
     m = folder / "manifest.json"
     m.write_text(json.dumps({"job_id": job, "created_at": f"{date}T00:00:00Z"}))
     os.utime(m, (when.timestamp(), when.timestamp()))

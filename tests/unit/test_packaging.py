@@ -190,6 +190,7 @@ def test_pyproject_keeps_torch_in_the_capture_extra():
         "ruff",
         "mypy",
         "import-linter",
+        "hypothesis",
     }
     # the development environment (what the tests need, what requirements.lock pins) = capture + test
     assert [(r.name, r.extras) for r in extras["dev"]] == [(project["name"], {"capture", "test"})]

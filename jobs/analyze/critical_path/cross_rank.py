@@ -193,6 +193,7 @@ class StepGraph:
                     "step": step,
                     "scope": "job",
                     "path_rank": -1,
+                    "path_capture_id": "",
                     "segment": i,
                     "path_length_ns": total,
                 }

@@ -341,6 +341,7 @@ def _segments_table(cp: CriticalPath, ident: dict, step: int) -> pa.Table:
         "step": pa.array(np.full(n, step, np.int64)),
         "scope": _const("rank", n, pa.string()),
         "path_rank": pa.array(np.full(n, ident["rank"], np.int32)),
+        "path_capture_id": _const(ident["capture_id"], n, pa.string()),
         "segment": pa.array(np.arange(n, dtype=np.int64)),
         "rank": pa.array(np.full(n, ident["rank"], np.int32)),
         "capture_id": _const(ident["capture_id"], n, pa.string()),

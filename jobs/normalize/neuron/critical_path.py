@@ -284,6 +284,7 @@ def critical_path_rows(cp: CriticalPath, identity: dict, event_ids: dict | None 
                 "step": int(identity.get("step", -1)),
                 "scope": "rank",
                 "path_rank": int(identity["rank"]),
+                "path_capture_id": identity["capture_id"],
                 "segment": i,
                 "rank": int(identity["rank"]),
                 "capture_id": identity["capture_id"],
