@@ -120,6 +120,9 @@ FLAGS = {
     "invalid_escape": "invalid escapes inside strings (\\q, a \\u without 4 hex digits): the backslash read as a "
     "literal backslash (count: escapes)",
     "lone_surrogate": "lone UTF-16 surrogate escapes inside strings read as U+FFFD (count: escapes)",
+    "trailing_comma": "a comma before a closing ] or } removed (count: commas; offsets in meta repair_offsets)",
+    "missing_value": "a key without a value (\"k\": ,) read as null (count: keys; offsets in meta repair_offsets)",
+    "bare_word": "a bare word as a value (\"k\": N/A) read as a string (count: words; offsets in meta repair_offsets)",
     "correlation_zero": "correlation id 0 (ROCm) read as absent (count: rows)",
     "linked_by_time": "device rows with correlation 0 and no unique External id linked to the last free launch call "
     "before them; they take its correlation (count: rows)",

@@ -22,8 +22,19 @@ structure, is:
 * a lone UTF-16 surrogate escape (``\\ud800`` not followed by a low surrogate, or a lone ``\\udc00``):
   U+FFFD (flag ``lone_surrogate``).
 
-Damage outside strings, or a string that never ends, is structure: not repaired, the file is quarantined
-with the byte offset of the error. Every repair keeps every event.
+Three defects next to a value are repaired too, each up to the next structural character and only outside
+strings (the exporter bugs in ``../shared/reference/bug_cases.md`` and the issues cited):
+
+* a comma before a closing ``]`` or ``}`` (a hand-written exporter's trailing comma; pytorch #126703): removed
+  (flag ``trailing_comma``);
+* a key without a value, ``"Process Group Description": ,`` (pytorch PR #172353, kineto PR #1213): ``null``
+  (flag ``missing_value``);
+* a bare word as a value, ``"…": N/A`` (kineto PR #129, tb_plugin #131): quoted as a string (flag ``bare_word``);
+  ``true``/``false``/``null`` and the non-finite tokens are not bare words.
+
+Other damage outside strings, or a string that never ends, is structure: not repaired, the file is quarantined
+with the byte offset of the error. Every repair keeps every event; the repairs outside numbers and strings keep
+their document offsets too (``repair_offsets``).
 
 The first two repairs are applied outside/inside string literals only; everything else is left byte for
 byte. The native scanner (``_kineto_scan.c``) applies the same two repairs while it scans, with the same
@@ -36,14 +47,33 @@ import re
 
 import numpy as np
 
-__all__ = ["repair_json", "repair_text", "worth_repairing", "NONFINITE_TOKENS", "REPAIR_FLAGS", "STRING_REPAIRS"]
+__all__ = [
+    "repair_json",
+    "repair_text",
+    "worth_repairing",
+    "NONFINITE_TOKENS",
+    "REPAIR_FLAGS",
+    "STRING_REPAIRS",
+    "STRUCTURE_REPAIRS",
+]
 
 #: Spellings of non-finite numbers repaired to ``null`` (each may carry a leading ``-``).
 NONFINITE_TOKENS = ("NaN", "nan", "NAN", "Infinity", "infinity", "INFINITY", "inf", "Inf", "INF")
 #: Flag names of the repairs, in the order of :func:`repair_text`'s counts.
-REPAIR_FLAGS = ("nonfinite_number", "control_characters", "invalid_utf8", "invalid_escape", "lone_surrogate")
+REPAIR_FLAGS = (
+    "nonfinite_number",
+    "control_characters",
+    "invalid_utf8",
+    "invalid_escape",
+    "lone_surrogate",
+    "trailing_comma",
+    "missing_value",
+    "bare_word",
+)
 #: The repairs inside strings whose document offsets are kept (:func:`repair_text`, at most :data:`MAX_OFFSETS`).
 STRING_REPAIRS = ("invalid_utf8", "invalid_escape", "lone_surrogate")
+#: The repairs next to a value (outside strings), offsets kept too.
+STRUCTURE_REPAIRS = ("trailing_comma", "missing_value", "bare_word")
 MAX_OFFSETS = 10
 _REPLACEMENT = "\ufffd".encode()
 _NON_ASCII = re.compile(rb"[\x80-\xff]+")
@@ -54,6 +84,12 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # A bare non-finite token (whether it is outside strings is decided from the quotes).
 _NONFINITE = re.compile(rb"(?<![A-Za-z0-9_.])-?(?:" + "|".join(NONFINITE_TOKENS).encode() + rb")(?![A-Za-z0-9_])")
 _MALFORMED_AT = re.compile(r"invalid character \(byte (\d+)\)")
+# Structure next to a value (outside strings; checked from the quotes): a comma before a closing bracket, a key
+# without a value, a bare word as a value (its end: the next comma or closing bracket).
+_TRAILING_COMMA = re.compile(rb",(?=\s*[\]}])")
+_MISSING_VALUE = re.compile(rb":(?=\s*[,}])")
+_BARE_WORD = re.compile(rb"(?<=:)(\s*)([A-Za-z_][A-Za-z0-9_./+\-]*)(?=\s*[,}\]])")
+_JSON_WORDS = frozenset({b"true", b"false", b"null", *(t.encode() for t in NONFINITE_TOKENS)})
 
 
 def _quotes(b: np.ndarray) -> np.ndarray:
@@ -121,6 +157,26 @@ def _string_sites(text: bytes, q: np.ndarray) -> dict[str, list[tuple[int, int, 
     return {k: v for k, v in sites.items() if v}
 
 
+def _structure_sites(text: bytes, q: np.ndarray) -> dict[str, list[tuple[int, int, bytes]]]:
+    """Repair sites of the defects next to a value (module docstring), outside strings only."""
+
+    def outside(i: int) -> bool:
+        return not (int(np.searchsorted(q, i, side="right")) & 1)
+
+    sites: dict[str, list] = {k: [] for k in STRUCTURE_REPAIRS}
+    if b"," in text:
+        sites["trailing_comma"] = [
+            (m.start(), m.end(), b"") for m in _TRAILING_COMMA.finditer(text) if outside(m.start())
+        ]
+    sites["missing_value"] = [(m.end(), m.end(), b" null") for m in _MISSING_VALUE.finditer(text) if outside(m.start())]
+    sites["bare_word"] = [
+        (m.start(2), m.end(2), b'"' + m.group(2) + b'"')
+        for m in _BARE_WORD.finditer(text)
+        if m.group(2) not in _JSON_WORDS and m.group(2).lstrip(b"-") not in _JSON_WORDS and outside(m.start(2))
+    ]
+    return {k: v for k, v in sites.items() if v}
+
+
 def repair_text(doc, base: int = 0, offsets: dict | None = None) -> tuple[bytes, dict[str, int], int | None]:
     """Repair non-finite tokens, raw control characters and the damage inside strings (module docstring).
 
@@ -154,7 +210,7 @@ def repair_text(doc, base: int = 0, offsets: dict | None = None) -> tuple[bytes,
         if not (int(np.searchsorted(q, m.start())) & 1):  # outside strings only
             sites.append((m.start(), m.end(), b"null"))
     counts = {k: v for k, v in (("nonfinite_number", len(sites) - n_ctrl), ("control_characters", n_ctrl)) if v}
-    for flag, found in _string_sites(text, q).items():
+    for flag, found in {**_string_sites(text, q), **_structure_sites(text, q)}.items():
         counts[flag] = len(found)
         sites += found
         if offsets is not None:
@@ -182,7 +238,9 @@ def repair_json(doc: bytes) -> tuple[bytes, list[str]]:
 
 
 _SUSPECT = re.compile(
-    rb"[\x00-\x1f]|(?<![A-Za-z0-9_.])-?(?:" + "|".join(NONFINITE_TOKENS).encode() + rb")(?![A-Za-z0-9_])"
+    rb"[\x00-\x1f]|(?<![A-Za-z0-9_.])-?(?:"
+    + "|".join(NONFINITE_TOKENS).encode()
+    + rb")(?![A-Za-z0-9_])|,\s*[\]}]|:\s*[,}]|:\s*[A-Za-z_]"
 )
 #: msgspec's messages for the damage inside strings (they carry no byte offset, or one past the escape).
 _STRING_DAMAGE = (

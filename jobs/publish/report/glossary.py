@@ -61,6 +61,18 @@ FLAG_GLOSSARY: dict[str, tuple[str, str]] = {
         "Invalid escapes inside strings, read as a literal backslash.",
         "None on the numbers; affected names keep the backslash.",
     ),
+    "trailing_comma": (
+        "Commas before a closing bracket in the JSON, removed.",
+        "None: the events around them are read as written.",
+    ),
+    "missing_value": (
+        "Keys written without a value (`\"key\": ,`), read as missing values.",
+        "Those fields count as absent.",
+    ),
+    "bare_word": (
+        "Unquoted words written as values (`N/A`), read as strings.",
+        "None on the numbers; a numeric field holding such a word counts as absent.",
+    ),
     "lone_surrogate": (
         "Lone UTF-16 surrogate escapes inside strings, read as the replacement character.",
         "None on the numbers.",
