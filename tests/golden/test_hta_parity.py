@@ -169,7 +169,7 @@ def test_hta_loading_rules_keep_the_rows_hta_kept(case):
     ev = case.events
     ts = ev.column("ts_ns").to_numpy(zero_copy_only=False)
     loaded = hta_filter.loaded_mask(ev)
-    stream = hta_filter.hta_stream(ev)
+    stream = hta_filter.hta_stream(ev, hta_rule=True)  # HTA's own rule: what its loader kept
     keep = hta_filter.last_step_keep_mask(ev, loaded, stream, hta_filter.hta_correlation(ev), ts)
     cats = np.array(ev.column("raw_category").to_pylist(), dtype=object)
     assert dict(collections.Counter(cats[keep])) == case.golden["hta_df_rows_by_cat"]
@@ -207,7 +207,11 @@ def test_rank_breakdown_exact_ns(case):
     """
     ours, _ = case.analyze(rounding=False)
     hta = _hta(case.key)
-    assert ours["n_kernels"] == hta["n_gpu_rows"]
+    host = case.golden["hta_gpu_rows_by_cat"].get("cpu_op", 0)  # host rows HTA counts as GPU work
+    assert ours["n_kernels"] == hta["n_gpu_rows"] - host
+    if host:  # a deliberate departure (issue 33): those rows are host work; the span can only shrink
+        assert ours["kernel_time_ns"] <= hta["kernel_time_us"] * 1000 + 2000
+        return
     if not case.sub_us:
         _assert_pcts_close(ours, hta, PCT_TOLERANCE, case.key)
         assert abs(ours["kernel_time_ns"] - hta["kernel_time_us"] * 1000) < 1000
@@ -217,12 +221,12 @@ def test_rank_breakdown_exact_ns(case):
     _assert_pcts_close(ours, hta, max(PCT_TOLERANCE, bound), case.key)
 
 
-def test_exact_ns_differs_from_hta_by_rounding_only_on_triton_example():
-    """triton_example: HTA reports kernel_time 94 µs; ours is the exact span of its GPU rows.
+def test_exact_ns_differs_from_hta_on_triton_example():
+    """triton_example: HTA reports kernel_time 94 µs; ours is the exact span of its device rows.
 
-    HTA's GPU rows here are the Triton kernel (1.76 µs) and a cpu_op that carries
-    ``args.stream = 0`` (HTA quirk, kept for parity). Expected value computed from the raw JSON
-    with exact decimals, independently of our code.
+    HTA's GPU rows here are the Triton kernel (1.76 µs) and a cpu_op that carries ``args.stream = 0`` (the
+    Triton launcher on the host: HTA counts it as GPU work; we read the category, issue 33). Expected value
+    computed from the raw JSON with exact decimals, independently of our code.
     """
     key = "torch/HolisticTraceAnalysis/triton_example/triton_example.json.gz"
     doc = json.loads(_raw(key), parse_float=Decimal)
@@ -234,6 +238,7 @@ def test_exact_ns_differs_from_hta_by_rounding_only_on_triton_example():
         and isinstance((e.get("args") or {}).get("stream"), int)
     ]
     assert sorted(e["cat"] for e in gpu) == ["cpu_op", "kernel"]
+    gpu = [e for e in gpu if e["cat"] == "kernel"]  # the device row; the cpu_op is host work
     span_ns = int((max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu)) * 1000)
     ours, _ = Case(key).analyze(rounding=False)
     assert ours["kernel_time_ns"] == span_ns

@@ -347,7 +347,8 @@ def _sums_by_hta_type(case, rounding: bool):
     for r in kernel_table(ev).to_pylist():
         sums[r["hta_kernel_type"]] += r["total_ns"] / US
         counts[r["hta_kernel_type"]] += r["n"]
-    for r in np.flatnonzero(keep & view.loaded & (view.hta_stream != -1) & ~view.device_activity).tolist():
+    hta_rule = hta_filter.hta_stream(view.events, hta_rule=True)  # HTA's GPU rows, host rows with a stream too
+    for r in np.flatnonzero(keep & view.loaded & (hta_rule != -1) & ~view.device_activity).tolist():
         t = hta_kernel_type(view.names[r].as_py())
         sums[t] += view.dur[r] / US
         counts[t] += 1

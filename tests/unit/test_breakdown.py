@@ -362,14 +362,18 @@ def test_no_profiler_step_gives_no_steps_rows():
     assert r["compute_pct"] == pytest.approx(100.0)
 
 
-def test_cpu_op_with_args_stream_counts_as_gpu_event_like_hta():
-    # HTA quirk (triton_example): any row with an integer args.stream is a GPU event.
+def test_a_cpu_op_with_args_stream_is_host_work_and_only_hta_mode_counts_it():
+    # triton_example, TraceLens/b200: the Triton launcher cpu_op carries args.stream. HTA counts any row with an
+    # integer args.stream as a GPU event; the category decides here (issue 33), HTA's rule only in HTA mode.
     t = Trace().step(1, 0, 1000)
     t.cpu_op("triton_launcher", 100, 50, step=1, args={"stream": 0})
     t.launch(1, 110, step=1).kernel("triton_poi_fused", 160, 40, 1, step=1)
     r = _rank(t.table())
-    assert r["n_kernels"] == 2
-    assert r["kernel_time_ns"] == 100 * US and r["idle_time_ns"] == 10 * US
+    assert r["n_kernels"] == 1
+    assert r["kernel_time_ns"] == 40 * US and r["idle_time_ns"] == 0
+    hta = _rank(t.table(), hta_us_rounding=True)
+    assert hta["n_kernels"] == 2
+    assert hta["kernel_time_ns"] == 100 * US and hta["idle_time_ns"] == 10 * US
 
 
 def test_non_integer_stream_is_not_a_gpu_event():

@@ -100,15 +100,16 @@ def _arg_values(args_json: pa.ChunkedArray | pa.Array, rows: np.ndarray, key: st
     return vals
 
 
-def hta_stream(events: pa.Table) -> np.ndarray:
+def hta_stream(events: pa.Table, hta_rule: bool = False) -> np.ndarray:
     """HTA's ``stream`` of every row: ``int(args["stream"])`` or −1 (and the XPU departure of the module doc).
 
     Rows whose ``args_json`` has no ``"stream"`` key get −1, even when our ``stream`` column is
     set from a ``"stream N"`` tid (legacy traces; HTA reads args only). Device rows (``is_gpu``)
-    with the key take our ``stream`` column. Other rows with the key are rare (a ``cpu_op`` with
-    ``args.stream``, ROCm runtime calls with ``"0x0"``); for them the raw value is re-read from
-    ``args_json`` and converted with Python's ``int()`` as HTA does. Without an ``args_json``
-    column our ``stream`` column is used as is.
+    with the key take our ``stream`` column (or, when our parser could not read it, the raw value converted with
+    Python's ``int()`` as HTA does). Host rows are −1 whatever their args say: a ``cpu_op`` with ``args.stream``
+    (a Triton launcher) is host work; HTA counts such a row as GPU time, and so does ``hta_rule=True`` (reading
+    the trace as HTA does, for comparisons with HTA only). Without an ``args_json`` column our ``stream`` column is
+    used as is.
 
     Returns:
         int64 array of shape ``(n,)``.
@@ -129,7 +130,11 @@ def hta_stream(events: pa.Table) -> np.ndarray:
         tid = _np(events.column("tid"), np.int64, -1) if "tid" in events.column_names else np.full(len(ours), -1)
         fallback = np.where(has_stream_col, ours, np.where(tid >= 0, tid, 0))
         stream = np.where(is_gpu, fallback, stream)
-    return stream
+    if hta_rule:  # reading the trace as HTA does, for comparisons with HTA only
+        return stream
+    # a host row whose args carry a stream (a Triton launcher's cpu_op with args.stream) is host work: the
+    # category decides the side, never the arguments alone (issue 33; HTA counts such a row as GPU time)
+    return np.where(is_gpu, stream, -1)
 
 
 def hta_correlation(events: pa.Table) -> np.ndarray:

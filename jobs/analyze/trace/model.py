@@ -298,8 +298,9 @@ class RankTrace:
 
     @cached_property
     def hta_stream(self) -> np.ndarray:
-        """HTA's stream (:func:`jobs.analyze.trace.hta_filter.hta_stream`), −1 = none."""
-        return hta_filter.hta_stream(self.events)
+        """The stream of every device row (:func:`jobs.analyze.trace.hta_filter.hta_stream`), −1 = none or a host
+        row; with ``hta_us_rounding`` HTA's own rule (a host row with ``args.stream`` counts as GPU work)."""
+        return hta_filter.hta_stream(self.events, hta_rule=self.hta_us_rounding)
 
     @cached_property
     def hta_correlation(self) -> np.ndarray:
