@@ -37,7 +37,7 @@ from jobs.spark import SparkUnavailable, get_spark, spark_log_file
 from jobs.sql import SqlError, parse_as_of, referenced_tables, run_duckdb, run_sql
 from jobs.sql import describe as describe_table
 from jobs.sql import tables as sql_tables
-from jobs.warehouse import CommitError, read_pandas
+from jobs.warehouse import CommitError, exact_ints, read_pandas, to_pandas_exact
 from jobs.warehouse import history as warehouse_history
 from jobs.warehouse import maintain as warehouse_maintain
 from jobs.warehouse import migrate as warehouse_migrate
@@ -640,22 +640,31 @@ def sql(
         _prompt(warehouse, when, use_spark, master, limit)
         return
     try:
-        _print_frame(_answer(warehouse, query, when, use_spark, master, limit), fmt.value)
+        rows, more = _answer(warehouse, query, when, use_spark, master, limit)
+        _print_frame(rows, fmt.value)
+        if more:  # said on stderr: a csv or json export stays clean
+            Console(stderr=True).print(f"tracelake sql: the first {limit} rows; more with --limit", highlight=False)
     except SqlError as exc:
         _fail("tracelake sql", str(exc), 1)
 
 
-def _answer(warehouse: str, query: str, when, use_spark: bool, master: str | None, limit: int) -> pd.DataFrame:
-    """The first ``limit`` rows of ``query`` on DuckDB (:func:`jobs.sql.run_duckdb`) or Spark (:func:`run_sql`).
+def _answer(
+    warehouse: str, query: str, when, use_spark: bool, master: str | None, limit: int
+) -> tuple[pd.DataFrame, bool]:
+    """``(rows, more)``: the first ``limit`` rows of ``query`` on DuckDB (:func:`jobs.sql.run_duckdb`) or Spark
+    (:func:`run_sql`), integers exact (nullable integer dtypes: a ns column with a null stays integral), and whether
+    the query had more.
 
     Raises:
         SqlError: a query that does not parse, name a table or bind (Spark's errors in their first line).
     """
     if not use_spark:
-        return run_duckdb(warehouse, query, as_of=when, limit=limit).to_pandas()
-    referenced_tables(query)  # an unknown table is named with its nearest, as on the embedded engine
-    with _spark_errors_in_one_line("tracelake sql"):
-        return run_sql(get_spark(master), warehouse, query, as_of=when).limit(limit).toPandas()
+        rows = run_duckdb(warehouse, query, as_of=when, limit=limit + 1).to_pandas(types_mapper=exact_ints)
+    else:
+        referenced_tables(query)  # an unknown table is named with its nearest, as on the embedded engine
+        with _spark_errors_in_one_line("tracelake sql"):
+            rows = to_pandas_exact(run_sql(get_spark(master), warehouse, query, as_of=when).limit(limit + 1))
+    return rows.head(limit), len(rows) > limit
 
 
 def _lines(text: str) -> str:
@@ -792,7 +801,10 @@ def _prompt(warehouse: str, when, use_spark: bool, master: str | None, limit: in
             q = " ".join(buf).strip().rstrip(";")
             buf = []
             try:
-                _print_frame(_answer(warehouse, q, when, use_spark, master, limit), "table")
+                rows, more = _answer(warehouse, q, when, use_spark, master, limit)
+                _print_frame(rows, "table")
+                if more:
+                    console.print(f"(the first {limit} rows)", highlight=False)
             except (SqlError, typer.Exit) as exc:  # shown in one or two lines; the prompt goes on
                 if isinstance(exc, SqlError):
                     console.print(f"[red]error:[/red] {escape(_lines(str(exc)))}", highlight=False)
@@ -864,6 +876,8 @@ def _print_frame(df, fmt: str, wrap: tuple[str, ...] = ()) -> None:
 
 
 def _cell(v) -> str:
+    if v is None or v is pd.NA:
+        return "—"
     if isinstance(v, float):
         return "—" if v != v else f"{v:.4g}"
     return str(v)

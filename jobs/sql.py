@@ -159,13 +159,15 @@ def referenced_tables(query: str) -> list[str]:
 class _DuckSpark(DuckDB):
     """DuckDB as the target of Spark SQL, where sqlglot's translation answers differently from Spark:
     ``percentile_approx`` becomes DuckDB's exact ``quantile_disc`` (Spark's answer on the sizes a warehouse query
-    groups: a value of the column, the lower one at a tie); ``collect_set`` / ``collect_list`` of only nulls are an
-    empty list, as in Spark, not NULL."""
+    groups: a value of the column, the lower one at a tie), exact ``percentile`` DuckDB's interpolating
+    ``quantile_cont``; ``collect_set`` / ``collect_list`` of only nulls are an empty list, as in Spark, not NULL."""
 
     class Generator(DuckDB.Generator):
         TRANSFORMS = {
             **DuckDB.Generator.TRANSFORMS,
             exp.ApproxQuantile: lambda self, e: self.func("QUANTILE_DISC", e.this, e.args.get("quantile")),
+            # Spark's exact percentile interpolates between the two nearest values, as QUANTILE_CONT does
+            exp.Quantile: lambda self, e: self.func("QUANTILE_CONT", e.this, e.args.get("quantile")),
         }
 
         def arrayuniqueagg_sql(self, expression: exp.ArrayUniqueAgg) -> str:
@@ -210,7 +212,10 @@ def run_duckdb(warehouse: str, query: str, as_of=None, limit: int | None = None)
     con = duckdb.connect(config={"enable_external_access": False, "memory_limit": DUCKDB_MEMORY})
     try:
         for name in names:
-            data = table_dataset(warehouse, name, as_of)
+            try:
+                data = table_dataset(warehouse, name, as_of)
+            except Exception as exc:  # noqa: BLE001 — no version at --as-of, a pre-Delta table: one line
+                raise SqlError(f"table {name}: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
             con.register(name, data if data is not None else declared(name).empty())
         rel = con.sql(text)
         if rel is None:

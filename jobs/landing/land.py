@@ -250,7 +250,9 @@ def land(
     folder or an fsspec URI such as ``s3://bucket/raw``): one :class:`Landed` per file, in path order.
 
     Args:
-        job_id: the job folder (path-safe); default the job name, else the one folder or file given, made path-safe.
+        job_id: the job folder (path-safe); default the job name (else the one folder or file given) made path-safe,
+            then the first 8 hex digits of a hash of the files' sha256: each run lands as its own job, and landing
+            the same files again finds the same one.
         job_name, tags: manifest tags (``job_name`` joins ``tags``); attempt: the run's attempt (≥ 0).
         rank: the rank of the one file given (ignored with several files: their traces or names say).
         world_size: the job's ranks (default: the traces', else the ranks landed); host: the host they ran on.
@@ -261,8 +263,8 @@ def land(
         OSError and the fsspec driver's errors: the landing zone cannot be written (files landed before stay).
     """
     files = _files(paths)
-    job = job_id or make_path_safe(job_name or (Path(paths[0]).name.split(".")[0] if len(paths) == 1 else "landed"))
-    validate_path_component(job, "job_id")
+    if job_id is not None:
+        validate_path_component(job_id, "job_id")
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
         raise ValueError(f"attempt must be a non-negative int, got {attempt!r}")
     if world_size is not None and world_size < 1:
@@ -278,6 +280,12 @@ def land(
         except (NotATrace, OSError) as exc:
             out.append(Landed(str(f), "refused", reason=str(exc)))
     ok = [x for x in out if x.facts is not None]
+    # each landed run is a job of its own (runs sharing a job name are compared): the name and a hash of the files,
+    # the same again when the same files are landed again
+    run_hash = hashlib.sha256("".join(sorted(x.facts.sha256 for x in ok if x.facts)).encode()).hexdigest()[:8]
+    name = make_path_safe(job_name or (Path(paths[0]).name.split(".")[0] if len(paths) == 1 else "landed"))
+    job = job_id or f"{name[:190]}-{run_hash}"
+    validate_path_component(job, "job_id")
     for x in ok:
         assert x.facts is not None
         x.rank = x.facts.rank

@@ -433,8 +433,13 @@ def resolve_ref(ref: str, warehouse: str, tracking_uri: str | None) -> tuple[str
     caps = read_arrow(warehouse, "captures", [job], columns=["attempt"]) if safe_job(job) else None
     if caps is None or caps.num_rows == 0:
         raise ValueError(f"{ref}: no MLflow run with that id and no job {job!r} in {warehouse}/captures")
+    attempts = sorted(set(caps.column("attempt").to_pylist()))
     if attempt is None:
-        attempt = max(caps.column("attempt").to_pylist())
+        return job, int(attempts[-1]), None
+    if not str(attempt).isdigit() or int(attempt) not in attempts:
+        raise ValueError(
+            f"{ref}: job {job!r} has no attempt {attempt!r} (its attempts: {', '.join(map(str, attempts))})"
+        )
     return job, int(attempt), None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,19 @@ def test_readme_example_answers_the_same_on_the_embedded_engine(spark, corpus_wa
         assert np.allclose(a[c].astype(float), b[c].astype(float), rtol=0.01, equal_nan=True), (query, c)
 
 
+def test_exact_percentiles_answer_the_same_on_both_engines(spark, corpus_warehouse):
+    """Spark's exact ``percentile`` interpolates; the embedded engine's translation (``quantile_cont``) too."""
+    wh, _ = corpus_warehouse
+    q = (
+        "SELECT job_id, percentile(step_time_ns, 0.5) AS p50, percentile(step_time_ns, 0.9) AS p90 "
+        "FROM steps GROUP BY job_id ORDER BY job_id"
+    )
+    s = run_sql(spark, str(wh), q).toPandas()
+    d = run_duckdb(str(wh), q).to_pandas()
+    assert list(d["job_id"]) == list(s["job_id"])
+    assert np.allclose(d[["p50", "p90"]].astype(float), s[["p50", "p90"]].astype(float), rtol=1e-12)
+
+
 def test_every_documented_table_answers_on_the_embedded_engine_even_without_rows(tmp_path):
     from schemas import FLEET_TABLES, TABLES
 
@@ -120,6 +134,12 @@ def test_the_sql_shell_answers_like_a_database_shell(corpus_warehouse):
                "--limit", "10")  # fmt: skip
     lines = top.stdout.splitlines()
     assert top.returncode == 0 and lines[0] == "name,n" and len(lines) == 11  # piped: csv, one line per row
+    # nanosecond integers stay integers beside a null (a LEFT JOIN); a cut answer says so on stderr
+    ns = _cli("sql", "SELECT s.step_start_ns, c.trace_start_ns FROM steps s LEFT JOIN captures c ON 1 = 0 "
+              "ORDER BY s.step_start_ns", "--warehouse", wh, "--limit", "2")  # fmt: skip
+    first = ns.stdout.splitlines()[1]
+    assert re.fullmatch(r"\d{13,},", first), ns.stdout
+    assert "the first 2 rows; more with --limit" in ns.stderr
     shell = _cli(
         "sql", "--warehouse", wh, stdin="SELECT count(*) AS n\nFROM captures;\n\\d ranks\nSELECT nope;\nexit\n"
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,13 +43,14 @@ def test_a_multi_rank_folder_lands_as_one_job_run_and_again_writes_nothing(dlrm,
         blob = next(dlrm.glob(f["path"])).read_bytes()
         assert (f["size_bytes"], f["sha256"]) == (len(blob), hashlib.sha256(blob).hexdigest())
         assert m["capture_id"] == f["sha256"][:16] and m["writer"] == "tracelake.land"
-        assert (m["job_id"], m["world_size"], m["host"], m["accelerator"]) == ("dlrm_team", 8, "node-7", "cuda")
+        assert (m["world_size"], m["host"], m["accelerator"]) == (8, "node-7", "cuda")
+        assert re.fullmatch(r"dlrm_team-[0-9a-f]{8}", m["job_id"])  # each landed run a job of its own
         assert m["device_name"] == "Tesla V100-SXM2-32GB" and m["tags"] == {"job_name": "dlrm team", "model": "dlrm"}
         # the rank is the trace's own distributedInfo, not a guess
         assert json.loads(blob)["distributedInfo"]["rank"] == m["rank"]
     found = discover(str(zone))
     files = sorted(found.files, key=lambda c: c.rank)
-    assert [c.rank for c in files] == list(range(8)) and {c.job_id for c in files} == {"dlrm_team"}
+    assert [c.rank for c in files] == list(range(8)) and {c.job_id for c in files} == {ms[0]["job_id"]}
     assert all(not c.bare and c.tags["job_name"] == "dlrm team" and c.error is None for c in files)
     before = sorted((p, p.stat().st_mtime_ns) for p in zone.rglob("*") if p.is_file())
     again = land([str(dlrm)], str(zone), job_name="dlrm team", tags={"model": "dlrm"}, host="node-7")
@@ -77,6 +79,19 @@ def test_bad_files_are_refused_with_the_reason_and_the_good_ones_land(CORPUS, tm
     assert why["rank5.json"].startswith("a symbolic link") and why["rank6.json"].startswith("not a regular file")
     assert "rank 0 twice" in why["a.json.gz"] and "b.json.gz" in why["a.json.gz"] and "a.json.gz" in why["b.json.gz"]
     assert [m["rank"] for m in _manifests(zone)] == [1]  # nothing of a refused file was written
+
+
+def test_two_runs_of_one_job_name_land_as_two_jobs_and_the_same_run_again_as_itself(CORPUS, tmp_path):
+    """The README's recurring job: nightly runs share a job name, each lands as its own job (so the runs are
+    compared), and landing a run again finds it."""
+    tf = CORPUS / "torch" / "HolisticTraceAnalysis" / "trace_filter"
+    zone = str(tmp_path / "raw")
+    (a,) = land([str(tf / "sampled_rank-0.json.gz")], zone, job_name="nightly")
+    (b,) = land([str(tf / "sampled_rank-1.json.gz")], zone, job_name="nightly", rank=0)
+    (again,) = land([str(tf / "sampled_rank-0.json.gz")], zone, job_name="nightly")
+    jobs = {m["capture_id"]: m["job_id"] for m in _manifests(tmp_path / "raw")}
+    assert len(set(jobs.values())) == 2 and again.status == "already" and again.uri == a.uri
+    assert {m["tags"]["job_name"] for m in _manifests(tmp_path / "raw")} == {"nightly"} and b.status == "landed"
 
 
 def test_rank_from_the_file_name_or_given_and_checked_against_the_world_size(CORPUS, tmp_path):
