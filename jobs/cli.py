@@ -9,35 +9,44 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
+import math
 import os
+import sys
 import time
 import traceback
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import NoReturn
 
+import numpy as np
 import pandas as pd
 import typer
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from jobs.agent.readonly_sql import UnsafeQuery, check_query
 from jobs.analyze.findings.ranking import LOST_UNITS, finding_window
+from jobs.analyze.findings.uncertainty import uncertain_of
 from jobs.common.ids import printable
 from jobs.demo.train_ddp import require_torch, run_demo_training
 from jobs.executor import LocalExecutor
 from jobs.fleet.regressions import BASELINE_RUNS, DEFAULT_ALPHA, THRESHOLD_PCT, THRESHOLD_PP, testing_in_words
 from jobs.landing.land import land as land_files
-from jobs.publish.headline import HEADLINE_LABELS, headline
+from jobs.publish.headline import headline, labels_for
 from jobs.publish.tracking import client_for
 from jobs.publish.verdict import job_verdict
 from jobs.spark import SparkUnavailable, get_spark, spark_log_file
 from jobs.sql import SqlError, parse_as_of, referenced_tables, run_duckdb, run_sql
 from jobs.sql import describe as describe_table
 from jobs.sql import tables as sql_tables
-from jobs.warehouse import CommitError, exact_ints, read_pandas, to_pandas_exact
+from jobs.warehouse import CommitError, NoWarehouse, exact_ints, read_pandas, require_warehouse, to_pandas_exact
 from jobs.warehouse import history as warehouse_history
 from jobs.warehouse import maintain as warehouse_maintain
 from jobs.warehouse import migrate as warehouse_migrate
@@ -53,6 +62,17 @@ class Executor(str, enum.Enum):
 
 app = typer.Typer(add_completion=False, help="tracelake: fleet-wide analytics over ML profiler traces.")
 console = Console()
+
+
+@app.callback()
+def _quiet_libraries() -> None:
+    # Before every command. MLflow logs at INFO on stderr (``INFO mlflow.store.db.utils: Creating initial MLflow
+    # database tables...`` when a sqlite store is made): its lines are not the command's output. MLflow sets its
+    # logger's level when it is imported (after this: it is imported where used), from $MLFLOW_LOGGING_LEVEL, so
+    # that variable says WARNING unless the user set it; an MLflow already imported gets the level directly.
+    level = os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    if "mlflow" in sys.modules:
+        logging.getLogger("mlflow").setLevel(level.upper())
 
 
 def _progress() -> Progress:
@@ -109,20 +129,56 @@ def _print_job(job_id: str, ranks: pd.DataFrame, steps: pd.DataFrame, caps: pd.D
         )
 
 
-def _print_findings(job_id: str, findings: pd.DataFrame, top: int = 3) -> None:
-    """The job's top findings, most time lost first: what, ms per step, what to do."""
+def _print_findings(job_id: str, findings: pd.DataFrame, rest: str, top: int = 3) -> None:
+    """The job's top findings, most time lost first: what, ms per step, what to do; ``rest`` says where the others
+    are (``in the job report``). On a terminal the long lines wrap at words, indented under their number
+    (:func:`_print_items`)."""
     f = findings[findings["job_id"] == job_id].sort_values(["attempt", "rank_order"]) if len(findings) else findings
     if not len(f):
         return
+    items: list[tuple[str, Text]] = []
     for i, r in enumerate(f.head(top).itertuples(), start=1):
         lost = r.est_time_lost_per_step_ns
         unit = LOST_UNITS[finding_window(getattr(r, "evidence_json", None))]
         cost = f"{lost / 1e6:.1f} {unit}" if lost is not None and lost == lost else "cost unknown"
-        console.print(f"  {i}. [bold]{escape(str(r.title))}[/bold] ({cost}, rule {r.rule})", soft_wrap=True)
+        doubt = "; uncertain: a profiler warning, above" if uncertain_of(getattr(r, "evidence_json", None)) else ""
+        items.append((f"{i}.", Text.assemble((str(r.title), "bold"), f" ({cost}, rule {r.rule}{doubt})")))
         if isinstance(r.recommendation, str) and r.recommendation:
-            console.print(f"     what to do: {escape(r.recommendation)}", soft_wrap=True, highlight=False)
-    if len(f) > top:
-        console.print(f"  … {len(f) - top} more in the job report")
+            items.append(("", Text(f"what to do: {r.recommendation}")))
+    _print_items(items)
+    if len(f) > top:  # one line, wrapped or not: it ends in a command to copy
+        console.print(f"  … {len(f) - top} more {escape(rest)}", highlight=False, soft_wrap=True)
+
+
+def _print_items(items: list[tuple[str, Text]], indent: int = 2) -> None:
+    """``(mark, text)`` lines after ``indent`` spaces, the text after its mark (``1.``; ``""``: under the previous
+    one's text). On a terminal a long text wraps at words at the console's width, its lines indented under its
+    first; piped, each is one line (grep and log friendly). Texts are :class:`Text`: never console markup."""
+    mark_width = max(len(m) for m, _ in items) if items else 0
+    if not console.is_terminal:
+        for mark, text in items:
+            console.print(Text(" " * indent + mark.ljust(mark_width) + " ") + text, soft_wrap=True)
+        return
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, width=mark_width)
+    grid.add_column(overflow="fold")
+    for mark, text in items:
+        grid.add_row(mark, text)
+    console.print(Padding(grid, (0, 0, 0, indent), expand=False))
+
+
+def _headline_words(h: dict, labels: dict[str, str]) -> list[str]:
+    """The job's step time p50 and GPU idle % as ``job step time p50 19.90 ms (slowest rank per step)`` and ``GPU
+    idle 52.0 % of the GPU's active span (…)``: the value between the name and the unit of its shared label
+    (:data:`jobs.publish.headline.HEADLINE_LABELS`, ``name, unit (note)``); a missing value is left out."""
+    out = []
+    for key, digits in (("step_time_p50_ms", 2), ("idle_pct", 1)):
+        v = h.get(key)
+        if v is None or v != v:
+            continue
+        name, _, unit = labels[key].partition(", ")
+        out.append(f"{name} {v:.{digits}f} {unit}".rstrip())
+    return out
 
 
 def _print_regression(job_id: str, regressions: pd.DataFrame) -> None:
@@ -151,20 +207,30 @@ def print_summary(result) -> None:
     if coverage is None and len(result.ranks):
         jobs = sorted(set(result.ranks["job_id"].astype(str)))
         coverage = read_pandas(result.warehouse, ("rule_coverage",), jobs, skip_missing=True).get("rule_coverage")
+    reports = job_report_paths(result.tracking_uri, list(result.run_ids.values())) if result.tracking_uri else {}
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
         attempt = int(job_ranks["attempt"].max()) if "attempt" in job_ranks else 0
         h = head.get((str(job_id), attempt), {})
-        bits = [f"{len(job_ranks)} rank(s)"]
-        for k in ("step_time_p50_ms", "idle_pct"):
-            if k in h:
-                bits.append(f"{HEADLINE_LABELS[k]} {h[k]:.2f}")
-        console.print(f"[bold]job {escape(str(job_id))}[/bold]: " + "; ".join(bits), highlight=False, soft_wrap=True)
+        labels = labels_for(result.steps[result.steps["job_id"] == job_id] if len(result.steps) else None)
+        bits = [f"{len(job_ranks)} rank(s)", *_headline_words(h, labels)]
+        console.print(
+            Text.assemble((f"job {job_id}", "bold"), ": " + " · ".join(bits)), soft_wrap=not console.is_terminal
+        )
         jf = findings[findings["job_id"] == job_id] if len(findings) else None
         jc = coverage[coverage["job_id"] == job_id] if isinstance(coverage, pd.DataFrame) and len(coverage) else None
         v = job_verdict(jf, jc)
         if v.status != "findings":
             console.print(f"  verdict: {escape(v.headline)}", highlight=False, soft_wrap=True)
-        _print_findings(job_id, findings)
+        elif v.uncertain:  # the findings are listed below; what the profiler's own warnings make uncertain
+            console.print(
+                f"  uncertain, because the profiler warned about its own data: {escape('; '.join(v.uncertain))}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        report = reports.get(result.run_ids.get((str(job_id), attempt), ""))
+        _print_findings(
+            job_id, findings, "in the job report" if report else _findings_elsewhere(result.warehouse, job_id, attempt)
+        )
         _print_regression(job_id, regressions)
     for job_id, job_ranks in result.ranks.groupby("job_id", sort=True):
         _print_job(job_id, job_ranks, result.steps[result.steps["job_id"] == job_id], caps[caps["job_id"] == job_id])
@@ -186,13 +252,22 @@ def print_summary(result) -> None:
         f"warehouse: {Path(result.warehouse).resolve() if '://' not in result.warehouse else result.warehouse}"
     )
     if result.tracking_uri:
-        paths = job_report_paths(result.tracking_uri, list(result.run_ids.values()))
         for (job, attempt), run_id in sorted(result.run_ids.items()):
             console.print(f"MLflow run for job {job} (attempt {attempt}): {run_id}", soft_wrap=True)
-            path = paths.get(run_id)
+            path = reports.get(run_id)
             if path:
                 console.print(f"  job report: {path}", highlight=False, soft_wrap=True)
         console.print(f"view them: mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+
+
+def _findings_elsewhere(warehouse: str, job_id: str, attempt: int) -> str:
+    """Where a job's findings are when no job report was written (``--no-mlflow``): its findings document, and the
+    query that lists them."""
+    root = str(Path(warehouse).resolve()) if "://" not in warehouse else warehouse.rstrip("/")
+    query = (
+        f"SELECT rank_order, title FROM findings WHERE job_id = '{job_id}' AND attempt = {attempt} ORDER BY rank_order"
+    )
+    return f'in {root}/findings_json/{job_id}/{attempt}/findings.json, or: tracelake sql "{query}" --warehouse {root}'
 
 
 def job_report_path(tracking_uri: str, run_id: str) -> str | None:
@@ -261,7 +336,7 @@ def run(
     raw: str = typer.Option(..., help="Landing zone: a folder or an fsspec URI (s3://bucket/prefix)."),
     warehouse: str = typer.Option(..., help="Warehouse folder for the Parquet tables."),
     tracking_uri: str | None = typer.Option(
-        None, help="MLflow tracking URI [default: sqlite:///<warehouse>/mlflow.db]."
+        None, help="MLflow tracking URI.", show_default="sqlite:///<warehouse>/mlflow.db"
     ),
     storage_options: str | None = typer.Option(
         None,
@@ -287,8 +362,8 @@ def run(
     ),
     job_name: str | None = typer.Option(
         None,
-        help="job_name of the traces without a manifest (bare files): runs "
-        "that share it are compared for regressions [default: the folder's job id].",
+        help="job_name of the traces without a manifest (bare files): runs that share it are compared for regressions.",
+        show_default="the folder's job id",
     ),
     tag: list[str] | None = typer.Option(
         None,
@@ -331,13 +406,19 @@ def land(
     paths: list[str] = typer.Argument(..., help="Trace files or folders of one job run (folders: every file below)."),
     to: str = typer.Option(..., "--to", help="Landing zone: a folder or an fsspec URI (s3://bucket/raw)."),
     job_name: str | None = typer.Option(None, help="job_name tag: runs that share it are compared for regressions."),
-    job_id: str | None = typer.Option(None, help="Job folder [default: the job name, else the folder given]."),
+    job_id: str | None = typer.Option(None, help="Job folder.", show_default="the job name, else the folder given"),
     attempt: int = typer.Option(0, min=0, help="Attempt (restart) number of this run."),
     tag: list[str] | None = typer.Option(None, help="A tag KEY=VALUE, repeatable (model=… feeds fleet statistics)."),
     rank: int | None = typer.Option(None, min=0, help="Rank of a single file whose trace and name do not say."),
-    world_size: int | None = typer.Option(None, min=1, help="Ranks of the job [default: the traces', else landed]."),
-    host: str | None = typer.Option(None, help="Host the traces were captured on [default: unknown]."),
-    date: str | None = typer.Option(None, help="Landing date YYYY-MM-DD [default: each file's modification date]."),
+    world_size: int | None = typer.Option(
+        None, min=1, help="Ranks of the job.", show_default="the traces', else the ranks landed"
+    ),
+    host: str | None = typer.Option(None, help="Host the traces were captured on.", show_default="unknown"),
+    date: str | None = typer.Option(
+        None,
+        help="Landing date YYYY-MM-DD.",
+        show_default="the day each trace was captured, else its file's modification date",
+    ),
     storage_options: str | None = typer.Option(
         None, help="fsspec options for --to as JSON (endpoint_url, key, secret); default: the AWS_* variables."
     ),
@@ -449,11 +530,12 @@ def demo(
     console.rule("what the demo found")
     slow_job = runs[1][0]
     console.print(f"[bold]{slow_job}[/bold] (the run with the planted slowdown on rank {slow_rank}):")
-    _print_findings(slow_job, result.findings)
-    _print_regression(slow_job, result.regressions)
     run_id = result.run_ids.get((slow_job, 0))
+    path = job_report_path(result.tracking_uri, run_id) if run_id and result.tracking_uri else None
+    rest = "in the job report" if path else _findings_elsewhere(str(result.warehouse), slow_job, 0)
+    _print_findings(slow_job, result.findings, rest)
+    _print_regression(slow_job, result.regressions)
     if run_id:
-        path = job_report_path(result.tracking_uri, run_id)
         if path:
             console.print(f"its job report: {path}", highlight=False, soft_wrap=True)
         console.print(
@@ -635,9 +717,10 @@ def sql(
         when = parse_as_of(as_of)
     except ValueError as exc:
         _fail("tracelake sql", str(exc), 2)
+    _require_warehouse("tracelake sql", warehouse)
     use_spark = engine == Engine.spark or (engine == Engine.auto and master is not None)
     if query is None:
-        _prompt(warehouse, when, use_spark, master, limit)
+        _prompt(warehouse, when, use_spark, master, limit, fmt.value)
         return
     try:
         rows, more = _answer(warehouse, query, when, use_spark, master, limit)
@@ -656,15 +739,28 @@ def _answer(
     the query had more.
 
     Raises:
-        SqlError: a query that does not parse, name a table or bind (Spark's errors in their first line).
+        SqlError: a query that does not parse, name a table or bind (Spark's errors in their first line), or is not
+            one read-only query (:func:`jobs.agent.readonly_sql.check_query`, the agents' sql tool's check).
     """
+    referenced_tables(query)  # an unknown table is named with its nearest
+    try:
+        check_query(query, [*TABLES, *FLEET_TABLES], bounded=False)  # a user here can stop a long query
+    except UnsafeQuery as exc:
+        raise SqlError(f"read-only: {exc}") from None
     if not use_spark:
         rows = run_duckdb(warehouse, query, as_of=when, limit=limit + 1).to_pandas(types_mapper=exact_ints)
     else:
-        referenced_tables(query)  # an unknown table is named with its nearest, as on the embedded engine
         with _spark_errors_in_one_line("tracelake sql"):
             rows = to_pandas_exact(run_sql(get_spark(master), warehouse, query, as_of=when).limit(limit + 1))
     return rows.head(limit), len(rows) > limit
+
+
+def _require_warehouse(command: str, warehouse: str) -> None:
+    """Exit 2 with one line when ``warehouse`` holds no tracelake table (:func:`jobs.warehouse.require_warehouse`)."""
+    try:
+        require_warehouse(warehouse)
+    except NoWarehouse as exc:
+        _fail(command, str(exc), 2)
 
 
 def _lines(text: str) -> str:
@@ -687,10 +783,12 @@ def tables(
     warehouse: str | None = typer.Option(None, help="Warehouse folder (or URI): adds each table's rows."),
 ) -> None:
     """The warehouse tables (every documented one, empty or not): stage, columns, rows and what a row is."""
+    if warehouse is not None:
+        _require_warehouse("tracelake tables", warehouse)
     rows = pd.DataFrame(sql_tables(warehouse))
     if warehouse is None:
         rows = rows.drop(columns=["rows"])
-    _print_frame(rows, Format.auto.value, wrap=("description",))
+    _print_frame(rows, Format.auto.value, wrap=("description",), keep=("name",))
 
 
 @app.command()
@@ -700,7 +798,7 @@ def describe(table: str = typer.Argument(..., help="A warehouse table (tracelake
         cols = describe_table(table)
     except SqlError as exc:
         _fail("tracelake describe", str(exc), 2)
-    _print_frame(pd.DataFrame(cols), Format.auto.value, wrap=("description",))
+    _print_frame(pd.DataFrame(cols), Format.auto.value, wrap=("description",), keep=("name",))
 
 
 @app.command()
@@ -715,6 +813,7 @@ def history(
     if table is not None and table not in names:
         console.print(f"[red]tracelake history:[/red] no table {escape(table)!r}; tables: {', '.join(names)}")
         raise typer.Exit(2)
+    _require_warehouse("tracelake history", warehouse)
     for name in [table] if table else names:
         for h in warehouse_history(warehouse, name, limit if table else 1):
             files = f", files +{h['files_added']} -{h['files_removed']}" if h["files_added"] is not None else ""
@@ -768,22 +867,53 @@ def shell(
     master: str | None = typer.Option(None, help="Spark master URL: query on Spark instead of the embedded engine."),
 ) -> None:
     """Interactive SQL prompt over the warehouse tables (what 'tracelake sql' without a query opens)."""
-    _prompt(warehouse, None, master is not None, master, 200)
+    _require_warehouse("tracelake shell", warehouse)
+    _prompt(warehouse, None, master is not None, master, 200, Format.auto.value)
 
 
-def _prompt(warehouse: str, when, use_spark: bool, master: str | None, limit: int) -> None:
-    """The interactive prompt: a query ends with ';'; ``\\d`` lists the tables, ``\\d TABLE`` describes one;
-    ``exit`` quits. An error is shown in one or two lines and the prompt goes on."""
-    console.print(
-        f"{len(sql_tables())} tables (\\d lists them, \\d TABLE its columns); end a query with ';', 'exit' to quit.",
-        highlight=False,
-        markup=False,
-    )
+def _prompt(warehouse: str, when, use_spark: bool, master: str | None, limit: int, fmt: str) -> None:
+    """The prompt: a query ends with ';' (or with the input); ``\\d`` lists the tables, ``\\d TABLE`` describes one;
+    ``exit`` quits. On a terminal an error is shown in one or two lines and the prompt goes on. Fed from a pipe or
+    file there is no banner nor prompt on stdout: only the results (in ``fmt``), the errors on stderr, and exit 1
+    after the input when a query failed."""
+    interactive = sys.stdin.isatty()
+    if interactive:
+        console.print(
+            f"{len(sql_tables())} tables (\\d lists them, \\d TABLE its columns); "
+            "end a query with ';', 'exit' to quit.",
+            highlight=False,
+            markup=False,
+        )
+    errors = Console(stderr=not interactive)
+    failed = False
+
+    def show(error: SqlError) -> None:
+        nonlocal failed
+        failed = True
+        errors.print(f"[red]error:[/red] {escape(_lines(str(error)))}", highlight=False, soft_wrap=True)
+
+    def answer(q: str) -> None:
+        nonlocal failed
+        try:
+            rows, more = _answer(warehouse, q, when, use_spark, master, limit)
+        except SqlError as exc:  # shown in one or two lines; the prompt goes on
+            show(exc)
+            return
+        except typer.Exit:  # a Spark failure, already shown in one line
+            failed = True
+            return
+        _print_frame(rows, fmt)
+        if more:
+            errors.print(f"(the first {limit} rows)", highlight=False)
+
     buf: list[str] = []
     while True:
         try:
-            line = input("tracelake> " if not buf else "      ...> ")
+            line = input(("tracelake> " if not buf else "      ...> ") if interactive else "")
         except EOFError:
+            last = "\n".join(buf).strip().rstrip(";").strip()  # a last query without ';'
+            if last:
+                answer(last)
             break
         cmd = line.strip()
         if not buf and cmd.lower() in ("exit", "quit", "\\q"):
@@ -791,23 +921,20 @@ def _prompt(warehouse: str, when, use_spark: bool, master: str | None, limit: in
         if not buf and cmd.startswith("\\d"):
             name = cmd[2:].strip().rstrip(";")
             try:
-                shown_ = pd.DataFrame(describe_table(name) if name else sql_tables(warehouse))
-                _print_frame(shown_, "table", wrap=("description",))
+                listing = pd.DataFrame(describe_table(name) if name else sql_tables(warehouse))
             except SqlError as exc:
-                console.print(f"[red]error:[/red] {escape(_lines(str(exc)))}", highlight=False)
+                show(exc)
+                continue
+            _print_frame(listing, fmt, wrap=("description",), keep=("name",))
             continue
         buf.append(line)
         if line.rstrip().endswith(";"):
-            q = " ".join(buf).strip().rstrip(";")
+            q = "\n".join(buf).strip().rstrip(";").strip()  # its lines kept: an error names the line
             buf = []
-            try:
-                rows, more = _answer(warehouse, q, when, use_spark, master, limit)
-                _print_frame(rows, "table")
-                if more:
-                    console.print(f"(the first {limit} rows)", highlight=False)
-            except (SqlError, typer.Exit) as exc:  # shown in one or two lines; the prompt goes on
-                if isinstance(exc, SqlError):
-                    console.print(f"[red]error:[/red] {escape(_lines(str(exc)))}", highlight=False)
+            if q:
+                answer(q)
+    if failed and not interactive:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -837,50 +964,142 @@ def mcp(
         raise typer.Exit(2) from e
 
 
-def _print_frame(df, fmt: str, wrap: tuple[str, ...] = ()) -> None:
-    """Print a result: ``csv`` / ``json`` as is; ``table`` one line per row (long text cut with an ellipsis, numbers
-    right-aligned; the ``wrap`` columns wrap instead), or one ``column: value`` block per row when wider than 10
-    columns; ``auto`` is ``table`` on a terminal and ``csv`` when piped. Text from traces is printed escaped."""
+#: The narrowest a cut text column or a wrapped one is made when the terminal is too narrow for every column whole.
+_CUT_MIN, _WRAP_MIN = 12, 24
+
+
+def _print_frame(df, fmt: str, wrap: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> None:
+    """Print a result: ``csv`` / ``json`` exact (csv: lists, maps and structs as JSON text); ``table`` one line per
+    row, or one ``column: value`` block per row when wider than 10 columns; ``auto`` is ``table`` on a terminal and
+    ``csv`` when piped. In a table or block a null reads :data:`_NULL` in every column, and each number column has
+    one format (:func:`_column_texts`); numbers and the ``keep`` columns are never cut, the ``wrap`` columns wrap, and
+    the other text columns use the terminal's width (:func:`_fit`) before long values are cut with an ellipsis. Text
+    from traces is printed escaped."""
     if fmt == "auto":
         fmt = "table" if console.is_terminal else "csv"
     if fmt == "csv":
-        typer.echo(df.to_csv(index=False), nl=False)
-    elif fmt == "json":
+        typer.echo(_nested_as_json(df).to_csv(index=False), nl=False)
+        return
+    if fmt == "json":
         typer.echo(df.to_json(orient="records", default_handler=str))
-    elif len(df.columns) > 10:  # too wide for a terminal table: one "column: value" block per row
-        for i, row in enumerate(df.to_dict(orient="records")):
-            console.print(f"[bold]-- row {i + 1}[/bold]")
-            for k, v in row.items():
-                console.print(f"  {k}: {printable(_cell(v))}", highlight=False, markup=False)
-    else:
-        cells = {c: [printable(_cell(v)) for v in df[c]] for c in df.columns}
-        widths = {c: max([len(str(c)), *map(len, cells[c])]) for c in df.columns}
-        numeric = {c for c in df.columns if df[c].dtype.kind in "fiu"}
-        # numbers are never cut: the text columns share what is left of the terminal's width
-        left = console.width - sum(widths[c] for c in numeric) - 2 * len(df.columns)
-        text = [c for c in df.columns if c not in numeric and c not in wrap]
-        share = max(12, left // max(len(text), 1))
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-        for c in df.columns:
-            t.add_column(
-                escape(str(c)),
-                justify="right" if c in numeric else "left",
-                no_wrap=c not in wrap,
-                overflow="fold" if c in wrap else "ellipsis",
-                width=None if c in wrap else widths[c] if c in numeric else min(widths[c], share),
-            )
+        return
+    texts = {c: _column_texts(df[c]) for c in df.columns}
+    cells = {c: [printable(x) for x in texts[c][0]] for c in df.columns}
+    numeric = {c for c in df.columns if texts[c][1]}
+    if len(df.columns) > 10:  # too wide for a terminal table: one "column: value" block per row
         for i in range(len(df)):
-            t.add_row(*[escape(cells[c][i]) for c in df.columns])  # a kernel name "[/]" is text, not rich markup
-        console.print(t)
-        console.print(f"{len(df)} row(s)", highlight=False)
+            console.print(f"[bold]-- row {i + 1}[/bold]")
+            for c in df.columns:
+                console.print(f"  {c}: {cells[c][i]}", highlight=False, markup=False)
+        return
+    natural = {c: max([len(str(c)), *map(len, cells[c])]) for c in df.columns}
+    whole = {c for c in df.columns if c in numeric or c in keep}
+    wrapped = [c for c in df.columns if c in wrap and c not in whole]
+    text = [c for c in df.columns if c not in whole and c not in wrapped]
+    # each column costs 2 characters besides its own width (the padding and edges of box.SIMPLE_HEAD)
+    room = console.width - 2 * len(df.columns) - sum(natural[c] for c in whole)
+    reserved = sum(min(natural[c], _WRAP_MIN) for c in wrapped)
+    widths = {c: natural[c] for c in whole}
+    widths |= _fit({c: natural[c] for c in text}, room - reserved, _CUT_MIN)
+    widths |= _fit({c: natural[c] for c in wrapped}, room - sum(widths[c] for c in text), _WRAP_MIN)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for c in df.columns:
+        t.add_column(
+            escape(str(c)),
+            justify="right" if c in numeric else "left",
+            no_wrap=c not in wrapped,
+            overflow="fold" if c in wrapped else "ellipsis",
+            width=widths[c],
+        )
+    for i in range(len(df)):
+        t.add_row(*[escape(cells[c][i]) for c in df.columns])  # a kernel name "[/]" is text, not rich markup
+    console.print(t)
+    console.print(f"{len(df)} row(s)", highlight=False)
 
 
-def _cell(v) -> str:
-    if v is None or v is pd.NA:
-        return "—"
-    if isinstance(v, float):
-        return "—" if v != v else f"{v:.4g}"
-    return str(v)
+def _fit(natural: dict[str, int], room: int, floor: int) -> dict[str, int]:
+    """Widths for columns of ``natural`` widths in ``room`` characters: each its natural width when all fit; else the
+    narrow ones whole and the wide ones an equal share of what is left (never below ``floor``, nor above their
+    natural width)."""
+    out: dict[str, int] = {}
+    for k, c in enumerate(sorted(natural, key=natural.__getitem__)):
+        out[c] = min(natural[c], max(floor, (room - sum(out.values())) // (len(natural) - k)))
+    return out
+
+
+#: What a null reads in a terminal table, whatever the column's type.
+_NULL = "—"
+#: Significant digits the smallest non-zero value of a float column keeps in a terminal table (at most 6 decimals).
+_FLOAT_DIGITS = 3
+
+
+def _null(v) -> bool:
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
+
+
+def _nested(v) -> bool:
+    """A list (numpy array), map (list of key-value tuples) or struct (dict) value of a result column."""
+    return isinstance(v, np.ndarray | list | tuple | dict)
+
+
+def _plain(v):
+    """A result value as JSON-ready Python: arrays and map entries as lists, numpy scalars as Python's, a non-finite
+    float or a null as ``None``, other values (dates, decimals) as their text."""
+    if isinstance(v, np.ndarray | list | tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, np.generic):
+        v = v.item()
+    if _null(v) or (isinstance(v, float) and not math.isfinite(v)):
+        return None
+    return v if isinstance(v, str | int | float | bool) else str(v)
+
+
+def _json_text(v, compact: bool = False) -> str:
+    return json.dumps(_plain(v), ensure_ascii=False, separators=(",", ":") if compact else None)
+
+
+def _nested_as_json(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its list, map and struct values as compact JSON text (``["a","b"]``, not numpy's ``['a' 'b']``):
+    what a csv reader can parse; nulls stay empty cells."""
+    out = df
+    for c in df.columns:
+        if df[c].dtype == object and any(_nested(v) for v in df[c]):
+            out = out.copy() if out is df else out
+            out[c] = [None if _null(v) else _json_text(v, compact=True) for v in df[c]]
+    return out
+
+
+def _column_texts(s: pd.Series) -> tuple[list[str], bool]:
+    """``(texts, numeric)``: how a terminal table shows the values of one result column, and whether they are numbers
+    (right-aligned, never cut). A null is :data:`_NULL` in every column; integers print whole (no thousands
+    separators: a value can be copied into a query); a float (or decimal) column gets one format from its values
+    (:func:`_float_format`); lists, maps and structs print as JSON."""
+    values = list(s)
+    if s.dtype.kind in "iu":
+        return [_NULL if _null(v) else str(int(v)) for v in values], True
+    present = [v for v in values if not _null(v)]
+    if s.dtype.kind == "f" or (present and all(isinstance(v, Decimal) for v in present)):
+        floats = [None if _null(v) else float(v) for v in values]
+        form = _float_format([x for x in floats if x is not None])
+        return [_NULL if x is None else form(x) for x in floats], True
+    return [_NULL if _null(v) else _json_text(v) if _nested(v) else str(v) for v in values], False
+
+
+def _float_format(xs: list[float]):
+    """One format for a float column's values: integers when every finite value is whole; scientific (4 significant
+    digits) when they are all tiny (< 1e-4) or one is beyond exact floats (≥ 1e15); else a fixed number of decimals
+    that keeps :data:`_FLOAT_DIGITS` significant digits of the smallest non-zero value (0 to 6 decimals)."""
+    finite = [abs(x) for x in xs if math.isfinite(x)]
+    nonzero = [x for x in finite if x]
+    if nonzero and (max(nonzero) >= 1e15 or max(nonzero) < 1e-4):
+        spec = ".3e"
+    elif all(x.is_integer() for x in finite):
+        spec = ".0f"
+    else:
+        spec = f".{min(6, max(0, _FLOAT_DIGITS - 1 - math.floor(math.log10(min(nonzero)))))}f"
+    return lambda x: f"{x + 0.0:{spec}}" if math.isfinite(x) else str(x)  # + 0.0: -0.0 prints 0
 
 
 from jobs.publish.compare import compare_command  # noqa: E402  (light: no pyspark or mlflow at import)

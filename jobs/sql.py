@@ -130,6 +130,35 @@ def _nearest(name: str, options) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
+#: A class repr in a sqlglot message (``<class 'sqlglot.expressions.query.Where'>``) → its name (``Where``).
+_CLASS_REPR = re.compile(r"<class '(?:\w+\.)*(\w+)'>")
+
+
+def syntax_error(exc: Exception) -> str:
+    """A sqlglot parse (or tokenize) error as one line without sqlglot's internals: where (line, column), what, and
+    the text near it — ``syntax error at line 1, column 30: incomplete WHERE (near 'SELECT job_id FROM steps
+    WHERE')``. What the CLI and the agents' sql tool say of a query that does not parse."""
+    errors = getattr(exc, "errors", None) or []
+    if not errors:  # a tokenize error: an unclosed quote or comment
+        text = " ".join(str(exc).removeprefix("Error tokenizing").split()).strip("'")
+        return f"syntax error: the text cannot be read near {text[-40:]!r} (an unclosed quote or comment?)"
+    e = errors[0]
+    what, token = str(e.get("description") or "syntax error"), " ".join(str(e.get("highlight") or "").split())
+    if what.startswith("Required keyword"):  # the clause or operator left without its operand
+        what = f"incomplete {token.upper() if token.replace('_', '').isalpha() else repr(token)}"
+    elif what.startswith("Invalid expression / Unexpected token"):
+        what = f"unexpected {token!r}"
+    elif what.startswith("Expecting "):
+        what = f"expected {what.removeprefix('Expecting ').strip()} before {token!r}"
+    else:
+        what = _CLASS_REPR.sub(lambda m: m.group(1).upper(), what).rstrip(".")
+    before = " ".join(str(e.get("start_context") or "").split())
+    after = " ".join(str(e.get("end_context") or "").split())
+    near = " ".join(x for x in (before[-40:], token, after[:20]) if x)
+    where = f"syntax error at line {e.get('line')}, column {e.get('col')}: {what}"
+    return f"{where} (near {near!r})" if near else where
+
+
 def referenced_tables(query: str) -> list[str]:
     """The documented tables a Spark SQL ``query`` reads (sqlglot, dialect ``spark``), in first-use order.
 
@@ -138,9 +167,8 @@ def referenced_tables(query: str) -> list[str]:
     """
     try:
         trees = [t for t in sqlglot.parse(query, read="spark") if t is not None]
-    except sqlglot.errors.ParseError as exc:
-        first = (str(exc).splitlines() or ["syntax error"])[0]
-        raise SqlError(f"syntax error: {first}") from None
+    except sqlglot.errors.SqlglotError as exc:
+        raise SqlError(syntax_error(exc)) from None
     except RecursionError:
         raise SqlError("the query nests too deeply to parse") from None
     ctes = {c.alias_or_name.lower() for t in trees for c in t.find_all(exp.CTE)}
@@ -185,8 +213,8 @@ def to_duckdb(query: str) -> str:
     """
     try:
         out = sqlglot.transpile(query, read="spark", write=_DuckSpark)
-    except sqlglot.errors.ParseError as exc:
-        raise SqlError(f"syntax error: {(str(exc).splitlines() or [''])[0]}") from None
+    except sqlglot.errors.SqlglotError as exc:
+        raise SqlError(syntax_error(exc)) from None
     except RecursionError:
         raise SqlError("the query nests too deeply to parse") from None
     if len(out) != 1:
@@ -194,22 +222,25 @@ def to_duckdb(query: str) -> str:
     return out[0]
 
 
-#: What the embedded engine may use of this machine (DuckDB spills to its temp folder beyond it).
+#: What the embedded engine may use of this machine by default (DuckDB spills to its temp folder beyond it).
 DUCKDB_MEMORY = "4GB"
 
 
-def run_duckdb(warehouse: str, query: str, as_of=None, limit: int | None = None) -> pa.Table:
+def run_duckdb(
+    warehouse: str, query: str, as_of=None, limit: int | None = None, memory: str = DUCKDB_MEMORY
+) -> pa.Table:
     """Run one Spark SQL ``query`` on the embedded engine: DuckDB over the ``pyarrow.dataset`` of each table it
     reads (:func:`jobs.warehouse.table_dataset`: the same snapshot Spark reads, latest or ``as_of``; a table never
     written is an empty table of its declared schema), translated by :func:`to_duckdb`. DuckDB's own file access is
-    off: the query sees the warehouse tables only. At most ``limit`` rows.
+    off: the query sees the warehouse tables only. At most ``limit`` rows, within DuckDB's ``memory`` limit (e.g.
+    ``"2GB"``; default :data:`DUCKDB_MEMORY`): a query past it spills or fails with DuckDB's out-of-memory error.
 
     Raises:
         SqlError: a query that does not parse or bind, in one or two lines with the nearest names.
     """
     names = referenced_tables(query)
     text = to_duckdb(query)
-    con = duckdb.connect(config={"enable_external_access": False, "memory_limit": DUCKDB_MEMORY})
+    con = duckdb.connect(config={"enable_external_access": False, "memory_limit": memory})
     try:
         for name in names:
             try:

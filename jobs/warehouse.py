@@ -9,12 +9,12 @@ wrote) and read snapshots back. The table transaction behind it (:mod:`jobs.comm
 
 Reads (a snapshot — the latest version, or ``as_of`` a version number or time): :func:`read_spark` (the
 snapshot's file list; ``format("delta")`` where delta-spark is installed), :func:`read_arrow`,
-:func:`read_pandas`, :func:`read_frames`, :func:`table_columns`, :func:`exists`, :func:`register_views`,
-:func:`table_versions`, :func:`history`. A table that was never written reads as ``None`` (Spark, Arrow) or as
-an empty frame with the table's columns (pandas), and is an empty view of its declared schema in SQL; a table
-of the pre-Delta layout raises :class:`jobs.commit.CommitError` naming ``tracelake migrate``; every other read
-error is raised. A read sees one committed version of each table: never a partial write, on local disk and on
-S3. Other engines read the same tables: ``duckdb.sql("SELECT * FROM delta_scan('<wh>/steps')")``,
+:func:`read_pandas`, :func:`read_frames`, :func:`table_columns`, :func:`exists`, :func:`require_warehouse`,
+:func:`register_views`, :func:`table_versions`, :func:`history`. A table that was never written reads as ``None``
+(Spark, Arrow) or as an empty frame with the table's columns (pandas), and is an empty view of its declared schema
+in SQL; a table of the pre-Delta layout raises :class:`jobs.commit.CommitError` naming ``tracelake migrate``;
+every other read error is raised. A read sees one committed version of each table: never a partial write, on
+local disk and on S3. Other engines read the same tables: ``duckdb.sql("SELECT * FROM delta_scan('<wh>/steps')")``,
 ``polars.read_delta("<wh>/steps")``, ``deltalake.DeltaTable("<wh>/steps").to_pandas()``.
 
 Writes:
@@ -52,6 +52,7 @@ from jobs.commit import CommitError as CommitError  # re-exported: readers and t
 from jobs.commit import (
     CommitResult,
     live_files,
+    local_root,
     move_staged,
     open_table,
     partition_in,
@@ -260,6 +261,38 @@ def read_frames(engine, warehouse: str, tables, job_ids: list[str]) -> dict[str,
         df = read_spark(spark, warehouse, name, job_ids)
         out[name] = df.select(*names).toPandas() if df is not None else pd.DataFrame(columns=names)
     return out
+
+
+class NoWarehouse(ValueError):
+    """A warehouse path that holds no tracelake table (mistyped, or never written): the message names the path."""
+
+
+def require_warehouse(warehouse: str) -> None:
+    """Check that ``warehouse`` holds a tracelake table: a folder of a documented or internal table (Delta or of
+    the pre-Delta layout) right under it. A local folder, or an fsspec URI (``s3://…``: one listing of its root,
+    credentials from the ``AWS_*`` variables as for every reader). What the query commands check first, so that a
+    mistyped ``--warehouse`` is an error rather than empty tables.
+
+    Raises:
+        NoWarehouse: the path does not exist or holds no table folder.
+    """
+    root = local_root(warehouse)
+    names: set[str] = set()
+    if root is not None:
+        if os.path.isdir(root):
+            names = {n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n))}
+    else:
+        import fsspec  # why: object stores only; keeps fsspec off the local commands' imports
+
+        fs, path = fsspec.core.url_to_fs(warehouse)
+        try:
+            names = {
+                posixpath.basename(e["name"].rstrip("/")) for e in fs.ls(path, detail=True) if e["type"] == "directory"
+            }
+        except FileNotFoundError:
+            names = set()
+    if not names & {*TABLES, *FLEET_TABLES, *INTERNAL_TABLES}:
+        raise NoWarehouse(f"no warehouse at {warehouse} (no tracelake table there: check the path)")
 
 
 def exists(warehouse: str, table: str) -> bool:

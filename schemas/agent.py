@@ -144,6 +144,11 @@ class DataQuality(_Model):
     quarantine_reasons: list[str]
     tables: dict[str, str] = Field(description="Validation mark per table: passed, failed or unvalidated.")
     flags: list[str] = Field(description="Parser flags of the job's captures (e.g. truncated_trace).")
+    profiler_warnings: list[str] = Field(
+        default_factory=list,
+        description="The profiler's own warnings about the data, 'rank R: kind (count): message' (at most 10; "
+        "captures.profiler_warnings_json has the metrics each makes uncertain).",
+    )
 
 
 class VerdictBrief(_Model):
@@ -157,6 +162,10 @@ class VerdictBrief(_Model):
     )
     whole_trace: bool = Field(description="Rules ran on whole-trace windows (no ProfilerStep).")
     coverage_known: bool = Field(description="The warehouse records which rules judged the job.")
+    uncertain: list[str] = Field(
+        default_factory=list,
+        description="Judgments the profiler's own warnings make uncertain: '<rules>: the profiler warned: …'.",
+    )
 
 
 class JobSummary(_Answer):

@@ -185,7 +185,10 @@ CAPTURES = Table(
             "`duplicate_rank` (two bare files claim the rank); `duplicate_capture_id` (a manifest capture id repeated in another folder: this file got a suffixed id); `nonfinite_number` / `control_characters` (NaN/inf "
             "tokens read as null, raw control characters in strings kept); `invalid_utf8` / `invalid_escape` / "
             "`lone_surrogate` (damage inside strings repaired: U+FFFD, a literal backslash; offsets in "
-            "repair_offsets_json); `begin_end_pairs` / `unmatched_begin` / `unmatched_end` (ph B/E duration "
+            "repair_offsets_json); `decimal_comma` / `unescaped_quote` (a locale decimal comma read as the "
+            "decimal point, unescaped quotes in a string escaped; offsets in repair_offsets_json); `truncated_tail` "
+            "(a file cut short: its complete events kept, the tail dropped, `partial_trace` raised); `duplicate_key` "
+            "(a key repeated in an event: the last value kept); `begin_end_pairs` / `unmatched_begin` / `unmatched_end` (ph B/E duration "
             "events paired into complete events); `correlation_zero` / `linked_by_time` / `unlinked_device_rows` "
             "(ROCm correlation id 0 read as absent, linked by External id or time); `stream_overlap_clipped` "
             "(device events clipped to the next start on their stream, raw dur in events.dur_raw_ns); "
@@ -195,7 +198,9 @@ CAPTURES = Table(
             "by pid + correlation); `negative_launch_delay` (device work starting before its launch call ends; "
             "clamped to 0 in launch statistics); `partial_trace` (truncated: events stop well before the last "
             "ProfilerStep ends, or dropped events reported); `unsupported_format_version` (Neuron profile newer "
-            "than the reader; quarantined); `no_profiler_step`; see jobs/normalize/kineto/parse.py `FLAGS`.",
+            "than the reader; quarantined); `no_profiler_step`; `profiler_warnings` (the profiler warned about its "
+            "data: profiler_warnings_json); `rank_mismatch` / `world_size_mismatch` (the trace's distributedInfo "
+            "disagrees with its manifest; the trace's value is used); see jobs/normalize/kineto/parse.py `FLAGS`.",
         ),
         Column(
             "flag_counts_json",
@@ -207,9 +212,18 @@ CAPTURES = Table(
         Column(
             "repair_offsets_json",
             _STR,
-            "Where the trace's text was repaired inside strings: flag (`invalid_utf8`, "
-            "`invalid_escape`, `lone_surrogate`) → decoded-document byte offsets of the first 10 repairs, a JSON "
-            "object; null when none.",
+            "Where the trace's text was repaired: flag (inside strings `invalid_utf8`, `invalid_escape`, "
+            "`lone_surrogate`, `unescaped_quote`; next to a value `trailing_comma`, `missing_value`, `bare_word`, "
+            "`decimal_comma`; `truncated_tail` where a cut file was closed; `duplicate_key`) → decoded-document byte "
+            "offsets of the first 10, a JSON object; null when none.",
+        ),
+        Column(
+            "profiler_warnings_json",
+            _STR,
+            "The profiler's own warnings about this file's data (Kineto WARNING/ERROR lines, non-zero `Record "
+            "counts`, dropped-event counters; Neuron profile warnings) as a JSON list of `{kind, level, count, "
+            "message, words, metrics, rules}`: `metrics` are the `table.column` values the warning makes uncertain, "
+            "`rules` the findings rules that read them (jobs/normalize/profiler_warnings.py); null when none.",
         ),
     ),
     stage="normalize",
@@ -880,6 +894,13 @@ RULE_COVERAGE = Table(
         Column("n_ranks", _I32, "Ranks the rule judged.", False),
         Column("n_windows", _I64, "Windows (rank-steps, or whole traces) the rule judged.", False),
         Column("n_findings", _I32, "Findings the rule produced for the job.", False),
+        Column(
+            "uncertain",
+            _STR,
+            "The profiler's own warnings about the data this rule reads, in words with their ranks "
+            "(`captures.profiler_warnings_json`, jobs/analyze/findings/uncertainty.py); the rule's findings have their "
+            "confidence halved. Null when none.",
+        ),
     ),
     stage="analyze",
     partition_by=("date", "job_id"),

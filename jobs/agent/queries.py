@@ -23,6 +23,7 @@ from jobs.agent.paging import bounded, fingerprint
 from jobs.analyze.efficiency.ops import job_op_groups
 from jobs.analyze.efficiency.utilization import job_window_groups
 from jobs.analyze.findings.ranking import findings_document
+from jobs.analyze.findings.uncertainty import capture_warnings
 from jobs.common.floats import finite_float as _num
 from jobs.common.ids import safe_date, safe_id, safe_index
 from jobs.fleet.impact import IMPACT_DIMENSIONS
@@ -300,9 +301,7 @@ def job_summary(
         )
         for r in ranks.itertuples()
     ]
-    caps = _of_attempt(
-        _read(warehouse, "captures", [job_id], columns=["attempt", "status", "reason", "flags"]), attempt
-    )
+    caps = _of_attempt(_read(warehouse, "captures", [job_id]), attempt)
     quarantined = caps[caps["status"] == "quarantined"]
     flags = sorted({f for fl in caps["flags"] if fl is not None for f in fl})
     quality = A.DataQuality(
@@ -311,11 +310,14 @@ def job_summary(
         quarantine_reasons=sorted({str(r) for r in quarantined["reason"] if _str(r)})[:10],
         tables={t: m for t, m in read_marks(warehouse, job_id).items() if m != "unvalidated"},  # the marked tables
         flags=flags,
+        profiler_warnings=[
+            f"rank {w['rank']}: {w['kind']} ({w['count']}): {w['message']}" for w in capture_warnings(caps)
+        ][:10],
     )
     h = headline(
         _of_attempt(_read(warehouse, "steps", [job_id]), attempt),
         ranks,
-        _of_attempt(_read(warehouse, "captures", [job_id]), attempt),
+        caps,
     ).get((job_id, attempt), {})
     idle, comp = _num(h.get("idle_pct")), _num(h.get("compute_pct"))
     breakdown = {

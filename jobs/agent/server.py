@@ -349,9 +349,17 @@ def build_server(warehouse: str, sql: bool = True, sql_timeout_s: float = SQL_TI
             out = make(r.rows)
             while len(out.rows) > 1 and answer_chars(out) > A.MAX_ANSWER_CHARS:  # the character cap: halve
                 out = make(out.rows[: len(out.rows) // 2])
-            if answer_chars(out) > A.MAX_ANSWER_CHARS:  # one row of many long cells: cut each to its share
-                share = max(100, A.MAX_ANSWER_CHARS // (2 * max(len(r.columns), 1)))
-                out = make([[cut_text(v, share) for v in row] for row in out.rows])
+            share = max(100, A.MAX_ANSWER_CHARS // (2 * max(len(r.columns), 1)))
+            while answer_chars(out) > A.MAX_ANSWER_CHARS and share > 0:  # one row of many long cells: cut each
+                out = make([[cut_text(v, share) for v in row] for row in out.rows])  # to its share, less till it fits
+                share //= 2
+            if answer_chars(out) > A.MAX_ANSWER_CHARS:
+                raise _tool_error(
+                    ValueError(
+                        f"one row of {len(r.columns)} columns exceeds the answer's {A.MAX_ANSWER_CHARS:,} characters "
+                        "even with every text cell cut: select fewer columns"
+                    )
+                )
             return out
 
     @server.resource(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import re
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -40,7 +41,6 @@ def _serve(conn: Connection, warehouse: str, memory: str) -> None:
     """An engine process: answer ``(query, max_rows)`` requests on ``conn`` until it closes."""
     import jobs.sql as engine  # why: the child's own import of DuckDB and the warehouse readers
 
-    engine.DUCKDB_MEMORY = memory
     while True:
         try:
             query, max_rows = conn.recv()
@@ -48,7 +48,7 @@ def _serve(conn: Connection, warehouse: str, memory: str) -> None:
             return
         try:
             with reads_logged() as read:  # the table versions the answer states (``tables_read``)
-                t = engine.run_duckdb(warehouse, query, limit=max_rows + 1)
+                t = engine.run_duckdb(warehouse, query, limit=max_rows + 1, memory=memory)
             rows = [[json_safe(v) for v in r.values()] for r in t.to_pylist()]
             conn.send(("ok", t.column_names, rows, dict(read)))
         except engine.SqlError as exc:
@@ -166,11 +166,17 @@ class SqlEngines:
             e.kill()
 
 
+#: The end of a text :func:`cut_text` cut: ``…[cut: N characters]``, N its length before any cut.
+_CUT = re.compile(r"…\[cut: (\d+) characters\]$")
+
+
 def cut_text(v, limit: int = MAX_CELL_CHARS):
-    """A text value cut at ``limit`` characters, saying how long it was (``…[cut: N characters]``); lists and dicts
-    value by value; anything else as it is."""
+    """A text value cut at ``limit`` characters, saying how long it was (``…[cut: N characters]``; a text cut
+    before is cut again and keeps its first length); lists and dicts value by value; anything else as it is."""
     if isinstance(v, str) and len(v) > limit:
-        return v[:limit] + f"…[cut: {len(v)} characters]"
+        m = _CUT.search(v)
+        text, n = (v[: m.start()], int(m.group(1))) if m else (v, len(v))
+        return text[:limit] + f"…[cut: {n} characters]"
     if isinstance(v, list):
         return [cut_text(x, limit) for x in v]
     if isinstance(v, dict):

@@ -166,15 +166,15 @@ def not_regular(path: str, info: dict, root: str) -> str | None:
             mode = os.stat(path).st_mode
         except OSError as exc:
             return f"a broken symbolic link ({type(exc).__name__}): not followed"
-        kind = _special(mode)
+        kind = special_file_kind(mode)
         return f"a symbolic link to {kind}: not opened" if kind else None
     if info.get("type") == "file":
         return None
-    kind = _special(int(info.get("mode") or 0)) or "not a regular file"
+    kind = special_file_kind(int(info.get("mode") or 0)) or "not a regular file"
     return f"{kind}, not a regular file: not opened"
 
 
-def _special(mode: int) -> str | None:
+def special_file_kind(mode: int) -> str | None:
     """``a FIFO`` / ``a socket`` / ``a device`` for such a mode (``stat.st_mode``), else None for a regular file."""
     if stat.S_ISREG(mode):
         return None

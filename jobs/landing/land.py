@@ -14,7 +14,10 @@ What the manifest says, and where it comes from:
   0 when it is the only file; ``world_size`` the given one, else the trace's, else the ranks landed.
 * ``device_name`` and ``accelerator``: the trace's first ``deviceProperties`` entry (``rocm`` for an AMD device,
   ``cuda`` otherwise), ``neuron`` / ``xla`` for those formats, else ``cpu``; ``host`` the one given, else null.
-* the date partition and ``created_at``: the date given, else the file's modification time (UTC).
+* the date partition and ``created_at``: the date given, else when the trace was captured — its
+  ``baseTimeNanoseconds``, or its first absolute ``ts`` (epoch µs, older Kineto) — as the bare ingest dates it (so a
+  landed run and the same files ingested bare fall on one date and one fleet window), else the file's modification
+  time (UTC).
 
 A file is refused, with the reason and nothing written for it, when it is not a regular file, its name is not a
 trace's (:func:`jobs.landing.formats.kind_from_name`), its decoded head is not a JSON trace of a known kind, its rank
@@ -65,12 +68,18 @@ _PROFILERS = {
     "neuron_summary_json": "neuron-profile",
 }
 _DIST = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
+# when the trace was captured: the first event's ts (µs; epoch µs in older Kineto), plus baseTimeNanoseconds (epoch
+# ns) when the trace has one
+_BASE = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d{1,19})\b')
+_FIRST_TS = re.compile(rb'"ts"\s*:\s*"?(\d{1,16})(?:\.(\d{1,3}))?')
 _DEVICE = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^{}]*?"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _AMD = re.compile(r"\b(AMD|Instinct|Radeon|MI\d{3})", re.I)
 _CHUNK = 1 << 20
 #: How far into the decoded trace ``land`` looks for ``distributedInfo`` and ``deviceProperties`` when the head does
 #: not hold them (a large ``metadata`` object can come first), bytes.
 SCAN_BYTES = 256 << 20
+_EPOCH_2015_NS = 1_420_070_400 * 10**9
+_EPOCH_2100_NS = 4_102_444_800 * 10**9
 
 
 class NotATrace(ValueError):
@@ -81,7 +90,8 @@ class NotATrace(ValueError):
 class TraceFacts:
     """What :func:`trace_facts` reads of one file: routing ``kind``, ``rank`` / ``world_size`` from
     ``distributedInfo`` (``None`` when absent), ``device_name``, ``accelerator`` (manifest enum), ``sha256`` and
-    ``size_bytes`` of the bytes as stored, ``mtime_ns``."""
+    ``size_bytes`` of the bytes as stored, ``mtime_ns``; ``captured_ns``: when the trace was captured (epoch ns, from
+    ``baseTimeNanoseconds`` or an absolute ``ts``; None when it does not say)."""
 
     kind: str
     rank: int | None
@@ -91,6 +101,7 @@ class TraceFacts:
     sha256: str
     size_bytes: int
     mtime_ns: int
+    captured_ns: int | None = None
 
 
 @dataclass
@@ -189,7 +200,7 @@ def trace_facts(path: str | os.PathLike) -> TraceFacts:
             raise NotATrace(f"no traceEvents in the first {SNIFF_BYTES >> 20} MiB: not a Chrome/Kineto trace")
     if kind not in LANDABLE_KINDS:
         raise NotATrace(f"a {kind} file: land supports {', '.join(sorted(LANDABLE_KINDS))}")
-    pats = {"dist": _DIST, "device": _DEVICE}
+    pats = {"dist": _DIST, "device": _DEVICE, "base": _BASE, "ts": _FIRST_TS}
     found = {k: m for k, pat in pats.items() if (m := pat.search(head))}
     if head and len(found) < len(pats) and len(head) >= SNIFF_BYTES:  # the head is not the whole document
         found = _search(p, pats)
@@ -211,7 +222,18 @@ def trace_facts(path: str | os.PathLike) -> TraceFacts:
     else:
         accel = "cpu"
     sha, size = _digest(p)
-    return TraceFacts(kind, rank, world or None, device, accel, sha, size, p.stat().st_mtime_ns)
+    return TraceFacts(kind, rank, world or None, device, accel, sha, size, p.stat().st_mtime_ns, _captured(found))
+
+
+def _captured(found: dict[str, re.Match]) -> int | None:
+    """Epoch ns of the trace's first event (:data:`_FIRST_TS` µs + :data:`_BASE` ns), None when absent or before 2015
+    (a relative clock without a base)."""
+    ts = found.get("ts")
+    if ts is None:
+        return None
+    base = found.get("base")
+    ns = int(ts.group(1)) * 1000 + int((ts.group(2) or b"0").ljust(3, b"0")) + (int(base.group(1)) if base else 0)
+    return ns if _EPOCH_2015_NS <= ns < _EPOCH_2100_NS else None
 
 
 def _nonneg(v) -> int | None:
@@ -326,7 +348,8 @@ def _write(sink: LandingZoneSink, x: Landed, job: str, attempt: int, world: int,
     assert facts is not None and x.rank is not None
     check_capture_file_name(name)
     capture_id = facts.sha256[:16]
-    day = date or dt.datetime.fromtimestamp(facts.mtime_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d")
+    when = facts.captured_ns or facts.mtime_ns
+    day = date or dt.datetime.fromtimestamp(when / 1e9, tz=dt.UTC).strftime("%Y-%m-%d")
     rel = landing_path(date=day, job_id=job, attempt=attempt, rank=x.rank, capture_id=capture_id)
     if sink.committed(rel):
         x.status, x.uri = "already", sink.uri_of(rel)
@@ -352,7 +375,7 @@ def _write(sink: LandingZoneSink, x: Landed, job: str, attempt: int, world: int,
         job_id=job,
         attempt=attempt,
         capture_id=capture_id,
-        created_at_ns=facts.mtime_ns,
+        created_at_ns=when,
         step_first=None,
         step_last=None,
         profiler={"name": _PROFILERS[facts.kind]},
@@ -361,7 +384,7 @@ def _write(sink: LandingZoneSink, x: Landed, job: str, attempt: int, world: int,
             {"path": name, "size_bytes": facts.size_bytes, "sha256": facts.sha256, "kind": LANDABLE_KINDS[facts.kind]}
         ],
     )
-    manifest.update(writer=WRITER, created_at=created or utc_timestamp(facts.mtime_ns))
+    manifest.update(writer=WRITER, created_at=created or utc_timestamp(when))
     manifest.pop("pid", None)
     validate_manifest(manifest)
     x.uri = sink.write(CaptureUpload(rel, ((x.path, name),), encode_manifest(manifest)))

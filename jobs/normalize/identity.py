@@ -35,10 +35,14 @@ def resolve_rank(trace_rank, task: dict) -> tuple[int, str, list[str]]:
     """Rank of a capture: ``distributedInfo``, else the manifest, else the file name, else 0.
 
     Returns:
-        ``(rank, rank_source, flags)``; ``flags`` holds ``rank_assumed_0`` in the last case.
+        ``(rank, rank_source, flags)``; ``flags`` holds ``rank_assumed_0`` in the last case, and ``rank_mismatch``
+        when the trace's ``distributedInfo`` names another rank than its manifest (the trace's rank is used: it is
+        what the profiled process reported).
     """
     if trace_rank is not None:
-        return int(trace_rank), "distributedInfo", []
+        declared = task.get("rank") if task.get("manifest_uri") else None
+        mismatch = declared is not None and int(declared) != int(trace_rank)
+        return int(trace_rank), "distributedInfo", ["rank_mismatch"] if mismatch else []
     if task.get("rank") is not None:
         return int(task["rank"]), task.get("rank_source") or "manifest", []
     r = rank_from_filename(posixpath.basename(task["uri"]))

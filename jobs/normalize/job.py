@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import posixpath
-import stat
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,13 +27,14 @@ import pyarrow as pa
 
 from jobs.common.ids import slug
 from jobs.executor import is_local
-from jobs.landing.discover import discover
+from jobs.landing.discover import discover, special_file_kind
 from jobs.landing.interval import date_folder, discover_interval
 from jobs.landing.store import read_problem
 from jobs.normalize.identity import IDENTITY, date_of, resolve_rank, with_identity
 from jobs.normalize.kineto.parse import TraceError, parse_kineto
 from jobs.normalize.limits import DEFAULT_MAX_UNCOMPRESSED_BYTES, ParseLimits, check_budget, parse_budget
 from jobs.normalize.neuron.summary import summary_table
+from jobs.normalize.profiler_warnings import warnings_json
 from jobs.normalize.route import NEURON_SUMMARY_KEY, BlobDigest, kind_of, normalize_other, source_of
 from jobs.normalize.xla import xplane  # module, not names: tests replace xplane.convert_xplane
 from jobs.spark import parallelism
@@ -170,6 +170,9 @@ def normalize_file(
         row[k] = meta.get(k)
     row["n_events"] = parsed.events.num_rows
     row["world_size"] = meta.get("world_size") or task.get("world_size")
+    if meta.get("world_size") and task.get("manifest_uri") and task.get("world_size"):
+        if int(meta["world_size"]) != int(task["world_size"]):
+            rank_flags = [*rank_flags, "world_size_mismatch"]
     row["host_name"] = meta.get("host_name") or task.get("host_name")
     row["device_name"] = meta.get("device_name") or task.get("device_name")
     row["torch_version"] = task.get("torch_version") or meta.get("torch_version")
@@ -186,6 +189,7 @@ def normalize_file(
         ),
         flag_counts_json=json.dumps(meta.get("flag_counts") or {}, sort_keys=True),
         repair_offsets_json=json.dumps(meta["repair_offsets"], sort_keys=True) if meta.get("repair_offsets") else None,
+        profiler_warnings_json=warnings_json(meta.get("profiler_warnings") or []),
         date=task.get("date") or date_of(meta.get("trace_start_ns")) or "unknown",
     )
     events = with_identity(parsed.events, row)
@@ -240,8 +244,9 @@ def _read(
             mode: int | None = os.stat(path).st_mode
         except OSError:
             mode = None  # gone or unreadable: the open below says which
-        if mode is not None and not stat.S_ISREG(mode):
-            return None, "not a regular file (a FIFO, socket or device): not opened"
+        kind = special_file_kind(mode) if mode is not None else None
+        if kind:
+            return None, f"{kind}, not a regular file (replaced since discovery): not opened"
     try:
         with fsspec.open(uri, "rb", **storage_options) as f:
             data = f.read(limit + 1)

@@ -37,6 +37,7 @@ from jobs.normalize.neuron.json_view import parse_neuron_json, parse_summary_jso
 from jobs.normalize.neuron.parquet import parse_neuron_parquet
 from jobs.normalize.neuron.summary import summary_row
 from jobs.normalize.neuron.system import parse_system_json, system_blocks
+from jobs.normalize.profiler_warnings import merge_warnings, neuron_warnings, warnings_json
 from jobs.normalize.xla.xplane import is_xla_trace_path
 
 __all__ = ["BlobDigest", "normalize_neuron", "catalog_blob", "kind_of", "NEURON_SUMMARY_KEY", "source_of"]
@@ -134,9 +135,12 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
     """
     profiles = _profiles(kind, task, data)
     blocks, summaries, flags, time_bases = [], [], set(), set()
+    warned: list[dict] = []
     nc = None
     for p in profiles:
         flags |= set(p.flags)
+        if "Warning" in p.tables:
+            warned += neuron_warnings(p.tables["Warning"].to_pylist())
         dev = device_blocks(p)
         sysb = system_blocks(p)
         if dev:
@@ -181,6 +185,7 @@ def normalize_neuron(task: dict, kind: str, data, row: dict) -> tuple[dict, pa.T
         rank=rank,
         rank_source=rank_source,
         flags=sorted(flags),
+        profiler_warnings_json=warnings_json(merge_warnings(warned)),
         date=task.get("date") or (date_of(start) if "epoch-ns" in time_bases else None) or "unknown",
     )
     row[NEURON_SUMMARY_KEY] = summaries

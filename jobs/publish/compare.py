@@ -46,7 +46,7 @@ from jobs.publish.report.html import render_comparison_report
 from jobs.publish.report.sections import CARD_ORDER
 from jobs.publish.reports import COMPARE_EXPERIMENT, load_job_tables
 from jobs.publish.tracking import client_for, default_tracking_uri, experiment_id, job_metrics
-from jobs.warehouse import read_arrow
+from jobs.warehouse import NoWarehouse, read_arrow, require_warehouse
 
 OPS_COLUMNS = [
     "group",
@@ -106,7 +106,9 @@ class Comparison:
 
     def headline(self, top: int = 3) -> list[str]:
         """What a reader needs first, in lines: the job step time p50 on both sides with its change, then the
-        findings that appeared and cleared (``top`` of each, largest estimated time lost first)."""
+        findings on both sides whose estimated time lost per step grew or shrank by :data:`FINDING_CHANGE_PCT` % and
+        :data:`FINDING_CHANGE_MS` ms or more (largest change first), then the findings that appeared and cleared
+        (``top`` of each, largest estimated time lost first)."""
         m = self.metrics.set_index("metric") if len(self.metrics) else pd.DataFrame()
         lines = []
         if "step_time_p50_ms" in m.index:
@@ -116,6 +118,7 @@ class Comparison:
         else:
             lines.append("job step time: not on both sides (no ProfilerStep)")
         if self.findings is not None:
+            lines += _changed_findings(self.findings, top)
             for status, est in (("appeared", "b_est_ns"), ("cleared", "a_est_ns")):
                 f = self.findings[self.findings["status"] == status].sort_values(est, ascending=False)
                 if len(f):
@@ -123,7 +126,7 @@ class Comparison:
                     more = f" (+{len(f) - top} more)" if len(f) > top else ""
                     lines.append(f"findings {status} in B: {titles}{more}")
             if not (self.findings["status"] != "persisting").any():
-                lines.append("findings: the same on both sides")
+                lines.append("findings: the same rules fired on both sides")
         return lines
 
     def _ops(self, status: str) -> pd.DataFrame:
@@ -159,6 +162,33 @@ class Comparison:
             if pd.notna(r.delta):
                 m[f"delta/{r.metric}"] = float(r.delta)
         return m
+
+
+#: A finding on both sides is named in the headline when its estimated time lost per step changed by at least this
+#: share of A's and at least :data:`FINDING_CHANGE_MS`.
+FINDING_CHANGE_PCT = 10.0
+FINDING_CHANGE_MS = 0.1
+
+
+def _changed_findings(findings: pd.DataFrame, top: int) -> list[str]:
+    """Headline lines for the findings on both sides that grew / shrank (:meth:`Comparison.headline`)."""
+    p = findings[findings["status"] == "persisting"].copy()
+    if not len(p):
+        return []
+    p["_d"] = p["b_est_ns"] - p["a_est_ns"]
+    big = (p["_d"].abs() >= FINDING_CHANGE_PCT / 100 * p["a_est_ns"].abs()) & (p["_d"].abs() >= FINDING_CHANGE_MS * 1e6)
+    out = []
+    for word, sign in (("grew", 1), ("shrank", -1)):
+        f = p[big & (sign * p["_d"] > 0)]
+        f = f.loc[(sign * f["_d"]).sort_values(ascending=False).index]
+        if len(f):
+            items = "; ".join(
+                f"{t} ({a / 1e6:,.1f} → {b / 1e6:,.1f} ms/step)"
+                for t, a, b in zip(f["title"].head(top), f["a_est_ns"], f["b_est_ns"])
+            )
+            more = f" (+{len(f) - top} more)" if len(f) > top else ""
+            out.append(f"findings that {word} in B: {items}{more}")
+    return out
 
 
 def _frame(tables: dict, name: str) -> pd.DataFrame | None:
@@ -514,20 +544,84 @@ def log_comparison(
 
 #: The width the printed comparison fits (a narrower terminal wraps nothing: the names are cut instead).
 PRINT_WIDTH = 80
+#: The printed tables' number columns (A, B, Δ %) and what the table's frame takes besides its columns' widths (a
+#: space of padding each side of each of the 4 columns, the 2 edges and the 3 column separators of box.SIMPLE_HEAD).
+_NUMBER_WIDTHS, _FRAME = (10, 10, 9), 13
+
+
+def shorten_distinct(names: list[str], width: int) -> list[str]:
+    """``names`` cut to ``width`` characters each, distinct names staying distinct.
+
+    A name that fits is kept whole; a longer one is cut at the end with ``…``. Names whose end cuts would read the
+    same (two kernels of one template, ``void at::native::vectorized_el…`` twice) are cut in the middle instead,
+    keeping their ends (``void at::native::vec…Array<char*, 2>)``); where the ends are the same too, the part where
+    they differ is shown between two ellipses; as the last resort they are numbered. Equal names give equal texts.
+    """
+    width = max(width, 4)
+
+    def end_cut(n: str) -> str:
+        return n if len(n) <= width else n[: width - 1] + "…"
+
+    def middle_cut(n: str, tail: int) -> str:
+        return n if len(n) <= width else n[: width - 1 - tail] + "…" + n[len(n) - tail :]
+
+    def window_cut(n: str, group: list[str]) -> str:
+        """The head, then the part from where ``n`` first differs from the other names of its group."""
+        if len(n) <= width:
+            return n
+        differs = max((_common_prefix(n, m) for m in group if m != n), default=0)
+        head = width // 4
+        room = width - head - 2  # two ellipses
+        start = min(max(head, differs - room // 4), len(n) - room)
+        if start + room >= len(n):  # the window reaches the end: one ellipsis
+            return n[:head] + "…" + n[len(n) - (width - head - 1) :]
+        return n[:head] + "…" + n[start : start + room] + "…"
+
+    unique = list(dict.fromkeys(names))
+    shown = {n: end_cut(n) for n in unique}
+    by_text: dict[str, list[str]] = {}
+    for n in unique:
+        by_text.setdefault(shown[n], []).append(n)
+
+    def tries(group: list[str]):
+        """The group's texts cut in the middle (a third of the width kept at the end first), then by window."""
+        for tail in sorted(range(1, width - 1), key=lambda t: abs(t - width // 3)):
+            yield [middle_cut(n, tail) for n in group]
+        yield [window_cut(n, group) for n in group]
+
+    for group in by_text.values():
+        if len(group) < 2:
+            continue
+        others = {shown[n] for n in unique if n not in group}  # as cut so far: a group cut before is avoided too
+        texts = next(
+            (ts for ts in tries(group) if len(set(ts)) == len(ts) and not others & set(ts)),
+            [f"{end_cut(n)[: width - len(str(i)) - 2]}…#{i}" for i, n in enumerate(group, start=1)],
+        )
+        shown.update(zip(group, texts))
+    return [shown[n] for n in names]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
-    """Print, within :data:`PRINT_WIDTH` columns: first how the jobs differ when they are unlike (a warning), then
-    the headline (:meth:`Comparison.headline`), the main metric deltas and the top kernels/ops added, removed, slower
-    and faster (ms per rank and step, mean over ranks; the slowest rank's is in the HTML report and ops.csv)."""
+    """Print, within :data:`PRINT_WIDTH` columns: first that A and B are the same run when they are, how the jobs
+    differ when they are unlike (a warning), then the headline (:meth:`Comparison.headline`), the main metric deltas
+    and the top ``limit`` kernels/ops added, removed, slower and faster (ms per rank and step, mean over ranks; the
+    slowest rank's is in the HTML report and ops.csv), with how many more each has. Names too long for the table are
+    cut so that no two shown names read the same (:func:`shorten_distinct`)."""
     console = console or Console()
     width = min(console.width, PRINT_WIDTH)
+    first_width = max(width - sum(_NUMBER_WIDTHS) - _FRAME, 8)
 
     def say(text: str, style: str = "") -> None:
         for part in str(text).splitlines():
             line = escape(printable(part))
             console.print(f"[{style}]{line}[/{style}]" if style else line, highlight=False, width=width)
 
+    if c.a_label == c.b_label:
+        say(f"A and B are the same run ({c.a_label}): every difference below is 0", "yellow")
     if c.warnings:
         say(f"warning: the jobs differ in {'; '.join(c.warnings)}: the deltas compare unlike runs", "yellow")
     say(f"compare {c.a_label} → {c.b_label}", "bold")
@@ -536,9 +630,9 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
 
     def table(title: str, first: str) -> Table:
         t = Table(title=escape(printable(title)), title_justify="left", box=box.SIMPLE_HEAD, width=width)
-        t.add_column(first, no_wrap=True, overflow="ellipsis", ratio=1)
-        for col in ("A", "B", "Δ %"):
-            t.add_column(col, justify="right", no_wrap=True, width=10 if col != "Δ %" else 9)
+        t.add_column(first, no_wrap=True, overflow="ellipsis", width=first_width)
+        for col, w in zip(("A", "B", "Δ %"), _NUMBER_WIDTHS):
+            t.add_column(col, justify="right", no_wrap=True, width=w)
         return t
 
     t = table("metrics (MLflow names; Δ = B − A)", "metric")
@@ -547,20 +641,27 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
         if not r.metric.startswith("rank/"):
             t.add_row(escape(str(r.metric)), fmt_smart(r.a), fmt_smart(r.b), fmt_num(r.delta_pct, 1))
     console.print(t, width=width)
-    for status, rows in (
+    changes = [
         ("added", c.added()),
         ("removed", c.removed()),
         ("slower", c.slower()),
         ("faster", c.faster()),
-    ):
+    ]
+    # every shown name cut once over the four tables: a kernel renamed between A and B (added and removed) reads as two
+    keys = [(r.group, r.name) for _, rows in changes for r in rows.head(limit).itertuples()]
+    texts = shorten_distinct([f"{'k' if g == 'kernel' else 'op'} {printable(str(n))}" for g, n in keys], first_width)
+    labels = dict(zip(keys, texts))
+    for status, rows in changes:
         if not len(rows):
             say(f"{status} in B: no kernel or op")
             continue
         t = table(f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step", "kernel or op")
         for r in rows.head(limit).itertuples():
-            name = f"{'k' if r.group == 'kernel' else 'op'} {printable(str(r.name))}"
+            name = labels[(r.group, r.name)]
             t.add_row(escape(name), fmt_ms(r.a_ns_per_step, 3), fmt_ms(r.b_ns_per_step, 3), fmt_num(r.delta_pct, 1))
         console.print(t, width=width)
+        if len(rows) > limit:
+            say(f"  … {len(rows) - limit} more {status} in B not shown (the largest {limit} are)")
     if c.findings is not None:
         for status in ("appeared", "cleared"):
             f = c.findings[c.findings["status"] == status]
@@ -587,7 +688,9 @@ def compare_command(
     warehouse: Annotated[str, typer.Option(help="Warehouse folder.")],
     tracking_uri: Annotated[
         str | None,
-        typer.Option(help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, else sqlite:///<warehouse>/mlflow.db]."),
+        typer.Option(
+            help="MLflow tracking URI.", show_default="$MLFLOW_TRACKING_URI, else sqlite:///<warehouse>/mlflow.db"
+        ),
     ] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Print only; log no comparison run.")] = False,
     html: Annotated[str | None, typer.Option(help="Also write the HTML report to this file.")] = None,
@@ -598,13 +701,18 @@ def compare_command(
     """
     # From Python: returns the Comparison; raises typer.Exit(2) when A or B cannot be resolved.
     console = Console()
+    try:
+        require_warehouse(warehouse)
+    except NoWarehouse as exc:
+        console.print(f"[red]error:[/red] {escape(printable(str(exc)))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     uri, source = tracking_uri_of(tracking_uri, warehouse)
     sides = []
     for ref in (a, b):
         try:
             job, attempt, run_id = resolve_ref(ref, warehouse, uri)
         except ValueError as exc:
-            console.print(f"[red]error:[/red] {escape(printable(str(exc)))}", highlight=False)
+            console.print(f"[red]error:[/red] {escape(printable(str(exc)))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         sides.append((job, attempt, run_id, load_compare_tables(warehouse, job, attempt)))
     (ja, aa, ra, ta), (jb, ab, rb, tb) = sides

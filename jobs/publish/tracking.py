@@ -70,10 +70,6 @@ def client_for(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)  # builds the store; mlflow caches it per URI
 
 
-def _create_store(tracking_uri: str) -> None:
-    client_for(tracking_uri)
-
-
 def sqlite_store_ready(path: Path) -> None:
     """Make ``path`` a complete MLflow SQLite store: when it is missing, built in ``.<name>.<pid>.creating`` beside it
     and renamed into place; when it is half-made (tables without MLflow's schema version: a run killed during an
@@ -110,7 +106,7 @@ def open_store_in_background(tracking_uri: str) -> threading.Thread:
 
     def open_store() -> None:
         try:
-            _create_store(tracking_uri)
+            client_for(tracking_uri)
         except Exception:  # noqa: BLE001 — publish opens the store again and reports what is wrong
             pass
 
@@ -377,6 +373,8 @@ def run_description(
     lines = [f"**{v.status.replace('_', ' ')}**: {said}", ""]
     if n and v.unknown:
         lines += [f"Not judged: {'; '.join(v.unknown)}.", ""]
+    if n and v.uncertain:
+        lines += [f"Uncertain, because the profiler warned about its own data: {'; '.join(v.uncertain)}.", ""]
     facts = []
     if "step_time_p50_ms" in metrics:
         facts.append(f"job step time p50 {metrics['step_time_p50_ms']:,.2f} ms")

@@ -9,6 +9,9 @@ judge it was left out (status ``not_run``) and no finding fired. Otherwise it sa
 * ``coverage_unknown``: nothing fired, and the warehouse has no ``rule_coverage`` rows for the job (analyzed before
   coverage was recorded), so "no bottleneck" cannot be claimed.
 
+Whatever the verdict, when the profiler warned about the data a rule that judged the job reads
+(``rule_coverage.uncertain``), the headline ends with those judgments named as uncertain (:attr:`Verdict.uncertain`).
+
 The same :class:`Verdict` feeds the job report's verdict and coverage block, the MLflow tags ``tracelake.verdict``
 and ``tracelake.top_finding`` and the ``coverage/…`` metrics, ``tracelake run``'s summary and the MCP job answer.
 """
@@ -63,6 +66,8 @@ class Verdict:
         whole_trace: some rule ran on whole-trace windows (no ProfilerStep).
         coverage_known: the job has ``rule_coverage`` rows.
         top_rule: the rule of the top finding (``None`` without a finding).
+        uncertain: the judgments the profiler's warnings make uncertain, one phrase per warning
+            (``"<rules>: the profiler warned: …"``).
     """
 
     status: str
@@ -72,6 +77,7 @@ class Verdict:
     whole_trace: bool = False
     coverage_known: bool = False
     top_rule: str | None = None
+    uncertain: list[str] = field(default_factory=list)
 
     @property
     def top_finding_tag(self) -> str:
@@ -97,6 +103,7 @@ class Verdict:
             "whole_trace": self.whole_trace,
             "coverage_known": self.coverage_known,
             "top_rule": self.top_rule,
+            "uncertain": list(self.uncertain),
         }
 
 
@@ -117,6 +124,14 @@ def unknown_reasons(coverage: pd.DataFrame) -> list[str]:
     return [f"{r}: {_rules(g)} did not run" for r, g in nr.groupby("_reason", sort=True)]
 
 
+def uncertain_reasons(coverage: pd.DataFrame) -> list[str]:
+    """``"<rules>: <warning in words>"`` per distinct ``uncertain`` text of the rules that judged the job."""
+    if "uncertain" not in coverage.columns:
+        return []
+    u = coverage[coverage["uncertain"].map(lambda x: isinstance(x, str) and bool(x))]
+    return [f"{_rules(g)}: {w}" for w, g in u.groupby("uncertain", sort=True)]
+
+
 def job_verdict(findings: pd.DataFrame | None, coverage: pd.DataFrame | None) -> Verdict:
     """The verdict of one job run (module docstring) from its ``findings`` and ``rule_coverage`` rows.
 
@@ -127,6 +142,16 @@ def job_verdict(findings: pd.DataFrame | None, coverage: pd.DataFrame | None) ->
     Returns:
         A :class:`Verdict`.
     """
+    v = _verdict(findings, coverage)
+    if coverage is not None and len(coverage):
+        v.uncertain = uncertain_reasons(coverage)
+    if v.uncertain:
+        v.headline += " Uncertain, because the profiler warned about its own data: " + "; ".join(v.uncertain) + "."
+    return v
+
+
+def _verdict(findings: pd.DataFrame | None, coverage: pd.DataFrame | None) -> Verdict:
+    """:func:`job_verdict` before the profiler's warnings are added."""
     has_f = findings is not None and len(findings) > 0
     known = coverage is not None and len(coverage) > 0 and {"rule", "status"} <= set(coverage.columns)
     counts = {s: 0 for s in STATUSES}

@@ -117,7 +117,9 @@ def test_quarantine_renamed_jobs_and_neuron_give_identical_tables(spark, edge_la
     on_spark = run_pipeline(str(edge_landing), str(tmp_path / "spark"), spark=spark, log_to_mlflow=False)
     assert _counts(local.record) == _counts(on_spark.record)
     caps = local.captures
-    assert (caps["status"] == "quarantined").sum() == 2
+    assert (caps["status"] == "quarantined").sum() == 1  # not JSON; the cut file keeps its complete events
+    cut = caps[caps["uri"].str.endswith("truncated.json")].iloc[0]
+    assert cut["status"] == "ingested" and "truncated_tail" in list(cut["flags"])
     assert any(j.startswith("dup-") for j in caps["job_id"])  # the two rank-3 files became two jobs
     assert len(local.neuron_summary) > 0
     # every declared job table is written by each executor (torch ranks with collectives, Neuron profiles,

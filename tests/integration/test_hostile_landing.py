@@ -101,6 +101,8 @@ def test_hostile_entries_are_quarantined_with_their_reason_and_the_run_ends(CORP
     _commit(raw, "bad", 0, "d", r0, created_at="9999-99-99T99:99:99Z")
     _commit(raw, "bad", 1, "ws", r0, world_size=2147483647)
     _commit(raw, "bad", 0, "sha", r0, stored=r1)
+    # a manifest whose rank the trace contradicts (the trace's distributedInfo says rank 0 of 128)
+    _commit(raw, "mm", 1, "mis", r0, world_size=128)
 
     start = time.monotonic()
     proc = subprocess.run(
@@ -134,5 +136,10 @@ def test_hostile_entries_are_quarantined_with_their_reason_and_the_run_ends(CORP
     assert [x for x in ingested if not x[0].startswith("clash-")] == [
         ("m", "c0"),
         ("m", "c1"),
+        ("mm", "mis"),
         ("team", "rank1.json.gz"),
     ]
+    flags = {key(r["uri"]): list(r["flags"]) for r in caps if r["status"] == "ingested"}
+    rank_of = {key(r["uri"]): r["rank"] for r in caps if r["status"] == "ingested"}
+    assert "rank_mismatch" in flags["mis"] and "world_size_mismatch" not in flags["mis"] and rank_of["mis"] == 0
+    assert "world_size_mismatch" in flags["c0"] and "rank_mismatch" not in flags["c0"]  # manifest 2, trace 128

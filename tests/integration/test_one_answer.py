@@ -151,9 +151,12 @@ def _same(shown: str, value: float) -> None:
 
 
 def _printed_number(printed: str, job: str, label: str) -> str | None:
-    """The number ``tracelake run`` printed after ``label`` on the job's header line (None: not printed)."""
+    """The number ``tracelake run`` printed on the job's header line between the name of ``label`` and its unit
+    (``job step time p50 19.90 ms (slowest rank per step) · GPU idle 52.0 % of …`` for ``job step time p50, ms`` and
+    ``GPU idle, %``; None: not printed)."""
     line = next(ln for ln in printed.splitlines() if ln.startswith(f"job {job}: ") and "rank(s)" in ln)
-    m = re.search(re.escape(label) + r"[^;]*?\s([\d,.]+)(;|$)", line)
+    name, _, unit = label.partition(", ")
+    m = re.search(r"(?:: |· )" + re.escape(name) + r" ([\d,.]+) " + re.escape(unit), line)
     return m.group(1) if m else None
 
 

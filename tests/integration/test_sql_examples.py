@@ -142,6 +142,7 @@ def test_the_sql_shell_answers_like_a_database_shell(corpus_warehouse):
     assert "the first 2 rows; more with --limit" in ns.stderr
     shell = _cli(
         "sql", "--warehouse", wh, stdin="SELECT count(*) AS n\nFROM captures;\n\\d ranks\nSELECT nope;\nexit\n"
-    )
-    assert shell.returncode == 0, shell.stderr
-    assert "step_time_p50_ns" in shell.stdout and "error:" in shell.stdout and "1 row(s)" in shell.stdout
+    )  # piped: the answers alone on stdout (csv), the error on stderr, and rc 1 after the input
+    assert shell.returncode == 1, shell.stderr
+    assert shell.stdout.startswith("n\n") and "step_time_p50_ns" in shell.stdout and "tracelake>" not in shell.stdout
+    assert shell.stderr.startswith("error:") and "nope" in shell.stderr

@@ -330,6 +330,36 @@ def test_unlike_jobs_are_named_first_and_the_headline_leads_with_step_time():
     assert max(len(x) for x in lines) <= 80  # fits 80 columns on a wide terminal too
 
 
+def test_a_finding_on_both_sides_that_grew_is_in_the_headline():
+    """newuser15 #14: B's top bottleneck grew from 52.2 to 69.3 ms/step and the headline named only a 0.02 ms
+    finding that cleared."""
+    rows = [(0, s, "k", "kernel", 10) for s in (1, 2)]
+
+    def side(data_ns: int, extra: list[dict]) -> dict:
+        found = [{"finding_id": "dataloader_bound/job", "rule": "dataloader_bound", "title": "data loading",
+                  "est_time_lost_per_step_ns": data_ns}, *extra]  # fmt: skip
+        return {
+            "events": _events(rows),
+            "captures": _caps(1, "NVIDIA H100", "m"),
+            "ranks": pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": 0}]),
+            "steps": _steps([0], [1, 2], 100.0),
+            "findings": pd.DataFrame(found),
+        }
+
+    small = [{"finding_id": "low/job", "rule": "low", "title": "GPU busy", "est_time_lost_per_step_ns": 20_000}]
+    c = compare_jobs(side(52_200_000, small), side(69_300_000, []), "A", "B")
+    assert c.headline() == [
+        "job step time p50: 100 ms → 100 ms (+0.0 %)",
+        "findings that grew in B: data loading (52.2 → 69.3 ms/step)",
+        "findings cleared in B: GPU busy",
+    ]
+    same = compare_jobs(side(52_200_000, []), side(52_300_000, []), "A", "B")  # +0.2 %: not named
+    assert same.headline()[1:] == ["findings: the same rules fired on both sides"]
+    assert compare_jobs(side(69_300_000, []), side(52_200_000, []), "A", "B").headline()[1] == (
+        "findings that shrank in B: data loading (69.3 → 52.2 ms/step)"
+    )
+
+
 def test_tracking_uri_flag_then_environment_then_warehouse_default(monkeypatch, tmp_path):
     from jobs.publish.compare import tracking_uri_of
 
@@ -340,3 +370,81 @@ def test_tracking_uri_flag_then_environment_then_warehouse_default(monkeypatch, 
     uri, source = tracking_uri_of(None, str(tmp_path))
     assert uri.startswith("sqlite:///") and uri.endswith("mlflow.db") and source == "the warehouse default"
     assert tracking_uri_of(None, "s3://bucket/wh")[0] is None
+
+
+# ------------------------------------------------ newuser15 #14: the printed comparison, names cut apart, "N more"
+
+_TEMPLATE = "void at::native::vectorized_elementwise_kernel<4, at::native::{}, at::detail::Array<char*, {}> >(int)"
+
+
+def test_shorten_distinct_keeps_cut_names_apart():
+    from jobs.publish.compare import shorten_distinct
+
+    a, b = _TEMPLATE.format("threshold_kernel_impl<float>", 3), _TEMPLATE.format("clamp_min_scalar_kernel", 2)
+    # before: both read "void at::native::vectorized_elem…"
+    got = shorten_distinct([a, "short", b, a], 34)
+    assert got[1] == "short" and got[0] == got[3] and got[0] != got[2]
+    assert all(len(x) <= 34 for x in got)
+    assert got[0].startswith("void at::native::") and got[0].endswith(", 3> >(int)")  # the middle cut
+    assert got[2].endswith(", 2> >(int)") and got[2].count("…") == 1
+    # names alike at both ends: the part where they differ is shown
+    c, d = (
+        _TEMPLATE.format("threshold(at::TensorIteratorBase&)", 3),
+        _TEMPLATE.format("threshold(at::TensorIterator&)", 3),
+    )
+    got = shorten_distinct([c, d], 34)
+    assert len(set(got)) == 2 and all(len(x) <= 34 for x in got), got
+    assert "Base&)" in got[0] and "erator&)" in got[1]
+    # a cut that is not shared keeps its plain end cut; names that fit are whole
+    assert shorten_distinct([a, "gemm"], 20) == [a[:19] + "…", "gemm"]
+    # names that differ only past any cut still come out distinct
+    e, f = "x" * 50 + "1", "x" * 50 + "2"
+    assert len(set(shorten_distinct([e, f, "x" * 60], 10))) == 3
+
+
+def _kernels_job(names: list[str], ms: float) -> dict:
+    rows = [(0, s, n, "kernel", ms * 1000 / (i + 1)) for s in (1, 2) for i, n in enumerate(names)]
+    return {
+        "events": _events(rows),
+        "captures": _caps(1, "NVIDIA H100", "m"),
+        "ranks": pd.DataFrame([{"job_id": "j", "attempt": 0, "rank": 0}]),
+        "steps": _steps([0], [1, 2], 100.0),
+    }
+
+
+def test_print_comparison_tells_kernels_apart_says_how_many_more_and_the_same_run():
+    """newuser15 #14: ``k void at::native::vectorized_element…`` twice in "added", "added in B: 17" listing 10 with no
+    "7 more", and no word that A and B were one run."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from jobs.publish.compare import print_comparison
+
+    added = [_TEMPLATE.format(f"kernel_{i}<float>", i) for i in range(13)]
+    c = compare_jobs(_kernels_job(["gemm"], 1.0), _kernels_job(["gemm", *added], 1.0), "j#0", "j#1")
+    out = StringIO()
+    print_comparison(c, Console(file=out, width=120, color_system=None), limit=10)
+    lines = out.getvalue().splitlines()
+    assert max(len(x.rstrip()) for x in lines) <= 80
+    start = lines.index(next(x for x in lines if x.startswith("added in B: 13 kernel(s)/op(s)")))
+    shown = [x.split("  ")[1] for x in lines[start + 4 : start + 14]]
+    assert len(set(shown)) == 10 and all(x.startswith("k void at::native::") for x in shown), shown
+    assert lines[start + 15] == "  … 3 more added in B not shown (the largest 10 are)"
+    assert not any("A and B are the same run" in x for x in lines)
+
+    same = StringIO()
+    job = _kernels_job(["gemm"], 1.0)
+    print_comparison(compare_jobs(job, job, "j#0", "j#0"), Console(file=same, width=80, color_system=None))
+    assert same.getvalue().splitlines()[0] == "A and B are the same run (j#0): every difference below is 0"
+
+
+def test_comparison_subtitle_prints_whole_steps_per_rank_as_integers():
+    """newuser15 #16: the compare HTML said "6.0 step(s)/rank"."""
+    from types import SimpleNamespace
+
+    from jobs.publish.report.sections import comparison_subtitle
+
+    c = SimpleNamespace(a_label="a#0", b_label="b#0", a_ranks=8, b_ranks=2, a_steps=6.0, b_steps=2.5)
+    text = comparison_subtitle(c)
+    assert "A = a#0: 8 rank(s), 6 step(s)/rank · B = b#0: 2 rank(s), 2.5 step(s)/rank" in text

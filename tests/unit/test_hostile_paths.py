@@ -698,3 +698,20 @@ def test_validate_stage_passes_each_job_as_one_argument(monkeypatch):
     monkeypatch.setattr(suites, "validate_tables", fake_validate)
     run_stage("validate_normalize", settings, engine=object(), record={"job_ids": jobs}, save=False)
     assert seen == [("normalize", jobs)]
+
+
+def test_a_file_replaced_by_a_fifo_after_discovery_is_not_opened(tmp_path):
+    """Discovery saw a regular file; by the time normalize reads it, it is a FIFO: the read refuses it unopened
+    (an open would block for ever) with the words discovery uses."""
+    import os  # why: only this test makes FIFOs
+
+    from jobs.normalize.job import _read_task
+
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": []}')
+    task = {"uri": str(path), "kind": "auto", "limits": {}}
+    assert _read_task(task, {})[1] is None
+    path.unlink()
+    os.mkfifo(path)
+    data, why = _read_task(task, {})
+    assert data is None and why == "a FIFO (named pipe), not a regular file (replaced since discovery): not opened"

@@ -58,6 +58,23 @@ def test_a_multi_rank_folder_lands_as_one_job_run_and_again_writes_nothing(dlrm,
     assert sorted((p, p.stat().st_mtime_ns) for p in zone.rglob("*") if p.is_file()) == before
 
 
+def test_a_landed_trace_is_dated_when_it_was_captured_as_the_bare_ingest_dates_it(dlrm, CORPUS, tmp_path):
+    """Not by when the file was copied: absolute-µs ts (DLRM, 2023) and baseTimeNanoseconds + relative ts (OWLv2)."""
+    from jobs.normalize.identity import date_of  # why: only this test compares with the bare ingest's date
+    from jobs.normalize.kineto.parse import parse_kineto  # why: idem
+
+    owl = CORPUS / "torch" / "TraceLens" / "h100" / "google_owlv2-large-patch14-ensemble__1016001.json.gz"
+    for src, want in ((next(dlrm.glob("worker0_*")), "2023-09-07"), (owl, "2025-07-18")):
+        copy = tmp_path / "in" / src.name
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copy(src, copy)  # a fresh mtime: today
+        assert date_of(parse_kineto(src.read_bytes(), str(src)).meta["trace_start_ns"]) == want
+        (x,) = land([str(copy)], str(tmp_path / "zone"))
+        assert x.status == "landed" and f"/date={want}/" in x.uri
+        (m,) = [json.loads(p.read_text()) for p in Path(x.uri).rglob("manifest.json")]
+        assert m["created_at"].startswith(want)
+
+
 def test_bad_files_are_refused_with_the_reason_and_the_good_ones_land(CORPUS, tmp_path):
     src = tmp_path / "src"
     src.mkdir()

@@ -20,7 +20,8 @@ status             when
                    (``host_bound_launch``), no per-kernel statistics (``pageable_memcpy``), no analyzed trace
 =================  ==============================================================================================
 
-``n_ranks`` / ``n_windows`` count the ranks and windows (rank-steps or whole traces) the rule judged (0 when it
+``uncertain`` names the profiler's own warnings about the data a rule that judged the job reads
+(:mod:`jobs.analyze.findings.uncertainty`). ``n_ranks`` / ``n_windows`` count the ranks and windows (rank-steps or whole traces) the rule judged (0 when it
 did not run); ``n_findings`` the findings it produced for the job. Reasons are plain words (no column names):
 they are shown to people as the answer to "why is there no finding about X?".
 """
@@ -35,6 +36,7 @@ import pyarrow as pa
 from jobs.analyze.findings.neuron import RULES as NEURON_RULES
 from jobs.analyze.findings.ranking import _date, _frame, _of_job, events_in_windows, job_windows
 from jobs.analyze.findings.rules import RULES
+from jobs.analyze.findings.uncertainty import uncertain_words, warned_rules
 from jobs.analyze.windows import WINDOW_TRACE
 from schemas.tables import COVERAGE_STATUSES, RULE_COVERAGE
 
@@ -212,7 +214,9 @@ def rule_coverage(tables: Mapping[str, pd.DataFrame], findings: pa.Table | pd.Da
         windows = job_windows(job["steps"], job["ranks"], job["captures"])
         job["events"] = events_in_windows(job["events"], windows)
         date = _date(job, job_id, attempt)
+        warned = warned_rules(job["captures"])
         for r in coverage_by_job(job_id, attempt, job, windows, job["neuron_summary"]):
+            judged = r["status"] in ("ran", "ran_on_trace")
             rows.append(
                 {
                     "date": date,
@@ -220,6 +224,7 @@ def rule_coverage(tables: Mapping[str, pd.DataFrame], findings: pa.Table | pd.Da
                     "attempt": attempt,
                     **r,
                     "n_findings": counts.get((job_id, attempt, r["rule"]), 0),
+                    "uncertain": uncertain_words(warned.get(r["rule"], [])) if judged else None,
                 }
             )
     return pa.Table.from_pylist(

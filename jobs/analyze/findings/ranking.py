@@ -84,6 +84,7 @@ import pyarrow.dataset as ds
 from jobs.analyze.findings.neuron import RULES as NEURON_RULES
 from jobs.analyze.findings.neuron import neuron_findings
 from jobs.analyze.findings.rules import BY_DESIGN_ANNOTATION, RULES, SYNC_NAMES, THRESHOLDS, JobTables
+from jobs.analyze.findings.uncertainty import mark_uncertain, warned_rules
 from jobs.analyze.trace.launches import GRAPH_CAPTURE_NAMES, GRAPH_LAUNCH_NAMES, HOST_COPY_NAMES
 from jobs.analyze.windows import WHOLE_TRACE_STEP, WINDOW_TRACE, analysis_windows
 from jobs.common.floats import finite_float
@@ -443,6 +444,11 @@ def job_findings(tables: Mapping[str, pd.DataFrame]) -> pa.Table:
     ns = tables.get("neuron_summary")
     if ns is not None and len(ns):
         found += neuron_findings(ns).to_pylist()
+    by_job: dict[tuple, list[dict]] = {}
+    for f in found:
+        by_job.setdefault((f["job_id"], int(f["attempt"])), []).append(f)
+    for (job_id, attempt), fs in by_job.items():  # the profiler's own warnings (uncertainty.py)
+        mark_uncertain(fs, warned_rules(_of_job(captures, job_id, attempt)))
     rows = rank_findings(found)
     tbl = pa.Table.from_pylist(
         [{k: _clean(f[k]) for k in FINDINGS.names} for f in rows], schema=FINDINGS.arrow_schema()
@@ -531,6 +537,7 @@ def findings_document(
                 "n_ranks": int(c["n_ranks"]),
                 "n_windows": int(c["n_windows"]),
                 "n_findings": int(c["n_findings"]),
+                **({"uncertain": str(c["uncertain"])} if isinstance(c.get("uncertain"), str) else {}),
             }
             for c in cov
             if c["job_id"] == job_id and int(c["attempt"]) == int(attempt)

@@ -123,7 +123,8 @@ def hta_stream(events: pa.Table, hta_rule: bool = False) -> np.ndarray:
     mentions = _np(pc.match_substring(pc.fill_null(args, ""), '"stream"'), bool)
     ours = stream
     stream = np.where(mentions, stream, -1)
-    recheck = np.flatnonzero(mentions & ~(is_gpu & has_stream_col))
+    # rows whose args are read again: those the value of is HTA's; outside HTA's rule a host row ends −1 anyway
+    recheck = np.flatnonzero(mentions & ~(is_gpu & has_stream_col) & (is_gpu | hta_rule))
     if recheck.size:
         stream[recheck] = [_int_like_python(v) for v in _arg_values(args, recheck, "stream")]
     if is_gpu.any() and not (mentions & is_gpu).any():  # device rows without any stream (XPU)

@@ -8,6 +8,9 @@
  * jobs/normalize/kineto/repair.py does (counts and the document offset of the first are reported):
  * non-finite number tokens (NaN, Infinity, inf, nan... optionally signed) read as null, and raw
  * control characters inside strings kept (written as \u00XX escapes in the args text).
+ * Duplicate keys (catapult #4343) are counted as jobs/normalize/kineto/dupkeys.py does (the last value is kept,
+ * as every JSON parser does): the event's own ph/cat/name/pid/tid/ts/dur/id/bp/args and, inside an args object,
+ * correlation / External id / external id / stream / device; the document offsets of the first DUP_OFFSETS.
  * Limits (jobs/normalize/limits.py): nesting depth and string length, set by set_limits(); a file
  * over them ends the scan with status LIMIT. No Python object is created per event: the outputs are growable C arrays
  * (mmap/mremap for the large ones) handed to Python as zero-copy buffers (numpy / Arrow).
@@ -74,6 +77,7 @@ typedef struct {
 } Buf;
 
 #define MAP_FROM ((size_t)1 << 20)
+#define DUP_OFFSETS 10 /* repair.py MAX_OFFSETS */
 
 static int buf_grow(Buf *b, size_t extra) {
     size_t need = b->len + extra;
@@ -161,6 +165,8 @@ typedef struct {
     int64_t n_nonfinite; /* repairs: non-finite tokens read as null */
     int64_t n_ctrl;      /* repairs: raw control characters inside strings */
     int64_t first_repair; /* document offset of the first repair, -1 */
+    int64_t n_dup;        /* duplicate keys (see dupkeys.py) */
+    int64_t dup_off[DUP_OFFSETS]; /* document offsets of the first ones (their opening quote) */
     int64_t n_invalid_ts; /* X/i/C events dropped: no valid ts */
 } Scanner;
 
@@ -204,6 +210,13 @@ static void limit(Ctx *c, const char *which) {
 static inline void note_repair(Ctx *c, const unsigned char *p, int64_t *counter) {
     (*counter)++;
     if (c->s->first_repair < 0) c->s->first_repair = c->base_off + (int64_t)(p - c->base_ptr);
+}
+
+/* a duplicate key whose opening quote is at q */
+static void note_dup(Ctx *c, const unsigned char *q) {
+    Scanner *s = c->s;
+    if (s->n_dup < DUP_OFFSETS) s->dup_off[s->n_dup] = c->base_off + (int64_t)(q - c->base_ptr);
+    s->n_dup++;
 }
 
 static inline void reserve(Ctx *c, Buf *b, size_t extra) {
@@ -986,6 +999,7 @@ static void parse_args(Ctx *c, Event *ev) {
                 break;
             }
             if (slot >= 0) {
+                if (slot != A_NAME && ev->a[slot].kind != V_MISSING) note_dup(c, k - 1);
                 const unsigned char *vs = c->p;
                 read_val(c, 2, &ev->a[slot]);
                 if (out) {
@@ -1338,12 +1352,17 @@ static void parse_event(Ctx *c) {
             } else if (n == 4) {
                 if (KEY_IS(kt, n, "name")) dst = &ev.f_name;
                 else if (KEY_IS(kt, n, "args")) {
+                    if (ev.has_args) note_dup(c, k - 1);
                     parse_args(c, &ev);
                     goto next;
                 }
             }
-            if (dst) read_val(c, 1, dst);
-            else value(c, 1, NULL);
+            if (dst) {
+                if (dst->kind != V_MISSING) note_dup(c, k - 1);
+                read_val(c, 1, dst);
+            } else {
+                value(c, 1, NULL);
+            }
         next:
             skip_ws(c);
             if (*c->p == ',') {
@@ -1390,6 +1409,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
     volatile int saved_state = self->state;
     volatile size_t saved_args = self->b[R_ARGS].len;
     volatile int64_t saved_nf = self->n_nonfinite, saved_nc = self->n_ctrl, saved_first = self->first_repair;
+    volatile int64_t saved_dup = self->n_dup;
     int status;
     int rc = setjmp(c.jb);
     if (rc == 0) {
@@ -1401,6 +1421,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
             saved_nf = self->n_nonfinite;
             saved_nc = self->n_ctrl;
             saved_first = self->first_repair;
+            saved_dup = self->n_dup;
             skip_ws(&c);
             unsigned ch = *c.p;
             if (self->state == 2) {
@@ -1435,6 +1456,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *args) {
     self->n_nonfinite = saved_nf;
     self->n_ctrl = saved_nc;
     self->first_repair = saved_first;
+    self->n_dup = saved_dup; /* the offsets past it are rewritten when the event is scanned again */
     Py_ssize_t pos = (Py_ssize_t)((const unsigned char *)committed - base);
     PyBuffer_Release(&view);
     if (rc == JMP_NOMEM) {
@@ -1520,7 +1542,31 @@ static PyObject *scanner_result(Scanner *self, PyObject *noargs) {
     SETI("n_ctrl", self->n_ctrl);
     SETI("first_repair", self->first_repair);
     SETI("n_invalid_ts", self->n_invalid_ts);
+    SETI("n_dup", self->n_dup);
 #undef SETI
+    {
+        Py_ssize_t nd = self->n_dup < DUP_OFFSETS ? (Py_ssize_t)self->n_dup : DUP_OFFSETS;
+        PyObject *offs = PyList_New(nd);
+        if (!offs) {
+            Py_DECREF(d);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < nd; i++) {
+            PyObject *o = PyLong_FromLongLong((long long)self->dup_off[i]);
+            if (!o) {
+                Py_DECREF(offs);
+                Py_DECREF(d);
+                return NULL;
+            }
+            PyList_SET_ITEM(offs, i, o);
+        }
+        int rc = PyDict_SetItemString(d, "dup_off", offs);
+        Py_DECREF(offs);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
     if (PyDict_SetItemString(d, "metas", self->metas) < 0) {
         Py_DECREF(d);
         return NULL;
@@ -1610,6 +1656,6 @@ PyMODINIT_FUNC PyInit__kineto_scan(void) {
     PyModule_AddIntConstant(m, "DONE", 1);
     PyModule_AddIntConstant(m, "BAIL", 2);
     PyModule_AddIntConstant(m, "LIMIT", 3);
-    PyModule_AddIntConstant(m, "ABI", 4);
+    PyModule_AddIntConstant(m, "ABI", 5);
     return m;
 }

@@ -9,7 +9,8 @@ vectorized normalization passes (:func:`jobs.normalize.kineto.passes.normalize_c
 the two paths give equal tables.
 
 The scanner applies the lenient repairs of :mod:`jobs.normalize.kineto.repair` itself (non-finite tokens,
-control characters; same counts and offsets) and the limits of :mod:`jobs.normalize.limits`
+control characters; same counts and offsets) and counts duplicate keys as :mod:`jobs.normalize.kineto.dupkeys`
+does and the limits of :mod:`jobs.normalize.limits`
 (:class:`~jobs.normalize.limits.LimitExceeded`, the same reason as the Python path). Whatever else
 it does not reproduce exactly raises :class:`NativeBail` (invalid JSON or UTF-8, truncation, values
 of unexpected types in the fields that become columns, numbers beyond the exactly handled range,
@@ -50,7 +51,7 @@ from jobs.normalize.limits import (
 try:  # the extension is optional: without a C compiler the package still works (pure Python)
     from jobs.normalize.kineto import _kineto_scan
 
-    if getattr(_kineto_scan, "ABI", None) != 4:  # a stale build of an older interface
+    if getattr(_kineto_scan, "ABI", None) != 5:  # a stale build of an older interface
         _kineto_scan = None
 except ImportError:  # pragma: no cover - depends on the build
     _kineto_scan = None
@@ -123,6 +124,8 @@ def scan_trace(
     counts = {"nonfinite_number": int(res["n_nonfinite"]), "control_characters": int(res["n_ctrl"])}
     first = int(res["first_repair"])
     repairs.add({k: v for k, v in counts.items() if v}, first if first >= 0 else None)
+    if res["n_dup"]:  # duplicate keys: detected, the last value kept (jobs/normalize/kineto/dupkeys.py)
+        repairs.add({"duplicate_key": int(res["n_dup"])}, None, {"duplicate_key": list(res["dup_off"])})
     cols = _columns(res, compact_args)
     if cols.n_invalid_ts and not cols.n_rows:
         raise NativeBail("no event with a valid ts")  # the Python path names the first one

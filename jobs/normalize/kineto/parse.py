@@ -29,9 +29,12 @@ absolute µs ints/floats and relative µs + ``baseTimeNanoseconds``.
 Defects of real traces (``../shared/reference/bug_cases.md``) are tolerated and flagged, never a
 reason to lose the file (:data:`FLAGS`, ``meta["flag_counts"]``): non-finite number tokens and raw
 control characters are repaired (:mod:`jobs.normalize.kineto.repair`, also while streaming, and in the C
-scanner); an event without a valid ``ts`` is dropped, a negative ``dur`` is null; partial overlaps on
-a track, merged multi-rank files (launch links keyed by ``(pid, correlation)``), launches that start
-before their call ends and truncated traces are detected. Hostile input is refused: nesting depth,
+scanner), and so are the other local text defects (damage inside strings, an unescaped quote, a decimal
+comma, a trailing comma, a missing value, a bare word); a document cut short keeps its complete events
+(:func:`_salvage_truncated`); duplicate keys are flagged, the last value kept (:mod:`jobs.normalize.kineto.dupkeys`);
+an event without a valid ``ts`` is dropped, a negative ``dur`` is null; partial overlaps on a track, merged
+multi-rank files (launch links keyed by ``(pid, correlation)``), launches that start before their call ends and
+truncated traces are detected. Hostile input is refused: nesting depth,
 string length (:mod:`jobs.normalize.limits`) and decompressed size are capped.
 """
 
@@ -52,9 +55,10 @@ from jobs.normalize.container import DEFAULT_MAX_UNCOMPRESSED_BYTES, GZIP_MAGIC,
 from jobs.normalize.errors import TraceError
 from jobs.normalize.kineto import native, shapes
 from jobs.normalize.kineto.columns import EventColumns
+from jobs.normalize.kineto.dupkeys import find_duplicate_keys
 from jobs.normalize.kineto.native import NativeBail
 from jobs.normalize.kineto.passes import EVENT_COLUMNS, normalize_columns
-from jobs.normalize.kineto.repair import REPAIR_FLAGS, repair_text
+from jobs.normalize.kineto.repair import REPAIR_FLAGS, repair_text, worth_repairing
 from jobs.normalize.kineto.stream import NotSplittable, Repairs, TraceSplitter
 from jobs.normalize.limits import (
     DEFAULT_MAX_DEPTH,
@@ -92,7 +96,9 @@ class ParsedTrace:
             see :data:`FLAGS`), ``flag_counts`` (dict: flag → number of events or repairs behind it,
             for the countable flags), ``repair_offset`` (document byte offset of the first lenient
             repair, or None) and ``repair_offsets`` (flag → document byte offsets of the first 10 repairs
-            inside strings: ``invalid_utf8``, ``invalid_escape``, ``lone_surrogate``).
+            inside strings and next to values: ``invalid_utf8``, ``invalid_escape``, ``lone_surrogate``,
+            ``unescaped_quote``, ``trailing_comma``, ``missing_value``, ``bare_word``, ``decimal_comma``; the cut of
+            ``truncated_tail``; the repeated keys of ``duplicate_key``).
     """
 
     events: pa.Table
@@ -123,6 +129,15 @@ FLAGS = {
     "trailing_comma": "a comma before a closing ] or } removed (count: commas; offsets in meta repair_offsets)",
     "missing_value": "a key without a value (\"k\": ,) read as null (count: keys; offsets in meta repair_offsets)",
     "bare_word": "a bare word as a value (\"k\": N/A) read as a string (count: words; offsets in meta repair_offsets)",
+    "decimal_comma": "a locale decimal comma in a number (\"k\": 0,015152; pytorch #191032) read as the decimal point "
+    "(count: numbers; offsets of the commas in meta repair_offsets)",
+    "unescaped_quote": "unescaped double quotes inside a string value escaped where one closing quote is consistent "
+    "(kineto PR #1459; count: string values; offsets of the first quote of each in meta repair_offsets)",
+    "truncated_tail": "the document was cut short: every complete event kept, the partial tail (and header keys after "
+    "traceEvents) dropped; partial_trace is raised too (count: bytes dropped; offset of the cut in meta "
+    "repair_offsets)",
+    "duplicate_key": "a key repeated in an event (its own fields, or args correlation/External id/stream/device; "
+    "catapult #4343): the last value kept (count: repeated keys; offsets in meta repair_offsets)",
     "correlation_zero": "correlation id 0 (ROCm) read as absent (count: rows)",
     "linked_by_time": "device rows with correlation 0 and no unique External id linked to the last free launch call "
     "before them; they take its correlation (count: rows)",
@@ -135,6 +150,9 @@ FLAGS = {
     "unmatched_end": "E events with no open B on their (pid, tid): dropped (count: events)",
     "unsupported_phase": "events of a phase other than X/i/C/B/E/M/s/f were skipped",
     "no_profiler_step": "no ProfilerStep#N annotation",
+    "profiler_warnings": "the profiler's own WARNING/ERROR lines, non-zero Record counts or dropped-event counters "
+    "(meta profiler_warnings: each tied to the metrics and rules it makes uncertain, "
+    "jobs/normalize/profiler_warnings.py)",
 }
 
 
@@ -172,8 +190,8 @@ def parse_kineto(
     Raises:
         TraceError: the file must be quarantined; the message names the problem (empty file,
             truncated/corrupt gzip, size limit, nesting depth or string length over the limits
-            (:class:`~jobs.normalize.limits.LimitExceeded`), invalid or truncated JSON with the byte
-            offset, not a Chrome trace, no event with a numeric ``ts``).
+            (:class:`~jobs.normalize.limits.LimitExceeded`), invalid JSON that no repair fixes (with the byte
+            offset), truncated JSON without a complete event, not a Chrome trace, no event with a numeric ``ts``).
         ValueError: an invalid ``engine`` or limit.
     """
     if engine is None:
@@ -284,13 +302,20 @@ def _parse(
             shapes.HEADER.decode,
             _CHUNK_BYTES,
         )
+        n_dup, dup_at = 0, []
         for chunk in splitter:
-            cols.add(chunk.events, _chunk_raw_text(chunk.text))
+            try:
+                cols.add(chunk.events, _chunk_raw_text(chunk.text))
+            except pa.ArrowInvalid:  # invalid UTF-8 that msgspec kept unchecked in raw args text: repaired whole
+                raise NotSplittable("invalid UTF-8 in raw args text") from None
+            n, at = find_duplicate_keys(chunk.text, chunk.events, chunk.base)
+            n_dup, dup_at = n_dup + n, dup_at + at
             del chunk
             _POOL.release_unused()
         header = None if splitter.is_list else splitter.header
         is_list, size = splitter.is_list, splitter.total_bytes
         repairs = splitter.repairs
+        _add_duplicates(repairs, n_dup, dup_at)
     except NotSplittable:
         cols = None
     _tick("chunks")
@@ -311,9 +336,16 @@ def _parse(
             top.traceEvents = None
         size = len(doc)
         cols.add(events, _document_raw_text(buf))
+        _add_duplicates(repairs, *find_duplicate_keys(buf, events, 0, document=True))
         del events, top, buf, doc
         _tick("whole")
     return _finish(cols, header, is_list, container, size, repairs)
+
+
+def _add_duplicates(repairs: Repairs, n: int, offsets: list) -> None:
+    """Record ``n`` duplicate keys (flag ``duplicate_key``, :mod:`jobs.normalize.kineto.dupkeys`) in ``repairs``."""
+    if n:
+        repairs.add({"duplicate_key": n}, None, {"duplicate_key": offsets})
 
 
 def _chunk_raw_text(text: memoryview):
@@ -356,17 +388,49 @@ def _json_reason(exc: Exception) -> str:
 
 
 def _decode_document(doc: bytes, repairs: Repairs, max_depth: int = DEFAULT_MAX_DEPTH):
-    """Strict typed decode; on a JSON syntax error, one lenient repair attempt (recorded in ``repairs``).
+    """Strict typed decode; on a JSON syntax error, one lenient repair attempt (recorded in ``repairs``); a
+    document cut short keeps its complete events (:func:`_salvage_truncated`).
 
-    Returns ``(decoded, text_decoded)``."""
+    Returns ``(decoded, text_decoded)``.
+
+    Raises:
+        TraceError: not valid JSON even after the repair (with the byte offset), truncated with no complete
+            event, or not a Chrome trace.
+        LimitExceeded: nested deeper than the decoder can recurse.
+    """
     try:
-        return shapes.DOCUMENT.decode(doc), doc
+        return _decode_repairing(doc, repairs, max_depth)
+    except TraceError as exc:
+        if not str(exc).startswith(_TRUNCATED):
+            raise
+        salvaged = _salvage_truncated(doc, repairs, max_depth)
+        if salvaged is None:
+            raise
+        return salvaged
+
+
+def _decode_repairing(doc: bytes, repairs: Repairs, max_depth: int):
+    """:func:`_decode_document` without the salvage of a truncated document (a truncated document raises at once:
+    the salvage repairs what is left of it).
+
+    Raises:
+        TraceError: as :func:`_decode_document`, and ``truncated JSON`` for a document cut short.
+        LimitExceeded: nested deeper than the decoder can recurse.
+    """
+    try:
+        top = shapes.DOCUMENT.decode(doc)
+        if _utf8(doc):
+            return top, doc
+        # msgspec keeps raw (args) text and skipped keys unchecked: repaired below like damage in a string
+        strict = msgspec.DecodeError("Invalid UTF-8 in raw text")
     except msgspec.ValidationError as exc:
         raise TraceError(f"not a Chrome trace: {exc}") from None
     except msgspec.DecodeError as exc:
         strict = exc
     except RecursionError:  # only with a max_depth above what the decoder can recurse
         raise LimitExceeded(depth_reason(max_depth)) from None
+    if "truncated" in str(strict) and not worth_repairing(doc, strict):
+        raise TraceError(_json_reason(strict))  # cut short: the salvage decodes (and repairs) what is left
     offsets: dict = {}
     repaired, counts, first = repair_text(doc, 0, offsets)
     if counts:
@@ -379,6 +443,72 @@ def _decode_document(doc: bytes, repairs: Repairs, max_depth: int = DEFAULT_MAX_
         repairs.add(counts, first, offsets)
         return top, repaired
     raise TraceError(_json_reason(strict))
+
+
+def _utf8(doc: bytes) -> bool:
+    """Whether ``doc`` is valid UTF-8."""
+    try:
+        doc.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+_TRUNCATED = "truncated JSON"
+_AFTER_EVENT = re.compile(rb"\s*(?:,\s*(?:\{|$)|$)")  # after an event's "}": the next event, or the cut
+_AFTER_ARRAY = re.compile(rb'\s*(?:,\s*(?:"|$)|$)')  # after the event array's "]": a header key, or the cut
+_SALVAGE_TRIES = 32
+
+
+def _salvage_truncated(doc: bytes, repairs: Repairs, max_depth: int):
+    """A document cut short (a writer killed mid-export, D11): keep every complete event, drop the tail.
+
+    The Trace Event Format lets the closing ``]`` be missing "to support tracing systems that can not cleanly
+    finish writing" (quoted in google/perfetto #926). The cut is put after the last ``}`` that ends an event (the
+    next event, or the end of the text, follows it) or after the ``]`` that ends the event array (a header key
+    or the end follows it, and an event or ``[`` precedes it), trying the latest first: the document up to it,
+    closed with ``]`` / ``]}`` / ``}``, must decode (with the lenient repair). Header members after
+    ``traceEvents`` (``distributedInfo``, ``traceName``...) are lost with the tail. Flags ``truncated_tail``
+    (count: the bytes dropped; offset: the first byte dropped) and ``partial_trace`` (raised by
+    :func:`~jobs.normalize.kineto.passes.normalize_columns`).
+
+    A document cut by a limit never gets here: the size and ratio limits raise
+    :class:`~jobs.normalize.limits.LimitExceeded` while inflating (:mod:`jobs.normalize.container`).
+
+    Returns:
+        ``(decoded, text_decoded)`` like :func:`_decode_document`, or None: no complete event (the file stays
+        quarantined as truncated).
+    """
+    body = doc.rstrip()
+    is_list = body.lstrip()[:1] == b"["
+    pos, tries = len(body), 0
+    while tries < _SALVAGE_TRIES:
+        p = max(body.rfind(b"}", 0, pos), body.rfind(b"]", 0, pos))
+        if p < 0:
+            return None
+        pos = p
+        if body[p] == 0x7D:
+            if _AFTER_EVENT.match(body, p + 1) is None:
+                continue
+            closing = b"]" if is_list else b"]}"
+        else:
+            if is_list or _AFTER_ARRAY.match(body, p + 1) is None or body[:p].rstrip()[-1:] not in (b"}", b"["):
+                continue
+            closing = b"}"
+        tries += 1
+        local = Repairs()
+        try:
+            top, buf = _decode_repairing(body[: p + 1] + closing, local, max_depth)
+        except TraceError:
+            continue
+        events = top if isinstance(top, list) else top.traceEvents
+        if not events:
+            return None
+        cut = p + 1
+        repairs.add(local.counts, local.first_offset, local.offsets)
+        repairs.add({"truncated_tail": len(doc) - cut}, cut, {"truncated_tail": [cut]})
+        return top, buf
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from jobs.normalize.kineto.linkage import (
 )
 from jobs.normalize.kineto.numbers import to_int64
 from jobs.normalize.kineto.stream import Repairs
+from jobs.normalize.profiler_warnings import kineto_warnings
 from schemas.tables import EVENTS
 
 __all__ = ["normalize_columns", "EVENT_COLUMNS", "CATEGORY_ALIASES", "GPU_CATEGORIES"]
@@ -239,8 +240,9 @@ def _open_rows(cols: EventColumns, header, is_list: bool, repairs: Repairs | Non
     """Pass 0: the state, with the flags raised while decoding and the file-level time base.
 
     Reads the chunk reduction's flags and invalid-``ts`` count and the lenient repairs (B01/B02
-    ``nonfinite_number`` / ``control_characters``, counted); adds ``invalid_timestamp`` (events without a
-    numeric ``ts`` were dropped), the format generation (bare list = 2020 writer, Kineto §2.8) and
+    ``nonfinite_number`` / ``control_characters`` and the others of :mod:`~jobs.normalize.kineto.repair`, counted;
+    ``partial_trace`` with ``truncated_tail``, a salvaged cut-short document); adds ``invalid_timestamp``
+    (events without a numeric ``ts`` were dropped), the format generation (bare list = 2020 writer, Kineto §2.8) and
     ``baseTimeNanoseconds`` (int ns, Kineto 2024-05; 0 when absent).
 
     Raises:
@@ -251,6 +253,8 @@ def _open_rows(cols: EventColumns, header, is_list: bool, repairs: Repairs | Non
     if repairs is not None:
         counts.update(repairs.counts)
         flags.update(repairs.counts)
+        if "truncated_tail" in repairs.counts:  # a salvaged cut-short document: its last steps are cut short too
+            flags.add("partial_trace")
     if cols.n_invalid_ts:
         if cols.n_rows == 0:
             raise TraceError(cols.first_invalid_ts or "no event has a valid numeric ts")
@@ -795,6 +799,7 @@ def _meta(header, fmt, container, size, has_base, base_ns, ts_ns, end_ns, ts_is_
     else:
         time_base = "relative"
     dist = header.distributedInfo if header is not None and isinstance(header.distributedInfo, dict) else {}
+    warned = kineto_warnings(header)
     device_name = None
     if header is not None and isinstance(header.deviceProperties, list):
         for d in header.deviceProperties:
@@ -824,7 +829,8 @@ def _meta(header, fmt, container, size, has_base, base_ns, ts_ns, end_ns, ts_is_
         "runtime_version": _runtime_version(header),
         "world_size": _opt_int(dist.get("world_size")),
         "rank": _opt_int(dist.get("rank")),
-        "flags": list(flags),
+        "flags": list(flags) + (["profiler_warnings"] if warned else []),
+        "profiler_warnings": warned,
     }
 
 

@@ -37,6 +37,10 @@ class Header(msgspec.Struct, gc=False):
     hip_runtime_version: Any = None  # Kineto: HIP_VERSION-style int (60443483 = 6.4.43483)
     dropped_events: Any = None
     droppedEvents: Any = None
+    # libkineto's logger output (output_json.cpp finalizeTrace): jobs/normalize/profiler_warnings.py
+    WARNING: Any = None
+    ERROR: Any = None
+    INFO: Any = None
 
 
 class TimeEvent(msgspec.Struct, gc=False):

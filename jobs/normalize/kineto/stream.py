@@ -14,8 +14,9 @@ for a bare-list trace, nothing but whitespace may follow). Whatever fails these 
 :class:`NotSplittable` and the caller falls back to decoding the whole document (which also
 produces the precise error message for invalid files).
 
-Lenient repair per chunk: when a candidate chunk fails to decode at a control character or a
-non-finite token (:func:`jobs.normalize.kineto.repair.worth_repairing`), the chunk is repaired
+Lenient repair per chunk: when a candidate chunk fails to decode at a defect that
+:mod:`jobs.normalize.kineto.repair` fixes (:func:`jobs.normalize.kineto.repair.worth_repairing`: a control
+character, a non-finite token, an unescaped quote, a decimal comma...), the chunk is repaired
 (:func:`jobs.normalize.kineto.repair.repair_text`) and decoded again, so that such a file still streams in
 bounded memory (``bug_cases.md`` B01, B02); :attr:`TraceSplitter.repairs` counts the repairs and
 :attr:`TraceSplitter.first_repair_offset` is the document offset of the first.
@@ -100,17 +101,20 @@ def decode_repairing(decode: Callable, text, base: int, repairs: Repairs):
 
 
 class Chunk:
-    """One run of complete events: ``events`` (decoded list) and ``text`` (``[...]`` bytes view).
+    """One run of complete events: ``events`` (decoded list), ``text`` (``[...]`` bytes view) and ``base``
+    (document offset of ``text[0]``; the text after a repair in the chunk is shifted by the repair's change in
+    length).
 
     Both are views of a buffer the splitter reuses: a chunk (including raw ``args`` text) must not
     be used after the iterator is advanced.
     """
 
-    __slots__ = ("events", "text")
+    __slots__ = ("events", "text", "base")
 
-    def __init__(self, events: list, text: memoryview):
+    def __init__(self, events: list, text: memoryview, base: int = 0):
         self.events = events
         self.text = text
+        self.base = base
 
 
 class TraceSplitter:
@@ -226,7 +230,7 @@ class TraceSplitter:
             if text is not view:
                 view.release()
                 view = memoryview(text)
-            return Chunk(events, view), m.end() - 1
+            return Chunk(events, view, self._base), m.end() - 1
         return None, None
 
     def _finish(self, work: bytearray, used: int, prefix: bytes):
@@ -261,7 +265,7 @@ class TraceSplitter:
                 if getattr(self.header, "traceEvents", None) != []:
                     raise NotSplittable("traceEvents placeholder not found in the header")
             if events:
-                yield Chunk(events, view)
+                yield Chunk(events, view, self._base)
             return
         raise NotSplittable("end of the traceEvents array not found")
 

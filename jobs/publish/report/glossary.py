@@ -25,6 +25,15 @@ FLAG_GLOSSARY: dict[str, tuple[str, str]] = {
         "Files without a manifest each became a job of their own (the folder's job id and the file's name); of two "
         "manifests, the first by path is kept and the other quarantined, its reason naming both.",
     ),
+    "rank_mismatch": (
+        "The trace's distributedInfo names another rank than its manifest.",
+        "The trace's rank is used (the profiled process reported it); the capture may have been committed under the "
+        "wrong rank, so check the landing step.",
+    ),
+    "world_size_mismatch": (
+        "The trace's distributedInfo names another world size than its manifest.",
+        "The trace's world size is used; fleet estimates that scale by world size follow it.",
+    ),
     "duplicate_capture_id": (
         "A manifest's capture id repeats in another folder; this file got a suffixed id.",
         "None: the file is analyzed as its own capture.",
@@ -72,6 +81,28 @@ FLAG_GLOSSARY: dict[str, tuple[str, str]] = {
     "bare_word": (
         "Unquoted words written as values (`N/A`), read as strings.",
         "None on the numbers; a numeric field holding such a word counts as absent.",
+    ),
+    "decimal_comma": (
+        "Numbers written with a locale decimal comma (`0,015152`), read with the comma as the decimal point.",
+        "None: the values are read as the profiler meant them (occupancy, timestamps).",
+    ),
+    "unescaped_quote": (
+        "Double quotes inside a name or value that the profiler did not escape, escaped where only one reading "
+        "fits the event.",
+        "None on the numbers; the name keeps its quotes. Files where the end of such a string is ambiguous stay "
+        "quarantined.",
+    ),
+    "truncated_tail": (
+        "The file was cut short (a profiler killed while writing): every complete event is kept, the cut event "
+        "and the header after the events are dropped.",
+        "Totals cover only the events written; the last steps are cut short, so the capture is flagged "
+        "partial_trace and those steps are left out of the step statistics.",
+    ),
+    "duplicate_key": (
+        "A key repeated inside an event (e.g. two `ts` or two `correlation`); the last value is used, as JSON "
+        "readers do.",
+        "The event's numbers come from the last value; if the profiler meant the first, that event's time or "
+        "link may be off.",
     ),
     "lone_surrogate": (
         "Lone UTF-16 surrogate escapes inside strings, read as the replacement character.",
@@ -152,8 +183,10 @@ FLAG_GLOSSARY: dict[str, tuple[str, str]] = {
         "Instance and model details are unknown.",
     ),
     "profiler_warnings": (
-        "The Neuron profiler reported warnings while capturing.",
-        "The numbers may be less complete; see the profile's warnings.",
+        "The profiler warned about the data it wrote (Kineto WARNING/ERROR lines or dropped-record counts, Neuron "
+        "profile warnings).",
+        "The metrics and findings each warning concerns are uncertain: they are listed under Profiler warnings, and "
+        "those findings' confidence is lowered.",
     ),
     "summary_from_events": (
         "The Neuron summary was computed from the events.",

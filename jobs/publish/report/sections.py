@@ -18,6 +18,7 @@ from jobs.analyze.critical_path.comm_sites import job_site_groups
 from jobs.analyze.efficiency.ops import ATTAINABLE_ROOFLINE_PCT, job_op_groups
 from jobs.analyze.efficiency.utilization import job_window_groups
 from jobs.analyze.findings.ranking import LOST_UNITS, LOST_WORDS, finding_window
+from jobs.analyze.findings.uncertainty import capture_warnings, uncertain_of
 from jobs.fleet.regressions import METRICS
 from jobs.publish.headline import HEADLINE_LABELS, labels_for, one_headline, whole_trace
 from jobs.publish.report import plots as P
@@ -283,6 +284,7 @@ def coverage_section(tables: dict) -> Section:
             ("n_ranks", "ranks judged", fmt_int, "num"),
             ("n_windows", "windows judged", fmt_int, "num"),
             ("n_findings", "findings", fmt_int, "num"),
+            ("uncertain", "uncertain because", lambda x: fmt_text(x) if isinstance(x, str) and x else "—", ""),
         ]
         if col in c.columns
     ]
@@ -799,11 +801,35 @@ def glossary_section(tables: dict) -> Section:
         ("meaning", "what happened", fmt_text, ""),
         ("effect", "what it means for the numbers", fmt_text, ""),
     ]
-    return Section(key, title, intro=intro, tables=[table_view("capture-flags", rows, spec)])
+    sec = Section(key, title, intro=intro, tables=[table_view("capture-flags", rows, spec)])
+    warned = pd.DataFrame(capture_warnings(_get(tables, "captures")))
+    if len(warned):
+        sec.paragraphs.append(
+            "Profiler warnings: what the profiler itself said about its data, and the numbers and rules each makes "
+            "uncertain (the findings of those rules have their confidence halved)."
+        )
+        warned = warned.assign(rules=[", ".join(rule_words(r) for r in rs) or "—" for rs in warned["rules"]])
+        sec.tables.append(
+            table_view(
+                "profiler-warnings",
+                warned.sort_values(["rank", "kind"], na_position="first"),
+                [
+                    ("rank", "rank", fmt_int, "num"),
+                    ("words", "what the profiler warned", fmt_text, ""),
+                    ("count", "count", fmt_int, "num"),
+                    ("message", "its message", fmt_text, ""),
+                    ("rules", "uncertain judgments", fmt_text, ""),
+                ],
+                limit=50,
+                total=len(warned),
+            )
+        )
+    return sec
 
 
 #: The sections a finding's evidence rows are listed in: key → link text.
 _DRILL_SECTIONS = {
+    "capture-flags": "the profiler warnings",
     "idle-windows": "the idle windows behind them",
     "comm-sites": "the communication call sites",
     "op-efficiency": "the op groups against the roofline",
@@ -850,6 +876,10 @@ def drill_down(evidence_json) -> tuple[str, list[str]]:
                 for x in ops[:3]
             )
         )
+    doubt = uncertain_of(evidence_json)
+    if doubt:
+        keys.append("capture-flags")
+        parts.append(f"uncertain: {doubt}")
     return " · ".join(parts), keys
 
 
@@ -1001,8 +1031,8 @@ def captures_section(tables: dict) -> Section:
 def comparison_subtitle(c) -> str:
     """Ranks and steps used for per-step normalization on each side."""
     return (
-        f"A = {c.a_label}: {c.a_ranks} rank(s), {fmt_num(c.a_steps, 1)} step(s)/rank · "
-        f"B = {c.b_label}: {c.b_ranks} rank(s), {fmt_num(c.b_steps, 1)} step(s)/rank · "
+        f"A = {c.a_label}: {c.a_ranks} rank(s), {fmt_smart(c.a_steps, 1)} step(s)/rank · "
+        f"B = {c.b_label}: {c.b_ranks} rank(s), {fmt_smart(c.b_steps, 1)} step(s)/rank · "
         "ms/step is per rank and step: the mean over ranks, and the slowest rank's"
     )
 
