@@ -7,6 +7,8 @@ What is read (``captures.profiler_warnings_json``, one list per capture):
   ``INFO`` only the ``Record counts:`` line, whose non-zero counters report records Kineto dropped or could not link
   (``CuptiActivityProfiler.cpp``; pytorch #192021: "the only visible trace of the drop is the Record counts:
   Out-of-range = N INFO log line"); a positive ``dropped_events`` counter (``bug_cases.md`` B22).
+* **Flags**: a capture flagged ``partial_trace`` (cut short, ``truncated_tail``; ``bug_cases.md`` B22) counts as a
+  warning of kind ``partial_trace`` (:func:`flag_warnings`).
 * **Neuron**: the profile's ``warnings`` (``message``, ``category``; the legacy JSON's list and the Parquet
   ``Warning`` table), e.g. "Missing additional dynamic DMA metadata, reported DMA values may be inaccurate".
 
@@ -31,6 +33,7 @@ __all__ = [
     "neuron_warnings",
     "warnings_json",
     "merge_warnings",
+    "flag_warnings",
     "read_warnings",
     "MAX_WARNINGS",
 ]
@@ -133,6 +136,14 @@ KINDS: tuple[WarningKind, ...] = (
         ("kernels_below_peak",),
     ),
     WarningKind(
+        "partial_trace",
+        "flag",
+        r"partial_trace",
+        "the trace was cut short (flag partial_trace): its device records stop before its last step ends",
+        _GPU_TIME,
+        _GPU_TIME_RULES,
+    ),
+    WarningKind(
         "dma_metadata_missing",
         "neuron",
         r"dma metadata|dma values may be inaccurate",
@@ -170,8 +181,14 @@ def _kind(message: str, source: str) -> WarningKind | None:
     return None
 
 
-def _entry(message: str, source: str, level: str, count: int = 1) -> dict:
+_DROPPED_N = re.compile(r"dropped\s+(\d+)|(\d+)\s+(?:\w+\s+){0,3}(?:were\s+)?dropped", re.IGNORECASE)
+
+
+def _entry(message: str, source: str, level: str, count: int | None = None) -> dict:
     k = _kind(message, source)
+    if count is None:  # a WARNING line's own figure: "CUPTI dropped 42 activity records" counts 42 records
+        m = _DROPPED_N.search(message) if k is not None and k.kind == "dropped_records" else None
+        count = int(m.group(1) or m.group(2)) if m else 1
     return {
         "kind": k.kind if k else _UNMAPPED,
         "level": level,
@@ -250,6 +267,11 @@ def neuron_warnings(rows: Iterable[dict]) -> list[dict]:
             cat = r.get("category")
             found.append(_entry(msg, "neuron", cat.strip().lower() if isinstance(cat, str) and cat else "warning"))
     return merge_warnings(found)
+
+
+def flag_warnings(flags) -> list[dict]:
+    """The warnings a capture's ``flags`` stand for (``partial_trace``), as :func:`kineto_warnings`' entries."""
+    return [_entry(f, "flag", "flag", 1) for f in (flags or []) if f == "partial_trace"]
 
 
 def warnings_json(entries: list[dict]) -> str | None:

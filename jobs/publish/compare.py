@@ -608,7 +608,8 @@ def _common_prefix(a: str, b: str) -> int:
 def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
     """Print, within :data:`PRINT_WIDTH` columns: first that A and B are the same run when they are, how the jobs
     differ when they are unlike (a warning), then the headline (:meth:`Comparison.headline`), the main metric deltas
-    and the top ``limit`` kernels/ops added, removed, slower and faster (ms per rank and step, mean over ranks; the
+    and the top ``limit`` kernels/ops added, removed, slower and faster by their change Δ ms (ms per rank and step,
+    mean over ranks; the
     slowest rank's is in the HTML report and ops.csv), with how many more each has. Names too long for the table are
     cut so that no two shown names read the same (:func:`shorten_distinct`)."""
     console = console or Console()
@@ -628,10 +629,10 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
     for line in c.headline():
         say(line)
 
-    def table(title: str, first: str) -> Table:
+    def table(title: str, first: str, delta: str = "Δ %") -> Table:
         t = Table(title=escape(printable(title)), title_justify="left", box=box.SIMPLE_HEAD, width=width)
         t.add_column(first, no_wrap=True, overflow="ellipsis", width=first_width)
-        for col, w in zip(("A", "B", "Δ %"), _NUMBER_WIDTHS):
+        for col, w in zip(("A", "B", delta), _NUMBER_WIDTHS):
             t.add_column(col, justify="right", no_wrap=True, width=w)
         return t
 
@@ -655,10 +656,16 @@ def print_comparison(c: Comparison, console=None, limit: int = 10) -> None:
         if not len(rows):
             say(f"{status} in B: no kernel or op")
             continue
-        t = table(f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step", "kernel or op")
+        t = table(
+            f"{status} in B: {len(rows)} kernel(s)/op(s), ms per rank and step, largest Δ ms first",
+            "kernel or op",
+            "Δ ms",
+        )
         for r in rows.head(limit).itertuples():
             name = labels[(r.group, r.name)]
-            t.add_row(escape(name), fmt_ms(r.a_ns_per_step, 3), fmt_ms(r.b_ns_per_step, 3), fmt_num(r.delta_pct, 1))
+            t.add_row(
+                escape(name), fmt_ms(r.a_ns_per_step, 3), fmt_ms(r.b_ns_per_step, 3), fmt_ms(r.delta_ns_per_step, 3)
+            )
         console.print(t, width=width)
         if len(rows) > limit:
             say(f"  … {len(rows) - limit} more {status} in B not shown (the largest {limit} are)")

@@ -491,3 +491,35 @@ def test_the_cli_silences_mlflow_info_lines(wh, tmp_path, monkeypatch):
     out = _cli("compare", "job-a#0", "job-a#1", "--warehouse", wh, "--tracking-uri", uri)
     assert out.exit_code == 0, out.output
     assert "comparison run" in out.stdout and "INFO" not in out.stderr, out.stderr
+
+
+def test_the_console_script_ends_cleanly_after_a_limit_cut_a_table_scan(tmp_path):
+    """newuser16 #1: ``tracelake sql "SELECT * FROM events" --limit 2`` printed its rows, then aborted (rc 134,
+    "terminate called without an active exception"), segfaulted or hung in 4 runs of 8: DuckDB stopped reading the
+    table's pyarrow dataset at the LIMIT while Arrow's readahead threads were still filling batches, and the
+    interpreter's teardown met them. Reproduced here with 60 partitions: 4 of 8 aborted before the fix."""
+    import subprocess  # why: the console script as a user runs it (its own process and teardown)
+    import sys
+    from pathlib import Path
+
+    root = str(tmp_path / "wh")
+    _write(
+        root,
+        "events",
+        [
+            {"date": f"2026-01-{1 + j % 28:02d}", "job_id": f"j{j}", "attempt": 0, "rank": 0, "capture_id": f"c{j}",
+             "event_id": i, "name": f"kernel_{i % 97}", "ts_ns": i * 1000, "dur_ns": 500, "args_json": '{"x": %d}' % i}
+            for j in range(60)
+            for i in range(4000)
+        ],
+    )  # fmt: skip
+    script = Path(sys.executable).with_name("tracelake")
+    for _ in range(8):
+        p = subprocess.run(
+            [str(script), "sql", "SELECT * FROM events", "--warehouse", root, "--limit", "2", "--format", "csv"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 0, (p.returncode, p.stderr[-500:])
+        assert len(p.stdout.splitlines()) == 3 and "the first 2 rows" in p.stderr

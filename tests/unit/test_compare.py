@@ -448,3 +448,27 @@ def test_comparison_subtitle_prints_whole_steps_per_rank_as_integers():
     c = SimpleNamespace(a_label="a#0", b_label="b#0", a_ranks=8, b_ranks=2, a_steps=6.0, b_steps=2.5)
     text = comparison_subtitle(c)
     assert "A = a#0: 8 rank(s), 6 step(s)/rank · B = b#0: 2 rank(s), 2.5 step(s)/rank" in text
+
+
+def test_kernel_tables_show_the_delta_they_are_sorted_by():
+    """newuser15 #14: "slower in B" was sorted by a Δ ms column it did not show (its Δ % looked unsorted)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from jobs.publish.compare import print_comparison
+
+    # A: big 10 ms, small 0.1 ms; B: big 12 ms (+2 ms, +20 %), small 0.3 ms (+0.2 ms, +200 %)
+    a = {**_kernels_job(["big"], 10.0)}
+    a["events"] = _events([(0, s, n, "kernel", us) for s in (1, 2) for n, us in (("big", 10_000), ("small", 100))])
+    b = {
+        **a,
+        "events": _events([(0, s, n, "kernel", us) for s in (1, 2) for n, us in (("big", 12_000), ("small", 300))]),
+    }
+    out = StringIO()
+    print_comparison(compare_jobs(a, b, "a#0", "b#0"), Console(file=out, width=80, color_system=None))
+    lines = out.getvalue().splitlines()
+    start = lines.index(next(x for x in lines if x.startswith("slower in B: 2 kernel(s)/op(s)")))
+    assert "largest Δ ms first" in lines[start] and lines[start + 2].split()[-2:] == ["Δ", "ms"]
+    rows = [x.split() for x in lines[start + 4 : start + 6]]
+    assert [r[1] for r in rows] == ["big", "small"] and [r[-1] for r in rows] == ["2.000", "0.200"]

@@ -15,7 +15,7 @@ from kineto_engines import ENGINES
 from jobs.analyze.findings.coverage import rule_coverage
 from jobs.analyze.findings.ranking import job_findings
 from jobs.analyze.findings.rules import RULES
-from jobs.analyze.findings.uncertainty import UNCERTAIN_CONFIDENCE
+from jobs.analyze.findings.uncertainty import CROSS_RANK_RULES, UNCERTAIN_CONFIDENCE, capture_warnings
 from jobs.landing.discover import discover
 from jobs.normalize.identity import resolve_rank
 from jobs.normalize.job import _read_task, normalize_file
@@ -79,7 +79,7 @@ def test_record_counts_and_warning_lines_are_read(engine):
     assert got["out_of_range_records"]["count"] == 120 and got["invalid_correlations"]["count"] == 3
     assert "low_gpu_utilization" in got["out_of_range_records"]["rules"]
     assert "steps.launch_delay_p50_ns" in got["invalid_correlations"]["metrics"]
-    assert got["dropped_records"]["level"] == "warning"
+    assert got["dropped_records"]["level"] == "warning" and got["dropped_records"]["count"] == 42  # records
     # blocklisted runtime calls are filtered on purpose (cudaGetDevice …): not a warning
     assert not any("Blocklisted" in w["message"] for w in p.meta["profiler_warnings"])
     # an unchanged trace has none
@@ -146,7 +146,8 @@ def test_warned_rank_lowers_its_findings_and_names_the_uncertain_rules():
     touched = 0
     for fid, row in g.iterrows():
         ev = json.loads(row["evidence_json"])
-        hit = row["rule"] in warn[0]["rules"] and (7 in list(row["ranks"]) or not len(row["ranks"]))
+        job_wide = row["rule"] in CROSS_RANK_RULES  # who arrives last depends on every rank's data
+        hit = row["rule"] in warn[0]["rules"] and (job_wide or 7 in list(row["ranks"]) or not len(row["ranks"]))
         if hit:
             touched += 1
             assert row["confidence"] == pytest.approx(b.loc[fid, "confidence"] * UNCERTAIN_CONFIDENCE)
@@ -166,3 +167,23 @@ def test_warned_rank_lowers_its_findings_and_names_the_uncertain_rules():
     g_sec = glossary_section(report)
     assert any(t.key == "profiler-warnings" for t in g_sec.tables)
     assert "uncertain because" in coverage_section(report).tables[0].columns
+
+
+def test_a_cut_short_capture_counts_as_a_warning_and_a_cross_rank_rule_is_uncertain_on_every_rank():
+    """newuser16 #2/#3: a rank cut short (partial_trace) changed the job's numbers with no word outside the captures
+    flags; a warning on rank 3 named straggler_rank uncertain while the straggler finding on rank 7 kept its
+    confidence."""
+    import pandas as pd  # why: only this test builds frames by hand
+
+    from jobs.analyze.findings.uncertainty import mark_uncertain, warned_rules
+
+    caps = pd.DataFrame([{"rank": 3, "flags": ["partial_trace", "truncated_tail"], "profiler_warnings_json": None}])
+    [w] = capture_warnings(caps)
+    assert (w["kind"], w["rank"]) == ("partial_trace", 3) and "straggler_rank" in w["rules"]
+    found = [
+        {"rule": "straggler_rank", "ranks": [7], "confidence": 0.68, "evidence_json": "{}"},
+        {"rule": "low_gpu_utilization", "ranks": [7], "confidence": 0.37, "evidence_json": "{}"},
+    ]
+    mark_uncertain(found, warned_rules(caps))
+    assert found[0]["confidence"] == pytest.approx(0.34) and json.loads(found[0]["evidence_json"])["uncertain"]
+    assert found[1]["confidence"] == 0.37 and "uncertain" not in json.loads(found[1]["evidence_json"])  # rank 7's own

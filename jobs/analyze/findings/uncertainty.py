@@ -1,10 +1,11 @@
 """Findings and rule coverage made uncertain by the profiler's own warnings (``captures.profiler_warnings_json``).
 
-A warning names the finding rules that read the metrics it concerns (:data:`jobs.normalize.profiler_warnings.KINDS`,
+A warning (and a capture flagged ``partial_trace``, cut short) names the finding rules that read the metrics it concerns (:data:`jobs.normalize.profiler_warnings.KINDS`,
 e.g. Kineto's ``Record counts: Out-of-range = 120`` → the GPU-time rules; a Neuron "DMA values may be inaccurate"
 → ``neuron_dma_bound``, ``neuron_small_dma_transfers``). Then:
 
-* a finding of such a rule on a warned rank (or on the job, when it names no rank) keeps its numbers, its confidence
+* a finding of such a rule on a warned rank (or on the job, when it names no rank; on any rank for the rules that
+  compare ranks, :data:`CROSS_RANK_RULES`) keeps its numbers, its confidence
   is multiplied by :data:`UNCERTAIN_CONFIDENCE`, and its evidence gains ``uncertain``: the warnings, by rank;
 * the rule's ``rule_coverage.uncertain`` says why in words, so a verdict without findings says which judgments the
   warnings make uncertain (:mod:`jobs.publish.verdict`).
@@ -16,9 +17,10 @@ import json
 
 import pandas as pd
 
-from jobs.normalize.profiler_warnings import read_warnings
+from jobs.normalize.profiler_warnings import flag_warnings, read_warnings
 
 __all__ = [
+    "CROSS_RANK_RULES",
     "UNCERTAIN_CONFIDENCE",
     "capture_warnings",
     "warned_rules",
@@ -29,21 +31,28 @@ __all__ = [
 
 #: Factor applied to the confidence of a finding a profiler warning makes uncertain.
 UNCERTAIN_CONFIDENCE = 0.5
+#: Rules that judge a rank against the others (who arrives last; how long the others wait): a warning on any rank of
+#: the job makes their findings uncertain, whichever rank they name.
+CROSS_RANK_RULES = frozenset({"straggler_rank", "exposed_communication"})
 
 
 def capture_warnings(captures: pd.DataFrame | None) -> list[dict]:
     """Every warning of ``captures`` rows once, with its capture's rank.
 
     Returns:
-        ``[{"rank", "kind", "words", "count", "message", "rules"}]`` (empty without warnings, or when the captures
-        predate the ``profiler_warnings_json`` column).
+        ``[{"rank", "kind", "words", "count", "message", "rules"}]``: the ``profiler_warnings_json`` entries, then a
+        ``partial_trace`` entry per capture so flagged (:func:`jobs.normalize.profiler_warnings.flag_warnings`).
     """
-    if captures is None or not len(captures) or "profiler_warnings_json" not in captures.columns:
+    if captures is None or not len(captures):
         return []
-    ranks = captures["rank"] if "rank" in captures.columns else pd.Series([None] * len(captures))
+    n = len(captures)
+    ranks = captures["rank"] if "rank" in captures.columns else pd.Series([None] * n)
+    values = captures["profiler_warnings_json"] if "profiler_warnings_json" in captures.columns else [None] * n
+    flags = captures["flags"] if "flags" in captures.columns else [None] * n
     out = []
-    for rank, value in zip(ranks, captures["profiler_warnings_json"]):
-        for w in read_warnings(value):
+    for rank, value, fl in zip(ranks, values, flags):
+        listed = list(fl) if fl is not None and not isinstance(fl, float) else []
+        for w in read_warnings(value) + flag_warnings(listed):
             out.append(
                 {
                     "rank": None if rank is None or rank != rank else int(rank),
@@ -77,7 +86,8 @@ def mark_uncertain(found: list[dict], warned: dict[str, list[dict]]) -> None:
         if not ws:
             continue
         ranks = {int(r) for r in (f.get("ranks") or [])}
-        hit = [w for w in ws if not ranks or w["rank"] is None or w["rank"] in ranks]
+        job_wide = str(f.get("rule")) in CROSS_RANK_RULES
+        hit = [w for w in ws if job_wide or not ranks or w["rank"] is None or w["rank"] in ranks]
         if not hit:
             continue
         if f.get("confidence") is not None:
