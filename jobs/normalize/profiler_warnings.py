@@ -120,12 +120,21 @@ KINDS: tuple[WarningKind, ...] = (
         _GPU_TIME_RULES,
     ),
     WarningKind(
+        "invalid_ext_correlations",
+        "kineto",
+        r"invalid ext correlation",
+        "runtime calls whose CPU op could not be found (invalid External id links): kernel time may be attributed "
+        "to the wrong op",
+        ("op_efficiency.kernel_time_ns", "op_efficiency.roofline_pct", "op_efficiency.n_kernels"),
+        ("kernels_below_peak",),
+    ),
+    WarningKind(
         "invalid_correlations",
         "kineto",
-        r"invalid ext correlation|unexpected cuda event|out-of-order|out of order",
-        "kernels whose launch could not be linked (invalid correlation ids, out-of-order CPU/GPU records)",
-        (*_LAUNCH, "op_efficiency.kernel_time_ns", "op_efficiency.roofline_pct"),
-        ("host_bound_launch", "kernels_below_peak", "blocking_sync"),
+        r"unexpected cuda event|out-of-order|out of order",
+        "kernels whose launch could not be linked (out-of-order CPU/GPU records, unexpected CUDA events)",
+        _LAUNCH,
+        ("host_bound_launch", "blocking_sync"),
     ),
     WarningKind(
         "device_properties_unavailable",

@@ -31,7 +31,7 @@ SMALL = CORPUS / "torch/HolisticTraceAnalysis/cpu_only/rank-34.Jul_15_10_52_41.1
 NEURON = CORPUS / "neuron/AnchovyPark__npu_profiling_code/matmul/neuron_profile_results"
 RECORD_COUNTS = (
     "INFO:2026-01-08 08:52:00 865:3386 CuptiActivityProfiler.cpp:407] Record counts: Out-of-range = 120, "
-    "Blocklisted runtime = 7, Invalid ext correlations = 3, CPU GPU out-of-order = 0, Unexpected CUDA events = 0, "
+    "Blocklisted runtime = 7, Invalid ext correlations = 3, CPU GPU out-of-order = 5, Unexpected CUDA events = 0, "
     "CUPTI stopped early? = 0"
 )
 
@@ -75,8 +75,11 @@ def test_record_counts_and_warning_lines_are_read(engine):
     )
     p = parse_kineto(data, "t.json", engine=engine)
     got = {w["kind"]: w for w in p.meta["profiler_warnings"]}
-    assert set(got) == {"out_of_range_records", "invalid_correlations", "dropped_records"}
-    assert got["out_of_range_records"]["count"] == 120 and got["invalid_correlations"]["count"] == 3
+    assert set(got) == {"out_of_range_records", "invalid_ext_correlations", "invalid_correlations", "dropped_records"}
+    assert got["out_of_range_records"]["count"] == 120 and got["invalid_ext_correlations"]["count"] == 3
+    # an ext correlation links a runtime call to its CPU op (External id): op attribution, not launch delays
+    assert got["invalid_ext_correlations"]["rules"] == ["kernels_below_peak"]
+    assert got["invalid_correlations"]["count"] == 5  # CPU GPU out-of-order
     assert "low_gpu_utilization" in got["out_of_range_records"]["rules"]
     assert "steps.launch_delay_p50_ns" in got["invalid_correlations"]["metrics"]
     assert got["dropped_records"]["level"] == "warning" and got["dropped_records"]["count"] == 42  # records
